@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the local cluster needs: etcd (the apiserver's
+# store) and iproute2 (bridge, veths, netns). Idempotent. The cluster runs its
+# own etcd under $DT_RUN, so the package's system service must never be left
+# running: service starts are denied during the install and any etcd the
+# package started anyway is stopped.
+set -euo pipefail
+
+PACKAGES=(etcd-server iproute2)
+POLICY_RC_D=/usr/sbin/policy-rc.d
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$package")
+done
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+
+# policy-rc.d exit code 101 = "action forbidden": invoke-rc.d will not start services.
+created_policy=0
+if [[ ! -e "$POLICY_RC_D" ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$POLICY_RC_D"
+    chmod +x "$POLICY_RC_D"
+    created_policy=1
+fi
+cleanup() {
+    if ((created_policy)); then rm -f "$POLICY_RC_D"; fi
+}
+trap cleanup EXIT
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Belt and braces: a system etcd would hold the default ports and data dir.
+if command -v systemctl >/dev/null && systemctl is-active --quiet etcd 2>/dev/null; then
+    systemctl stop etcd || true
+    systemctl disable etcd || true
+fi
+# The packaged daemon is configured through /etc/default/etcd, never with
+# --data-dir, which is how the clusters' own etcd processes are told apart.
+for pid in $(pgrep -x etcd || true); do
+    if ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- '--data-dir'; then
+        kill "$pid" || true
+    fi
+done

@@ -1,0 +1,83 @@
+// Command controlplane is a hyperkube-style multi-call binary holding the
+// upstream kube-apiserver, kube-scheduler, kube-controller-manager and kubectl.
+// One binary shares compilation and is linked once, which matters on small
+// build machines. The component is chosen by the basename of argv[0] (via
+// symlinks) or, failing that, by the first argument.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	_ "time/tzdata" // CronJob time zones, as in the upstream mains
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
+	_ "k8s.io/component-base/logs/json/register"          // JSON log format
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics
+	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+// servers maps a component name to the constructor of its cobra command.
+var servers = map[string]func() *cobra.Command{
+	"kube-apiserver":          apiserver.NewAPIServerCommand,
+	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
+	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+}
+
+const kubectlName = "kubectl"
+
+func main() {
+	name, args := component(os.Args)
+	// The upstream commands read os.Args themselves (kubectl for plugins and
+	// verbosity, cobra for flags), so present them the single-binary view.
+	os.Args = append([]string{name}, args...)
+	if name == kubectlName {
+		os.Exit(runKubectl())
+	}
+	newCommand, ok := servers[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "usage: controlplane COMPONENT [flags...]; COMPONENT is one of %v\n", componentNames())
+		os.Exit(2)
+	}
+	os.Exit(cli.Run(newCommand()))
+}
+
+// component returns the component to run and its arguments: argv[0]'s basename
+// when it names a component (symlink invocation), otherwise the first argument.
+func component(argv []string) (string, []string) {
+	base := filepath.Base(argv[0])
+	if base == kubectlName || servers[base] != nil {
+		return base, argv[1:]
+	}
+	if len(argv) < 2 {
+		return "", nil
+	}
+	return argv[1], argv[2:]
+}
+
+// runKubectl mirrors upstream cmd/kubectl: verbosity is set before the command
+// is built so klog works while plugins and .kuberc are handled.
+func runKubectl() int {
+	logs.GlogSetter(kubectlcmd.GetLogVerbosity(os.Args)) // nolint:errcheck
+	if err := cli.RunNoErrOutput(kubectlcmd.NewDefaultKubectlCommand()); err != nil {
+		kubectlutil.CheckErr(err)
+	}
+	return 0
+}
+
+func componentNames() []string {
+	names := []string{kubectlName}
+	for name := range servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
