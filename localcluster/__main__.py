@@ -1,0 +1,84 @@
+"""`python -m localcluster up|down|status`: the local cluster from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+from localcluster.cluster import DEFAULT_GPU_RESOURCE, Cluster, ClusterError, ClusterStatus
+from localcluster.layout import RunLayout
+from localcluster.nodegroups import NodeAllocationError, parse_node_spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.handler(args)
+    except (ClusterError, NodeAllocationError, PermissionError, TimeoutError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _up(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    nodes = parse_node_spec(args.nodes) if args.nodes else None
+    cluster = Cluster.up(nodes, _parse_labels(args.labels), args.gpu_resource)
+    print(f"cluster up in {time.monotonic() - started:.1f} s; export KUBECONFIG={cluster.kubeconfig}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    swept = Cluster(RunLayout.from_env()).down(purge=args.purge)
+    if not swept.empty():
+        print(f"removed leftovers: {swept}")
+    print("cluster down")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    _print_status(Cluster(RunLayout.from_env()).status())
+    return 0
+
+
+def _print_status(status: ClusterStatus) -> None:
+    for component in status.components:
+        state = f"running (pid {component.pid})" if component.pid else "stopped"
+        print(f"{component.name:<24} {state}")
+    print(f"{'apiserver /readyz':<24} {'ok' if status.apiserver_ready else 'not ready'}")
+    for group in status.node_groups:
+        print(f"node group {group.group_id}: {', '.join(group.names)} (indices {group.first_index}..)")
+    for node in status.nodes:
+        print(f"node {node.name:<19} {'Ready' if node.ready else 'NotReady':<9} gpus={node.gpus}")
+
+
+def _parse_labels(text: str) -> dict[str, str]:
+    labels = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"bad label {item!r}; please use the format key=value[,key2=value2]")
+        labels[key] = value
+    return labels
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    up = commands.add_parser("up", help="start the cluster (or attach); optionally add nodes")
+    up.add_argument("--nodes", default="", help="node group to add, e.g. gpu-a=4,gpu-b=2")
+    up.add_argument("--labels", default="", help="labels for those nodes, e.g. pool=a,zone=z1")
+    up.add_argument("--gpu-resource", default=DEFAULT_GPU_RESOURCE)
+    up.set_defaults(handler=_up)
+    down = commands.add_parser("down", help="stop everything and remove what is left")
+    down.add_argument("--purge", action="store_true", help="also delete the run directory ($DT_RUN)")
+    down.set_defaults(handler=_down)
+    status = commands.add_parser("status", help="print components and nodes")
+    status.set_defaults(handler=_status)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

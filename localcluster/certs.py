@@ -1,0 +1,218 @@
+"""The cluster's PKI: one CA and the certificates every component presents.
+
+Generated once per run directory (the CA outlives `down` unless purged), so
+kubeconfigs handed out earlier keep working across restarts. TLS keys are
+ECDSA P-256 (fast to generate, accepted everywhere in Kubernetes); the
+service-account signing key is RSA 2048, the most widely supported JWT key.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from localcluster import netsetup
+
+log = logging.getLogger(__name__)
+
+CERT_VALIDITY = datetime.timedelta(days=3650)
+CLOCK_SKEW_ALLOWANCE = datetime.timedelta(hours=1)
+SA_KEY_BITS = 2048
+CA_COMMON_NAME = "distributetrain-localcluster-ca"
+
+APISERVER_DNS_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+APISERVER_IPS = ("127.0.0.1", netsetup.HOST_IP, netsetup.KUBERNETES_SERVICE_IP)
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """Who a client certificate authenticates as (CN = user, O = groups)."""
+
+    name: str
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+ADMIN = ClientIdentity("admin", "kubernetes-admin", ("system:masters",))
+CONTROLLER_MANAGER = ClientIdentity("controller-manager", "system:kube-controller-manager")
+SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
+APISERVER_KUBELET_CLIENT = ClientIdentity(
+    "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
+)
+CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, APISERVER_KUBELET_CLIENT)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """File names in the PKI directory; `<name>.crt` and `<name>.key` pairs."""
+
+    directory: Path
+
+    def cert(self, name: str) -> Path:
+        return self.directory / f"{name}.crt"
+
+    def key(self, name: str) -> Path:
+        return self.directory / f"{name}.key"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.cert("ca")
+
+    @property
+    def ca_key(self) -> Path:
+        return self.key("ca")
+
+    @property
+    def sa_public_key(self) -> Path:
+        return self.directory / "sa.pub"
+
+    @property
+    def sa_private_key(self) -> Path:
+        return self.key("sa")
+
+
+def ensure_pki(directory: Path) -> Pki:
+    """Create the CA and all certificates unless the CA already exists."""
+    pki = Pki(directory)
+    if pki.ca_cert.exists():
+        return pki
+    log.info("generating cluster PKI in %s", directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = _new_tls_key()
+    ca_cert = _ca_certificate(ca_key)
+    _write_pair(pki, "apiserver", *_issue(ca_cert, ca_key, "kube-apiserver", (), server_sans=_apiserver_sans()))
+    _write_pair(pki, "kubelet", *_issue(ca_cert, ca_key, "localcluster-kubelet", (), server_sans=_kubelet_sans()))
+    for identity in CLIENT_IDENTITIES:
+        _write_pair(pki, identity.name, *_issue(ca_cert, ca_key, identity.user, identity.groups))
+    _write_service_account_keys(pki)
+    # The CA certificate is written last: its presence marks the PKI complete.
+    _write_private_key(pki.ca_key, ca_key)
+    pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    return pki
+
+
+def _new_tls_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _validity() -> tuple[datetime.datetime, datetime.datetime]:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now - CLOCK_SKEW_ALLOWANCE, now + CERT_VALIDITY
+
+
+def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_COMMON_NAME)])
+    not_before, not_after = _validity()
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                key_encipherment=False, data_encipherment=False, key_agreement=False,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def _apiserver_sans() -> list[x509.GeneralName]:
+    return [x509.DNSName(name) for name in APISERVER_DNS_NAMES] + _ip_sans(APISERVER_IPS)
+
+
+def _kubelet_sans() -> list[x509.GeneralName]:
+    """Every address a node agent may serve the kubelet API on."""
+    return [x509.DNSName("localhost")] + _ip_sans(("127.0.0.1", *netsetup.all_node_ips()))
+
+
+def _ip_sans(addresses: tuple[str, ...] | list[str]) -> list[x509.GeneralName]:
+    return [x509.IPAddress(ipaddress.ip_address(address)) for address in addresses]
+
+
+def _issue(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    common_name: str,
+    organizations: tuple[str, ...],
+    server_sans: list[x509.GeneralName] | None = None,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A leaf certificate: a server certificate when SANs are given, else a client one."""
+    key = _new_tls_key()
+    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server_sans else ExtendedKeyUsageOID.CLIENT_AUTH
+    not_before, not_after = _validity()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
+                content_commitment=False, data_encipherment=False, key_agreement=False,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+    )
+    if server_sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(server_sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def _write_pair(pki: Pki, name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+    _write_private_key(pki.key(name), key)
+    pki.cert(name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _write_service_account_keys(pki: Pki) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=SA_KEY_BITS)
+    _write_private_key(pki.sa_private_key, key)
+    pki.sa_public_key.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def _write_private_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )

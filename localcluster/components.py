@@ -1,0 +1,122 @@
+"""Command lines of the control-plane components.
+
+Pure builders: given the run layout, PKI and binaries they return argv lists,
+so the exact flags are in one place, restarts reuse them verbatim, and they
+can be checked without starting anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from localcluster import netsetup
+from localcluster.certs import APISERVER_KUBELET_CLIENT, Pki
+from localcluster.layout import RunLayout
+
+ETCD = "etcd"
+APISERVER = "kube-apiserver"
+CONTROLLER_MANAGER = "kube-controller-manager"
+SCHEDULER = "kube-scheduler"
+# Order of start-up; `down` stops them in reverse.
+COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER)
+
+# Not etcd's default ports, so a system etcd cannot get in the way.
+ETCD_CLIENT_PORT = 12379
+ETCD_PEER_PORT = 12380
+APISERVER_PORT = 6443
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Where the executables are: the built Kubernetes bin dir and etcd."""
+
+    kubernetes_bin: Path
+    etcd: Path
+
+    def kubernetes(self, name: str) -> Path:
+        return self.kubernetes_bin / name
+
+
+def etcd_url() -> str:
+    return f"http://127.0.0.1:{ETCD_CLIENT_PORT}"
+
+
+def commands(layout: RunLayout, pki: Pki, binaries: Binaries) -> dict[str, list[str]]:
+    return {
+        ETCD: etcd_command(layout, binaries),
+        APISERVER: apiserver_command(pki, binaries),
+        CONTROLLER_MANAGER: controller_manager_command(layout, pki, binaries),
+        SCHEDULER: scheduler_command(layout, binaries),
+    }
+
+
+def etcd_command(layout: RunLayout, binaries: Binaries) -> list[str]:
+    peer_url = f"http://127.0.0.1:{ETCD_PEER_PORT}"
+    return [
+        str(binaries.etcd),
+        "--name=localcluster",
+        f"--data-dir={layout.etcd_data}",
+        f"--listen-client-urls={etcd_url()}",
+        f"--advertise-client-urls={etcd_url()}",
+        f"--listen-peer-urls={peer_url}",
+        f"--initial-advertise-peer-urls={peer_url}",
+        f"--initial-cluster=localcluster={peer_url}",
+        "--initial-cluster-state=new",
+        "--logger=zap",
+        "--log-level=warn",
+    ]
+
+
+def apiserver_command(pki: Pki, binaries: Binaries) -> list[str]:
+    kubelet_client = APISERVER_KUBELET_CLIENT.name
+    return [
+        str(binaries.kubernetes(APISERVER)),
+        f"--etcd-servers={etcd_url()}",
+        "--bind-address=0.0.0.0",
+        f"--advertise-address={netsetup.HOST_IP}",
+        f"--secure-port={APISERVER_PORT}",
+        f"--tls-cert-file={pki.cert('apiserver')}",
+        f"--tls-private-key-file={pki.key('apiserver')}",
+        f"--client-ca-file={pki.ca_cert}",
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        "--allow-privileged=true",
+        f"--service-cluster-ip-range={netsetup.SERVICE_CIDR}",
+        f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+        f"--service-account-key-file={pki.sa_public_key}",
+        f"--service-account-signing-key-file={pki.sa_private_key}",
+        f"--kubelet-client-certificate={pki.cert(kubelet_client)}",
+        f"--kubelet-client-key={pki.key(kubelet_client)}",
+        f"--kubelet-certificate-authority={pki.ca_cert}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+        "--profiling=false",
+    ]
+
+
+def controller_manager_command(layout: RunLayout, pki: Pki, binaries: Binaries) -> list[str]:
+    kubeconfig = layout.component_kubeconfig(CONTROLLER_MANAGER)
+    return [
+        str(binaries.kubernetes(CONTROLLER_MANAGER)),
+        f"--kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        "--leader-elect=false",
+        "--controllers=*",
+        f"--root-ca-file={pki.ca_cert}",
+        f"--service-account-private-key-file={pki.sa_private_key}",
+        "--use-service-account-credentials=true",
+        f"--cluster-signing-cert-file={pki.ca_cert}",
+        f"--cluster-signing-key-file={pki.ca_key}",
+        f"--service-cluster-ip-range={netsetup.SERVICE_CIDR}",
+        "--profiling=false",
+    ]
+
+
+def scheduler_command(layout: RunLayout, binaries: Binaries) -> list[str]:
+    return [
+        str(binaries.kubernetes(SCHEDULER)),
+        f"--kubeconfig={layout.component_kubeconfig(SCHEDULER)}",
+        "--bind-address=127.0.0.1",
+        "--leader-elect=false",
+    ]

@@ -1,0 +1,90 @@
+"""Where one local cluster keeps its files.
+
+Everything a cluster creates lives under one run directory ($DT_RUN), so that
+`down` can find and remove what is left even after a crash, and so that a
+second run directory never touches the first one's files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_RUN_DIR = "/tmp/distributetrain-cluster"
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "distributetrain"
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONTROLPLANE_SRC = REPO_ROOT / "localcluster" / "controlplane"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Paths of one cluster's run directory."""
+
+    root: Path
+
+    @classmethod
+    def from_env(cls) -> RunLayout:
+        return cls(Path(os.environ.get("DT_RUN", DEFAULT_RUN_DIR)).resolve())
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "pids"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def agents(self) -> Path:
+        return self.root / "agents"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (system:masters), for users, tests and agents."""
+        return self.root / "kubeconfig"
+
+    @property
+    def node_groups_file(self) -> Path:
+        """Node groups and the node indices they hold (see nodegroups.py)."""
+        return self.root / "nodegroups.json"
+
+    @property
+    def lock_file(self) -> Path:
+        """Serialises up/down/add_nodes between processes."""
+        return self.root / "lock"
+
+    def pid_file(self, component: str) -> Path:
+        return self.pids / f"{component}.pid"
+
+    def log_file(self, component: str) -> Path:
+        return self.logs / f"{component}.log"
+
+    def component_kubeconfig(self, component: str) -> Path:
+        return self.pki / f"{component}.kubeconfig"
+
+    def contains(self, path: str) -> bool:
+        """Whether `path` is the run directory or inside it."""
+        return path == str(self.root) or path.startswith(f"{self.root}/")
+
+    def make_dirs(self) -> None:
+        for directory in (self.root, self.pki, self.logs, self.pids, self.agents):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.pki.chmod(0o700)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DT_CACHE", DEFAULT_CACHE_DIR))
+
+
+def venv_dir() -> Path:
+    return Path(os.environ.get("DT_VENV", cache_dir() / "venv"))

@@ -1,0 +1,102 @@
+"""The cluster's host network: the bridge every node and pod namespace joins.
+
+The node agent attaches node and pod network namespaces (named `dt-*`) to the
+bridge with veths; the host end of the bridge carries the apiserver's
+advertised address, so pods reach the apiserver at 10.233.0.1:6443. This module
+creates the bridge and, on `down`, removes every namespace and interface the
+cluster may have left.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import subprocess
+
+log = logging.getLogger(__name__)
+
+BRIDGE_NAME = "dtbr0"
+CLUSTER_CIDR = ipaddress.ip_network("10.233.0.0/16")
+HOST_IP = "10.233.0.1"
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+NETNS_PREFIX = "dt-"
+# Host-side interfaces of the cluster (the bridge, veth ends) all start with this.
+LINK_PREFIX = "dt"
+NODE_INDEX_MIN = 1
+NODE_INDEX_MAX = 240
+NODE_IP_OFFSET = 10
+
+
+def node_ip(index: int) -> str:
+    """The address of node `index`'s network namespace: 10.233.0.(10+index)."""
+    if not NODE_INDEX_MIN <= index <= NODE_INDEX_MAX:
+        raise ValueError(f"node index must be in {NODE_INDEX_MIN}..{NODE_INDEX_MAX}, got {index}")
+    return str(CLUSTER_CIDR.network_address + NODE_IP_OFFSET + index)
+
+
+def all_node_ips() -> list[str]:
+    return [node_ip(index) for index in range(NODE_INDEX_MIN, NODE_INDEX_MAX + 1)]
+
+
+def ensure_bridge() -> None:
+    """Create the bridge with the host address, if it is not there yet."""
+    if not _link_exists(BRIDGE_NAME):
+        log.info("creating bridge %s with %s", BRIDGE_NAME, HOST_IP)
+        _ip("link", "add", BRIDGE_NAME, "type", "bridge")
+    prefix = f"{HOST_IP}/{CLUSTER_CIDR.prefixlen}"
+    if prefix not in _addresses(BRIDGE_NAME):
+        _ip("addr", "add", prefix, "dev", BRIDGE_NAME)
+    _ip("link", "set", BRIDGE_NAME, "up")
+
+
+def cluster_netns() -> list[str]:
+    """Network namespaces named like the cluster's (`dt-*`)."""
+    result = _ip("-json", "netns", "list", check=False)
+    entries = json.loads(result.stdout or "[]")
+    return sorted(entry["name"] for entry in entries if entry["name"].startswith(NETNS_PREFIX))
+
+
+def netns_pids(name: str) -> list[int]:
+    result = _ip("netns", "pids", name, check=False)
+    return [int(pid) for pid in result.stdout.split()]
+
+
+def delete_netns(name: str) -> None:
+    log.info("deleting network namespace %s", name)
+    _ip("netns", "delete", name, check=False)
+
+
+def cluster_links() -> list[str]:
+    """The bridge, interfaces enslaved to it, and any other `dt*` interface (veth host ends)."""
+    result = _ip("-json", "link", "show", check=False)
+    names = [
+        entry["ifname"]
+        for entry in json.loads(result.stdout or "[]")
+        if entry.get("master") == BRIDGE_NAME or entry["ifname"].startswith(LINK_PREFIX)
+    ]
+    # Enslaved interfaces first, the bridge last.
+    return sorted(names, key=lambda name: (name == BRIDGE_NAME, name))
+
+
+def delete_link(name: str) -> None:
+    log.info("deleting interface %s", name)
+    _ip("link", "delete", name, check=False)
+
+
+def _link_exists(name: str) -> bool:
+    return _ip("link", "show", name, check=False).returncode == 0
+
+
+def _addresses(name: str) -> set[str]:
+    result = _ip("-json", "addr", "show", "dev", name)
+    return {
+        f"{info['local']}/{info['prefixlen']}"
+        for entry in json.loads(result.stdout or "[]")
+        for info in entry.get("addr_info", [])
+    }
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)

@@ -1,0 +1,152 @@
+"""Cluster-wide bookkeeping of node groups: names and node indices.
+
+A node's index fixes its addresses (node netns 10.233.0.(10+index), pod CIDR
+10.233.index.0/24), so two agents must never get the same index, and node
+names must be unique across agents. Several processes (the CLI, test sessions)
+may add nodes at once, so the record is a JSON file updated under an flock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import re
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from localcluster import netsetup, processes
+from localcluster.layout import RunLayout
+
+log = logging.getLogger(__name__)
+
+# A DNS-1123 label, what Kubernetes accepts as a node name here.
+NODE_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class NodeAllocationError(ValueError):
+    """The requested nodes cannot be added (bad or taken names, no free indices)."""
+
+
+@dataclass(frozen=True)
+class NodeGroupRecord:
+    """One agent's nodes: node i of `names` has index first_index + i."""
+
+    group_id: str
+    first_index: int
+    names: tuple[str, ...]
+
+    def indices(self) -> range:
+        return range(self.first_index, self.first_index + len(self.names))
+
+
+def parse_node_spec(text: str) -> dict[str, int]:
+    """Parse "gpu-a=4,gpu-b=2" into {"gpu-a": 4, "gpu-b": 2}."""
+    spec: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, count = item.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise ValueError(f"bad node spec {item!r}; please use the format NAME=GPUS[,NAME=GPUS...], e.g. gpu-a=4,gpu-b=2")
+        spec[name.strip()] = int(count)
+    return spec
+
+
+def agent_pid_name(group_id: str) -> str:
+    return f"agent-{group_id}"
+
+
+class NodeGroupRegistry:
+    """The node groups of one run directory."""
+
+    def __init__(self, layout: RunLayout):
+        self._layout = layout
+
+    def records(self) -> list[NodeGroupRecord]:
+        with self._locked():
+            return self._load()
+
+    def allocate(self, names: list[str]) -> NodeGroupRecord:
+        """Reserve a contiguous block of indices for `names`, which must be new names."""
+        _validate_names(names)
+        with self._locked():
+            records = self._reclaim_dead(self._load())
+            taken_names = {name for record in records for name in record.names}
+            clashes = sorted(taken_names.intersection(names))
+            if clashes:
+                raise NodeAllocationError(f"node names already in the cluster: {', '.join(clashes)}")
+            first = _free_block(records, len(names))
+            record = NodeGroupRecord(f"{first:03d}-{secrets.token_hex(3)}", first, tuple(names))
+            self._save([*records, record])
+        log.info("allocated node indices %d..%d to %s", first, first + len(names) - 1, ", ".join(names))
+        return record
+
+    def release(self, group_id: str) -> None:
+        with self._locked():
+            self._save([record for record in self._load() if record.group_id != group_id])
+
+    def clear(self) -> None:
+        with self._locked():
+            self._save([])
+
+    def _reclaim_dead(self, records: list[NodeGroupRecord]) -> list[NodeGroupRecord]:
+        """Drop groups whose agent was started and has died (e.g. killed by a fault test)."""
+        kept = []
+        for record in records:
+            pid_file = self._layout.pid_file(agent_pid_name(record.group_id))
+            if pid_file.exists() and processes.read_pid(pid_file) is None:
+                log.warning("reclaiming node group %s: its agent is gone", record.group_id)
+                continue
+            kept.append(record)
+        return kept
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        lock_path = self._layout.node_groups_file.with_suffix(".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _load(self) -> list[NodeGroupRecord]:
+        path = self._layout.node_groups_file
+        if not path.exists():
+            return []
+        return [
+            NodeGroupRecord(item["group_id"], item["first_index"], tuple(item["names"]))
+            for item in json.loads(path.read_text())
+        ]
+
+    def _save(self, records: list[NodeGroupRecord]) -> None:
+        path = self._layout.node_groups_file
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps([asdict(record) for record in records], indent=2) + "\n")
+        temporary.replace(path)
+
+
+def _validate_names(names: list[str]) -> None:
+    if not names:
+        raise NodeAllocationError("no nodes requested")
+    if len(set(names)) != len(names):
+        raise NodeAllocationError(f"duplicate node names in {names}")
+    bad = [name for name in names if not NODE_NAME_PATTERN.match(name)]
+    if bad:
+        raise NodeAllocationError(f"invalid node names {bad}: use lowercase letters, digits and '-'")
+
+
+def _free_block(records: list[NodeGroupRecord], size: int) -> int:
+    """The lowest first index of `size` consecutive free indices."""
+    used = {index for record in records for index in record.indices()}
+    run_start, run_length = netsetup.NODE_INDEX_MIN, 0
+    for index in range(netsetup.NODE_INDEX_MIN, netsetup.NODE_INDEX_MAX + 1):
+        if index in used:
+            run_start, run_length = index + 1, 0
+            continue
+        run_length += 1
+        if run_length == size:
+            return run_start
+    raise NodeAllocationError(
+        f"no {size} consecutive free node indices in {netsetup.NODE_INDEX_MIN}..{netsetup.NODE_INDEX_MAX}"
+    )

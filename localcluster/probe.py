@@ -1,0 +1,81 @@
+"""Small, fast reads of the apiserver for readiness waits.
+
+`up` polls every 100 ms; importing and configuring the full kubernetes client
+would cost more than the polling itself, so waits use plain HTTPS with the
+admin client certificate.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from localcluster.certs import ADMIN, Pki
+
+APISERVER_HOST = "127.0.0.1"
+REQUEST_TIMEOUT_S = 2.0
+POLL_INTERVAL_S = 0.1
+
+
+class WaitTimeout(TimeoutError):
+    """A readiness wait ran out of time; the message says what was awaited."""
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+class ApiProbe:
+    """GETs against the apiserver as the admin."""
+
+    def __init__(self, pki: Pki, port: int):
+        self._port = port
+        self._context = ssl.create_default_context(cafile=str(pki.ca_cert))
+        self._context.load_cert_chain(str(pki.cert(ADMIN.name)), str(pki.key(ADMIN.name)))
+
+    def get(self, path: str) -> Response | None:
+        """The response, or None when the apiserver cannot be reached."""
+        connection = http.client.HTTPSConnection(
+            APISERVER_HOST, self._port, context=self._context, timeout=REQUEST_TIMEOUT_S
+        )
+        try:
+            connection.request("GET", path)
+            reply = connection.getresponse()
+            return Response(reply.status, reply.read())
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            connection.close()
+
+    def ready(self) -> bool:
+        response = self.get("/readyz")
+        return response is not None and response.status == 200
+
+    def exists(self, path: str) -> bool:
+        response = self.get(path)
+        return response is not None and response.status == 200
+
+    def node_ready(self, name: str) -> bool:
+        response = self.get(f"/api/v1/nodes/{name}")
+        if response is None or response.status != 200:
+            return False
+        conditions = response.json().get("status", {}).get("conditions", [])
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll `condition` every POLL_INTERVAL_S until true; WaitTimeout after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(POLL_INTERVAL_S)

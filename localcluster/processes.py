@@ -1,0 +1,151 @@
+"""Detached processes with pid files, and the sweep for strays.
+
+Cluster processes outlive the command that started them (`python -m localcluster
+up` returns), so each runs in its own session with its log and pid file under
+the run directory. A pid file is trusted only while the process it names still
+has the recorded command line, so a recycled pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+STOP_POLL_INTERVAL_S = 0.05
+
+
+def start_detached(
+    argv: list[str],
+    pid_file: Path,
+    log_file: Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+) -> int:
+    """Start `argv` in a new session, output appended to `log_file`; returns the pid."""
+    with open(log_file, "ab") as output:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+    pid_file.write_text(f"{process.pid}\n{argv[0]}\n")
+    log.info("started %s (pid %d, log %s)", Path(argv[0]).name, process.pid, log_file)
+    return process.pid
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid in `pid_file` if that process still runs the recorded program, else None."""
+    try:
+        pid_text, program = pid_file.read_text().splitlines()[:2]
+        pid = int(pid_text)
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if alive(pid) and _program(pid) == program else None
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting to be reaped does not count)."""
+    _reap(pid)
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def stop(pid: int, name: str, timeout_s: float) -> None:
+    """SIGTERM `pid`, then SIGKILL its whole session if it outlives `timeout_s`."""
+    if not alive(pid):
+        return
+    log.info("stopping %s (pid %d)", name, pid)
+    _signal(pid, signal.SIGTERM)
+    if wait_exit(pid, timeout_s):
+        return
+    log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing its session", name, pid, timeout_s)
+    kill_session(pid)
+    wait_exit(pid, timeout_s)
+
+
+def kill_session(pid: int) -> None:
+    """SIGKILL every process in the session led by `pid`."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        _signal(pid, signal.SIGKILL)
+
+
+def wait_exit(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(STOP_POLL_INTERVAL_S)
+    return True
+
+
+def pids_under(root: Path) -> list[int]:
+    """Processes whose working directory or any argument lies under `root`.
+
+    This process and its ancestors are excluded: a shell may well sit in `root`.
+    """
+    prefix = f"{root}/"
+    spared = _self_and_ancestors()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in spared:
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        texts = [cwd] + [arg.decode(errors="replace") for arg in args]
+        if any(text == str(root) or prefix in text for text in texts):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _self_and_ancestors() -> set[int]:
+    pids = set()
+    pid = os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, IndexError, ValueError):
+            break
+    return pids
+
+
+def _program(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> None:
+    """Collect `pid`'s exit status if it is our child, so it does not linger as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
