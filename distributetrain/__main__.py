@@ -1,0 +1,3 @@
+from distributetrain.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,16 @@
+"""The manager's exit codes: what happened, readable from the pod's status.
+
+A finished chief's exit code is passed through unchanged (0 on success). The manager's
+own outcomes use the sysexits range so they do not read as a training script's
+``exit(1)``; the termination message and the pod's annotations name the cause either way.
+"""
+
+OK = 0
+USAGE = 2  # bad input: nothing was created
+INSUFFICIENT_GPUS = 69  # EX_UNAVAILABLE: the cluster cannot supply the GPUs (within --wait-for-gpus)
+INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug; everything created was still deleted
+WORKER_LOST = 71  # a worker failed, was deleted or vanished mid-job
+TIMED_OUT = 75  # EX_TEMPFAIL: workers not ready in time, or --active-deadline passed
+API_ERROR = 76  # EX_PROTOCOL: the Kubernetes API kept failing
+PERMISSION_DENIED = 77  # EX_NOPERM: RBAC refused a call; the message names the permission
+CANCELLED = 143  # 128 + SIGTERM: the manager was asked to stop

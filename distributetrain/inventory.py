@@ -1,0 +1,183 @@
+"""Free GPUs per node, from the API's raw node and pod objects.
+
+Fixes the seeds' inventory: allocatable (not capacity); only Ready, schedulable nodes
+whose taints the job tolerates; nodes without the resource are simply not candidates;
+every container and init container counted by the Kubernetes rule; terminal pods free
+their GPUs. Pods are folded in one at a time (``GpuLedger.add_pod``) so a paginated
+list of 150,000 pods never has to sit in memory.
+
+Two kinds of claims the scheduler does not see yet are counted too, so that two
+managers cannot plan on the same GPUs: pods not yet bound but pinned to one node by
+required affinity (our own workers between creation and binding), and the chief's
+share that a manager reserves on its own pod until it creates the chief.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from kubernetes.utils.quantity import parse_quantity
+
+from distributetrain import names
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def gpu_count(quantity: object) -> int:
+    """A resource quantity as a whole number of devices ("4", "4000m" and 4 are 4)."""
+    try:
+        value = parse_quantity(quantity)
+    except (ValueError, InvalidOperation, TypeError) as e:
+        raise ValueError(f"not a resource quantity: {quantity!r}") from e
+    if value < 0:
+        raise ValueError(f"negative resource quantity: {quantity!r}")
+    # Devices are indivisible: a fractional request still occupies a whole one.
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _container_request(container: Mapping, resource: str) -> int:
+    resources = container.get("resources") or {}
+    # Extended resources may set only limits; the request then defaults to the limit.
+    for kind in ("requests", "limits"):
+        amounts = resources.get(kind) or {}
+        if resource in amounts:
+            return gpu_count(amounts[resource])
+    return 0
+
+
+def pod_request(spec: Mapping, resource: str) -> int:
+    """Effective request of a pod, by the Kubernetes rule (sidecar init containers included)."""
+    app = sum(_container_request(c, resource) for c in spec.get("containers") or ())
+    sidecars = 0
+    init_peak = 0
+    for init in spec.get("initContainers") or ():
+        request = _container_request(init, resource)
+        if init.get("restartPolicy") == "Always":  # a sidecar keeps running beside the app
+            sidecars += request
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + request)
+    overhead = gpu_count(((spec.get("overhead") or {}).get(resource, 0)))
+    return max(app + sidecars, init_peak) + overhead
+
+
+def pinned_node(spec: Mapping) -> str | None:
+    """The single node a pod's required affinity allows by hostname, if any."""
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms")
+    ) or []
+    if len(terms) != 1:
+        return None
+    for expression in terms[0].get("matchExpressions") or ():
+        if (
+            expression.get("key") == names.HOSTNAME_LABEL
+            and expression.get("operator") == "In"
+            and len(expression.get("values") or ()) == 1
+        ):
+            return expression["values"][0]
+    return None
+
+
+def parse_reservation(text: str) -> tuple[str, int]:
+    node, _, count = text.partition("=")
+    return node, int(count)
+
+
+def tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:
+    """Kubernetes' toleration rule for one taint."""
+    for toleration in tolerations:
+        effect = toleration.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key")
+        operator = toleration.get("operator") or "Equal"
+        if not key and operator == "Exists":
+            return True
+        if key != taint.get("key"):
+            continue
+        if operator == "Exists" or toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def node_refusal(
+    node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}
+) -> str | None:
+    """Why a node cannot take the job's pods, or None if it can."""
+    metadata, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    labels = metadata.get("labels") or {}
+    if any(labels.get(k) != v for k, v in node_selector.items()):
+        return "does not match the node selector"
+    if spec.get("unschedulable"):
+        return "is cordoned"
+    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
+    if not ready or ready.get("status") != "True":
+        return "is not Ready"
+    tolerations = list(tolerations)
+    for taint in spec.get("taints") or ():
+        if taint.get("effect") in BLOCKING_TAINT_EFFECTS and not tolerates(tolerations, taint):
+            return f"has taint {taint.get('key')}:{taint.get('effect')} the job does not tolerate"
+    if resource not in (status.get("allocatable") or {}):
+        return f"has no {resource}"
+    return None
+
+
+@dataclass
+class GpuLedger:
+    """Allocatable GPUs of candidate nodes, minus what pods hold or have reserved."""
+
+    resource: str
+    own_pod_uid: str = ""  # the manager's own reservation is not a claim against itself
+    allocatable: dict[str, int] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    refused: dict[str, str] = field(default_factory=dict)
+    advertised: bool = False  # some node (candidate or not) has the resource at all
+
+    def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
+        name = node["metadata"]["name"]
+        amounts = (node.get("status") or {}).get("allocatable") or {}
+        if self.resource in amounts:
+            self.advertised = True
+        reason = node_refusal(node, self.resource, tolerations, node_selector)
+        if reason:
+            self.refused[name] = reason
+        else:
+            self.allocatable[name] = gpu_count(amounts[self.resource])
+
+    def add_pod(self, pod: Mapping) -> None:
+        metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return
+        node = spec.get("nodeName") or pinned_node(spec)
+        if node:
+            self.used[node] += pod_request(spec, self.resource)
+        reservation = (metadata.get("annotations") or {}).get(names.ANNOTATION_RESERVATION)
+        if reservation and metadata.get("uid") != self.own_pod_uid:
+            reserved_node, count = parse_reservation(reservation)
+            self.used[reserved_node] += count
+
+    def free(self) -> dict[str, int]:
+        return {node: max(0, count - self.used.get(node, 0)) for node, count in self.allocatable.items()}
+
+
+def free_gpus(
+    nodes: Iterable[Mapping],
+    pods: Iterable[Mapping],
+    resource: str,
+    tolerations: Iterable[Mapping] = (),
+    node_selector: Mapping[str, str] = {},
+    own_pod_uid: str = "",
+) -> dict[str, int]:
+    ledger = GpuLedger(resource, own_pod_uid)
+    tolerations = list(tolerations)
+    for node in nodes:
+        ledger.add_node(node, tolerations, node_selector)
+    for pod in pods:
+        ledger.add_pod(pod)
+    return ledger.free()

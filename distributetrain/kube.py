@@ -1,0 +1,268 @@
+"""The thin, idempotent layer between the manager and the Kubernetes API.
+
+- Objects travel as plain JSON dicts (``_preload_content=False``): the builders make
+  dicts, and listing 150,000 pods as dicts is far cheaper than as client models.
+- API errors are translated here, once, into ``distributetrain.errors`` types.
+- Creating an object that already exists is fine if the job owns it (a restarted
+  manager adopts its job); deleting one that is gone is fine too.
+- Transient failures (connection refused while the apiserver restarts, 429, 5xx) are
+  retried with backoff until ``API_RETRY_DEADLINE_S``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from distributetrain import errors
+
+log = logging.getLogger(__name__)
+
+API_RETRY_DEADLINE_S = 90.0  # long enough to ride out an apiserver restart
+API_BACKOFF_MAX_S = 2.0
+API_REQUEST_TIMEOUT_S = 30.0
+LIST_PAGE_SIZE = 500
+WATCH_READ_SLACK_S = 15.0  # client read timeout beyond the server's watch timeout
+
+T = TypeVar("T")
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """In-cluster config inside a pod, else the kubeconfig (``KUBECONFIG``, ~/.kube/config)."""
+    if kubeconfig is None and context is None:
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            pass
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def translate(error: Exception) -> errors.DistributeTrainError:
+    """Map a client exception onto the project's error types."""
+    if isinstance(error, ApiException):
+        message = _api_message(error)
+        if error.status == 404:
+            return errors.NotFound(message)
+        if error.status == 409:
+            reason = _api_reason(error)
+            return errors.AlreadyExists(message) if reason == "AlreadyExists" else errors.Conflict(message)
+        if error.status == 410:
+            return errors.Gone(message)
+        if error.status == 403:
+            return errors.Forbidden(message)
+        if error.status == 422:
+            return errors.Invalid(message)
+        if error.status in (429, 500, 502, 503, 504) or error.status == 0:
+            return errors.TransientApiError(message)
+        return errors.ApiError(message)
+    if isinstance(error, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError)):
+        return errors.TransientApiError(f"cannot reach the Kubernetes API: {error}")
+    return errors.ApiError(str(error))
+
+
+def _api_body(error: ApiException) -> dict:
+    try:
+        return json.loads(error.body or "{}")
+    except (TypeError, ValueError):
+        return {}
+
+
+def _api_message(error: ApiException) -> str:
+    return _api_body(error).get("message") or f"HTTP {error.status} {error.reason}"
+
+
+def _api_reason(error: ApiException) -> str:
+    return _api_body(error).get("reason", "")
+
+
+def call(operation: Callable[[], T], deadline_s: float = API_RETRY_DEADLINE_S) -> T:
+    """Run one API call, translating errors and retrying transient ones until the deadline."""
+    give_up_at = time.monotonic() + deadline_s
+    delay = 0.1
+    while True:
+        try:
+            return operation()
+        except Exception as e:  # noqa: BLE001 - every client error is translated here
+            translated = translate(e)
+            if not isinstance(translated, errors.TransientApiError) or time.monotonic() + delay > give_up_at:
+                raise translated from e
+            log.warning("API call failed, retrying in %.1fs: %s", delay, translated)
+            time.sleep(delay * random.uniform(0.5, 1.0) + delay / 2)
+            delay = min(delay * 2, API_BACKOFF_MAX_S)
+
+
+def _json(response) -> dict:
+    return json.loads(response.data)
+
+
+def owned_by(obj: dict, owner_uid: str) -> bool:
+    return any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or ())
+
+
+class Kube:
+    """The calls the manager makes, each one line of intent."""
+
+    def __init__(self, api_client: client.ApiClient):
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.requests = 0  # API requests made, for the benchmarks
+
+    def _call(self, operation: Callable[[], T]) -> T:
+        self.requests += 1
+        return call(operation)
+
+    # -- reads -------------------------------------------------------------------------
+    def list_pages(
+        self, kind: str, namespace: str | None = None, **selectors: str
+    ) -> Iterator[tuple[list[dict], str]]:
+        """Yield (items, resourceVersion) page by page; kind is 'nodes' or 'pods'."""
+        token = None
+        while True:
+            page = self._call(lambda: _json(self._list(kind, namespace, token, selectors)))
+            yield page.get("items") or [], page["metadata"].get("resourceVersion", "")
+            token = page["metadata"].get("continue")
+            if not token:
+                return
+
+    def _list(self, kind: str, namespace: str | None, token: str | None, selectors: dict):
+        kwargs = dict(limit=LIST_PAGE_SIZE, _preload_content=False, _request_timeout=API_REQUEST_TIMEOUT_S, **selectors)
+        if token:
+            kwargs["_continue"] = token
+        if kind == "nodes":
+            return self.core.list_node(**kwargs)
+        if namespace:
+            return self.core.list_namespaced_pod(namespace, **kwargs)
+        return self.core.list_pod_for_all_namespaces(**kwargs)
+
+    def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
+        items, version = [], ""
+        for page, version in self.list_pages(kind, namespace, **selectors):
+            items.extend(page)
+        return items, version
+
+    def get_pod(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self._call(
+                lambda: _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+            )
+        except errors.NotFound:
+            return None
+
+    # -- writes ------------------------------------------------------------------------
+    def create_owned(self, obj: dict, owner_uid: str, dry_run: bool = False) -> dict:
+        """Create, or adopt the existing object if the job owns it."""
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        create = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
+        extra = {"dry_run": "All"} if dry_run else {}
+        try:
+            created = self._call(lambda: _json(create(namespace, obj, _preload_content=False, **extra)))
+        except errors.AlreadyExists:
+            if dry_run:
+                return obj
+            existing = self.read(kind, namespace, name)
+            if existing is None or not owner_uid or not owned_by(existing, owner_uid):
+                raise errors.NotOwned(
+                    f"{kind} {namespace}/{name} already exists and does not belong to this job"
+                ) from None
+            log.info("adopted %s [%s/%s]", kind, namespace, name)
+            return existing
+        if not dry_run:
+            log.info("created %s [%s/%s]", kind, namespace, name)
+        return created
+
+    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        read = self.core.read_namespaced_pod if kind == "Pod" else self.core.read_namespaced_secret
+        try:
+            return self._call(lambda: _json(read(name, namespace, _preload_content=False)))
+        except errors.NotFound:
+            return None
+
+    def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
+        """Delete in the background; True if it was there. 'Not found' is a state, not an error."""
+        delete = self.core.delete_namespaced_pod if kind == "Pod" else self.core.delete_namespaced_secret
+        body = client.V1DeleteOptions(grace_period_seconds=grace_period_s, propagation_policy="Background")
+        try:
+            self._call(lambda: delete(name, namespace, body=body, _preload_content=False))
+        except errors.NotFound:
+            return False
+        log.info("deleted %s [%s/%s]", kind, namespace, name)
+        return True
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        """Merge-patch annotations (None removes one)."""
+        patch = {"metadata": {"annotations": annotations}}
+        self._call(
+            lambda: self.core.patch_namespaced_pod(
+                name, namespace, patch, _preload_content=False, _content_type="application/merge-patch+json"
+            )
+        )
+
+    # -- watches -----------------------------------------------------------------------
+    def watch_pods(
+        self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
+    ) -> Iterator[tuple[str, dict]]:
+        """Raw watch events (type, object) from ``resource_version`` until the server ends it.
+
+        Raises ``errors.Gone`` when the version is too old; the caller relists.
+        """
+        kwargs = dict(
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=max(1, int(timeout_s)),
+            _preload_content=False,
+            _request_timeout=(API_REQUEST_TIMEOUT_S, timeout_s + WATCH_READ_SLACK_S),
+            **selectors,
+        )
+        if namespace:
+            response = self._call(lambda: self.core.list_namespaced_pod(namespace, **kwargs))
+        else:
+            response = self._call(lambda: self.core.list_pod_for_all_namespaces(**kwargs))
+        try:
+            for line in response:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event["type"] == "ERROR":
+                    status = event["object"]
+                    if status.get("code") == 410:
+                        raise errors.Gone(status.get("message", "resource version too old"))
+                    raise errors.ApiError(status.get("message", "watch error"))
+                yield event["type"], event["object"]
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise errors.TransientApiError(f"watch interrupted: {e}") from e
+        finally:
+            response.release_conn()
+
+    # -- leases ------------------------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self._call(
+                lambda: _json(self.coordination.read_namespaced_lease(name, namespace, _preload_content=False))
+            )
+        except errors.NotFound:
+            return None
+
+    def create_lease(self, lease: dict) -> dict:
+        namespace = lease["metadata"]["namespace"]
+        return self._call(
+            lambda: _json(self.coordination.create_namespaced_lease(namespace, lease, _preload_content=False))
+        )
+
+    def replace_lease(self, lease: dict) -> dict:
+        namespace, name = lease["metadata"]["namespace"], lease["metadata"]["name"]
+        return self._call(
+            lambda: _json(self.coordination.replace_namespaced_lease(name, namespace, lease, _preload_content=False))
+        )

@@ -1,0 +1,108 @@
+"""Run the manager's phases with one guarantee: every way out tears the job down.
+
+SIGTERM and SIGINT become ``errors.Cancelled`` in the main thread (interrupting a
+blocked watch), failures become exit codes from ``exitcodes``, and the outcome is
+recorded on the manager pod. Teardown ignores further signals so it always finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+from distributetrain import errors, exitcodes
+from distributetrain.kube import Kube
+from distributetrain.posttraining import PostTraining
+from distributetrain.pretraining import PreTraining
+from distributetrain.reporting import Reporter
+from distributetrain.settings import JobSettings
+from distributetrain.teardown import tear_down_quietly
+
+log = logging.getLogger(__name__)
+
+PHASES = ("pre-training", "post-training", "run", "teardown")
+
+
+@contextmanager
+def cancellable() -> Iterator[None]:
+    """SIGTERM/SIGINT raise Cancelled once; later signals are ignored (teardown is running)."""
+    fired = False
+
+    def handler(signum, _frame):
+        nonlocal fired
+        if fired:
+            return
+        fired = True
+        raise errors.Cancelled(f"received {signal.Signals(signum).name}")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def job_deadline(kube: Kube, settings: JobSettings) -> float:
+    """--active-deadline as a monotonic time, counted from the manager pod's start.
+
+    Counting from the pod (not this process) keeps the deadline when manager.sh moves
+    from pre- to post-training, or when a restarted container adopts the job.
+    """
+    if not settings.active_deadline_s:
+        return math.inf
+    started = time.time()
+    pod = kube.get_pod(settings.namespace, settings.job_name) if settings.owner_uid else None
+    start_text = ((pod or {}).get("status") or {}).get("startTime")
+    if start_text:
+        started = datetime.strptime(start_text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return time.monotonic() + (started + settings.active_deadline_s - time.time())
+
+
+def execute(kube: Kube, settings: JobSettings, phase: str) -> int:
+    """Run ``phase`` (one of PHASES) and return the manager's exit code."""
+    reporter = Reporter(kube, settings)
+    try:
+        with cancellable():
+            deadline = job_deadline(kube, settings)
+            if phase in ("pre-training", "run"):
+                PreTraining(kube, settings, reporter, deadline).run()
+            if phase in ("post-training", "run"):
+                code = PostTraining(kube, settings, reporter, deadline).run()
+                reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
+                return code
+            if phase == "teardown":
+                with shielded():
+                    tear_down_quietly(kube, settings, keep_chief=not settings.delete_chief)
+            return exitcodes.OK
+    except errors.UsageError as e:
+        # Raised before anything is created (pre-flight and request checks).
+        log.error("%s", e)
+        return e.exit_code
+    except errors.DistributeTrainError as e:
+        with shielded():
+            log.error("job %s failed: %s", settings.job_name, e)
+            tear_down_quietly(kube, settings, keep_chief=False)
+            reporter.finished(e.exit_code, str(e))
+        return e.exit_code
+    except Exception as e:
+        with shielded():
+            log.exception("job %s: unexpected error", settings.job_name)
+            tear_down_quietly(kube, settings, keep_chief=False)
+            reporter.finished(exitcodes.INTERNAL_ERROR, f"internal error: {e}")
+        return exitcodes.INTERNAL_ERROR

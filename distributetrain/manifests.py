@@ -1,0 +1,253 @@
+"""Pure builders of every object a job creates: plain dicts, no API calls.
+
+Keys are generated outside and passed in, and worker addresses are inputs, so the
+output is deterministic and tests compare whole objects.
+"""
+
+from __future__ import annotations
+
+from distributetrain import names
+from distributetrain.settings import JobSettings
+from distributetrain.sshkeys import JobKeys
+
+SSH_VOLUME = "ssh"
+SECRET_MODE = 0o400  # root-only: sshd and ssh refuse keys others can read
+CLIENT_KEY_FILE = "id_ed25519"
+HOST_KEY_FILE = "ssh_host_ed25519_key"
+WORKER_READINESS_PERIOD_S = 1  # the chief waits on this; a short period starts training sooner
+TERMINATION_GRACE_S = 10
+
+# Client side of SSH, in the chief's ~/.ssh/config. Strict host checking against the
+# job's own host key: no fingerprint prompt, and no other host can pose as a worker.
+SSH_CLIENT_CONFIG = """\
+Host *
+  User root
+  IdentityFile ~/.ssh/id_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile ~/.ssh/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+  LogLevel ERROR
+"""
+
+# Worker: sshd in the foreground on the job's port, configured entirely on the command
+# line so the image's sshd_config cannot weaken it. StrictModes is off because Secret
+# volumes are world-traversable symlink trees; the key files themselves are 0400 root.
+WORKER_SCRIPT = f"""\
+set -eu
+mkdir -p /run/sshd
+exec /usr/sbin/sshd -D -e -f /dev/null -p "$DT_PORT" \\
+  -h {names.SSH_SERVER_DIR}/{HOST_KEY_FILE} \\
+  -o AuthorizedKeysFile={names.SSH_SERVER_DIR}/authorized_keys \\
+  -o PubkeyAuthentication=yes -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no \\
+  -o PermitRootLogin=prohibit-password -o AllowUsers=root -o UsePAM=no -o StrictModes=no \\
+  -o PermitUserEnvironment=no -o X11Forwarding=no -o PidFile=none -o MaxStartups=200 -o MaxSessions=200
+"""
+
+# Chief: hostfile (itself first, so rank 0 and its logs and checkpoints are here), a
+# bounded SSH check of every worker (horovodrun's own failure is opaque), then horovodrun.
+CHIEF_SCRIPT = """\
+set -eu
+hostfile=/tmp/distributetrain-hostfile
+printf '%s slots=%s\\n' "$DT_CHIEF_ADDRESS" "$DT_CHIEF_SLOTS" > "$hostfile"
+for worker in $DT_WORKERS; do
+  printf '%s slots=%s\\n' "${worker%:*}" "${worker##*:}" >> "$hostfile"
+done
+for worker in $DT_WORKERS; do
+  address="${worker%:*}"
+  attempt=1
+  until ssh -o ConnectTimeout=5 -p "$DT_PORT" "$address" true; do
+    if [ "$attempt" -ge "$DT_SSH_ATTEMPTS" ]; then
+      echo "distributetrain: worker $address does not accept SSH on port $DT_PORT after $attempt attempts" >&2
+      exit 255
+    fi
+    attempt=$((attempt + 1))
+    sleep 1
+  done
+done
+echo "distributetrain: horovodrun -np $DT_NUM_PROCS on $(tr '\\n' ' ' < "$hostfile")"
+exec horovodrun -np "$DT_NUM_PROCS" -hostfile "$hostfile" -p "$DT_PORT" python "$DT_FILENAME" "$@"
+"""
+
+
+def owner_references(settings: JobSettings) -> list[dict]:
+    if not settings.owner_uid:
+        return []
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": settings.job_name,
+            "uid": settings.owner_uid,
+            "controller": True,
+        }
+    ]
+
+
+def _metadata(settings: JobSettings, name: str, role: str, extra_labels: dict | None = None) -> dict:
+    labels = names.job_labels(settings.job_name, role) | (extra_labels or {})
+    metadata = {"name": name, "namespace": settings.namespace, "labels": labels}
+    owners = owner_references(settings)
+    if owners:
+        metadata["ownerReferences"] = owners
+    return metadata
+
+
+def ssh_secret(settings: JobSettings, keys: JobKeys) -> dict:
+    host_public = keys.host.public_openssh.rsplit(" ", 1)[0]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(settings, names.secret_name(settings.job_name), "ssh"),
+        "type": "Opaque",
+        "stringData": {
+            CLIENT_KEY_FILE: keys.client.private_openssh,
+            "authorized_keys": keys.client.public_openssh + "\n",
+            HOST_KEY_FILE: keys.host.private_openssh,
+            # One pattern for every worker: they all present the job's host key.
+            "known_hosts": f"* {host_public}\n",
+            "config": SSH_CLIENT_CONFIG,
+        },
+    }
+
+
+def _ssh_volume(settings: JobSettings, files: list[str]) -> dict:
+    return {
+        "name": SSH_VOLUME,
+        "secret": {
+            "secretName": names.secret_name(settings.job_name),
+            "defaultMode": SECRET_MODE,
+            "items": [{"key": f, "path": f} for f in files],
+        },
+    }
+
+
+def _pvc_volumes(settings: JobSettings) -> tuple[list[dict], list[dict]]:
+    volumes, mounts = [], []
+    for index, pvc in enumerate(settings.pvcs):
+        volume = f"data-{index}"
+        volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": pvc.claim, "readOnly": pvc.read_only}})
+        mounts.append({"name": volume, "mountPath": pvc.mount_path, "readOnly": pvc.read_only})
+    return volumes, mounts
+
+
+def _pinned_to(node: str) -> dict:
+    # Required affinity, not nodeName: the scheduler still checks fit, taints and ports,
+    # so a plan that went stale stays Pending instead of overcommitting a node.
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": names.HOSTNAME_LABEL, "operator": "In", "values": [node]}]}
+                ]
+            }
+        }
+    }
+
+
+def _pod_spec(settings: JobSettings, node: str, container: dict, volumes: list[dict]) -> dict:
+    spec = {
+        "restartPolicy": "Never",
+        "affinity": _pinned_to(node),
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "enableServiceLinks": False,
+    }
+    if settings.service_account:
+        spec["serviceAccountName"] = settings.service_account
+    else:
+        spec["automountServiceAccountToken"] = False  # training needs no API access
+    if settings.host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if settings.tolerations:
+        spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.active_deadline_s:
+        # Belt and braces: even if the manager dies hard, the pods release their GPUs.
+        spec["activeDeadlineSeconds"] = max(1, int(settings.active_deadline_s))
+    return spec
+
+
+def _gpu_resources(settings: JobSettings, share: int) -> dict:
+    return {"limits": {settings.gpu_resource: str(share)}}
+
+
+def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict:
+    pvc_volumes, pvc_mounts = _pvc_volumes(settings)
+    port: dict = {"name": "ssh", "containerPort": settings.port, "protocol": "TCP"}
+    if settings.host_network:
+        port["hostPort"] = settings.port  # the scheduler then keeps two jobs' sshd apart
+    container = {
+        "name": names.ROLE_WORKER,
+        "image": settings.image,
+        "command": ["/bin/sh", "-c", WORKER_SCRIPT],
+        "env": [{"name": "DT_PORT", "value": str(settings.port)}],
+        "ports": [port],
+        "readinessProbe": {
+            "tcpSocket": {"port": settings.port},
+            "periodSeconds": WORKER_READINESS_PERIOD_S,
+            "failureThreshold": 3,
+        },
+        "resources": _gpu_resources(settings, share),
+        "volumeMounts": [{"name": SSH_VOLUME, "mountPath": names.SSH_SERVER_DIR, "readOnly": True}, *pvc_mounts],
+    }
+    metadata = _metadata(
+        settings,
+        names.worker_name(settings.job_name, index),
+        names.ROLE_WORKER,
+        {names.LABEL_WORKER_INDEX: str(index)},
+    )
+    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": _pod_spec(
+            settings, node, container, [_ssh_volume(settings, ["authorized_keys", HOST_KEY_FILE]), *pvc_volumes]
+        ),
+    }
+
+
+def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[str, int]]) -> dict:
+    """``workers``: (address, slots) of every worker, in rank order after the chief."""
+    pvc_volumes, pvc_mounts = _pvc_volumes(settings)
+    env = [
+        {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "DT_CHIEF_SLOTS", "value": str(share)},
+        {"name": "DT_WORKERS", "value": " ".join(f"{address}:{slots}" for address, slots in workers)},
+        {"name": "DT_NUM_PROCS", "value": str(settings.num_gpus)},
+        {"name": "DT_PORT", "value": str(settings.port)},
+        {"name": "DT_FILENAME", "value": settings.filename},
+        {"name": "DT_SSH_ATTEMPTS", "value": str(settings.ssh_connect_attempts)},
+        *({"name": name, "value": value} for name, value in settings.env),
+    ]
+    container = {
+        "name": names.ROLE_CHIEF,
+        "image": settings.image,
+        # "$0" of `sh -c` is the script's name; the user's arguments follow as "$@".
+        "command": ["/bin/sh", "-c", CHIEF_SCRIPT, "distributetrain-chief", *settings.script_args],
+        "env": env,
+        "resources": _gpu_resources(settings, share),
+        "volumeMounts": [{"name": SSH_VOLUME, "mountPath": names.SSH_CLIENT_DIR, "readOnly": True}, *pvc_mounts],
+    }
+    metadata = _metadata(settings, names.chief_name(settings.job_name), names.ROLE_CHIEF)
+    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": _pod_spec(
+            settings, node, container, [_ssh_volume(settings, [CLIENT_KEY_FILE, "known_hosts", "config"]), *pvc_volumes]
+        ),
+    }
+
+
+def job_objects(
+    settings: JobSettings, plan: list[tuple[str, int]], keys: JobKeys, worker_addresses: list[str]
+) -> list[dict]:
+    """Everything the job creates, in creation order: Secret, workers, chief."""
+    *worker_shares, (chief_node, chief_share) = plan
+    workers = [worker_pod(settings, i, node, share) for i, (node, share) in enumerate(worker_shares)]
+    hosts = [(address, share) for address, (_, share) in zip(worker_addresses, worker_shares)]
+    return [ssh_secret(settings, keys), *workers, chief_pod(settings, chief_node, chief_share, hosts)]

@@ -1,0 +1,72 @@
+"""Post-training: follow the chief to its end, then tear the job down.
+
+The port of the seeds' DistributeTrain_PostTraining.py, which polled every 20 s until
+the chief was Completed and deleted the workers. Here a watch sees every change at
+once: the chief ending (its exit code becomes the manager's), a worker failing or
+vanishing (abort), the chief never starting (it could not be scheduled), or the
+job's deadline. Whatever happens, the workers and the Secret are deleted; the chief
+is kept for its logs when it finished, unless ``--delete-chief``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from distributetrain import errors, exitcodes, names, waits
+from distributetrain.kube import Kube
+from distributetrain.pretraining import job_pods
+from distributetrain.reporting import Reporter
+from distributetrain.settings import JobSettings
+from distributetrain.teardown import tear_down
+
+log = logging.getLogger(__name__)
+
+
+class PostTraining:
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float):
+        self.kube = kube
+        self.settings = settings
+        self.reporter = reporter
+        self.deadline = deadline
+
+    def run(self) -> int:
+        """Return the chief's exit code; raise ``JobFailed`` when the job broke. Always tears down."""
+        keep_chief = False
+        try:
+            code = self._follow()
+            keep_chief = not self.settings.delete_chief
+            return code
+        finally:
+            deleted = tear_down(self.kube, self.settings, keep_chief=keep_chief)
+            log.info("job %s torn down: %s", self.settings.job_name, ", ".join(deleted) or "nothing left")
+
+    def _follow(self) -> int:
+        settings = self.settings
+        pods = job_pods(self.kube, settings)
+        chief = names.chief_name(settings.job_name)
+        if chief not in pods:
+            raise errors.JobFailed(f"job {settings.job_name} has no chief: pre-training did not finish",
+                                   exitcodes.INTERNAL_ERROR)
+        workers = sorted(
+            name for name, pod in pods.items()
+            if pod["metadata"].get("labels", {}).get(names.LABEL_ROLE) == names.ROLE_WORKER
+        )
+        expected = [chief, *workers]
+        start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
+        outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
+                                  waits.chief_started(chief, workers), start_by, expected)
+        if isinstance(outcome, waits.ChiefStarted):
+            self.reporter.phase("Training")
+            outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
+                                      waits.chief_finished(chief, workers), self.deadline, expected)
+        if isinstance(outcome, waits.ChiefFinished):
+            return outcome.exit_code
+        if isinstance(outcome, waits.PodLost):
+            raise errors.JobFailed(f"pod {outcome.pod} {outcome.reason}; aborted the job", exitcodes.WORKER_LOST)
+        if time.monotonic() >= self.deadline:
+            raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
+                                   exitcodes.TIMED_OUT)
+        reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
+        raise errors.JobFailed(f"chief did not start within {settings.worker_ready_timeout_s:.0f}s ({reasons})",
+                               exitcodes.TIMED_OUT)

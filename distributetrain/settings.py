@@ -1,0 +1,54 @@
+"""One job's settings: a frozen value parsed and validated at the edge (the CLI).
+
+Everything downstream (placement, manifests, lifecycle) trusts these values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+DEFAULT_PORT = 12345  # the seeds' sshd port
+DEFAULT_FILENAME = "/opt/distributetrain/train.py"  # where base_image/Dockerfile puts the example
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class PvcMount:
+    claim: str
+    mount_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What one manager run needs to know. Times are seconds."""
+
+    job_name: str  # = the manager pod's name; prefixes every object the job creates
+    namespace: str  # where the job's pods and Secret live (default: the manager's own)
+    num_gpus: int  # total Horovod processes = GPUs, split over nodes by placement
+    image: str  # the training image (base_image/), run by workers and chief
+    owner_uid: str = ""  # the manager pod's uid: every object is owned by it (GC on delete)
+    port: int = DEFAULT_PORT  # sshd port on workers, and horovodrun -p
+    filename: str = DEFAULT_FILENAME  # the training script inside the image or a volume
+    host_network: bool = False  # run job pods on the node's network (port becomes a hostPort)
+    script_args: tuple[str, ...] = ()  # passed to the training script
+    env: tuple[tuple[str, str], ...] = ()  # set in the chief; horovodrun forwards them to every rank
+    pvcs: tuple[PvcMount, ...] = ()  # claims mounted in chief and workers (script, data, checkpoints)
+    gpu_resource: str = DEFAULT_GPU_RESOURCE  # extended resource name of the GPUs
+    node_selector: tuple[tuple[str, str], ...] = ()  # only nodes with all these labels are candidates
+    tolerations: tuple[dict, ...] = field(default=(), hash=False)  # taints the job may land on
+    worker_ready_timeout_s: float = 300.0  # workers not all Ready by then: release and re-plan or fail
+    active_deadline_s: float | None = None  # whole job, from manager start; also set on pods
+    wait_for_gpus_s: float = 0.0  # 0: fail fast when GPUs are short; else wait this long
+    ssh_connect_attempts: int = 30  # chief's checks of each worker before horovodrun, 1 s apart
+    delete_chief: bool = False  # the chief is kept for its logs unless asked
+    lock_namespace: str = ""  # where the placement Lease lives (default: namespace)
+    service_account: str = ""  # for job pods; empty = no API token mounted at all
+
+    @property
+    def lease_namespace(self) -> str:
+        return self.lock_namespace or self.namespace
+
+    def replace(self, **changes) -> "JobSettings":
+        return dataclasses.replace(self, **changes)

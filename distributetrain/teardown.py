@@ -1,0 +1,40 @@
+"""Delete everything a job created. Safe to run twice, and on any path out."""
+
+from __future__ import annotations
+
+import logging
+
+from distributetrain import errors, names
+from distributetrain.kube import Kube
+from distributetrain.settings import JobSettings
+
+log = logging.getLogger(__name__)
+
+
+def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
+    """Delete the job's workers, Secret and (unless kept) chief; return what was deleted."""
+    namespace, job = settings.namespace, settings.job_name
+    deleted = []
+    pods, _ = kube.list_all("pods", namespace, label_selector=names.job_selector(job))
+    chief = names.chief_name(job)
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        role = pod["metadata"].get("labels", {}).get(names.LABEL_ROLE)
+        if role not in (names.ROLE_WORKER, names.ROLE_CHIEF) or (keep_chief and name == chief):
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        if kube.delete("Pod", namespace, name):
+            deleted.append(f"pod/{name}")
+    if kube.delete("Secret", namespace, names.secret_name(job)):
+        deleted.append(f"secret/{names.secret_name(job)}")
+    return deleted
+
+
+def tear_down_quietly(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
+    """Teardown on a failure path: never let a second error hide the first."""
+    try:
+        return tear_down(kube, settings, keep_chief)
+    except errors.DistributeTrainError as e:
+        log.error("teardown of job %s incomplete: %s", settings.job_name, e)
+        return []

@@ -1,0 +1,113 @@
+"""Parsers for flag values. Each raises ``ValueError`` whose text shows the valid form;
+the CLI prefixes the flag name, so every bad input is one line naming flag and form."""
+
+from __future__ import annotations
+
+import re
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The Docker reference grammar (distribution/reference), without the digest-only form.
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+_IMAGE_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?)"
+IMAGE_REFERENCE = re.compile(
+    rf"^(?:{_IMAGE_DOMAIN}/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+MAX_PORT = 65535
+FIRST_UNPRIVILEGED_PORT = 1024
+
+
+def positive_int(text: str) -> int:
+    if not re.fullmatch(r"\+?\d+", text.strip()) or int(text) < 1:
+        raise ValueError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def port(text: str) -> int:
+    if not re.fullmatch(r"\d+", text.strip()) or not 1 <= int(text) <= MAX_PORT:
+        raise ValueError(f"must be a TCP port from 1 to {MAX_PORT}, got {text!r}")
+    return int(text)
+
+
+def boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0"):
+        return False
+    raise ValueError(f"must be true or false, got {text!r}")
+
+
+def duration_s(text: str) -> float:
+    """'90' or '90s', '500ms', '5m', '2h' -> seconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"must be a duration like 90s, 5m or 2h, got {text!r}")
+    return float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
+
+
+def dns_label(text: str, max_length: int = 63) -> str:
+    if len(text) > max_length or not DNS1123_LABEL.fullmatch(text):
+        raise ValueError(
+            f"must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
+            f"with a letter or digit, at most {max_length} characters), got {text!r}"
+        )
+    return text
+
+
+def image(text: str) -> str:
+    if len(text) > 4096 or not IMAGE_REFERENCE.fullmatch(text):
+        raise ValueError(f"must be an image reference like registry.example.com/team/train:1.0, got {text!r}")
+    return text
+
+
+def resource_name(text: str) -> str:
+    if "/" not in text or not QUALIFIED_NAME.fullmatch(text):
+        raise ValueError(f"must be an extended resource name like nvidia.com/gpu, got {text!r}")
+    return text
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not QUALIFIED_NAME.fullmatch(key) or not LABEL_VALUE.fullmatch(value) or len(value) > 63:
+        raise ValueError(f"must be a label selector term like key=value, got {text!r}")
+    return key, value
+
+
+def env_var(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not ENV_NAME.fullmatch(name):
+        raise ValueError(f"must be NAME=value with a valid variable name, got {text!r}")
+    return name, value
+
+
+def pvc_mount(text: str) -> tuple[str, str, bool]:
+    """CLAIM:/mount/path[:ro]"""
+    parts = text.split(":")
+    read_only = len(parts) == 3 and parts[2] == "ro"
+    if len(parts) not in (2, 3) or (len(parts) == 3 and not read_only):
+        raise ValueError(f"must be CLAIM:/absolute/path or CLAIM:/absolute/path:ro, got {text!r}")
+    claim, path = parts[0], parts[1]
+    if not DNS1123_SUBDOMAIN.fullmatch(claim) or len(claim) > 253 or not path.startswith("/") or ".." in path.split("/"):
+        raise ValueError(f"must be CLAIM:/absolute/path or CLAIM:/absolute/path:ro, got {text!r}")
+    return claim, path, read_only
+
+
+def toleration(text: str) -> dict:
+    """KEY[=VALUE][:EFFECT] -> a pod toleration (Equal, or Exists without a value)."""
+    match = re.fullmatch(r"([^=:]+)(?:=([^:]*))?(?::(NoSchedule|PreferNoSchedule|NoExecute))?", text)
+    if not match or not QUALIFIED_NAME.fullmatch(match.group(1)):
+        raise ValueError(f"must be KEY[=VALUE][:NoSchedule|PreferNoSchedule|NoExecute], got {text!r}")
+    key, value, effect = match.groups()
+    result = {"key": key, "operator": "Equal" if value is not None else "Exists"}
+    if value is not None:
+        result["value"] = value
+    if effect:
+        result["effect"] = effect
+    return result

@@ -1,0 +1,164 @@
+"""Waiting on the job's pods: a watch (never a sleep loop), a deadline, a typed outcome.
+
+``watch_job`` lists the job's pods once, then follows a watch from that version,
+handing the current pods to a pure ``judge`` after every change. It resumes after
+dropped connections and apiserver restarts, and relists after "410 Gone".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from distributetrain import errors, names, podstate
+from distributetrain.kube import Kube
+
+log = logging.getLogger(__name__)
+
+WATCH_CHUNK_S = 60.0  # server-side watch timeout; the loop re-watches until the deadline
+RECONNECT_DELAY_S = 0.5
+
+
+@dataclass(frozen=True)
+class WorkersReady:
+    addresses: dict[str, str]  # worker pod name -> pod IP
+
+
+@dataclass(frozen=True)
+class ChiefStarted:
+    pass
+
+
+@dataclass(frozen=True)
+class ChiefFinished:
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class PodLost:
+    pod: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    waiting_for: dict[str, str]  # pod name -> why it is not there yet
+
+
+Outcome = WorkersReady | ChiefStarted | ChiefFinished | PodLost | TimedOut
+Judge = Callable[[Mapping[str, dict]], Outcome | None]
+
+
+def _lost(name: str, pod: dict | None) -> PodLost | None:
+    if pod is None:
+        return PodLost(name, "was deleted")
+    if podstate.is_terminating(pod):
+        return PodLost(name, "is being deleted")
+    if podstate.is_finished(pod):
+        code = podstate.exit_code(pod)
+        return PodLost(name, f"ended ({podstate.phase(pod)}, exit code {code})")
+    return None
+
+
+def workers_ready(workers: list[str]) -> Judge:
+    """Done when every worker is Ready; lost when one ends or vanishes."""
+
+    def judge(pods: Mapping[str, dict]) -> Outcome | None:
+        for name in workers:
+            lost = _lost(name, pods.get(name))
+            if lost:
+                return lost
+        if all(podstate.is_ready(pods[name]) and podstate.address(pods[name]) for name in workers):
+            return WorkersReady({name: podstate.address(pods[name]) for name in workers})
+        return None
+
+    return judge
+
+
+def chief_started(chief: str, workers: list[str]) -> Judge:
+    """Done once the chief runs (or already ended); lost when a pod vanishes first."""
+    finished = chief_finished(chief, workers)
+
+    def judge(pods: Mapping[str, dict]) -> Outcome | None:
+        outcome = finished(pods)
+        if outcome is None and podstate.phase(pods[chief]) == "Running":
+            return ChiefStarted()
+        return outcome
+
+    return judge
+
+
+def chief_finished(chief: str, workers: list[str]) -> Judge:
+    """Done when the chief ends; lost when a worker (or the chief) vanishes first."""
+
+    def judge(pods: Mapping[str, dict]) -> Outcome | None:
+        pod = pods.get(chief)
+        if pod is not None and podstate.is_finished(pod):
+            code = podstate.exit_code(pod)
+            return ChiefFinished(1 if code is None else code)
+        if pod is None or podstate.is_terminating(pod):
+            return PodLost(chief, "was deleted" if pod is None else "is being deleted")
+        for name in workers:
+            lost = _lost(name, pods.get(name))
+            if lost:
+                return lost
+        return None
+
+    return judge
+
+
+def pending_reasons(pods: Mapping[str, dict], expected: list[str]) -> dict[str, str]:
+    reasons = {}
+    for name in expected:
+        pod = pods.get(name)
+        if pod is None:
+            reasons[name] = "does not exist"
+        elif not podstate.is_ready(pod):
+            reasons[name] = podstate.waiting_reason(pod)
+    return reasons
+
+
+def watch_job(
+    kube: Kube, namespace: str, job: str, judge: Judge, deadline: float, expected: list[str]
+) -> Outcome:
+    """Follow the job's pods until ``judge`` returns an outcome or ``deadline`` (monotonic) passes."""
+    selector = names.job_selector(job)
+    pods: dict[str, dict] = {}
+    version = ""
+    while True:
+        try:
+            if not version:
+                items, version = kube.list_all("pods", namespace, label_selector=selector)
+                pods = {p["metadata"]["name"]: p for p in items}
+                outcome = judge(pods)
+                if outcome:
+                    return outcome
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return TimedOut(pending_reasons(pods, expected))
+            for kind, obj in kube.watch_pods(
+                namespace, version, min(remaining, WATCH_CHUNK_S), label_selector=selector
+            ):
+                version = obj["metadata"].get("resourceVersion", version)
+                if kind == "BOOKMARK":
+                    continue
+                name = obj["metadata"]["name"]
+                if kind == "DELETED":
+                    pods.pop(name, None)
+                else:
+                    pods[name] = obj
+                outcome = judge(pods)
+                if outcome:
+                    return outcome
+                if time.monotonic() >= deadline:
+                    break
+        except errors.Gone:
+            log.info("watch of job %s expired (410 Gone); listing again", job)
+            version = ""
+        except errors.TransientApiError as e:
+            log.warning("watch of job %s interrupted (%s); resuming", job, e)
+            time.sleep(RECONNECT_DELAY_S)
+        if time.monotonic() >= deadline:
+            return TimedOut(pending_reasons(pods, expected))
