@@ -1,0 +1,36 @@
+#!/bin/sh
+# The manager pod's entry point, as in the seeds' Manager.sh: pre-training plans the GPUs
+# and creates workers then the chief; post-training follows the chief and tears down.
+# Both get the same arguments. Clean-up runs even when pre-training fails, and SIGTERM
+# (pod deletion) is forwarded so the running phase tears the job down itself.
+set -u
+
+child=0
+forward() { [ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null; }
+trap forward TERM INT
+
+phase() {
+  python -m distributetrain "$@" &
+  child=$!
+  wait "$child"
+  status=$?
+  # A trapped signal interrupts `wait`; wait again for the phase's own exit code.
+  while [ "$status" -gt 128 ] && kill -0 "$child" 2>/dev/null; do
+    wait "$child"
+    status=$?
+  done
+  child=0
+  return "$status"
+}
+
+phase pre-training "$@"
+status=$?
+if [ "$status" -eq 2 ]; then
+  exit 2  # bad input: nothing was created
+fi
+if [ "$status" -ne 0 ]; then
+  phase teardown "$@"  # pre-training cleans up after itself; this covers a hard crash
+  exit "$status"
+fi
+phase post-training "$@"
+exit $?
