@@ -1,0 +1,94 @@
+"""CLI: flags become settings; every bad input is one line naming the flag, exit 2."""
+
+import pytest
+
+from distributetrain import cli, errors
+
+BASE = ["render", "--nodes", "gpu-a=5,gpu-b=3,gpu-c=2", "--image", "reg/base:1", "--job-name", "demo"]
+
+
+def run(capsys, argv):
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    "extra,flag",
+    [
+        (["--num-gpus", "0"], "--num-gpus"),
+        (["--num-gpus", "-3"], "--num-gpus"),
+        (["--num-gpus", "abc"], "--num-gpus"),
+        (["--num-gpus", "2.5"], "--num-gpus"),
+        (["--num-gpus", "11"], "--num-gpus"),
+        (["--num-gpus", "2", "--port", "70000"], "--port"),
+        (["--num-gpus", "2", "--port", "0"], "--port"),
+        (["--num-gpus", "2", "--port", "22", "--host-network", "true"], "--port"),
+        (["--num-gpus", "2", "--host-network", "maybe"], "--host-network"),
+        (["--num-gpus", "2", "--image", "Bad Image"], "--image"),
+        (["--num-gpus", "2", "--image", "reg/base:"], "--image"),
+        (["--num-gpus", "2", "--job-name", "Not_DNS"], "--job-name"),
+        (["--num-gpus", "2", "--job-name", "x" * 51], "--job-name"),
+        (["--num-gpus", "2", "--namespace", "Bad.NS"], "--namespace"),
+        (["--num-gpus", "2", "--gpu-resource", "gpu"], "--gpu-resource"),
+        (["--num-gpus", "2", "--env", "1BAD=x"], "--env"),
+        (["--num-gpus", "2", "--pvc", "claim"], "--pvc"),
+        (["--num-gpus", "2", "--pvc", "claim:relative"], "--pvc"),
+        (["--num-gpus", "2", "--toleration", "k=v:Sometimes"], "--toleration"),
+        (["--num-gpus", "2", "--wait-for-gpus", "soon"], "--wait-for-gpus"),
+        (["--num-gpus", "2", "--filename", "train.py"], "--filename"),
+        (["--num-gpus", "2", "--frobnicate"], "--frobnicate"),
+        ([], "--num-gpus"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_flag(capsys, extra, flag):
+    code, out, err = run(capsys, BASE + extra)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith(f"distributetrain: error: {flag}")
+
+
+def test_render_prints_every_object(capsys):
+    code, out, _ = run(capsys, ["render", "--num-gpus", "6", "--nodes", "gpu-a=5,gpu-b=3,gpu-c=2",
+                                "--image", "reg/base:1", "--job-name", "demo"])
+    import yaml
+
+    docs = list(yaml.safe_load_all(out))
+    assert code == 0
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Secret", "demo-ssh"), ("Pod", "demo-worker-0"), ("Pod", "demo-chief")]
+    assert docs[1]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "5"}
+    assert docs[2]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "PRIVATE KEY" not in out
+
+
+def test_settings_from_flags_and_downward_api_env(monkeypatch):
+    monkeypatch.setenv(cli.ENV_POD_NAME, "job-7")
+    monkeypatch.setenv(cli.ENV_POD_NAMESPACE, "team")
+    monkeypatch.setenv(cli.ENV_POD_UID, "uid-7")
+    args = cli.build_parser().parse_args(
+        ["pre-training", "--num-gpus", "6", "--image", "img:1", "--host-network", "true", "--env", "A=b=c",
+         "--pvc", "data:/train:ro", "--node-selector", "pool=a,zone=z", "--wait-for-gpus", "5m",
+         "--active-deadline", "2h", "--toleration", "gpu:NoSchedule"])
+    settings = cli.settings_from_args(args, ["--epochs", "2"])
+    assert (settings.job_name, settings.namespace, settings.owner_uid) == ("job-7", "team", "uid-7")
+    assert settings.host_network and settings.port == 12345
+    assert settings.env == (("A", "b=c"),)
+    assert settings.pvcs[0].claim == "data" and settings.pvcs[0].read_only
+    assert settings.node_selector == (("pool", "a"), ("zone", "z"))
+    assert settings.wait_for_gpus_s == 300 and settings.active_deadline_s == 7200
+    assert settings.tolerations == ({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},)
+    assert settings.script_args == ("--epochs", "2")
+
+
+def test_job_name_required_outside_a_pod(monkeypatch):
+    monkeypatch.delenv(cli.ENV_POD_NAME, raising=False)
+    args = cli.build_parser().parse_args(["run", "--num-gpus", "1", "--image", "i"])
+    with pytest.raises(errors.UsageError) as raised:
+        cli.settings_from_args(args, [])
+    assert raised.value.flag == "--job-name"
+
+
+def test_script_args_after_double_dash_are_untouched():
+    assert cli.split_script_args(["run", "--num-gpus", "1", "--", "--port", "x"]) == (
+        ["run", "--num-gpus", "1"], ["--port", "x"])

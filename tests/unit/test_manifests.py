@@ -1,0 +1,154 @@
+"""Manifest builders, compared as whole objects."""
+
+from distributetrain import manifests
+from distributetrain.settings import JobSettings, PvcMount
+from distributetrain.sshkeys import JobKeys, keypair_from_seed
+
+KEYS = JobKeys(client=keypair_from_seed(b"c" * 32, "distributetrain-demo"),
+               host=keypair_from_seed(b"h" * 32, "distributetrain-demo-host"))
+SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="reg.example.com/base:1", owner_uid="uid-1")
+OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-1", "controller": True}]
+
+
+def labels(role, **extra):
+    return {"app.kubernetes.io/name": "distributetrain", "app.kubernetes.io/managed-by": "distributetrain",
+            "distributetrain.io/job": "demo", "distributetrain.io/role": role, **extra}
+
+
+def pinned(node):
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
+
+
+def test_secret():
+    host_public = KEYS.host.public_openssh.rsplit(" ", 1)[0]
+    assert manifests.ssh_secret(SETTINGS, KEYS) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "demo-ssh", "namespace": "ml", "labels": labels("ssh"), "ownerReferences": OWNER},
+        "type": "Opaque",
+        "stringData": {
+            "id_ed25519": KEYS.client.private_openssh,
+            "authorized_keys": KEYS.client.public_openssh + "\n",
+            "ssh_host_ed25519_key": KEYS.host.private_openssh,
+            "known_hosts": f"* {host_public}\n",
+            "config": manifests.SSH_CLIENT_CONFIG,
+        },
+    }
+
+
+def test_worker():
+    assert manifests.worker_pod(SETTINGS, 0, "gpu-a", 5) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "demo-worker-0",
+            "namespace": "ml",
+            "labels": labels("worker", **{"distributetrain.io/worker-index": "0"}),
+            "ownerReferences": OWNER,
+            "annotations": {"distributetrain.io/gpus": "5"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "affinity": pinned("gpu-a"),
+            "containers": [{
+                "name": "worker",
+                "image": "reg.example.com/base:1",
+                "command": ["/bin/sh", "-c", manifests.WORKER_SCRIPT],
+                "env": [{"name": "DT_PORT", "value": "12345"}],
+                "ports": [{"name": "ssh", "containerPort": 12345, "protocol": "TCP"}],
+                "readinessProbe": {"tcpSocket": {"port": 12345}, "periodSeconds": 1, "failureThreshold": 3},
+                "resources": {"limits": {"nvidia.com/gpu": "5"}},
+                "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True}],
+            }],
+            "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o400, "items": [
+                {"key": "authorized_keys", "path": "authorized_keys"},
+                {"key": "ssh_host_ed25519_key", "path": "ssh_host_ed25519_key"}]}}],
+            "terminationGracePeriodSeconds": 10,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+        },
+    }
+
+
+def test_chief():
+    settings = SETTINGS.replace(script_args=("--epochs", "3"), env=(("SEED", "7"),), filename="/train/train.py")
+    assert manifests.chief_pod(settings, "gpu-c", 1, [("10.0.0.5", 5)]) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "demo-chief", "namespace": "ml", "labels": labels("chief"), "ownerReferences": OWNER,
+                     "annotations": {"distributetrain.io/gpus": "1"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "affinity": pinned("gpu-c"),
+            "containers": [{
+                "name": "chief",
+                "image": "reg.example.com/base:1",
+                "command": ["/bin/sh", "-c", manifests.CHIEF_SCRIPT, "distributetrain-chief", "--epochs", "3"],
+                "env": [
+                    {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "DT_CHIEF_SLOTS", "value": "1"},
+                    {"name": "DT_WORKERS", "value": "10.0.0.5:5"},
+                    {"name": "DT_NUM_PROCS", "value": "6"},
+                    {"name": "DT_PORT", "value": "12345"},
+                    {"name": "DT_FILENAME", "value": "/train/train.py"},
+                    {"name": "DT_SSH_ATTEMPTS", "value": "30"},
+                    {"name": "SEED", "value": "7"},
+                ],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                "volumeMounts": [{"name": "ssh", "mountPath": "/root/.ssh", "readOnly": True}],
+            }],
+            "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o400, "items": [
+                {"key": "id_ed25519", "path": "id_ed25519"}, {"key": "known_hosts", "path": "known_hosts"},
+                {"key": "config", "path": "config"}]}}],
+            "terminationGracePeriodSeconds": 10,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+        },
+    }
+
+
+def test_host_network_declares_the_host_port():
+    worker = manifests.worker_pod(SETTINGS.replace(host_network=True, port=23456), 1, "gpu-b", 2)
+    spec = worker["spec"]
+    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert spec["containers"][0]["ports"] == [{"name": "ssh", "containerPort": 23456, "protocol": "TCP",
+                                               "hostPort": 23456}]
+
+
+def test_pvcs_tolerations_deadline_and_service_account():
+    settings = SETTINGS.replace(
+        pvcs=(PvcMount("train-data", "/train"), PvcMount("ref", "/ref", True)),
+        tolerations=({"key": "gpu", "operator": "Exists"},),
+        active_deadline_s=3600.0,
+        service_account="trainer",
+    )
+    spec = manifests.worker_pod(settings, 0, "n", 1)["spec"]
+    assert spec["volumes"][1:] == [
+        {"name": "data-0", "persistentVolumeClaim": {"claimName": "train-data", "readOnly": False}},
+        {"name": "data-1", "persistentVolumeClaim": {"claimName": "ref", "readOnly": True}},
+    ]
+    assert spec["containers"][0]["volumeMounts"][1:] == [
+        {"name": "data-0", "mountPath": "/train", "readOnly": False},
+        {"name": "data-1", "mountPath": "/ref", "readOnly": True},
+    ]
+    assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert spec["activeDeadlineSeconds"] == 3600
+    assert spec["serviceAccountName"] == "trainer" and "automountServiceAccountToken" not in spec
+
+
+def test_no_owner_outside_a_manager_pod():
+    assert "ownerReferences" not in manifests.ssh_secret(SETTINGS.replace(owner_uid=""), KEYS)["metadata"]
+
+
+def test_job_objects_in_creation_order_with_chief_last():
+    objects = manifests.job_objects(SETTINGS, [("gpu-a", 5), ("gpu-b", 3), ("gpu-c", 2)], KEYS, ["10.1.1.2", "10.1.2.2"])
+    assert [o["metadata"]["name"] for o in objects] == ["demo-ssh", "demo-worker-0", "demo-worker-1", "demo-chief"]
+    chief_env = {e["name"]: e.get("value") for e in objects[-1]["spec"]["containers"][0]["env"]}
+    assert chief_env["DT_WORKERS"] == "10.1.1.2:5 10.1.2.2:3" and chief_env["DT_CHIEF_SLOTS"] == "2"
+
+
+def test_private_keys_only_in_the_secret():
+    objects = manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])
+    for pod in objects[1:]:
+        assert "PRIVATE KEY" not in str(pod)
