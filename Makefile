@@ -1,0 +1,33 @@
+# The two commands a new user runs first (README): `make demo` and `make test`.
+# Both set up everything they need on a fresh machine (cached after the first time).
+SHELL := /bin/bash
+DT_CACHE ?= $(HOME)/.cache/distributetrain
+DT_VENV ?= $(DT_CACHE)/venv
+PYTHON := $(DT_VENV)/bin/python
+PYTEST := $(PYTHON) -m pytest -ra --durations=15
+export DT_CACHE DT_VENV
+
+.PHONY: setup demo test test-unit test-cluster bench cluster-up cluster-down clean-cluster
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	$(PYTHON) scripts/demo.py
+
+# Every tier: unit, the local cluster itself, the manager against it (RBAC enforced),
+# real Horovod training across pods, and the fault catalogue.
+test: setup
+	$(PYTEST) tests/unit tests/cluster tests/integration tests/e2e tests/faults
+
+test-unit:
+	$(PYTEST) tests/unit
+
+bench: setup
+	bash bench/run_all.sh
+
+cluster-up: setup
+	$(PYTHON) -m localcluster up --nodes gpu-a=4,gpu-b=2
+
+cluster-down:
+	$(PYTHON) -m localcluster down
