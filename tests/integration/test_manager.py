@@ -1,0 +1,105 @@
+"""The manager as a pod under rbac/, against the real control plane and node agent."""
+
+import threading
+
+import pytest
+from kubernetes import client, watch
+
+from jobharness import node_pool, script_volume
+
+pytestmark = pytest.mark.cluster
+
+# A stand-in training script: horovodrun starts one per GPU; each reports its rank.
+HELLO = """\
+import os, sys
+print(f"rank={os.environ.get('HOROVOD_RANK')} size={os.environ.get('HOROVOD_SIZE')} host={os.uname().nodename}", flush=True)
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+
+class EventLog:
+    """Every pod event in the namespace, in order, recorded by a background watch."""
+
+    def __init__(self, api_client, namespace):
+        self.events: list[tuple[str, str, bool]] = []  # (type, pod, ready)
+        self._watch = watch.Watch()
+        core = client.CoreV1Api(api_client)
+        self._thread = threading.Thread(
+            target=self._run, args=(core, namespace), daemon=True)
+        self._thread.start()
+
+    def _run(self, core, namespace):
+        for event in self._watch.stream(core.list_namespaced_pod, namespace, timeout_seconds=600):
+            pod = event["object"]
+            ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+            self.events.append((event["type"], pod.metadata.name, ready))
+
+    def stop(self):
+        self._watch.stop()
+
+    def first(self, predicate) -> int:
+        return next(i for i, e in enumerate(self.events) if predicate(e))
+
+
+def args(pool, claim, gpus, *extra, script_args=()):
+    return [f"--num-gpus={gpus}", "--image=distributetrain/base:test", f"--node-selector={pool.selector}",
+            f"--pvc={claim}:/work", "--filename=/work/hello.py", "--worker-ready-timeout=60s", *extra,
+            "--", *script_args]
+
+
+def test_six_gpus_on_5_3_2_run_as_two_pods_on_the_planned_nodes(cluster, api_client, namespace, jobs, tmp_path):
+    with node_pool(cluster, {"a": 5, "b": 3, "c": 2}) as pool, \
+            script_volume(api_client, namespace, {"hello.py": HELLO}, tmp_path) as claim:
+        events = EventLog(api_client, namespace)
+        jobs.submit("six", args(pool, claim, 6))
+        try:
+            assert jobs.exit_code("six") == 0, jobs.logs("six")
+        finally:
+            events.stop()
+        chief = jobs.pod("six-chief")
+        assert chief["spec"]["nodeName"] == pool.node("c")
+        assert chief["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+        log = jobs.logs("six-chief")
+        assert sorted(line.split()[0] for line in log.splitlines() if line.startswith("rank=")) == \
+            sorted(f"rank={r}" for r in range(6))
+        assert log.count("size=6") == 6
+        # The worker: 5 GPUs on node a, Ready before the chief was even created.
+        worker_added = events.first(lambda e: e[0] == "ADDED" and e[1] == "six-worker-0")
+        worker_ready = events.first(lambda e: e[1] == "six-worker-0" and e[2])
+        chief_added = events.first(lambda e: e[0] == "ADDED" and e[1] == "six-chief")
+        assert worker_added < worker_ready < chief_added
+        # Torn down: the worker and the Secret are gone, the chief is kept for its logs.
+        jobs.wait_gone(["six-worker-0"])
+        assert jobs.secrets("six") == []
+        manager_log = jobs.logs("six")
+        assert f"{pool.node('a')}=5,{pool.node('c')}=1" in manager_log
+
+
+def test_chief_exit_code_is_the_managers_and_everything_is_deleted(cluster, api_client, namespace, jobs, tmp_path):
+    with node_pool(cluster, {"a": 2, "b": 1}) as pool, \
+            script_volume(api_client, namespace, {"hello.py": HELLO}, tmp_path) as claim:
+        jobs.submit("fails", args(pool, claim, 3, "--delete-chief", script_args=["3"]))
+        assert jobs.exit_code("fails") == 3
+        jobs.wait_gone(["fails-worker-0", "fails-chief"])
+        assert jobs.secrets("fails") == []
+        manager = jobs.pod("fails")
+        assert manager["metadata"]["annotations"]["distributetrain.io/exit-code"] == "3"
+        assert manager["metadata"]["annotations"]["distributetrain.io/phase"] == "Failed"
+
+
+def test_short_of_gpus_fails_fast_and_creates_nothing(cluster, api_client, namespace, jobs, tmp_path):
+    with node_pool(cluster, {"a": 2, "b": 1}) as pool, \
+            script_volume(api_client, namespace, {"hello.py": HELLO}, tmp_path) as claim:
+        # Someone holds 2 of the 3 GPUs.
+        client.CoreV1Api(api_client).create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder"},
+            "spec": {"nodeName": pool.node("a"), "containers": [{"name": "c", "image": "x", "command": ["sleep", "600"],
+                     "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
+        jobs.submit("short", args(pool, claim, 3))
+        assert jobs.exit_code("short", timeout_s=60) == 69
+        assert "requested 3 GPUs but only 1" in jobs.logs("short")
+        assert set(jobs.pods()) == {"holder", "short"} and jobs.secrets("short") == []
+        # More than the eligible nodes have at all is bad input: exit 2.
+        jobs.submit("toolarge", args(pool, claim, 4))
+        assert jobs.exit_code("toolarge", timeout_s=60) == 2
+        assert "--num-gpus" in jobs.logs("toolarge")

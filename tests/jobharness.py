@@ -1,0 +1,188 @@
+"""Helpers for tests that run the manager as a pod under its ServiceAccount.
+
+RBAC is the project's own ``rbac/``, re-targeted at the test's namespace; the manager
+pod is ``manager.yaml`` with the test's arguments; nodes are labelled per test so
+concurrent tests never plan on each other's GPUs. Everything is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from kubernetes import client, watch
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_NODE_LABEL = "distributetrain.test/nodes"
+MANAGER_FINISH_TIMEOUT_S = 240.0
+
+
+def rbac_documents(namespace: str) -> list[dict]:
+    """rbac/ with every namespaced object (and the binding's subject) in ``namespace``."""
+    documents = []
+    for path in sorted((REPO / "rbac").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") == "Kustomization":
+                continue
+            if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+                doc["metadata"]["namespace"] = namespace
+            if doc["kind"] == "ClusterRoleBinding":
+                doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
+            for subject in doc.get("subjects", []):
+                subject["namespace"] = namespace
+            documents.append(doc)
+    return documents
+
+
+def manager_pod(namespace: str, name: str, args: list[str], restart_policy: str = "Never") -> dict:
+    """manager.yaml, renamed, with the test's arguments."""
+    pod = yaml.safe_load((REPO / "manager.yaml").read_text())
+    pod["metadata"].update(name=name, namespace=namespace)
+    pod["metadata"]["labels"]["distributetrain.io/job"] = name
+    pod["spec"]["restartPolicy"] = restart_policy
+    pod["spec"]["containers"][0]["args"] = args
+    pod["spec"]["containers"][0]["image"] = "distributetrain/manager:test"
+    return pod
+
+
+@dataclass
+class NodePool:
+    """Fake-GPU nodes of one test: real node names are prefixed, the selector finds them."""
+
+    prefix: str
+    names: dict[str, str] = field(default_factory=dict)  # logical name -> node name
+
+    @property
+    def selector(self) -> str:
+        return f"{TEST_NODE_LABEL}={self.prefix}"
+
+    def node(self, logical: str) -> str:
+        return self.names[logical]
+
+
+@contextmanager
+def node_pool(cluster, spec: dict[str, int], **kwargs) -> Iterator[NodePool]:
+    prefix = "n" + uuid.uuid4().hex[:6]
+    pool = NodePool(prefix, {logical: f"{prefix}-{logical}" for logical in spec})
+    group = cluster.add_nodes({pool.names[k]: v for k, v in spec.items()}, labels={TEST_NODE_LABEL: prefix}, **kwargs)
+    try:
+        yield pool
+    finally:
+        group.stop()
+
+
+class Jobs:
+    """Submit manager pods into one namespace and follow them."""
+
+    def __init__(self, api_client, namespace: str):
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+
+    def submit(self, name: str, args: list[str], restart_policy: str = "Never") -> dict:
+        return self.core.create_namespaced_pod(
+            self.namespace, manager_pod(self.namespace, name, args, restart_policy), _preload_content=False
+        )
+
+    def pods(self) -> dict[str, dict]:
+        raw = self.core.list_namespaced_pod(self.namespace, _preload_content=False)
+        return {p["metadata"]["name"]: p for p in json.loads(raw.data)["items"]}
+
+    def secrets(self, prefix: str) -> list[str]:
+        raw = json.loads(self.core.list_namespaced_secret(self.namespace, _preload_content=False).data)
+        return [s["metadata"]["name"] for s in raw["items"] if s["metadata"]["name"].startswith(prefix)]
+
+    def pod(self, name: str) -> dict | None:
+        return self.pods().get(name)
+
+    def wait_for(self, name: str, predicate: Callable[[dict], bool], timeout_s: float) -> dict:
+        """Watch one pod until ``predicate(pod)``; AssertionError with its state on timeout."""
+        give_up_at = time.monotonic() + timeout_s
+        last: dict | None = None
+        while time.monotonic() < give_up_at:
+            stream = watch.Watch().stream(
+                self.core.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}",
+                timeout_seconds=max(1, int(min(30, give_up_at - time.monotonic()))),
+            )
+            for event in stream:
+                last = client.ApiClient().sanitize_for_serialization(event["object"])
+                if predicate(last):
+                    return last
+        raise AssertionError(f"pod {name} did not reach the expected state in {timeout_s}s; last: "
+                             f"{json.dumps((last or {}).get('status'), indent=1)[:3000]}")
+
+    def exit_code(self, name: str, timeout_s: float = MANAGER_FINISH_TIMEOUT_S) -> int:
+        pod = self.wait_for(name, lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), timeout_s)
+        return pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+
+    def logs(self, name: str, container: str | None = None) -> str:
+        return self.core.read_namespaced_pod_log(name, self.namespace, container=container)
+
+    def wait_gone(self, names: list[str], timeout_s: float = 60.0) -> None:
+        give_up_at = time.monotonic() + timeout_s
+        while time.monotonic() < give_up_at:
+            left = [n for n in names if n in self.pods()]
+            if not left:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"pods still present after {timeout_s}s: {left}")
+
+
+def apply_rbac(api_client, namespace: str) -> list[dict]:
+    from kubernetes import utils
+
+    documents = rbac_documents(namespace)
+    for doc in documents:
+        try:
+            utils.create_from_dict(api_client, doc)
+        except utils.FailToCreateError as e:
+            if not all(getattr(x, "status", None) == 409 for x in e.api_exceptions):
+                raise
+    return documents
+
+
+def delete_cluster_scoped(api_client, documents: list[dict]) -> None:
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    for doc in documents:
+        if doc["kind"] == "ClusterRoleBinding":
+            try:
+                rbac.delete_cluster_role_binding(doc["metadata"]["name"])
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+@contextmanager
+def script_volume(api_client, namespace: str, files: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """A PVC bound to a hostPath PV holding ``files``; yields the claim name."""
+    directory = tmp_path / "volume"
+    directory.mkdir()
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    core = client.CoreV1Api(api_client)
+    pv_name = f"pv-{namespace}"[:63]
+    claim = "scripts"
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(directory)},
+                 "claimRef": {"namespace": namespace, "name": claim}},
+    })
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })
+    try:
+        yield claim
+    finally:
+        try:
+            core.delete_persistent_volume(pv_name)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
