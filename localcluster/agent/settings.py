@@ -1,0 +1,181 @@
+"""The node agent's settings, parsed and validated once at the command line.
+
+The cluster launcher starts one agent per node group with a fixed command line
+(see `localcluster/cluster.py`); everything the agent needs to know about its
+nodes, the host network and its credentials is decided here, so the rest of the
+agent works with plain frozen values instead of strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+NODE_INDEX_MIN = 1
+NODE_INDEX_MAX = 240
+# Node i's own address on the bridge is 10.233.0.(NODE_IP_OFFSET + i).
+NODE_IP_OFFSET = 10
+CLUSTER_NETWORK = ipaddress.ip_network("10.233.0.0/16")
+NETNS_PREFIX = "dt-"
+
+DEFAULT_PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_NODE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node this agent runs: its name, fake GPU count and network index."""
+
+    name: str
+    gpus: int
+    index: int
+
+    @property
+    def ip(self) -> str:
+        """The node's address inside its own netns (hostNetwork pods use it too)."""
+        return str(CLUSTER_NETWORK.network_address + NODE_IP_OFFSET + self.index)
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"10.233.{self.index}.0/24"
+
+    @property
+    def netns(self) -> str:
+        return f"{NETNS_PREFIX}n{self.index}"
+
+    @property
+    def host_veth(self) -> str:
+        return f"dtn{self.index}"
+
+
+@dataclass(frozen=True)
+class BindMount:
+    """A host directory bound read-only into every pod (what an image would contain)."""
+
+    host_path: Path
+    pod_path: str
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything the agent was told on its command line.
+
+    kubeconfig: credentials for the apiserver (admin is acceptable here).
+    nodes: the nodes to register, in --nodes order, with their indices.
+    labels: extra labels for every node.
+    gpu_resource: the extended resource name that carries the fake GPUs.
+    state_dir: where pod files, logs and the `ready` marker live.
+    bridge: the host bridge node and pod namespaces attach to.
+    apiserver_host/port: what pods see as KUBERNETES_SERVICE_HOST/PORT.
+    ca_file: the cluster CA, served to pods as ca.crt next to their token.
+    kubelet_cert/key/port: the kubelet API (container logs) the apiserver proxies to.
+    pod_path: directories put in front of every container's PATH.
+    binds: host directories bound read-only into every pod.
+    """
+
+    kubeconfig: Path
+    nodes: tuple[NodeSpec, ...]
+    labels: dict[str, str]
+    gpu_resource: str
+    state_dir: Path
+    bridge: str
+    apiserver_host: str
+    apiserver_port: int
+    ca_file: Path
+    kubelet_cert: Path
+    kubelet_key: Path
+    kubelet_port: int
+    pod_path: str
+    binds: tuple[BindMount, ...]
+
+    @property
+    def ready_file(self) -> Path:
+        return self.state_dir / "ready"
+
+    @property
+    def pods_dir(self) -> Path:
+        return self.state_dir / "pods"
+
+    @property
+    def container_path(self) -> str:
+        return f"{self.pod_path}:{DEFAULT_PATH_TAIL}" if self.pod_path else DEFAULT_PATH_TAIL
+
+
+def parse_nodes(text: str, first_index: int) -> tuple[NodeSpec, ...]:
+    """Parse `gpu-a=4,gpu-b=2` into nodes numbered from first_index."""
+    nodes = []
+    for position, item in enumerate(filter(None, text.split(","))):
+        name, sep, count = item.partition("=")
+        if not sep or not _NODE_NAME_RE.match(name) or not count.isdigit():
+            raise ValueError(f"bad node {item!r}: please use the format name=gpus,name2=gpus (e.g. gpu-a=4,gpu-b=2)")
+        index = first_index + position
+        if not NODE_INDEX_MIN <= index <= NODE_INDEX_MAX:
+            raise ValueError(f"node {name} would get index {index}, outside {NODE_INDEX_MIN}..{NODE_INDEX_MAX}")
+        nodes.append(NodeSpec(name=name, gpus=int(count), index=index))
+    if not nodes:
+        raise ValueError("no nodes given: please use the format name=gpus,name2=gpus")
+    names = [node.name for node in nodes]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate node names in {text!r}")
+    return tuple(nodes)
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """Parse `k=v,k2=v2`; an empty string means no labels."""
+    labels = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"bad label {item!r}: please use the format key=value,key2=value2")
+        labels[key] = value
+    return labels
+
+
+def parse_bind(text: str) -> BindMount:
+    host_path, sep, pod_path = text.partition(":")
+    if not sep or not host_path or not pod_path.startswith("/"):
+        raise ValueError(f"bad bind {text!r}: please use the format /host/path:/pod/path")
+    return BindMount(host_path=Path(host_path), pod_path=pod_path)
+
+
+def parse_args(argv: list[str] | None = None) -> AgentSettings:
+    parser = argparse.ArgumentParser(prog="python -m localcluster.agent", description=__doc__)
+    parser.add_argument("--kubeconfig", required=True, type=Path)
+    parser.add_argument("--nodes", required=True, help="name=gpus,... e.g. gpu-a=4,gpu-b=2")
+    parser.add_argument("--first-index", required=True, type=int, help="network index of the first node")
+    parser.add_argument("--labels", default="", help="k=v,... added to every node")
+    parser.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    parser.add_argument("--state-dir", required=True, type=Path)
+    parser.add_argument("--bridge", default="dtbr0")
+    parser.add_argument("--apiserver-host", default="10.233.0.1")
+    parser.add_argument("--apiserver-port", default=6443, type=int)
+    parser.add_argument("--ca-file", required=True, type=Path)
+    parser.add_argument("--kubelet-cert", required=True, type=Path)
+    parser.add_argument("--kubelet-key", required=True, type=Path)
+    parser.add_argument("--kubelet-port", default=10250, type=int)
+    parser.add_argument("--pod-path", default="", help="directories prepended to every container's PATH")
+    parser.add_argument("--bind", action="append", default=[], metavar="HOSTPATH:PODPATH")
+    args = parser.parse_args(argv)
+    try:
+        return AgentSettings(
+            kubeconfig=args.kubeconfig,
+            nodes=parse_nodes(args.nodes, args.first_index),
+            labels=parse_labels(args.labels),
+            gpu_resource=args.gpu_resource,
+            state_dir=args.state_dir.resolve(),
+            bridge=args.bridge,
+            apiserver_host=args.apiserver_host,
+            apiserver_port=args.apiserver_port,
+            ca_file=args.ca_file,
+            kubelet_cert=args.kubelet_cert,
+            kubelet_key=args.kubelet_key,
+            kubelet_port=args.kubelet_port,
+            pod_path=args.pod_path,
+            binds=tuple(parse_bind(item) for item in args.bind),
+        )
+    except ValueError as error:
+        parser.error(str(error))
