@@ -153,6 +153,9 @@ def build_parser() -> Parser:
         add_job_flags(sub)
         sub.add_argument("--kubeconfig", help="outside a pod: kubeconfig file")
         sub.add_argument("--context", help="outside a pod: kubeconfig context")
+        if command == "teardown":
+            sub.add_argument("--unless-restarting", action="store_true",
+                             help="do nothing if the manager's container will be restarted (it adopts the job)")
     render = commands.add_parser("render", help="print the YAML of every object a job would create")
     add_job_flags(render)
     render.add_argument("--nodes", required=True, metavar="NODE=FREE[,NODE=FREE]",
@@ -202,4 +205,4 @@ def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
     from distributetrain.lifecycle import execute
 
     kube = Kube(load_api_client(args.kubeconfig, args.context))
-    return execute(kube, settings, args.command)
+    return execute(kube, settings, args.command, getattr(args, "unless_restarting", False))

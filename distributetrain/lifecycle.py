@@ -74,8 +74,18 @@ def job_deadline(kube: Kube, settings: JobSettings) -> float:
     return time.monotonic() + (started + settings.active_deadline_s - time.time())
 
 
-def execute(kube: Kube, settings: JobSettings, phase: str) -> int:
-    """Run ``phase`` (one of PHASES) and return the manager's exit code."""
+def will_restart(kube: Kube, settings: JobSettings) -> bool:
+    """Whether the kubelet restarts the manager's container after it fails."""
+    pod = kube.get_pod(settings.namespace, settings.job_name) if settings.owner_uid else None
+    return ((pod or {}).get("spec") or {}).get("restartPolicy", "Never") != "Never"
+
+
+def execute(kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool = False) -> int:
+    """Run ``phase`` (one of PHASES) and return the manager's exit code.
+
+    ``unless_restarting`` (teardown only): leave the job alone when the manager's
+    container will be restarted, since the new container adopts it.
+    """
     reporter = Reporter(kube, settings)
     try:
         with cancellable():
@@ -87,6 +97,10 @@ def execute(kube: Kube, settings: JobSettings, phase: str) -> int:
                 reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
                 return code
             if phase == "teardown":
+                if unless_restarting and will_restart(kube, settings):
+                    log.info("job %s: the manager container restarts and adopts the job; not tearing down",
+                             settings.job_name)
+                    return exitcodes.OK
                 with shielded():
                     tear_down_quietly(kube, settings, keep_chief=not settings.delete_chief)
             return exitcodes.OK

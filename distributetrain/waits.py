@@ -95,15 +95,18 @@ def chief_finished(chief: str, workers: list[str]) -> Judge:
 
     def judge(pods: Mapping[str, dict]) -> Outcome | None:
         pod = pods.get(chief)
-        if pod is not None and podstate.is_finished(pod):
-            code = podstate.exit_code(pod)
-            return ChiefFinished(1 if code is None else code)
-        if pod is None or podstate.is_terminating(pod):
-            return PodLost(chief, "was deleted" if pod is None else "is being deleted")
+        code = podstate.exit_code(pod) if pod is not None and podstate.is_finished(pod) else None
+        if code == 0:
+            return ChiefFinished(0)
+        # A lost worker is the root cause when the chief failed with it: report the worker.
         for name in workers:
             lost = _lost(name, pods.get(name))
             if lost:
                 return lost
+        if pod is not None and podstate.is_finished(pod):
+            return ChiefFinished(1 if code is None else code)
+        if pod is None or podstate.is_terminating(pod):
+            return PodLost(chief, "was deleted" if pod is None else "is being deleted")
         return None
 
     return judge

@@ -29,7 +29,9 @@ if [ "$status" -eq 2 ]; then
   exit 2  # bad input: nothing was created
 fi
 if [ "$status" -ne 0 ]; then
-  phase teardown "$@"  # pre-training cleans up after itself; this covers a hard crash
+  # Pre-training cleans up after itself; this covers a hard crash (unless the pod's
+  # restartPolicy restarts this container, which then adopts the job).
+  phase teardown --unless-restarting "$@"
   exit "$status"
 fi
 phase post-training "$@"

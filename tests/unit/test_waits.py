@@ -61,3 +61,9 @@ def test_pending_reasons_name_the_scheduler_message():
     reasons = waits.pending_reasons({"w0": unschedulable}, ["w0", "w1"])
     assert reasons == {"w0": "not scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
                        "w1": "does not exist"}
+
+
+def test_lost_worker_is_reported_over_the_chief_failure_it_caused():
+    judge = waits.chief_finished("c", ["w0"])
+    assert judge({"c": pod("c", phase="Failed", exit_code=1)}) == waits.PodLost("w0", "was deleted")
+    assert judge({"c": pod("c", phase="Succeeded", exit_code=0)}) == waits.ChiefFinished(0)
