@@ -1,6 +1,29 @@
-"""Test-suite root: makes the shared helpers (tests/jobharness.py) importable."""
+"""Test-suite root: shared helpers (tests/jobharness.py) and fixtures for every tier.
+
+Cluster fixtures come from localcluster/testing.py (one cluster per session, one
+namespace per test); ``rbac`` applies the project's own rbac/ into the test's namespace
+and ``jobs`` submits manager pods there, so the manager always runs under exactly the
+permissions users get.
+"""
 
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+from jobharness import Jobs, apply_rbac, delete_cluster_scoped  # noqa: E402
+from localcluster.testing import api_client, cluster, namespace  # noqa: E402,F401
+
+
+@pytest.fixture
+def rbac(api_client, namespace):  # noqa: F811
+    documents = apply_rbac(api_client, namespace)
+    yield documents
+    delete_cluster_scoped(api_client, documents)
+
+
+@pytest.fixture
+def jobs(api_client, namespace, rbac):  # noqa: F811
+    return Jobs(api_client, namespace)
