@@ -180,10 +180,26 @@ def format_record(head, **fields):
     return " ".join(parts)
 
 
+def build_model(tf):
+    """A small CNN: quick on CPU, and a real convolutional workload on GPUs."""
+    layers = tf.keras.layers
+    return tf.keras.Sequential([
+        layers.Input(shape=IMAGE_SHAPE),
+        layers.Conv2D(16, 3, activation="relu"),
+        layers.MaxPooling2D(),
+        layers.Conv2D(32, 3, activation="relu"),
+        layers.MaxPooling2D(),
+        layers.Flatten(),
+        layers.Dense(64, activation="relu"),
+        layers.Dense(NUM_CLASSES, activation="softmax"),
+    ])
+
+
 def train(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of job logs
     import tensorflow as tf
-    import horovod.tensorflow.keras as hvd
+    import horovod.tensorflow as hvd  # collectives: init, broadcast, allreduce
+    import horovod.tensorflow.keras as hvd_keras  # Keras optimizer wrapper and callbacks
 
     tf.config.threading.set_intra_op_parallelism_threads(TF_THREADS_PER_POOL)
     tf.config.threading.set_inter_op_parallelism_threads(TF_THREADS_PER_POOL)
@@ -208,17 +224,8 @@ def train(args):
             dataset = dataset.shuffle(len(images) // hvd.size() + 1, seed=args.seed + hvd.rank())
         return dataset.repeat().batch(args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
-    model = tf.keras.Sequential([
-        tf.keras.layers.Input(shape=IMAGE_SHAPE),
-        tf.keras.layers.Conv2D(16, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(32, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(NUM_CLASSES, activation="softmax"),
-    ])
-    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.Adam(learning_rate=args.lr * hvd.size()))
+    model = build_model(tf)
+    optimizer = hvd_keras.DistributedOptimizer(tf.keras.optimizers.Adam(learning_rate=args.lr * hvd.size()))
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
 
@@ -250,8 +257,8 @@ def train(args):
     report = EpochReport()
     callbacks = [
         # Weights were broadcast above; this also broadcasts the optimizer slots after the first step.
-        hvd.callbacks.BroadcastGlobalVariablesCallback(ROOT_RANK),
-        hvd.callbacks.MetricAverageCallback(),
+        hvd_keras.callbacks.BroadcastGlobalVariablesCallback(ROOT_RANK),
+        hvd_keras.callbacks.MetricAverageCallback(),
     ]
     if is_root:
         callbacks.append(report)

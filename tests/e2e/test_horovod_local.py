@@ -5,7 +5,7 @@ horovodrun trains with Gloo (size, loss, rank-0 checkpoints, resume, failure exi
 code), and it launches ranks on another host over SSH exactly the way the chief
 reaches its workers: sshd on a custom port with a per-job host key and a key-only
 root login, the client given its key and known_hosts through an ssh config file.
-The second "host" is a network namespace joined to this one by a bridge.
+The two "hosts" are network namespaces on a private bridge, each with its own hostname.
 """
 
 import importlib.util
@@ -120,11 +120,19 @@ def run_checked(*command):
     subprocess.run(command, check=True, capture_output=True, text=True)
 
 
-class TwoHostNetwork:
-    """Two network namespaces on a private bridge, all named dt-test-*, removed by close()."""
+class TwoHosts:
+    """Two pod-like hosts: each a network namespace on a private bridge with its own
+    hostname that resolves to its address, like a pod's kubelet-written /etc/hosts.
 
-    def __init__(self):
+    The hostname matters: Horovod 0.28.1 creates its process-set Gloo context without
+    HOROVOD_GLOO_IFACE and binds it to the address gethostname() resolves to, so a
+    hostname resolving to 127.0.0.1 breaks training across hosts.
+    Everything is named dt-test-* and removed by close().
+    """
+
+    def __init__(self, workdir):
         suffix = uuid.uuid4().hex[:5]  # interface names are limited to 15 characters
+        self.workdir = workdir
         self.bridge = f"dt-test-br{suffix}"
         self.namespaces = {WORKER_ADDRESS: f"dt-test-w{suffix}", CHIEF_ADDRESS: f"dt-test-c{suffix}"}
         self.host_ends = {WORKER_ADDRESS: f"dt-test-vw{suffix}", CHIEF_ADDRESS: f"dt-test-vc{suffix}"}
@@ -142,9 +150,17 @@ class TwoHostNetwork:
                         "dev", POD_INTERFACE)
             run_checked("ip", "-n", namespace, "link", "set", POD_INTERFACE, "up")
             run_checked("ip", "-n", namespace, "link", "set", "lo", "up")
+            self._hosts_file(address).write_text(f"127.0.0.1 localhost\n{address} {namespace}\n")
+
+    def _hosts_file(self, address):
+        return self.workdir / f"hosts-{self.namespaces[address]}"
 
     def command_in(self, address, *command):
-        return ["ip", "netns", "exec", self.namespaces[address], *command]
+        """command run on the host: its network, its hostname, its /etc/hosts (host's untouched)."""
+        namespace = self.namespaces[address]
+        enter_host = f'hostname {namespace} && mount --bind {self._hosts_file(address)} /etc/hosts && exec "$@"'
+        return ["ip", "netns", "exec", namespace, "unshare", "--uts", "--mount", "--propagation", "private",
+                "sh", "-c", enter_host, "sh", *command]
 
     def close(self):
         for namespace in self.namespaces.values():
@@ -187,13 +203,13 @@ def write_ssh_client(directory, identity_file, known_hosts_file):
     return wrapper.parent
 
 
-def wait_for_port(network, address, port, sshd):
+def wait_for_port(hosts, address, port, sshd, sshd_log):
     deadline = time.monotonic() + SSHD_READY_TIMEOUT_S
     probe = f"import socket; socket.create_connection(('{address}', {port}), timeout=1).close()"
     while time.monotonic() < deadline:
         if sshd.poll() is not None:
-            raise AssertionError(f"sshd exited with {sshd.returncode}; see its log in the test's tmp dir")
-        if subprocess.run(network.command_in(CHIEF_ADDRESS, sys.executable, "-c", probe),
+            raise AssertionError(f"sshd exited with {sshd.returncode}:\n{sshd_log.read_text()}")
+        if subprocess.run(hosts.command_in(CHIEF_ADDRESS, sys.executable, "-c", probe),
                           capture_output=True).returncode == 0:
             return
         time.sleep(0.2)
@@ -216,25 +232,27 @@ def test_ranks_on_two_hosts_over_ssh(tmp_path):
     known_hosts.write_text(f"* {host_key_public}\n")
     ssh_bin = write_ssh_client(ssh_dir, ssh_dir / "id_ed25519", known_hosts)
 
-    network = TwoHostNetwork()
+    hosts = TwoHosts(tmp_path)
     sshd = None
     sshd_log = tmp_path / "sshd.log"
     try:
-        network.open()
+        hosts.open()
         with open(sshd_log, "w") as sshd_stderr:
+            # The worker pod's command; -o AuthorizedKeysFile stands in for the job's
+            # /root/.ssh/authorized_keys, which this test leaves alone.
             sshd = subprocess.Popen(
-                network.command_in(WORKER_ADDRESS, "/usr/sbin/sshd", "-D", "-e", "-f", str(SSHD_CONFIG),
+                hosts.command_in(WORKER_ADDRESS, "sh", "-c", 'mkdir -p /run/sshd && exec "$@"', "sshd",
+                                   "/usr/sbin/sshd", "-D", "-e", "-f", str(SSHD_CONFIG),
                                    "-p", str(SSHD_PORT), "-h", str(ssh_dir / "host_key"),
-                                   # Stands in for /root/.ssh/authorized_keys, which the test leaves alone.
                                    "-o", f"AuthorizedKeysFile={authorized_keys}"),
                 stdout=subprocess.DEVNULL, stderr=sshd_stderr)
-        wait_for_port(network, WORKER_ADDRESS, SSHD_PORT, sshd)
+        wait_for_port(hosts, WORKER_ADDRESS, SSHD_PORT, sshd, sshd_log)
 
         env = dict(os.environ, PATH=f"{ssh_bin}:{Path(sys.executable).parent}:{os.environ['PATH']}")
         command = [str(HOROVODRUN), "-np", "2", "-H", f"{WORKER_ADDRESS}:1,{CHIEF_ADDRESS}:1",
                    "-p", str(SSHD_PORT), "--start-timeout", str(HOROVOD_START_TIMEOUT_S),
                    sys.executable, str(TRAIN_SCRIPT), "--epochs", "2"]
-        result = subprocess.run(network.command_in(CHIEF_ADDRESS, *command), capture_output=True, text=True,
+        result = subprocess.run(hosts.command_in(CHIEF_ADDRESS, *command), capture_output=True, text=True,
                                 timeout=HOROVODRUN_TIMEOUT_S, env=env, cwd=tmp_path)
         assert result.returncode == 0, describe(result) + "\n--- sshd\n" + sshd_log.read_text()
         records = epoch_records(result.stdout)
@@ -244,4 +262,4 @@ def test_ranks_on_two_hosts_over_ssh(tmp_path):
         if sshd is not None:
             sshd.kill()
             sshd.wait()
-        network.close()
+        hosts.close()
