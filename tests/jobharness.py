@@ -19,6 +19,24 @@ import yaml
 from kubernetes import client, watch
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Stand-in training scripts: horovodrun starts one per GPU. `hello.py [CODE] [SLEEP_S]`
+# reports its rank, optionally sleeps (to be interrupted), and exits with CODE.
+HELLO = """\
+import os, sys, time
+print(f"rank={os.environ.get('HOROVOD_RANK')} size={os.environ.get('HOROVOD_SIZE')} host={os.uname().nodename}", flush=True)
+if len(sys.argv) > 2:
+    time.sleep(float(sys.argv[2]))
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+SCRIPTS = {"hello.py": HELLO}
+
+
+def job_args(pool: "NodePool", claim: str, gpus: int, *extra: str, script_args: tuple = ()) -> list[str]:
+    """Manager arguments for a hello.py job on the test's own nodes."""
+    return [f"--num-gpus={gpus}", "--image=distributetrain/base:test", f"--node-selector={pool.selector}",
+            f"--pvc={claim}:/work", "--filename=/work/hello.py", "--worker-ready-timeout=60s", *extra,
+            "--", *script_args]
 TEST_NODE_LABEL = "distributetrain.test/nodes"
 MANAGER_FINISH_TIMEOUT_S = 240.0
 

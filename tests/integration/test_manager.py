@@ -5,16 +5,9 @@ import threading
 import pytest
 from kubernetes import client, watch
 
-from jobharness import node_pool, script_volume
+from jobharness import SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
-
-# A stand-in training script: horovodrun starts one per GPU; each reports its rank.
-HELLO = """\
-import os, sys
-print(f"rank={os.environ.get('HOROVOD_RANK')} size={os.environ.get('HOROVOD_SIZE')} host={os.uname().nodename}", flush=True)
-sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
-"""
 
 
 class EventLog:
@@ -41,17 +34,11 @@ class EventLog:
         return next(i for i, e in enumerate(self.events) if predicate(e))
 
 
-def args(pool, claim, gpus, *extra, script_args=()):
-    return [f"--num-gpus={gpus}", "--image=distributetrain/base:test", f"--node-selector={pool.selector}",
-            f"--pvc={claim}:/work", "--filename=/work/hello.py", "--worker-ready-timeout=60s", *extra,
-            "--", *script_args]
-
-
 def test_six_gpus_on_5_3_2_run_as_two_pods_on_the_planned_nodes(cluster, api_client, namespace, jobs, tmp_path):
     with node_pool(cluster, {"a": 5, "b": 3, "c": 2}) as pool, \
-            script_volume(api_client, namespace, {"hello.py": HELLO}, tmp_path) as claim:
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         events = EventLog(api_client, namespace)
-        jobs.submit("six", args(pool, claim, 6))
+        jobs.submit("six", job_args(pool, claim, 6))
         try:
             assert jobs.exit_code("six") == 0, jobs.logs("six")
         finally:
@@ -77,8 +64,8 @@ def test_six_gpus_on_5_3_2_run_as_two_pods_on_the_planned_nodes(cluster, api_cli
 
 def test_chief_exit_code_is_the_managers_and_everything_is_deleted(cluster, api_client, namespace, jobs, tmp_path):
     with node_pool(cluster, {"a": 2, "b": 1}) as pool, \
-            script_volume(api_client, namespace, {"hello.py": HELLO}, tmp_path) as claim:
-        jobs.submit("fails", args(pool, claim, 3, "--delete-chief", script_args=["3"]))
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
+        jobs.submit("fails", job_args(pool, claim, 3, "--delete-chief", script_args=("3",)))
         assert jobs.exit_code("fails") == 3
         jobs.wait_gone(["fails-worker-0", "fails-chief"])
         assert jobs.secrets("fails") == []
@@ -89,17 +76,17 @@ def test_chief_exit_code_is_the_managers_and_everything_is_deleted(cluster, api_
 
 def test_short_of_gpus_fails_fast_and_creates_nothing(cluster, api_client, namespace, jobs, tmp_path):
     with node_pool(cluster, {"a": 2, "b": 1}) as pool, \
-            script_volume(api_client, namespace, {"hello.py": HELLO}, tmp_path) as claim:
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         # Someone holds 2 of the 3 GPUs.
         client.CoreV1Api(api_client).create_namespaced_pod(namespace, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder"},
             "spec": {"nodeName": pool.node("a"), "containers": [{"name": "c", "image": "x", "command": ["sleep", "600"],
                      "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
-        jobs.submit("short", args(pool, claim, 3))
+        jobs.submit("short", job_args(pool, claim, 3))
         assert jobs.exit_code("short", timeout_s=60) == 69
         assert "requested 3 GPUs but only 1" in jobs.logs("short")
         assert set(jobs.pods()) == {"holder", "short"} and jobs.secrets("short") == []
         # More than the eligible nodes have at all is bad input: exit 2.
-        jobs.submit("toolarge", args(pool, claim, 4))
+        jobs.submit("toolarge", job_args(pool, claim, 4))
         assert jobs.exit_code("toolarge", timeout_s=60) == 2
         assert "--num-gpus" in jobs.logs("toolarge")

@@ -1,0 +1,39 @@
+"""Bad input to a real manager pod: one line naming the flag, exit code 2, nothing created."""
+
+import pytest
+
+from jobharness import node_pool
+
+pytestmark = pytest.mark.cluster
+
+BASE = ["--image=distributetrain/base:test"]
+CATALOGUE = {
+    "zero": (["--num-gpus=0"], "--num-gpus"),
+    "negative": (["--num-gpus=-3"], "--num-gpus"),
+    "nonnumeric": (["--num-gpus=abc"], "--num-gpus"),
+    "toolarge": (["--num-gpus=99"], "--num-gpus"),
+    "port-range": (["--num-gpus=1", "--port=70000"], "--port"),
+    "port-privileged": (["--num-gpus=1", "--port=80", "--host-network=true"], "--port"),
+    "image": (["--num-gpus=1", "--image=Not An Image"], "--image"),
+    "jobname": (["--num-gpus=1", "--job-name=Bad_Name"], "--job-name"),
+    "unknown-flag": (["--num-gpus=1", "--gpus-please=4"], "--gpus-please"),
+    "namespace": (["--num-gpus=1", "--namespace=does-not-exist"], "--namespace"),
+    "resource": (["--num-gpus=1", "--gpu-resource=example.com/tpu"], "--gpu-resource"),
+}
+
+
+def test_bad_input_catalogue(cluster, jobs):
+    with node_pool(cluster, {"a": 2}) as pool:
+        selector = [f"--node-selector={pool.selector}"]
+        for name, (flags, _) in CATALOGUE.items():
+            jobs.submit(f"bad-{name}", [*BASE, *selector, *flags] if "--image" not in str(flags) else
+                        [*selector, *flags])
+        for name, (_, flag) in CATALOGUE.items():
+            job = f"bad-{name}"
+            assert jobs.exit_code(job, timeout_s=90) == 2, (name, jobs.logs(job))
+            errors = [line for line in jobs.logs(job).splitlines() if "error" in line.lower()]
+            assert len(errors) == 1 and flag in errors[0], (name, jobs.logs(job))
+        # Nothing was created: only the managers themselves exist, and no Secret.
+        assert all(pod.startswith("bad-") and pod.count("-") <= 2 for pod in jobs.pods()), list(jobs.pods())
+        assert not any(name.endswith("-chief") or "-worker-" in name for name in jobs.pods())
+        assert jobs.secrets("bad-") == []

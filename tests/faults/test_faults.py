@@ -1,0 +1,183 @@
+"""Faults, proven on the local cluster: whatever breaks, the job ends cleaned up with an
+exit code that says what happened, and no GPU stays held."""
+
+import random
+import subprocess
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from jobharness import SCRIPTS, job_args, node_pool, script_volume
+
+pytestmark = pytest.mark.cluster
+
+NOTICE_WITHIN_S = 10.0
+LONG_TRAINING_S = "120"  # hello.py sleeps this long: the job is mid-training when the fault hits
+
+
+def unique_port() -> int:
+    return random.randint(20000, 29999)
+
+
+def wait_running(jobs, name, timeout_s=90.0):
+    return jobs.wait_for(name, lambda p: p["status"].get("phase") == "Running", timeout_s)
+
+
+def job_objects(jobs, job) -> list[str]:
+    pods = [n for n in jobs.pods() if n.startswith(f"{job}-")]
+    return pods + [f"secret/{s}" for s in jobs.secrets(f"{job}-")]
+
+
+def wait_nothing_left(jobs, job, timeout_s=60.0):
+    give_up_at = time.monotonic() + timeout_s
+    while (left := job_objects(jobs, job)) and time.monotonic() < give_up_at:
+        time.sleep(0.5)
+    assert left == [], f"left behind: {left}"
+
+
+@pytest.fixture
+def scripts(api_client, namespace, tmp_path):
+    with script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
+        yield claim
+
+
+@pytest.mark.parametrize("fault", ["delete-pod", "kill-process"])
+def test_worker_lost_mid_training_aborts_within_10s(cluster, jobs, scripts, fault):
+    port = unique_port()
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("lost", job_args(pool, scripts, 2, f"--port={port}", script_args=("0", LONG_TRAINING_S)))
+        wait_running(jobs, "lost-chief")
+        started = time.monotonic()
+        if fault == "delete-pod":
+            client.CoreV1Api(jobs.core.api_client).delete_namespaced_pod("lost-worker-0", jobs.namespace)
+        else:
+            subprocess.run(["pkill", "-KILL", "-f", f"sshd -D -e -f /dev/null -p {port}"], check=True)
+        code = jobs.exit_code("lost", timeout_s=60)
+        assert code == 71
+        wait_nothing_left(jobs, "lost")
+        noticed = [line for line in jobs.logs("lost").splitlines() if "lost-worker-0" in line and "aborted" in line]
+        assert noticed, jobs.logs("lost")
+        manager = jobs.pod("lost")
+        finished = manager["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+        assert finished  # the manager ended; and it noticed promptly:
+        assert time.monotonic() - started < NOTICE_WITHIN_S + 15  # + teardown and pod shutdown
+
+
+def test_chief_fails_workers_and_secret_deleted_exit_code_passed_through(cluster, jobs, scripts):
+    with node_pool(cluster, {"a": 2, "b": 1}) as pool:
+        jobs.submit("chieffail", job_args(pool, scripts, 3, script_args=("7",)))
+        assert jobs.exit_code("chieffail") == 7
+        jobs.wait_gone(["chieffail-worker-0"])
+        assert jobs.secrets("chieffail-") == []
+        assert jobs.pod("chieffail-chief")["status"]["phase"] == "Failed"  # kept for its logs
+
+
+def test_manager_pod_deleted_mid_job_everything_goes(cluster, jobs, scripts):
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("deleted", job_args(pool, scripts, 2, script_args=("0", LONG_TRAINING_S)))
+        wait_running(jobs, "deleted-chief")
+        jobs.core.delete_namespaced_pod("deleted", jobs.namespace)
+        wait_nothing_left(jobs, "deleted")
+        jobs.wait_gone(["deleted"])
+
+
+def test_manager_pod_deleted_without_grace_garbage_collector_deletes_the_job(cluster, jobs, scripts):
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("orphan", job_args(pool, scripts, 2, script_args=("0", LONG_TRAINING_S)))
+        wait_running(jobs, "orphan-chief")
+        # No grace: the manager gets no chance to clean up; ownerReferences must.
+        jobs.core.delete_namespaced_pod("orphan", jobs.namespace, grace_period_seconds=0)
+        wait_nothing_left(jobs, "orphan", timeout_s=90)
+
+
+def test_manager_container_restart_adopts_the_job(cluster, jobs, scripts):
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("adopt", job_args(pool, scripts, 2, script_args=("0", "20")), restart_policy="OnFailure")
+        wait_running(jobs, "adopt-chief")
+        chief_uid = jobs.pod("adopt-chief")["metadata"]["uid"]
+        worker_uid = jobs.pod("adopt-worker-0")["metadata"]["uid"]
+        subprocess.run(["pkill", "-KILL", "-f", f"distributetrain post-training.*{pool.prefix}"], check=True)
+        manager = jobs.wait_for("adopt", lambda p: p["status"]["containerStatuses"][0].get("restartCount", 0) >= 1, 60)
+        assert jobs.exit_code("adopt") == 0
+        manager = jobs.pod("adopt")
+        assert manager["status"]["containerStatuses"][0]["restartCount"] == 1
+        # The same chief ran to the end: no duplicate, no second plan.
+        assert jobs.pod("adopt-chief")["metadata"]["uid"] == chief_uid
+        assert worker_uid  # adopted, then torn down at the end
+        jobs.wait_gone(["adopt-worker-0"])
+        assert "already has its chief; adopting it" in jobs.logs("adopt")
+
+
+def test_unschedulable_workers_are_released_within_the_timeout(cluster, api_client, jobs, scripts):
+    """Someone takes the GPUs between plan and create: the scheduler is stopped while the
+    manager plans and creates its worker, then a pod bound directly takes the node."""
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        cluster.stop_component("kube-scheduler")
+        try:
+            jobs.submit("stolen", job_args(pool, scripts, 2, "--worker-ready-timeout=8s"))
+            jobs.wait_for("stolen-worker-0", lambda p: True, 60)
+            worker_node = jobs.pod("stolen-worker-0")["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0][
+                "values"][0]
+            jobs.core.create_namespaced_pod(jobs.namespace, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "thief"},
+                "spec": {"nodeName": worker_node, "containers": [{
+                    "name": "c", "image": "x", "command": ["sleep", "600"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+        finally:
+            cluster.start_component("kube-scheduler")
+        started = time.monotonic()
+        code = jobs.exit_code("stolen", timeout_s=60)
+        assert time.monotonic() - started < 30
+        assert code == 75, jobs.logs("stolen")
+        assert "not scheduled" in jobs.logs("stolen")
+        wait_nothing_left(jobs, "stolen")
+
+
+def test_ten_managers_at_once_room_for_three(cluster, api_client, jobs, scripts):
+    allocatable = {"a": 2, "b": 2, "c": 2}
+    with node_pool(cluster, allocatable) as pool:
+        overbooked: list[str] = []
+        stop = threading.Event()
+
+        def check_no_double_booking():
+            while not stop.is_set():
+                used: dict[str, int] = {}
+                for pod in jobs.pods().values():
+                    node = pod["spec"].get("nodeName")
+                    if node and pod["status"].get("phase") in ("Pending", "Running"):
+                        for c in pod["spec"]["containers"]:
+                            used[node] = used.get(node, 0) + int(
+                                (c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0))
+                for logical, count in allocatable.items():
+                    if used.get(pool.node(logical), 0) > count:
+                        overbooked.append(f"{logical}: {used[pool.node(logical)]}")
+                time.sleep(0.2)
+
+        checker = threading.Thread(target=check_no_double_booking, daemon=True)
+        checker.start()
+        names = [f"many-{i}" for i in range(10)]
+        try:
+            for name in names:
+                jobs.submit(name, job_args(pool, scripts, 2, "--wait-for-gpus=5m", script_args=("0", "1")))
+            codes = {name: jobs.exit_code(name, timeout_s=300) for name in names}
+        finally:
+            stop.set()
+            checker.join()
+        assert codes == {name: 0 for name in names}, {n: jobs.logs(n)[-2000:] for n, c in codes.items() if c}
+        assert overbooked == []
+        for name in names:
+            jobs.wait_gone([f"{name}-worker-0"])
+
+
+def test_apiserver_restart_while_the_manager_waits(cluster, jobs, scripts):
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("restart", job_args(pool, scripts, 2, script_args=("0", "20")))
+        wait_running(jobs, "restart-chief")
+        cluster.restart_apiserver()
+        assert jobs.exit_code("restart", timeout_s=120) == 0, jobs.logs("restart")
+        jobs.wait_gone(["restart-worker-0"])
+        log = jobs.logs("restart")
+        assert "resuming" in log or "listing again" in log

@@ -1,0 +1,86 @@
+"""SSH: fresh keys per job, private key only in the chief and only for root, keys only
+(no passwords), and another job's pod cannot log into this job's workers."""
+
+import base64
+import random
+import subprocess
+import time
+
+import pytest
+
+from jobharness import REPO, SCRIPTS, job_args, node_pool, script_volume
+
+pytestmark = pytest.mark.cluster
+
+# Each rank reports what it can see of the SSH keys where it runs.
+KEY_PROBE = """\
+import os, stat, sys, time
+rank = os.environ.get("HOROVOD_RANK")
+for path in ("/root/.ssh/id_ed25519", "/etc/distributetrain/ssh/ssh_host_ed25519_key"):
+    try:
+        st = os.stat(path)
+        print(f"rank={rank} {path} mode={oct(stat.S_IMODE(st.st_mode))} uid={st.st_uid}", flush=True)
+    except FileNotFoundError:
+        print(f"rank={rank} {path} absent", flush=True)
+time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+
+def secret_data(jobs, name):
+    secret = jobs.core.read_namespaced_secret(name, jobs.namespace)
+    return {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
+
+
+def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api_client, namespace, jobs, tmp_path):
+    with node_pool(cluster, {"a": 1, "b": 1, "c": 1, "d": 1}) as pool, \
+            script_volume(api_client, namespace, {**SCRIPTS, "probe.py": KEY_PROBE}, tmp_path) as claim:
+        for job in ("one", "two"):
+            jobs.submit(job, [a.replace("/work/hello.py", "/work/probe.py") for a in
+                              job_args(pool, claim, 2, "--delete-chief", script_args=("15",))])
+        for job in ("one", "two"):
+            jobs.wait_for(f"{job}-chief", lambda p: p["status"].get("phase") == "Running", 90)
+        one, two = secret_data(jobs, "one-ssh"), secret_data(jobs, "two-ssh")
+        assert one["id_ed25519"] != two["id_ed25519"] and one["ssh_host_ed25519_key"] != two["ssh_host_ed25519_key"]
+        # No pod spec carries key material.
+        for pod in jobs.pods().values():
+            assert "PRIVATE KEY" not in str(pod)
+        chief_log = ""
+        deadline = time.monotonic() + 30
+        while "rank=1" not in chief_log and time.monotonic() < deadline:
+            chief_log = jobs.logs("one-chief")
+            time.sleep(0.5)
+        assert "rank=0 /root/.ssh/id_ed25519 mode=0o400 uid=0" in chief_log  # the chief: root-only
+        assert "rank=1 /root/.ssh/id_ed25519 absent" in chief_log  # the worker has no client key
+        assert "rank=0 /etc/distributetrain/ssh/ssh_host_ed25519_key absent" in chief_log
+        assert "rank=1 /etc/distributetrain/ssh/ssh_host_ed25519_key mode=0o400 uid=0" in chief_log
+
+        # Another job's key cannot log into this job's worker; neither can a password.
+        worker_ip = jobs.pod("one-worker-0")["status"]["podIP"]
+        intruder = tmp_path / "intruder"
+        intruder.write_text(two["id_ed25519"])
+        intruder.chmod(0o600)
+        common = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+                  "-o", "ConnectTimeout=5", "-p", "12345", f"root@{worker_ip}", "true"]
+        other_job = subprocess.run(["ssh", "-i", str(intruder), "-o", "IdentitiesOnly=yes", *common],
+                                   capture_output=True, text=True)
+        assert other_job.returncode == 255 and "Permission denied (publickey)" in other_job.stderr
+        password = subprocess.run(["ssh", "-o", "PreferredAuthentications=password,keyboard-interactive",
+                                   "-o", "PubkeyAuthentication=no", *common], capture_output=True, text=True)
+        assert password.returncode == 255 and "Permission denied (publickey)" in password.stderr
+        own = tmp_path / "own"
+        own.write_text(one["id_ed25519"])
+        own.chmod(0o600)
+        allowed = subprocess.run(["ssh", "-i", str(own), "-o", "IdentitiesOnly=yes", *common],
+                                 capture_output=True, text=True)
+        assert allowed.returncode == 0, allowed.stderr
+
+        for job in ("one", "two"):
+            assert jobs.exit_code(job) == 0
+            assert "PRIVATE KEY" not in jobs.logs(job)
+
+
+def test_images_carry_no_keys():
+    for dockerfile in (REPO / "base_image" / "Dockerfile", REPO / "manager_image" / "Dockerfile"):
+        text = dockerfile.read_text()
+        assert "id_rsa" not in text and "id_ed25519" not in text and ".pem" not in text
+    assert not list((REPO / "base_image").glob("*key*")) and not list((REPO / "base_image").glob("*.pem"))
