@@ -139,6 +139,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         wait_for_gpus_s=_checked("--wait-for-gpus", validation.duration_s, args.wait_for_gpus),
         ssh_connect_attempts=_checked("--ssh-attempts", validation.positive_int, args.ssh_attempts),
         delete_chief=args.delete_chief,
+        manager_namespace=_checked("--namespace", validation.dns_label, _namespace(None)),
         lock_namespace=_checked("--lock-namespace", validation.dns_label, args.lock_namespace) if args.lock_namespace else "",
         service_account=args.service_account,
     )

@@ -106,8 +106,8 @@ def _json(response) -> dict:
     return json.loads(response.data)
 
 
-def owned_by(obj: dict, owner_uid: str) -> bool:
-    return any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or ())
+def owner_uids(obj: dict) -> set[str]:
+    return {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or ()}
 
 
 class Kube:
@@ -152,6 +152,13 @@ class Kube:
             items.extend(page)
         return items, version
 
+    def namespace_exists(self, name: str) -> bool:
+        try:
+            self._call(lambda: self.core.read_namespace(name, _preload_content=False))
+        except errors.NotFound:
+            return False
+        return True
+
     def get_pod(self, namespace: str, name: str) -> dict | None:
         try:
             return self._call(
@@ -161,8 +168,8 @@ class Kube:
             return None
 
     # -- writes ------------------------------------------------------------------------
-    def create_owned(self, obj: dict, owner_uid: str, dry_run: bool = False) -> dict:
-        """Create, or adopt the existing object if the job owns it."""
+    def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
+        """Create, or adopt the existing object if it has the same owner as ``obj``."""
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
         create = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
         extra = {"dry_run": "All"} if dry_run else {}
@@ -172,7 +179,7 @@ class Kube:
             if dry_run:
                 return obj
             existing = self.read(kind, namespace, name)
-            if existing is None or not owner_uid or not owned_by(existing, owner_uid):
+            if existing is None or not (owner_uids(obj) & owner_uids(existing)):
                 raise errors.NotOwned(
                     f"{kind} {namespace}/{name} already exists and does not belong to this job"
                 ) from None

@@ -67,7 +67,7 @@ def job_deadline(kube: Kube, settings: JobSettings) -> float:
     if not settings.active_deadline_s:
         return math.inf
     started = time.time()
-    pod = kube.get_pod(settings.namespace, settings.job_name) if settings.owner_uid else None
+    pod = kube.get_pod(settings.own_namespace, settings.job_name) if settings.owner_uid else None
     start_text = ((pod or {}).get("status") or {}).get("startTime")
     if start_text:
         started = datetime.strptime(start_text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
@@ -76,7 +76,7 @@ def job_deadline(kube: Kube, settings: JobSettings) -> float:
 
 def will_restart(kube: Kube, settings: JobSettings) -> bool:
     """Whether the kubelet restarts the manager's container after it fails."""
-    pod = kube.get_pod(settings.namespace, settings.job_name) if settings.owner_uid else None
+    pod = kube.get_pod(settings.own_namespace, settings.job_name) if settings.owner_uid else None
     return ((pod or {}).get("spec") or {}).get("restartPolicy", "Never") != "Never"
 
 

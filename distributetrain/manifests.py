@@ -71,7 +71,7 @@ exec horovodrun -np "$DT_NUM_PROCS" -hostfile "$hostfile" -p "$DT_PORT" python "
 
 
 def owner_references(settings: JobSettings) -> list[dict]:
-    if not settings.owner_uid:
+    if not settings.owns_objects:
         return []
     return [
         {

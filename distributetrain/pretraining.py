@@ -56,12 +56,14 @@ def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedg
 
 def preflight(kube: Kube, settings: JobSettings) -> None:
     """Server-side dry run of every kind of object the job creates; nothing is persisted."""
+    if not kube.namespace_exists(settings.namespace):
+        raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
     keys = JobKeys.generate(settings.job_name)
     probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
     objects = manifests.job_objects(settings, probe_plan, keys, [DRY_RUN_ADDRESS])
     for obj in objects:
         try:
-            kube.create_owned(obj, settings.owner_uid, dry_run=True)
+            kube.create_owned(obj, dry_run=True)
         except errors.NotFound as e:
             raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
         except errors.Invalid as e:
@@ -192,15 +194,13 @@ class PreTraining:
     def _create_workers(self, plan: list[tuple[str, int]]) -> None:
         settings = self.settings
         keys = JobKeys.generate(settings.job_name)
-        self.kube.create_owned(manifests.ssh_secret(settings, keys), settings.owner_uid)
+        self.kube.create_owned(manifests.ssh_secret(settings, keys))
         for index, (node, share) in enumerate(plan[:-1]):
-            self.kube.create_owned(manifests.worker_pod(settings, index, node, share), settings.owner_uid)
+            self.kube.create_owned(manifests.worker_pod(settings, index, node, share))
 
     def _create_chief(self, plan: list[tuple[str, int]], addresses: list[str]) -> None:
         chief_node, chief_share = plan[-1]
         hosts = [(address, share) for address, (_, share) in zip(addresses, plan[:-1])]
-        self.kube.create_owned(
-            manifests.chief_pod(self.settings, chief_node, chief_share, hosts), self.settings.owner_uid
-        )
+        self.kube.create_owned(manifests.chief_pod(self.settings, chief_node, chief_share, hosts))
         self.reporter.release_reservation()
         self.reporter.phase("Running")

@@ -33,7 +33,7 @@ class Reporter:
 
     def _annotate(self, annotations: dict[str, str | None]) -> None:
         if self._has_pod:
-            self.kube.annotate_pod(self.settings.namespace, self.settings.job_name, annotations)
+            self.kube.annotate_pod(self.settings.own_namespace, self.settings.job_name, annotations)
 
     def phase(self, phase: str) -> None:
         log.info("job %s: %s", self.settings.job_name, phase)
@@ -58,7 +58,7 @@ class Reporter:
     def reservation(self) -> tuple[str, int] | None:
         if not self._has_pod:
             return None
-        pod = self.kube.get_pod(self.settings.namespace, self.settings.job_name) or {}
+        pod = self.kube.get_pod(self.settings.own_namespace, self.settings.job_name) or {}
         text = (pod.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RESERVATION)
         if not text:
             return None

@@ -43,12 +43,24 @@ class JobSettings:
     wait_for_gpus_s: float = 0.0  # 0: fail fast when GPUs are short; else wait this long
     ssh_connect_attempts: int = 30  # chief's checks of each worker before horovodrun, 1 s apart
     delete_chief: bool = False  # the chief is kept for its logs unless asked
-    lock_namespace: str = ""  # where the placement Lease lives (default: namespace)
+    lock_namespace: str = ""  # where the placement Lease lives (default: the manager's namespace)
+    manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
     service_account: str = ""  # for job pods; empty = no API token mounted at all
 
     @property
+    def own_namespace(self) -> str:
+        """Where the manager pod itself lives (its annotations, its Role, the Lease)."""
+        return self.manager_namespace or self.namespace
+
+    @property
     def lease_namespace(self) -> str:
-        return self.lock_namespace or self.namespace
+        return self.lock_namespace or self.own_namespace
+
+    @property
+    def owns_objects(self) -> bool:
+        # Owner references cannot cross namespaces: the garbage collector would treat
+        # the owner as absent and delete the job's pods at once.
+        return bool(self.owner_uid) and self.own_namespace == self.namespace
 
     def replace(self, **changes) -> "JobSettings":
         return dataclasses.replace(self, **changes)
