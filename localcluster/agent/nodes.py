@@ -1,0 +1,266 @@
+"""Node objects: registration, Lease heartbeats, status reports, and removal.
+
+The node lifecycle controller marks a node NotReady (and taints it) when its
+Lease in kube-node-lease is not renewed within the grace period, so the
+heartbeat renews every 10 s like the kubelet; the status with its conditions
+is re-posted every minute. Taints and unschedulable are never written here:
+tests and users cordon and taint nodes, and the controller manages the
+not-ready taint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import platform
+import threading
+import time
+
+from localcluster.agent.kubeapi import STRATEGIC_MERGE_PATCH, ApiError, Conflict, KubeApi, NotFound, Unavailable
+from localcluster.agent.settings import AgentSettings, NodeSpec
+
+log = logging.getLogger(__name__)
+
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_DURATION_S = 40
+LEASE_RENEW_INTERVAL_S = 10
+STATUS_REPORT_INTERVAL_S = 60
+SCHEDULABLE_POLL_S = 0.5
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+RUNTIME_VERSION = "localcluster://0.1.0"
+
+CPU_CAPACITY = "64"
+MEMORY_CAPACITY = "256Gi"
+PODS_CAPACITY = "110"
+EPHEMERAL_STORAGE_CAPACITY = "500Gi"
+
+_CONDITIONS = (
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+)
+
+
+def rfc3339(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_resources(settings: AgentSettings, node: NodeSpec) -> dict[str, str]:
+    """Capacity, which is also allocatable (nothing is reserved on a fake node)."""
+    return {
+        "cpu": CPU_CAPACITY,
+        "memory": MEMORY_CAPACITY,
+        "pods": PODS_CAPACITY,
+        "ephemeral-storage": EPHEMERAL_STORAGE_CAPACITY,
+        settings.gpu_resource: str(node.gpus),
+    }
+
+
+def _os_image() -> str:
+    try:
+        for line in open("/etc/os-release"):
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return "Linux"
+
+
+def _boot_id() -> str:
+    try:
+        return open("/proc/sys/kernel/random/boot_id").read().strip()
+    except OSError:
+        return ""
+
+
+def node_info(node: NodeSpec, kubelet_version: str) -> dict:
+    machine_id = hashlib.sha256(node.name.encode()).hexdigest()[:32]
+    return {
+        "machineID": machine_id,
+        "systemUUID": f"{machine_id[:8]}-{machine_id[8:12]}-{machine_id[12:16]}-{machine_id[16:20]}-{machine_id[20:]}",
+        "bootID": _boot_id(),
+        "kernelVersion": platform.release(),
+        "osImage": _os_image(),
+        "containerRuntimeVersion": RUNTIME_VERSION,
+        "kubeletVersion": kubelet_version,
+        "operatingSystem": "linux",
+        "architecture": "amd64",
+    }
+
+
+def node_status(settings: AgentSettings, node: NodeSpec, kubelet_version: str, since: datetime.datetime,
+                now: datetime.datetime) -> dict:
+    resources = node_resources(settings, node)
+    return {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [
+            {"type": kind, "status": status, "reason": reason, "message": message,
+             "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(since)}
+            for kind, status, reason, message in _CONDITIONS
+        ],
+        "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "Hostname", "address": node.name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
+        "nodeInfo": node_info(node, kubelet_version),
+    }
+
+
+def node_labels(settings: AgentSettings, node: NodeSpec) -> dict[str, str]:
+    return {
+        "kubernetes.io/hostname": node.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        **settings.labels,
+    }
+
+
+def node_object(settings: AgentSettings, node: NodeSpec, kubelet_version: str, now: datetime.datetime) -> dict:
+    """The Node as first registered: labels, podCIDR and a Ready status."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            "labels": node_labels(settings, node),
+            "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
+        "spec": {"podCIDR": node.pod_cidr, "podCIDRs": [node.pod_cidr]},
+        "status": node_status(settings, node, kubelet_version, now, now),
+    }
+
+
+def lease_object(node: NodeSpec, node_uid: str, now: datetime.datetime) -> dict:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": node.name,
+            "namespace": LEASE_NAMESPACE,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node_uid}],
+        },
+        "spec": {"holderIdentity": node.name, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": micro_time(now)},
+    }
+
+
+def _lease_path(name: str = "") -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
+    return f"{path}/{name}" if name else path
+
+
+def schedulable(node_obj: dict) -> bool:
+    """Ready, and the controller has lifted the taints it puts on nodes that are not ready."""
+    conditions = {c["type"]: c["status"] for c in node_obj.get("status", {}).get("conditions") or []}
+    taints = {t["key"] for t in node_obj.get("spec", {}).get("taints") or []}
+    return conditions.get("Ready") == "True" and not taints & {NOT_READY_TAINT, UNREACHABLE_TAINT}
+
+
+class NodeHeartbeat(threading.Thread):
+    """Registers this agent's nodes and keeps them Ready until stopped."""
+
+    def __init__(self, api: KubeApi, settings: AgentSettings, kubelet_version: str):
+        super().__init__(name="node-heartbeat", daemon=True)
+        self._api = api
+        self._settings = settings
+        self._version = kubelet_version
+        self._since: dict[str, datetime.datetime] = {}
+        self._stop = threading.Event()
+        self._api_down = False
+        self._deleted: set[str] = set()
+
+    def register_all(self) -> None:
+        for node in self._settings.nodes:
+            self._register(node)
+
+    def _register(self, node: NodeSpec) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self._since[node.name] = now
+        body = node_object(self._settings, node, self._version, now)
+        try:
+            created = self._api.create("/api/v1/nodes", body)
+            log.info("node %s: registered (%s GPUs, podCIDR %s)", node.name, node.gpus, node.pod_cidr)
+        except Conflict:
+            # Left by an earlier agent: take it over, keeping taints and cordon others set.
+            metadata = {"labels": body["metadata"]["labels"]}
+            created = self._api.patch(f"/api/v1/nodes/{node.name}", {"metadata": metadata})
+            self._post_status(node, now)
+            log.info("node %s: took over existing Node", node.name)
+        self._renew_lease(node, created["metadata"]["uid"], now)
+
+    def _post_status(self, node: NodeSpec, now: datetime.datetime) -> None:
+        status = node_status(self._settings, node, self._version, self._since[node.name], now)
+        self._api.patch(f"/api/v1/nodes/{node.name}/status", {"status": status}, STRATEGIC_MERGE_PATCH)
+
+    def _renew_lease(self, node: NodeSpec, node_uid: str | None, now: datetime.datetime) -> None:
+        spec = {"holderIdentity": node.name, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": micro_time(now)}
+        try:
+            self._api.patch(_lease_path(node.name), {"spec": spec})
+        except NotFound:
+            if node_uid is None:
+                node_uid = self._api.get(f"/api/v1/nodes/{node.name}")["metadata"]["uid"]
+            self._api.create(_lease_path(), lease_object(node, node_uid, now))
+
+    def wait_schedulable(self, stop: threading.Event) -> bool:
+        """Wait until every node is Ready without not-ready taints; False if stopped first."""
+        waiting = {node.name for node in self._settings.nodes}
+        while waiting and not stop.is_set():
+            for name in sorted(waiting):
+                try:
+                    if schedulable(self._api.get(f"/api/v1/nodes/{name}")):
+                        waiting.discard(name)
+                except (Unavailable, ApiError) as error:
+                    log.debug("node %s: not readable yet: %s", name, error)
+            if waiting:
+                stop.wait(SCHEDULABLE_POLL_S)
+        return not waiting
+
+    def run(self) -> None:
+        last_status = time.monotonic()
+        while not self._stop.wait(LEASE_RENEW_INTERVAL_S):
+            report_status = time.monotonic() - last_status >= STATUS_REPORT_INTERVAL_S
+            for node in self._settings.nodes:
+                if node.name not in self._deleted:
+                    self._beat(node, report_status)
+            if report_status:
+                last_status = time.monotonic()
+
+    def _beat(self, node: NodeSpec, report_status: bool) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        try:
+            if report_status:
+                self._post_status(node, now)
+            self._renew_lease(node, None, now)
+            if self._api_down:
+                log.info("apiserver reachable again; heartbeats resumed")
+                self._api_down = False
+        except NotFound:
+            # Like the kubelet, register only once: a deleted Node stays deleted.
+            log.warning("node %s: the Node object was deleted; not heartbeating it any more", node.name)
+            self._deleted.add(node.name)
+        except Unavailable as error:
+            if not self._api_down:
+                log.warning("heartbeat failed, apiserver unreachable: %s", error)
+                self._api_down = True
+        except ApiError as error:
+            log.error("node %s: heartbeat rejected: %s", node.name, error)
+
+    def stop_and_delete(self) -> None:
+        """Stop beating and delete the Nodes and their Leases."""
+        self._stop.set()
+        for node in self._settings.nodes:
+            for path in (_lease_path(node.name), f"/api/v1/nodes/{node.name}"):
+                try:
+                    self._api.delete(path)
+                except NotFound:
+                    pass
+                except (Unavailable, ApiError) as error:
+                    log.warning("node %s: could not delete %s: %s", node.name, path, error)
+            log.info("node %s: deleted", node.name)
