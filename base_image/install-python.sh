@@ -31,19 +31,41 @@ horovod_runtime_pins=(cloudpickle==3.0.0 psutil==5.9.8 pyyaml==6.0.2 packaging==
 horovod_pin=horovod==0.28.1
 build_tool_pins=(setuptools==75.1.0 wheel==0.44.0)
 
-pins_key="$(printf '%s\n' "${tensorflow_pins[@]}" "${horovod_runtime_pins[@]}" "$horovod_pin" "${build_tool_pins[@]}" | sha256sum | cut -c1-16)"
-stamp="$("$python" -c 'import sys; print(sys.prefix)')/.distributetrain-training-stack-$pins_key"
+prefix="$("$python" -c 'import sys; print(sys.prefix)')"
 
-if [ -f "$stamp" ] && "$python" -c 'import horovod.tensorflow' 2>/dev/null; then
+horovod_loads() { "$python" -c 'import horovod.tensorflow' >/dev/null 2>&1; }
+
+pins_installed() {
+  "$python" - "$@" <<'PY'
+import sys
+from importlib import metadata
+
+def installed_version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+sys.exit(any(installed_version(name) != version for name, version in (pin.split("==") for pin in sys.argv[1:])))
+PY
+}
+
+all_pins=("${build_tool_pins[@]}" "${tensorflow_pins[@]}" "${horovod_runtime_pins[@]}" "$horovod_pin")
+# Records that this script completed with these pins (and Horovod's build flags below).
+stamp="$prefix/.distributetrain-training-stack-$(printf '%s\n' "${all_pins[@]}" | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && pins_installed "${all_pins[@]}" && horovod_loads; then
   echo "training stack up to date ($stamp)"
 else
   "$python" -m pip install --no-cache-dir "${build_tool_pins[@]}" "${tensorflow_pins[@]}" "${horovod_runtime_pins[@]}"
+  # A Horovod built against another TensorFlow fails to load and must be rebuilt.
+  rebuild=()
+  if ! horovod_loads; then rebuild=(--force-reinstall); fi
   # Gloo replaces MPI for the collective layer and for launching over SSH, so no MPI
   # install is needed; the other frameworks are excluded to keep the build short.
   HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-    "$python" -m pip install --no-build-isolation --no-cache-dir --no-deps "$horovod_pin"
-  rm -f "$("$python" -c 'import sys; print(sys.prefix)')"/.distributetrain-training-stack-*
+    "$python" -m pip install --no-build-isolation --no-cache-dir --no-deps "${rebuild[@]}" "$horovod_pin"
+  rm -f "$prefix"/.distributetrain-training-stack-*
   touch "$stamp"
 fi
 

@@ -39,5 +39,6 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # Belt and braces for init systems that ignore policy-rc.d: stop only a daemon that
 # this install started, never one that was already serving the host.
 if [ -z "$sshd_running_before" ] && [ -f /run/sshd.pid ]; then
-  kill "$(cat /run/sshd.pid)" 2>/dev/null || true
+  started_pid="$(cat /run/sshd.pid)"
+  if [ "$(ps -o comm= -p "$started_pid" 2>/dev/null)" = sshd ]; then kill "$started_pid"; fi
 fi
