@@ -40,13 +40,17 @@ class LogWriter:
         self.closed = threading.Event()
 
     def write(self, stream: str, data: bytes) -> None:
-        buffered = self._partial[stream] + data
-        lines = buffered.split(b"\n")
-        self._partial[stream] = lines.pop()
-        records = [self._record(stream, b"F", line) for line in lines]
-        while len(self._partial[stream]) >= MAX_LINE_BYTES:
-            chunk, self._partial[stream] = self._partial[stream][:MAX_LINE_BYTES], self._partial[stream][MAX_LINE_BYTES:]
-            records.append(self._record(stream, b"P", chunk))
+        *lines, rest = (self._partial[stream] + data).split(b"\n")
+        records = []
+        for line in lines:
+            while len(line) > MAX_LINE_BYTES:
+                records.append(self._record(stream, b"P", line[:MAX_LINE_BYTES]))
+                line = line[MAX_LINE_BYTES:]
+            records.append(self._record(stream, b"F", line))
+        while len(rest) >= MAX_LINE_BYTES:
+            records.append(self._record(stream, b"P", rest[:MAX_LINE_BYTES]))
+            rest = rest[MAX_LINE_BYTES:]
+        self._partial[stream] = rest
         if records:
             self._file.write(b"".join(records))
 
