@@ -161,6 +161,8 @@ def build_parser() -> Parser:
     add_job_flags(render)
     render.add_argument("--nodes", required=True, metavar="NODE=FREE[,NODE=FREE]",
                         help="free GPUs per node to plan on, e.g. gpu-a=5,gpu-b=3")
+    from distributetrain.jobs import commands as job_commands
+    job_commands.register(commands)
     return parser
 
 

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from distributetrain import cli, errors, names, podstate, validation
 from distributetrain.inventory import TERMINAL_PHASES
 
+CHIEF_CONTAINER = names.ROLE_CHIEF  # manifests.chief_pod names its container after the role
 KIND_POD = "Pod"
 KIND_JOB = "Job"
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

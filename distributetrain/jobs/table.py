@@ -62,7 +62,7 @@ def status_text(status: JobStatus, progress: Progress | None, now: datetime) -> 
         fields += [("Workers Ready", f"{progress.workers_ready}/{progress.workers}"),
                    ("Chief", _text(progress.chief))]
     fields += [("Exit code", _text(status.exit_code)), ("Reason", _text(status.reason))]
-    width = max(len(label) for label, _ in fields) + 2
+    width = max(len(label) for label, _ in fields) + 3  # label, colon, two spaces
     return "".join(f"{(label + ':').ljust(width)}{value}\n" for label, value in fields)
 
 

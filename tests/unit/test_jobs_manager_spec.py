@@ -1,0 +1,154 @@
+"""The manager's Pod and Job, compared whole: against manager.yaml and manager-job.yaml,
+and for the flags a user types (validated by the manager's own parser)."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from distributetrain import cli, names
+from distributetrain.jobs import commands, manager_spec
+from distributetrain.jobs.manager_spec import ManagerOptions
+
+REPO = Path(__file__).resolve().parents[2]
+LABELS = {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/role": "manager",
+          "distributetrain.io/job": "demo"}
+DOWNWARD_ENV = [
+    {"name": "MANAGER_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    {"name": "MANAGER_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    {"name": "MANAGER_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+]
+RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+
+
+def submitted(argv):
+    """What `distributetrain submit ARGV` would create (no cluster needed)."""
+    flags, script_args = cli.split_script_args(argv)
+    args = cli.build_parser().parse_args(["submit", *flags])
+    settings, options = commands.submission(args, script_args)
+    return manager_spec.manager_object(settings, options)
+
+
+def manager_from_file(path):
+    """Build what a YAML file holds, from the settings its own arguments parse to."""
+    obj = yaml.safe_load((REPO / path).read_text())
+    pod_spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
+    container = pod_spec["containers"][0]
+    flags, script_args = cli.split_script_args(container["args"])
+    args = cli.build_parser().parse_args(["pre-training", *flags, "--job-name", obj["metadata"]["name"],
+                                          "--namespace", obj["metadata"]["namespace"]])
+    settings = cli.settings_from_args(args, script_args)
+    options = ManagerOptions(image=container["image"], service_account=pod_spec["serviceAccountName"],
+                             as_job=obj["kind"] == "Job",
+                             ttl_after_finished_s=obj["spec"].get("ttlSecondsAfterFinished", 0))
+    return obj, manager_spec.manager_object(settings, options)
+
+
+def test_pod_is_manager_yaml():
+    on_file, built = manager_from_file("manager.yaml")
+    # manager.yaml's pod name is fixed and it carries no job label: lookups fall back to the name.
+    expected = copy.deepcopy(on_file)
+    expected["metadata"]["labels"][names.LABEL_JOB] = on_file["metadata"]["name"]
+    assert built == expected
+
+
+def test_job_is_manager_job_yaml():
+    on_file, built = manager_from_file("manager-job.yaml")
+    assert built == on_file
+    assert on_file["spec"]["template"]["spec"] == manager_from_file("manager.yaml")[0]["spec"]
+
+
+def test_submit_creates_a_pod_like_manager_yaml():
+    assert submitted(["--num-gpus", "6", "--image", "reg.example.com/base:1", "--filename", "/train/train.py",
+                      "--pvc", "data:/train", "--namespace", "ml", "--name", "demo", "--", "--epochs", "3"]) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "demo", "namespace": "ml", "labels": LABELS},
+        "spec": {
+            "serviceAccountName": "distributetrain-manager",
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 60,
+            "containers": [{
+                "name": "manager",
+                "image": "distributetrain/manager:0.1.0",
+                "command": ["manager.sh"],
+                "args": ["--num-gpus=6", "--image=reg.example.com/base:1", "--port=12345",
+                         "--filename=/train/train.py", "--host-network=false", "--pvc=data:/train",
+                         "--", "--epochs", "3"],
+                "env": DOWNWARD_ENV,
+                "resources": RESOURCES,
+            }],
+        },
+    }
+
+
+def test_submit_as_job():
+    pod_spec = {
+        "serviceAccountName": "trainer",
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 60,
+        "containers": [{
+            "name": "manager",
+            "image": "reg.example.com/manager:2",
+            "command": ["manager.sh"],
+            "args": ["--num-gpus=2", "--image=img:1", "--port=2222", "--filename=/opt/distributetrain/train.py",
+                     "--host-network=true", "--delete-chief"],
+            "env": DOWNWARD_ENV,
+            "resources": RESOURCES,
+        }],
+    }
+    assert submitted(["--num-gpus", "2", "--image", "img:1", "--port", "2222", "--host-network", "--delete-chief",
+                      "--namespace", "ml", "--name", "demo", "--as-job", "--ttl-after-finished", "1h",
+                      "--manager-image", "reg.example.com/manager:2", "--manager-service-account", "trainer"]) == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "demo", "namespace": "ml", "labels": LABELS},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 3600,
+            "template": {"metadata": {"labels": LABELS}, "spec": pod_spec},
+        },
+    }
+
+
+def test_job_ttl_defaults_to_a_day():
+    job = submitted(["--num-gpus", "1", "--image", "img:1", "--namespace", "ml", "--as-job"])
+    assert job["spec"]["ttlSecondsAfterFinished"] == 86400
+
+
+def test_every_job_flag_reaches_the_manager_unchanged():
+    flags = ["--num-gpus", "7", "--image", "reg:5000/team/img:1.2", "--port", "2022", "--filename", "/w/t.py",
+             "--host-network", "true", "--gpu-resource", "amd.com/gpu", "--node-selector", "pool=a,zone=z",
+             "--node-selector", "tier=gold", "--toleration", "gpu:NoSchedule", "--toleration", "k=v",
+             "--toleration", "x=:NoExecute", "--env", "A=b=c", "--env", "EMPTY=", "--pvc", "data:/data:ro",
+             "--pvc", "ckpt:/ckpt", "--worker-ready-timeout", "90s", "--active-deadline", "2.5h",
+             "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--lock-namespace", "locks",
+             "--service-account", "trainer"]
+    script_args = ["--epochs", "2", "--", "-x", "with space"]
+    args = cli.build_parser().parse_args(["submit", *flags, "--namespace", "ml", "--name", "demo"])
+    settings, _ = commands.submission(args, script_args)
+
+    manager_flags, manager_script_args = cli.split_script_args(manager_spec.manager_args(settings))
+    parsed = cli.build_parser().parse_args(["pre-training", *manager_flags, "--job-name", "demo",
+                                            "--namespace", "ml"])
+    assert cli.settings_from_args(parsed, manager_script_args) == settings
+
+
+def test_defaults_are_left_out():
+    args = cli.build_parser().parse_args(["submit", "--num-gpus", "1", "--image", "img", "--namespace", "ml"])
+    settings, _ = commands.submission(args, [])
+    assert manager_spec.manager_args(settings) == [
+        "--num-gpus=1", "--image=img", "--port=12345", "--filename=/opt/distributetrain/train.py",
+        "--host-network=false"]
+
+
+def test_generated_names_are_valid_and_distinct():
+    generated = {manager_spec.generated_name() for _ in range(50)}
+    assert len(generated) == 50
+    assert all(name.startswith("dt-") and len(name) == 9 and name.islower() for name in generated)
+
+
+@pytest.mark.parametrize("as_job,longest", [(False, 50), (True, 44)])
+def test_longest_name_keeps_every_derived_name_valid(as_job, longest):
+    assert manager_spec.max_name_length(as_job) == longest

@@ -1,0 +1,169 @@
+"""Reading jobs from their objects, and printing them: whole values, whole outputs."""
+
+from datetime import datetime, timezone
+
+import pytest
+
+from distributetrain.jobs import state, table
+from distributetrain.jobs.state import JobStatus, Progress
+
+NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=timezone.utc)
+CREATED = "2026-01-02T11:55:00Z"
+
+
+def manager(name="demo", phase="Running", annotations=None, terminated=None, labels=None, owners=None,
+            args=("--num-gpus=6", "--image=img"), **metadata):
+    status = {"phase": phase}
+    if terminated is not None:
+        status["containerStatuses"] = [{"name": "manager", "state": {"terminated": terminated}}]
+    return {
+        "metadata": {"name": name, "namespace": "ml", "creationTimestamp": CREATED,
+                     "labels": {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/role": "manager",
+                                **({"distributetrain.io/job": name} if labels is None else labels)},
+                     "annotations": annotations or {}, "ownerReferences": owners or [], **metadata},
+        "spec": {"containers": [{"name": "manager", "args": list(args)}]},
+        "status": status,
+    }
+
+
+def child(name, role, phase="Running", ready=False, job="demo"):
+    return {"metadata": {"name": name, "labels": {"distributetrain.io/job": job, "distributetrain.io/role": role}},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+def test_training_job():
+    pod = manager(annotations={"distributetrain.io/phase": "Training", "distributetrain.io/plan": "gpu-a=5,gpu-b=1"})
+    assert state.from_manager(pod) == JobStatus(
+        name="demo", namespace="ml", kind="Pod", manager_pod="demo", phase="Training", gpus=6,
+        plan=(("gpu-a", 5), ("gpu-b", 1)), created=datetime(2026, 1, 2, 11, 55, tzinfo=timezone.utc),
+        exit_code=None, reason="")
+
+
+def test_finished_job_reports_the_containers_exit_code_and_the_managers_reason():
+    pod = manager(phase="Failed", terminated={"exitCode": 3, "reason": "Error", "message": "chief exited with code 3"},
+                  annotations={"distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "3",
+                               "distributetrain.io/reason": "chief exited with code 3"})
+    status = state.from_manager(pod)
+    assert (status.phase, status.exit_code, status.reason, status.finished) == ("Failed", 3, "chief exited with code 3", True)
+
+
+def test_manager_killed_before_reporting_has_the_pods_verdict():
+    pod = manager(phase="Failed", terminated={"exitCode": 137, "reason": "OOMKilled"},
+                  annotations={"distributetrain.io/phase": "Training"})
+    status = state.from_manager(pod)
+    assert (status.phase, status.exit_code, status.reason) == ("Failed", 137, "OOMKilled")
+
+
+def test_reported_exit_code_while_the_manager_still_tears_down():
+    pod = manager(annotations={"distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "71"})
+    assert state.from_manager(pod).exit_code == 71
+
+
+def test_pending_manager_says_why_and_shows_the_requested_gpus():
+    pod = manager(phase="Pending")
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "message": "0/3 nodes are available"}]
+    status = state.from_manager(pod)
+    assert (status.phase, status.gpus, status.plan, status.reason) == (
+        "Pending", 6, (), "not scheduled: 0/3 nodes are available")
+
+
+def test_deleted_manager_is_terminating():
+    assert state.from_manager(manager(deletionTimestamp=CREATED)).phase == "Terminating"
+
+
+def test_pod_of_a_batch_job_is_named_by_its_label():
+    pod = manager(name="demo-x7k2p", labels={"distributetrain.io/job": "demo"},
+                  owners=[{"kind": "Job", "name": "demo", "uid": "u"}])
+    status = state.from_manager(pod)
+    assert (status.name, status.manager_pod, status.kind) == ("demo", "demo-x7k2p", "Job")
+    assert state.is_manager_of(pod, "demo") and not state.is_manager_of(pod, "demo-x7k2p")
+    assert state.is_child_of(child("demo-x7k2p-chief", "chief", job="demo-x7k2p"), pod)
+    assert not state.is_child_of(child("demo-chief", "chief", job="demo"), pod)
+
+
+def test_manager_applied_from_manager_yaml_is_named_by_its_pod():
+    pod = manager(name="distributetrain-manager", labels={})
+    assert state.from_manager(pod).name == "distributetrain-manager"
+
+
+@pytest.mark.parametrize("conditions,phase,reason", [
+    ([], "Pending", "waiting for the Job controller to create the manager pod"),
+    ([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}],
+     "Failed", "Job has reached the specified backoff limit"),
+    ([{"type": "Complete", "status": "True"}], "Succeeded", ""),
+])
+def test_batch_job_without_a_pod(conditions, phase, reason):
+    job = {"metadata": {"name": "demo", "namespace": "ml", "creationTimestamp": CREATED},
+           "spec": {"template": {"spec": {"containers": [{"name": "manager", "args": ["--num-gpus=4", "--image=i"]}]}}},
+           "status": {"conditions": conditions}}
+    status = state.from_batch_job(job)
+    assert (status.kind, status.manager_pod, status.phase, status.gpus, status.reason) == ("Job", "", phase, 4, reason)
+
+
+@pytest.mark.parametrize("args,gpus", [(["--num-gpus", "3"], 3), (["--num-gpus=0"], None), (["--image=x"], None),
+                                       (["--num-gpus=2", "--future-flag", "--", "--num-gpus=9"], 2)])
+def test_requested_gpus_from_the_managers_arguments(args, gpus):
+    assert state.requested_gpus(manager(args=args)) == gpus
+
+
+@pytest.mark.parametrize("text,plan", [("a=5,b=1", (("a", 5), ("b", 1))), ("", ()), ("a=x", ()), ("=2", ())])
+def test_parse_plan(text, plan):
+    assert state.parse_plan(text) == plan
+
+
+def test_progress():
+    pod = manager(annotations={"distributetrain.io/plan": "a=2,b=2,c=2"})
+    children = [child("demo-worker-0", "worker", ready=True), child("demo-worker-1", "worker", phase="Pending")]
+    assert state.progress_of(pod, children) == Progress(workers_ready=1, workers=2, chief="")
+    children.append(child("demo-chief", "chief", phase="Succeeded"))
+    assert state.progress_of(pod, children).chief == "Succeeded"
+
+
+@pytest.mark.parametrize("seconds,text", [(0, "0s"), (119, "119s"), (120, "2m"), (7199, "119m"), (7200, "2h"),
+                                          (3 * 86400 + 5, "3d"), (-4, "0s")])
+def test_age(seconds, text):
+    assert state.format_age(seconds) == text
+
+
+STATUSES = [
+    state.from_manager(manager(annotations={"distributetrain.io/phase": "Training",
+                                            "distributetrain.io/plan": "gpu-a=5,gpu-b=1"})),
+    state.from_manager(manager(name="old", phase="Failed", terminated={"exitCode": 69},
+                               annotations={"distributetrain.io/reason": "requested 8 GPUs but only 6 are free; "
+                                            "nodes not eligible: none (use --wait-for-gpus to wait for them)"})),
+]
+
+
+def test_list_table():
+    assert table.job_table(STATUSES, NOW, with_namespace=False) == (
+        "NAME   PHASE      GPUS   NODES             AGE   EXIT   REASON\n"
+        "demo   Training   6      gpu-a=5,gpu-b=1   5m    -      -\n"
+        "old    Failed     6      -                 5m    69     requested 8 GPUs but only 6 are free; nodes not eligible:...\n"
+    )
+    assert table.job_table(STATUSES[:1], NOW, with_namespace=True).splitlines()[1].startswith("ml          demo")
+
+
+def test_status_text():
+    assert table.status_text(STATUSES[0], Progress(1, 1, "Running"), NOW) == (
+        "Name:           demo\n"
+        "Namespace:      ml\n"
+        "Submitted as:   Pod\n"
+        "Manager pod:    demo\n"
+        "Phase:          Training\n"
+        "GPUs:           6 on 2 nodes (gpu-a=5,gpu-b=1)\n"
+        "Age:            5m\n"
+        "Workers Ready:  1/1\n"
+        "Chief:          Running\n"
+        "Exit code:      -\n"
+        "Reason:         -\n"
+    )
+
+
+def test_status_json():
+    assert table.status_json(STATUSES[1], None, NOW) == {
+        "name": "old", "namespace": "ml", "kind": "Pod", "managerPod": "old", "phase": "Failed", "gpus": 6,
+        "plan": [], "created": "2026-01-02T11:55:00+00:00", "ageSeconds": 300, "exitCode": 69,
+        "reason": STATUSES[1].reason,
+    }
+    assert table.status_json(STATUSES[0], Progress(0, 1, ""), NOW)["plan"] == [
+        {"node": "gpu-a", "gpus": 5}, {"node": "gpu-b", "gpus": 1}]
