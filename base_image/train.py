@@ -241,6 +241,10 @@ def train(args):
     class EpochReport(tf.keras.callbacks.Callback):
         """Rank 0's per-epoch line and checkpoint; runs after the metrics are averaged."""
 
+        def __init__(self):
+            super().__init__()
+            self.last_logs = {}  # stays empty when every epoch was already checkpointed
+
         def on_epoch_begin(self, epoch, logs=None):
             self.epoch_started = time.perf_counter()
 
@@ -271,10 +275,9 @@ def train(args):
     evaluation = model.evaluate(shard(x_test, y_test, shuffle=False), steps=test_steps, verbose=0, return_dict=True)
     test_accuracy = float(hvd.allreduce(tf.constant(evaluation["accuracy"]), op=hvd.Average))
     if is_root:
-        trained = getattr(report, "last_logs", {})
         print(format_record("done", start_epoch=start_epoch, epochs=args.epochs,
-                            loss=float(trained.get("loss", float("nan"))),
-                            accuracy=float(trained.get("accuracy", float("nan"))),
+                            loss=float(report.last_logs.get("loss", float("nan"))),
+                            accuracy=float(report.last_logs.get("accuracy", float("nan"))),
                             test_accuracy=test_accuracy, elapsed_s=time.perf_counter() - started,
                             size=hvd.size()), flush=True)
 
