@@ -1,0 +1,443 @@
+"""The node agent against the real control plane: pods run, report and die as on a kubelet.
+
+Every test works in its own namespace (deleted afterwards, which deletes its
+pods) on two nodes of one agent started for this module. Processes of pods are
+found on the host by a unique marker in their command line, so the tests can
+check that deleting a pod really kills everything it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client
+
+pytestmark = pytest.mark.cluster
+
+NODE_LABEL = "distributetrain.test/agent-nodes"
+POD_START_TIMEOUT_S = 30
+POD_FINISH_TIMEOUT_S = 30
+POD_GONE_TIMEOUT_S = 30
+PROBE_TIMEOUT_S = 20
+RESTART_TIMEOUT_S = 20
+MANY_PODS = 64
+MANY_PODS_TIMEOUT_S = 180
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class AgentNodes:
+    names: tuple[str, str]
+    ips: dict[str, str]
+
+    def index(self, name: str) -> int:
+        return int(self.ips[name].rsplit(".", 1)[1]) - 10
+
+
+@pytest.fixture(scope="module")
+def nodes(cluster, api_client) -> Iterator[AgentNodes]:
+    prefix = "ag" + uuid.uuid4().hex[:5]
+    names = (f"{prefix}-a", f"{prefix}-b")
+    group = cluster.add_nodes({names[0]: 4, names[1]: 2}, labels={NODE_LABEL: prefix})
+    try:
+        core = client.CoreV1Api(api_client)
+        ips = {}
+        for name in names:
+            addresses = core.read_node(name).status.addresses
+            ips[name] = next(a.address for a in addresses if a.type == "InternalIP")
+        yield AgentNodes(names, ips)
+    finally:
+        group.stop()
+
+
+@pytest.fixture
+def core(api_client) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+# --- helpers -------------------------------------------------------------------
+
+
+def wait_for(check: Callable[[], object], timeout_s: float, what: str) -> object:
+    """Poll until check() returns something truthy; fail with what was last seen."""
+    give_up_at = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < give_up_at:
+        last = check()
+        if last:
+            return last
+        time.sleep(POLL_S)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
+
+
+def marker() -> str:
+    """A `sleep` argument no other process on the host has."""
+    return f"{90000 + uuid.uuid4().int % 9999}.{uuid.uuid4().int % 10**6:06d}"
+
+
+def processes_with(text: str) -> list[int]:
+    result = subprocess.run(["pgrep", "-f", f"sleep {text}"], capture_output=True, text=True)
+    return [int(pid) for pid in result.stdout.split()]
+
+
+def pod_manifest(name: str, node: str, command: list[str], restart_policy: str = "Never", **spec) -> dict:
+    container = {"name": "main", "image": "local/none", "command": command}
+    container.update(spec.pop("container", {}))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, **spec.pop("metadata", {})},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 5,
+            "containers": [container],
+            **spec,
+        },
+    }
+
+
+def create(core: client.CoreV1Api, namespace: str, manifest: dict) -> None:
+    core.create_namespaced_pod(namespace, manifest)
+
+
+def get_pod(core: client.CoreV1Api, namespace: str, name: str) -> dict | None:
+    try:
+        return json.loads(core.read_namespaced_pod(name, namespace, _preload_content=False).data)
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def wait_phase(core, namespace: str, name: str, phases: tuple[str, ...], timeout_s: float = POD_START_TIMEOUT_S) -> dict:
+    def reached():
+        pod = get_pod(core, namespace, name)
+        return pod if pod and pod.get("status", {}).get("phase") in phases else None
+
+    return wait_for(reached, timeout_s, f"pod {namespace}/{name} to be {'/'.join(phases)}")
+
+
+def wait_gone(core, namespace: str, name: str, timeout_s: float = POD_GONE_TIMEOUT_S) -> None:
+    wait_for(lambda: get_pod(core, namespace, name) is None, timeout_s, f"pod {namespace}/{name} to be deleted")
+
+
+def condition(pod: dict, kind: str) -> str | None:
+    return next((c["status"] for c in pod.get("status", {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def container_status(pod: dict, name: str = "main") -> dict:
+    return next(s for s in pod["status"]["containerStatuses"] if s["name"] == name)
+
+
+def logs(core, namespace: str, name: str, container: str = "main") -> str:
+    return core.read_namespaced_pod_log(name, namespace, container=container)
+
+
+def sh(script: str) -> list[str]:
+    return ["sh", "-c", textwrap.dedent(script).strip()]
+
+
+# --- tests ---------------------------------------------------------------------
+
+
+def test_nodes_are_registered_like_kubelets(core, nodes):
+    node = json.loads(core.read_node(nodes.names[0], _preload_content=False).data)
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert node["status"]["capacity"]["pods"] == "110"
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == nodes.names[0]
+    assert node["spec"]["podCIDR"] == f"10.233.{nodes.index(nodes.names[0])}.0/24"
+    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    assert condition(node, "Ready") == "True"
+    lease = client.CoordinationV1Api(core.api_client).read_namespaced_lease(nodes.names[0], "kube-node-lease")
+    assert lease.spec.holder_identity == nodes.names[0]
+
+
+def test_exit_codes_and_reasons_are_reported(core, namespace, nodes):
+    manifest = pod_manifest("exits", nodes.names[0], sh("echo bye; exit 3"))
+    manifest["spec"]["containers"].append({"name": "fine", "image": "local/none", "command": ["true"]})
+    create(core, namespace, manifest)
+    pod = wait_phase(core, namespace, "exits", ("Failed", "Succeeded"), POD_FINISH_TIMEOUT_S)
+    assert pod["status"]["phase"] == "Failed"
+    failed = container_status(pod)["state"]["terminated"]
+    assert (failed["exitCode"], failed["reason"]) == (3, "Error")
+    assert container_status(pod, "fine")["state"]["terminated"]["reason"] == "Completed"
+    assert pod["status"]["podIP"].startswith(f"10.233.{nodes.index(nodes.names[0])}.")
+    assert pod["status"]["hostIP"] == nodes.ips[nodes.names[0]]
+    assert condition(pod, "Ready") == "False"
+
+
+def test_tcp_readiness_probe_flips_ready(core, namespace, nodes):
+    manifest = pod_manifest(
+        "web", nodes.names[0], sh("sleep 3; exec python -m http.server 8080"),
+        container={"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}},
+    )
+    create(core, namespace, manifest)
+    pod = wait_phase(core, namespace, "web", ("Running",))
+    assert condition(pod, "Ready") == "False", "ready before anything listened"
+    wait_for(lambda: condition(get_pod(core, namespace, "web"), "Ready") == "True", PROBE_TIMEOUT_S, "web Ready")
+    assert container_status(get_pod(core, namespace, "web"))["ready"] is True
+
+
+def test_exec_readiness_probe_runs_inside_the_pod(core, namespace, nodes):
+    # /tmp is private to the container: the host's /tmp has no such file.
+    manifest = pod_manifest(
+        "flag", nodes.names[1], sh(f"touch /tmp/ready; sleep 4; rm /tmp/ready; exec sleep {marker()}"),
+        container={"readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]},
+                                      "periodSeconds": 1, "failureThreshold": 1}},
+    )
+    create(core, namespace, manifest)
+    wait_for(lambda: condition(get_pod(core, namespace, "flag"), "Ready") == "True", PROBE_TIMEOUT_S, "Ready")
+    wait_for(lambda: condition(get_pod(core, namespace, "flag"), "Ready") == "False", PROBE_TIMEOUT_S, "not Ready")
+
+
+def test_secret_files_have_their_modes_inside_the_pod(core, namespace, nodes):
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="ssh"), string_data={"id_rsa": "PRIVATE", "authorized_keys": "PUBLIC"},
+    ))
+    script = """
+        cd /etc/ssh-keys
+        stat -L -c '%n %a %U' id_rsa authorized_keys
+        cat id_rsa; echo
+        touch new 2>/dev/null || echo read-only
+    """
+    manifest = pod_manifest(
+        "keys", nodes.names[0], sh(script),
+        container={"volumeMounts": [{"name": "keys", "mountPath": "/etc/ssh-keys"}]},
+        volumes=[{"name": "keys", "secret": {"secretName": "ssh", "defaultMode": 0o400,
+                                             "items": [{"key": "id_rsa", "path": "id_rsa", "mode": 0o600},
+                                                       {"key": "authorized_keys", "path": "authorized_keys"}]}}],
+    )
+    create(core, namespace, manifest)
+    wait_phase(core, namespace, "keys", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    assert logs(core, namespace, "keys").splitlines() == [
+        "id_rsa 600 root", "authorized_keys 400 root", "PRIVATE", "read-only",
+    ]
+
+
+def test_deleting_a_pod_kills_all_its_processes(core, namespace, nodes):
+    escaped, grace_s = marker(), 2
+    # The shell ignores SIGTERM, so only SIGKILL after the grace period ends it;
+    # the setsid'd sleep leaves the process group, as sshd's sessions do.
+    script = f"trap '' TERM; setsid sleep {escaped} & while true; do sleep 1; done"
+    manifest = pod_manifest("stubborn", nodes.names[1], sh(script), terminationGracePeriodSeconds=grace_s)
+    create(core, namespace, manifest)
+    wait_phase(core, namespace, "stubborn", ("Running",))
+    wait_for(lambda: processes_with(escaped), POD_START_TIMEOUT_S, "the escaped sleep to start")
+    started = time.monotonic()
+    core.delete_namespaced_pod("stubborn", namespace)
+    wait_gone(core, namespace, "stubborn")
+    assert time.monotonic() - started >= grace_s - 0.5, "killed before the grace period ended"
+    assert processes_with(escaped) == []
+
+
+def test_pods_on_two_nodes_reach_each_other(core, namespace, nodes):
+    create(core, namespace, pod_manifest(
+        "server", nodes.names[0], ["python", "-m", "http.server", "8080"],
+        container={"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}},
+    ))
+    server = wait_for(
+        lambda: (p := get_pod(core, namespace, "server")) and condition(p, "Ready") == "True" and p,
+        PROBE_TIMEOUT_S, "server Ready",
+    )
+    address = server["status"]["podIP"]
+    script = f"""
+        import socket, urllib.request
+        print(socket.gethostname())
+        print(urllib.request.urlopen("http://{address}:8080/", timeout=5).status)
+    """
+    create(core, namespace, pod_manifest("client", nodes.names[1], ["python", "-c", textwrap.dedent(script)]))
+    wait_phase(core, namespace, "client", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    assert logs(core, namespace, "client").split() == ["client", "200"]
+
+
+IN_CLUSTER_SCRIPT = """
+import os
+from kubernetes import client, config
+config.load_incluster_config()
+core = client.CoreV1Api()
+for what, call in (("pod", lambda: core.read_namespaced_pod(os.environ["POD"], os.environ["NS"])),
+                   ("nodes", core.list_node)):
+    try:
+        call()
+        print(what, "ok")
+    except client.ApiException as error:
+        print(what, error.status)
+"""
+
+
+def test_in_cluster_config_works_with_the_projected_token(core, namespace, nodes, api_client):
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader")))
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="nobody")))
+    rbac.create_namespaced_role(namespace, client.V1Role(
+        metadata=client.V1ObjectMeta(name="pod-reader"),
+        rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get"])],
+    ))
+    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name="pod-reader"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="pod-reader"),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)],
+    ))
+    env = [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+           {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+    for account in ("reader", "nobody"):
+        create(core, namespace, pod_manifest(
+            account, nodes.names[0], ["python", "-c", IN_CLUSTER_SCRIPT], serviceAccountName=account,
+            container={"env": env},
+        ))
+    for account in ("reader", "nobody"):
+        wait_phase(core, namespace, account, ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    assert logs(core, namespace, "reader").splitlines() == ["pod ok", "nodes 403"]
+    assert logs(core, namespace, "nobody").splitlines() == ["pod 403", "nodes 403"]
+
+
+def test_kubectl_logs_returns_the_output(cluster, core, namespace, nodes):
+    create(core, namespace, pod_manifest("talker", nodes.names[1], sh("echo line-1; echo line-2 >&2; sleep 2; echo line-3")))
+    wait_phase(core, namespace, "talker", ("Running",))
+    followed = cluster.kubectl("logs", "-f", "-n", namespace, "talker")
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines() == ["line-1", "line-2", "line-3"]
+    wait_phase(core, namespace, "talker", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    tail = cluster.kubectl("logs", "--tail=1", "--timestamps", "-n", namespace, "talker")
+    assert tail.returncode == 0, tail.stderr
+    stamp, text = tail.stdout.strip().split(" ", 1)
+    assert text == "line-3" and stamp.endswith("Z")
+
+
+def test_garbage_collector_deletes_pods_of_a_deleted_owner(core, namespace, nodes):
+    owner = core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner")))
+    running = marker()
+    manifest = pod_manifest("owned", nodes.names[0], ["sleep", running], metadata={"ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}]})
+    create(core, namespace, manifest)
+    wait_phase(core, namespace, "owned", ("Running",))
+    assert processes_with(running)
+    core.delete_namespaced_config_map("owner", namespace)
+    wait_gone(core, namespace, "owned")
+    assert processes_with(running) == []
+
+
+def test_killed_container_restarts_under_on_failure(core, namespace, nodes):
+    running = marker()
+    create(core, namespace, pod_manifest("manager", nodes.names[0], ["sleep", running], restart_policy="OnFailure"))
+    wait_phase(core, namespace, "manager", ("Running",))
+    (pid,) = wait_for(lambda: processes_with(running), POD_START_TIMEOUT_S, "the container's process")
+    os.kill(pid, signal.SIGKILL)
+
+    def restarted():
+        pod = get_pod(core, namespace, "manager")
+        status = container_status(pod)
+        return status if status["restartCount"] == 1 and "running" in status["state"] else None
+
+    status = wait_for(restarted, RESTART_TIMEOUT_S, "the container to run again")
+    assert status["lastState"]["terminated"]["exitCode"] == 137
+    assert get_pod(core, namespace, "manager")["status"]["phase"] == "Running"
+    assert len(processes_with(running)) == 1
+
+
+def test_failing_init_container_fails_the_pod(core, namespace, nodes):
+    manifest = pod_manifest("init-fails", nodes.names[1], ["true"],
+                            initContainers=[{"name": "fetch", "image": "local/none", "command": ["sh", "-c", "exit 7"]}])
+    create(core, namespace, manifest)
+    pod = wait_phase(core, namespace, "init-fails", ("Failed", "Succeeded"), POD_FINISH_TIMEOUT_S)
+    assert pod["status"]["phase"] == "Failed"
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 7
+    assert container_status(pod)["state"] == {"waiting": {"reason": "PodInitializing"}}
+
+
+def test_active_deadline_fails_the_pod(core, namespace, nodes):
+    running = marker()
+    create(core, namespace, pod_manifest("slow", nodes.names[1], ["sleep", running], activeDeadlineSeconds=2))
+    pod = wait_phase(core, namespace, "slow", ("Failed",), POD_FINISH_TIMEOUT_S)
+    assert pod["status"]["reason"] == "DeadlineExceeded"
+    assert processes_with(running) == []
+
+
+def test_environment_and_downward_api(core, namespace, nodes):
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cfg"),
+                                                                    data={"MODE": "fast"}))
+    script = "echo $POD_NAME $NODE $MODE $HOSTNAME $KUBERNETES_SERVICE_HOST; cat /etc/info/labels; echo; echo $1"
+    manifest = pod_manifest(
+        "env", nodes.names[0], ["sh", "-c", script, "sh", "$(POD_NAME)-$(MODE)"],
+        metadata={"labels": {"role": "worker"}},
+        container={
+            "envFrom": [{"configMapRef": {"name": "cfg"}}],
+            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "volumeMounts": [{"name": "info", "mountPath": "/etc/info"}],
+        },
+        volumes=[{"name": "info", "downwardAPI": {"items": [
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}],
+    )
+    create(core, namespace, manifest)
+    wait_phase(core, namespace, "env", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    assert logs(core, namespace, "env").splitlines() == [
+        f"env {nodes.names[0]} fast env 10.233.0.1", 'role="worker"', "env-fast",
+    ]
+
+
+def test_host_network_pod_uses_the_node_address(core, namespace, nodes):
+    node = nodes.names[1]
+    create(core, namespace, pod_manifest("hostnet", node, sh("hostname; ip -4 -o addr show eth0"), hostNetwork=True))
+    pod = wait_phase(core, namespace, "hostnet", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    assert pod["status"]["podIP"] == pod["status"]["hostIP"] == nodes.ips[node]
+    name, address = logs(core, namespace, "hostnet").splitlines()
+    assert name == node and f"inet {nodes.ips[node]}/16" in address
+
+
+def test_pods_keep_running_across_an_apiserver_restart(cluster, core, namespace, nodes):
+    before = marker()
+    create(core, namespace, pod_manifest("before", nodes.names[0], ["sleep", before]))
+    wait_phase(core, namespace, "before", ("Running",))
+    cluster.restart_apiserver()
+    create(core, namespace, pod_manifest("after", nodes.names[1], ["true"]))
+    wait_phase(core, namespace, "after", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    assert get_pod(core, namespace, "before")["status"]["phase"] == "Running"
+    core.delete_namespaced_pod("before", namespace)
+    wait_gone(core, namespace, "before")
+    assert processes_with(before) == []
+    assert condition(json.loads(core.read_node(nodes.names[0], _preload_content=False).data), "Ready") == "True"
+
+
+def test_sixty_four_pods_run_at_once_and_are_cleaned_up(core, namespace, nodes, capsys):
+    running = marker()
+    started = time.monotonic()
+    for number in range(MANY_PODS):
+        create(core, namespace, pod_manifest(f"many-{number}", nodes.names[number % 2], ["sleep", running]))
+    created_s = time.monotonic() - started
+
+    def phases() -> dict[str, int]:
+        items = json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]
+        counts: dict[str, int] = {}
+        for pod in items:
+            phase = pod.get("status", {}).get("phase", "?")
+            counts[phase] = counts.get(phase, 0) + 1
+        return counts
+
+    wait_for(lambda: phases().get("Running") == MANY_PODS, MANY_PODS_TIMEOUT_S, f"{MANY_PODS} pods Running")
+    running_s = time.monotonic() - started
+    items = json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]
+    assert len({pod["status"]["podIP"] for pod in items}) == MANY_PODS
+    assert len(processes_with(running)) == MANY_PODS
+
+    deleting = time.monotonic()
+    core.delete_collection_namespaced_pod(namespace)
+    wait_for(lambda: not phases(), MANY_PODS_TIMEOUT_S, "every pod to be deleted")
+    deleted_s = time.monotonic() - deleting
+    assert processes_with(running) == []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in nodes.names:
+        assert f"dt-p{nodes.index(name)}-" not in netns
+    with capsys.disabled():
+        print(f"\n[agent] {MANY_PODS} pods: created in {created_s:.1f}s, all Running after {running_s:.1f}s, "
+              f"all deleted {deleted_s:.1f}s after delete")
