@@ -96,9 +96,9 @@ class ProgressLines:
     def update(self, manager: Mapping | None, children: list[Mapping]) -> list[str]:
         if manager is None:
             return []
-        facts = {"manager": f"manager pod {manager['metadata']['name']}: {podstate.phase(manager)}"}
-        if podstate.phase(manager) == "Pending":
-            facts["manager"] += f" ({podstate.waiting_reason(manager)})"
+        pending = podstate.phase(manager) == "Pending"
+        facts = {"manager": f"manager pod {manager['metadata']['name']}: "
+                            + (podstate.waiting_reason(manager) if pending else podstate.phase(manager))}
         reported = (manager["metadata"].get("annotations") or {}).get(names.ANNOTATION_PHASE)
         if reported:
             facts["phase"] = f"phase: {reported}"

@@ -1,0 +1,337 @@
+"""The commands end to end on an in-memory cluster: what they call, print and return."""
+
+import copy
+from datetime import datetime, timezone
+
+import pytest
+
+from distributetrain import cli, errors
+from distributetrain.jobs import commands, connection, follow, manager_spec
+
+NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=timezone.utc)
+CREATED = "2026-01-02T11:55:00Z"
+
+
+def matches(obj, namespace, label_selector):
+    labels = obj["metadata"].get("labels") or {}
+    terms = [t.split("=", 1) for t in label_selector.split(",") if t]
+    return (namespace is None or obj["metadata"]["namespace"] == namespace) and all(
+        labels.get(key) == value for key, value in terms)
+
+
+class FakeKube:
+    """Pods, Jobs and Secrets in memory; deleting a manager deletes what it owns, as the
+    manager's teardown and the garbage collector would."""
+
+    def __init__(self, *objects):
+        self.store = {"Pod": {}, "Job": {}, "Secret": {}}
+        for obj in objects:
+            self.put(obj)
+        self.created, self.deleted = [], []
+        self.watches: list[list[tuple[str, dict]]] = []  # one list of events per watch call
+        self.logs: dict[tuple[str, str], str] = {}
+        self.stuck: set[str] = set()  # pods that never go away
+        self.requests = 0
+
+    def put(self, obj):
+        self.store[obj["kind"]][(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+
+    def _select(self, kind, namespace, label_selector):
+        return [o for o in self.store[kind].values() if matches(o, namespace, label_selector)]
+
+    def list_all(self, kind, namespace=None, label_selector=""):
+        return copy.deepcopy(self._select("Pod", namespace, label_selector)), "1"
+
+    def get_pod(self, namespace, name):
+        return copy.deepcopy(self.store["Pod"].get((namespace, name)))
+
+    def get_batch_job(self, namespace, name):
+        return copy.deepcopy(self.store["Job"].get((namespace, name)))
+
+    def list_batch_jobs(self, namespace, label_selector):
+        return self._select("Job", namespace, label_selector)
+
+    def list_secrets(self, namespace, label_selector):
+        return self._select("Secret", namespace, label_selector)
+
+    def create(self, obj):
+        if (obj["metadata"]["namespace"], obj["metadata"]["name"]) in self.store[obj["kind"]]:
+            raise errors.AlreadyExists("exists")
+        self.created.append(obj)
+        self.put(obj)
+        return obj
+
+    def _delete_job_of(self, namespace, manager_pod):
+        for kind in ("Pod", "Secret"):
+            for obj in self._select(kind, namespace, f"distributetrain.io/job={manager_pod}"):
+                if obj["metadata"]["name"] not in self.stuck:
+                    del self.store[kind][(namespace, obj["metadata"]["name"])]
+
+    def delete(self, kind, namespace, name, grace_period_s=None):
+        self.deleted.append(f"{kind}/{name}")
+        self.store[kind].pop((namespace, name))
+        self._delete_job_of(namespace, name)
+        return True
+
+    def delete_batch_job(self, namespace, name):
+        self.deleted.append(f"Job/{name}")
+        self.store["Job"].pop((namespace, name))
+        for pod in self._select("Pod", namespace, f"distributetrain.io/job={name},distributetrain.io/role=manager"):
+            self.store["Pod"].pop((namespace, pod["metadata"]["name"]))
+            self._delete_job_of(namespace, pod["metadata"]["name"])
+        return True
+
+    def watch_pods(self, namespace, resource_version, timeout_s, label_selector=""):
+        assert self.watches, "watched beyond the scripted events"
+        for kind, pod in self.watches.pop(0):
+            if kind == "DELETED":
+                self.store["Pod"].pop((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+            else:
+                self.put(pod)
+            if matches(pod, namespace, label_selector):
+                yield kind, copy.deepcopy(pod)
+
+    def pod_log(self, namespace, pod, container, follow):
+        yield from self.logs[(pod, container)].splitlines(keepends=True)
+
+
+def manager(name="demo", phase="Running", annotations=None, exit_code=None, pod_name=None):
+    """A manager pod as `submit` creates it (``pod_name``: a Job's generated pod)."""
+    args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--namespace", "ml",
+                                          "--name", name])
+    pod = manager_spec.manager_pod(*commands.submission(args, []))
+    pod["metadata"].update(creationTimestamp=CREATED, annotations=annotations or {})
+    if pod_name:
+        pod["metadata"]["name"] = pod_name
+        pod["metadata"]["ownerReferences"] = [{"kind": "Job", "name": name, "uid": "job-uid"}]
+    pod["status"] = {"phase": phase}
+    if exit_code is not None:
+        pod["status"]["containerStatuses"] = [{"name": "manager", "state": {"terminated": {"exitCode": exit_code}}}]
+    return pod
+
+
+def batch_job(name="demo"):
+    args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--namespace", "ml",
+                                          "--name", name, "--as-job"])
+    job = manager_spec.manager_job(*commands.submission(args, []))
+    job["metadata"]["creationTimestamp"] = CREATED
+    return job
+
+
+def child(job, role, name=None, phase="Running", ready=False, kind="Pod"):
+    return {"kind": kind, "metadata": {
+        "name": name or f"{job}-{role}", "namespace": "ml",
+        "labels": {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/job": job,
+                   "distributetrain.io/role": role}},
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+def running_job(job="demo"):
+    return [child(job, "worker", f"{job}-worker-0", ready=True), child(job, "chief"),
+            child(job, "ssh", f"{job}-ssh", kind="Secret")]
+
+
+PLANNED = {"distributetrain.io/phase": "Training", "distributetrain.io/plan": "a=1,b=1"}
+
+
+@pytest.fixture
+def kube(monkeypatch):
+    fake = FakeKube()
+    monkeypatch.setattr(connection, "connect", lambda args: fake)
+    monkeypatch.setattr(commands, "_now", lambda: NOW)
+    monkeypatch.setattr(follow.time, "sleep", lambda s: None)
+    return fake
+
+
+def run(capsys, *argv):
+    code = cli.main([*argv, "--namespace", "ml"] if "--" not in argv else list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_submit_creates_the_manager_and_prints_the_name(capsys, kube):
+    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
+    assert (code, out) == (0, "demo\n")
+    args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--name", "demo",
+                                          "--namespace", "ml"])
+    assert kube.created == [manager_spec.manager_pod(*commands.submission(args, []))]
+
+
+@pytest.mark.parametrize("existing", [manager(), batch_job(), manager(pod_name="demo-x7k2p")])
+@pytest.mark.parametrize("as_job", [[], ["--as-job"]])
+def test_submit_refuses_a_name_in_use_however_it_was_submitted(capsys, kube, existing, as_job):
+    kube.put(existing)
+    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", *as_job)
+    assert (code, out, kube.created) == (2, "", [])
+    assert err == "distributetrain: error: --name: a job named 'demo' already exists in namespace 'ml'\n"
+
+
+def test_list_shows_jobs_however_they_were_submitted(capsys, kube):
+    from_yaml = manager(name="distributetrain-manager")
+    del from_yaml["metadata"]["labels"]["distributetrain.io/job"]
+    for obj in [manager("pod-job", annotations=PLANNED), batch_job("batch-job"),
+                manager("batch-job", pod_name="batch-job-x7k2p", phase="Succeeded", exit_code=0),
+                batch_job("no-pod-yet"), from_yaml, *running_job("pod-job"),
+                child("batch-job-x7k2p", "chief", phase="Succeeded")]:
+        kube.put(obj)
+    code, out, err = run(capsys, "list")
+    assert (code, err) == (0, "")
+    assert out == (
+        "NAME                      PHASE       GPUS   NODES     AGE   EXIT   REASON\n"
+        "batch-job                 Succeeded   2      -         5m    0      -\n"
+        "distributetrain-manager   Running     2      -         5m    -      -\n"
+        "no-pod-yet                Pending     2      -         5m    -      waiting for the Job controller to create the manager pod\n"
+        "pod-job                   Training    2      a=1,b=1   5m    -      -\n"
+    )
+
+
+def test_list_of_nothing_says_so(capsys, kube):
+    assert run(capsys, "list") == (0, "", "No jobs in namespace ml.\n")
+
+
+def test_status_of_a_batch_job_follows_its_pods_generated_name(capsys, kube):
+    for obj in [batch_job(), manager(pod_name="demo-x7k2p", annotations=PLANNED), *running_job("demo-x7k2p")]:
+        kube.put(obj)
+    code, out, err = run(capsys, "status", "demo")
+    assert (code, err) == (0, "")
+    assert out == (
+        "Name:           demo\n"
+        "Namespace:      ml\n"
+        "Submitted as:   Job\n"
+        "Manager pod:    demo-x7k2p\n"
+        "Phase:          Training\n"
+        "GPUs:           2 on 2 nodes (a=1,b=1)\n"
+        "Age:            5m\n"
+        "Workers Ready:  1/1\n"
+        "Chief:          Running\n"
+        "Exit code:      -\n"
+        "Reason:         -\n"
+    )
+
+
+def test_status_of_no_such_job(capsys, kube):
+    assert run(capsys, "status", "ghost") == (
+        1, "", "distributetrain: error: no job 'ghost' in namespace 'ml' (see 'distributetrain list')\n")
+
+
+def test_logs_are_the_chiefs_or_the_managers(capsys, kube):
+    for obj in [manager(), *running_job()]:
+        kube.put(obj)
+    kube.logs = {("demo-chief", "chief"): "epoch 1\nepoch 2\n", ("demo", "manager"): "planning\n"}
+    assert run(capsys, "logs", "demo") == (0, "epoch 1\nepoch 2\n", "")
+    assert run(capsys, "logs", "demo", "--manager", "-f") == (0, "planning\n", "")
+
+
+def test_logs_before_the_chief_exists(capsys, kube):
+    kube.put(manager(annotations={"distributetrain.io/phase": "Planning"}))
+    assert run(capsys, "logs", "demo") == (1, "", "distributetrain: error: job 'demo' has no chief pod (Planning); "
+                                                  "see 'distributetrain logs --manager demo'\n")
+
+
+def test_cancel_deletes_the_manager_and_confirms_everything_is_gone(capsys, kube):
+    for obj in [manager(), *running_job()]:
+        kube.put(obj)
+    code, out, err = run(capsys, "cancel", "demo")
+    assert (code, err, kube.deleted) == (0, "", ["Pod/demo"])
+    assert out == "deleted pod/demo\ndeleted pod/demo-chief\ndeleted pod/demo-worker-0\ndeleted secret/demo-ssh\n"
+    assert kube.store == {"Pod": {}, "Job": {}, "Secret": {}}
+
+
+def test_cancel_of_a_batch_job_deletes_the_job(capsys, kube):
+    for obj in [batch_job(), manager(pod_name="demo-x7k2p"), *running_job("demo-x7k2p")]:
+        kube.put(obj)
+    code, out, err = run(capsys, "cancel", "demo")
+    assert (code, err, kube.deleted) == (0, "", ["Job/demo"])
+    assert out.splitlines() == ["deleted job/demo", "deleted pod/demo-x7k2p", "deleted pod/demo-x7k2p-chief",
+                                "deleted pod/demo-x7k2p-worker-0", "deleted secret/demo-x7k2p-ssh"]
+
+
+def test_cancel_says_what_is_left_at_its_deadline(capsys, kube):
+    for obj in [manager(), *running_job()]:
+        kube.put(obj)
+    kube.stuck = {"demo-chief"}
+    code, out, err = run(capsys, "cancel", "demo", "--timeout", "1s")
+    assert (code, out) == (75, "deleted pod/demo\ndeleted pod/demo-worker-0\ndeleted secret/demo-ssh\n")
+    assert err == "distributetrain: error: still there after 1s: pod/demo-chief\n"
+
+
+def annotated(pod, **annotations):
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["annotations"].update(annotations)
+    return pod
+
+
+def test_follow_shows_progress_streams_the_chief_and_exits_with_the_jobs_code(capsys, kube):
+    job = manager(phase="Pending")
+    running = manager()
+    planned = annotated(running, **{"distributetrain.io/phase": "StartingWorkers",
+                                    "distributetrain.io/plan": "a=1,b=1"})
+    worker = child("demo", "worker", "demo-worker-0", phase="Pending")
+    kube.watches = [
+        [("MODIFIED", running)],
+        [("MODIFIED", planned), ("ADDED", worker), ("MODIFIED", child("demo", "worker", "demo-worker-0", ready=True)),
+         ("ADDED", child("demo", "chief", phase="Pending")),
+         ("MODIFIED", annotated(planned, **{"distributetrain.io/phase": "Training"})),
+         ("MODIFIED", child("demo", "chief"))],
+        [("DELETED", worker), ("MODIFIED", child("demo", "chief", phase="Failed")),
+         ("MODIFIED", annotated(manager(phase="Failed", exit_code=3), **{
+             "distributetrain.io/phase": "Failed", "distributetrain.io/reason": "chief exited with code 3"}))],
+    ]
+    kube.logs = {("demo-chief", "chief"): "epoch 1\nTraceback\n"}
+    kube.create = lambda obj: kube.put(job)
+    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--follow")
+    assert (code, out) == (3, "demo\nepoch 1\nTraceback\n")
+    assert err.splitlines() == [
+        "demo: manager pod demo: phase Pending, not ready",
+        "demo: manager pod demo: Running",
+        "demo: phase: StartingWorkers",
+        "demo: plan: 2 GPUs on 2 nodes (a=1,b=1, the chief's share last)",
+        "demo: workers Ready: 0/1",
+        "demo: workers Ready: 1/1",
+        "demo: chief demo-chief: Pending",
+        "demo: phase: Training",
+        "demo: chief demo-chief: Running",
+        "demo: workers Ready: 0/1",
+        "demo: chief demo-chief: Failed",
+        "demo: manager pod demo: Failed",
+        "demo: phase: Failed",
+        "demo: Failed, exit code 3: chief exited with code 3",
+    ]
+
+
+def test_follow_of_a_job_that_fails_before_training(capsys, kube):
+    kube.put(manager())
+    kube.watches = [[("MODIFIED", annotated(manager(phase="Failed", exit_code=69), **{
+        "distributetrain.io/phase": "Failed", "distributetrain.io/reason": "requested 2 GPUs but only 1 is free"}))]]
+    code = follow.Follower(kube, "ml", "demo", out := FakeStream(), err := FakeStream()).run()
+    assert (code, out.text) == (69, "")
+    assert err.text.splitlines()[-1] == "demo: Failed, exit code 69: requested 2 GPUs but only 1 is free"
+
+
+def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kube):
+    kube.put(batch_job())
+    pod = manager(pod_name="demo-x7k2p")
+    kube.watches = [[("ADDED", pod)], [("DELETED", pod)]]
+    code = follow.Follower(kube, "ml", "demo", FakeStream(), err := FakeStream()).run()
+    assert code == 143
+    assert err.text.splitlines() == ["demo: manager pod demo-x7k2p: Running",
+                                     "demo: the manager pod was deleted: the job is cancelled"]
+
+
+def test_follow_gives_up_on_a_manager_that_never_starts(kube, monkeypatch):
+    kube.put(manager(phase="Pending"))
+    monkeypatch.setattr(follow, "MANAGER_START_TIMEOUT_S", 0.0)
+    code = follow.Follower(kube, "ml", "demo", FakeStream(), err := FakeStream()).run()
+    assert code == 75
+    assert "did not start within 0s" in err.text
+
+
+class FakeStream:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
