@@ -126,6 +126,8 @@ class PodView:
     reason: str = ""
     message: str = ""
     readiness_gates_ready: bool = True
+    # metadata.generation of the spec this status describes (kubelets since 1.33 report it).
+    observed_generation: int | None = None
     transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
@@ -199,6 +201,8 @@ def pod_conditions(view: PodView, phase: str, now: datetime.datetime) -> list[di
             since = rfc3339(now)
             view.transitions[kind] = (status, since)
         condition = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": since}
+        if view.observed_generation is not None:
+            condition["observedGeneration"] = view.observed_generation
         if reason:
             condition["reason"] = reason
         if message:
@@ -215,6 +219,7 @@ def build_status(view: PodView, now: datetime.datetime) -> dict:
     """
     phase = pod_phase(view)
     status: dict = {
+        "observedGeneration": view.observed_generation,
         "phase": phase,
         "conditions": pod_conditions(view, phase, now),
         "hostIP": view.host_ip or None,

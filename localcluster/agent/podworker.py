@@ -26,6 +26,7 @@ from localcluster.agent.containerenv import (
     ContainerConfigError, PodContext, container_argv, kubelet_env, process_env,
 )
 from localcluster.agent.containerlogs import LogWriter
+from localcluster.agent.kubeapi import ApiError, Unavailable
 from localcluster.agent.netns import NetworkError
 from localcluster.agent.network import AddressesExhausted, NodeNetwork
 from localcluster.agent.objects import ApiObjects
@@ -255,6 +256,7 @@ class PodWorker(threading.Thread):
 
     def _apply_pod(self, pod: dict) -> None:
         self._pod = pod
+        self._view.observed_generation = pod["metadata"].get("generation")
         gates = [gate["conditionType"] for gate in pod["spec"].get("readinessGates") or []]
         conditions = {c["type"]: c.get("status") for c in (pod.get("status") or {}).get("conditions") or []}
         self._view.readiness_gates_ready = all(conditions.get(gate) == "True" for gate in gates)
@@ -321,7 +323,7 @@ class PodWorker(threading.Thread):
         settings = self._deps.settings
         try:
             self._sandbox.create(self._deps.objects, settings.ca_file, self._deps.allocatable)
-        except (VolumeError, NetworkError, AddressesExhausted, OSError) as error:
+        except (VolumeError, NetworkError, AddressesExhausted, OSError, ApiError, Unavailable) as error:
             log.warning("[%s] sandbox not ready, retrying in %ss: %s", self.key, self._setup_delay_s, error)
             self._set_waiting_message(str(error))
             self._setup_retry_at = now + self._setup_delay_s
@@ -396,7 +398,7 @@ class PodWorker(threading.Thread):
             kubelet_vars = kubelet_env(container.spec, context, self._deps.objects)
             argv = container_argv(container.spec, kubelet_vars)
             mounts = self._mounts(container)
-        except (ContainerConfigError, VolumeError) as error:
+        except (ContainerConfigError, VolumeError, ApiError, Unavailable) as error:
             log.warning("[%s] container %s cannot start: %s", self.key, container.name, error)
             container.view.state = WAITING
             container.view.waiting_reason = "CreateContainerConfigError"

@@ -327,9 +327,14 @@ def test_garbage_collector_deletes_pods_of_a_deleted_owner(core, namespace, node
     assert processes_with(running) == []
 
 
-def test_killed_container_restarts_under_on_failure(core, namespace, nodes):
+def test_killed_container_restarts_under_on_failure(cluster, core, namespace, nodes):
     running = marker()
-    create(core, namespace, pod_manifest("manager", nodes.names[0], ["sleep", running], restart_policy="OnFailure"))
+    # The emptyDir outlives the container, so each run can tell which one it is.
+    script = f'echo "attempt $(ls /data | wc -l)"; touch /data/$$; exec sleep {running}'
+    create(core, namespace, pod_manifest(
+        "manager", nodes.names[0], sh(script), restart_policy="OnFailure",
+        container={"volumeMounts": [{"name": "data", "mountPath": "/data"}]}, volumes=[{"name": "data", "emptyDir": {}}],
+    ))
     wait_phase(core, namespace, "manager", ("Running",))
     (pid,) = wait_for(lambda: processes_with(running), POD_START_TIMEOUT_S, "the container's process")
     os.kill(pid, signal.SIGKILL)
@@ -343,6 +348,9 @@ def test_killed_container_restarts_under_on_failure(core, namespace, nodes):
     assert status["lastState"]["terminated"]["exitCode"] == 137
     assert get_pod(core, namespace, "manager")["status"]["phase"] == "Running"
     assert len(processes_with(running)) == 1
+    wait_for(lambda: logs(core, namespace, "manager") == "attempt 1\n", POD_START_TIMEOUT_S, "the new run's log")
+    previous = cluster.kubectl("logs", "--previous", "-n", namespace, "manager")
+    assert previous.stdout == "attempt 0\n", previous.stderr
 
 
 def test_failing_init_container_fails_the_pod(core, namespace, nodes):
