@@ -208,12 +208,11 @@ class Kube:
         return True
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        """Merge-patch annotations (None removes one)."""
+        """Patch annotations (None removes one)."""
         patch = {"metadata": {"annotations": annotations}}
         self._call(
-            lambda: self.core.patch_namespaced_pod(
-                name, namespace, patch, _preload_content=False, _content_type="application/merge-patch+json"
-            )
+            # A dict body is sent as a strategic merge patch: null removes an annotation.
+            lambda: self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False)
         )
 
     # -- watches -----------------------------------------------------------------------

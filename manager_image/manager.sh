@@ -13,26 +13,26 @@ phase() {
   python -m distributetrain "$@" &
   child=$!
   wait "$child"
-  status=$?
+  phase_status=$?
   # A trapped signal interrupts `wait`; wait again for the phase's own exit code.
-  while [ "$status" -gt 128 ] && kill -0 "$child" 2>/dev/null; do
+  while [ "$phase_status" -gt 128 ] && kill -0 "$child" 2>/dev/null; do
     wait "$child"
-    status=$?
+    phase_status=$?
   done
   child=0
-  return "$status"
+  return "$phase_status"
 }
 
 phase pre-training "$@"
-status=$?
-if [ "$status" -eq 2 ]; then
+pre_training_status=$?
+if [ "$pre_training_status" -eq 2 ]; then
   exit 2  # bad input: nothing was created
 fi
-if [ "$status" -ne 0 ]; then
+if [ "$pre_training_status" -ne 0 ]; then
   # Pre-training cleans up after itself; this covers a hard crash (unless the pod's
   # restartPolicy restarts this container, which then adopts the job).
   phase teardown --unless-restarting "$@"
-  exit "$status"
+  exit "$pre_training_status"
 fi
 phase post-training "$@"
 exit $?
