@@ -200,6 +200,25 @@ def test_exec_readiness_probe_runs_inside_the_pod(core, namespace, nodes):
     wait_for(lambda: condition(get_pod(core, namespace, "flag"), "Ready") == "False", PROBE_TIMEOUT_S, "not Ready")
 
 
+def test_failing_liveness_probe_restarts_the_container(core, namespace, nodes):
+    # Serves until /tmp/alive (private to each container run) disappears after 3 s.
+    script = "touch /tmp/alive; (sleep 3; rm /tmp/alive) & exec python -m http.server 8080"
+    manifest = pod_manifest(
+        "lively", nodes.names[1], sh(script), restart_policy="Always",
+        container={
+            "livenessProbe": {"exec": {"command": ["test", "-f", "/tmp/alive"]}, "periodSeconds": 1,
+                              "failureThreshold": 1},
+            "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
+        },
+    )
+    create(core, namespace, manifest)
+    wait_for(lambda: condition(get_pod(core, namespace, "lively"), "Ready") == "True", PROBE_TIMEOUT_S, "Ready")
+    wait_for(lambda: container_status(get_pod(core, namespace, "lively"))["restartCount"] >= 1, RESTART_TIMEOUT_S,
+             "a restart after the liveness probe failed")
+    last = container_status(get_pod(core, namespace, "lively"))["lastState"]["terminated"]
+    assert last["exitCode"] in (137, 143)
+
+
 def test_secret_files_have_their_modes_inside_the_pod(core, namespace, nodes):
     core.create_namespaced_secret(namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name="ssh"), string_data={"id_rsa": "PRIVATE", "authorized_keys": "PUBLIC"},
