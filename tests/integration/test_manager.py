@@ -1,5 +1,6 @@
 """The manager as a pod under rbac/, against the real control plane and node agent."""
 
+import re
 import threading
 
 import pytest
@@ -47,9 +48,8 @@ def test_six_gpus_on_5_3_2_run_as_two_pods_on_the_planned_nodes(cluster, api_cli
         assert chief["spec"]["nodeName"] == pool.node("c")
         assert chief["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
         log = jobs.logs("six-chief")
-        assert sorted(line.split()[0] for line in log.splitlines() if line.startswith("rank=")) == \
-            sorted(f"rank={r}" for r in range(6))
-        assert log.count("size=6") == 6
+        # horovodrun prefixes each line with "[rank]<stdout>:".
+        assert sorted(int(r) for r in re.findall(r"rank=(\d+) size=6", log)) == list(range(6))
         # The worker: 5 GPUs on node a, Ready before the chief was even created.
         worker_added = events.first(lambda e: e[0] == "ADDED" and e[1] == "six-worker-0")
         worker_ready = events.first(lambda e: e[1] == "six-worker-0" and e[2])
