@@ -511,6 +511,9 @@ class PodWorker(threading.Thread):
             run = container.run
             if run is None or container.view.state != RUNNING_STATE or run.kill_at is not None:
                 continue
+            if not run.process.alive:
+                # Exited; its pid may already belong to another process.
+                continue
             for kind, tracker in run.probes.items():
                 if tracker.next_due > now or (kind != STARTUP and not container.view.started):
                     continue

@@ -18,12 +18,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster.agent.containerlogs import LogWriter
-from localcluster.agent.supervisor import ExitStatus, Supervisor, kill_mount_namespace, signal_group
+from localcluster.agent.supervisor import ExitStatus, Supervisor
 from localcluster.agent.volumes import Mount
 
 log = logging.getLogger(__name__)
@@ -46,26 +47,72 @@ class LaunchSpec:
     env: dict[str, str]
 
 
-@dataclass
 class ContainerProcess:
-    """A started container: its main pid, and a handle on its mount namespace."""
+    """A started container: its main process, and a handle on its mount namespace.
 
-    pid: int
-    started_at: datetime.datetime
-    # Set when the command could not be started (the process exits 128).
-    start_error: str | None
-    _mount_ns_fd: int | None
+    The main process's pid is also its process group id; it cannot be reused
+    before the process is reaped, so the group is only signalled under the lock
+    that reaping takes. The mount namespace stays pinned by an open descriptor,
+    so its inode identifies the container's processes even after the main
+    process is gone.
+    """
+
+    def __init__(self, popen: subprocess.Popen, mount_ns_fd: int | None, start_error: str | None):
+        self.pid = popen.pid
+        self.started_at = datetime.datetime.now(datetime.timezone.utc)
+        # Set when the command could not be started (the process exits 128).
+        self.start_error = start_error
+        self._popen = popen
+        self._mount_ns_fd = mount_ns_fd
+        self._lock = threading.Lock()
+        self._reaped = False
+
+    @property
+    def alive(self) -> bool:
+        return not self._reaped
+
+    def reap(self) -> int:
+        """Wait for the main process (it has exited) and return its returncode."""
+        with self._lock:
+            returncode = self._popen.wait()
+            self._reaped = True
+            return returncode
 
     def terminate(self) -> None:
-        signal_group(self.pid, signal.SIGTERM)
+        """SIGTERM the container's process group."""
+        self._signal_group(signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL every process of the container, then let go of its namespace."""
-        signal_group(self.pid, signal.SIGKILL)
-        if self._mount_ns_fd is not None:
-            kill_mount_namespace(os.fstat(self._mount_ns_fd).st_ino)
-            os.close(self._mount_ns_fd)
-            self._mount_ns_fd = None
+        self._signal_group(signal.SIGKILL)
+        with self._lock:
+            if self._mount_ns_fd is not None:
+                kill_mount_namespace(os.fstat(self._mount_ns_fd).st_ino)
+                os.close(self._mount_ns_fd)
+                self._mount_ns_fd = None
+
+    def _signal_group(self, signum: int) -> None:
+        with self._lock:
+            if not self._reaped:
+                try:
+                    os.killpg(self.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+
+def kill_mount_namespace(mnt_ns_inode: int) -> int:
+    """SIGKILL every process in a mount namespace, whatever sessions or groups they moved to."""
+    killed = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/mnt").st_ino == mnt_ns_inode:
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return killed
 
 
 def start_container(
@@ -105,13 +152,8 @@ def start_container(
     mount_ns_fd, start_error = _read_start_status(parent)
     parent.close()
     spec_path.unlink(missing_ok=True)
-    started = ContainerProcess(
-        pid=process.pid,
-        started_at=datetime.datetime.now(datetime.timezone.utc),
-        start_error=start_error,
-        _mount_ns_fd=mount_ns_fd,
-    )
-    supervisor.watch(process, stdout_read, stderr_read, log_writer, on_exit)
+    started = ContainerProcess(process, mount_ns_fd, start_error)
+    supervisor.watch(process.pid, started.reap, stdout_read, stderr_read, log_writer, on_exit)
     return started
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import selectors
-import signal
-import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +38,8 @@ class ExitStatus:
 
 @dataclass
 class _Watched:
-    process: subprocess.Popen
+    pid: int
+    reap: Callable[[], int]
     log: LogWriter
     on_exit: Callable[[ExitStatus], None]
     open_streams: set[str] = field(default_factory=lambda: {"stdout", "stderr"})
@@ -58,12 +57,12 @@ class Supervisor(threading.Thread):
         self._selector.register(self._wake_read, selectors.EVENT_READ, None)
 
     def watch(
-        self, process: subprocess.Popen, stdout: int, stderr: int, log_writer: LogWriter,
+        self, pid: int, reap: Callable[[], int], stdout: int, stderr: int, log_writer: LogWriter,
         on_exit: Callable[[ExitStatus], None],
     ) -> None:
-        """Take over the read ends of a process's pipes; on_exit runs in this thread when it ends."""
+        """Take over the read ends of a process's pipes; when it ends, reap() it here and call on_exit."""
         with self._lock:
-            self._pending.append((_Watched(process, log_writer, on_exit), stdout, stderr))
+            self._pending.append((_Watched(pid, reap, log_writer, on_exit), stdout, stderr))
         os.write(self._wake_write, b"x")
 
     def run(self) -> None:
@@ -79,7 +78,7 @@ class Supervisor(threading.Thread):
                     else:
                         self._pump(key.fd, kind, watched)
                 except Exception:
-                    log.exception("supervisor: failed handling %s of pid %d", kind, watched.process.pid)
+                    log.exception("supervisor: failed handling %s of pid %d", kind, watched.pid)
 
     def _register_pending(self) -> None:
         try:
@@ -94,7 +93,7 @@ class Supervisor(threading.Thread):
             os.set_blocking(stderr, False)
             self._selector.register(stdout, selectors.EVENT_READ, ("stdout", watched))
             self._selector.register(stderr, selectors.EVENT_READ, ("stderr", watched))
-            pidfd = os.pidfd_open(watched.process.pid)
+            pidfd = os.pidfd_open(watched.pid)
             self._selector.register(pidfd, selectors.EVENT_READ, ("exit", watched))
 
     def _pump(self, fd: int, stream: str, watched: _Watched) -> None:
@@ -115,28 +114,5 @@ class Supervisor(threading.Thread):
     def _reap(self, pidfd: int, watched: _Watched) -> None:
         self._selector.unregister(pidfd)
         os.close(pidfd)
-        returncode = watched.process.wait()
+        returncode = watched.reap()
         watched.on_exit(ExitStatus.from_returncode(returncode))
-
-
-def signal_group(pid: int, signum: int) -> None:
-    """Signal a container's process group (its main process leads a session of its own)."""
-    try:
-        os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def kill_mount_namespace(mnt_ns_inode: int) -> int:
-    """SIGKILL every process in a container's mount namespace, wherever it moved its session."""
-    killed = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}/ns/mnt").st_ino == mnt_ns_inode:
-                os.kill(int(entry), signal.SIGKILL)
-                killed += 1
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return killed
