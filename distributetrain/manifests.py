@@ -66,7 +66,9 @@ for worker in $DT_WORKERS; do
   done
 done
 echo "distributetrain: horovodrun -np $DT_NUM_PROCS on $(tr '\\n' ' ' < "$hostfile")"
-exec horovodrun -np "$DT_NUM_PROCS" -hostfile "$hostfile" -p "$DT_PORT" python "$DT_FILENAME" "$@"
+# Importing TensorFlow in every rank can take longer than horovodrun's 30 s default.
+exec horovodrun -np "$DT_NUM_PROCS" -hostfile "$hostfile" -p "$DT_PORT" --start-timeout 120 \\
+  python "$DT_FILENAME" "$@"
 """
 
 
@@ -173,14 +175,33 @@ def _gpu_resources(settings: JobSettings, share: int) -> dict:
     return {"limits": {settings.gpu_resource: str(share)}}
 
 
-def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict:
+def _job_pod(
+    settings: JobSettings, name: str, role: str, node: str, share: int, container: dict,
+    ssh_files: list[str], ssh_dir: str, extra_labels: dict | None = None,
+) -> dict:
+    """A worker or the chief: pinned to its node, its GPU share, SSH files, the job's volumes."""
     pvc_volumes, pvc_mounts = _pvc_volumes(settings)
+    container = container | {
+        "image": settings.image,
+        "resources": _gpu_resources(settings, share),
+        "volumeMounts": [{"name": SSH_VOLUME, "mountPath": ssh_dir, "readOnly": True}, *pvc_mounts],
+    }
+    metadata = _metadata(settings, name, role, extra_labels)
+    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": _pod_spec(settings, node, container, [_ssh_volume(settings, ssh_files), *pvc_volumes]),
+    }
+
+
+def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict:
     port: dict = {"name": "ssh", "containerPort": settings.port, "protocol": "TCP"}
     if settings.host_network:
         port["hostPort"] = settings.port  # the scheduler then keeps two jobs' sshd apart
     container = {
         "name": names.ROLE_WORKER,
-        "image": settings.image,
         "command": ["/bin/sh", "-c", WORKER_SCRIPT],
         "env": [{"name": "DT_PORT", "value": str(settings.port)}],
         "ports": [port],
@@ -189,29 +210,15 @@ def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict
             "periodSeconds": WORKER_READINESS_PERIOD_S,
             "failureThreshold": 3,
         },
-        "resources": _gpu_resources(settings, share),
-        "volumeMounts": [{"name": SSH_VOLUME, "mountPath": names.SSH_SERVER_DIR, "readOnly": True}, *pvc_mounts],
     }
-    metadata = _metadata(
-        settings,
-        names.worker_name(settings.job_name, index),
-        names.ROLE_WORKER,
-        {names.LABEL_WORKER_INDEX: str(index)},
+    return _job_pod(
+        settings, names.worker_name(settings.job_name, index), names.ROLE_WORKER, node, share, container,
+        ["authorized_keys", HOST_KEY_FILE], names.SSH_SERVER_DIR, {names.LABEL_WORKER_INDEX: str(index)},
     )
-    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": _pod_spec(
-            settings, node, container, [_ssh_volume(settings, ["authorized_keys", HOST_KEY_FILE]), *pvc_volumes]
-        ),
-    }
 
 
 def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[str, int]]) -> dict:
     """``workers``: (address, slots) of every worker, in rank order after the chief."""
-    pvc_volumes, pvc_mounts = _pvc_volumes(settings)
     env = [
         {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "DT_CHIEF_SLOTS", "value": str(share)},
@@ -224,23 +231,14 @@ def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[
     ]
     container = {
         "name": names.ROLE_CHIEF,
-        "image": settings.image,
         # "$0" of `sh -c` is the script's name; the user's arguments follow as "$@".
         "command": ["/bin/sh", "-c", CHIEF_SCRIPT, "distributetrain-chief", *settings.script_args],
         "env": env,
-        "resources": _gpu_resources(settings, share),
-        "volumeMounts": [{"name": SSH_VOLUME, "mountPath": names.SSH_CLIENT_DIR, "readOnly": True}, *pvc_mounts],
     }
-    metadata = _metadata(settings, names.chief_name(settings.job_name), names.ROLE_CHIEF)
-    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": _pod_spec(
-            settings, node, container, [_ssh_volume(settings, [CLIENT_KEY_FILE, "known_hosts", "config"]), *pvc_volumes]
-        ),
-    }
+    return _job_pod(
+        settings, names.chief_name(settings.job_name), names.ROLE_CHIEF, node, share, container,
+        [CLIENT_KEY_FILE, "known_hosts", "config"], names.SSH_CLIENT_DIR,
+    )
 
 
 def job_objects(
