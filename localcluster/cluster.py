@@ -124,7 +124,7 @@ class Cluster:
         """A handle on the running cluster; ClusterNotRunning if it is not up."""
         layout = layout or RunLayout.from_env()
         cluster = cls(layout)
-        if not (cluster._pki.ca_cert.exists() and cluster.probe().ready()):
+        if not cluster.is_up():
             raise ClusterNotRunning(f"no ready cluster in {layout.root}; run `python -m localcluster up`")
         return cluster
 
@@ -140,15 +140,21 @@ class Cluster:
                 group.stop()
             for name in reversed(components.COMPONENTS):
                 self._stop_component(name)
+            netsetup.delete_bridge()
             swept = leftovers.remove(self.layout)
             if purge:
                 self._purge()
         log.info("cluster in %s is down", self.layout.root)
         return swept
 
-    def restart_apiserver(self) -> None:
-        """Kill the apiserver and start it again with the same flags; wait until ready."""
-        self._stop_component(components.APISERVER)
+    def is_up(self) -> bool:
+        """Whether this run directory's apiserver answers /readyz."""
+        return self._pki.ca_cert.exists() and self.probe().ready()
+
+    def restart_apiserver(self, graceful: bool = False) -> None:
+        """Kill the apiserver (SIGKILL, like a crash; SIGTERM if `graceful`) and
+        start it again with the same flags; returns once it is ready."""
+        self._stop_component(components.APISERVER, graceful)
         self._start_component(components.APISERVER)
         wait_until(self.probe().ready, APISERVER_READY_TIMEOUT_S, "the restarted apiserver's /readyz")
 
@@ -210,7 +216,7 @@ class Cluster:
         return self._probe
 
     def status(self) -> ClusterStatus:
-        ready = self._pki.ca_cert.exists() and self.probe().ready()
+        ready = self.is_up()
         return ClusterStatus(
             components=tuple(
                 ComponentStatus(name, processes.read_pid(self.layout.pid_file(name)))
@@ -261,11 +267,13 @@ class Cluster:
             argv, self.layout.pid_file(name), self.layout.log_file(name), cwd=self.layout.root
         )
 
-    def _stop_component(self, name: str) -> None:
+    def _stop_component(self, name: str, graceful: bool = True) -> None:
         pid_file = self.layout.pid_file(name)
         pid = processes.read_pid(pid_file)
-        if pid is not None:
+        if pid is not None and graceful:
             processes.stop(pid, name, COMPONENT_STOP_TIMEOUT_S)
+        elif pid is not None:
+            processes.kill(pid, name, COMPONENT_STOP_TIMEOUT_S)
         pid_file.unlink(missing_ok=True)
 
     def _node_statuses(self) -> Iterator[NodeStatus]:

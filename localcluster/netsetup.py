@@ -51,6 +51,11 @@ def ensure_bridge() -> None:
     _ip("link", "set", BRIDGE_NAME, "up")
 
 
+def delete_bridge() -> None:
+    if _link_exists(BRIDGE_NAME):
+        delete_link(BRIDGE_NAME)
+
+
 def cluster_netns() -> list[str]:
     """Network namespaces named like the cluster's (`dt-*`)."""
     result = _ip("-json", "netns", "list", check=False)

@@ -77,6 +77,13 @@ def stop(pid: int, name: str, timeout_s: float) -> None:
     wait_exit(pid, timeout_s)
 
 
+def kill(pid: int, name: str, timeout_s: float) -> None:
+    """SIGKILL `pid` and wait until it is gone."""
+    log.info("killing %s (pid %d)", name, pid)
+    _signal(pid, signal.SIGKILL)
+    wait_exit(pid, timeout_s)
+
+
 def kill_session(pid: int) -> None:
     """SIGKILL every process in the session led by `pid`."""
     try:

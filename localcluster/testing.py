@@ -1,19 +1,26 @@
 """Pytest fixtures for tests that run against the local cluster.
 
-Plain fixtures, re-exported by each test directory's conftest.py
+Plain fixtures, re-exported by the test suite's conftest.py
 (`from localcluster.testing import cluster, namespace, api_client`), so every
 suite shares one cluster per session and one fresh namespace per test.
 
-Set DT_KEEP_CLUSTER=1 to leave the cluster up after the session (the next
-session attaches in about a second instead of starting it).
+Several pytest sessions (engineers, CI jobs) may share the host's one cluster,
+so each session registers itself under the run directory and the cluster is
+taken down when the last session that uses it ends, and only if tests started
+it: a cluster brought up by hand (`python -m localcluster up`) stays up. Set
+DT_KEEP_CLUSTER=1 to always leave it up (the next session attaches in about a
+second instead of starting it).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -33,11 +40,13 @@ def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0:
         pytest.skip("the local cluster needs root (bridge, network namespaces, mounts)")
     layout = RunLayout.from_env()
+    sessions = SessionRegistry(layout)
+    sessions.join()
     try:
         yield Cluster.up(layout=layout)
     finally:
-        if os.environ.get(KEEP_CLUSTER_ENV) != "1":
-            Cluster(layout).down()
+        keep = os.environ.get(KEEP_CLUSTER_ENV) == "1"
+        sessions.leave(None if keep else Cluster(layout).down)
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +84,58 @@ def namespace_name(test_name: str) -> str:
     room = NAMESPACE_NAME_MAX_CHARS - len(NAMESPACE_PREFIX) - len(suffix) - 1
     slug = slug[:room].rstrip("-")
     return f"{NAMESPACE_PREFIX}{slug}-{suffix}" if slug else f"{NAMESPACE_PREFIX}{suffix}"
+
+
+class SessionRegistry:
+    """The pytest sessions using one run directory's cluster (one file per process)."""
+
+    def __init__(self, layout: RunLayout):
+        self._layout = layout
+        self._directory = layout.root / "test-sessions"
+        self._marker = self._directory / "started-by-tests"
+
+    def join(self) -> None:
+        """Register this process; note whether tests (rather than a person) start the cluster."""
+        with self._locked():
+            if not Cluster(self._layout).is_up():
+                self._marker.touch()
+            self._own_file().write_text(_start_time(os.getpid()))
+
+    def leave(self, down: Callable[[], object] | None) -> None:
+        """Unregister; call `down` if this was the last session and tests started the cluster."""
+        with self._locked():
+            self._own_file().unlink(missing_ok=True)
+            if down is not None and not self.others_alive() and self._marker.exists():
+                down()
+                self._marker.unlink(missing_ok=True)
+
+    def others_alive(self) -> bool:
+        """Whether another live pytest session uses the cluster (stale entries are removed)."""
+        alive = False
+        for entry in self._directory.glob("[0-9]*"):
+            if int(entry.name) == os.getpid():
+                continue
+            if entry.read_text() == _start_time(int(entry.name)):
+                alive = True
+            else:
+                entry.unlink(missing_ok=True)
+        return alive
+
+    def _own_file(self) -> Path:
+        return self._directory / str(os.getpid())
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self._directory.mkdir(parents=True, exist_ok=True)
+        with open(self._directory / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+
+def _start_time(pid: int) -> str:
+    """A process's start time in clock ticks since boot; with the pid, unique across pid reuse."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (FileNotFoundError, IndexError):
+        return ""

@@ -1,3 +1,6 @@
-"""Shared local-cluster fixtures (defined in localcluster/testing.py)."""
+"""Fixtures for the cluster tests.
 
-from localcluster.testing import api_client, cluster, namespace  # noqa: F401
+`cluster`, `api_client` and `namespace` are defined in localcluster/testing.py
+and re-exported once, by the suite root's tests/conftest.py: re-exporting them
+here too would give this directory its own session-scoped cluster fixture.
+"""

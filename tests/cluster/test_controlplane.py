@@ -20,6 +20,7 @@ from kubernetes import client
 from localcluster import leftovers, netsetup
 from localcluster.cluster import Cluster
 from localcluster.layout import REPO_ROOT
+from localcluster.testing import SessionRegistry
 
 pytestmark = pytest.mark.cluster
 
@@ -136,6 +137,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, capsys: pytest.CaptureFixture[str]):
     """Script level: `down` then `up` through the CLI; the session's cluster is up again after."""
+    if SessionRegistry(cluster.layout).others_alive():
+        pytest.skip("another pytest session is using this cluster; not taking it down under it")
     down = run_cli("down")
     assert down.returncode == 0, down.stderr
     left = leftovers.find(cluster.layout)
