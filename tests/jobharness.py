@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import urllib3
 import yaml
 from kubernetes import client, watch
 
@@ -127,10 +128,18 @@ class Jobs:
                 self.core.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}",
                 timeout_seconds=max(1, int(min(30, give_up_at - time.monotonic()))),
             )
-            for event in stream:
-                last = client.ApiClient().sanitize_for_serialization(event["object"])
-                if predicate(last):
-                    return last
+            try:
+                for event in stream:
+                    if event["type"] == "ERROR":
+                        break
+                    last = client.ApiClient().sanitize_for_serialization(event["object"])
+                    if predicate(last):
+                        return last
+            except (client.ApiException, urllib3.exceptions.HTTPError) as e:
+                # The test's own watch rides out apiserver restarts and a lagging watch cache.
+                if isinstance(e, client.ApiException) and e.status not in (410, 429, 500, 503, 504):
+                    raise
+                time.sleep(0.5)
         raise AssertionError(f"pod {name} did not reach the expected state in {timeout_s}s; last: "
                              f"{json.dumps((last or {}).get('status'), indent=1)[:3000]}")
 
