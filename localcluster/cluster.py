@@ -288,7 +288,7 @@ class Cluster:
 
     def _purge(self) -> None:
         # Never delete through a mount: a bind-mounted directory would lose its files.
-        remaining = leftovers.mounts_under(self.layout)
+        remaining = leftovers.mounts_under(self.layout.root)
         if remaining:
             raise ClusterError(f"not purging {self.layout.root}: still mounted: {remaining}")
         log.info("deleting %s", self.layout.root)
@@ -331,17 +331,25 @@ class NodeGroup:
         argv = agent_command(self._cluster.layout, self.record, spec, labels, gpu_resource, self.state_dir)
         env = {**os.environ, "PYTHONPATH": _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH"))}
         processes.start_detached(
-            argv, self._pid_file, self.log_file, cwd=self.state_dir, env=env
+            argv, self.pid_file, self.log_file, cwd=self.state_dir, env=env
         )
         self._wait_ready()
         log.info("nodes %s are Ready (agent log %s)", ", ".join(self.names), self.log_file)
 
     def stop(self) -> None:
-        """Stop the agent (it deletes its pods' processes and Node objects); idempotent."""
-        pid = processes.read_pid(self._pid_file)
+        """Stop the agent (it deletes its pods' processes and Node objects); idempotent.
+
+        If the agent had died (a fault test may SIGKILL it), what it would have
+        cleaned up is removed here instead.
+        """
+        pid = processes.read_pid(self.pid_file)
         if pid is not None:
             processes.stop(pid, f"agent {self.record.group_id}", AGENT_STOP_TIMEOUT_S)
-        self._pid_file.unlink(missing_ok=True)
+        swept = leftovers.remove_node_group(self.state_dir, self.record.indices())
+        if not swept.empty():
+            log.warning("removed what agent %s left: %s", self.record.group_id, swept)
+        self._delete_leftover_nodes()
+        self.pid_file.unlink(missing_ok=True)
         NodeGroupRegistry(self._cluster.layout).release(self.record.group_id)
 
     def __enter__(self) -> NodeGroup:
@@ -351,15 +359,27 @@ class NodeGroup:
         self.stop()
 
     @property
-    def _pid_file(self) -> Path:
+    def agent_pid(self) -> int | None:
+        """The running agent's pid (fault tests kill it), None once it has exited."""
+        return processes.read_pid(self.pid_file)
+
+    @property
+    def pid_file(self) -> Path:
         return self._cluster.layout.pid_file(self._pid_name)
+
+    def _delete_leftover_nodes(self) -> None:
+        probe = self._cluster.probe()
+        for name in self.names:
+            if probe.exists(f"/api/v1/nodes/{name}"):
+                log.warning("deleting Node %s left by agent %s", name, self.record.group_id)
+                probe.delete(f"/api/v1/nodes/{name}")
 
     def _wait_ready(self) -> None:
         ready_file = self.state_dir / "ready"
         probe = self._cluster.probe()
 
         def nodes_ready() -> bool:
-            if processes.read_pid(self._pid_file) is None:
+            if processes.read_pid(self.pid_file) is None:
                 raise AgentFailed(f"node agent for {', '.join(self.names)} exited:\n{self._log_tail()}")
             return ready_file.exists() and all(probe.node_ready(name) for name in self.names)
 

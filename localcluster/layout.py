@@ -72,10 +72,6 @@ class RunLayout:
     def component_kubeconfig(self, component: str) -> Path:
         return self.pki / f"{component}.kubeconfig"
 
-    def contains(self, path: str) -> bool:
-        """Whether `path` is the run directory or inside it."""
-        return path == str(self.root) or path.startswith(f"{self.root}/")
-
     def make_dirs(self) -> None:
         for directory in (self.root, self.pki, self.logs, self.pids, self.agents):
             directory.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
 
 from localcluster import netsetup, processes
 from localcluster.layout import RunLayout
@@ -32,21 +34,48 @@ class Leftovers:
 
 
 def find(layout: RunLayout) -> Leftovers:
-    namespaces = netsetup.cluster_netns()
-    pids = set(processes.pids_under(layout.root))
-    for name in namespaces:
-        pids.update(netsetup.netns_pids(name))
-    return Leftovers(
-        pids=tuple(sorted(pids)),
-        netns=tuple(namespaces),
-        links=tuple(netsetup.cluster_links()),
-        mounts=tuple(mounts_under(layout)),
+    """Everything the cluster of `layout` may have left."""
+    return _find(layout.root, netsetup.cluster_netns(), netsetup.cluster_links())
+
+
+def find_node_group(state_dir: Path, indices: Collection[int]) -> Leftovers:
+    """What one node agent (its state dir, its nodes' indices) may have left."""
+    return _find(
+        state_dir,
+        [name for name in netsetup.cluster_netns() if netsetup.node_index_of(name) in indices],
+        [name for name in netsetup.cluster_links() if netsetup.node_index_of(name) in indices],
     )
 
 
 def remove(layout: RunLayout) -> Leftovers:
     """Kill, delete and unmount everything `find` reports; returns what was found."""
-    found = find(layout)
+    return _remove(find(layout))
+
+
+def remove_node_group(state_dir: Path, indices: Collection[int]) -> Leftovers:
+    return _remove(find_node_group(state_dir, indices))
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points in this mount namespace at or under `root`."""
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [_unescape(line.split()[4]) for line in mountinfo]
+    return sorted(point for point in points if point == str(root) or point.startswith(f"{root}/"))
+
+
+def _find(root: Path, namespaces: list[str], links: list[str]) -> Leftovers:
+    pids = set(processes.pids_under(root))
+    for name in namespaces:
+        pids.update(netsetup.netns_pids(name))
+    return Leftovers(
+        pids=tuple(sorted(pids)),
+        netns=tuple(namespaces),
+        links=tuple(links),
+        mounts=tuple(mounts_under(root)),
+    )
+
+
+def _remove(found: Leftovers) -> Leftovers:
     for pid in found.pids:
         log.warning("killing leftover process %d", pid)
         processes.kill_session(pid)
@@ -57,17 +86,10 @@ def remove(layout: RunLayout) -> Leftovers:
     for link in found.links:
         netsetup.delete_link(link)
     # Deepest first, so nested mounts do not keep their parents busy.
-    for mount_point in sorted(mounts_under(layout), key=len, reverse=True):
+    for mount_point in sorted(found.mounts, key=len, reverse=True):
         log.warning("unmounting leftover %s", mount_point)
         subprocess.run(["umount", "-l", mount_point], check=False)
     return found
-
-
-def mounts_under(layout: RunLayout) -> list[str]:
-    """Mount points in this mount namespace at or under the run directory."""
-    with open("/proc/self/mountinfo") as mountinfo:
-        points = [_unescape(line.split()[4]) for line in mountinfo]
-    return sorted(point for point in points if layout.contains(point))
 
 
 def _unescape(field: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import re
 import subprocess
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,9 @@ KUBERNETES_SERVICE_IP = "10.96.0.1"
 NETNS_PREFIX = "dt-"
 # Host-side interfaces of the cluster (the bridge, veth ends) all start with this.
 LINK_PREFIX = "dt"
+# The agent's names (localcluster/agent/network.py): node netns dt-n<idx> with
+# host veth dtn<idx>, pod netns dt-p<idx>-<n> with host veth dtv<idx>-<n>.
+_NODE_OWNED_NAME = re.compile(r"^dt-?[npv](\d+)(-\d+)?$")
 NODE_INDEX_MIN = 1
 NODE_INDEX_MAX = 240
 NODE_IP_OFFSET = 10
@@ -34,6 +38,12 @@ def node_ip(index: int) -> str:
     if not NODE_INDEX_MIN <= index <= NODE_INDEX_MAX:
         raise ValueError(f"node index must be in {NODE_INDEX_MIN}..{NODE_INDEX_MAX}, got {index}")
     return str(CLUSTER_CIDR.network_address + NODE_IP_OFFSET + index)
+
+
+def node_index_of(name: str) -> int | None:
+    """The node index a netns or host veth named by the agent belongs to, if any."""
+    match = _NODE_OWNED_NAME.match(name)
+    return int(match.group(1)) if match else None
 
 
 def all_node_ips() -> list[str]:

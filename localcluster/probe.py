@@ -1,8 +1,8 @@
-"""Small, fast reads of the apiserver for readiness waits.
+"""Small, fast requests to the apiserver for readiness waits and cleanup.
 
 `up` polls every 100 ms; importing and configuring the full kubernetes client
-would cost more than the polling itself, so waits use plain HTTPS with the
-admin client certificate.
+would cost more than the polling itself, so the launcher uses plain HTTPS with
+the admin client certificate.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Response:
 
 
 class ApiProbe:
-    """GETs against the apiserver as the admin."""
+    """Requests to the apiserver as the admin."""
 
     def __init__(self, pki: Pki, port: int):
         self._port = port
@@ -44,11 +44,17 @@ class ApiProbe:
 
     def get(self, path: str) -> Response | None:
         """The response, or None when the apiserver cannot be reached."""
+        return self._request("GET", path)
+
+    def delete(self, path: str) -> Response | None:
+        return self._request("DELETE", path)
+
+    def _request(self, method: str, path: str) -> Response | None:
         connection = http.client.HTTPSConnection(
             APISERVER_HOST, self._port, context=self._context, timeout=REQUEST_TIMEOUT_S
         )
         try:
-            connection.request("GET", path)
+            connection.request(method, path)
             reply = connection.getresponse()
             return Response(reply.status, reply.read())
         except (OSError, http.client.HTTPException):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -126,6 +127,17 @@ def test_node_group_registers_ready_gpu_nodes_and_removes_them(cluster: Cluster,
     for name in ("cp-gpu-a", "cp-gpu-b"):
         wait_for(lambda: not_found(lambda: core.read_node(name)), NODE_GROUP_TIMEOUT_S, f"node {name} to be deleted")
     assert not netsetup.cluster_netns()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("localcluster.agent.__main__") is None, reason="node agent not written yet")
+def test_stopping_a_killed_agents_group_removes_what_it_left(cluster: Cluster, api_client):
+    core = client.CoreV1Api(api_client)
+    group = cluster.add_nodes({"cp-killed": 1})
+    os.kill(group.agent_pid, signal.SIGKILL)
+    group.stop()
+    assert not_found(lambda: core.read_node("cp-killed"))
+    left = leftovers.find_node_group(group.state_dir, group.record.indices())
+    assert left.empty(), f"left behind by the killed agent: {left}"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
