@@ -330,10 +330,8 @@ class NodeGroup:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         argv = agent_command(self._cluster.layout, self.record, spec, labels, gpu_resource, self.state_dir)
         env = {**os.environ, "PYTHONPATH": _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH"))}
-        processes.start_detached(
-            argv, self.pid_file, self.log_file, cwd=self.state_dir, env=env
-        )
-        self._wait_ready()
+        pid = processes.start_detached(argv, self.pid_file, self.log_file, cwd=self.state_dir, env=env)
+        self._wait_ready(pid)
         log.info("nodes %s are Ready (agent log %s)", ", ".join(self.names), self.log_file)
 
     def stop(self) -> None:
@@ -374,12 +372,12 @@ class NodeGroup:
                 log.warning("deleting Node %s left by agent %s", name, self.record.group_id)
                 probe.delete(f"/api/v1/nodes/{name}")
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, pid: int) -> None:
         ready_file = self.state_dir / "ready"
         probe = self._cluster.probe()
 
         def nodes_ready() -> bool:
-            if processes.read_pid(self.pid_file) is None:
+            if not processes.alive(pid):
                 raise AgentFailed(f"node agent for {', '.join(self.names)} exited:\n{self._log_tail()}")
             return ready_file.exists() and all(probe.node_ready(name) for name in self.names)
 

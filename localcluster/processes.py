@@ -50,7 +50,8 @@ def read_pid(pid_file: Path) -> int | None:
         pid = int(pid_text)
     except (FileNotFoundError, ValueError):
         return None
-    return pid if alive(pid) and _program(pid) == program else None
+    # An empty command line is a process in the middle of execve: it is ours.
+    return pid if alive(pid) and _program(pid) in (program, "") else None
 
 
 def alive(pid: int) -> bool:

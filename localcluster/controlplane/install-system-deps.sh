@@ -34,10 +34,11 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
 
-# Belt and braces: a system etcd would hold the default ports and data dir.
-if command -v systemctl >/dev/null && systemctl is-active --quiet etcd 2>/dev/null; then
-    systemctl stop etcd || true
-    systemctl disable etcd || true
+# Belt and braces: a system etcd would hold the default ports and data dir,
+# now or after a reboot.
+if command -v systemctl >/dev/null; then
+    systemctl disable --now etcd >/dev/null 2>&1 \
+        || rm -f /etc/systemd/system/multi-user.target.wants/etcd.service /etc/systemd/system/etcd2.service
 fi
 # The packaged daemon is configured through /etc/default/etcd, never with
 # --data-dir, which is how the clusters' own etcd processes are told apart.

@@ -111,6 +111,15 @@ def test_scheduler_reports_unschedulable_pod(api_client, namespace: str):
     wait_for(unschedulable, SCHEDULING_TIMEOUT_S, "the scheduler to mark the pod Unschedulable")
 
 
+def test_restarted_apiserver_serves_the_same_data(cluster: Cluster, api_client, namespace: str):
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="survivor"), data={"k": "v"})
+    )
+    cluster.restart_apiserver()
+    assert core.read_namespaced_config_map("survivor", namespace).data == {"k": "v"}
+
+
 def test_kubectl_talks_to_the_cluster(cluster: Cluster):
     result = cluster.kubectl("get", "--raw", "/readyz")
     assert result.returncode == 0, result.stderr
