@@ -1,15 +1,17 @@
 """The local control plane behaves like a real cluster, and `down` leaves nothing.
 
-These run against the real upstream apiserver, controller-manager and
-scheduler: RBAC is enforced, the garbage collector and namespace controller
+The `cluster` tests run against the real upstream apiserver, controller-manager
+and scheduler: RBAC is enforced, the garbage collector and namespace controller
 work, the scheduler schedules, and `python -m localcluster down` removes every
-process, namespace, interface and mount (and the cached `up` is fast).
+process, namespace, interface and mount (and the cached `up` is fast). The
+unmarked tests check the launcher's pure parts (node bookkeeping, names) and
+need neither root nor a cluster.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,10 +22,9 @@ from kubernetes import client
 
 from localcluster import leftovers, netsetup
 from localcluster.cluster import Cluster
-from localcluster.layout import REPO_ROOT
-from localcluster.testing import SessionRegistry
-
-pytestmark = pytest.mark.cluster
+from localcluster.layout import REPO_ROOT, RunLayout
+from localcluster.nodegroups import NodeAllocationError, NodeGroupRegistry, parse_node_spec
+from localcluster.testing import SessionRegistry, namespace_name
 
 GC_TIMEOUT_S = 60.0
 NAMESPACE_DELETION_TIMEOUT_S = 60.0
@@ -52,6 +53,7 @@ def not_found(read) -> bool:
     return False
 
 
+@pytest.mark.cluster
 def test_rbac_denies_service_account_without_rights(cluster: Cluster, api_client, namespace: str):
     core = client.CoreV1Api(api_client)
     core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="nobody")))
@@ -69,6 +71,7 @@ def test_rbac_denies_service_account_without_rights(cluster: Cluster, api_client
     assert denied.value.status == 403
 
 
+@pytest.mark.cluster
 def test_garbage_collector_deletes_dependents_of_deleted_owner(api_client, namespace: str):
     core = client.CoreV1Api(api_client)
     owner = core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner")))
@@ -84,6 +87,7 @@ def test_garbage_collector_deletes_dependents_of_deleted_owner(api_client, names
     )
 
 
+@pytest.mark.cluster
 def test_namespace_controller_finishes_deletion(api_client):
     core = client.CoreV1Api(api_client)
     name = f"t-ns-deletion-{os.getpid()}"
@@ -93,6 +97,7 @@ def test_namespace_controller_finishes_deletion(api_client):
     wait_for(lambda: not_found(lambda: core.read_namespace(name)), NAMESPACE_DELETION_TIMEOUT_S, f"namespace {name} to go")
 
 
+@pytest.mark.cluster
 def test_scheduler_reports_unschedulable_pod(api_client, namespace: str):
     core = client.CoreV1Api(api_client)
     pod = client.V1Pod(
@@ -111,6 +116,7 @@ def test_scheduler_reports_unschedulable_pod(api_client, namespace: str):
     wait_for(unschedulable, SCHEDULING_TIMEOUT_S, "the scheduler to mark the pod Unschedulable")
 
 
+@pytest.mark.cluster
 def test_restarted_apiserver_serves_the_same_data(cluster: Cluster, api_client, namespace: str):
     core = client.CoreV1Api(api_client)
     core.create_namespaced_config_map(
@@ -120,13 +126,15 @@ def test_restarted_apiserver_serves_the_same_data(cluster: Cluster, api_client, 
     assert core.read_namespaced_config_map("survivor", namespace).data == {"k": "v"}
 
 
+@pytest.mark.cluster
 def test_kubectl_talks_to_the_cluster(cluster: Cluster):
     result = cluster.kubectl("get", "--raw", "/readyz")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("localcluster.agent.__main__") is None, reason="node agent not written yet")
+@pytest.mark.cluster
+@pytest.mark.cluster
 def test_node_group_registers_ready_gpu_nodes_and_removes_them(cluster: Cluster, api_client):
     core = client.CoreV1Api(api_client)
     with cluster.add_nodes({"cp-gpu-a": 2, "cp-gpu-b": 1}, labels={"pool": "cp"}) as group:
@@ -138,7 +146,8 @@ def test_node_group_registers_ready_gpu_nodes_and_removes_them(cluster: Cluster,
     assert not netsetup.cluster_netns()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("localcluster.agent.__main__") is None, reason="node agent not written yet")
+@pytest.mark.cluster
+@pytest.mark.cluster
 def test_stopping_a_killed_agents_group_removes_what_it_left(cluster: Cluster, api_client):
     core = client.CoreV1Api(api_client)
     group = cluster.add_nodes({"cp-killed": 1})
@@ -156,6 +165,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.cluster
 def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, capsys: pytest.CaptureFixture[str]):
     """Script level: `down` then `up` through the CLI; the session's cluster is up again after."""
     if SessionRegistry(cluster.layout).others_alive():
@@ -174,3 +184,47 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, capsys: pyt
         print(f"\n[localcluster] up with cached binaries: {elapsed_s:.1f} s")
     assert elapsed_s < CACHED_UP_BUDGET_S
     assert cluster.probe().ready()
+
+
+def test_node_groups_get_disjoint_contiguous_indices_and_reuse_freed_ones(tmp_path):
+    registry = NodeGroupRegistry(RunLayout(tmp_path))
+    first = registry.allocate(["a-0", "a-1", "a-2"])
+    second = registry.allocate(["b-0"])
+    assert (list(first.indices()), list(second.indices())) == ([1, 2, 3], [4])
+    registry.release(first.group_id)
+    assert list(registry.allocate(["c-0", "c-1"]).indices()) == [1, 2]
+    assert list(registry.allocate(["d-0", "d-1"]).indices()) == [5, 6]
+
+
+def test_node_names_are_unique_across_groups(tmp_path):
+    registry = NodeGroupRegistry(RunLayout(tmp_path))
+    registry.allocate(["gpu-a"])
+    with pytest.raises(NodeAllocationError, match="gpu-a"):
+        registry.allocate(["gpu-b", "gpu-a"])
+
+
+def test_node_indices_run_out_at_240(tmp_path):
+    registry = NodeGroupRegistry(RunLayout(tmp_path))
+    registry.allocate([f"n-{i}" for i in range(netsetup.NODE_INDEX_MAX - 1)])
+    with pytest.raises(NodeAllocationError, match="consecutive free"):
+        registry.allocate(["x-0", "x-1"])
+    assert list(registry.allocate(["x-0"]).indices()) == [netsetup.NODE_INDEX_MAX]
+
+
+def test_node_spec_parsing_shows_the_format_on_error():
+    assert parse_node_spec("gpu-a=4, gpu-b=2") == {"gpu-a": 4, "gpu-b": 2}
+    with pytest.raises(ValueError, match="gpu-a=4,gpu-b=2"):
+        parse_node_spec("gpu-a:4")
+
+
+def test_agent_owned_names_map_to_their_node_index():
+    names = ["dt-n3", "dtn3", "dt-p3-17", "dtv3-17", "dtbr0", "dt-other"]
+    assert [netsetup.node_index_of(name) for name in names] == [3, 3, 3, 3, None, None]
+    assert netsetup.node_ip(1) == "10.233.0.11"
+
+
+@pytest.mark.parametrize("test_name", ["test_x[param-1]", "T" * 200, "___"])
+def test_namespace_names_are_dns_labels(test_name):
+    name = namespace_name(test_name)
+    assert len(name) <= 63
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)
