@@ -136,7 +136,11 @@ class Cluster:
         """
         _require_root()
         with self._locked():
-            for group in self.node_groups():
+            groups = self.node_groups()
+            # Agents clean up in parallel; stop() then waits for each in turn.
+            for group in groups:
+                group.request_stop()
+            for group in groups:
                 group.stop()
             for name in reversed(components.COMPONENTS):
                 self._stop_component(name)
@@ -232,6 +236,7 @@ class Cluster:
     def _prepare(self) -> None:
         """PKI, kubeconfigs and the bridge; all idempotent."""
         self._pki = certs.ensure_pki(self.layout.pki)
+        self._probe = None  # the PKI may be new (after `down --purge`)
         if not self.kubeconfig.exists():
             kubeconfig.write(self.kubeconfig, kubeconfig.render(self._pki, certs.ADMIN))
         for component, identity in COMPONENT_IDENTITIES.items():
@@ -340,7 +345,7 @@ class NodeGroup:
         If the agent had died (a fault test may SIGKILL it), what it would have
         cleaned up is removed here instead.
         """
-        pid = processes.read_pid(self.pid_file)
+        pid = self.agent_pid
         if pid is not None:
             processes.stop(pid, f"agent {self.record.group_id}", AGENT_STOP_TIMEOUT_S)
         swept = leftovers.remove_node_group(self.state_dir, self.record.indices())
@@ -349,6 +354,12 @@ class NodeGroup:
         self._delete_leftover_nodes()
         self.pid_file.unlink(missing_ok=True)
         NodeGroupRegistry(self._cluster.layout).release(self.record.group_id)
+
+    def request_stop(self) -> None:
+        """Ask the agent to stop (SIGTERM) without waiting; stop() waits and cleans up."""
+        pid = self.agent_pid
+        if pid is not None:
+            processes.terminate(pid)
 
     def __enter__(self) -> NodeGroup:
         return self

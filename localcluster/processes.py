@@ -70,12 +70,17 @@ def stop(pid: int, name: str, timeout_s: float) -> None:
     if not alive(pid):
         return
     log.info("stopping %s (pid %d)", name, pid)
-    _signal(pid, signal.SIGTERM)
+    terminate(pid)
     if wait_exit(pid, timeout_s):
         return
     log.warning("%s (pid %d) ignored SIGTERM for %.0f s; killing its session", name, pid, timeout_s)
     kill_session(pid)
     wait_exit(pid, timeout_s)
+
+
+def terminate(pid: int) -> None:
+    """SIGTERM `pid` without waiting."""
+    _signal(pid, signal.SIGTERM)
 
 
 def kill(pid: int, name: str, timeout_s: float) -> None:

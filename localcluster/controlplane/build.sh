@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the upstream Kubernetes control plane (one multi-call binary) into the
-# shared cache, keyed by the pinned version and a hash of go.mod + main.go, so a
-# fresh clone on the same machine reuses it and a pin change rebuilds it.
+# shared cache, keyed by the pinned version and a hash of go.mod, main.go and
+# this script, so a fresh clone on the same machine reuses it and a pin change
+# rebuilds it.
 # Prints the bin directory (symlinks kube-apiserver, kube-scheduler,
 # kube-controller-manager, kubectl) on stdout; progress goes to stderr.
 set -euo pipefail
@@ -12,7 +13,7 @@ source "$HERE/../../scripts/env.sh"
 
 COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$HERE/go.mod")"
-SOURCE_HASH="$(cat "$HERE/go.mod" "$HERE/main.go" | sha256sum | cut -c1-12)"
+SOURCE_HASH="$(cat "$HERE/go.mod" "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-12)"
 OUT_DIR="$DT_CACHE/k8s/$K8S_VERSION-$SOURCE_HASH"
 BIN_DIR="$OUT_DIR/bin"
 
@@ -24,10 +25,19 @@ fi
 export GOMODCACHE="$DT_CACHE/gomod" GOCACHE="$DT_CACHE/gocache" GOFLAGS=-mod=mod
 echo "building Kubernetes $K8S_VERSION control plane into $OUT_DIR (first build: 10-25 min)" >&2
 
+# Stamp the version as upstream's hack/lib/version.sh does, so clients see
+# v1.X.Y rather than v0.0.0-master.
+MAJOR_MINOR="${K8S_VERSION#v}"
+LDFLAGS="-s -w"
+for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    LDFLAGS+=" -X $package.gitVersion=$K8S_VERSION -X $package.gitTreeState=clean"
+    LDFLAGS+=" -X $package.gitMajor=${MAJOR_MINOR%%.*} -X $package.gitMinor=$(cut -d. -f2 <<<"$MAJOR_MINOR")"
+done
+
 mkdir -p "$OUT_DIR"
 rm -rf "$OUT_DIR/bin.tmp"
 # go.mod and go.sum are committed tidy, so -mod=mod leaves the checkout unchanged.
-(cd "$HERE" && go build -trimpath -ldflags='-s -w' -o "$OUT_DIR/bin.tmp/controlplane" .) >&2
+(cd "$HERE" && go build -trimpath -ldflags="$LDFLAGS" -o "$OUT_DIR/bin.tmp/controlplane" .) >&2
 for component in "${COMPONENTS[@]}"; do
     ln -s controlplane "$OUT_DIR/bin.tmp/$component"
 done
