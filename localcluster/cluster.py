@@ -142,6 +142,7 @@ class Cluster:
                 group.request_stop()
             for group in groups:
                 group.stop()
+            self._delete_orphan_nodes()
             for name in reversed(components.COMPONENTS):
                 self._stop_component(name)
             netsetup.delete_bridge()
@@ -290,6 +291,17 @@ class Cluster:
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
             gpus = node.get("status", {}).get("allocatable", {}).get(DEFAULT_GPU_RESOURCE, "0")
             yield NodeStatus(node["metadata"]["name"], ready, gpus)
+
+    def _delete_orphan_nodes(self) -> None:
+        """Delete Nodes no agent serves any more (e.g. from an agent killed in an
+        earlier run), so they do not linger NotReady in etcd across restarts."""
+        response = self.probe().get("/api/v1/nodes")
+        if response is None or response.status != 200:
+            return
+        for node in response.json().get("items", []):
+            name = node["metadata"]["name"]
+            log.warning("deleting orphan Node %s", name)
+            self.probe().delete(f"/api/v1/nodes/{name}")
 
     def _purge(self) -> None:
         # Never delete through a mount: a bind-mounted directory would lose its files.

@@ -166,10 +166,19 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.cluster
-def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, capsys: pytest.CaptureFixture[str]):
-    """Script level: `down` then `up` through the CLI; the session's cluster is up again after."""
+def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client, capsys: pytest.CaptureFixture[str]):
+    """Script level: `down` then `up` through the CLI; the session's cluster is up again after.
+
+    A node agent is killed first, as a crash would, and an orphan Node is left,
+    so `down` has to clean up after both.
+    """
     if SessionRegistry(cluster.layout).others_alive():
         pytest.skip("another pytest session is using this cluster; not taking it down under it")
+    crashed = cluster.add_nodes({"cp-crashed": 1})
+    os.kill(crashed.agent_pid, signal.SIGKILL)
+    # A Node no agent knows of, as an agent killed in an earlier run leaves.
+    client.CoreV1Api(api_client).create_node(client.V1Node(metadata=client.V1ObjectMeta(name="cp-orphan")))
+
     down = run_cli("down")
     assert down.returncode == 0, down.stderr
     left = leftovers.find(cluster.layout)
@@ -184,6 +193,8 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, capsys: pyt
         print(f"\n[localcluster] up with cached binaries: {elapsed_s:.1f} s")
     assert elapsed_s < CACHED_UP_BUDGET_S
     assert cluster.probe().ready()
+    for name in ("cp-crashed", "cp-orphan"):
+        assert not_found(lambda: client.CoreV1Api(api_client).read_node(name))
 
 
 def test_node_groups_get_disjoint_contiguous_indices_and_reuse_freed_ones(tmp_path):
