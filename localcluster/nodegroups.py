@@ -16,7 +16,6 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from localcluster import netsetup, processes
 from localcluster.layout import RunLayout
