@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from localcluster.agent.events import EventRecorder
 from localcluster.agent.kubeapi import KubeApi, Unavailable
 from localcluster.agent.logserver import KubeletServer
 from localcluster.agent.network import NodeNetwork
@@ -40,6 +41,7 @@ class NodeAgent:
         self.api = KubeApi(settings.kubeconfig)
         self.supervisor = Supervisor()
         self.status = StatusManager(self.api)
+        self.events = EventRecorder(self.api)
         self.networks = {node.name: NodeNetwork(node, settings.bridge) for node in settings.nodes}
         self.servers: list[KubeletServer] = []
         self.heartbeat: NodeHeartbeat | None = None
@@ -53,6 +55,7 @@ class NodeAgent:
             objects=self.objects,
             supervisor=self.supervisor,
             status=self.status,
+            events=self.events,
             node_network=self.networks[node.name],
             allocatable=node_resources(self.settings, node),
             on_done=self.dispatcher.done,
@@ -67,6 +70,7 @@ class NodeAgent:
         version = self._wait_for_apiserver(stop)
         self.supervisor.start()
         self.status.start()
+        self.events.start()
         for network in self.networks.values():
             network.create()
         for node in settings.nodes:
@@ -104,6 +108,7 @@ class NodeAgent:
         for network in self.networks.values():
             network.destroy()
         self.status.stop()
+        log.info("%d pod status writes in this agent's life", self.status.writes)
 
 
 def main(argv: list[str] | None = None) -> int:

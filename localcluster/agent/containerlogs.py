@@ -57,7 +57,8 @@ class LogWriter:
     def end(self, stream: str) -> None:
         """A stream reached end of file: flush what is left of its last line."""
         if self._partial[stream]:
-            self._file.write(self._record(stream, b"F", self._partial[stream]))
+            # containerd marks an unterminated last line partial, so readers add no newline.
+            self._file.write(self._record(stream, b"P", self._partial[stream]))
             self._partial[stream] = b""
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from localcluster.agent.containerenv import (
     ContainerConfigError, PodContext, container_argv, kubelet_env, process_env,
 )
 from localcluster.agent.containerlogs import LogWriter
+from localcluster.agent.events import EventRecorder, PodEvent
 from localcluster.agent.kubeapi import ApiError, Unavailable
 from localcluster.agent.netns import NetworkError
 from localcluster.agent.network import AddressesExhausted, NodeNetwork
@@ -34,7 +35,9 @@ from localcluster.agent.podstatus import (
     RUNNING_STATE, TERMINATED, TERMINAL_PHASES, WAITING, ContainerView, PodView, Termination, build_status,
     pod_phase, terminated_reason,
 )
-from localcluster.agent.probes import LIVENESS, PROBE_KINDS, READINESS, STARTUP, ProbeTarget, ProbeTracker, run_probe
+from localcluster.agent.probes import (
+    LIVENESS, PROBE_KINDS, PROBE_NAMES, READINESS, STARTUP, ProbeTarget, ProbeTracker, run_probe,
+)
 from localcluster.agent.runtime import ContainerProcess, LaunchSpec, start_container
 from localcluster.agent.sandbox import Sandbox
 from localcluster.agent.settings import AgentSettings
@@ -77,6 +80,7 @@ class WorkerDeps:
     status: StatusManager
     node_network: NodeNetwork
     allocatable: dict[str, str]
+    events: EventRecorder
     on_done: Callable[[str], None]
 
 
@@ -326,6 +330,8 @@ class PodWorker(threading.Thread):
         except (VolumeError, NetworkError, AddressesExhausted, OSError, ApiError, Unavailable) as error:
             log.warning("[%s] sandbox not ready, retrying in %ss: %s", self.key, self._setup_delay_s, error)
             self._set_waiting_message(str(error))
+            reason = "FailedMount" if isinstance(error, VolumeError) else "FailedCreatePodSandBox"
+            self._event(reason, str(error))
             self._setup_retry_at = now + self._setup_delay_s
             self._setup_delay_s = min(self._setup_delay_s * 2, SETUP_RETRY_MAX_S)
             return
@@ -402,6 +408,7 @@ class PodWorker(threading.Thread):
             log.warning("[%s] container %s cannot start: %s", self.key, container.name, error)
             container.view.state = WAITING
             container.view.waiting_reason = "CreateContainerConfigError"
+            self._event("Failed", f"Error: {error}", container)
             container.view.waiting_message = str(error)
             container.next_start = now + CONFIG_RETRY_S
             return
@@ -467,6 +474,7 @@ class PodWorker(threading.Thread):
         now = time.monotonic()
         if run.process.start_error:
             reason, message = "StartError", f"failed to start container: {run.process.start_error}"
+            self._event("Failed", f"Error: {message}", container)
         else:
             reason, message = terminated_reason(exit_status.exit_code), ""
         termination = Termination(
@@ -493,6 +501,8 @@ class PodWorker(threading.Thread):
         if delay > 0:
             view.state = WAITING
             view.waiting_reason = "CrashLoopBackOff"
+            self._event("BackOff", f"Back-off restarting failed container {container.name} in pod "
+                                   f"{self.pod_name}_{self.namespace}({self.uid})", container)
             view.waiting_message = (
                 f"back-off {int(delay)}s restarting failed container={container.name} "
                 f"pod={self.pod_name}_{self.namespace}({self.uid})"
@@ -523,6 +533,8 @@ class PodWorker(threading.Thread):
                 )
                 ok, detail = run_probe(tracker.spec, target)
                 flipped = tracker.record(ok, time.monotonic())
+                if not ok and tracker.failures == tracker.failure_threshold:
+                    self._event("Unhealthy", f"{PROBE_NAMES[kind]} probe failed: {detail}", container)
                 if flipped or (not ok and log.isEnabledFor(logging.DEBUG)):
                     log.info("[%s] %s of %s: %s %s", self.key, kind, container.name,
                              "passing" if tracker.passing else "failing", detail)
@@ -540,8 +552,22 @@ class PodWorker(threading.Thread):
                 "terminationGracePeriodSeconds", DEFAULT_GRACE_S
             )
             log.info("[%s] container %s failed its %s, killing it", self.key, container.name, kind)
+            self._event("Killing", f"Container {container.name} failed {PROBE_NAMES[kind].lower()} probe, "
+                                   "will be restarted", container, kind="Normal")
             run.process.terminate()
             run.kill_at = time.monotonic() + grace
+
+    def _event(self, reason: str, message: str, container: _Container | None = None, kind: str = "Warning") -> None:
+        if self._gone or self._shutdown:
+            return
+        field_path = ""
+        if container is not None:
+            field_path = f"spec.{'initContainers' if container.is_init else 'containers'}{{{container.name}}}"
+        self._deps.events.record(PodEvent(
+            namespace=self.namespace, pod_name=self.pod_name, pod_uid=self.uid,
+            node=self._deps.node_network.node.name, reason=reason, message=message, field_path=field_path,
+            kind=kind,
+        ))
 
     def _next_wakeup(self) -> float:
         now = time.monotonic()

@@ -24,6 +24,7 @@ READINESS = "readinessProbe"
 LIVENESS = "livenessProbe"
 STARTUP = "startupProbe"
 PROBE_KINDS = (STARTUP, LIVENESS, READINESS)
+PROBE_NAMES = {STARTUP: "Startup", LIVENESS: "Liveness", READINESS: "Readiness"}
 
 
 @dataclass(frozen=True)
@@ -49,26 +50,26 @@ class ProbeTracker:
         self.next_due = started_at_monotonic + spec.get("initialDelaySeconds", 0)
         self.passing = kind == LIVENESS
         self._successes = 0
-        self._failures = 0
+        self.failures = 0
 
     def record(self, ok: bool, now_monotonic: float) -> bool:
         """Count one result; True when the probe's outcome flipped."""
         self.next_due = now_monotonic + self.period_s
         before = self.passing
         if ok:
-            self._successes, self._failures = self._successes + 1, 0
+            self._successes, self.failures = self._successes + 1, 0
             if self._successes >= self.success_threshold:
                 self.passing = True
         else:
-            self._failures, self._successes = self._failures + 1, 0
-            if self._failures >= self.failure_threshold:
+            self.failures, self._successes = self.failures + 1, 0
+            if self.failures >= self.failure_threshold:
                 self.passing = False
         return before != self.passing
 
     @property
     def failed(self) -> bool:
         """failureThreshold consecutive failures: a liveness or startup probe kills the container."""
-        return self._failures >= self.failure_threshold
+        return self.failures >= self.failure_threshold
 
 
 def run_probe(spec: dict, target: ProbeTarget) -> tuple[bool, str]:

@@ -32,6 +32,7 @@ RESTART_TIMEOUT_S = 20
 MANY_PODS = 64
 MANY_PODS_TIMEOUT_S = 180
 POLL_S = 0.2
+SERVICE_ACCOUNT_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,17 @@ def pod_manifest(name: str, node: str, command: list[str], restart_policy: str =
 
 
 def create(core: client.CoreV1Api, namespace: str, manifest: dict) -> None:
-    core.create_namespaced_pod(namespace, manifest)
+    """Create a pod; in a brand-new namespace, wait for its default ServiceAccount first."""
+    give_up_at = time.monotonic() + SERVICE_ACCOUNT_TIMEOUT_S
+    while True:
+        try:
+            core.create_namespaced_pod(namespace, manifest)
+            return
+        except client.ApiException as error:
+            missing_account = error.status == 403 and "serviceaccount" in (error.body or "")
+            if not missing_account or time.monotonic() > give_up_at:
+                raise
+            time.sleep(POLL_S)
 
 
 def get_pod(core: client.CoreV1Api, namespace: str, name: str) -> dict | None:
@@ -241,6 +252,29 @@ def test_secret_files_have_their_modes_inside_the_pod(core, namespace, nodes):
     assert logs(core, namespace, "keys").splitlines() == [
         "id_rsa 600 root", "authorized_keys 400 root", "PRIVATE", "read-only",
     ]
+
+
+def test_pod_waits_for_a_missing_secret_and_says_why(core, namespace, nodes):
+    manifest = pod_manifest(
+        "patient", nodes.names[0], ["cat", "/etc/creds/token"],
+        container={"volumeMounts": [{"name": "creds", "mountPath": "/etc/creds"}]},
+        volumes=[{"name": "creds", "secret": {"secretName": "late"}}],
+    )
+    create(core, namespace, manifest)
+
+    def failed_mount_event():
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=patient").items
+        return [e for e in events if e.reason == "FailedMount" and e.source.component == "kubelet"]
+
+    (event,) = wait_for(failed_mount_event, POD_START_TIMEOUT_S, "a FailedMount event")
+    assert 'secret "late" not found' in event.message
+    pod = get_pod(core, namespace, "patient")
+    assert pod["status"]["phase"] == "Pending"
+    assert container_status(pod)["state"]["waiting"]["reason"] == "ContainerCreating"
+    core.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="late"),
+                                                             string_data={"token": "finally"}))
+    wait_phase(core, namespace, "patient", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    assert logs(core, namespace, "patient") == "finally"
 
 
 def test_deleting_a_pod_kills_all_its_processes(core, namespace, nodes):

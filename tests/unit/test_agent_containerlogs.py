@@ -19,13 +19,13 @@ def test_lines_are_split_into_records(tmp_path):
     records = (tmp_path / "c" / "0.log").read_bytes().splitlines()
     assert all(RECORD.match(record) for record in records)
     assert [r.split(b" ", 3)[1:] for r in records] == [
-        [b"stdout", b"F", b"one"], [b"stderr", b"F", b"err"], [b"stdout", b"F", b"two"], [b"stdout", b"F", b"three"],
+        [b"stdout", b"F", b"one"], [b"stderr", b"F", b"err"], [b"stdout", b"F", b"two"], [b"stdout", b"P", b"three"],
     ]
-    assert b"".join(read_log(writer.path, None, False, False, None)) == b"one\nerr\ntwo\nthree\n"
-    assert b"".join(read_log(writer.path, 1, False, False, None)) == b"three\n"
+    assert b"".join(read_log(writer.path, None, False, False, None)) == b"one\nerr\ntwo\nthree"
+    assert b"".join(read_log(writer.path, 1, False, False, None)) == b"three"
     assert b"".join(read_log(writer.path, 0, False, False, None)) == b""
     stamped = b"".join(read_log(writer.path, 1, True, False, None))
-    assert re.match(rb"^\S+Z three\n$", stamped)
+    assert re.match(rb"^\S+Z three$", stamped)
 
 
 def test_long_lines_become_partial_records(tmp_path):
