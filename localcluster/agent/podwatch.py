@@ -86,10 +86,6 @@ class PodDispatcher:
             matches = [w for w in self._workers.values() if w.namespace == namespace and w.pod_name == name]
         return matches[-1] if matches else None
 
-    def count(self) -> int:
-        with self._lock:
-            return len(self._workers)
-
     def shutdown(self) -> None:
         """Stop every pod (SIGTERM, short grace, SIGKILL) and wait for the workers to clean up."""
         with self._lock:
@@ -110,7 +106,6 @@ class PodWatcher(threading.Thread):
         super().__init__(name="pod-watch", daemon=True)
         self._api = api
         self._dispatcher = dispatcher
-        self.synced = threading.Event()
 
     def run(self) -> None:
         resource_version = None
@@ -122,7 +117,6 @@ class PodWatcher(threading.Thread):
                     listing = self._api.get(PODS_PATH, fieldSelector=BOUND_PODS_SELECTOR)
                     self._dispatcher.resync(listing["items"])
                     resource_version = listing["metadata"]["resourceVersion"]
-                    self.synced.set()
                 for event in self._api.watch(
                     PODS_PATH, fieldSelector=BOUND_PODS_SELECTOR, resourceVersion=resource_version,
                     allowWatchBookmarks="true",
