@@ -41,6 +41,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     manager.add_argument("--manager-service-account", default=manager_spec.DEFAULT_MANAGER_SERVICE_ACCOUNT,
                          help=f"the manager's identity, bound by rbac/ "
                               f"(default {manager_spec.DEFAULT_MANAGER_SERVICE_ACCOUNT})")
+    manager.add_argument("--manager-node-selector", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                         help="run the manager only on nodes with these labels (it needs no GPU)")
     manager.add_argument("--dry-run", action="store_true", help="print the manager's YAML and create nothing")
     manager.add_argument("-f", "--follow", action="store_true",
                          help="show progress and the chief's output; exit with the job's exit code")
@@ -131,6 +133,8 @@ def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[Jo
         service_account=_checked("--manager-service-account", _service_account, args.manager_service_account),
         as_job=args.as_job,
         ttl_after_finished_s=ttl_s,
+        node_selector=tuple(_checked("--manager-node-selector", validation.key_value, term)
+                            for flag in args.manager_node_selector for term in flag.split(",") if term),
     )
     return settings, options
 

@@ -41,6 +41,7 @@ class ManagerOptions:
     service_account: str = DEFAULT_MANAGER_SERVICE_ACCOUNT  # bound by rbac/
     as_job: bool = False  # wrap the pod in a batch/v1 Job
     ttl_after_finished_s: int = DEFAULT_JOB_TTL_S  # as a Job: delete it (and so the job) this long after it ends
+    node_selector: tuple[tuple[str, str], ...] = ()  # where the manager runs, e.g. CPU nodes (it needs no GPU)
 
 
 def generated_name() -> str:
@@ -113,7 +114,7 @@ def _downward(variable: str, field_path: str) -> dict:
 
 
 def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
-    return {
+    spec = {
         "serviceAccountName": options.service_account,
         # The manager's exit code is the job's outcome: never restart it.
         "restartPolicy": "Never",
@@ -134,6 +135,9 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
             }
         ],
     }
+    if options.node_selector:
+        spec["nodeSelector"] = dict(options.node_selector)
+    return spec
 
 
 def _metadata(settings: JobSettings) -> dict:

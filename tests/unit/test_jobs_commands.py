@@ -57,6 +57,7 @@ def run(capsys, argv):
     (SUBMIT + ["--as-job", "--ttl-after-finished", "a day"], "--ttl-after-finished"),
     (SUBMIT + ["--manager-image", "Bad Image"], "--manager-image"),
     (SUBMIT + ["--manager-service-account", "Bad_SA"], "--manager-service-account"),
+    (SUBMIT + ["--manager-node-selector", "pool"], "--manager-node-selector"),
     (SUBMIT + ["--dry-run", "--follow"], "--follow"),
     (SUBMIT + ["--frobnicate"], "--frobnicate"),
     (["list", "-o", "yaml"], "-o"),

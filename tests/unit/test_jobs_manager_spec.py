@@ -97,10 +97,12 @@ def test_submit_as_job():
             "env": DOWNWARD_ENV,
             "resources": RESOURCES,
         }],
+        "nodeSelector": {"pool": "cpu", "zone": "z"},
     }
     assert submitted(["--num-gpus", "2", "--image", "img:1", "--port", "2222", "--host-network", "--delete-chief",
                       "--namespace", "ml", "--name", "demo", "--as-job", "--ttl-after-finished", "1h",
-                      "--manager-image", "reg.example.com/manager:2", "--manager-service-account", "trainer"]) == {
+                      "--manager-image", "reg.example.com/manager:2", "--manager-service-account", "trainer",
+                      "--manager-node-selector", "pool=cpu,zone=z"]) == {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": "demo", "namespace": "ml", "labels": LABELS},

@@ -1,0 +1,173 @@
+"""The user's CLI against the real control plane and node agent, with the user's
+(admin) kubeconfig: submit, follow, list, status, logs and cancel, as a Pod and as a
+batch/v1 Job. The manager runs under rbac/, applied into the test's namespace."""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from kubernetes import client
+
+from jobharness import HELLO, REPO, node_pool, script_volume
+
+pytestmark = pytest.mark.cluster
+
+CLI_TIMEOUT_S = 60.0
+FOLLOW_TIMEOUT_S = 420.0  # manager start, two pods, SSH, and one epoch of TensorFlow on CPU
+STATE_TIMEOUT_S = 180.0
+POLL_INTERVAL_S = 1.0
+# Reports its rank, then sleeps so there is a running job to look at and cancel.
+SLEEPY = {"hello.py": HELLO}
+TRAINING_IMAGE = "distributetrain/base:test"  # not pulled by the local cluster
+
+
+def on(pool) -> list[str]:
+    """The job and its manager on the test's own nodes (other tests' nodes come and go)."""
+    return ["--node-selector", pool.selector, "--manager-node-selector", pool.selector]
+
+
+def dt(cluster, command, *args, timeout_s=CLI_TIMEOUT_S):
+    """`distributetrain COMMAND --kubeconfig … ARGS`, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "distributetrain", command, "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True, text=True, timeout=timeout_s,
+    )
+
+
+def status(cluster, namespace, name) -> dict:
+    result = dt(cluster, "status", name, "-n", namespace, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def wait_for_phase(cluster, namespace, name, phase) -> dict:
+    give_up_at = time.monotonic() + STATE_TIMEOUT_S
+    while time.monotonic() < give_up_at:
+        current = status(cluster, namespace, name)
+        if current["phase"] == phase:
+            return current
+        time.sleep(POLL_INTERVAL_S)
+    raise AssertionError(f"job {name} not {phase} within {STATE_TIMEOUT_S}s: {current}")
+
+
+def objects(api_client, namespace) -> set[str]:
+    core = client.CoreV1Api(api_client)
+    pods = {f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(namespace).items}
+    secrets = {f"secret/{s.metadata.name}" for s in core.list_namespaced_secret(namespace).items
+               if s.metadata.labels and "distributetrain.io/job" in s.metadata.labels}
+    jobs = {f"job/{j.metadata.name}" for j in client.BatchV1Api(api_client).list_namespaced_job(namespace).items}
+    return pods | secrets | jobs
+
+
+def test_submit_follow_list_status_logs_cancel(cluster, api_client, namespace, rbac):
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        followed = dt(cluster, "submit", "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
+                      "--name", "mnist", *on(pool), "--follow", "--", "--epochs", "1",
+                      timeout_s=FOLLOW_TIMEOUT_S)
+        assert followed.returncode == 0, followed.stdout + followed.stderr
+        name, training = followed.stdout.split("\n", 1)
+        assert name == "mnist"
+        assert "epoch=1 " in training and "size=2" in training, followed.stdout
+        progress = followed.stderr
+        for line in [f"mnist: plan: 2 GPUs on 2 nodes ({pool.node('a')}=1,{pool.node('b')}=1, the chief's share last)",
+                     "mnist: workers Ready: 1/1", "mnist: chief mnist-chief: Running", "mnist: phase: Training",
+                     "mnist: Succeeded, exit code 0: training finished"]:
+            assert line in progress.splitlines(), progress
+
+        listed = dt(cluster, "list", "-n", namespace)
+        assert listed.returncode == 0, listed.stderr
+        header, row = listed.stdout.splitlines()
+        assert header.split() == ["NAME", "PHASE", "GPUS", "NODES", "AGE", "EXIT", "REASON"]
+        assert row.split()[:4] + row.split()[5:] == [
+            "mnist", "Succeeded", "2", f"{pool.node('a')}=1,{pool.node('b')}=1", "0", "training", "finished"]
+
+        current = status(cluster, namespace, "mnist")
+        assert {k: current[k] for k in ("kind", "managerPod", "phase", "gpus", "exitCode", "reason", "chief")} == {
+            "kind": "Pod", "managerPod": "mnist", "phase": "Succeeded", "gpus": 2, "exitCode": 0,
+            "reason": "training finished", "chief": "Succeeded"}
+        assert current["plan"] == [{"node": pool.node("a"), "gpus": 1}, {"node": pool.node("b"), "gpus": 1}]
+
+        logs = dt(cluster, "logs", "mnist", "-n", namespace)
+        assert (logs.returncode, logs.stdout) == (0, training)
+        manager_logs = dt(cluster, "logs", "mnist", "--manager", "-n", namespace)
+        assert f"plan {pool.node('a')}=1,{pool.node('b')}=1" in manager_logs.stdout
+
+        # Finished: the workers and the Secret are gone already; the chief is kept for its logs.
+        cancelled = dt(cluster, "cancel", "mnist", "-n", namespace)
+        assert (cancelled.returncode, cancelled.stdout) == (0, "deleted pod/mnist\ndeleted pod/mnist-chief\n")
+        assert objects(api_client, namespace) == set()
+
+
+def test_as_job_cancel_mid_training_deletes_everything(cluster, api_client, namespace, rbac, tmp_path):
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
+            script_volume(api_client, namespace, SLEEPY, tmp_path) as claim:
+        submitted = dt(cluster, "submit", "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
+                       "--name", "sleepy", "--as-job", *on(pool), "--pvc", f"{claim}:/work",
+                       "--filename", "/work/hello.py", "--", "0", "600")
+        assert (submitted.returncode, submitted.stdout) == (0, "sleepy\n"), submitted.stderr
+        current = wait_for_phase(cluster, namespace, "sleepy", "Training")
+        pod = current["managerPod"]
+        assert current["kind"] == "Job" and pod.startswith("sleepy-") and pod != "sleepy"
+
+        listed = dt(cluster, "list", "-n", namespace)
+        assert listed.stdout.splitlines()[1].split()[:3] == ["sleepy", "Training", "2"]
+        give_up_at = time.monotonic() + STATE_TIMEOUT_S
+        while "rank=" not in (logs := dt(cluster, "logs", "sleepy", "-n", namespace)).stdout:
+            assert time.monotonic() < give_up_at, logs.stderr
+            time.sleep(POLL_INTERVAL_S)
+        assert "size=2" in logs.stdout
+
+        before = objects(api_client, namespace)
+        assert before == {"job/sleepy", f"pod/{pod}", f"pod/{pod}-chief", f"pod/{pod}-worker-0", f"secret/{pod}-ssh"}
+        cancelled = dt(cluster, "cancel", "sleepy", "-n", namespace, "--timeout", "2m", timeout_s=180)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert set(cancelled.stdout.split("deleted ")) - {""} == {f"{o}\n" for o in before}
+        assert objects(api_client, namespace) == set()
+        missing = dt(cluster, "status", "sleepy", "-n", namespace)
+        assert missing.returncode == 1 and "no job 'sleepy'" in missing.stderr
+
+
+def test_follow_exits_with_the_training_scripts_code(cluster, api_client, namespace, rbac, tmp_path):
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
+            script_volume(api_client, namespace, SLEEPY, tmp_path) as claim:
+        followed = dt(cluster, "submit", "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
+                      *on(pool), "--pvc", f"{claim}:/work", "--filename", "/work/hello.py",
+                      "--follow", "--", "3", timeout_s=FOLLOW_TIMEOUT_S)
+        name = followed.stdout.split("\n", 1)[0]
+        assert followed.returncode == 3, followed.stderr
+        assert name.startswith("dt-") and f"{name}: Failed, exit code 3: chief exited with code 3" in followed.stderr
+
+
+def test_bad_input_creates_nothing(cluster, api_client, namespace, rbac):
+    result = dt(cluster, "submit", "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
+                "--pvc", "no-path")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("distributetrain: error: --pvc: ") and result.stderr.count("\n") == 1
+    assert objects(api_client, namespace) == set()
+
+
+def test_kustomization_and_yaml_retarget_and_pass_the_api_server(cluster, namespace, rbac, tmp_path):
+    shutil.copytree(REPO / "rbac", tmp_path / "rbac")
+    shutil.copy(REPO / "manager.yaml", tmp_path)
+    kustomization = (REPO / "kustomization.yaml").read_text()
+    (tmp_path / "kustomization.yaml").write_text(kustomization.replace("# namespace: team-a", f"namespace: {namespace}"))
+    rendered = cluster.kubectl("kustomize", str(tmp_path), check=True).stdout
+    documents = list(yaml.safe_load_all(rendered))
+    assert sorted(d["kind"] for d in documents) == [
+        "ClusterRole", "ClusterRoleBinding", "Pod", "Role", "RoleBinding", "ServiceAccount"]
+    for document in documents:
+        if not document["kind"].startswith("Cluster"):
+            assert document["metadata"]["namespace"] == namespace
+        for subject in document.get("subjects", []):
+            assert subject["namespace"] == namespace
+    applied = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    assert applied.returncode == 0, applied.stderr
+
+    job = yaml.safe_load((REPO / "manager-job.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    applied = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(job))
+    assert applied.returncode == 0, applied.stderr
