@@ -19,7 +19,7 @@ from localcluster.agent.events import EventRecorder
 from localcluster.agent.kubeapi import KubeApi, Unavailable
 from localcluster.agent.logserver import KubeletServer
 from localcluster.agent.network import NodeNetwork
-from localcluster.agent.nodes import NodeHeartbeat, node_resources
+from localcluster.agent.nodes import NodeHeartbeat, NodeServedElsewhere, node_resources
 from localcluster.agent.objects import ApiObjects
 from localcluster.agent.podwatch import PodDispatcher, PodWatcher
 from localcluster.agent.podworker import PodWorker, WorkerDeps
@@ -68,6 +68,8 @@ class NodeAgent:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         settings.ready_file.unlink(missing_ok=True)
         version = self._wait_for_apiserver(stop)
+        self.heartbeat = NodeHeartbeat(self.api, settings, version)
+        self.heartbeat.wait_until_unserved(stop)
         self.supervisor.start()
         self.status.start()
         self.events.start()
@@ -78,7 +80,6 @@ class NodeAgent:
                                    self.dispatcher.find)
             server.start()
             self.servers.append(server)
-        self.heartbeat = NodeHeartbeat(self.api, settings, version)
         self.heartbeat.register_all()
         self.heartbeat.start()
         PodWatcher(self.api, self.dispatcher).start()
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         agent.start(stop)
         while not stop.wait(1):
             pass
+    except NodeServedElsewhere as error:
+        log.error("%s; not starting", error)
+        return 1
     finally:
         agent.stop()
     log.info("stopped")

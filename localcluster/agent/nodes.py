@@ -44,8 +44,17 @@ _CONDITIONS = (
 )
 
 
+class NodeServedElsewhere(Exception):
+    """Another live agent registered a node of the same name."""
+
+
 def rfc3339(moment: datetime.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime.datetime:
+    """A Time or MicroTime from the API (RFC 3339, UTC)."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def micro_time(moment: datetime.datetime) -> str:
@@ -175,10 +184,40 @@ class NodeHeartbeat(threading.Thread):
         self._stop = threading.Event()
         self._api_down = False
         self._deleted: set[str] = set()
+        self._registered: set[str] = set()
 
     def register_all(self) -> None:
         for node in self._settings.nodes:
             self._register(node)
+
+    def wait_until_unserved(self, stop: threading.Event) -> None:
+        """Wait for the Leases of existing same-named Nodes to lapse; NodeServedElsewhere if one is renewed.
+
+        A crashed agent's Lease stops being renewed and lapses; a live agent's is
+        renewed every 10 s, and two agents running the same node's pods would
+        fight over their statuses.
+        """
+        renewals = {node.name: self._lease_renew_time(node.name) for node in self._settings.nodes}
+        deadline = time.monotonic() + LEASE_DURATION_S + LEASE_RENEW_INTERVAL_S
+        while not stop.is_set():
+            now = datetime.datetime.now(datetime.timezone.utc)
+            fresh = {name: renewed for name, renewed in renewals.items()
+                     if renewed is not None and (now - renewed).total_seconds() < LEASE_DURATION_S}
+            if not fresh or time.monotonic() > deadline:
+                return
+            log.info("nodes %s: Leases renewed recently; waiting for them to lapse", ", ".join(sorted(fresh)))
+            stop.wait(LEASE_RENEW_INTERVAL_S / 2)
+            for name, renewed in fresh.items():
+                latest = self._lease_renew_time(name)
+                if latest is not None and latest > renewed:
+                    raise NodeServedElsewhere(f"node {name} is served by another live agent (its Lease is renewed)")
+
+    def _lease_renew_time(self, name: str) -> datetime.datetime | None:
+        try:
+            renew = self._api.get(_lease_path(name)).get("spec", {}).get("renewTime")
+        except NotFound:
+            return None
+        return parse_time(renew) if renew else None
 
     def _register(self, node: NodeSpec) -> None:
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -193,6 +232,7 @@ class NodeHeartbeat(threading.Thread):
             created = self._api.patch(f"/api/v1/nodes/{node.name}", {"metadata": metadata})
             self._post_status(node, now)
             log.info("node %s: took over existing Node", node.name)
+        self._registered.add(node.name)
         self._renew_lease(node, created["metadata"]["uid"], now)
 
     def _post_status(self, node: NodeSpec, now: datetime.datetime) -> None:
@@ -253,9 +293,11 @@ class NodeHeartbeat(threading.Thread):
             log.error("node %s: heartbeat rejected: %s", node.name, error)
 
     def stop_and_delete(self) -> None:
-        """Stop beating and delete the Nodes and their Leases."""
+        """Stop beating and delete the Nodes (and their Leases) this agent registered."""
         self._stop.set()
         for node in self._settings.nodes:
+            if node.name not in self._registered:
+                continue
             for path in (_lease_path(node.name), f"/api/v1/nodes/{node.name}"):
                 try:
                     self._api.delete(path)

@@ -215,7 +215,8 @@ def build_status(view: PodView, now: datetime.datetime) -> dict:
     """The status fields the kubelet owns, as a strategic merge patch body.
 
     Conditions merge by type, so PodScheduled and conditions set by others
-    stay; null removes a field (e.g. a reason that no longer applies).
+    stay; null removes a field (e.g. a reason that no longer applies); the
+    address lists replace what is stored, so an address never accumulates.
     """
     phase = pod_phase(view)
     status: dict = {
@@ -223,9 +224,9 @@ def build_status(view: PodView, now: datetime.datetime) -> dict:
         "phase": phase,
         "conditions": pod_conditions(view, phase, now),
         "hostIP": view.host_ip or None,
-        "hostIPs": [{"ip": view.host_ip}] if view.host_ip else None,
+        "hostIPs": _replace_list([{"ip": view.host_ip}]) if view.host_ip else None,
         "podIP": view.pod_ip or None,
-        "podIPs": [{"ip": view.pod_ip}] if view.pod_ip else None,
+        "podIPs": _replace_list([{"ip": view.pod_ip}]) if view.pod_ip else None,
         "startTime": rfc3339(view.start_time),
         "containerStatuses": [c.to_api() for c in view.containers],
         "initContainerStatuses": [c.to_api() for c in view.init_containers] or None,
@@ -233,6 +234,11 @@ def build_status(view: PodView, now: datetime.datetime) -> dict:
         "message": view.message or None,
     }
     return status
+
+
+def _replace_list(items: list[dict]) -> list[dict]:
+    """A list that replaces the stored one: podIPs/hostIPs would otherwise merge by IP."""
+    return [{"$patch": "replace"}, *items]
 
 
 def _names(what: str, names: Sequence[str]) -> str:

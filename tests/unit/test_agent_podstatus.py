@@ -69,7 +69,7 @@ def test_running_pod_status_whole():
     status = build_status(pod, T1)
     conditions = {c["type"]: c for c in status["conditions"]}
     assert status["phase"] == "Running"
-    assert status["podIP"] == "10.233.1.2" and status["podIPs"] == [{"ip": "10.233.1.2"}]
+    assert status["podIP"] == "10.233.1.2" and status["podIPs"] == [{"$patch": "replace"}, {"ip": "10.233.1.2"}]
     assert status["hostIP"] == "10.233.0.11" and status["startTime"] == "2030-01-02T03:04:05Z"
     assert conditions["Ready"] == {
         "type": "Ready", "status": "False", "lastProbeTime": None, "lastTransitionTime": "2030-01-02T03:04:12Z",
