@@ -25,8 +25,9 @@ REQUEST_TIMEOUT_S = (5, 30)
 # A watch may be quiet for minutes; bookmarks arrive about once a minute.
 WATCH_SERVER_TIMEOUT_S = 300
 WATCH_READ_TIMEOUT_S = WATCH_SERVER_TIMEOUT_S + 30
-# One connection per concurrently busy thread (status writer, watch, heartbeats, pod workers).
-CONNECTION_POOL_SIZE = 32
+# One connection per concurrently busy thread: status writer, watch, heartbeats, and
+# pod workers, which all fetch Secrets and tokens at once when many pods arrive.
+CONNECTION_POOL_SIZE = 128
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
