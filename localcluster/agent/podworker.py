@@ -271,7 +271,7 @@ class PodWorker(threading.Thread):
             if grace is None:
                 grace = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
             log.info("[%s] deletion requested, grace period %ss", self.key, grace)
-            self._request_stop(max(grace, MIN_GRACE_S) if grace else MIN_GRACE_S)
+            self._request_stop(max(grace, MIN_GRACE_S))
 
     def _request_stop(self, grace_s: float) -> None:
         """Kill the pod for good: SIGTERM now, SIGKILL after grace_s."""
