@@ -145,7 +145,9 @@ class Jobs:
 
     def exit_code(self, name: str, timeout_s: float = MANAGER_FINISH_TIMEOUT_S) -> int:
         pod = self.wait_for(name, lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), timeout_s)
-        return pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+        terminated = (pod["status"].get("containerStatuses") or [{}])[0].get("state", {}).get("terminated")
+        assert terminated, f"pod {name} ended without a container exit code: {json.dumps(pod['status'])[:2000]}"
+        return terminated["exitCode"]
 
     def logs(self, name: str, container: str | None = None) -> str:
         return self.core.read_namespaced_pod_log(name, self.namespace, container=container)
