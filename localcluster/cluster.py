@@ -163,6 +163,14 @@ class Cluster:
         self._start_component(components.APISERVER)
         wait_until(self.probe().ready, APISERVER_READY_TIMEOUT_S, "the restarted apiserver's /readyz")
 
+    def stop_component(self, name: str) -> None:
+        """Stop one control-plane component (e.g. the scheduler, to freeze binding in a fault test)."""
+        self._stop_component(name, True)
+
+    def start_component(self, name: str) -> None:
+        """Start a component stopped by ``stop_component`` again, with the same flags."""
+        self._start_component(name)
+
     # --- nodes -------------------------------------------------------------
 
     def add_nodes(
