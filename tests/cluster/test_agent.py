@@ -510,3 +510,27 @@ def test_sixty_four_pods_run_at_once_and_are_cleaned_up(core, namespace, nodes, 
     with capsys.disabled():
         print(f"\n[agent] {MANY_PODS} pods: created in {created_s:.1f}s, all Running after {running_s:.1f}s, "
               f"all deleted {deleted_s:.1f}s after delete")
+
+
+def test_stopping_the_agent_kills_its_pods_and_removes_its_nodes(cluster, core, namespace, api_client):
+    name = "ag" + uuid.uuid4().hex[:5] + "-stop"
+    group = cluster.add_nodes({name: 1})
+    try:
+        running = marker()
+        manifest = pod_manifest("orphan", name, ["sleep", running])
+        manifest["spec"]["tolerations"] = []
+        create(core, namespace, manifest)
+        pod = wait_phase(core, namespace, "orphan", ("Running",))
+        _, _, index, host = pod["status"]["podIP"].split(".")
+    finally:
+        group.stop()
+    assert processes_with(running) == []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    assert f"dt-p{index}-{host}" not in netns and f"dt-n{index}" not in netns
+    with pytest.raises(client.ApiException) as gone:
+        core.read_node(name)
+    assert gone.value.status == 404
+    with pytest.raises(client.ApiException) as lease_gone:
+        client.CoordinationV1Api(api_client).read_namespaced_lease(name, "kube-node-lease")
+    assert lease_gone.value.status == 404
+    assert group.log_file.read_text().rstrip().endswith("stopped")
