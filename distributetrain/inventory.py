@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from kubernetes.utils.quantity import parse_quantity
 
 from distributetrain import names
+from distributetrain.placement import parse_plan
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
@@ -82,11 +83,6 @@ def pinned_node(spec: Mapping) -> str | None:
         ):
             return expression["values"][0]
     return None
-
-
-def parse_reservation(text: str) -> tuple[str, int]:
-    node, _, count = text.partition("=")
-    return node, int(count)
 
 
 def tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:
@@ -159,8 +155,8 @@ class GpuLedger:
             self.used[node] += pod_request(spec, self.resource)
         reservation = (metadata.get("annotations") or {}).get(names.ANNOTATION_RESERVATION)
         if reservation and metadata.get("uid") != self.own_pod_uid:
-            reserved_node, count = parse_reservation(reservation)
-            self.used[reserved_node] += count
+            for reserved_node, count in parse_plan(reservation):
+                self.used[reserved_node] += count
 
     def free(self) -> dict[str, int]:
         return {node: max(0, count - self.used.get(node, 0)) for node, count in self.allocatable.items()}

@@ -54,6 +54,22 @@ def plan(free: Mapping[str, int], gpus: int) -> Plan:
     return _shares(chosen, sum(f for _, f in chosen) - gpus)
 
 
+def format_plan(plan: Plan) -> str:
+    """"gpu-a=5,gpu-c=1": how a plan is recorded on the manager pod and shown to users."""
+    return ",".join(f"{node}={share}" for node, share in plan)
+
+
+def parse_plan(text: str) -> Plan:
+    """The inverse of ``format_plan``; anything unreadable is no plan ([])."""
+    plan = []
+    for term in filter(None, text.split(",")):
+        node, _, share = term.rpartition("=")
+        if not node or not share.isdigit():
+            return []
+        plan.append((node, int(share)))
+    return plan
+
+
 def _fewest_nodes(candidates: list[tuple[str, int]], gpus: int) -> int:
     total = 0
     for count, (_, f) in enumerate(candidates, start=1):

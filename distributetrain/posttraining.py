@@ -41,6 +41,16 @@ class PostTraining:
             deleted = tear_down(self.kube, self.settings, keep_chief=keep_chief)
             log.info("job %s torn down: %s", self.settings.job_name, ", ".join(deleted) or "nothing left")
 
+    def _expected_workers(self, pods: dict[str, dict]) -> list[str]:
+        """Workers from the recorded plan: one deleted before this process started is lost, not absent."""
+        plan = self.reporter.plan()
+        if plan is not None:
+            return [names.worker_name(self.settings.job_name, i) for i in range(len(plan) - 1)]
+        return sorted(
+            name for name, pod in pods.items()
+            if pod["metadata"].get("labels", {}).get(names.LABEL_ROLE) == names.ROLE_WORKER
+        )
+
     def _follow(self) -> int:
         settings = self.settings
         pods = job_pods(self.kube, settings)
@@ -48,10 +58,7 @@ class PostTraining:
         if chief not in pods:
             raise errors.JobFailed(f"job {settings.job_name} has no chief: pre-training did not finish",
                                    exitcodes.INTERNAL_ERROR)
-        workers = sorted(
-            name for name, pod in pods.items()
-            if pod["metadata"].get("labels", {}).get(names.LABEL_ROLE) == names.ROLE_WORKER
-        )
+        workers = self._expected_workers(pods)
         expected = [chief, *workers]
         start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
         outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,

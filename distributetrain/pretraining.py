@@ -22,7 +22,8 @@ import time
 from distributetrain import errors, exitcodes, inventory, manifests, names, placement, podstate, waits
 from distributetrain.kube import Kube
 from distributetrain.lock import PlacementLock
-from distributetrain.reporting import Reporter, format_plan
+from distributetrain.placement import format_plan
+from distributetrain.reporting import Reporter
 from distributetrain.settings import JobSettings
 from distributetrain.sshkeys import JobKeys
 from distributetrain.teardown import tear_down

@@ -10,6 +10,7 @@ import logging
 
 from distributetrain import errors, names
 from distributetrain.kube import Kube
+from distributetrain.placement import format_plan, parse_plan
 from distributetrain.settings import JobSettings
 
 log = logging.getLogger(__name__)
@@ -17,8 +18,6 @@ log = logging.getLogger(__name__)
 TERMINATION_LOG = "/dev/termination-log"
 
 
-def format_plan(plan: list[tuple[str, int]]) -> str:
-    return ",".join(f"{node}={share}" for node, share in plan)
 
 
 class Reporter:
@@ -55,15 +54,19 @@ class Reporter:
     def release_reservation(self) -> None:
         self._annotate({names.ANNOTATION_RESERVATION: None})
 
-    def reservation(self) -> tuple[str, int] | None:
+    def _annotation(self, key: str) -> str | None:
         if not self._has_pod:
             return None
         pod = self.kube.get_pod(self.settings.own_namespace, self.settings.job_name) or {}
-        text = (pod.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RESERVATION)
-        if not text:
-            return None
-        node, _, share = text.partition("=")
-        return node, int(share)
+        return (pod.get("metadata", {}).get("annotations") or {}).get(key)
+
+    def reservation(self) -> tuple[str, int] | None:
+        reserved = parse_plan(self._annotation(names.ANNOTATION_RESERVATION) or "")
+        return reserved[0] if reserved else None
+
+    def plan(self) -> list[tuple[str, int]] | None:
+        """The plan recorded by pre-training (which may have run in another process)."""
+        return parse_plan(self._annotation(names.ANNOTATION_PLAN) or "") or None
 
     def finished(self, exit_code: int, reason: str) -> None:
         phase = "Succeeded" if exit_code == 0 else "Failed"

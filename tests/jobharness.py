@@ -67,6 +67,11 @@ def manager_pod(namespace: str, name: str, args: list[str], restart_policy: str 
     pod["spec"]["restartPolicy"] = restart_policy
     pod["spec"]["containers"][0]["args"] = args
     pod["spec"]["containers"][0]["image"] = "distributetrain/manager:test"
+    # The manager runs on the test's own nodes, so another test stopping its nodes
+    # never takes this test's manager with it.
+    for arg in args:
+        if arg.startswith(f"--node-selector={TEST_NODE_LABEL}="):
+            pod["spec"]["nodeSelector"] = {TEST_NODE_LABEL: arg.rsplit("=", 1)[1]}
     return pod
 
 

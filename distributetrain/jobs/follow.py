@@ -19,7 +19,7 @@ from typing import TextIO, TypeVar
 from distributetrain import errors, exitcodes, names, podstate, waits
 from distributetrain.jobs import state
 from distributetrain.jobs.api import JobsKube
-from distributetrain.reporting import format_plan
+from distributetrain.placement import format_plan
 
 log = logging.getLogger(__name__)
 

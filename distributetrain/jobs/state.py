@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from distributetrain import cli, errors, names, podstate, validation
 from distributetrain.inventory import TERMINAL_PHASES
+from distributetrain.placement import parse_plan
 
 CHIEF_CONTAINER = names.ROLE_CHIEF  # manifests.chief_pod names its container after the role
 KIND_POD = "Pod"
@@ -83,19 +84,8 @@ def kind_of(manager: Mapping) -> str:
     return KIND_JOB if any(ref.get("kind") == KIND_JOB for ref in owners) else KIND_POD
 
 
-def parse_plan(text: str) -> tuple[tuple[str, int], ...]:
-    """The inverse of ``reporting.format_plan``; anything unreadable is no plan."""
-    plan = []
-    for term in filter(None, text.split(",")):
-        node, _, share = term.rpartition("=")
-        if not node or not share.isdigit():
-            return ()
-        plan.append((node, int(share)))
-    return tuple(plan)
-
-
 def plan_of(manager: Mapping) -> tuple[tuple[str, int], ...]:
-    return parse_plan(_annotations(manager).get(names.ANNOTATION_PLAN, ""))
+    return tuple(parse_plan(_annotations(manager).get(names.ANNOTATION_PLAN, "")))
 
 
 def _manager_container(pod: Mapping) -> Mapping:

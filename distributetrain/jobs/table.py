@@ -9,7 +9,7 @@ import json
 from datetime import datetime
 
 from distributetrain.jobs.state import JobStatus, Progress, format_age
-from distributetrain.reporting import format_plan
+from distributetrain.placement import format_plan
 
 COLUMN_GAP = "   "
 MAX_REASON_CHARS = 60  # the table stays one line per job; `status` shows the whole reason

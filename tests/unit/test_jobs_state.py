@@ -106,11 +106,6 @@ def test_requested_gpus_from_the_managers_arguments(args, gpus):
     assert state.requested_gpus(manager(args=args)) == gpus
 
 
-@pytest.mark.parametrize("text,plan", [("a=5,b=1", (("a", 5), ("b", 1))), ("", ()), ("a=x", ()), ("=2", ())])
-def test_parse_plan(text, plan):
-    assert state.parse_plan(text) == plan
-
-
 def test_progress():
     pod = manager(annotations={"distributetrain.io/plan": "a=2,b=2,c=2"})
     children = [child("demo-worker-0", "worker", ready=True), child("demo-worker-1", "worker", phase="Pending")]

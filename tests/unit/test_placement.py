@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from distributetrain.placement import InsufficientGPUs, plan
+from distributetrain.placement import InsufficientGPUs, format_plan, parse_plan, plan
 
 free_maps = st.dictionaries(
     st.from_regex(r"node-[a-z0-9]{1,4}", fullmatch=True), st.integers(min_value=0, max_value=16), max_size=12
@@ -93,3 +93,10 @@ def test_ten_thousand_nodes_well_under_100_ms():
     assert sum(s for _, s in result) == 1500
     # Generous bound against a slow CI machine; bench/planning_time.py measures it properly.
     assert elapsed_s < 1.0
+
+
+@pytest.mark.parametrize("text,plan", [("a=5,b=1", [("a", 5), ("b", 1)]), ("", []), ("a=x", []), ("=2", [])])
+def test_plan_text_form(text, plan):
+    assert parse_plan(text) == plan
+    if plan:
+        assert format_plan(plan) == text
