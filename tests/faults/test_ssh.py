@@ -75,7 +75,7 @@ def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api
         assert allowed.returncode == 0, allowed.stderr
 
         for job in ("one", "two"):
-            assert jobs.exit_code(job) == 0
+            assert jobs.exit_code(job) == 0, jobs.logs(job)
             assert "PRIVATE KEY" not in jobs.logs(job)
 
 
