@@ -102,7 +102,7 @@ def call(operation: Callable[[], T], deadline_s: float = API_RETRY_DEADLINE_S) -
             delay = min(delay * 2, API_BACKOFF_MAX_S)
 
 
-def _json(response) -> dict:
+def read_json(response) -> dict:
     return json.loads(response.data)
 
 
@@ -130,7 +130,7 @@ class Kube:
         """Yield (items, resourceVersion) page by page; kind is 'nodes' or 'pods'."""
         token = None
         while True:
-            page = self._call(lambda: _json(self._list(kind, namespace, token, selectors)))
+            page = self._call(lambda: read_json(self._list(kind, namespace, token, selectors)))
             yield page.get("items") or [], page["metadata"].get("resourceVersion", "")
             token = page["metadata"].get("continue")
             if not token:
@@ -162,7 +162,7 @@ class Kube:
     def get_pod(self, namespace: str, name: str) -> dict | None:
         try:
             return self._call(
-                lambda: _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+                lambda: read_json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
             )
         except errors.NotFound:
             return None
@@ -174,7 +174,7 @@ class Kube:
         create = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
         extra = {"dry_run": "All"} if dry_run else {}
         try:
-            created = self._call(lambda: _json(create(namespace, obj, _preload_content=False, **extra)))
+            created = self._call(lambda: read_json(create(namespace, obj, _preload_content=False, **extra)))
         except errors.AlreadyExists:
             if dry_run:
                 return obj
@@ -192,7 +192,7 @@ class Kube:
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         read = self.core.read_namespaced_pod if kind == "Pod" else self.core.read_namespaced_secret
         try:
-            return self._call(lambda: _json(read(name, namespace, _preload_content=False)))
+            return self._call(lambda: read_json(read(name, namespace, _preload_content=False)))
         except errors.NotFound:
             return None
 
@@ -256,7 +256,7 @@ class Kube:
     def get_lease(self, namespace: str, name: str) -> dict | None:
         try:
             return self._call(
-                lambda: _json(self.coordination.read_namespaced_lease(name, namespace, _preload_content=False))
+                lambda: read_json(self.coordination.read_namespaced_lease(name, namespace, _preload_content=False))
             )
         except errors.NotFound:
             return None
@@ -264,11 +264,11 @@ class Kube:
     def create_lease(self, lease: dict) -> dict:
         namespace = lease["metadata"]["namespace"]
         return self._call(
-            lambda: _json(self.coordination.create_namespaced_lease(namespace, lease, _preload_content=False))
+            lambda: read_json(self.coordination.create_namespaced_lease(namespace, lease, _preload_content=False))
         )
 
     def replace_lease(self, lease: dict) -> dict:
         namespace, name = lease["metadata"]["namespace"], lease["metadata"]["name"]
         return self._call(
-            lambda: _json(self.coordination.replace_namespaced_lease(name, namespace, lease, _preload_content=False))
+            lambda: read_json(self.coordination.replace_namespaced_lease(name, namespace, lease, _preload_content=False))
         )

@@ -15,7 +15,7 @@ import urllib3
 from kubernetes import client
 
 from distributetrain import errors
-from distributetrain.kube import API_REQUEST_TIMEOUT_S, Kube, _json
+from distributetrain.kube import API_REQUEST_TIMEOUT_S, Kube, read_json
 
 log = logging.getLogger(__name__)
 
@@ -31,21 +31,21 @@ class JobsKube(Kube):
         """Create a Pod or a batch/v1 Job; ``errors.AlreadyExists`` if the name is taken."""
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
         create = self.batch.create_namespaced_job if kind == "Job" else self.core.create_namespaced_pod
-        created = self._call(lambda: _json(create(namespace, obj, _preload_content=False)))
+        created = self._call(lambda: read_json(create(namespace, obj, _preload_content=False)))
         log.info("created %s [%s/%s]", kind, namespace, name)
         return created
 
     def get_batch_job(self, namespace: str, name: str) -> dict | None:
         try:
-            return self._call(lambda: _json(self.batch.read_namespaced_job(name, namespace, _preload_content=False)))
+            return self._call(lambda: read_json(self.batch.read_namespaced_job(name, namespace, _preload_content=False)))
         except errors.NotFound:
             return None
 
     def list_batch_jobs(self, namespace: str | None, label_selector: str) -> list[dict]:
         kwargs = dict(label_selector=label_selector, _preload_content=False, _request_timeout=API_REQUEST_TIMEOUT_S)
         if namespace:
-            return self._call(lambda: _json(self.batch.list_namespaced_job(namespace, **kwargs)))["items"]
-        return self._call(lambda: _json(self.batch.list_job_for_all_namespaces(**kwargs)))["items"]
+            return self._call(lambda: read_json(self.batch.list_namespaced_job(namespace, **kwargs)))["items"]
+        return self._call(lambda: read_json(self.batch.list_job_for_all_namespaces(**kwargs)))["items"]
 
     def delete_batch_job(self, namespace: str, name: str) -> bool:
         """Delete the Job; the garbage collector then deletes its pod in the background."""
@@ -59,7 +59,7 @@ class JobsKube(Kube):
 
     def list_secrets(self, namespace: str, label_selector: str) -> list[dict]:
         return self._call(
-            lambda: _json(
+            lambda: read_json(
                 self.core.list_namespaced_secret(
                     namespace, label_selector=label_selector, _preload_content=False,
                     _request_timeout=API_REQUEST_TIMEOUT_S,
