@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Run a command (a cluster benchmark) with a local cluster of its own.
+#
+# The shared cluster's control plane uses fixed ports and a fixed bridge, and other
+# engineers' test sessions take it down when they end; a benchmark run there is cut
+# short, and its load slows their tests. In private network and mount namespaces,
+# with its own run directory, the benchmark starts its own cluster (same binaries,
+# same code), which no one else can see, stop or slow through the API server.
+# Usage: bench/isolated.sh python -m bench.control_plane
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+export PATH="$DT_VENV/bin:$PATH"  # `python` is the project's venv
+if [ "${DT_BENCH_ISOLATED:-}" != 1 ]; then
+    run_dir=$(mktemp -d /tmp/distributetrain-bench-XXXXXX)
+    exec unshare --net --mount --propagation private \
+        env DT_BENCH_ISOLATED=1 DT_RUN="$run_dir" bash "$0" "$@"
+fi
+mkdir -p /run/netns
+mount -t tmpfs -o mode=755 bench-netns /run/netns  # the agent's netns names, private
+ip link set lo up
+status=0
+"$@" || status=$?
+"$DT_VENV/bin/python" -m localcluster down --purge >/dev/null 2>&1 || true
+# Never delete through a mount (a pod's bind of base_image/ would lose its files).
+if ! grep -qF " $DT_RUN" /proc/self/mountinfo; then
+    rm -rf "$DT_RUN"
+fi
+exit "$status"
