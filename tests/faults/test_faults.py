@@ -55,8 +55,8 @@ def test_worker_lost_mid_training_aborts_within_10s(cluster, jobs, scripts, faul
     port = unique_port()
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         jobs.submit("lost", job_args(pool, scripts, 2, f"--port={port}", script_args=("0", LONG_TRAINING_S)))
-        wait_running(jobs, "lost-chief")
-        started = time.monotonic()
+        wait_training(jobs, "lost")
+        faulted_at = datetime.now()  # the manager logs local time, to the millisecond
         if fault == "delete-pod":
             client.CoreV1Api(jobs.core.api_client).delete_namespaced_pod("lost-worker-0", jobs.namespace)
         else:
@@ -66,10 +66,8 @@ def test_worker_lost_mid_training_aborts_within_10s(cluster, jobs, scripts, faul
         wait_nothing_left(jobs, "lost")
         noticed = [line for line in jobs.logs("lost").splitlines() if "lost-worker-0" in line and "aborted" in line]
         assert noticed, jobs.logs("lost")
-        manager = jobs.pod("lost")
-        finished = manager["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
-        assert finished  # the manager ended; and it noticed promptly:
-        assert time.monotonic() - started < NOTICE_WITHIN_S + 15  # + teardown and pod shutdown
+        noticed_at = datetime.strptime(noticed[0][:23], "%Y-%m-%d %H:%M:%S,%f")
+        assert (noticed_at - faulted_at).total_seconds() < NOTICE_WITHIN_S, noticed[0]
 
 
 def test_chief_fails_workers_and_secret_deleted_exit_code_passed_through(cluster, jobs, scripts):
