@@ -18,6 +18,7 @@ if [ "${DT_BENCH_ISOLATED:-}" != 1 ]; then
 fi
 mkdir -p /run/netns
 mount -t tmpfs -o mode=755 bench-netns /run/netns  # the agent's netns names, private
+mount -t sysfs bench-sysfs /sys  # /sys/class/net must list this namespace's links
 ip link set lo up
 status=0
 "$@" || status=$?
