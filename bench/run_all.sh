@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Run every benchmark, or the ones named (e.g. `bench/run_all.sh placement_quality`).
-# Both are pure (no cluster) and take a few minutes together.
+# Run every benchmark, or the ones named (e.g. `bench/run_all.sh planning_time`).
+# The pure ones take a few minutes. The cluster ones need root; each runs against a
+# local cluster of its own (bench/isolated.sh), and inventory_scale is long and heavy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-ALL=(placement_quality planning_time)
-for name in "${@:-${ALL[@]}}"; do
+PURE=(placement_quality planning_time)
+CLUSTER=(control_plane end_to_end inventory_scale)
+for name in "${@:-${PURE[@]} ${CLUSTER[@]}}"; do
     echo "== bench/$name.py"
-    "$DT_VENV/bin/python" -m "bench.$name"
+    if [[ " ${CLUSTER[*]} " == *" $name "* ]]; then
+        bench/isolated.sh "$DT_VENV/bin/python" -m "bench.$name"
+    else
+        "$DT_VENV/bin/python" -m "bench.$name"
+    fi
 done

@@ -1,0 +1,351 @@
+"""Inventory at scale: 5,000 nodes and up to 150,000 pods, ours against the seeds' listing.
+
+Why: the manager lists every node and every pod to find free GPUs, under the placement
+Lease. The seeds listed everything in one request, deserialised into client models; ours
+pages (500 per request), keeps plain JSON, lets the server drop terminal pods, and folds
+each page into a ledger, so memory should stay flat while the seeds' grows with the
+cluster.
+
+Setup: in the local API server, 5,000 Node objects (status patched to Ready with 8
+allocatable GPUs) and pods bound to them by ``spec.nodeName`` (nothing schedules or runs
+them), in a namespace of their own, created by ``CREATE_THREADS`` threads. Pods are
+added in steps (``POD_SERIES``); at each step both inventories run, each in a fresh
+subprocess, timed, with the process's peak RSS (``ru_maxrss``) over its RSS before the
+inventory. If creating the next step would not fit in ``CREATE_BUDGET_S``, the series
+stops and the rest is extrapolated linearly, as the report says.
+
+No kubelet heartbeats these nodes, so after about a minute the node lifecycle controller
+marks them NotReady and taints them; both inventories then refuse them (they are still
+listed and folded in, so the cost is the same). The nodes get a zone of their own so the
+controller's disruption handling never touches real nodes, and the pods tolerate every
+taint so none is evicted. Everything is deleted afterwards.
+
+Run: ``bench/isolated.sh python -m bench.inventory_scale`` (root; up to about 40
+minutes and CPU-heavy: run it when nobody else is testing). In the isolated cluster the
+inventories see only these objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+
+import matplotlib.pyplot as plt
+from kubernetes import client, config
+
+from bench import report, testbed
+from distributetrain import errors, pretraining
+from distributetrain.kube import Kube, call
+from localcluster.cluster import Cluster
+
+NODES = 5_000
+GPUS_PER_NODE = 8
+POD_SERIES = (10_000, 30_000, 60_000, 150_000)
+TARGET_PODS = POD_SERIES[-1]
+CREATE_THREADS = 12
+CREATE_BUDGET_S = 20 * 60  # creating pods beyond this is replaced by extrapolation
+REPETITIONS = 2  # inventories per approach and step, each in a fresh process
+DELETE_CHUNKS = 30  # pods carry a chunk label so deletion runs as parallel collections
+MEASURE_TIMEOUT_S = 900
+DELETE_TIMEOUT_S = 900
+SERVICE_ACCOUNT_WAIT_S = 60
+GPU_RESOURCE = "nvidia.com/gpu"
+CHUNK_LABEL = "distributetrain.bench/chunk"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+SEED = 20_240_808
+NAME = "inventory-scale"
+BYTES_PER_KIB = 1024
+
+
+def admin_client(cluster, pool_size: int = CREATE_THREADS) -> client.ApiClient:
+    """An admin client whose connection pool serves every creating thread."""
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
+
+
+def node_name(prefix: str, index: int) -> str:
+    return f"{prefix}-{index:05d}"
+
+
+def node_body(prefix: str, index: int) -> dict:
+    name = node_name(prefix, index)
+    return {"metadata": {"name": name, "labels": {
+        "kubernetes.io/hostname": name, testbed.NODE_LABEL: prefix, ZONE_LABEL: f"bench-{prefix}"}}}
+
+
+def node_status(now: str) -> dict:
+    resources = {GPU_RESOURCE: str(GPUS_PER_NODE), "cpu": "64", "memory": "512Gi", "pods": "110"}
+    return {"status": {"capacity": resources, "allocatable": resources, "conditions": [{
+        "type": "Ready", "status": "True", "reason": "KubeletReady", "message": "benchmark node",
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+
+
+def pod_body(prefix: str, index: int, gpus_used: list[int]) -> dict:
+    """Pod ``index`` sits on node ``index % NODES``; a node's first pods hold its used GPUs."""
+    node = index % NODES
+    container = {"name": "c", "image": "distributetrain/none:bench"}
+    if index // NODES < gpus_used[node]:
+        container["resources"] = {"limits": {GPU_RESOURCE: "1"}}
+    return {"metadata": {"name": f"p-{index:06d}", "labels": {CHUNK_LABEL: str(index % DELETE_CHUNKS)}},
+            "spec": {"nodeName": node_name(prefix, node), "containers": [container],
+                     "tolerations": [{"operator": "Exists"}], "automountServiceAccountToken": False,
+                     "terminationGracePeriodSeconds": 0, "enableServiceLinks": False}}
+
+
+def create_all(work, count: int, what: str) -> float:
+    """Run ``work(i)`` for i in range(count) on the thread pool; return the seconds taken."""
+    started = time.monotonic()
+    done = 0
+    with ThreadPoolExecutor(CREATE_THREADS) as pool:
+        for _ in pool.map(work, range(count), chunksize=64):
+            done += 1
+            if done % 10_000 == 0:
+                print(f"  {what}: {done:,}/{count:,} in {time.monotonic() - started:.0f} s", flush=True)
+    return time.monotonic() - started
+
+
+def idempotent(operation) -> None:
+    try:
+        call(operation)
+    except errors.AlreadyExists:
+        pass  # a retried create that had gone through
+
+
+def create_nodes(core: client.CoreV1Api, prefix: str) -> float:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def work(index: int) -> None:
+        idempotent(lambda: core.create_node(node_body(prefix, index), _preload_content=False))
+        call(lambda: core.patch_node_status(node_name(prefix, index), node_status(now), _preload_content=False))
+
+    return create_all(work, NODES, "nodes")
+
+
+def create_pods(core: client.CoreV1Api, namespace: str, prefix: str, first: int, last: int,
+                gpus_used: list[int]) -> float:
+    def work(offset: int) -> None:
+        body = pod_body(prefix, first + offset, gpus_used)
+        idempotent(lambda: core.create_namespaced_pod(namespace, body, _preload_content=False))
+
+    return create_all(work, last - first, "pods")
+
+
+def wait_for_service_account(core: client.CoreV1Api, namespace: str) -> None:
+    """Pod admission needs the namespace's default ServiceAccount (made by a controller)."""
+    give_up_at = time.monotonic() + SERVICE_ACCOUNT_WAIT_S
+    while not core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items:
+        if time.monotonic() > give_up_at:
+            raise TimeoutError(f"no default ServiceAccount in {namespace}")
+        time.sleep(testbed.POLL_S)
+
+
+def delete_everything(core: client.CoreV1Api, namespace: str, prefix: str) -> float:
+    """Pods first, at once (grace 0: no kubelet would confirm), then the nodes."""
+    started = time.monotonic()
+
+    def delete_chunk(chunk: int) -> None:
+        call(lambda: core.delete_collection_namespaced_pod(
+            namespace, label_selector=f"{CHUNK_LABEL}={chunk}", grace_period_seconds=0,
+            _request_timeout=DELETE_TIMEOUT_S, _preload_content=False))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(delete_chunk, range(DELETE_CHUNKS)))
+    call(lambda: core.delete_collection_node(label_selector=f"{testbed.NODE_LABEL}={prefix}",
+                                            _request_timeout=DELETE_TIMEOUT_S, _preload_content=False))
+    return time.monotonic() - started
+
+
+# --- the two inventories, each run alone in a fresh process --------------------------
+
+def seeds_inventory(api_client: client.ApiClient) -> int:
+    """The seeds' DistributeTrain_PreTraining.py inventory, as DESIGN.md describes it.
+
+    One unpaginated list each of nodes and pods, deserialised into client models; GPU
+    capacity (not allocatable) minus the first container's limit of every pod on the
+    node, whatever its phase. (The seeds crash on nodes without the resource; here they
+    count as 0 so the benchmark can run.) Returns the number of pods seen.
+    """
+    core = client.CoreV1Api(api_client)
+    nodes = core.list_node().items
+    pods = core.list_pod_for_all_namespaces().items
+    used: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        limits = pod.spec.containers[0].resources.limits if pod.spec.containers[0].resources else None
+        if pod.spec.node_name:
+            used[pod.spec.node_name] += int((limits or {}).get(GPU_RESOURCE, 0))
+    free = sorted((int((n.status.capacity or {}).get(GPU_RESOURCE, 0)) - used[n.metadata.name] for n in nodes),
+                  reverse=True)
+    assert len(free) == len(nodes)
+    return len(pods)
+
+
+def our_inventory(api_client: client.ApiClient, namespace: str, selector: str) -> int:
+    settings = testbed.job_settings(namespace, "--job-name=bench-inventory", "--num-gpus=1",
+                                    "--image=distributetrain/base:bench",
+                                    f"--node-selector={selector}")
+    kube = Kube(api_client)
+    ledger, _ = pretraining.take_inventory(kube, settings)
+    assert ledger.allocatable or ledger.refused
+    return kube.requests
+
+
+def measure_in_process(approach: str, namespace: str, selector: str) -> dict:
+    cluster = Cluster.attach()
+    api_client = admin_client(cluster, pool_size=1)
+    rss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    if approach == "seeds":
+        outcome = {"pods_listed": seeds_inventory(api_client)}
+    else:
+        outcome = {"api_requests": our_inventory(api_client, namespace, selector)}
+    seconds = time.perf_counter() - started
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"seconds": seconds, "peak_rss_mib": peak_kib / BYTES_PER_KIB,
+            "extra_rss_mib": (peak_kib - rss_before_kib) / BYTES_PER_KIB, **outcome}
+
+
+def measure(approach: str, namespace: str, selector: str) -> dict:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.inventory_scale", "--measure", approach,
+         f"--namespace={namespace}", f"--selector={selector}"],
+        capture_output=True, text=True, timeout=MEASURE_TIMEOUT_S, cwd=report.REPO_ROOT,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"{approach} inventory failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+# --- the series, the fit and the report ------------------------------------------------
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (slope, intercept)."""
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+    return slope, mean_y - slope * mean_x
+
+
+def summarise(steps: list[dict]) -> dict:
+    summary = {"steps": []}
+    for step in steps:
+        row = {"pods": step["pods"], "create_s": step["create_s"]}
+        for approach in ("ours", "seeds"):
+            runs = step[approach]
+            row[approach] = {key: statistics.median(r[key] for r in runs)
+                             for key in ("seconds", "peak_rss_mib", "extra_rss_mib")}
+            if approach == "ours":
+                row[approach]["api_requests"] = runs[0]["api_requests"]
+        summary["steps"].append(row)
+    measured = [s["pods"] for s in summary["steps"]]
+    if TARGET_PODS not in measured and len(measured) >= 2:
+        summary["extrapolated_to"] = TARGET_PODS
+        for approach in ("ours", "seeds"):
+            summary[f"{approach}_extrapolated"] = {
+                key: sum(c * v for c, v in zip(linear_fit(measured, [s[approach][key] for s in summary["steps"]]),
+                                               (TARGET_PODS, 1)))
+                for key in ("seconds", "extra_rss_mib")
+            }
+    return summary
+
+
+def plot(summary: dict, path) -> None:
+    pods = [s["pods"] for s in summary["steps"]]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    for ax, key, label in ((axes[0], "seconds", "inventory time (s)"),
+                           (axes[1], "extra_rss_mib", "peak memory of the inventory (MiB)")):
+        for approach, colour, title in (("ours", "tab:blue", "ours (paged JSON, ledger)"),
+                                        ("seeds", "tab:red", "seeds (one list, client models)")):
+            ax.plot(pods, [s[approach][key] for s in summary["steps"]], "o-", color=colour, label=title)
+            extrapolated = summary.get(f"{approach}_extrapolated")
+            if extrapolated:
+                ax.plot([pods[-1], TARGET_PODS], [summary["steps"][-1][approach][key], extrapolated[key]],
+                        "--", color=colour, alpha=0.6, label=f"{approach}, extrapolated")
+        ax.set_xlabel(f"pods in the cluster (on {NODES:,} nodes)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Inventory of a large cluster, median of fresh processes", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=report.PLOT_DPI)
+    plt.close(fig)
+
+
+def table(summary: dict) -> str:
+    header = ["pods", "ours: time (s)", "ours: peak extra RSS (MiB)", "ours: API requests",
+              "seeds: time (s)", "seeds: peak extra RSS (MiB)", "time to create the step (s)"]
+    rows = [[f"{s['pods']:,}", f"{s['ours']['seconds']:.2f}", f"{s['ours']['extra_rss_mib']:.0f}",
+             s["ours"]["api_requests"], f"{s['seeds']['seconds']:.2f}", f"{s['seeds']['extra_rss_mib']:.0f}",
+             f"{s['create_s']:.0f}"] for s in summary["steps"]]
+    if "extrapolated_to" in summary:
+        ours, seeds = summary["ours_extrapolated"], summary["seeds_extrapolated"]
+        rows.append([f"{TARGET_PODS:,} (extrapolated)", f"{ours['seconds']:.1f}", f"{ours['extra_rss_mib']:.0f}",
+                     "", f"{seeds['seconds']:.1f}", f"{seeds['extra_rss_mib']:.0f}", ""])
+    return report.markdown_table(header, rows)
+
+
+def run_series() -> None:
+    prefix = f"binv{testbed.short_id()}"
+    selector = f"{testbed.NODE_LABEL}={prefix}"
+    rng = random.Random(SEED)
+    gpus_used = [rng.randint(0, GPUS_PER_NODE) for _ in range(NODES)]
+    steps: list[dict] = []
+    with testbed.local_cluster() as cluster:
+        api_client = admin_client(cluster)
+        core = client.CoreV1Api(api_client)
+        with testbed.namespace(api_client, "bench-inventory") as namespace:
+            try:
+                wait_for_service_account(core, namespace)
+                nodes_s = create_nodes(core, prefix)
+                print(f"{NODES:,} nodes in {nodes_s:.0f} s", flush=True)
+                created, budget_left = 0, CREATE_BUDGET_S
+                for target in POD_SERIES:
+                    rate = created / (CREATE_BUDGET_S - budget_left) if created else None
+                    if rate and (target - created) / rate > budget_left:
+                        print(f"creating {target:,} pods would exceed the budget; extrapolating", flush=True)
+                        break
+                    create_s = create_pods(core, namespace, prefix, created, target, gpus_used)
+                    budget_left -= create_s
+                    created = target
+                    step = {"pods": target, "create_s": create_s, "ours": [], "seeds": []}
+                    for _ in range(REPETITIONS):
+                        for approach in ("ours", "seeds"):
+                            step[approach].append(measure(approach, namespace, selector))
+                    print(f"{target:,} pods: {step}", flush=True)
+                    steps.append(step)
+            finally:
+                delete_s = delete_everything(core, namespace, prefix)
+                print(f"deleted everything in {delete_s:.0f} s", flush=True)
+    summary = summarise(steps)
+    plot(summary, report.image_path(NAME))
+    report.write_results(NAME, {
+        "nodes": NODES, "node_creation_s": nodes_s, "create_threads": CREATE_THREADS,
+        "pods_per_s": created / (CREATE_BUDGET_S - budget_left), "delete_s": delete_s,
+        "repetitions": REPETITIONS, "seed": SEED, "summary": summary, "raw": steps,
+    })
+    print(table(summary))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measure", choices=("ours", "seeds"), help="(internal) one inventory, as JSON")
+    parser.add_argument("--namespace")
+    parser.add_argument("--selector")
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure_in_process(args.measure, args.namespace, args.selector)))
+    else:
+        run_series()
+
+
+if __name__ == "__main__":
+    main()
