@@ -6,7 +6,9 @@
 - Creating an object that already exists is fine if the job owns it (a restarted
   manager adopts its job); deleting one that is gone is fine too.
 - Transient failures (connection refused while the apiserver restarts, 429, 5xx) are
-  retried with backoff until ``API_RETRY_DEADLINE_S``.
+  retried with backoff until ``API_RETRY_DEADLINE_S``. So is "forbidden" for a while
+  after such a failure: a restarted apiserver serves requests before its RBAC caches
+  are synced and denies them meanwhile (kubernetes/kubernetes#121635).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ API_BACKOFF_MAX_S = 2.0
 API_REQUEST_TIMEOUT_S = 30.0
 LIST_PAGE_SIZE = 500
 WATCH_READ_SLACK_S = 15.0  # client read timeout beyond the server's watch timeout
+# Plain JSON back, and no request waits forever on a connection the apiserver dropped.
+REQUEST_OPTIONS = {"_preload_content": False, "_request_timeout": API_REQUEST_TIMEOUT_S}
+AUTHZ_SETTLE_S = 30.0  # after the API was unreachable, "forbidden" is retried this long
 
 T = TypeVar("T")
 
@@ -86,8 +91,16 @@ def _api_reason(error: ApiException) -> str:
     return _api_body(error).get("reason", "")
 
 
-def call(operation: Callable[[], T], deadline_s: float = API_RETRY_DEADLINE_S) -> T:
-    """Run one API call, translating errors and retrying transient ones until the deadline."""
+def is_transient(error: errors.DistributeTrainError) -> bool:
+    return isinstance(error, errors.TransientApiError)
+
+
+def call(
+    operation: Callable[[], T],
+    deadline_s: float = API_RETRY_DEADLINE_S,
+    retryable: Callable[[errors.DistributeTrainError], bool] = is_transient,
+) -> T:
+    """Run one API call, translating errors and retrying ``retryable`` ones until the deadline."""
     give_up_at = time.monotonic() + deadline_s
     delay = 0.1
     while True:
@@ -95,7 +108,7 @@ def call(operation: Callable[[], T], deadline_s: float = API_RETRY_DEADLINE_S) -
             return operation()
         except Exception as e:  # noqa: BLE001 - every client error is translated here
             translated = translate(e)
-            if not isinstance(translated, errors.TransientApiError) or time.monotonic() + delay > give_up_at:
+            if not retryable(translated) or time.monotonic() + delay > give_up_at:
                 raise translated from e
             log.warning("API call failed, retrying in %.1fs: %s", delay, translated)
             time.sleep(delay * random.uniform(0.5, 1.0) + delay / 2)
@@ -118,10 +131,19 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.requests = 0  # API requests made, for the benchmarks
+        self._unreachable_at = float("-inf")  # monotonic time the API last failed transiently
 
     def _call(self, operation: Callable[[], T]) -> T:
         self.requests += 1
-        return call(operation)
+        return call(operation, retryable=self._retryable)
+
+    def _retryable(self, error: errors.DistributeTrainError) -> bool:
+        if is_transient(error):
+            self._unreachable_at = time.monotonic()
+            return True
+        # A denial right after an outage is the restarted apiserver's unsynced RBAC cache;
+        # one that persists past the settle time is real (exit code 77).
+        return isinstance(error, errors.Forbidden) and time.monotonic() - self._unreachable_at < AUTHZ_SETTLE_S
 
     # -- reads -------------------------------------------------------------------------
     def list_pages(
@@ -137,7 +159,7 @@ class Kube:
                 return
 
     def _list(self, kind: str, namespace: str | None, token: str | None, selectors: dict):
-        kwargs = dict(limit=LIST_PAGE_SIZE, _preload_content=False, _request_timeout=API_REQUEST_TIMEOUT_S, **selectors)
+        kwargs = dict(limit=LIST_PAGE_SIZE, **REQUEST_OPTIONS, **selectors)
         if token:
             kwargs["_continue"] = token
         if kind == "nodes":
@@ -154,7 +176,7 @@ class Kube:
 
     def namespace_exists(self, name: str) -> bool:
         try:
-            self._call(lambda: self.core.read_namespace(name, _preload_content=False))
+            self._call(lambda: self.core.read_namespace(name, **REQUEST_OPTIONS))
         except errors.NotFound:
             return False
         return True
@@ -162,7 +184,7 @@ class Kube:
     def get_pod(self, namespace: str, name: str) -> dict | None:
         try:
             return self._call(
-                lambda: read_json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+                lambda: read_json(self.core.read_namespaced_pod(name, namespace, **REQUEST_OPTIONS))
             )
         except errors.NotFound:
             return None
@@ -174,7 +196,7 @@ class Kube:
         create = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
         extra = {"dry_run": "All"} if dry_run else {}
         try:
-            created = self._call(lambda: read_json(create(namespace, obj, _preload_content=False, **extra)))
+            created = self._call(lambda: read_json(create(namespace, obj, **REQUEST_OPTIONS, **extra)))
         except errors.AlreadyExists:
             if dry_run:
                 return obj
@@ -192,7 +214,7 @@ class Kube:
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         read = self.core.read_namespaced_pod if kind == "Pod" else self.core.read_namespaced_secret
         try:
-            return self._call(lambda: read_json(read(name, namespace, _preload_content=False)))
+            return self._call(lambda: read_json(read(name, namespace, **REQUEST_OPTIONS)))
         except errors.NotFound:
             return None
 
@@ -201,7 +223,7 @@ class Kube:
         delete = self.core.delete_namespaced_pod if kind == "Pod" else self.core.delete_namespaced_secret
         body = client.V1DeleteOptions(grace_period_seconds=grace_period_s, propagation_policy="Background")
         try:
-            self._call(lambda: delete(name, namespace, body=body, _preload_content=False))
+            self._call(lambda: delete(name, namespace, body=body, **REQUEST_OPTIONS))
         except errors.NotFound:
             return False
         log.info("deleted %s [%s/%s]", kind, namespace, name)
@@ -212,7 +234,7 @@ class Kube:
         patch = {"metadata": {"annotations": annotations}}
         self._call(
             # A dict body is sent as a strategic merge patch: null removes an annotation.
-            lambda: self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False)
+            lambda: self.core.patch_namespaced_pod(name, namespace, patch, **REQUEST_OPTIONS)
         )
 
     # -- watches -----------------------------------------------------------------------
@@ -248,6 +270,7 @@ class Kube:
                     raise errors.ApiError(status.get("message", "watch error"))
                 yield event["type"], event["object"]
         except (urllib3.exceptions.HTTPError, OSError) as e:
+            self._unreachable_at = time.monotonic()
             raise errors.TransientApiError(f"watch interrupted: {e}") from e
         finally:
             response.release_conn()
@@ -256,7 +279,7 @@ class Kube:
     def get_lease(self, namespace: str, name: str) -> dict | None:
         try:
             return self._call(
-                lambda: read_json(self.coordination.read_namespaced_lease(name, namespace, _preload_content=False))
+                lambda: read_json(self.coordination.read_namespaced_lease(name, namespace, **REQUEST_OPTIONS))
             )
         except errors.NotFound:
             return None
@@ -264,11 +287,11 @@ class Kube:
     def create_lease(self, lease: dict) -> dict:
         namespace = lease["metadata"]["namespace"]
         return self._call(
-            lambda: read_json(self.coordination.create_namespaced_lease(namespace, lease, _preload_content=False))
+            lambda: read_json(self.coordination.create_namespaced_lease(namespace, lease, **REQUEST_OPTIONS))
         )
 
     def replace_lease(self, lease: dict) -> dict:
         namespace, name = lease["metadata"]["namespace"], lease["metadata"]["name"]
         return self._call(
-            lambda: read_json(self.coordination.replace_namespaced_lease(name, namespace, lease, _preload_content=False))
+            lambda: read_json(self.coordination.replace_namespaced_lease(name, namespace, lease, **REQUEST_OPTIONS))
         )

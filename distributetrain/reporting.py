@@ -18,8 +18,6 @@ log = logging.getLogger(__name__)
 TERMINATION_LOG = "/dev/termination-log"
 
 
-
-
 class Reporter:
     def __init__(self, kube: Kube, settings: JobSettings):
         self.kube = kube

@@ -146,7 +146,8 @@ class Jobs:
                     raise
                 time.sleep(0.5)
         raise AssertionError(f"pod {name} did not reach the expected state in {timeout_s}s; last: "
-                             f"{json.dumps((last or {}).get('status'), indent=1)[:3000]}")
+                             f"{json.dumps((last or {}).get('status'), indent=1)[:3000]}\n"
+                             f"its log (tail):\n{self.log_tail(name)}")
 
     def exit_code(self, name: str, timeout_s: float = MANAGER_FINISH_TIMEOUT_S) -> int:
         pod = self.wait_for(name, lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), timeout_s)
@@ -156,6 +157,13 @@ class Jobs:
 
     def logs(self, name: str, container: str | None = None) -> str:
         return self.core.read_namespaced_pod_log(name, self.namespace, container=container)
+
+    def log_tail(self, name: str, lines: int = 80) -> str:
+        """For failure messages: never raises, so the original failure is what gets reported."""
+        try:
+            return self.core.read_namespaced_pod_log(name, self.namespace, tail_lines=lines)
+        except Exception as e:  # noqa: BLE001 - the pod may be gone or its node stopped
+            return f"(no log: {e.__class__.__name__})"
 
     def wait_gone(self, names: list[str], timeout_s: float = 60.0) -> None:
         give_up_at = time.monotonic() + timeout_s

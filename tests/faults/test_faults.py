@@ -1,6 +1,7 @@
 """Faults, proven on the local cluster: whatever breaks, the job ends cleaned up with an
 exit code that says what happened, and no GPU stays held."""
 
+import json
 import random
 import subprocess
 import threading
@@ -61,7 +62,12 @@ def test_worker_lost_mid_training_aborts_within_10s(cluster, jobs, scripts, faul
             client.CoreV1Api(jobs.core.api_client).delete_namespaced_pod("lost-worker-0", jobs.namespace)
         else:
             subprocess.run(["pkill", "-KILL", "-f", f"sshd -D -e -f /dev/null -p {port}"], check=True)
-        code = jobs.exit_code("lost", timeout_s=60)
+        try:
+            code = jobs.exit_code("lost", timeout_s=60)
+        except AssertionError as e:
+            worker = (jobs.pod("lost-worker-0") or {}).get("status")
+            raise AssertionError(f"{e}\nworker-0: {json.dumps(worker)[:2000]}\n"
+                                 f"chief log:\n{jobs.log_tail('lost-chief')}") from None
         assert code == 71
         wait_nothing_left(jobs, "lost")
         noticed = [line for line in jobs.logs("lost").splitlines() if "lost-worker-0" in line and "aborted" in line]
