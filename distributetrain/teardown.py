@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from distributetrain import errors, names
+from distributetrain import errors, names, podstate
 from distributetrain.kube import Kube
 from distributetrain.settings import JobSettings
 
@@ -12,7 +12,11 @@ log = logging.getLogger(__name__)
 
 
 def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Delete the job's workers, Secret and (unless kept) chief; return what was deleted."""
+    """Delete the job's workers, Secret and chief; return what was deleted.
+
+    ``keep_chief`` keeps a *finished* chief for its logs; a chief still running (its
+    manager died mid-job) is deleted, or it would hold its GPUs to the end.
+    """
     namespace, job = settings.namespace, settings.job_name
     deleted = []
     pods, _ = kube.list_all("pods", namespace, label_selector=names.job_selector(job))
@@ -20,7 +24,9 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     for pod in pods:
         name = pod["metadata"]["name"]
         role = pod["metadata"].get("labels", {}).get(names.LABEL_ROLE)
-        if role not in (names.ROLE_WORKER, names.ROLE_CHIEF) or (keep_chief and name == chief):
+        if role not in (names.ROLE_WORKER, names.ROLE_CHIEF):
+            continue
+        if keep_chief and name == chief and podstate.is_finished(pod):
             continue
         if pod["metadata"].get("deletionTimestamp"):
             continue

@@ -35,4 +35,9 @@ if [ "$pre_training_status" -ne 0 ]; then
   exit "$pre_training_status"
 fi
 phase post-training "$@"
-exit $?
+post_training_status=$?
+if [ "$post_training_status" -gt 128 ]; then
+  # Killed by a signal, perhaps before its own teardown: make sure (idempotent).
+  phase teardown --unless-restarting "$@"
+fi
+exit "$post_training_status"

@@ -123,6 +123,16 @@ def test_manager_container_restart_adopts_the_job(cluster, jobs, scripts):
         assert "already has its chief; adopting it" in jobs.logs("adopt")
 
 
+def test_manager_process_killed_without_restart_still_tears_down(cluster, jobs, scripts):
+    """restartPolicy Never: nothing adopts the job, so manager.sh tears it down itself."""
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("killed", job_args(pool, scripts, 2, script_args=("0", LONG_TRAINING_S)))
+        wait_training(jobs, "killed")
+        subprocess.run(["pkill", "-KILL", "-f", f"distributetrain post-training.*{pool.prefix}"], check=True)
+        assert jobs.exit_code("killed", timeout_s=60) == 137
+        wait_nothing_left(jobs, "killed")
+
+
 def test_unschedulable_workers_are_released_within_the_timeout(cluster, api_client, jobs, scripts):
     """Someone takes the GPUs between plan and create. The test holds the placement
     Lease until the manager runs, stops the scheduler, lets the manager plan and create
