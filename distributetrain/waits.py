@@ -1,6 +1,6 @@
 """Waiting on the job's pods: a watch (never a sleep loop), a deadline, a typed outcome.
 
-``watch_job`` lists the job's pods once, then follows a watch from that version,
+``watch_until`` lists the selected pods once, then follows a watch from that version,
 handing the current pods to a pure ``judge`` after every change. It resumes after
 dropped connections and apiserver restarts, and relists after "410 Gone".
 """
@@ -11,11 +11,14 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from distributetrain import errors, names, podstate
 from distributetrain.kube import Kube
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 WATCH_CHUNK_S = 60.0  # server-side watch timeout; the loop re-watches until the deadline
 RECONNECT_DELAY_S = 0.5
@@ -123,11 +126,12 @@ def pending_reasons(pods: Mapping[str, dict], expected: list[str]) -> dict[str, 
     return reasons
 
 
-def watch_job(
-    kube: Kube, namespace: str, job: str, judge: Judge, deadline: float, expected: list[str]
-) -> Outcome:
-    """Follow the job's pods until ``judge`` returns an outcome or ``deadline`` (monotonic) passes."""
-    selector = names.job_selector(job)
+def watch_until(
+    kube: Kube, namespace: str, selector: str, judge: Callable[[Mapping[str, dict]], T | None], deadline: float
+) -> tuple[T | None, dict[str, dict]]:
+    """List, then watch, the selected pods until ``judge`` returns an outcome or ``deadline``
+    (monotonic) passes; return the outcome (None at the deadline) and the last view of the pods.
+    """
     pods: dict[str, dict] = {}
     version = ""
     while True:
@@ -135,12 +139,11 @@ def watch_job(
             if not version:
                 items, version = kube.list_all("pods", namespace, label_selector=selector)
                 pods = {p["metadata"]["name"]: p for p in items}
-                outcome = judge(pods)
-                if outcome:
-                    return outcome
+                if (outcome := judge(pods)) is not None:
+                    return outcome, pods
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return TimedOut(pending_reasons(pods, expected))
+                return None, pods
             for kind, obj in kube.watch_pods(
                 namespace, version, min(remaining, WATCH_CHUNK_S), label_selector=selector
             ):
@@ -152,16 +155,23 @@ def watch_job(
                     pods.pop(name, None)
                 else:
                     pods[name] = obj
-                outcome = judge(pods)
-                if outcome:
-                    return outcome
+                if (outcome := judge(pods)) is not None:
+                    return outcome, pods
                 if time.monotonic() >= deadline:
                     break
         except errors.Gone:
-            log.info("watch of job %s expired (410 Gone); listing again", job)
+            log.info("watch of pods %s expired (410 Gone); listing again", selector)
             version = ""
         except errors.TransientApiError as e:
-            log.warning("watch of job %s interrupted (%s); resuming", job, e)
+            log.warning("watch of pods %s interrupted (%s); resuming", selector, e)
             time.sleep(RECONNECT_DELAY_S)
         if time.monotonic() >= deadline:
-            return TimedOut(pending_reasons(pods, expected))
+            return None, pods
+
+
+def watch_job(
+    kube: Kube, namespace: str, job: str, judge: Judge, deadline: float, expected: list[str]
+) -> Outcome:
+    """Follow the job's pods until ``judge`` returns an outcome, or TimedOut at ``deadline``."""
+    outcome, pods = watch_until(kube, namespace, names.job_selector(job), judge, deadline)
+    return outcome if outcome is not None else TimedOut(pending_reasons(pods, expected))

@@ -9,26 +9,21 @@ labelled with the manager pod's generated name rather than the Job's).
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TextIO, TypeVar
+from typing import TextIO
 
 from distributetrain import errors, exitcodes, names, podstate, waits
 from distributetrain.jobs import state
 from distributetrain.jobs.api import JobsKube
 from distributetrain.placement import format_plan
 
-log = logging.getLogger(__name__)
-
 MANAGER_START_TIMEOUT_S = 300.0  # pulling the manager image and scheduling it; beyond that, say why
 INTERRUPTED = 130  # 128 + SIGINT: the user stopped following, the job goes on
 UNKNOWN_EXIT = 1  # the manager pod ended without a container exit code (e.g. evicted)
 APP_SELECTOR = f"{names.LABEL_APP}={names.APP}"
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,38 +47,6 @@ class ManagerGone:
 
 
 Outcome = ManagerStarted | ChiefStarted | ManagerEnded | ManagerGone
-
-
-def watch_until(kube: JobsKube, namespace: str, selector: str, judge: Callable[[Mapping[str, dict]], T | None],
-                deadline: float) -> T | None:
-    """List, then watch, the selected pods until ``judge`` returns an outcome; None at the deadline.
-
-    Like ``waits.watch_job``, but for any label selector.
-    """
-    pods: dict[str, dict] = {}
-    version = ""
-    while time.monotonic() < deadline:
-        try:
-            if not version:
-                items, version = kube.list_all("pods", namespace, label_selector=selector)
-                pods = {p["metadata"]["name"]: p for p in items}
-                if (outcome := judge(pods)) is not None:
-                    return outcome
-            chunk_s = min(deadline - time.monotonic(), waits.WATCH_CHUNK_S)
-            for kind, pod in kube.watch_pods(namespace, version, chunk_s, label_selector=selector):
-                version = pod["metadata"].get("resourceVersion", version)
-                if kind == "DELETED":
-                    pods.pop(pod["metadata"]["name"], None)
-                elif kind != "BOOKMARK":
-                    pods[pod["metadata"]["name"]] = pod
-                if (outcome := judge(pods)) is not None:
-                    return outcome
-        except errors.Gone:
-            version = ""  # too old to resume: list again
-        except errors.TransientApiError as e:
-            log.warning("watch of namespace %s interrupted (%s); resuming", namespace, e)
-            time.sleep(waits.RECONNECT_DELAY_S)
-    return None
 
 
 class ProgressLines:
@@ -163,7 +126,8 @@ class Follower:
                 return ManagerEnded(manager)
             return judge(manager, children)
 
-        return watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline)
+        outcome, _ = waits.watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline)
+        return outcome
 
     @staticmethod
     def _manager_started(manager: dict, _children: list[dict]) -> Outcome | None:
