@@ -10,8 +10,8 @@ Setup: in the local API server, 5,000 Node objects (status patched to Ready with
 allocatable GPUs) and pods bound to them by ``spec.nodeName`` (nothing schedules or runs
 them), in a namespace of their own, created by ``CREATE_THREADS`` threads. Pods are
 added in steps (``POD_SERIES``); at each step both inventories run, each in a fresh
-subprocess, timed, with the process's peak RSS (``ru_maxrss``) over its RSS before the
-inventory. If creating the next step would not fit in ``CREATE_BUDGET_S``, the series
+process (``bench/inventory_probe.py``, which imports only what the manager imports),
+timed, with the process's peak resident memory: a manager's peak memory. If creating the next step would not fit in ``CREATE_BUDGET_S``, the series
 stops and the rest is extrapolated linearly, as the report says.
 
 No kubelet heartbeats these nodes, so after about a minute the node lifecycle controller
@@ -30,22 +30,20 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import statistics
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 import matplotlib.pyplot as plt
-from kubernetes import client, config
+from kubernetes import client
 
 from bench import report, testbed
-from distributetrain import errors, pretraining
-from distributetrain.kube import Kube, call
-from localcluster.cluster import Cluster
+from bench.inventory_probe import GPU_RESOURCE, admin_client
+from distributetrain import errors
+from distributetrain.kube import call
 
 NODES = 5_000
 GPUS_PER_NODE = 8
@@ -58,20 +56,10 @@ DELETE_CHUNKS = 30  # pods carry a chunk label so deletion runs as parallel coll
 MEASURE_TIMEOUT_S = 900
 DELETE_TIMEOUT_S = 900
 SERVICE_ACCOUNT_WAIT_S = 60
-GPU_RESOURCE = "nvidia.com/gpu"
 CHUNK_LABEL = "distributetrain.bench/chunk"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 SEED = 20_240_808
 NAME = "inventory-scale"
-BYTES_PER_KIB = 1024
-
-
-def admin_client(cluster, pool_size: int = CREATE_THREADS) -> client.ApiClient:
-    """An admin client whose connection pool serves every creating thread."""
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)
-    configuration.connection_pool_maxsize = pool_size
-    return client.ApiClient(configuration)
 
 
 def node_name(prefix: str, index: int) -> str:
@@ -166,59 +154,9 @@ def delete_everything(core: client.CoreV1Api, namespace: str, prefix: str) -> fl
     return time.monotonic() - started
 
 
-# --- the two inventories, each run alone in a fresh process --------------------------
-
-def seeds_inventory(api_client: client.ApiClient) -> int:
-    """The seeds' DistributeTrain_PreTraining.py inventory, as DESIGN.md describes it.
-
-    One unpaginated list each of nodes and pods, deserialised into client models; GPU
-    capacity (not allocatable) minus the first container's limit of every pod on the
-    node, whatever its phase. (The seeds crash on nodes without the resource; here they
-    count as 0 so the benchmark can run.) Returns the number of pods seen.
-    """
-    core = client.CoreV1Api(api_client)
-    nodes = core.list_node().items
-    pods = core.list_pod_for_all_namespaces().items
-    used: dict[str, int] = defaultdict(int)
-    for pod in pods:
-        limits = pod.spec.containers[0].resources.limits if pod.spec.containers[0].resources else None
-        if pod.spec.node_name:
-            used[pod.spec.node_name] += int((limits or {}).get(GPU_RESOURCE, 0))
-    free = sorted((int((n.status.capacity or {}).get(GPU_RESOURCE, 0)) - used[n.metadata.name] for n in nodes),
-                  reverse=True)
-    assert len(free) == len(nodes)
-    return len(pods)
-
-
-def our_inventory(api_client: client.ApiClient, namespace: str, selector: str) -> int:
-    settings = testbed.job_settings(namespace, "--job-name=bench-inventory", "--num-gpus=1",
-                                    "--image=distributetrain/base:bench",
-                                    f"--node-selector={selector}")
-    kube = Kube(api_client)
-    ledger, _ = pretraining.take_inventory(kube, settings)
-    assert ledger.allocatable or ledger.refused
-    return kube.requests
-
-
-def measure_in_process(approach: str, namespace: str, selector: str) -> dict:
-    cluster = Cluster.attach()
-    api_client = admin_client(cluster, pool_size=1)
-    rss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    started = time.perf_counter()
-    if approach == "seeds":
-        outcome = {"pods_listed": seeds_inventory(api_client)}
-    else:
-        outcome = {"api_requests": our_inventory(api_client, namespace, selector)}
-    seconds = time.perf_counter() - started
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds": seconds, "peak_rss_mib": peak_kib / BYTES_PER_KIB,
-            "extra_rss_mib": (peak_kib - rss_before_kib) / BYTES_PER_KIB, **outcome}
-
-
 def measure(approach: str, namespace: str, selector: str) -> dict:
     completed = subprocess.run(
-        [sys.executable, "-m", "bench.inventory_scale", "--measure", approach,
-         f"--namespace={namespace}", f"--selector={selector}"],
+        [sys.executable, "-m", "bench.inventory_probe", approach, f"--namespace={namespace}", f"--selector={selector}"],
         capture_output=True, text=True, timeout=MEASURE_TIMEOUT_S, cwd=report.REPO_ROOT,
     )
     if completed.returncode != 0:
@@ -242,7 +180,7 @@ def summarise(steps: list[dict]) -> dict:
         for approach in ("ours", "seeds"):
             runs = step[approach]
             row[approach] = {key: statistics.median(r[key] for r in runs)
-                             for key in ("seconds", "peak_rss_mib", "extra_rss_mib")}
+                             for key in ("seconds", "baseline_rss_mib", "peak_rss_mib", "extra_rss_mib")}
             if approach == "ours":
                 row[approach]["api_requests"] = runs[0]["api_requests"]
         summary["steps"].append(row)
@@ -253,7 +191,7 @@ def summarise(steps: list[dict]) -> dict:
             summary[f"{approach}_extrapolated"] = {
                 key: sum(c * v for c, v in zip(linear_fit(measured, [s[approach][key] for s in summary["steps"]]),
                                                (TARGET_PODS, 1)))
-                for key in ("seconds", "extra_rss_mib")
+                for key in ("seconds", "peak_rss_mib")
             }
     return summary
 
@@ -262,7 +200,7 @@ def plot(summary: dict, path) -> None:
     pods = [s["pods"] for s in summary["steps"]]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     for ax, key, label in ((axes[0], "seconds", "inventory time (s)"),
-                           (axes[1], "extra_rss_mib", "peak memory of the inventory (MiB)")):
+                           (axes[1], "peak_rss_mib", "peak memory of the process (MiB)")):
         for approach, colour, title in (("ours", "tab:blue", "ours (paged JSON, ledger)"),
                                         ("seeds", "tab:red", "seeds (one list, client models)")):
             ax.plot(pods, [s[approach][key] for s in summary["steps"]], "o-", color=colour, label=title)
@@ -281,15 +219,15 @@ def plot(summary: dict, path) -> None:
 
 
 def table(summary: dict) -> str:
-    header = ["pods", "ours: time (s)", "ours: peak extra RSS (MiB)", "ours: API requests",
-              "seeds: time (s)", "seeds: peak extra RSS (MiB)", "time to create the step (s)"]
-    rows = [[f"{s['pods']:,}", f"{s['ours']['seconds']:.2f}", f"{s['ours']['extra_rss_mib']:.0f}",
-             s["ours"]["api_requests"], f"{s['seeds']['seconds']:.2f}", f"{s['seeds']['extra_rss_mib']:.0f}",
+    header = ["pods", "ours: time (s)", "ours: peak RSS (MiB)", "ours: API requests",
+              "seeds: time (s)", "seeds: peak RSS (MiB)", "time to create the step (s)"]
+    rows = [[f"{s['pods']:,}", f"{s['ours']['seconds']:.2f}", f"{s['ours']['peak_rss_mib']:.0f}",
+             s["ours"]["api_requests"], f"{s['seeds']['seconds']:.2f}", f"{s['seeds']['peak_rss_mib']:.0f}",
              f"{s['create_s']:.0f}"] for s in summary["steps"]]
     if "extrapolated_to" in summary:
         ours, seeds = summary["ours_extrapolated"], summary["seeds_extrapolated"]
-        rows.append([f"{TARGET_PODS:,} (extrapolated)", f"{ours['seconds']:.1f}", f"{ours['extra_rss_mib']:.0f}",
-                     "", f"{seeds['seconds']:.1f}", f"{seeds['extra_rss_mib']:.0f}", ""])
+        rows.append([f"{TARGET_PODS:,} (extrapolated)", f"{ours['seconds']:.1f}", f"{ours['peak_rss_mib']:.0f}",
+                     "", f"{seeds['seconds']:.1f}", f"{seeds['peak_rss_mib']:.0f}", ""])
     return report.markdown_table(header, rows)
 
 
@@ -336,15 +274,8 @@ def run_series() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--measure", choices=("ours", "seeds"), help="(internal) one inventory, as JSON")
-    parser.add_argument("--namespace")
-    parser.add_argument("--selector")
-    args = parser.parse_args()
-    if args.measure:
-        print(json.dumps(measure_in_process(args.measure, args.namespace, args.selector)))
-    else:
-        run_series()
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    run_series()
 
 
 if __name__ == "__main__":
