@@ -196,8 +196,9 @@ class PreTraining:
         settings = self.settings
         keys = JobKeys.generate(settings.job_name)
         self.kube.create_owned(manifests.ssh_secret(settings, keys))
-        for index, (node, share) in enumerate(plan[:-1]):
-            self.kube.create_owned(manifests.worker_pod(settings, index, node, share))
+        self.kube.create_all_owned(
+            [manifests.worker_pod(settings, index, node, share) for index, (node, share) in enumerate(plan[:-1])]
+        )
 
     def _create_chief(self, plan: list[tuple[str, int]], addresses: list[str]) -> None:
         chief_node, chief_share = plan[-1]

@@ -18,9 +18,9 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     manager died mid-job) is deleted, or it would hold its GPUs to the end.
     """
     namespace, job = settings.namespace, settings.job_name
-    deleted = []
     pods, _ = kube.list_all("pods", namespace, label_selector=names.job_selector(job))
     chief = names.chief_name(job)
+    doomed = []
     for pod in pods:
         name = pod["metadata"]["name"]
         role = pod["metadata"].get("labels", {}).get(names.LABEL_ROLE)
@@ -30,8 +30,8 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
             continue
         if pod["metadata"].get("deletionTimestamp"):
             continue
-        if kube.delete("Pod", namespace, name):
-            deleted.append(f"pod/{name}")
+        doomed.append(name)
+    deleted = [f"pod/{name}" for name in kube.delete_all("Pod", namespace, sorted(doomed))]
     if kube.delete("Secret", namespace, names.secret_name(job)):
         deleted.append(f"secret/{names.secret_name(job)}")
     return deleted

@@ -1,4 +1,4 @@
-"""The retry policy of the API layer: what is retried, and for how long."""
+"""The API layer without a server: its retry policy and its concurrent calls."""
 
 import time
 
@@ -63,3 +63,22 @@ def test_forbidden_long_after_an_outage_is_final():
     with pytest.raises(errors.Forbidden):
         client._call(operation)
     assert len(calls) == 1
+
+
+def test_concurrent_calls_return_in_order_and_stop_at_the_first_error():
+    seen = []
+
+    def operation(item):
+        time.sleep(0.01)
+        seen.append(item)
+        if item == 3:
+            raise errors.NotFound("three")
+        return item * 2
+
+    assert Kube._concurrently(operation, [0, 1, 2]) == [0, 2, 4]
+    seen.clear()
+    with pytest.raises(errors.NotFound):
+        Kube._concurrently(operation, range(100))
+    called = len(seen)
+    time.sleep(0.1)
+    assert len(seen) == called < 100  # nothing runs behind the caller, and the rest was not started
