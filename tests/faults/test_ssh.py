@@ -38,7 +38,10 @@ def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api
             jobs.submit(job, [a.replace("/work/hello.py", "/work/probe.py") for a in
                               job_args(pool, claim, 2, "--delete-chief", script_args=("15",))])
         for job in ("one", "two"):
-            jobs.wait_for(f"{job}-chief", lambda p: p["status"].get("phase") == "Running", 90)
+            try:
+                jobs.wait_for(f"{job}-chief", lambda p: p["status"].get("phase") == "Running", 90)
+            except AssertionError as e:
+                raise AssertionError(f"{e}\nmanager {job}'s log:\n{jobs.log_tail(job)}") from None
         one, two = secret_data(jobs, "one-ssh"), secret_data(jobs, "two-ssh")
         assert one["id_ed25519"] != two["id_ed25519"] and one["ssh_host_ed25519_key"] != two["ssh_host_ed25519_key"]
         # No pod spec carries key material.
