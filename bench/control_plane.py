@@ -170,9 +170,7 @@ def plot(summary: dict, path) -> None:
     ax.set_xlabel("workers")
     ax.set_ylabel("API requests per job")
     ax.set_title("Manager API requests")
-    fig.tight_layout()
-    fig.savefig(path, dpi=report.PLOT_DPI)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def table(summary: dict) -> str:

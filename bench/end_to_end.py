@@ -137,9 +137,7 @@ def plot(summary: dict, path) -> None:
     ax.set_ylim(0, max(values) * 1.25)
     ax.set_title(f"{NUM_GPUS} Horovod ranks on 2 nodes, train.py {' '.join(TRAIN_ARGS)}")
     ax.tick_params(axis="x", labelsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=report.PLOT_DPI)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def main() -> None:

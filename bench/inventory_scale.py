@@ -213,9 +213,7 @@ def plot(summary: dict, path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Inventory of a large cluster, median of fresh processes", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=report.PLOT_DPI)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def table(summary: dict) -> str:

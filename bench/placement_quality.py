@@ -290,9 +290,7 @@ def plot(summaries: dict[str, dict], path) -> None:
         ax.tick_params(axis="x", labelsize=8)
     fig.suptitle(f"Placement on {NODES} nodes x {GPUS_PER_NODE} GPUs, offered load {OFFERED_LOAD:.0%}, "
                  f"{JOBS - WARMUP_JOBS:,} measured jobs", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=report.PLOT_DPI)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def plot_sweep(sweep: dict[float, dict[str, dict]], path) -> None:
@@ -312,9 +310,7 @@ def plot_sweep(sweep: dict[float, dict[str, dict]], path) -> None:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle("The same comparison across offered loads", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=report.PLOT_DPI)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def table(summaries: dict[str, dict]) -> str:

@@ -109,9 +109,7 @@ def plot(summary: dict, path) -> None:
     ax.set_title(f"Planning time, {REPETITIONS} random clusters per size")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, ncol=2, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=report.PLOT_DPI)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def table(summary: dict) -> str:

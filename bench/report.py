@@ -24,6 +24,15 @@ IMAGE_DIR = REPO_ROOT / "docs" / "img"
 PLOT_DPI = 110
 
 
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write at the documents' resolution, and free the figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=PLOT_DPI)
+    plt.close(fig)
+
+
 def image_path(name: str) -> Path:
     IMAGE_DIR.mkdir(parents=True, exist_ok=True)
     return IMAGE_DIR / f"bench-{name}.png"
