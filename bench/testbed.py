@@ -30,7 +30,7 @@ from pathlib import Path
 import urllib3
 from kubernetes import client
 
-from distributetrain import cli
+from distributetrain import cli, jobflags
 from distributetrain.settings import JobSettings
 from localcluster.cluster import Cluster, ClusterNotRunning
 
@@ -72,9 +72,9 @@ def local_cluster() -> Iterator[Cluster]:
 
 def job_settings(manager_namespace: str, *flags: str, script_args: tuple[str, ...] = ()) -> JobSettings:
     """A job's settings parsed by the manager's own CLI, as ``manager.sh`` passes them."""
-    os.environ[cli.ENV_POD_NAMESPACE] = manager_namespace  # what the downward API would set
+    os.environ[jobflags.ENV_POD_NAMESPACE] = manager_namespace  # what the downward API would set
     args = cli.build_parser().parse_args(["run", f"--namespace={manager_namespace}", *flags])
-    return cli.settings_from_args(args, list(script_args))
+    return jobflags.settings_from_args(args, list(script_args))
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import yaml
 
-from distributetrain import cli, errors, exitcodes, names, validation
+from distributetrain import errors, exitcodes, jobflags, names, validation
 from distributetrain.jobs import cancel, connection, lookup, manager_spec, state, table
 from distributetrain.jobs.follow import INTERRUPTED, Follower
 from distributetrain.jobs.manager_spec import ManagerOptions
@@ -29,7 +29,7 @@ Handler = Callable[[argparse.Namespace, Sequence[str]], int]
 
 def register(commands: argparse._SubParsersAction) -> None:
     submit = commands.add_parser("submit", help="submit a training job: create its manager")
-    cli.add_job_flags(submit)
+    jobflags.add_job_flags(submit)
     manager = submit.add_argument_group("manager")
     manager.add_argument("--name", help=f"the job's name (default: {manager_spec.GENERATED_NAME_PREFIX}"
                                         f"<{manager_spec.GENERATED_NAME_RANDOM_CHARS} random characters>)")
@@ -124,7 +124,7 @@ def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[Jo
     job_args = argparse.Namespace(**vars(args))
     job_args.job_name, job_args.owner_uid = name, ""
     job_args.namespace = connection.namespace_of(args)
-    settings = cli.settings_from_args(job_args, script_args)
+    settings = jobflags.settings_from_args(job_args, script_args)
     ttl_s = manager_spec.DEFAULT_JOB_TTL_S
     if args.ttl_after_finished:
         ttl_s = round(_checked("--ttl-after-finished", validation.duration_s, args.ttl_after_finished))

@@ -12,7 +12,7 @@ import os
 
 from kubernetes import config
 
-from distributetrain import cli, errors
+from distributetrain import errors, jobflags
 from distributetrain.jobs.api import JobsKube
 from distributetrain.kube import load_api_client
 
@@ -21,7 +21,7 @@ IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # set in every pod; what load_inclus
 
 
 def add_connection_flags(parser: argparse.ArgumentParser, namespace: bool = True) -> None:
-    """``namespace=False`` where ``cli.add_job_flags`` already defines --namespace."""
+    """``namespace=False`` where ``jobflags.add_job_flags`` already defines --namespace."""
     cluster = parser.add_argument_group("cluster")
     cluster.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config; "
                                               "in a pod: the in-cluster config)")
@@ -38,7 +38,7 @@ def default_namespace(args: argparse.Namespace) -> str:
     """The namespace of the context in use; reads files only, never the API."""
     if _in_cluster(args):
         try:
-            with open(cli.IN_CLUSTER_NAMESPACE_FILE) as f:
+            with open(jobflags.IN_CLUSTER_NAMESPACE_FILE) as f:
                 return f.read().strip() or DEFAULT_NAMESPACE
         except OSError:
             return DEFAULT_NAMESPACE

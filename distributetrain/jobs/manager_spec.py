@@ -12,7 +12,7 @@ import secrets
 import string
 from dataclasses import dataclass
 
-from distributetrain import cli, names
+from distributetrain import jobflags, names
 from distributetrain.settings import JobSettings
 
 DEFAULT_MANAGER_IMAGE = "distributetrain/manager:0.1.0"
@@ -70,7 +70,7 @@ def _changed(settings: JobSettings, field: str) -> bool:
 
 
 def manager_args(settings: JobSettings) -> list[str]:
-    """The job flags of ``cli.add_job_flags`` for these settings; job name, uid and
+    """The job flags of ``jobflags.add_job_flags`` for these settings; job name, uid and
     namespace are left to the manager pod's downward API."""
     args = [
         f"--num-gpus={settings.num_gpus}",
@@ -127,9 +127,9 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
                 "args": manager_args(settings),
                 # The job's name, namespace and owner come from the manager pod itself.
                 "env": [
-                    _downward(cli.ENV_POD_NAME, "metadata.name"),
-                    _downward(cli.ENV_POD_NAMESPACE, "metadata.namespace"),
-                    _downward(cli.ENV_POD_UID, "metadata.uid"),
+                    _downward(jobflags.ENV_POD_NAME, "metadata.name"),
+                    _downward(jobflags.ENV_POD_NAMESPACE, "metadata.namespace"),
+                    _downward(jobflags.ENV_POD_UID, "metadata.uid"),
                 ],
                 "resources": {kind: dict(amounts) for kind, amounts in MANAGER_RESOURCES.items()},
             }

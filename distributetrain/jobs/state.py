@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from distributetrain import cli, errors, names, podstate, validation
+from distributetrain import errors, jobflags, names, podstate, validation
 from distributetrain.inventory import TERMINAL_PHASES
 from distributetrain.placement import parse_plan
 
@@ -96,9 +96,9 @@ def _manager_container(pod: Mapping) -> Mapping:
 def requested_gpus(manager: Mapping) -> int | None:
     """--num-gpus from the manager's own arguments, read by the manager's own parser."""
     container = _manager_container(manager)
-    flags, _ = cli.split_script_args(container.get("args") or ())
-    parser = cli.Parser(prog=container.get("name", "manager"))
-    cli.add_job_flags(parser, require_image=False)
+    flags, _ = jobflags.split_script_args(container.get("args") or ())
+    parser = jobflags.Parser(prog=container.get("name", "manager"))
+    jobflags.add_job_flags(parser, require_image=False)
     try:
         args, _ = parser.parse_known_args(flags)
         return validation.positive_int(args.num_gpus)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from distributetrain import cli, errors
+from distributetrain import cli, errors, jobflags
 
 BASE = ["render", "--nodes", "gpu-a=5,gpu-b=3,gpu-c=2", "--image", "reg/base:1", "--job-name", "demo"]
 
@@ -63,14 +63,14 @@ def test_render_prints_every_object(capsys):
 
 
 def test_settings_from_flags_and_downward_api_env(monkeypatch):
-    monkeypatch.setenv(cli.ENV_POD_NAME, "job-7")
-    monkeypatch.setenv(cli.ENV_POD_NAMESPACE, "team")
-    monkeypatch.setenv(cli.ENV_POD_UID, "uid-7")
+    monkeypatch.setenv(jobflags.ENV_POD_NAME, "job-7")
+    monkeypatch.setenv(jobflags.ENV_POD_NAMESPACE, "team")
+    monkeypatch.setenv(jobflags.ENV_POD_UID, "uid-7")
     args = cli.build_parser().parse_args(
         ["pre-training", "--num-gpus", "6", "--image", "img:1", "--host-network", "true", "--env", "A=b=c",
          "--pvc", "data:/train:ro", "--node-selector", "pool=a,zone=z", "--wait-for-gpus", "5m",
          "--active-deadline", "2h", "--toleration", "gpu:NoSchedule"])
-    settings = cli.settings_from_args(args, ["--epochs", "2"])
+    settings = jobflags.settings_from_args(args, ["--epochs", "2"])
     assert (settings.job_name, settings.namespace, settings.owner_uid) == ("job-7", "team", "uid-7")
     assert settings.host_network and settings.port == 12345
     assert settings.env == (("A", "b=c"),)
@@ -82,13 +82,13 @@ def test_settings_from_flags_and_downward_api_env(monkeypatch):
 
 
 def test_job_name_required_outside_a_pod(monkeypatch):
-    monkeypatch.delenv(cli.ENV_POD_NAME, raising=False)
+    monkeypatch.delenv(jobflags.ENV_POD_NAME, raising=False)
     args = cli.build_parser().parse_args(["run", "--num-gpus", "1", "--image", "i"])
     with pytest.raises(errors.UsageError) as raised:
-        cli.settings_from_args(args, [])
+        jobflags.settings_from_args(args, [])
     assert raised.value.flag == "--job-name"
 
 
 def test_script_args_after_double_dash_are_untouched():
-    assert cli.split_script_args(["run", "--num-gpus", "1", "--", "--port", "x"]) == (
+    assert jobflags.split_script_args(["run", "--num-gpus", "1", "--", "--port", "x"]) == (
         ["run", "--num-gpus", "1"], ["--port", "x"])

@@ -5,7 +5,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from distributetrain import cli, errors
+from distributetrain import cli, errors, jobflags
 from distributetrain.jobs import commands, connection, manager_spec
 from distributetrain.jobs.api import JobsKube
 
@@ -122,7 +122,7 @@ def test_namespace_comes_from_the_flag_then_the_context_then_default(tmp_path, m
 def test_namespace_in_a_pod_is_the_pods_own(tmp_path, monkeypatch):
     own = tmp_path / "namespace"
     own.write_text("jobs\n")
-    monkeypatch.setattr(cli, "IN_CLUSTER_NAMESPACE_FILE", str(own))
+    monkeypatch.setattr(jobflags, "IN_CLUSTER_NAMESPACE_FILE", str(own))
     monkeypatch.setenv(connection.IN_CLUSTER_ENV, "10.0.0.1")
     assert connection.namespace_of(cli.build_parser().parse_args(["list"])) == "jobs"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distributetrain import cli, names
+from distributetrain import cli, jobflags, names
 from distributetrain.jobs import commands, manager_spec
 from distributetrain.jobs.manager_spec import ManagerOptions
 
@@ -24,7 +24,7 @@ RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory"
 
 def submitted(argv):
     """What `distributetrain submit ARGV` would create (no cluster needed)."""
-    flags, script_args = cli.split_script_args(argv)
+    flags, script_args = jobflags.split_script_args(argv)
     args = cli.build_parser().parse_args(["submit", *flags])
     settings, options = commands.submission(args, script_args)
     return manager_spec.manager_object(settings, options)
@@ -35,10 +35,10 @@ def manager_from_file(path):
     obj = yaml.safe_load((REPO / path).read_text())
     pod_spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
     container = pod_spec["containers"][0]
-    flags, script_args = cli.split_script_args(container["args"])
+    flags, script_args = jobflags.split_script_args(container["args"])
     args = cli.build_parser().parse_args(["pre-training", *flags, "--job-name", obj["metadata"]["name"],
                                           "--namespace", obj["metadata"]["namespace"]])
-    settings = cli.settings_from_args(args, script_args)
+    settings = jobflags.settings_from_args(args, script_args)
     options = ManagerOptions(image=container["image"], service_account=pod_spec["serviceAccountName"],
                              as_job=obj["kind"] == "Job",
                              ttl_after_finished_s=obj["spec"].get("ttlSecondsAfterFinished", 0))
@@ -131,10 +131,10 @@ def test_every_job_flag_reaches_the_manager_unchanged():
     args = cli.build_parser().parse_args(["submit", *flags, "--namespace", "ml", "--name", "demo"])
     settings, _ = commands.submission(args, script_args)
 
-    manager_flags, manager_script_args = cli.split_script_args(manager_spec.manager_args(settings))
+    manager_flags, manager_script_args = jobflags.split_script_args(manager_spec.manager_args(settings))
     parsed = cli.build_parser().parse_args(["pre-training", *manager_flags, "--job-name", "demo",
                                             "--namespace", "ml"])
-    assert cli.settings_from_args(parsed, manager_script_args) == settings
+    assert jobflags.settings_from_args(parsed, manager_script_args) == settings
 
 
 def test_defaults_are_left_out():
