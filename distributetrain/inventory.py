@@ -1,7 +1,8 @@
 """Free GPUs per node, from the API's raw node and pod objects.
 
 Fixes the seeds' inventory: allocatable (not capacity); only Ready, schedulable nodes
-whose taints the job tolerates; nodes without the resource are simply not candidates;
+whose taints the job tolerates (job pods always tolerate the taint keyed by the GPU
+resource, GKE's default on GPU node pools); nodes without the resource are simply not candidates;
 every container and init container counted by the Kubernetes rule; terminal pods free
 their GPUs. Pods are folded in one at a time (``GpuLedger.add_pod``) so a paginated
 list of 150,000 pods never has to sit in memory.
@@ -23,6 +24,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from distributetrain import names
 from distributetrain.placement import parse_plan
+from distributetrain.settings import gpu_toleration
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
@@ -115,7 +117,8 @@ def node_refusal(
     ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
     if not ready or ready.get("status") != "True":
         return "is not Ready"
-    tolerations = list(tolerations)
+    # What the job's pods carry (manifests use JobSettings.pod_tolerations, the same rule).
+    tolerations = [gpu_toleration(resource), *tolerations]
     for taint in spec.get("taints") or ():
         if taint.get("effect") in BLOCKING_TAINT_EFFECTS and not tolerates(tolerations, taint):
             return f"has taint {taint.get('key')}:{taint.get('effect')} the job does not tolerate"

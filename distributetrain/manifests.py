@@ -174,8 +174,8 @@ def _pod_spec(settings: JobSettings, node: str, container: dict, volumes: list[d
     if settings.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    if settings.tolerations:
-        spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    # Always: every job pod asks for GPUs, and GPU nodes are often tainted with their resource.
+    spec["tolerations"] = [dict(t) for t in settings.pod_tolerations]
     if settings.active_deadline_s:
         # Belt and braces: even if the manager dies hard, the pods release their GPUs.
         spec["activeDeadlineSeconds"] = max(1, int(settings.active_deadline_s))

@@ -13,6 +13,16 @@ DEFAULT_FILENAME = "/opt/distributetrain/train.py"  # where base_image/Dockerfil
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 
+def gpu_toleration(resource: str) -> dict:
+    """The toleration every job pod carries for the taint keyed by its GPU resource.
+
+    GPU node pools are commonly tainted that way (GKE: ``nvidia.com/gpu=present:NoSchedule``)
+    so that only pods asking for GPUs land there; the ExtendedResourceToleration admission
+    plugin adds this toleration where it is enabled, but not every cluster enables it.
+    """
+    return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
+
+
 @dataclass(frozen=True)
 class PvcMount:
     claim: str
@@ -46,6 +56,12 @@ class JobSettings:
     lock_namespace: str = ""  # where the placement Lease lives (default: the manager's namespace)
     manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
     service_account: str = ""  # for job pods; empty = no API token mounted at all
+
+    @property
+    def pod_tolerations(self) -> tuple[dict, ...]:
+        """What job pods tolerate: their GPUs' taint, then the user's ``--toleration``s."""
+        gpu = gpu_toleration(self.gpu_resource)
+        return (gpu, *(t for t in self.tolerations if t != gpu))
 
     @property
     def own_namespace(self) -> str:

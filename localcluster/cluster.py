@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +38,6 @@ LOG_TAIL_BYTES = 4000
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 KUBELET_PORT = 10250
-# Pods run on the host's filesystem; the base image's files appear at this path.
-BASE_IMAGE_BIND = f"{REPO_ROOT / 'base_image'}:/opt/distributetrain"
 DEFAULT_SERVICE_ACCOUNT_PATH = "/api/v1/namespaces/default/serviceaccounts/default"
 
 COMPONENT_IDENTITIES = {
@@ -178,12 +176,17 @@ class Cluster:
         spec: dict[str, int],
         labels: dict[str, str] | None = None,
         gpu_resource: str = DEFAULT_GPU_RESOURCE,
+        taints: Sequence[str] = (),
     ) -> NodeGroup:
-        """Start one agent for `spec` ({node name: GPUs}); returns once the nodes are Ready."""
+        """Start one agent for `spec` ({node name: GPUs}); returns once the nodes are Ready.
+
+        `taints` ("key[=value]:Effect", as kubectl taint takes them) are on every node from
+        its registration, like a cloud's GPU node pool (GKE: "nvidia.com/gpu=present:NoSchedule").
+        """
         record = NodeGroupRegistry(self.layout).allocate(list(spec))
         group = NodeGroup(self, record)
         try:
-            group.start(spec, labels or {}, gpu_resource)
+            group.start(spec, labels or {}, gpu_resource, tuple(taints))
         except BaseException:
             group.stop()
             raise
@@ -351,9 +354,10 @@ class NodeGroup:
     def _pid_name(self) -> str:
         return agent_pid_name(self.record.group_id)
 
-    def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str) -> None:
+    def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
+              taints: tuple[str, ...] = ()) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        argv = agent_command(self._cluster.layout, self.record, spec, labels, gpu_resource, self.state_dir)
+        argv = agent_command(self._cluster.layout, self.record, spec, labels, gpu_resource, self.state_dir, taints)
         env = {**os.environ, "PYTHONPATH": _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH"))}
         pid = processes.start_detached(argv, self.pid_file, self.log_file, cwd=self.state_dir, env=env)
         self._wait_ready(pid)
@@ -434,6 +438,7 @@ def agent_command(
     labels: dict[str, str],
     gpu_resource: str,
     state_dir: Path,
+    taints: tuple[str, ...] = (),
 ) -> list[str]:
     """The node agent's command line (contract in localcluster/agent/settings.py)."""
     pki = certs.Pki(layout.pki)
@@ -452,11 +457,11 @@ def agent_command(
         f"--kubelet-cert={pki.cert('kubelet')}",
         f"--kubelet-key={pki.key('kubelet')}",
         f"--kubelet-port={KUBELET_PORT}",
-        f"--pod-path={venv / 'bin'}",
-        f"--bind={BASE_IMAGE_BIND}",
     ]
     if labels:
         argv.append("--labels=" + ",".join(f"{key}={value}" for key, value in labels.items()))
+    if taints:
+        argv.append("--taints=" + ",".join(taints))
     return argv
 
 

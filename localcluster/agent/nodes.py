@@ -133,7 +133,7 @@ def node_labels(settings: AgentSettings, node: NodeSpec) -> dict[str, str]:
 
 
 def node_object(settings: AgentSettings, node: NodeSpec, kubelet_version: str, now: datetime.datetime) -> dict:
-    """The Node as first registered: labels, podCIDR and a Ready status."""
+    """The Node as first registered: labels, podCIDR, the agent's taints and a Ready status."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -142,7 +142,8 @@ def node_object(settings: AgentSettings, node: NodeSpec, kubelet_version: str, n
             "labels": node_labels(settings, node),
             "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
         },
-        "spec": {"podCIDR": node.pod_cidr, "podCIDRs": [node.pod_cidr]},
+        "spec": {"podCIDR": node.pod_cidr, "podCIDRs": [node.pod_cidr],
+                 **({"taints": [dict(t) for t in settings.taints]} if settings.taints else {})},
         "status": node_status(settings, node, kubelet_version, now, now),
     }
 

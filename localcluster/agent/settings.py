@@ -67,6 +67,7 @@ class AgentSettings:
     kubeconfig: credentials for the apiserver (admin is acceptable here).
     nodes: the nodes to register, in --nodes order, with their indices.
     labels: extra labels for every node.
+    taints: taints every node registers with (e.g. nvidia.com/gpu=present:NoSchedule, as GKE's GPU pools).
     gpu_resource: the extended resource name that carries the fake GPUs.
     state_dir: where pod files, logs and the `ready` marker live.
     bridge: the host bridge node and pod namespaces attach to.
@@ -91,6 +92,7 @@ class AgentSettings:
     kubelet_port: int
     pod_path: str
     binds: tuple[BindMount, ...]
+    taints: tuple[dict[str, str], ...] = ()
 
     @property
     def ready_file(self) -> Path:
@@ -142,12 +144,29 @@ def parse_bind(text: str) -> BindMount:
     return BindMount(host_path=Path(host_path), pod_path=pod_path)
 
 
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def parse_taints(text: str) -> tuple[dict[str, str], ...]:
+    """Parse `key[=value]:Effect,...` (kubectl taint's form) into Node taints; empty means none."""
+    taints = []
+    for item in filter(None, text.split(",")):
+        key_value, sep, effect = item.rpartition(":")
+        key, _, value = key_value.partition("=")
+        if not sep or not key or effect not in TAINT_EFFECTS:
+            raise ValueError(f"bad taint {item!r}: please use the format key[=value]:"
+                             f"{'|'.join(TAINT_EFFECTS)},... (e.g. nvidia.com/gpu=present:NoSchedule)")
+        taints.append({"key": key, **({"value": value} if value else {}), "effect": effect})
+    return tuple(taints)
+
+
 def parse_args(argv: list[str] | None = None) -> AgentSettings:
     parser = argparse.ArgumentParser(prog="python -m localcluster.agent", description=__doc__)
     parser.add_argument("--kubeconfig", required=True, type=Path)
     parser.add_argument("--nodes", required=True, help="name=gpus,... e.g. gpu-a=4,gpu-b=2")
     parser.add_argument("--first-index", required=True, type=int, help="network index of the first node")
     parser.add_argument("--labels", default="", help="k=v,... added to every node")
+    parser.add_argument("--taints", default="", help="key[=value]:Effect,... every node registers with")
     parser.add_argument("--gpu-resource", default="nvidia.com/gpu")
     parser.add_argument("--state-dir", required=True, type=Path)
     parser.add_argument("--bridge", default="dtbr0")
@@ -165,6 +184,7 @@ def parse_args(argv: list[str] | None = None) -> AgentSettings:
             kubeconfig=args.kubeconfig,
             nodes=parse_nodes(args.nodes, args.first_index),
             labels=parse_labels(args.labels),
+            taints=parse_taints(args.taints),
             gpu_resource=args.gpu_resource,
             state_dir=args.state_dir.resolve(),
             bridge=args.bridge,

@@ -1,9 +1,11 @@
 """Inventory: quantities, the Kubernetes request rule, and which nodes are candidates."""
 
 import pytest
+from hypothesis import given, strategies as st
 
-from distributetrain import names
-from distributetrain.inventory import GpuLedger, free_gpus, gpu_count, pod_request, tolerates
+from distributetrain import manifests, names
+from distributetrain.inventory import BLOCKING_TAINT_EFFECTS, GpuLedger, free_gpus, gpu_count, node_refusal, pod_request, tolerates
+from distributetrain.settings import JobSettings
 
 GPU = "nvidia.com/gpu"
 
@@ -135,3 +137,76 @@ def test_toleration_rule(toleration, expected):
 def test_other_gpu_vendors():
     amd = "amd.com/gpu"
     assert free_gpus([node("a", resource=amd), node("b")], [], amd) == {"a": 8}
+
+
+GKE_GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}  # GKE's default on GPU node pools
+
+
+def test_nodes_tainted_with_the_gpu_resource_are_candidates():
+    nodes = [node("gke", taints=[GKE_GPU_TAINT]), node("bare", taints=[{"key": GPU, "effect": "NoSchedule"}])]
+    assert free_gpus(nodes, [], GPU) == {"gke": 8, "bare": 8}
+
+
+def test_the_gpu_taint_is_tolerated_only_for_the_job_s_own_resource_and_only_noschedule():
+    amd = "amd.com/gpu"
+    assert node_refusal(node("a", taints=[GKE_GPU_TAINT], resource=amd), amd) == (
+        "has taint nvidia.com/gpu:NoSchedule the job does not tolerate")
+    assert node_refusal(node("a", taints=[{"key": amd, "effect": "NoSchedule"}], resource=amd), amd) is None
+    evicting = node("a", taints=[{"key": GPU, "effect": "NoExecute"}])
+    assert node_refusal(evicting, GPU) == "has taint nvidia.com/gpu:NoExecute the job does not tolerate"
+    assert node_refusal(evicting, GPU, [{"key": GPU, "operator": "Exists", "effect": "NoExecute"}]) is None
+
+
+def test_other_taints_still_exclude_a_gpu_tainted_node_unless_tolerated():
+    taints = [GKE_GPU_TAINT, {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
+    assert free_gpus([node("a", taints=taints)], [], GPU) == {}
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "infer", "effect": "NoSchedule"}
+    assert free_gpus([node("a", taints=taints)], [], GPU, [toleration]) == {"a": 8}
+
+
+def scheduler_tolerates(toleration: dict, taint: dict) -> bool:
+    """Kubernetes' ToleratesTaint (k8s.io/api/core/v1/toleration.go), written out independently."""
+    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+        return False
+    if toleration.get("key") and toleration["key"] != taint["key"]:
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return toleration.get("value", "") == taint.get("value", "")
+
+
+TAINT_KEYS = st.sampled_from([GPU, "amd.com/gpu", "dedicated", "example.com/pool"])
+TAINT_VALUES = st.sampled_from(["", "present", "infer"])
+EFFECTS = st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"])
+taints = st.lists(st.fixed_dictionaries({"key": TAINT_KEYS, "value": TAINT_VALUES, "effect": EFFECTS}), max_size=4)
+# As --toleration KEY[=VALUE][:EFFECT] parses them (validation.toleration).
+user_tolerations = st.lists(
+    st.builds(
+        lambda key, value, effect: {"key": key, "operator": "Exists" if value is None else "Equal",
+                                    **({} if value is None else {"value": value}),
+                                    **({} if effect is None else {"effect": effect})},
+        TAINT_KEYS, st.none() | TAINT_VALUES, st.none() | EFFECTS,
+    ),
+    max_size=3,
+)
+
+
+@given(taints, user_tolerations, st.sampled_from([GPU, "amd.com/gpu"]))
+def test_a_node_is_a_candidate_exactly_when_the_scheduler_would_admit_the_job_s_pods(node_taints, tolerations, resource):
+    """Inventory and manifests agree: a Ready node is planned on iff every NoSchedule or
+    NoExecute taint is tolerated by the tolerations the job's worker pods really carry."""
+    settings = JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i", gpu_resource=resource,
+                           tolerations=tuple(tolerations))
+    carried = manifests.worker_pod(settings, 0, "a", 1)["spec"]["tolerations"]
+    admitted = all(any(scheduler_tolerates(t, taint) for t in carried)
+                   for taint in node_taints if taint["effect"] in BLOCKING_TAINT_EFFECTS)
+    candidate = node_refusal(node("a", taints=node_taints, resource=resource), resource, tolerations) is None
+    assert candidate == admitted
+
+
+@given(taints, user_tolerations)
+def test_the_gpu_resource_s_noschedule_taint_never_refuses_a_node(node_taints, tolerations):
+    gpu_taints = [{"key": GPU, "value": value, "effect": "NoSchedule"} for value in ("", "present")]
+    others = [t for t in node_taints if not (t["key"] == GPU and t["effect"] == "NoSchedule")]
+    assert (node_refusal(node("a", taints=others + gpu_taints), GPU, tolerations)
+            == node_refusal(node("a", taints=others), GPU, tolerations))

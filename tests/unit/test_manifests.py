@@ -8,6 +8,7 @@ KEYS = JobKeys(client=keypair_from_seed(b"c" * 32, "distributetrain-demo"),
                host=keypair_from_seed(b"h" * 32, "distributetrain-demo-host"))
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="reg.example.com/base:1", owner_uid="uid-1")
 OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-1", "controller": True}]
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def labels(role, **extra):
@@ -67,6 +68,7 @@ def test_worker():
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
+            "tolerations": [GPU_TOLERATION],
         },
     }
 
@@ -104,6 +106,7 @@ def test_chief():
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
+            "tolerations": [GPU_TOLERATION],
         },
     }
 
@@ -132,7 +135,7 @@ def test_pvcs_tolerations_deadline_and_service_account():
         {"name": "data-0", "mountPath": "/train", "readOnly": False},
         {"name": "data-1", "mountPath": "/ref", "readOnly": True},
     ]
-    assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert spec["tolerations"] == [GPU_TOLERATION, {"key": "gpu", "operator": "Exists"}]
     assert spec["activeDeadlineSeconds"] == 3600
     assert spec["serviceAccountName"] == "trainer" and "automountServiceAccountToken" not in spec
 
@@ -152,3 +155,11 @@ def test_private_keys_only_in_the_secret():
     objects = manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])
     for pod in objects[1:]:
         assert "PRIVATE KEY" not in str(pod)
+
+
+def test_job_pods_tolerate_the_taint_of_their_gpu_resource_once():
+    settings = SETTINGS.replace(gpu_resource="amd.com/gpu",
+                                tolerations=({"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},))
+    amd = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    for pod in manifests.job_objects(settings, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])[1:]:
+        assert pod["spec"]["tolerations"] == [amd]
