@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages a training pod needs: the OpenSSH server the workers run
 # for horovodrun, the client the chief uses, and ps/ip for Horovod's process and
-# interface handling. Run by the Dockerfile and, on machines without Docker, by CI on
-# the host (the local cluster runs pods on the host's environment).
+# interface handling. Run by the Dockerfile.
 #
 # Installing openssh-server must not leave a system sshd on port 22 running: pods start
 # their own sshd on the job's port, and on a development host a stray daemon would be

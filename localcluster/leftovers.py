@@ -2,8 +2,9 @@
 
 `down` first stops components and agents politely; this is the belt and braces
 after that, and also what tests use to prove nothing is left: processes tied
-to the run directory or inside the cluster's network namespaces, the `dt-*`
-namespaces, the bridge and its veths, and mounts under the run directory.
+to the run directory or inside the cluster's network namespaces, containers
+its node agents created, the `dt-*` namespaces, the bridge and its veths, and
+mounts under the run directory.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import netsetup, processes
+from localcluster.agent.runtime import STATE_DIR_LABEL
 from localcluster.layout import RunLayout
+from localcluster.podman import labelled_containers, podman
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +31,10 @@ class Leftovers:
     netns: tuple[str, ...]
     links: tuple[str, ...]
     mounts: tuple[str, ...]
+    containers: tuple[str, ...] = ()
 
     def empty(self) -> bool:
-        return not (self.pids or self.netns or self.links or self.mounts)
+        return not (self.pids or self.netns or self.links or self.mounts or self.containers)
 
 
 def find(layout: RunLayout) -> Leftovers:
@@ -72,10 +76,15 @@ def _find(root: Path, namespaces: list[str], links: list[str]) -> Leftovers:
         netns=tuple(namespaces),
         links=tuple(links),
         mounts=tuple(mounts_under(root)),
+        containers=tuple(sorted(cid for cid, state_dir in labelled_containers(STATE_DIR_LABEL).items()
+                                if state_dir == str(root) or state_dir.startswith(f"{root}/"))),
     )
 
 
 def _remove(found: Leftovers) -> Leftovers:
+    if found.containers:
+        log.warning("removing %d leftover containers", len(found.containers))
+        podman(["rm", "--force", "--time", "0", *found.containers], check=False)
     for pid in found.pids:
         log.warning("killing leftover process %d", pid)
         processes.kill_session(pid)

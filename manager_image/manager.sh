@@ -23,6 +23,14 @@ phase() {
   return "$phase_status"
 }
 
+# Help is pre-training's (both phases take the same flags): print it once and stop.
+for arg in "$@"; do
+  case "$arg" in
+    --) break ;;
+    -h|--help) exec python -m distributetrain pre-training --help ;;
+  esac
+done
+
 phase pre-training "$@"
 pre_training_status=$?
 if [ "$pre_training_status" -eq 2 ]; then

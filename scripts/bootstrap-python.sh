@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# Creates the project's virtualenv (manager package, test tools) in the cache directory.
-# The training stack (TensorFlow + Horovod) is added by base_image/install-python.sh.
+# Creates the project's virtualenv (manager package, local cluster, test tools) in the
+# cache directory. Training runs only in the images, so it has no TensorFlow or Horovod.
+# A stamp of the pins and the checkout skips pip entirely when nothing changed.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
+stamp="$DT_VENV/.distributetrain-$(cat "$here/requirements-dev.txt" "$here/manager_image/requirements.txt" \
+  "$here/pyproject.toml" <(echo "$here") | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  echo "venv: $DT_VENV reused"
+  exit 0
+fi
 if [ ! -x "$DT_VENV/bin/python" ]; then
   python3.11 -m venv "$DT_VENV"
   "$DT_VENV/bin/pip" install -q --upgrade pip==24.2 setuptools==75.1.0 wheel==0.44.0
 fi
-"$DT_VENV/bin/pip" install -q -r "$here/requirements-dev.txt"
+# The manager's dependencies exactly as its image pins them.
+"$DT_VENV/bin/pip" install -q -r "$here/requirements-dev.txt" -c "$here/manager_image/requirements.txt" kubernetes
 "$DT_VENV/bin/pip" install -q --no-deps -e "$here"
-"$DT_VENV/bin/pip" install -q "kubernetes==34.1.0"
-# manager.sh stands on PATH in the manager image; the local cluster runs pods with this venv.
-ln -sf "$here/manager_image/manager.sh" "$DT_VENV/bin/manager.sh"
+rm -f "$DT_VENV"/.distributetrain-*
+touch "$stamp"
+echo "venv: $DT_VENV updated"

@@ -23,6 +23,7 @@ from localcluster.agent.nodes import NodeHeartbeat, NodeServedElsewhere, node_re
 from localcluster.agent.objects import ApiObjects
 from localcluster.agent.podwatch import PodDispatcher, PodWatcher
 from localcluster.agent.podworker import PodWorker, WorkerDeps
+from localcluster.agent.runtime import remove_agent_containers
 from localcluster.agent.settings import AgentSettings, parse_args
 from localcluster.agent.statusmanager import StatusManager
 from localcluster.agent.supervisor import Supervisor
@@ -70,6 +71,10 @@ class NodeAgent:
         version = self._wait_for_apiserver(stop)
         self.heartbeat = NodeHeartbeat(self.api, settings, version)
         self.heartbeat.wait_until_unserved(stop)
+        # A crashed agent's containers: their pods are started afresh.
+        removed = remove_agent_containers(str(settings.state_dir))
+        if removed:
+            log.warning("removed %d containers a previous agent left", removed)
         self.supervisor.start()
         self.status.start()
         self.events.start()
@@ -102,6 +107,7 @@ class NodeAgent:
         """Stop all pods, then remove the nodes and their namespaces; safe after a partial start."""
         self.settings.ready_file.unlink(missing_ok=True)
         self.dispatcher.shutdown()
+        remove_agent_containers(str(self.settings.state_dir))
         if self.heartbeat is not None:
             self.heartbeat.stop_and_delete()
         for server in self.servers:

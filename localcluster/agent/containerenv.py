@@ -3,11 +3,8 @@
 Order and precedence follow kubelet_pods.go makeEnvironmentVariables: envFrom
 sources in order, then env entries in order (values may reference earlier ones
 with `$(NAME)`), then the `kubernetes` service variables for names not set by
-the spec. The runtime adds PATH, HOME and HOSTNAME underneath (an image would
-set PATH; here the agent's --pod-path stands in for the image's tools).
-
-Images are not pulled, so there is no image ENTRYPOINT/CMD: when a container
-has no `command`, its `args` are the command line; with neither, it cannot run.
+the spec. The runtime puts the image's ENV (PATH among it), HOME and HOSTNAME
+underneath, as containerd does.
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ class PodContext:
     hostname: str
     apiserver_host: str
     apiserver_port: int
-    container_path: str
     node_allocatable: Mapping[str, str]
 
 
@@ -90,27 +86,6 @@ def kubelet_env(container: dict, context: PodContext, source: ObjectSource) -> d
     for name, value in services.items():
         env.setdefault(name, value)
     return env
-
-
-def process_env(kubelet_vars: Mapping[str, str], context: PodContext) -> dict[str, str]:
-    """The full environment of the process: runtime defaults under the kubelet's variables."""
-    env = {"PATH": context.container_path, "HOME": "/root", "HOSTNAME": context.hostname}
-    env.update(kubelet_vars)
-    return env
-
-
-def container_argv(container: dict, kubelet_vars: Mapping[str, str]) -> list[str]:
-    """command + args with `$(NAME)` expanded; args alone when there is no command."""
-    mapping = mapping_for(kubelet_vars)
-    command = [expand(item, mapping) for item in container.get("command") or []]
-    args = [expand(item, mapping) for item in container.get("args") or []]
-    argv = command + args
-    if not argv:
-        raise ContainerConfigError(
-            f"container {container['name']!r} has neither command nor args; images are not pulled "
-            "in this cluster, so there is no image entrypoint to fall back on"
-        )
-    return argv
 
 
 def field_value(pod: dict, field_path: str, pod_ip: str, host_ip: str) -> str:

@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localcluster.agent.containerenv import (
-    ContainerConfigError, PodContext, container_argv, kubelet_env, process_env,
-)
+from localcluster.agent import images
+from localcluster.agent.containerenv import ContainerConfigError, PodContext, kubelet_env
 from localcluster.agent.containerlogs import LogWriter
 from localcluster.agent.events import EventRecorder, PodEvent
 from localcluster.agent.kubeapi import ApiError, Unavailable
@@ -38,12 +37,15 @@ from localcluster.agent.podstatus import (
 from localcluster.agent.probes import (
     LIVENESS, PROBE_KINDS, PROBE_NAMES, READINESS, STARTUP, ProbeTarget, ProbeTracker, run_probe,
 )
-from localcluster.agent.runtime import ContainerProcess, LaunchSpec, start_container
+from localcluster.agent.runtime import (
+    POD_UID_LABEL, STATE_DIR_LABEL, ContainerProcess, LaunchSpec, StartError, security_options, start_container,
+)
 from localcluster.agent.sandbox import Sandbox
 from localcluster.agent.settings import AgentSettings
 from localcluster.agent.statusmanager import StatusManager
 from localcluster.agent.supervisor import ExitStatus, Supervisor
 from localcluster.agent.volumes import Mount, VolumeError, container_mounts, sort_mounts
+from localcluster.podman import PodmanError
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,7 @@ class _Container:
     runs: int = 0
     next_start: float = 0.0
     backoff_s: float = 0.0
+    image_backoff_s: float = 0.0
     last_exit: Termination | None = None
     last_exit_monotonic: float = 0.0
     logs: list[LogWriter] = field(default_factory=list)
@@ -210,7 +213,7 @@ class PodWorker(threading.Thread):
         finally:
             for container in self._init + self._main:
                 if container.run is not None:
-                    container.run.process.kill()
+                    container.run.process.remove()
             self._sandbox.release_network()
             if self._gone or self._shutdown:
                 self._sandbox.remove_files()
@@ -311,6 +314,8 @@ class PodWorker(threading.Thread):
             elif now >= self._kill_deadline + KILL_CONFIRM_S:
                 log.error("[%s] processes still running %ss after SIGKILL; giving up on them", self.key, KILL_CONFIRM_S)
                 for container in self._init + self._main:
+                    if container.run is not None:
+                        container.run.process.remove()
                     container.run = None
                 self._complete()
             elif now >= self._kill_deadline and not self._killed_hard:
@@ -397,71 +402,117 @@ class PodWorker(threading.Thread):
             hostname=sandbox.hostname,
             apiserver_host=settings.apiserver_host,
             apiserver_port=settings.apiserver_port,
-            container_path=settings.container_path,
             node_allocatable=self._deps.allocatable,
         )
         try:
+            image = images.lookup(container.spec)
+        except images.ImageUnavailable as error:
+            self._image_unavailable(container, error, now)
+            return
+        except PodmanError as error:
+            self._cannot_create(container, "CreateContainerError", str(error), now)
+            return
+        if container.image_backoff_s:
+            container.image_backoff_s = 0.0
+        self._event("Pulled", f'Container image "{container.spec.get("image")}" already present on machine',
+                    container, kind="Normal")
+        try:
             kubelet_vars = kubelet_env(container.spec, context, self._deps.objects)
-            argv = container_argv(container.spec, kubelet_vars)
+            argv = images.container_argv(container.spec, image, kubelet_vars)
+            user = images.run_as(self._pod, container.spec, image)
             mounts = self._mounts(container)
         except (ContainerConfigError, VolumeError, ApiError, Unavailable) as error:
-            log.warning("[%s] container %s cannot start: %s", self.key, container.name, error)
-            container.view.state = WAITING
-            container.view.waiting_reason = "CreateContainerConfigError"
-            self._event("Failed", f"Error: {error}", container)
-            container.view.waiting_message = str(error)
-            container.next_start = now + CONFIG_RETRY_S
+            self._cannot_create(container, "CreateContainerConfigError", str(error), now)
             return
-        env = process_env(kubelet_vars, context)
         restart_count = container.view.restart_count + (1 if container.runs else 0)
         log_writer = LogWriter(sandbox.logs_dir / container.name / f"{restart_count}.log")
         container_id = uuid.uuid4().hex
         spec = LaunchSpec(
+            name=f"k8s_{container.name}_{self.pod_name}_{self.namespace}_{self.uid[:8]}_{restart_count}",
+            image_id=image.image_id,
             netns_path=sandbox.netns_path,
             hostname=sandbox.hostname,
             mounts=tuple(mounts),
-            workdir=container.spec.get("workingDir") or "/",
             argv=tuple(argv),
-            env=env,
+            env=kubelet_vars,
+            user=user,
+            workdir=container.spec.get("workingDir") or "",
+            security=tuple(security_options(self._pod, container.spec)),
+            labels={STATE_DIR_LABEL: str(settings.state_dir), POD_UID_LABEL: self.uid},
         )
 
         def on_exit(exit_status: ExitStatus) -> None:
             self._events.put(("exited", (container, container_id, exit_status)))
 
-        process = start_container(
-            spec, sandbox.specs_dir / f"{container.name}-{restart_count}.json", log_writer,
-            self._deps.supervisor, on_exit,
-        )
-        probes = {
-            kind: ProbeTracker(kind, container.spec[kind], now)
-            for kind in PROBE_KINDS if container.spec.get(kind)
-        }
-        container.run = _Run(container_id=container_id, process=process, env=env, probes=probes)
         container.logs.append(log_writer)
         if container.runs:
             container.view.last_termination = container.last_exit
             container.view.restart_count = restart_count
         container.runs += 1
         view = container.view
-        view.container_id = f"localcluster://{container_id}"
+        view.container_id = f"containerd://{container_id}"
+        view.waiting_message = ""
+        try:
+            process = start_container(spec, image.stop_signal, log_writer, self._deps.supervisor, on_exit)
+        except StartError as error:
+            log.warning("[%s] container %s failed to start: %s", self.key, container.name, error)
+            self._event("Failed", f"Error: {error}", container)
+            log_writer.close()
+            self._record_exit(container, 128, "StartError", str(error), None)
+            return
+        except PodmanError as error:
+            log_writer.close()
+            container.runs -= 1
+            self._cannot_create(container, "CreateContainerError", str(error), now)
+            return
+        probes = {
+            kind: ProbeTracker(kind, container.spec[kind], now)
+            for kind in PROBE_KINDS if container.spec.get(kind)
+        }
+        container.run = _Run(container_id=container_id, process=process, env=kubelet_vars, probes=probes)
         view.started_at = process.started_at
         view.termination = None
-        view.waiting_message = ""
-        if process.start_error:
-            # The exit (code 128) follows; report it as a start error then.
-            view.state = WAITING
-            view.waiting_reason = "ContainerCreating"
-            return
         view.state = RUNNING_STATE
         view.started = STARTUP not in probes
         view.ready = view.started and READINESS not in probes and not container.is_init
-        log.info("[%s] started container %s (pid %d): %s", self.key, container.name, process.pid, argv[0])
+        self._event("Started", f"Started container {container.name}", container, kind="Normal")
+        log.info("[%s] started container %s (%s): %s", self.key, container.name, image.image_id[:12], argv[0])
+
+    def _cannot_create(self, container: _Container, reason: str, message: str, now: float) -> None:
+        """The container cannot be created yet: it waits with ``reason``; retried shortly."""
+        log.warning("[%s] container %s cannot start: %s", self.key, container.name, message)
+        container.view.state = WAITING
+        container.view.waiting_reason = reason
+        self._event("Failed", f"Error: {message}", container)
+        container.view.waiting_message = message
+        container.next_start = now + CONFIG_RETRY_S
+
+    def _image_unavailable(self, container: _Container, error: images.ImageUnavailable, now: float) -> None:
+        """The kubelet's image back-off: ErrImagePull, then ImagePullBackOff, retried 10 s doubling to 5 min."""
+        view = container.view
+        view.state = WAITING
+        first = view.waiting_reason not in (images.ERR_IMAGE_PULL, images.IMAGE_PULL_BACKOFF,
+                                            images.ERR_IMAGE_NEVER_PULL)
+        if error.reason == images.ERR_IMAGE_PULL and not first:
+            view.waiting_reason = images.IMAGE_PULL_BACKOFF
+            view.waiting_message = f'Back-off pulling image "{container.spec.get("image")}"'
+            self._event("BackOff", view.waiting_message, container, kind="Normal")
+        else:
+            view.waiting_reason, view.waiting_message = error.reason, error.message
+            if error.reason == images.ERR_IMAGE_PULL:
+                self._event("Failed", f"Failed to pull image \"{container.spec.get('image')}\": {error.message}",
+                            container)
+            self._event("Failed", f"Error: {error.reason}", container)
+            if error.reason != images.ERR_IMAGE_PULL:
+                self._event(error.reason, error.message, container)
+        if first:
+            log.warning("[%s] container %s: %s: %s", self.key, container.name, error.reason, error.message)
+        delay, container.image_backoff_s = next_backoff(container.image_backoff_s or BACKOFF_INITIAL_S, None)
+        container.next_start = now + delay
 
     def _mounts(self, container: _Container) -> list[Mount]:
-        settings = self._deps.settings
-        mounts = [Mount(source=str(bind.host_path), target=bind.pod_path, readonly=True) for bind in settings.binds]
         volume_mounts = container_mounts(self._pod, container.spec, self._sandbox.volume_paths)
-        mounts.extend(volume_mounts)
+        mounts = list(volume_mounts)
         if not any(m.target == "/etc/hosts" for m in volume_mounts):
             mounts.append(Mount(source=str(self._sandbox.hosts_path), target="/etc/hosts", readonly=False))
         return sort_mounts(mounts)
@@ -470,31 +521,34 @@ class PodWorker(threading.Thread):
         run = container.run
         if run is None or run.container_id != container_id:
             return
-        run.process.kill()
+        run.process.remove()
+        container.run = None
+        log.info("[%s] container %s exited with %d", self.key, container.name, exit_status.exit_code)
+        self._record_exit(container, exit_status.exit_code, terminated_reason(exit_status.exit_code), "",
+                          run.process.started_at)
+
+    def _record_exit(
+        self, container: _Container, exit_code: int, reason: str, message: str,
+        started_at: datetime.datetime | None,
+    ) -> None:
+        """The run is over: its termination becomes the container's state; restart per policy."""
         now = time.monotonic()
-        if run.process.start_error:
-            reason, message = "StartError", f"failed to start container: {run.process.start_error}"
-            self._event("Failed", f"Error: {message}", container)
-        else:
-            reason, message = terminated_reason(exit_status.exit_code), ""
         termination = Termination(
-            exit_code=exit_status.exit_code,
+            exit_code=exit_code,
             reason=reason,
-            started_at=None if run.process.start_error else run.process.started_at,
+            started_at=started_at,
             finished_at=_now(),
             container_id=container.view.container_id,
             message=message,
         )
-        log.info("[%s] container %s exited with %d", self.key, container.name, exit_status.exit_code)
         since_last = now - container.last_exit_monotonic if container.last_exit else None
-        container.run = None
         container.last_exit = termination
         container.last_exit_monotonic = now
         view = container.view
         view.state, view.termination, view.ready, view.started = TERMINATED, termination, False, False
-        if self._state != ACTIVE or not should_restart(self._restart_policy, exit_status.exit_code):
+        if self._state != ACTIVE or not should_restart(self._restart_policy, exit_code):
             return
-        if container.is_init and exit_status.exit_code == 0:
+        if container.is_init and exit_code == 0:
             return
         delay, container.backoff_s = next_backoff(container.backoff_s, since_last)
         container.next_start = now + delay
@@ -528,8 +582,7 @@ class PodWorker(threading.Thread):
                 if tracker.next_due > now or (kind != STARTUP and not container.view.started):
                     continue
                 target = ProbeTarget(
-                    pod_ip=self._view.pod_ip, pid=run.process.pid, env=run.env,
-                    ports=container.spec.get("ports") or [],
+                    pod_ip=self._view.pod_ip, exec=run.process.exec, ports=container.spec.get("ports") or [],
                 )
                 ok, detail = run_probe(tracker.spec, target)
                 flipped = tracker.record(ok, time.monotonic())

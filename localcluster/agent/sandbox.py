@@ -16,7 +16,7 @@ from pathlib import Path
 
 from localcluster.agent.network import NodeNetwork, PodNetwork
 from localcluster.agent.netns import NETNS_RUN_DIR
-from localcluster.agent.volumes import VolumeContext, VolumeObjects, prepare_volumes
+from localcluster.agent.volumes import VolumeContext, VolumeObjects, prepare_volumes, unmount_volumes
 
 log = logging.getLogger(__name__)
 
@@ -116,4 +116,5 @@ class Sandbox:
             self._released = True
 
     def remove_files(self) -> None:
+        unmount_volumes(self.pod_dir / "volumes")
         shutil.rmtree(self.pod_dir, ignore_errors=True)

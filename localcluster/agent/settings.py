@@ -21,8 +21,6 @@ NODE_IP_OFFSET = 10
 CLUSTER_NETWORK = ipaddress.ip_network("10.233.0.0/16")
 NETNS_PREFIX = "dt-"
 
-DEFAULT_PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 _NODE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -53,14 +51,6 @@ class NodeSpec:
 
 
 @dataclass(frozen=True)
-class BindMount:
-    """A host directory bound read-only into every pod (what an image would contain)."""
-
-    host_path: Path
-    pod_path: str
-
-
-@dataclass(frozen=True)
 class AgentSettings:
     """Everything the agent was told on its command line.
 
@@ -74,8 +64,6 @@ class AgentSettings:
     apiserver_host/port: what pods see as KUBERNETES_SERVICE_HOST/PORT.
     ca_file: the cluster CA, served to pods as ca.crt next to their token.
     kubelet_cert/key/port: the kubelet API (container logs) the apiserver proxies to.
-    pod_path: directories put in front of every container's PATH.
-    binds: host directories bound read-only into every pod.
     """
 
     kubeconfig: Path
@@ -90,8 +78,6 @@ class AgentSettings:
     kubelet_cert: Path
     kubelet_key: Path
     kubelet_port: int
-    pod_path: str
-    binds: tuple[BindMount, ...]
     taints: tuple[dict[str, str], ...] = ()
 
     @property
@@ -102,9 +88,6 @@ class AgentSettings:
     def pods_dir(self) -> Path:
         return self.state_dir / "pods"
 
-    @property
-    def container_path(self) -> str:
-        return f"{self.pod_path}:{DEFAULT_PATH_TAIL}" if self.pod_path else DEFAULT_PATH_TAIL
 
 
 def parse_nodes(text: str, first_index: int) -> tuple[NodeSpec, ...]:
@@ -135,13 +118,6 @@ def parse_labels(text: str) -> dict[str, str]:
             raise ValueError(f"bad label {item!r}: please use the format key=value,key2=value2")
         labels[key] = value
     return labels
-
-
-def parse_bind(text: str) -> BindMount:
-    host_path, sep, pod_path = text.partition(":")
-    if not sep or not host_path or not pod_path.startswith("/"):
-        raise ValueError(f"bad bind {text!r}: please use the format /host/path:/pod/path")
-    return BindMount(host_path=Path(host_path), pod_path=pod_path)
 
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -176,8 +152,6 @@ def parse_args(argv: list[str] | None = None) -> AgentSettings:
     parser.add_argument("--kubelet-cert", required=True, type=Path)
     parser.add_argument("--kubelet-key", required=True, type=Path)
     parser.add_argument("--kubelet-port", default=10250, type=int)
-    parser.add_argument("--pod-path", default="", help="directories prepended to every container's PATH")
-    parser.add_argument("--bind", action="append", default=[], metavar="HOSTPATH:PODPATH")
     args = parser.parse_args(argv)
     try:
         return AgentSettings(
@@ -194,8 +168,6 @@ def parse_args(argv: list[str] | None = None) -> AgentSettings:
             kubelet_cert=args.kubelet_cert,
             kubelet_key=args.kubelet_key,
             kubelet_port=args.kubelet_port,
-            pod_path=args.pod_path,
-            binds=tuple(parse_bind(item) for item in args.bind),
         )
     except ValueError as error:
         parser.error(str(error))

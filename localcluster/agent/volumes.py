@@ -9,8 +9,9 @@ root has that mode; sshd with StrictModes therefore refuses an authorized_keys
 inside such a volume, exactly as on a real cluster. Kubelet mounts these
 volume kinds read-only; emptyDir, hostPath and claims honour readOnly.
 
-Container init (podinit.py) bind-mounts the host directories at their
-mountPaths inside the container's own mount namespace.
+An emptyDir with `medium: Memory` is a tmpfs (sized by its sizeLimit, else the
+node's allocatable memory), as the kubelet makes it. The runtime bind-mounts the
+host directories at their mountPaths in the container.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import datetime
 import logging
 import os
 import posixpath
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from localcluster.agent.containerenv import field_value, resource_value
+from localcluster.agent.quantity import parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +118,8 @@ def _prepare_volume(pod: dict, volume: dict, path: Path, objects: VolumeObjects,
     if kind == "emptyDir":
         path.mkdir(parents=True, exist_ok=True)
         path.chmod(EMPTY_DIR_MODE)
+        if source.get("medium") == "Memory" and not os.path.ismount(path):
+            _mount_tmpfs(path, source.get("sizeLimit") or context.node_allocatable.get("memory"))
         return str(path)
     if kind == "hostPath":
         return _host_path(source["path"], source.get("type") or "")
@@ -132,6 +137,22 @@ def _prepare_volume(pod: dict, volume: dict, path: Path, objects: VolumeObjects,
         raise VolumeError(f"volume {volume['name']!r}: {kind} volumes are not supported by this agent")
     write_atomic_dir(path, files, API_VOLUME_DIR_MODE)
     return str(path)
+
+
+def _mount_tmpfs(path: Path, size: str | None) -> None:
+    options = f"mode={EMPTY_DIR_MODE:o}" + (f",size={int(parse_quantity(size))}" if size else "")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise VolumeError(f"emptyDir {path.name!r} (medium Memory): mount tmpfs failed: {result.stderr.strip()}")
+
+
+def unmount_volumes(volumes_dir: Path) -> None:
+    """Unmount the memory-backed emptyDirs under ``volumes_dir`` (before its files are removed)."""
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in mountinfo]
+    for point in sorted((p for p in points if p.startswith(f"{volumes_dir}/")), key=len, reverse=True):
+        subprocess.run(["umount", point], capture_output=True, check=False)
 
 
 def _host_path(path: str, kind: str) -> str:

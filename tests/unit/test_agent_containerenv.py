@@ -5,7 +5,7 @@ import base64
 import pytest
 
 from localcluster.agent.containerenv import (
-    ContainerConfigError, PodContext, container_argv, field_value, format_map, kubelet_env, process_env,
+    ContainerConfigError, PodContext, field_value, format_map, kubelet_env,
     resource_value,
 )
 
@@ -36,7 +36,7 @@ def make_pod(containers, **spec):
 
 def context_for(pod):
     return PodContext(pod=pod, pod_ip="10.233.1.2", host_ip="10.233.0.11", hostname="job-worker-0",
-                      apiserver_host="10.233.0.1", apiserver_port=6443, container_path="/venv/bin:/usr/bin",
+                      apiserver_host="10.233.0.1", apiserver_port=6443,
                       node_allocatable=ALLOCATABLE)
 
 
@@ -69,14 +69,13 @@ def test_env_in_kubelet_order_with_references_and_service_variables():
     assert env["KUBERNETES_PORT_6443_TCP_ADDR"] == "10.233.0.1"
 
 
-def test_spec_overrides_service_variables_and_runtime_defaults():
+def test_spec_overrides_service_variables():
     container = {"name": "main", "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "x"},
                                           {"name": "PATH", "value": "/only"}]}
     pod = make_pod([container])
-    env = process_env(kubelet_env(container, context_for(pod), Objects()), context_for(pod))
+    env = kubelet_env(container, context_for(pod), Objects())
     assert env["KUBERNETES_SERVICE_HOST"] == "x"
     assert env["PATH"] == "/only"
-    assert env["HOME"] == "/root" and env["HOSTNAME"] == "job-worker-0"
 
 
 def test_missing_secret_is_a_config_error():
@@ -89,22 +88,6 @@ def test_missing_key_is_a_config_error():
     container = {"name": "main", "env": [{"name": "T", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]}
     with pytest.raises(ContainerConfigError, match="couldn't find key k"):
         kubelet_env(container, context_for(make_pod([container])), Objects(config_maps={"c": {}}))
-
-
-def test_command_and_args_are_expanded_with_the_kubelet_environment():
-    container = {"name": "main", "command": ["horovodrun", "-np", "$(NP)"], "args": ["$(SCRIPT)", "$$(NP)", "$(HOME)"]}
-    assert container_argv(container, {"NP": "4", "SCRIPT": "train.py"}) == [
-        "horovodrun", "-np", "4", "train.py", "$(NP)", "$(HOME)"
-    ]
-
-
-def test_args_alone_are_the_command_line():
-    assert container_argv({"name": "main", "args": ["sshd", "-D"]}, {}) == ["sshd", "-D"]
-
-
-def test_no_command_and_no_args_cannot_run():
-    with pytest.raises(ContainerConfigError, match="no image entrypoint"):
-        container_argv({"name": "main"}, {})
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ def test_tcp_probe_against_a_listener():
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         port = listener.getsockname()[1]
-        target = ProbeTarget(pod_ip="127.0.0.1", pid=0, env={}, ports=[])
+        target = ProbeTarget(pod_ip="127.0.0.1", exec=None, ports=[])
         assert run_probe({"tcpSocket": {"port": port}}, target) == (True, "")
     ok, detail = run_probe({"tcpSocket": {"port": port}}, target)
     assert not ok and detail

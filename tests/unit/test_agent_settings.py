@@ -1,10 +1,9 @@
 """The agent's command line: nodes, labels and binds parsed into values."""
 
-from pathlib import Path
 
 import pytest
 
-from localcluster.agent.settings import BindMount, NodeSpec, parse_args, parse_bind, parse_labels, parse_nodes
+from localcluster.agent.settings import NodeSpec, parse_args, parse_labels, parse_nodes
 
 
 def test_nodes_are_numbered_from_the_first_index():
@@ -27,12 +26,9 @@ def test_index_beyond_the_network_is_refused():
         parse_nodes("a=1,b=1", 240)
 
 
-def test_labels_and_binds():
+def test_labels():
     assert parse_labels("pool=a,zone=") == {"pool": "a", "zone": ""}
     assert parse_labels("") == {}
-    assert parse_bind("/srv/x:/opt/x") == BindMount(Path("/srv/x"), "/opt/x")
-    with pytest.raises(ValueError, match="/host/path:/pod/path"):
-        parse_bind("/srv/x:relative")
 
 
 def test_the_launcher_command_line_parses(tmp_path):
@@ -40,9 +36,7 @@ def test_the_launcher_command_line_parses(tmp_path):
         "--kubeconfig", "kc", "--nodes", "gpu-a=4,gpu-b=2", "--first-index", "3", "--labels", "k=v",
         "--gpu-resource", "example.com/gpu", "--state-dir", str(tmp_path), "--bridge", "dtbr0",
         "--apiserver-host", "10.233.0.1", "--apiserver-port", "6443", "--ca-file", "ca", "--kubelet-cert", "c",
-        "--kubelet-key", "k", "--kubelet-port", "10250", "--pod-path", "/venv/bin", "--bind", "/a:/b",
+        "--kubelet-key", "k", "--kubelet-port", "10250",
     ])
     assert [node.index for node in settings.nodes] == [3, 4]
-    assert settings.container_path.startswith("/venv/bin:/usr/local/sbin:")
     assert settings.ready_file == tmp_path / "ready"
-    assert settings.binds == (BindMount(Path("/a"), "/b"),)
