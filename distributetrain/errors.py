@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 from distributetrain import exitcodes
+
+# Admission's refusals share RBAC's 403 but not its fix. As the apiserver words them:
+# ResourceQuota "exceeded quota: NAME, requested: ...", "failed quota: NAME: must specify
+# ...", "status unknown for quota: NAME"; LimitRange "maximum memory usage per Container
+# is 1Gi, but limit is 2Gi", "minimum cpu usage per Pod is ...", "cpu max limit to
+# request ratio per Container is ...".
+QUOTA_OR_LIMIT_REFUSAL = re.compile(
+    r"\b(exceeded quota|failed quota|status unknown for quota): "
+    r"|\b(minimum|maximum) \S+ usage per (Container|Pod|PersistentVolumeClaim) is "
+    r"|\bmax limit to request ratio per (Container|Pod) is ",
+    re.IGNORECASE,
+)
 
 
 class DistributeTrainError(Exception):
@@ -47,6 +61,23 @@ class Invalid(DistributeTrainError):
 
 class Forbidden(DistributeTrainError):
     exit_code = exitcodes.PERMISSION_DENIED
+
+
+class QuotaExceeded(DistributeTrainError):
+    """A ResourceQuota or LimitRange of the namespace refused an object (a 403 from admission, not RBAC)."""
+
+    exit_code = exitcodes.QUOTA_EXCEEDED
+
+    def __init__(self, message: str):
+        super().__init__(
+            f"a ResourceQuota or LimitRange of the namespace refuses it: {message} (a job pod asks for "
+            f"--cpu-per-gpu and --memory-per-gpu times its GPUs: lower them or --num-gpus, or ask for more quota)"
+        )
+
+
+def forbidden(message: str) -> DistributeTrainError:
+    """An HTTP 403: a quota or limit refusal, else RBAC's."""
+    return QuotaExceeded(message) if QUOTA_OR_LIMIT_REFUSAL.search(message) else Forbidden(message)
 
 
 class TransientApiError(DistributeTrainError):

@@ -14,8 +14,19 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from distributetrain import errors, names, validation
-from distributetrain.settings import DEFAULT_FILENAME, DEFAULT_GPU_RESOURCE, DEFAULT_PORT, JobSettings, PvcMount
+from distributetrain import errors, names, quantity, validation
+from distributetrain.settings import (
+    DEFAULT_CPU_PER_GPU_M,
+    DEFAULT_FILENAME,
+    DEFAULT_GPU_RESOURCE,
+    DEFAULT_MEMORY_PER_GPU_BYTES,
+    DEFAULT_PORT,
+    JobSettings,
+    PvcMount,
+)
+
+DEFAULT_CPU_PER_GPU = quantity.format_cpu(DEFAULT_CPU_PER_GPU_M)
+DEFAULT_MEMORY_PER_GPU = quantity.format_memory(DEFAULT_MEMORY_PER_GPU_BYTES)
 
 # The manager pod's identity, set from the downward API (manager.yaml, jobs.manager_spec).
 ENV_POD_NAME = "MANAGER_POD_NAME"
@@ -87,6 +98,10 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True) -
     job.add_argument("--delete-chief", action="store_true", help="delete the chief too when it finishes")
     job.add_argument("--lock-namespace", help="namespace of the placement Lease (default: the job's)")
     job.add_argument("--service-account", default="", help="ServiceAccount of job pods (default: none mounted)")
+    job.add_argument("--cpu-per-gpu", default=DEFAULT_CPU_PER_GPU, metavar="CPU",
+                     help=f"CPU request of a job pod per GPU it has (default {DEFAULT_CPU_PER_GPU})")
+    job.add_argument("--memory-per-gpu", default=DEFAULT_MEMORY_PER_GPU, metavar="MEMORY",
+                     help=f"memory request and limit of a job pod per GPU it has (default {DEFAULT_MEMORY_PER_GPU})")
 
 
 def own_namespace(explicit: str | None) -> str:
@@ -146,4 +161,6 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         manager_namespace=checked("--namespace", validation.dns_label, own_namespace(None)),
         lock_namespace=checked("--lock-namespace", validation.dns_label, args.lock_namespace) if args.lock_namespace else "",
         service_account=args.service_account,
+        cpu_per_gpu_m=checked("--cpu-per-gpu", quantity.cpu_millis, args.cpu_per_gpu),
+        memory_per_gpu_bytes=checked("--memory-per-gpu", quantity.memory_bytes, args.memory_per_gpu),
     )

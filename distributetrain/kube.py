@@ -71,7 +71,7 @@ def translate(error: Exception) -> errors.DistributeTrainError:
         if error.status == 410:
             return errors.Gone(message)
         if error.status == 403:
-            return errors.Forbidden(message)
+            return errors.forbidden(message)
         if error.status == 422:
             return errors.Invalid(message)
         if error.status in (429, 500, 502, 503, 504) or error.status == 0:

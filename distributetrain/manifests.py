@@ -6,7 +6,7 @@ output is deterministic and tests compare whole objects.
 
 from __future__ import annotations
 
-from distributetrain import names
+from distributetrain import names, quantity
 from distributetrain.settings import JobSettings
 from distributetrain.sshkeys import JobKeys
 
@@ -182,8 +182,14 @@ def _pod_spec(settings: JobSettings, node: str, container: dict, volumes: list[d
     return spec
 
 
-def _gpu_resources(settings: JobSettings, share: int) -> dict:
-    return {"limits": {settings.gpu_resource: str(share)}}
+def _resources(settings: JobSettings, share: int) -> dict:
+    """GPUs, and cpu and memory in proportion to them; memory is limited to its request,
+    so a rank that outgrows it is killed alone instead of starving the node."""
+    memory = quantity.format_memory(settings.memory_per_gpu_bytes * share)
+    return {
+        "requests": {"cpu": quantity.format_cpu(settings.cpu_per_gpu_m * share), "memory": memory},
+        "limits": {settings.gpu_resource: str(share), "memory": memory},
+    }
 
 
 def _job_pod(
@@ -194,7 +200,7 @@ def _job_pod(
     pvc_volumes, pvc_mounts = _pvc_volumes(settings)
     container = container | {
         "image": settings.image,
-        "resources": _gpu_resources(settings, share),
+        "resources": _resources(settings, share),
         "volumeMounts": [{"name": SSH_VOLUME, "mountPath": ssh_dir, "readOnly": True}, *pvc_mounts],
     }
     metadata = _metadata(settings, name, role, extra_labels)

@@ -11,6 +11,14 @@ from dataclasses import dataclass, field
 DEFAULT_PORT = 12345  # the seeds' sshd port
 DEFAULT_FILENAME = "/opt/distributetrain/train.py"  # where base_image/Dockerfile puts the example
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+# Requests per GPU of a pod (a pod with 4 GPUs asks for 4x), sized so that the smallest
+# common GPU nodes, 4 vCPU and 16 GB with one GPU (AWS g4dn.xlarge and g5.xlarge, GKE
+# g2-standard-4 or n1-standard-4 with a T4), still fit one rank after what the kubelet
+# reserves and DaemonSets take (about 3.5 CPU and 11 GiB are left on GKE's). Multi-GPU
+# nodes give far more per GPU (8-12 vCPU, 30-85 GiB). The CPU request has no limit, so
+# ranks still use idle cores; memory is also the limit, so raise it for big input pipelines.
+DEFAULT_CPU_PER_GPU_M = 2000  # millicores: 2 CPUs
+DEFAULT_MEMORY_PER_GPU_BYTES = 8 * 2**30  # 8Gi
 
 
 def gpu_toleration(resource: str) -> dict:
@@ -56,6 +64,10 @@ class JobSettings:
     lock_namespace: str = ""  # where the placement Lease lives (default: the manager's namespace)
     manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
     service_account: str = ""  # for job pods; empty = no API token mounted at all
+    # Requests of a job pod are these times its GPUs, so it is never BestEffort (evicted
+    # first) and passes a namespace's ResourceQuota or LimitRange that requires them.
+    cpu_per_gpu_m: int = DEFAULT_CPU_PER_GPU_M  # CPU request per GPU, millicores
+    memory_per_gpu_bytes: int = DEFAULT_MEMORY_PER_GPU_BYTES  # memory request and limit per GPU, bytes
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

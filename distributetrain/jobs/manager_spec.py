@@ -12,7 +12,7 @@ import secrets
 import string
 from dataclasses import dataclass
 
-from distributetrain import jobflags, names
+from distributetrain import jobflags, names, quantity
 from distributetrain.settings import JobSettings
 
 DEFAULT_MANAGER_IMAGE = "distributetrain/manager:0.1.0"
@@ -100,6 +100,10 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append(f"--lock-namespace={settings.lock_namespace}")
     if settings.service_account:
         args.append(f"--service-account={settings.service_account}")
+    if _changed(settings, "cpu_per_gpu_m"):
+        args.append(f"--cpu-per-gpu={quantity.format_cpu(settings.cpu_per_gpu_m)}")
+    if _changed(settings, "memory_per_gpu_bytes"):
+        args.append(f"--memory-per-gpu={quantity.format_memory(settings.memory_per_gpu_bytes)}")
     if settings.script_args:
         args += ["--", *settings.script_args]
     return args

@@ -37,6 +37,13 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--toleration", "k=v:Sometimes"], "--toleration"),
         (["--num-gpus", "2", "--wait-for-gpus", "soon"], "--wait-for-gpus"),
         (["--num-gpus", "2", "--filename", "train.py"], "--filename"),
+        (["--num-gpus", "2", "--cpu-per-gpu", "0"], "--cpu-per-gpu"),
+        (["--num-gpus", "2", "--cpu-per-gpu", "-1"], "--cpu-per-gpu"),
+        (["--num-gpus", "2", "--cpu-per-gpu", "four"], "--cpu-per-gpu"),
+        (["--num-gpus", "2", "--cpu-per-gpu", "0.0005"], "--cpu-per-gpu"),
+        (["--num-gpus", "2", "--memory-per-gpu", "16"], "--memory-per-gpu"),
+        (["--num-gpus", "2", "--memory-per-gpu", "100m"], "--memory-per-gpu"),
+        (["--num-gpus", "2", "--memory-per-gpu", "16GB"], "--memory-per-gpu"),
         (["--num-gpus", "2", "--frobnicate"], "--frobnicate"),
         ([], "--num-gpus"),
     ],
@@ -57,8 +64,8 @@ def test_render_prints_every_object(capsys):
     assert code == 0
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("Secret", "demo-ssh"), ("Pod", "demo-worker-0"), ("Pod", "demo-chief")]
-    assert docs[1]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "5"}
-    assert docs[2]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert docs[1]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "5", "memory": "40Gi"}
+    assert docs[2]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "8Gi"}
     assert "PRIVATE KEY" not in out
 
 
@@ -79,6 +86,22 @@ def test_settings_from_flags_and_downward_api_env(monkeypatch):
     assert settings.wait_for_gpus_s == 300 and settings.active_deadline_s == 7200
     assert settings.tolerations == ({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},)
     assert settings.script_args == ("--epochs", "2")
+
+
+def test_quantity_errors_show_the_valid_form(capsys):
+    _, _, err = run(capsys, BASE + ["--num-gpus", "2", "--memory-per-gpu", "16"])
+    assert err == ("distributetrain: error: --memory-per-gpu: must be a memory quantity like 16Gi or 512Mi "
+                   "(whole bytes, at least 64Mi), got '16'\n")
+
+
+def test_cpu_and_memory_per_gpu_defaults_and_flags(monkeypatch):
+    monkeypatch.setenv(jobflags.ENV_POD_NAME, "job-7")
+    base = ["run", "--num-gpus", "2", "--image", "i"]
+    defaults = jobflags.settings_from_args(cli.build_parser().parse_args(base), [])
+    assert (defaults.cpu_per_gpu_m, defaults.memory_per_gpu_bytes) == (2000, 8 * 2**30)
+    custom = jobflags.settings_from_args(
+        cli.build_parser().parse_args([*base, "--cpu-per-gpu", "500m", "--memory-per-gpu", "1.5Gi"]), [])
+    assert (custom.cpu_per_gpu_m, custom.memory_per_gpu_bytes) == (500, 1536 * 2**20)
 
 
 def test_job_name_required_outside_a_pod(monkeypatch):

@@ -1,6 +1,8 @@
 """Manifest builders, compared as whole objects."""
 
-from distributetrain import manifests
+from hypothesis import given, strategies as st
+
+from distributetrain import manifests, quantity
 from distributetrain.settings import JobSettings, PvcMount
 from distributetrain.sshkeys import JobKeys, keypair_from_seed
 
@@ -59,7 +61,8 @@ def test_worker():
                 "env": [{"name": "DT_PORT", "value": "12345"}],
                 "ports": [{"name": "ssh", "containerPort": 12345, "protocol": "TCP"}],
                 "readinessProbe": {"tcpSocket": {"port": 12345}, "periodSeconds": 1, "failureThreshold": 3},
-                "resources": {"limits": {"nvidia.com/gpu": "5"}},
+                "resources": {"requests": {"cpu": "10", "memory": "40Gi"},
+                              "limits": {"nvidia.com/gpu": "5", "memory": "40Gi"}},
                 "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True}],
             }],
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o400, "items": [
@@ -97,7 +100,8 @@ def test_chief():
                     {"name": "DT_SSH_ATTEMPTS", "value": "30"},
                     {"name": "SEED", "value": "7"},
                 ],
-                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                "resources": {"requests": {"cpu": "2", "memory": "8Gi"},
+                              "limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}},
                 "volumeMounts": [{"name": "ssh", "mountPath": "/root/.ssh", "readOnly": True}],
             }],
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o400, "items": [
@@ -163,3 +167,19 @@ def test_job_pods_tolerate_the_taint_of_their_gpu_resource_once():
     amd = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     for pod in manifests.job_objects(settings, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])[1:]:
         assert pod["spec"]["tolerations"] == [amd]
+
+
+@given(st.integers(1, 16), st.integers(1, 64_000), st.integers(64, 1 << 20))
+def test_cpu_and_memory_are_per_gpu_times_the_pod_s_share_and_memory_is_limited(share, cpu_m, memory_mi):
+    settings = SETTINGS.replace(cpu_per_gpu_m=cpu_m, memory_per_gpu_bytes=memory_mi * quantity.MIB)
+    for pod in (manifests.worker_pod(settings, 0, "a", share), manifests.chief_pod(settings, "a", share, [])):
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert quantity.cpu_millis(resources["requests"]["cpu"]) == cpu_m * share
+        assert quantity.memory_bytes(resources["requests"]["memory"]) == memory_mi * quantity.MIB * share
+        assert resources["limits"] == {"nvidia.com/gpu": str(share), "memory": resources["requests"]["memory"]}
+
+
+def test_custom_cpu_and_memory_per_gpu():
+    settings = SETTINGS.replace(cpu_per_gpu_m=1500, memory_per_gpu_bytes=20 * 10**9)
+    assert manifests.worker_pod(settings, 0, "a", 3)["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "4500m", "memory": "60G"}, "limits": {"nvidia.com/gpu": "3", "memory": "60G"}}

@@ -1,0 +1,63 @@
+"""A namespace with a ResourceQuota or LimitRange: job pods declare cpu and memory, so
+they are admitted, and a refusal is reported as a quota problem (exit 73), not as RBAC (77)."""
+
+import time
+
+import pytest
+from kubernetes import client
+
+from jobharness import SCRIPTS, job_args, node_pool, script_volume
+
+pytestmark = pytest.mark.cluster
+
+# What the manager pod itself asks (manager.yaml) fits in every quota below; no pod sets a
+# CPU limit, so none is required.
+QUOTA_HARD = {"requests.cpu": "2", "requests.memory": "2Gi", "limits.memory": "2Gi"}
+QUOTA_EXIT_CODE = 73
+
+
+def create_quota(api_client, namespace: str, hard: dict) -> None:
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_resource_quota(namespace, {
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "compute"}, "spec": {"hard": hard}})
+    # Until the quota controller has computed its usage, admission refuses every pod
+    # ("status unknown for quota"): wait for it, as any namespace set up ahead of time would.
+    give_up_at = time.monotonic() + 30
+    while not (core.read_namespaced_resource_quota("compute", namespace).status.hard or {}):
+        assert time.monotonic() < give_up_at, "the ResourceQuota's status was never computed"
+        time.sleep(0.2)
+
+
+def test_a_job_runs_in_a_namespace_whose_quota_requires_requests(cluster, api_client, namespace, jobs, tmp_path):
+    create_quota(api_client, namespace, QUOTA_HARD)
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
+        jobs.submit("fits", job_args(pool, claim, 2, "--cpu-per-gpu=250m", "--memory-per-gpu=256Mi"))
+        assert jobs.exit_code("fits") == 0, jobs.logs("fits")
+        chief = jobs.pod("fits-chief")["spec"]["containers"][0]["resources"]
+        assert chief["requests"] == {"cpu": "250m", "memory": "256Mi"}
+        assert chief["limits"] == {"nvidia.com/gpu": "1", "memory": "256Mi"}
+
+
+@pytest.mark.parametrize("policy", ["resource-quota", "limit-range"])
+def test_a_refusal_by_quota_or_limit_range_is_its_own_exit_code(cluster, api_client, namespace, jobs, policy):
+    if policy == "resource-quota":
+        create_quota(api_client, namespace, QUOTA_HARD)  # the default 8Gi per GPU exceeds 2Gi
+        refusal = "exceeded quota: compute"
+    else:
+        client.CoreV1Api(api_client).create_namespaced_limit_range(namespace, {
+            "apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "per-container"},
+            "spec": {"limits": [{"type": "Container", "max": {"memory": "4Gi"}}]}})
+        refusal = "maximum memory usage per Container is 4Gi, but limit is 8Gi"
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("refused", ["--num-gpus=2", "--image=distributetrain/base:test",
+                                f"--node-selector={pool.selector}"])
+        code = jobs.exit_code("refused", timeout_s=90)
+        log = jobs.logs("refused")
+        assert code == QUOTA_EXIT_CODE, log
+        assert refusal in log and "ResourceQuota or LimitRange" in log and "--memory-per-gpu" in log, log
+        manager = jobs.pod("refused")
+        assert manager["metadata"]["annotations"]["distributetrain.io/exit-code"] == str(QUOTA_EXIT_CODE)
+        # Refused by the server-side dry run before anything existed, or torn down: nothing is left.
+        jobs.wait_gone(["refused-worker-0", "refused-chief"])
+        assert jobs.secrets("refused") == []
