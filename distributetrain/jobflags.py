@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from distributetrain import errors, names, quantity, validation
+from distributetrain import errors, manifests, names, quantity, validation
 from distributetrain.settings import (
     DEFAULT_CPU_PER_GPU_M,
     DEFAULT_FILENAME,
@@ -102,6 +102,8 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True) -
                      help=f"CPU request of a job pod per GPU it has (default {DEFAULT_CPU_PER_GPU})")
     job.add_argument("--memory-per-gpu", default=DEFAULT_MEMORY_PER_GPU, metavar="MEMORY",
                      help=f"memory request and limit of a job pod per GPU it has (default {DEFAULT_MEMORY_PER_GPU})")
+    job.add_argument("--shm-size", metavar="MEMORY",
+                     help="size of /dev/shm in every job pod (default: the pod's memory limit)")
 
 
 def own_namespace(explicit: str | None) -> str:
@@ -138,6 +140,11 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         for flag in args.node_selector for term in flag.split(",") if term
     ]
     deadline = checked("--active-deadline", validation.duration_s, args.active_deadline) if args.active_deadline else None
+    pvcs = tuple(PvcMount(*checked("--pvc", validation.pvc_mount, p)) for p in args.pvc)
+    for pvc in pvcs:
+        if pvc.mount_path.rstrip("/") == manifests.SHM_PATH:
+            raise errors.UsageError("--pvc", f"{manifests.SHM_PATH} is the job's own memory-backed volume "
+                                             f"(size it with --shm-size), got {pvc.claim}:{pvc.mount_path}")
     return JobSettings(
         job_name=job_name,
         namespace=namespace,
@@ -149,7 +156,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         host_network=host_network,
         script_args=tuple(script_args),
         env=tuple(checked("--env", validation.env_var, e) for e in args.env),
-        pvcs=tuple(PvcMount(*checked("--pvc", validation.pvc_mount, p)) for p in args.pvc),
+        pvcs=pvcs,
         gpu_resource=checked("--gpu-resource", validation.resource_name, args.gpu_resource),
         node_selector=tuple(selector),
         tolerations=tuple(checked("--toleration", validation.toleration, t) for t in args.toleration),
@@ -163,4 +170,5 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         service_account=args.service_account,
         cpu_per_gpu_m=checked("--cpu-per-gpu", quantity.cpu_millis, args.cpu_per_gpu),
         memory_per_gpu_bytes=checked("--memory-per-gpu", quantity.memory_bytes, args.memory_per_gpu),
+        shm_size_bytes=checked("--shm-size", quantity.memory_bytes, args.shm_size) if args.shm_size else None,
     )

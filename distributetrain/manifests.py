@@ -11,6 +11,8 @@ from distributetrain.settings import JobSettings
 from distributetrain.sshkeys import JobKeys
 
 SSH_VOLUME = "ssh"
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
 SECRET_MODE = 0o400  # root-only: sshd and ssh refuse keys others can read
 CLIENT_KEY_FILE = "id_ed25519"
 HOST_KEY_FILE = "ssh_host_ed25519_key"
@@ -192,6 +194,13 @@ def _resources(settings: JobSettings, share: int) -> dict:
     }
 
 
+def _shm_volume(settings: JobSettings, share: int) -> dict:
+    # NCCL's shared-memory transport and TensorFlow's input pipelines outgrow the
+    # container runtime's 64 MiB /dev/shm; a memory-backed emptyDir replaces it.
+    size = settings.shm_size_bytes or settings.memory_per_gpu_bytes * share
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": quantity.format_memory(size)}}
+
+
 def _job_pod(
     settings: JobSettings, name: str, role: str, node: str, share: int, container: dict,
     ssh_files: list[str], ssh_dir: str, extra_labels: dict | None = None,
@@ -201,7 +210,11 @@ def _job_pod(
     container = container | {
         "image": settings.image,
         "resources": _resources(settings, share),
-        "volumeMounts": [{"name": SSH_VOLUME, "mountPath": ssh_dir, "readOnly": True}, *pvc_mounts],
+        "volumeMounts": [
+            {"name": SSH_VOLUME, "mountPath": ssh_dir, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+            *pvc_mounts,
+        ],
     }
     metadata = _metadata(settings, name, role, extra_labels)
     metadata["annotations"] = {names.ANNOTATION_GPUS: str(share)}
@@ -209,7 +222,10 @@ def _job_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata,
-        "spec": _pod_spec(settings, node, container, [_ssh_volume(settings, ssh_files), *pvc_volumes]),
+        "spec": _pod_spec(
+            settings, node, container,
+            [_ssh_volume(settings, ssh_files), _shm_volume(settings, share), *pvc_volumes],
+        ),
     }
 
 

@@ -68,6 +68,10 @@ class JobSettings:
     # first) and passes a namespace's ResourceQuota or LimitRange that requires them.
     cpu_per_gpu_m: int = DEFAULT_CPU_PER_GPU_M  # CPU request per GPU, millicores
     memory_per_gpu_bytes: int = DEFAULT_MEMORY_PER_GPU_BYTES  # memory request and limit per GPU, bytes
+    # /dev/shm of each job pod, bytes. None: the pod's memory limit. What a memory-backed
+    # volume holds counts against that limit anyway, so a larger size would add nothing,
+    # and the runtime's default of 64 MiB makes NCCL and TensorFlow fail or crawl.
+    shm_size_bytes: int | None = None
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

@@ -104,6 +104,8 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append(f"--cpu-per-gpu={quantity.format_cpu(settings.cpu_per_gpu_m)}")
     if _changed(settings, "memory_per_gpu_bytes"):
         args.append(f"--memory-per-gpu={quantity.format_memory(settings.memory_per_gpu_bytes)}")
+    if settings.shm_size_bytes is not None:
+        args.append(f"--shm-size={quantity.format_memory(settings.shm_size_bytes)}")
     if settings.script_args:
         args += ["--", *settings.script_args]
     return args

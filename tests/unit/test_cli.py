@@ -44,6 +44,9 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--memory-per-gpu", "16"], "--memory-per-gpu"),
         (["--num-gpus", "2", "--memory-per-gpu", "100m"], "--memory-per-gpu"),
         (["--num-gpus", "2", "--memory-per-gpu", "16GB"], "--memory-per-gpu"),
+        (["--num-gpus", "2", "--shm-size", "8g"], "--shm-size"),
+        (["--num-gpus", "2", "--shm-size", "1Mi"], "--shm-size"),
+        (["--num-gpus", "2", "--pvc", "scratch:/dev/shm"], "--pvc"),
         (["--num-gpus", "2", "--frobnicate"], "--frobnicate"),
         ([], "--num-gpus"),
     ],
@@ -102,6 +105,9 @@ def test_cpu_and_memory_per_gpu_defaults_and_flags(monkeypatch):
     custom = jobflags.settings_from_args(
         cli.build_parser().parse_args([*base, "--cpu-per-gpu", "500m", "--memory-per-gpu", "1.5Gi"]), [])
     assert (custom.cpu_per_gpu_m, custom.memory_per_gpu_bytes) == (500, 1536 * 2**20)
+    assert defaults.shm_size_bytes is None
+    shm = jobflags.settings_from_args(cli.build_parser().parse_args([*base, "--shm-size", "2Gi"]), [])
+    assert shm.shm_size_bytes == 2 * 2**30
 
 
 def test_job_name_required_outside_a_pod(monkeypatch):

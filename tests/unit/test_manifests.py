@@ -63,11 +63,13 @@ def test_worker():
                 "readinessProbe": {"tcpSocket": {"port": 12345}, "periodSeconds": 1, "failureThreshold": 3},
                 "resources": {"requests": {"cpu": "10", "memory": "40Gi"},
                               "limits": {"nvidia.com/gpu": "5", "memory": "40Gi"}},
-                "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True}],
+                "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True},
+                                 {"name": "dshm", "mountPath": "/dev/shm"}],
             }],
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o400, "items": [
                 {"key": "authorized_keys", "path": "authorized_keys"},
-                {"key": "ssh_host_ed25519_key", "path": "ssh_host_ed25519_key"}]}}],
+                {"key": "ssh_host_ed25519_key", "path": "ssh_host_ed25519_key"}]}},
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "40Gi"}}],
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
@@ -102,11 +104,13 @@ def test_chief():
                 ],
                 "resources": {"requests": {"cpu": "2", "memory": "8Gi"},
                               "limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}},
-                "volumeMounts": [{"name": "ssh", "mountPath": "/root/.ssh", "readOnly": True}],
+                "volumeMounts": [{"name": "ssh", "mountPath": "/root/.ssh", "readOnly": True},
+                                 {"name": "dshm", "mountPath": "/dev/shm"}],
             }],
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o400, "items": [
                 {"key": "id_ed25519", "path": "id_ed25519"}, {"key": "known_hosts", "path": "known_hosts"},
-                {"key": "config", "path": "config"}]}}],
+                {"key": "config", "path": "config"}]}},
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}],
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
@@ -131,11 +135,11 @@ def test_pvcs_tolerations_deadline_and_service_account():
         service_account="trainer",
     )
     spec = manifests.worker_pod(settings, 0, "n", 1)["spec"]
-    assert spec["volumes"][1:] == [
+    assert spec["volumes"][2:] == [
         {"name": "data-0", "persistentVolumeClaim": {"claimName": "train-data", "readOnly": False}},
         {"name": "data-1", "persistentVolumeClaim": {"claimName": "ref", "readOnly": True}},
     ]
-    assert spec["containers"][0]["volumeMounts"][1:] == [
+    assert spec["containers"][0]["volumeMounts"][2:] == [
         {"name": "data-0", "mountPath": "/train", "readOnly": False},
         {"name": "data-1", "mountPath": "/ref", "readOnly": True},
     ]
@@ -183,3 +187,17 @@ def test_custom_cpu_and_memory_per_gpu():
     settings = SETTINGS.replace(cpu_per_gpu_m=1500, memory_per_gpu_bytes=20 * 10**9)
     assert manifests.worker_pod(settings, 0, "a", 3)["spec"]["containers"][0]["resources"] == {
         "requests": {"cpu": "4500m", "memory": "60G"}, "limits": {"nvidia.com/gpu": "3", "memory": "60G"}}
+
+
+def test_shm_is_the_pod_s_memory_limit_unless_set():
+    def shm(pod):
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "dshm")
+        mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "dshm")
+        assert mount == {"name": "dshm", "mountPath": "/dev/shm"}
+        assert volume["emptyDir"]["medium"] == "Memory"
+        return volume["emptyDir"]["sizeLimit"]
+
+    assert shm(manifests.worker_pod(SETTINGS, 0, "a", 3)) == "24Gi"
+    assert shm(manifests.chief_pod(SETTINGS.replace(memory_per_gpu_bytes=2**30), "a", 2, [])) == "2Gi"
+    fixed = SETTINGS.replace(shm_size_bytes=512 * quantity.MIB)
+    assert shm(manifests.worker_pod(fixed, 0, "a", 3)) == shm(manifests.chief_pod(fixed, "a", 1, [])) == "512Mi"
