@@ -235,7 +235,8 @@ def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict
         port["hostPort"] = settings.port  # the scheduler then keeps two jobs' sshd apart
     container = {
         "name": names.ROLE_WORKER,
-        "command": ["/bin/sh", "-c", WORKER_SCRIPT],
+        # args, not command: the image's ENTRYPOINT still runs first (see chief_pod).
+        "args": ["/bin/sh", "-c", WORKER_SCRIPT],
         "env": [{"name": "DT_PORT", "value": str(settings.port)}],
         "ports": [port],
         "readinessProbe": {
@@ -264,8 +265,12 @@ def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[
     ]
     container = {
         "name": names.ROLE_CHIEF,
+        # args, not command, so the image's ENTRYPOINT runs first and then execs these:
+        # NGC's sets up CUDA (forward compatibility libraries on LD_LIBRARY_PATH) and
+        # exports what it found. horovodrun passes its whole environment on to every rank,
+        # those started over SSH on the workers included, so all ranks see the chief's.
         # "$0" of `sh -c` is the script's name; the user's arguments follow as "$@".
-        "command": ["/bin/sh", "-c", CHIEF_SCRIPT, "distributetrain-chief", *settings.script_args],
+        "args": ["/bin/sh", "-c", CHIEF_SCRIPT, "distributetrain-chief", *settings.script_args],
         "env": env,
     }
     return _job_pod(

@@ -57,7 +57,7 @@ def test_worker():
             "containers": [{
                 "name": "worker",
                 "image": "reg.example.com/base:1",
-                "command": ["/bin/sh", "-c", manifests.WORKER_SCRIPT],
+                "args": ["/bin/sh", "-c", manifests.WORKER_SCRIPT],
                 "env": [{"name": "DT_PORT", "value": "12345"}],
                 "ports": [{"name": "ssh", "containerPort": 12345, "protocol": "TCP"}],
                 "readinessProbe": {"tcpSocket": {"port": 12345}, "periodSeconds": 1, "failureThreshold": 3},
@@ -91,7 +91,7 @@ def test_chief():
             "containers": [{
                 "name": "chief",
                 "image": "reg.example.com/base:1",
-                "command": ["/bin/sh", "-c", manifests.CHIEF_SCRIPT, "distributetrain-chief", "--epochs", "3"],
+                "args": ["/bin/sh", "-c", manifests.CHIEF_SCRIPT, "distributetrain-chief", "--epochs", "3"],
                 "env": [
                     {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "DT_CHIEF_SLOTS", "value": "1"},
@@ -201,3 +201,9 @@ def test_shm_is_the_pod_s_memory_limit_unless_set():
     assert shm(manifests.chief_pod(SETTINGS.replace(memory_per_gpu_bytes=2**30), "a", 2, [])) == "2Gi"
     fixed = SETTINGS.replace(shm_size_bytes=512 * quantity.MIB)
     assert shm(manifests.worker_pod(fixed, 0, "a", 3)) == shm(manifests.chief_pod(fixed, "a", 1, [])) == "512Mi"
+
+
+def test_job_pods_keep_the_image_s_entrypoint():
+    for pod in manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])[1:]:
+        container = pod["spec"]["containers"][0]
+        assert "command" not in container and container["args"][:2] == ["/bin/sh", "-c"]
