@@ -132,8 +132,13 @@ class PodView:
 
 
 def pod_phase(view: PodView) -> str:
-    """kubelet getPhase, plus its rule that a pod killed for good ends Succeeded or Failed."""
-    if view.reason == "DeadlineExceeded":
+    """kubelet getPhase, plus its rule that a pod killed for good ends Succeeded or Failed.
+
+    As the kubelet since 1.27, a pod reaches a terminal phase only once none of its
+    containers runs (a deadline-exceeded pod stays Running through its grace period).
+    """
+    if view.reason == "DeadlineExceeded" and not any(
+            c.state == RUNNING_STATE for c in view.init_containers + view.containers):
         return FAILED
     running = stopped = succeeded = waiting = 0
     for container in view.containers:

@@ -1,9 +1,10 @@
 """The node agent against the real control plane: pods run, report and die as on a kubelet.
 
 Every test works in its own namespace (deleted afterwards, which deletes its
-pods) on two nodes of one agent started for this module. Processes of pods are
-found on the host by a unique marker in their command line, so the tests can
-check that deleting a pod really kills everything it started.
+pods) on two nodes of one agent started for this module. Containers run from the
+project's images (built by `make setup`); their processes are found on the host
+by a unique marker in their command line, so the tests can check that deleting
+a pod really kills everything it started.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -34,6 +36,11 @@ MANY_PODS = 64
 MANY_PODS_TIMEOUT_S = 180
 POLL_S = 0.2
 SERVICE_ACCOUNT_TIMEOUT_S = 10
+# The training image has a shell, Python, sleep and iproute2; the manager image has the
+# Kubernetes client and runs as 65532.
+IMAGE = "distributetrain/base:0.1.0"
+MANAGER_IMAGE = "distributetrain/manager:0.1.0"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ def processes_with(text: str) -> list[int]:
 
 
 def pod_manifest(name: str, node: str, command: list[str], restart_policy: str = "Never", **spec) -> dict:
-    container = {"name": "main", "image": "local/none", "command": command}
+    container = {"name": "main", "image": IMAGE, "command": command}
     container.update(spec.pop("container", {}))
     return {
         "apiVersion": "v1",
@@ -182,7 +189,7 @@ def test_nodes_are_registered_like_kubelets(core, nodes):
 
 def test_exit_codes_and_reasons_are_reported(core, namespace, nodes):
     manifest = pod_manifest("exits", nodes.names[0], sh("echo bye; exit 3"))
-    manifest["spec"]["containers"].append({"name": "fine", "image": "local/none", "command": ["true"]})
+    manifest["spec"]["containers"].append({"name": "fine", "image": IMAGE, "command": ["true"]})
     create(core, namespace, manifest)
     pod = wait_phase(core, namespace, "exits", ("Failed", "Succeeded"), POD_FINISH_TIMEOUT_S)
     assert pod["status"]["phase"] == "Failed"
@@ -353,7 +360,7 @@ def test_in_cluster_config_works_with_the_projected_token(core, namespace, nodes
     for account in ("reader", "nobody"):
         create(core, namespace, pod_manifest(
             account, nodes.names[0], ["python", "-c", IN_CLUSTER_SCRIPT], serviceAccountName=account,
-            container={"env": env},
+            container={"env": env, "image": MANAGER_IMAGE},
         ))
     for account in ("reader", "nobody"):
         wait_phase(core, namespace, account, ("Succeeded",), POD_FINISH_TIMEOUT_S)
@@ -381,7 +388,8 @@ def test_garbage_collector_deletes_pods_of_a_deleted_owner(core, namespace, node
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}]})
     create(core, namespace, manifest)
     wait_phase(core, namespace, "owned", ("Running",))
-    assert processes_with(running)
+    # Running is reported once runc started the process, an instant before it execs `sleep`.
+    wait_for(lambda: processes_with(running), POD_START_TIMEOUT_S, "the container's process")
     core.delete_namespaced_config_map("owner", namespace)
     wait_gone(core, namespace, "owned")
     assert processes_with(running) == []
@@ -415,7 +423,7 @@ def test_killed_container_restarts_under_on_failure(cluster, core, namespace, no
 
 def test_failing_init_container_fails_the_pod(core, namespace, nodes):
     manifest = pod_manifest("init-fails", nodes.names[1], ["true"],
-                            initContainers=[{"name": "fetch", "image": "local/none", "command": ["sh", "-c", "exit 7"]}])
+                            initContainers=[{"name": "fetch", "image": IMAGE, "command": ["sh", "-c", "exit 7"]}])
     create(core, namespace, manifest)
     pod = wait_phase(core, namespace, "init-fails", ("Failed", "Succeeded"), POD_FINISH_TIMEOUT_S)
     assert pod["status"]["phase"] == "Failed"
@@ -497,7 +505,7 @@ def test_sixty_four_pods_run_at_once_and_are_cleaned_up(core, namespace, nodes, 
     items = json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]
     addresses = {pod["status"]["podIP"] for pod in items}
     assert len(addresses) == MANY_PODS
-    assert len(processes_with(running)) == MANY_PODS
+    wait_for(lambda: len(processes_with(running)) == MANY_PODS, POD_START_TIMEOUT_S, "every pod's process")
 
     deleting = time.monotonic()
     core.delete_collection_namespaced_pod(namespace)
@@ -534,3 +542,75 @@ def test_stopping_the_agent_kills_its_pods_and_removes_its_nodes(cluster, core, 
         client.CoordinationV1Api(api_client).read_namespaced_lease(name, "kube-node-lease")
     assert lease_gone.value.status == 404
     assert group.log_file.read_text().rstrip().endswith("stopped")
+
+
+# --- images, as the kubelet runs them ----------------------------------------
+
+
+def waiting(pod: dict) -> dict:
+    return container_status(pod)["state"].get("waiting") or {}
+
+
+@pytest.mark.parametrize("policy, reason, message", [
+    ("Never", "ErrImageNeverPull", 'Container image "distributetrain/absent:1" is not present with pull policy of Never'),
+    ("IfNotPresent", "ErrImagePull", 'failed to pull image "distributetrain/absent:1"'),
+])
+def test_absent_image_leaves_the_container_waiting(core, namespace, nodes, policy, reason, message):
+    create(core, namespace, pod_manifest("absent", nodes.names[0], ["true"],
+                                         container={"image": "distributetrain/absent:1", "imagePullPolicy": policy}))
+    pod = wait_for(lambda: (p := get_pod(core, namespace, "absent")) and p.get("status", {}).get("containerStatuses")
+                   and waiting(p).get("reason") in (reason, "ImagePullBackOff") and p, POD_START_TIMEOUT_S, reason)
+    assert pod["status"]["phase"] == "Pending"
+    if waiting(pod)["reason"] == reason:
+        assert waiting(pod)["message"].startswith(message)
+
+
+def test_missing_executable_is_a_start_error(core, namespace, nodes):
+    create(core, namespace, pod_manifest("noexec", nodes.names[1], ["no-such-command"]))
+    pod = wait_phase(core, namespace, "noexec", ("Failed",), POD_FINISH_TIMEOUT_S)
+    terminated = container_status(pod)["state"]["terminated"]
+    assert (terminated["reason"], terminated["exitCode"]) == ("StartError", 128)
+    assert 'exec: "no-such-command": executable file not found in $PATH' in terminated["message"]
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=noexec").items
+    assert any(e.reason == "Failed" and "executable file not found" in e.message for e in events)
+
+
+def test_image_entrypoint_user_env_and_workdir_apply(core, namespace, nodes):
+    # The manager image: ENTRYPOINT manager.sh, USER 65532, python on the image's PATH.
+    script = "id -u; id -g; pwd; echo $PATH; echo $FROM_POD"
+    create(core, namespace, pod_manifest("as-image", nodes.names[0], ["sh", "-c", script], container={
+        "image": MANAGER_IMAGE, "workingDir": "/tmp", "env": [{"name": "FROM_POD", "value": "pod"}]}))
+    create(core, namespace, pod_manifest("as-asked", nodes.names[0], ["id", "-u"], container={
+        "image": MANAGER_IMAGE, "securityContext": {"runAsUser": 4242}}))
+    # args alone keep the image's ENTRYPOINT (manager.sh prints pre-training's help).
+    manifest = pod_manifest("entrypoint", nodes.names[1], [], container={"image": MANAGER_IMAGE, "args": ["--help"]})
+    del manifest["spec"]["containers"][0]["command"]
+    create(core, namespace, manifest)
+    for name in ("as-image", "as-asked", "entrypoint"):
+        wait_phase(core, namespace, name, ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    uid, gid, workdir, path, from_pod = logs(core, namespace, "as-image").splitlines()
+    assert (uid, gid, workdir, from_pod) == ("65532", "65532", "/tmp", "pod")
+    assert path.startswith("/usr/local/bin:")
+    assert logs(core, namespace, "as-asked").strip() == "4242"
+    assert logs(core, namespace, "entrypoint").startswith("usage: distributetrain pre-training")
+
+
+def test_pods_see_their_image_not_the_host(core, namespace, nodes):
+    # Neither the checkout nor the host's virtualenv exist inside a container.
+    script = f"test -e {REPO}/pyproject.toml && echo checkout; test -e {os.environ.get('DT_VENV', '/nonexistent')} " \
+             "&& echo venv; test -e /opt/distributetrain/train.py && echo image; cat /etc/os-release | head -1"
+    create(core, namespace, pod_manifest("isolated", nodes.names[1], ["sh", "-c", script]))
+    wait_phase(core, namespace, "isolated", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    assert logs(core, namespace, "isolated").splitlines()[0] == "image"
+
+
+def test_memory_emptydir_is_a_tmpfs_of_its_size_limit(core, namespace, nodes):
+    create(core, namespace, pod_manifest(
+        "shm", nodes.names[0], ["sh", "-c", "df -k /dev/shm | tail -1; grep ' /dev/shm ' /proc/mounts"],
+        container={"volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]},
+        volumes=[{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "96Mi"}}],
+    ))
+    wait_phase(core, namespace, "shm", ("Succeeded",), POD_FINISH_TIMEOUT_S)
+    usage, mount = logs(core, namespace, "shm").splitlines()
+    assert usage.split()[1] == str(96 * 1024)
+    assert mount.split()[2] == "tmpfs"

@@ -56,7 +56,8 @@ def view(containers, init=(), policy="Never", **fields) -> PodView:
         (view([terminated(143)], policy="Always", terminating=True), "Failed"),
         (view([terminated(0)], policy="Always", terminating=True), "Succeeded"),
         (view([running()], policy="Always", terminating=True), "Running"),
-        (view([running()], reason="DeadlineExceeded"), "Failed"),
+        (view([running()], reason="DeadlineExceeded"), "Running"),  # until its containers are stopped
+        (view([terminated(137)], reason="DeadlineExceeded"), "Failed"),
     ],
 )
 def test_phase(pod, phase):
