@@ -2,7 +2,8 @@
 
 SIGTERM and SIGINT become ``errors.Cancelled`` in the main thread (interrupting a
 blocked watch), failures become exit codes from ``exitcodes``, and the outcome is
-recorded on the manager pod. Teardown ignores further signals so it always finishes.
+recorded on the manager pod (annotations, an Event). Teardown ignores further signals
+so it always finishes, and so does sending the Events still queued (bounded).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
-from distributetrain import errors, exitcodes
+from distributetrain import errors, events, exitcodes
+from distributetrain.events import EventRecorder
 from distributetrain.kube import Kube
 from distributetrain.posttraining import PostTraining
 from distributetrain.pretraining import PreTraining
@@ -86,7 +88,15 @@ def execute(kube: Kube, settings: JobSettings, phase: str, unless_restarting: bo
     ``unless_restarting`` (teardown only): leave the job alone when the manager's
     container will be restarted, since the new container adopts it.
     """
-    reporter = Reporter(kube, settings)
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
+    try:
+        return _execute(kube, settings, phase, unless_restarting, reporter)
+    finally:
+        with shielded():
+            reporter.events.close()
+
+
+def _execute(kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool, reporter: Reporter) -> int:
     try:
         with cancellable():
             deadline = job_deadline(kube, settings)
@@ -107,6 +117,7 @@ def execute(kube: Kube, settings: JobSettings, phase: str, unless_restarting: bo
     except errors.UsageError as e:
         # Raised before anything is created (pre-flight and request checks).
         log.error("%s", e)
+        reporter.events.record(events.FAILED, f"{e} (exit code {e.exit_code})")
         return e.exit_code
     except errors.DistributeTrainError as e:
         with shielded():

@@ -22,11 +22,15 @@ ANNOTATION_EXIT_CODE = f"{DOMAIN}/exit-code"
 ANNOTATION_REASON = f"{DOMAIN}/reason"
 ANNOTATION_RESERVATION = f"{DOMAIN}/reservation"
 ANNOTATION_GPUS = f"{DOMAIN}/gpus"
+# Why each pod the manager waits on is not Ready yet (JSON: pod name -> reason).
+ANNOTATION_WAITING = f"{DOMAIN}/waiting"
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SSH_CLIENT_DIR = "/root/.ssh"
 SSH_SERVER_DIR = "/etc/distributetrain/ssh"
 LOCK_LEASE_NAME = "distributetrain-placement"
+# The manager's Events name it as their reporting controller (a qualified name).
+EVENTS_CONTROLLER = f"{DOMAIN}/manager"
 
 # Longest job name whose derived names ("<job>-worker-<index>") stay valid label values.
 MAX_JOB_NAME_LENGTH = 50

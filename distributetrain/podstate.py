@@ -1,4 +1,4 @@
-"""Pure readings of pod objects: is it ready, finished, why is it pending."""
+"""Pure readings of pod objects: is it ready, finished, why is it not Ready yet."""
 
 from __future__ import annotations
 
@@ -41,14 +41,91 @@ def node(pod: Mapping) -> str:
     return (pod.get("spec") or {}).get("nodeName", "")
 
 
-def waiting_reason(pod: Mapping) -> str:
-    """A short why-not-ready: unschedulable message, container waiting reason, or phase."""
+# Container waiting reasons that only take time; any other (ErrImagePull, ImagePullBackOff,
+# ErrImageNeverPull, CreateContainerConfigError, CrashLoopBackOff, ...) needs someone to act.
+PASSING_WAITING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+def _one_line(text: str) -> str:
+    # Log lines and annotations hold one line per pod; messages may span several.
+    return " ".join(text.split())
+
+
+def _condition(status: Mapping, kind: str) -> Mapping:
+    return next((c for c in status.get("conditions") or () if c.get("type") == kind), {})
+
+
+def _containers(status: Mapping) -> list[Mapping]:
+    """Init containers first: they run, and fail, before the others start."""
+    return [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+
+
+def _explained(label: str, reason: str, message: str) -> str:
+    return f"{label}: {reason}" + (f": {_one_line(message)}" if message else "")
+
+
+def _ended_container(status: Mapping) -> str:
+    """The first container that ended badly, e.g. "container worker: StartError: …"."""
+    for container in _containers(status):
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if terminated and (terminated.get("exitCode") or terminated.get("reason") == "StartError"):
+            reason = terminated.get("reason") or f"exit code {terminated.get('exitCode')}"
+            return _explained(f"container {container.get('name', '')}", reason, terminated.get("message", ""))
+    return ""
+
+
+def _why_not_ready(pod: Mapping) -> tuple[str, bool] | None:
+    """(why the pod is not Ready, whether someone must act), or None once it is Ready."""
+    if is_ready(pod):
+        return None
+    if is_terminating(pod):
+        return "being deleted", False
     status = pod.get("status") or {}
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return f"not scheduled: {condition.get('message') or condition.get('reason', 'Unschedulable')}"
-    for container in status.get("containerStatuses") or ():
+    if is_finished(pod):
+        ended = _ended_container(status)
+        return f"ended ({phase(pod)})" + (f": {ended}" if ended else ""), bool(ended)
+    scheduled = _condition(status, "PodScheduled")
+    if scheduled.get("status") == "False":
+        return f"not scheduled: {_one_line(scheduled.get('message') or scheduled.get('reason') or 'Unschedulable')}", True
+    if not node(pod):
+        return "waiting for the scheduler", False
+    for container in _containers(status):
         waiting = (container.get("state") or {}).get("waiting")
-        if waiting:
-            return f"container waiting: {waiting.get('reason', '')} {waiting.get('message', '')}".strip()
-    return f"phase {phase(pod)}, not ready"
+        if waiting is None:
+            continue
+        reason = waiting.get("reason") or "Waiting"
+        label = f"container {container.get('name', '')}"
+        if reason in PASSING_WAITING_REASONS:
+            return f"{label}: {reason}", False
+        last = ((container.get("lastState") or {}).get("terminated")) or {}
+        if last.get("reason") == "StartError":
+            # CrashLoopBackOff's own message only says it waits; the cause is the last start.
+            return _explained(label, f"{reason} after StartError", last.get("message", "")), True
+        return _explained(label, reason, waiting.get("message", "")), True
+    if phase(pod) == "Running":
+        ready = _condition(status, "Ready")
+        return "running, not Ready" + (f": {_one_line(ready['message'])}" if ready.get("message") else ""), False
+    if phase(pod) == "Pending":
+        return f"scheduled to {node(pod)}, starting", False
+    return f"phase {phase(pod)}", False
+
+
+def pod_waiting_reason(pod: Mapping) -> str | None:
+    """Why the pod is not Ready yet, in one line; None once it is Ready.
+
+    The scheduler's message when it cannot place the pod, a container's error (image,
+    configuration, start), else how far it has come (scheduled, created, running).
+    """
+    found = _why_not_ready(pod)
+    return found[0] if found else None
+
+
+def needs_attention(pod: Mapping) -> bool:
+    """Whether the pod waits on something time will not fix (unschedulable, image or start errors)."""
+    found = _why_not_ready(pod)
+    return bool(found and found[1])
+
+
+def waiting_reason(pod: Mapping) -> str:
+    """``pod_waiting_reason`` for a pod known not to be Ready (pending reasons, a pending manager)."""
+    return pod_waiting_reason(pod) or "Ready"

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import time
 
-from distributetrain import errors, exitcodes, names, waits
+from distributetrain import errors, events, exitcodes, names, waits
 from distributetrain.kube import Kube
 from distributetrain.pretraining import job_pods
-from distributetrain.reporting import Reporter
+from distributetrain.reporting import PodWaits, Reporter
 from distributetrain.settings import JobSettings
 from distributetrain.teardown import tear_down
 
@@ -61,9 +61,14 @@ class PostTraining:
         workers = self._expected_workers(pods)
         expected = [chief, *workers]
         start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
-        outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
-                                  waits.chief_started(chief, workers), start_by, expected)
+        pod_waits = PodWaits(self.reporter, expected)
+        try:
+            outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
+                                      pod_waits.watching(waits.chief_started(chief, workers)), start_by, expected)
+        finally:
+            pod_waits.done()
         if isinstance(outcome, waits.ChiefStarted):
+            self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
             self.reporter.phase("Training")
             outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
                                       waits.chief_finished(chief, workers), self.deadline, expected)

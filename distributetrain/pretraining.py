@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 import time
 
-from distributetrain import errors, exitcodes, inventory, manifests, names, placement, podstate, waits
+from distributetrain import errors, events, exitcodes, inventory, manifests, names, placement, podstate, waits
 from distributetrain.kube import Kube
 from distributetrain.lock import PlacementLock
 from distributetrain.placement import format_plan
-from distributetrain.reporting import Reporter
+from distributetrain.reporting import PodWaits, Reporter
 from distributetrain.settings import JobSettings
 from distributetrain.sshkeys import JobKeys
 from distributetrain.teardown import tear_down
@@ -107,11 +107,18 @@ class PreTraining:
             workers = [names.worker_name(self.settings.job_name, i) for i in range(len(plan) - 1)]
             self.reporter.phase("StartingWorkers")
             ready_by = min(time.monotonic() + self.settings.worker_ready_timeout_s, self.deadline)
-            outcome = waits.watch_job(
-                self.kube, self.settings.namespace, self.settings.job_name,
-                waits.workers_ready(workers), ready_by, workers,
-            )
+            pod_waits = PodWaits(self.reporter, workers)
+            try:
+                outcome = waits.watch_job(
+                    self.kube, self.settings.namespace, self.settings.job_name,
+                    pod_waits.watching(waits.workers_ready(workers)), ready_by, workers,
+                )
+            finally:
+                pod_waits.done()
             if isinstance(outcome, waits.WorkersReady):
+                if workers:
+                    self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: "
+                                                + ", ".join(f"{w} ({outcome.addresses[w]})" for w in workers))
                 break
             if isinstance(outcome, waits.PodLost):
                 raise errors.JobFailed(f"worker {outcome.pod} {outcome.reason} before training started",
@@ -119,7 +126,13 @@ class PreTraining:
             reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
             tear_down(self.kube, self.settings, keep_chief=False)
             self.reporter.release_reservation()
-            if time.monotonic() >= min(give_up_at, self.deadline):
+            give_up = time.monotonic() >= min(give_up_at, self.deadline)
+            self.reporter.events.record(
+                events.RELEASED,
+                f"workers not Ready within {self.settings.worker_ready_timeout_s:.0f}s ({reasons}); released them"
+                + ("" if give_up else " and planning again"),
+            )
+            if give_up:
                 raise errors.JobFailed(
                     f"workers not Ready within {self.settings.worker_ready_timeout_s:.0f}s; released them ({reasons})",
                     exitcodes.TIMED_OUT,
@@ -157,6 +170,7 @@ class PreTraining:
     def _place(self, give_up_at: float) -> list[tuple[str, int]]:
         """Plan and create the workers under the Lease; wait for GPUs while allowed."""
         settings = self.settings
+        last_shortage = ""
         while True:
             self.reporter.phase("Planning")
             with PlacementLock(self.kube, settings.lease_namespace, f"{settings.namespace}/{settings.job_name}",
@@ -170,6 +184,9 @@ class PreTraining:
                     shortage = e
                 else:
                     log.info("job %s: free GPUs %s; plan %s", settings.job_name, free, format_plan(plan))
+                    self.reporter.events.record(
+                        events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: {format_plan(plan)} "
+                                        "(the chief's share last)")
                     self.reporter.reserve(plan)
                     self._create_workers(plan)
                     return plan
@@ -179,6 +196,13 @@ class PreTraining:
                     + ("" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"),
                     exitcodes.INSUFFICIENT_GPUS,
                 )
+            if str(shortage) != last_shortage:
+                log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, shortage,
+                         settings.wait_for_gpus_s)
+                last_shortage = str(shortage)
+            # The same shortage again adds to one Event's count (the recorder's series).
+            self.reporter.events.record(events.WAITING_FOR_GPUS,
+                                        f"{shortage}; waiting up to {settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
             self.reporter.phase("WaitingForGPUs")
             self._wait_for_pod_change(version, min(GPU_RECHECK_S, give_up_at - time.monotonic()))
 
@@ -199,10 +223,17 @@ class PreTraining:
         self.kube.create_all_owned(
             [manifests.worker_pod(settings, index, node, share) for index, (node, share) in enumerate(plan[:-1])]
         )
+        if len(plan) > 1:
+            self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
+                f"{names.worker_name(settings.job_name, index)} on {node} ({share} GPUs)"
+                for index, (node, share) in enumerate(plan[:-1])))
 
     def _create_chief(self, plan: list[tuple[str, int]], addresses: list[str]) -> None:
         chief_node, chief_share = plan[-1]
         hosts = [(address, share) for address, (_, share) in zip(addresses, plan[:-1])]
         self.kube.create_owned(manifests.chief_pod(self.settings, chief_node, chief_share, hosts))
+        self.reporter.events.record(
+            events.CHIEF_CREATED, f"{names.chief_name(self.settings.job_name)} on {chief_node} ({chief_share} GPUs): "
+                                  f"horovodrun -np {self.settings.num_gpus} over {len(plan)} pods")
         self.reporter.release_reservation()
         self.reporter.phase("Running")

@@ -1,27 +1,36 @@
-"""What the manager tells the world: annotations on its own pod and its termination message.
+"""What the manager tells the world: annotations on its own pod, Events regarding it,
+its log and its termination message.
 
-``distributetrain status`` and ``kubectl describe`` read these; the reservation
-annotation is also what other managers' inventories count (see ``inventory``).
+``distributetrain status``, ``submit --follow`` and ``kubectl describe`` read these; the
+reservation annotation is also what other managers' inventories count (see ``inventory``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
-from distributetrain import errors, names
+from distributetrain import errors, events, names, podstate
+from distributetrain.events import EventRecorder
 from distributetrain.kube import Kube
 from distributetrain.placement import format_plan, parse_plan
 from distributetrain.settings import JobSettings
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 TERMINATION_LOG = "/dev/termination-log"
+MAX_WAITING_REASON_CHARS = 500  # per pod, in the waiting annotation (all of them share 256 KiB)
 
 
 class Reporter:
-    def __init__(self, kube: Kube, settings: JobSettings):
+    def __init__(self, kube: Kube, settings: JobSettings, recorder: EventRecorder):
         self.kube = kube
         self.settings = settings
+        self.events = recorder
 
     @property
     def _has_pod(self) -> bool:
@@ -52,6 +61,14 @@ class Reporter:
     def release_reservation(self) -> None:
         self._annotate({names.ANNOTATION_RESERVATION: None})
 
+    def waiting(self, reasons: Mapping[str, str]) -> None:
+        """Why each pod is not Ready yet (none: remove the annotation). Best effort."""
+        text = json.dumps({pod: why[:MAX_WAITING_REASON_CHARS] for pod, why in reasons.items()}) if reasons else None
+        try:
+            self._annotate({names.ANNOTATION_WAITING: text})
+        except errors.DistributeTrainError as e:
+            log.warning("could not record why pods wait: %s", e)
+
     def _annotation(self, key: str) -> str | None:
         if not self._has_pod:
             return None
@@ -69,6 +86,7 @@ class Reporter:
     def finished(self, exit_code: int, reason: str) -> None:
         phase = "Succeeded" if exit_code == 0 else "Failed"
         log.info("job %s %s (exit code %d): %s", self.settings.job_name, phase.lower(), exit_code, reason)
+        self.events.record(events.SUCCEEDED if exit_code == 0 else events.FAILED, f"{reason} (exit code {exit_code})")
         try:
             self._annotate(
                 {
@@ -76,6 +94,7 @@ class Reporter:
                     names.ANNOTATION_EXIT_CODE: str(exit_code),
                     names.ANNOTATION_REASON: reason[:1000],
                     names.ANNOTATION_RESERVATION: None,
+                    names.ANNOTATION_WAITING: None,
                 }
             )
         except errors.DistributeTrainError as e:
@@ -85,3 +104,57 @@ class Reporter:
                 f.write(reason[:4000])
         except OSError:
             pass  # not in a pod
+
+
+class PodWaits:
+    """Why each pod the manager waits on is not Ready, reported as soon as it changes.
+
+    Fed every view of the job's pods by the watch (see ``watching``), it logs one line
+    per pod per change, records an Event when a pod needs someone to act (unschedulable,
+    image or start errors), and keeps the current reasons on the manager pod, where
+    ``distributetrain status`` and ``submit --follow`` show them.
+    """
+
+    def __init__(self, reporter: Reporter, pods: list[str]):
+        self.reporter = reporter
+        self.pods = pods
+        self.reasons: dict[str, str | None] = {}  # last reported; None: Ready
+        self.annotated: dict[str, str] = {}
+
+    def watching(self, judge: Callable[[Mapping[str, dict]], T]) -> Callable[[Mapping[str, dict]], T]:
+        """``judge``, reporting first what each view of the pods says."""
+
+        def observe_then_judge(pods: Mapping[str, dict]) -> T:
+            self.observe(pods)
+            return judge(pods)
+
+        return observe_then_judge
+
+    def observe(self, pods: Mapping[str, dict]) -> None:
+        job = self.reporter.settings.job_name
+        for name in self.pods:
+            pod = pods.get(name)
+            if pod is None:
+                continue  # not created yet, or gone: the judge says which
+            reason = podstate.pod_waiting_reason(pod)
+            unchanged = self.reasons[name] == reason if name in self.reasons else reason is None
+            self.reasons[name] = reason
+            if unchanged:
+                continue  # (a pod Ready when first seen is no news either)
+            if reason is None:
+                log.info("job %s: %s is Ready", job, name)
+            elif podstate.needs_attention(pod):
+                log.warning("job %s: %s waits: %s", job, name, reason)
+                self.reporter.events.record(events.POD_WAITING, f"{name}: {reason}")
+            else:
+                log.info("job %s: %s waits: %s", job, name, reason)
+        waiting = {name: reason for name, reason in self.reasons.items() if reason is not None}
+        if waiting != self.annotated:
+            self.reporter.waiting(waiting)
+            self.annotated = waiting
+
+    def done(self) -> None:
+        """The wait is over: nothing is waited on any more."""
+        if self.annotated:
+            self.reporter.waiting({})
+            self.annotated = {}

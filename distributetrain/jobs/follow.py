@@ -24,6 +24,7 @@ MANAGER_START_TIMEOUT_S = 300.0  # pulling the manager image and scheduling it; 
 INTERRUPTED = 130  # 128 + SIGINT: the user stopped following, the job goes on
 UNKNOWN_EXIT = 1  # the manager pod ended without a container exit code (e.g. evicted)
 APP_SELECTOR = f"{names.LABEL_APP}={names.APP}"
+WAITING_FACT = "waiting "  # + pod name: why the manager says that pod is not Ready yet
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,11 @@ class ProgressLines:
             facts["workers"] = f"workers Ready: {progress.workers_ready}/{progress.workers}"
         if progress.chief:
             facts["chief"] = f"chief {names.chief_name(manager['metadata']['name'])}: {progress.chief}"
+        for pod, why in state.waiting_of(manager):
+            facts[WAITING_FACT + pod] = f"{pod} waits: {why}"
         new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != text]
+        # A pod that no longer waits is forgotten, so waiting again the same way is news.
+        self.shown = {key: text for key, text in self.shown.items() if not key.startswith(WAITING_FACT)}
         self.shown.update(facts)
         return new
 

@@ -1,13 +1,14 @@
 """What a job's objects say about it: pure readings, shared by list, status and --follow.
 
-The manager reports on its own pod (``reporting``): phase, plan, exit code and reason
-annotations, and its termination message. The pod's own status is the fallback (the
+The manager reports on its own pod (``reporting``): phase, plan, exit code, reason and
+why-pods-wait annotations, and its termination message. The pod's own status is the fallback (the
 manager may not have started, or died too hard to report), and so, for a manager
 submitted as a batch/v1 Job whose pod is gone, are the Job's conditions.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -36,6 +37,7 @@ class JobStatus:
     created: datetime | None
     exit_code: int | None
     reason: str
+    waiting: tuple[tuple[str, str], ...] = ()  # (pod, why it is not Ready yet), as the manager last said
 
     @property
     def finished(self) -> bool:
@@ -145,6 +147,18 @@ def reason_of(manager: Mapping) -> str:
     return ""
 
 
+def waiting_of(manager: Mapping) -> tuple[tuple[str, str], ...]:
+    """Why each pod the manager waits on is not Ready; nothing once the manager ended."""
+    text = _annotations(manager).get(names.ANNOTATION_WAITING)
+    if not text or podstate.is_finished(manager):
+        return ()
+    try:
+        reasons = json.loads(text)
+    except ValueError:
+        return ()
+    return tuple((str(pod), str(why)) for pod, why in reasons.items()) if isinstance(reasons, dict) else ()
+
+
 def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
@@ -165,6 +179,7 @@ def from_manager(manager: Mapping) -> JobStatus:
         created=parse_time(metadata.get("creationTimestamp")),
         exit_code=exit_code_of(manager),
         reason=reason_of(manager),
+        waiting=waiting_of(manager),
     )
 
 

@@ -61,9 +61,17 @@ def status_text(status: JobStatus, progress: Progress | None, now: datetime) -> 
     if progress is not None:
         fields += [("Workers Ready", f"{progress.workers_ready}/{progress.workers}"),
                    ("Chief", _text(progress.chief))]
+    if status.waiting:
+        fields.append(("Waiting", "\n".join(f"{pod}: {why}" for pod, why in status.waiting)))
     fields += [("Exit code", _text(status.exit_code)), ("Reason", _text(status.reason))]
     width = max(len(label) for label, _ in fields) + 3  # label, colon, two spaces
-    return "".join(f"{(label + ':').ljust(width)}{value}\n" for label, value in fields)
+    return "".join(_field(label, value, width) for label, value in fields)
+
+
+def _field(label: str, value: str, width: int) -> str:
+    """"Label:  value", a value of several lines (one per waiting pod) aligned under the first."""
+    first, *more = value.split("\n")
+    return f"{(label + ':').ljust(width)}{first}\n" + "".join(f"{' ' * width}{line}\n" for line in more)
 
 
 def status_json(status: JobStatus, progress: Progress | None, now: datetime) -> dict:
@@ -79,6 +87,7 @@ def status_json(status: JobStatus, progress: Progress | None, now: datetime) -> 
         "ageSeconds": int((now - status.created).total_seconds()) if status.created else None,
         "exitCode": status.exit_code,
         "reason": status.reason or None,
+        "waiting": dict(status.waiting),
     }
     if progress is not None:
         document["workersReady"] = progress.workers_ready

@@ -1,5 +1,6 @@
-"""Least privilege: rbac/ is exactly enough, every rule is needed, no wildcard,
-Secrets only in the manager's namespace."""
+"""Least privilege: rbac/ is exactly enough, every rule is needed (the Events rule for
+the job's story, every other one for the job itself), no wildcard, Secrets only in the
+manager's namespace."""
 
 import copy
 import uuid
@@ -12,6 +13,10 @@ from kubernetes import client, utils
 from jobharness import REPO, SCRIPTS, Jobs, job_args, node_pool, rbac_documents, script_volume
 
 pytestmark = pytest.mark.cluster
+
+# Events are best effort: without their rule the job still succeeds, and its log says
+# they were refused, naming the permission.
+BEST_EFFORT_RESOURCES = {"events"}
 
 
 def all_rules():
@@ -68,8 +73,12 @@ def test_every_rule_is_needed(cluster, api_client, namespace, tmp_path, kind, in
             jobs.submit("rbac", job_args(pool, claim, 2))
             code = jobs.exit_code("rbac", timeout_s=120)
             log = jobs.logs("rbac")
-            assert code == 77, (removed, log)
             resource = rule["resources"][0]
+            if resource in BEST_EFFORT_RESOURCES:
+                assert code == 0, (removed, log)
+                assert "cannot record Events" in log and f'resource "{resource}"' in log, (removed, log)
+                return
+            assert code == 77, (removed, log)
             assert f'resource "{resource}"' in log and "cannot" in log, (removed, log)
             assert [n for n in jobs.pods() if n.startswith("rbac-")] == []
     finally:

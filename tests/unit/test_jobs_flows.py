@@ -1,6 +1,7 @@
 """The commands end to end on an in-memory cluster: what they call, print and return."""
 
 import copy
+import json
 from datetime import datetime, timezone
 
 import pytest
@@ -267,9 +268,14 @@ def test_follow_shows_progress_streams_the_chief_and_exits_with_the_jobs_code(ca
     planned = annotated(running, **{"distributetrain.io/phase": "StartingWorkers",
                                     "distributetrain.io/plan": "a=1,b=1"})
     worker = child("demo", "worker", "demo-worker-0", phase="Pending")
+    unschedulable = {"demo-worker-0": "not scheduled: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}
+    waiting = annotated(planned, **{"distributetrain.io/waiting": json.dumps(unschedulable)})
     kube.watches = [
         [("MODIFIED", running)],
-        [("MODIFIED", planned), ("ADDED", worker), ("MODIFIED", child("demo", "worker", "demo-worker-0", ready=True)),
+        [("MODIFIED", planned), ("ADDED", worker), ("MODIFIED", waiting),
+         ("MODIFIED", annotated(waiting, **{"distributetrain.io/waiting": json.dumps(unschedulable)})),
+         ("MODIFIED", planned), ("MODIFIED", waiting), ("MODIFIED", planned),
+         ("MODIFIED", child("demo", "worker", "demo-worker-0", ready=True)),
          ("ADDED", child("demo", "chief", phase="Pending")),
          ("MODIFIED", annotated(planned, **{"distributetrain.io/phase": "Training"})),
          ("MODIFIED", child("demo", "chief"))],
@@ -282,11 +288,14 @@ def test_follow_shows_progress_streams_the_chief_and_exits_with_the_jobs_code(ca
     code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--follow")
     assert (code, out) == (3, "demo\nepoch 1\nTraceback\n")
     assert err.splitlines() == [
-        "demo: manager pod demo: phase Pending, not ready",
+        "demo: manager pod demo: waiting for the scheduler",
         "demo: manager pod demo: Running",
         "demo: phase: StartingWorkers",
         "demo: plan: 2 GPUs on 2 nodes (a=1,b=1, the chief's share last)",
         "demo: workers Ready: 0/1",
+        # Once per change: the same reason again is news only after the pod stopped waiting.
+        "demo: demo-worker-0 waits: not scheduled: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+        "demo: demo-worker-0 waits: not scheduled: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
         "demo: workers Ready: 1/1",
         "demo: chief demo-chief: Pending",
         "demo: phase: Training",

@@ -1,5 +1,6 @@
 """Reading jobs from their objects, and printing them: whole values, whole outputs."""
 
+import json
 from datetime import datetime, timezone
 
 import pytest
@@ -158,7 +159,44 @@ def test_status_json():
     assert table.status_json(STATUSES[1], None, NOW) == {
         "name": "old", "namespace": "ml", "kind": "Pod", "managerPod": "old", "phase": "Failed", "gpus": 6,
         "plan": [], "created": "2026-01-02T11:55:00+00:00", "ageSeconds": 300, "exitCode": 69,
-        "reason": STATUSES[1].reason,
+        "reason": STATUSES[1].reason, "waiting": {},
     }
     assert table.status_json(STATUSES[0], Progress(0, 1, ""), NOW)["plan"] == [
         {"node": "gpu-a", "gpus": 5}, {"node": "gpu-b", "gpus": 1}]
+
+
+WAITING = {"demo-worker-0": "not scheduled: 0/3 nodes are available: pod has unbound immediate "
+                            "PersistentVolumeClaims.",
+           "demo-worker-1": "container worker: ErrImageNeverPull: Container image \"reg/base:1\" is not present "
+                            "with pull policy of Never"}
+
+
+def test_why_pods_wait_is_what_the_manager_last_said():
+    pod = manager(annotations={"distributetrain.io/phase": "StartingWorkers", "distributetrain.io/plan": "a=1,b=1,c=1",
+                               "distributetrain.io/waiting": json.dumps(WAITING)})
+    status = state.from_manager(pod)
+    assert status.waiting == tuple(WAITING.items())
+    assert table.status_text(status, Progress(0, 2, ""), NOW) == (
+        "Name:           demo\n"
+        "Namespace:      ml\n"
+        "Submitted as:   Pod\n"
+        "Manager pod:    demo\n"
+        "Phase:          StartingWorkers\n"
+        "GPUs:           3 on 3 nodes (a=1,b=1,c=1)\n"
+        "Age:            5m\n"
+        "Workers Ready:  0/2\n"
+        "Chief:          -\n"
+        "Waiting:        demo-worker-0: not scheduled: 0/3 nodes are available: pod has unbound immediate "
+        "PersistentVolumeClaims.\n"
+        "                demo-worker-1: container worker: ErrImageNeverPull: Container image \"reg/base:1\" is not "
+        "present with pull policy of Never\n"
+        "Exit code:      -\n"
+        "Reason:         -\n"
+    )
+    assert table.status_json(status, None, NOW)["waiting"] == WAITING
+
+
+@pytest.mark.parametrize("annotation,phase", [("not json", "Running"), ('["a list"]', "Running"),
+                                              (json.dumps(WAITING), "Failed")])
+def test_no_waiting_from_an_unreadable_annotation_or_an_ended_manager(annotation, phase):
+    assert state.waiting_of(manager(phase=phase, annotations={"distributetrain.io/waiting": annotation})) == ()

@@ -1,0 +1,218 @@
+"""A whole job (pre- and post-training) on an in-memory API: the Events it records on
+the manager pod, in order, and what it says about pods that wait."""
+
+import copy
+import json
+import time
+
+import pytest
+
+from distributetrain import errors, events, lifecycle, names
+from distributetrain.settings import JobSettings
+
+SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1", owner_uid="uid-1",
+                       worker_ready_timeout_s=30.0)
+UNSCHEDULABLE = ("0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
+                 "0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+
+
+def gpu_node(name, gpus):
+    return {"metadata": {"name": name, "labels": {names.HOSTNAME_LABEL: name}}, "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                       "allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+class FakeKube:
+    """Nodes, pods, a Secret and a Lease in memory. Each watch plays one scripted list of
+    (pod name, new status); a watch with nothing scripted waits out its timeout."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.pods: dict[str, dict] = {}
+        self.secrets: dict[str, dict] = {}
+        self.lease = None
+        self.manager = {"metadata": {"name": "demo", "namespace": "ml", "uid": "uid-1", "annotations": {}},
+                        "spec": {"restartPolicy": "Never"}, "status": {"phase": "Running"}}
+        self.watches: list[list[tuple[str, dict]]] = []
+        self.api_client = None
+
+    # reads
+    def namespace_exists(self, name):
+        return True
+
+    def list_pages(self, kind, namespace=None, **selectors):
+        yield (copy.deepcopy(self.nodes) if kind == "nodes" else self._pods(namespace, selectors)), "1"
+
+    def list_all(self, kind, namespace=None, **selectors):
+        return self._pods(namespace, selectors), "1"
+
+    def _pods(self, namespace, selectors):
+        key, _, value = selectors.get("label_selector", "").partition("=")
+        return [copy.deepcopy(p) for p in self.pods.values() if not key or p["metadata"]["labels"].get(key) == value]
+
+    def get_pod(self, namespace, name):
+        return copy.deepcopy(self.manager) if name == "demo" else copy.deepcopy(self.pods.get(name))
+
+    def read(self, kind, namespace, name):
+        return copy.deepcopy((self.pods if kind == "Pod" else self.secrets).get(name))
+
+    # writes
+    def create_owned(self, obj, dry_run=False):
+        if dry_run:
+            return obj
+        created = copy.deepcopy(obj)
+        created["status"] = {"phase": "Pending"}
+        (self.pods if obj["kind"] == "Pod" else self.secrets)[obj["metadata"]["name"]] = created
+        return copy.deepcopy(created)
+
+    def create_all_owned(self, objs):
+        return [self.create_owned(obj) for obj in objs]
+
+    def delete(self, kind, namespace, name, grace_period_s=None):
+        return (self.pods if kind == "Pod" else self.secrets).pop(name, None) is not None
+
+    def delete_all(self, kind, namespace, pod_names):
+        return [name for name in pod_names if self.delete(kind, namespace, name)]
+
+    def annotate_pod(self, namespace, name, annotations):
+        current = self.manager["metadata"]["annotations"]
+        for key, value in annotations.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+
+    def get_lease(self, namespace, name):
+        return copy.deepcopy(self.lease)
+
+    def create_lease(self, lease):
+        self.lease = copy.deepcopy(lease)
+        return lease
+
+    def replace_lease(self, lease):
+        self.lease = copy.deepcopy(lease)
+        return lease
+
+    # watches
+    def watch_pods(self, namespace, resource_version, timeout_s, **selectors):
+        if not self.watches:
+            time.sleep(timeout_s)
+            return
+        for name, status in self.watches.pop(0):
+            self.pods[name]["status"] = status
+            yield "MODIFIED", copy.deepcopy(self.pods[name])
+
+
+class FakeEventsApi:
+    def __init__(self):
+        self.created = []
+
+    def create(self, event):
+        self.created.append(event)
+
+    def patch(self, namespace, name, patch):
+        raise AssertionError("nothing repeats in these stories")
+
+
+def running(ready=True, ip="10.0.0.2"):
+    return {"phase": "Running", "podIP": ip, "conditions": [
+        {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True" if ready else "False"}]}
+
+
+def ended(code):
+    return {"phase": "Succeeded" if code == 0 else "Failed", "podIP": "10.0.0.3",
+            "containerStatuses": [{"name": "chief", "state": {"terminated": {"exitCode": code}}}]}
+
+
+UNSCHEDULED = {"phase": "Pending", "conditions": [
+    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}]}
+
+
+@pytest.fixture
+def story(monkeypatch, tmp_path):
+    """Runs a job on nodes a=1, b=1; returns (reason, type, note) of every Event, in order."""
+    api = FakeEventsApi()
+    monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
+    monkeypatch.setattr("distributetrain.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+
+    def run(watches, settings=SETTINGS):
+        kube = FakeKube([gpu_node("a", 1), gpu_node("b", 1)])
+        kube.watches = watches
+        code = lifecycle.execute(kube, settings, "run")
+        return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
+
+    return run
+
+
+def test_a_successful_job_tells_its_story_in_order(story):
+    code, recorded, kube = story([
+        [("demo-worker-0", UNSCHEDULED), ("demo-worker-0", running())],
+        [("demo-chief", running(ip="10.0.0.3"))],
+        [("demo-chief", ended(0))],
+    ])
+    assert code == 0
+    assert recorded == [
+        ("Planned", "Normal", "2 GPUs on 2 nodes: a=1,b=1 (the chief's share last)"),
+        ("WorkersCreated", "Normal", "demo-worker-0 on a (1 GPUs)"),
+        ("PodWaiting", "Warning", f"demo-worker-0: not scheduled: {UNSCHEDULABLE}"),
+        ("WorkersReady", "Normal", "1 of 1 Ready: demo-worker-0 (10.0.0.2)"),
+        ("ChiefCreated", "Normal", "demo-chief on b (1 GPUs): horovodrun -np 2 over 2 pods"),
+        ("ChiefStarted", "Normal", "demo-chief is running: training started"),
+        ("Succeeded", "Normal", "training finished (exit code 0)"),
+    ]
+    assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
+
+
+def test_a_failed_job_ends_with_a_warning_naming_the_exit_code(story):
+    code, recorded, _ = story([
+        [("demo-worker-0", running())],
+        [("demo-chief", running(ip="10.0.0.3"))],
+        [("demo-chief", ended(1))],
+    ])
+    assert code == 1
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted",
+                                        "Failed"]
+    assert recorded[-1] == ("Failed", "Warning", "chief exited with code 1 (exit code 1)")
+
+
+def test_workers_never_ready_are_released_and_the_job_fails_saying_why(story):
+    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED)]],
+                                 settings=SETTINGS.replace(worker_ready_timeout_s=0.5))
+    assert code == 75
+    assert [r[:2] for r in recorded] == [("Planned", "Normal"), ("WorkersCreated", "Normal"),
+                                         ("PodWaiting", "Warning"), ("Released", "Warning"), ("Failed", "Warning")]
+    assert recorded[3][2] == (f"workers not Ready within 0s (demo-worker-0: not scheduled: {UNSCHEDULABLE}); "
+                              "released them")
+    assert "demo-worker-0: not scheduled: 0/2 nodes are available" in recorded[4][2]
+    assert kube.pods == {} and kube.secrets == {}
+
+
+def test_the_waiting_annotation_says_why_while_it_waits(story, monkeypatch):
+    seen = []
+    original = FakeKube.annotate_pod
+
+    def annotate(self, namespace, name, annotations):
+        if names.ANNOTATION_WAITING in annotations:
+            value = annotations[names.ANNOTATION_WAITING]
+            seen.append(None if value is None else json.loads(value))
+        original(self, namespace, name, annotations)
+
+    monkeypatch.setattr(FakeKube, "annotate_pod", annotate)
+    story([[("demo-worker-0", UNSCHEDULED), ("demo-worker-0", running())],
+           [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
+    assert seen == [{"demo-worker-0": "waiting for the scheduler"},
+                    {"demo-worker-0": f"not scheduled: {UNSCHEDULABLE}"},
+                    None,
+                    {"demo-chief": "waiting for the scheduler"},
+                    None,
+                    None]  # the outcome clears it too
+
+
+def test_bad_input_found_by_the_manager_is_a_failed_event(story, monkeypatch):
+    def refuse(kube, settings):
+        raise errors.UsageError("--namespace", "namespace 'ml' does not exist")
+
+    monkeypatch.setattr("distributetrain.pretraining.preflight", refuse)
+    code, recorded, _ = story([])
+    assert code == 2
+    assert recorded == [("Failed", "Warning", "--namespace: namespace 'ml' does not exist (exit code 2)")]

@@ -1,0 +1,107 @@
+"""What the manager reports while it waits on pods: one log line per change, an Event
+when someone must act, the current reasons on its pod; and the outcome."""
+
+import json
+import logging
+
+from distributetrain import events
+from distributetrain.reporting import PodWaits, Reporter
+from distributetrain.settings import JobSettings
+
+SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1")
+UNSCHEDULABLE = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+
+
+class FakeKube:
+    def __init__(self):
+        self.annotations: list[dict] = []
+
+    def annotate_pod(self, namespace, name, annotations):
+        assert (namespace, name) == ("ml", "demo")
+        self.annotations.append(annotations)
+
+
+class FakeRecorder:
+    def __init__(self):
+        self.recorded = []
+
+    def record(self, reason, note):
+        self.recorded.append((reason, note))
+
+
+def worker(name, phase="Pending", node="", scheduled_message="", ready=False, waiting=None):
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if scheduled_message:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "message": scheduled_message})
+    containers = [{"name": "worker", "state": {"waiting": waiting} if waiting else {"running": {}}}]
+    return {"metadata": {"name": name}, "spec": {"nodeName": node} if node else {},
+            "status": {"phase": phase, "conditions": conditions, "containerStatuses": containers}}
+
+
+def waiting_annotations(kube):
+    return [None if a["distributetrain.io/waiting"] is None else json.loads(a["distributetrain.io/waiting"])
+            for a in kube.annotations]
+
+
+def test_each_change_is_reported_once(caplog):
+    kube, recorder = FakeKube(), FakeRecorder()
+    waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0", "demo-worker-1"])
+    views = [
+        {"demo-worker-0": worker("demo-worker-0")},
+        {"demo-worker-0": worker("demo-worker-0", scheduled_message=UNSCHEDULABLE),
+         "demo-worker-1": worker("demo-worker-1", node="n2", waiting={"reason": "ContainerCreating"})},
+        # Another change elsewhere: nothing new about these two.
+        {"demo-worker-0": worker("demo-worker-0", scheduled_message=UNSCHEDULABLE),
+         "demo-worker-1": worker("demo-worker-1", node="n2", waiting={"reason": "ContainerCreating"})},
+        {"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"}),
+         "demo-worker-1": worker("demo-worker-1", phase="Running", node="n2", ready=True)},
+        {"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
+         "demo-worker-1": worker("demo-worker-1", phase="Running", node="n2", ready=True)},
+    ]
+    with caplog.at_level(logging.INFO, logger="distributetrain.reporting"):
+        for view in views:
+            waits.observe(view)
+        waits.done()
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "job demo: demo-worker-0 waits: waiting for the scheduler"),
+        ("WARNING", f"job demo: demo-worker-0 waits: not scheduled: {UNSCHEDULABLE}"),
+        ("INFO", "job demo: demo-worker-1 waits: container worker: ContainerCreating"),
+        ("INFO", "job demo: demo-worker-0 waits: container worker: ContainerCreating"),
+        ("INFO", "job demo: demo-worker-1 is Ready"),
+        ("INFO", "job demo: demo-worker-0 is Ready"),
+    ]
+    assert recorder.recorded == [(events.POD_WAITING, f"demo-worker-0: not scheduled: {UNSCHEDULABLE}")]
+    assert waiting_annotations(kube) == [
+        {"demo-worker-0": "waiting for the scheduler"},
+        {"demo-worker-0": f"not scheduled: {UNSCHEDULABLE}",
+         "demo-worker-1": "container worker: ContainerCreating"},
+        {"demo-worker-0": "container worker: ContainerCreating"},
+        None,
+    ]
+
+
+def test_pods_ready_when_first_seen_are_no_news(caplog):
+    kube = FakeKube()
+    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-chief", "demo-worker-0"])
+    judged = waits.watching(lambda pods: "outcome" if "demo-chief" in pods else None)
+    with caplog.at_level(logging.INFO, logger="distributetrain.reporting"):
+        assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True)}) is None
+        assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
+                       "demo-chief": worker("demo-chief", phase="Running", node="n2", ready=True)}) == "outcome"
+        waits.done()
+    assert caplog.records == [] and kube.annotations == []
+
+
+def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeypatch):
+    monkeypatch.setattr("distributetrain.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    kube, recorder = FakeKube(), FakeRecorder()
+    reporter = Reporter(kube, SETTINGS, recorder)
+    reporter.finished(1, "chief exited with code 1")
+    reporter.finished(0, "training finished")
+    assert recorder.recorded == [(events.FAILED, "chief exited with code 1 (exit code 1)"),
+                                 (events.SUCCEEDED, "training finished (exit code 0)")]
+    assert kube.annotations[0] == {
+        "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "1",
+        "distributetrain.io/reason": "chief exited with code 1", "distributetrain.io/reservation": None,
+        "distributetrain.io/waiting": None}
