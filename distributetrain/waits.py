@@ -1,8 +1,10 @@
 """Waiting on the job's pods: a watch (never a sleep loop), a deadline, a typed outcome.
 
 ``watch_until`` lists the selected pods once, then follows a watch from that version,
-handing the current pods to a pure ``judge`` after every change. It resumes after
-dropped connections and apiserver restarts, and relists after "410 Gone".
+handing the current pods to a pure ``judge`` after every change. The watch itself
+resumes after dropped or stalled connections (``Kube.watch_pods``); here anything that
+ends it early ("410 Gone", a watch ERROR event, the API unreachable past the retry
+deadline) means listing again: a running job is never aborted for it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-WATCH_CHUNK_S = 60.0  # server-side watch timeout; the loop re-watches until the deadline
-RECONNECT_DELAY_S = 0.5
+RELIST_DELAY_S = 0.5  # after a failed watch or list: never a busy loop
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,7 @@ def watch_until(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None, pods
-            for kind, obj in kube.watch_pods(
-                namespace, version, min(remaining, WATCH_CHUNK_S), label_selector=selector
-            ):
+            for kind, obj in kube.watch_pods(namespace, version, remaining, label_selector=selector):
                 version = obj["metadata"].get("resourceVersion", version)
                 if kind == "BOOKMARK":
                     continue
@@ -163,8 +162,9 @@ def watch_until(
             log.info("watch of pods %s expired (410 Gone); listing again", selector)
             version = ""
         except errors.TransientApiError as e:
-            log.warning("watch of pods %s interrupted (%s); resuming", selector, e)
-            time.sleep(RECONNECT_DELAY_S)
+            log.warning("watch of pods %s failed (%s); listing again", selector, e)
+            version = ""
+            time.sleep(RELIST_DELAY_S)
         if time.monotonic() >= deadline:
             return None, pods
 

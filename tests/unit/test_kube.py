@@ -1,13 +1,16 @@
-"""The API layer without a server: its retry policy and its concurrent calls."""
+"""The API layer without a server: its timeouts, its retry policy and its concurrent calls."""
 
+import socket
 import time
 
 import pytest
 import urllib3
+from kubernetes import client
+from kubernetes.client import rest
 from kubernetes.client.rest import ApiException
 
 from distributetrain import errors
-from distributetrain.kube import Kube
+from distributetrain.kube import ApiTimeouts, Kube, TimedRestClient, call, make_api_client
 
 
 def forbidden() -> ApiException:
@@ -82,3 +85,56 @@ def test_concurrent_calls_return_in_order_and_stop_at_the_first_error():
     called = len(seen)
     time.sleep(0.1)
     assert len(seen) == called < 100  # nothing runs behind the caller, and the rest was not started
+
+
+def test_timeouts_come_from_the_environment_and_bad_ones_are_refused():
+    assert ApiTimeouts.from_environment({}) == ApiTimeouts()
+    overridden = ApiTimeouts.from_environment({"DISTRIBUTETRAIN_API_READ_S": "1.5",
+                                               "DISTRIBUTETRAIN_API_RETRY_DEADLINE_S": "2"})
+    assert (overridden.read_s, overridden.retry_deadline_s, overridden.connect_s) == (1.5, 2.0, ApiTimeouts.connect_s)
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        with pytest.raises(errors.UsageError, match="DISTRIBUTETRAIN_API_CONNECT_S: must be a positive number"):
+            ApiTimeouts.from_environment({"DISTRIBUTETRAIN_API_CONNECT_S": bad})
+
+
+@pytest.mark.parametrize("requested, sent", [
+    (None, (5.0, 30.0)),
+    (30.0, (5.0, 30.0)),  # a float: the generated client would have dropped it
+    (7, (5.0, 7.0)),  # an int: the generated client would have made it a total, streams included
+    ((1.0, None), (1.0, None)),  # a log followed for hours: no read timeout, on purpose
+])
+def test_every_request_gets_a_connect_and_read_timeout(monkeypatch, requested, sent):
+    seen = []
+    monkeypatch.setattr(rest.RESTClientObject, "request",
+                        lambda self, method, url, *args, _request_timeout=None, **kwargs: seen.append(_request_timeout))
+    rest_client = TimedRestClient(client.Configuration(), ApiTimeouts())
+    rest_client.GET("http://127.0.0.1:1/api", _request_timeout=requested)
+    assert seen == [sent]
+
+
+def test_the_client_never_retries_behind_the_logged_loop_and_probes_idle_connections():
+    api_client = make_api_client(client.Configuration(), ApiTimeouts())
+    assert api_client.configuration.retries is False
+    options = api_client.rest_client.pool_manager.connection_pool_kw["socket_options"]
+    assert (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1) in options
+    assert (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) in options  # urllib3's default is kept
+
+
+def test_every_retry_is_one_line_saying_what_failed_the_attempt_and_the_delay(caplog):
+    refused = urllib3.exceptions.NewConnectionError(None, "connection refused")
+    operation, calls = failing(refused, refused)
+    assert call(operation, what="list pods [ns]") == "ok"
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == len(calls) - 1 == 2
+    for attempt, line in enumerate(lines, 1):
+        assert line.startswith(f"list pods [ns] failed (attempt {attempt}), retrying in ")
+        assert "cannot reach the Kubernetes API" in line and line.endswith("connection refused")
+
+
+def test_retries_stop_at_the_deadline():
+    refused = urllib3.exceptions.NewConnectionError(None, "connection refused")
+    operation, calls = failing(*[refused] * 100)
+    started = time.monotonic()
+    with pytest.raises(errors.TransientApiError):
+        call(operation, deadline_s=0.5)
+    assert time.monotonic() - started < 0.5 and 2 <= len(calls) < 10

@@ -1,0 +1,222 @@
+"""Stand-ins for the apiserver on 127.0.0.1, for black-box tests of the API layer.
+
+``FakeApiServer`` serves the pods endpoints (list; watch, chunked, with ``timeoutSeconds``
+and bookmarks) and misbehaves on demand in ways no cluster test can produce:
+
+- ``stall_watches``: that many next watch connections send their response headers and
+  the events already due, then go silent with the connection held open (a stalled or
+  half-open connection as the client sees it).
+- ``error_watches``: status codes; each next watch sends the events due, then a watch
+  ``ERROR`` event with the first code left, and ends.
+
+Only what ``distributetrain.kube`` sends is understood; anything else is a 404.
+``RudeServer`` is a TCP server that accepts connections and never answers, or closes them.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+BOOKMARK_BEFORE_END_S = 0.5  # the real apiserver sends one 2 s before a watch's timeout
+
+
+def pod(name: str, namespace: str = "ns", phase: str = "Running", labels: dict | None = None) -> dict:
+    return {"kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "status": {"phase": phase}}
+
+
+class FakeApiServer:
+    def __init__(self, pods: list[dict] = ()):
+        self._lock = threading.Condition()
+        self._version = 1
+        self._pods: dict[str, dict] = {}
+        self._events: list[tuple[int, str, dict]] = []  # (resourceVersion, type, object)
+        self.stall_watches = 0
+        self.error_watches: list[int] = []  # status codes of the ERROR events still to send
+        self.watch_requests: list[dict[str, str]] = []  # query of every watch, in order
+        self.list_requests = 0
+        self.client_ports: list[int] = []  # of every request, in order: which connection it came on
+        self._closing = threading.Event()
+        for p in pods:
+            self._store("ADDED", p)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    def __enter__(self) -> "FakeApiServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._closing.set()
+        with self._lock:
+            self._lock.notify_all()
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- changing the cluster ----------------------------------------------------------
+    def _store(self, kind: str, obj: dict) -> None:
+        self._version += 1
+        obj = json.loads(json.dumps(obj))
+        obj["metadata"]["resourceVersion"] = str(self._version)
+        if kind == "DELETED":
+            self._pods.pop(obj["metadata"]["name"], None)
+        else:
+            self._pods[obj["metadata"]["name"]] = obj
+        self._events.append((self._version, kind, obj))
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            self._store("DELETED", self._pods[name])
+            self._lock.notify_all()
+
+    def put(self, obj: dict) -> None:
+        with self._lock:
+            self._store("MODIFIED" if obj["metadata"]["name"] in self._pods else "ADDED", obj)
+            self._lock.notify_all()
+
+    # -- serving -----------------------------------------------------------------------
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                url = urlparse(self.path)
+                fake.client_ports.append(self.client_address[1])
+                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                if not url.path.endswith("/pods"):
+                    self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not here"})
+                elif query.get("watch", "").lower() == "true":
+                    fake._watch(self, query)
+                else:
+                    fake._list(self)
+
+            def _json(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+    def _list(self, handler) -> None:
+        with self._lock:
+            self.list_requests += 1
+            body = {"kind": "PodList", "metadata": {"resourceVersion": str(self._version)},
+                    "items": list(self._pods.values())}
+        handler._json(200, body)
+
+    def _watch(self, handler, query: dict[str, str]) -> None:
+        with self._lock:
+            self.watch_requests.append(query)
+            stall = self.stall_watches > 0
+            self.stall_watches -= stall
+            error = self.error_watches.pop(0) if self.error_watches else None
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        since = int(query.get("resourceVersion") or 0)
+        ends_at = time.monotonic() + int(query.get("timeoutSeconds", "1800"))
+        bookmark_sent = False
+        try:
+            while not self._closing.is_set():
+                with self._lock:
+                    due = [(v, kind, obj) for v, kind, obj in self._events if v > since]
+                    if not due and not stall and error is None:
+                        self._lock.wait(timeout=0.05)
+                        due = [(v, kind, obj) for v, kind, obj in self._events if v > since]
+                    version = self._version
+                for v, kind, obj in due:
+                    self._send(handler, {"type": kind, "object": obj})
+                    since = v
+                if error is not None:
+                    self._send(handler, {"type": "ERROR", "object": {
+                        "kind": "Status", "status": "Failure", "code": error, "reason": "InternalError",
+                        "message": f"watch failed ({error})"}})
+                    break
+                if stall:
+                    self._closing.wait()  # silent from now on, the connection held open
+                    return
+                now = time.monotonic()
+                if now >= ends_at:
+                    break
+                if not bookmark_sent and ends_at - now <= BOOKMARK_BEFORE_END_S:
+                    self._send(handler, {"type": "BOOKMARK", "object": {
+                        "kind": "Pod", "metadata": {"resourceVersion": str(version)}}})
+                    bookmark_sent = True
+            handler.wfile.write(b"0\r\n\r\n")
+            handler.wfile.flush()
+        except OSError:
+            pass  # the client went away
+
+    @staticmethod
+    def _send(handler, event: dict) -> None:
+        line = json.dumps(event).encode() + b"\n"
+        handler.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+        handler.wfile.flush()
+
+
+class RudeServer:
+    """A TCP server on 127.0.0.1 that accepts every connection and then either never
+    answers (``"silent"``: the connection stays open) or closes it at once (``"close"``)."""
+
+    def __init__(self, behaviour: str):
+        assert behaviour in ("silent", "close"), behaviour
+        self.behaviour = behaviour
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def __enter__(self) -> "RudeServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._listener.close()
+        for connection in self._held:
+            connection.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            self.accepted += 1
+            if self.behaviour == "silent":
+                self._held.append(connection)
+            else:
+                connection.close()
+
+
+def kubeconfig(path, server_url: str) -> str:
+    """A kubeconfig file naming ``server_url``; returns its path."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{server_url}'}}}}]\n"
+        "users: [{name: fake, user: {token: fake}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: fake, namespace: ns}}]\n"
+    )
+    return str(path)
