@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import yaml
 
 from distributetrain import errors, exitcodes, jobflags, names, validation
-from distributetrain.jobs import cancel, connection, lookup, manager_spec, state, table
+from distributetrain.jobs import cancel, connection, lookup, manager_spec, plugin, state, table
 from distributetrain.jobs.follow import INTERRUPTED, Follower
 from distributetrain.jobs.manager_spec import ManagerOptions
 from distributetrain.settings import JobSettings
@@ -28,7 +28,13 @@ Handler = Callable[[argparse.Namespace, Sequence[str]], int]
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    submit = commands.add_parser("submit", help="submit a training job: create its manager")
+    program = plugin.program_name()
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        # Usage and error hints say what the user typed, e.g. `kubectl distributetrain list`.
+        return commands.add_parser(name, prog=f"{program} {name}", help=help)
+
+    submit = add("submit", "submit a training job: create its manager")
     jobflags.add_job_flags(submit)
     manager = submit.add_argument_group("manager")
     manager.add_argument("--name", help=f"the job's name (default: {manager_spec.GENERATED_NAME_PREFIX}"
@@ -49,26 +55,26 @@ def register(commands: argparse._SubParsersAction) -> None:
     connection.add_connection_flags(submit, namespace=False)
     submit.set_defaults(handler=_reported(run_submit))
 
-    listing = commands.add_parser("list", help="list jobs")
+    listing = add("list", "list jobs")
     connection.add_connection_flags(listing)
     listing.add_argument("-A", "--all-namespaces", action="store_true", help="jobs in every namespace")
     listing.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table")
     listing.set_defaults(handler=_reported(run_list))
 
-    status = commands.add_parser("status", help="one job's phase, GPUs, nodes, exit code and reason")
+    status = add("status", "one job's phase, GPUs, nodes, why its pods wait, exit code and reason")
     status.add_argument("name", metavar="NAME")
     connection.add_connection_flags(status)
     status.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table")
     status.set_defaults(handler=_reported(run_status))
 
-    logs = commands.add_parser("logs", help="the chief's output (the training), or the manager's")
+    logs = add("logs", "the chief's output (the training), or the manager's")
     logs.add_argument("name", metavar="NAME")
     logs.add_argument("-f", "--follow", action="store_true", help="stream until the container ends")
     logs.add_argument("--manager", action="store_true", help="the manager's output instead of the chief's")
     connection.add_connection_flags(logs)
     logs.set_defaults(handler=_reported(run_logs))
 
-    cancelling = commands.add_parser("cancel", help="delete a job: its manager and everything it created")
+    cancelling = add("cancel", "delete a job: its manager and everything it created")
     cancelling.add_argument("name", metavar="NAME")
     cancelling.add_argument("--timeout", default=cancel.DEFAULT_CANCEL_TIMEOUT, metavar="DURATION",
                             help=f"how long to wait for everything to be gone (default {cancel.DEFAULT_CANCEL_TIMEOUT})")
