@@ -32,18 +32,31 @@ Host *
   LogLevel ERROR
 """
 
-# Worker: sshd in the foreground on the job's port, configured entirely on the command
-# line so the image's sshd_config cannot weaken it. StrictModes is off because Secret
-# volumes are world-traversable symlink trees; the key files themselves are 0400 root.
+# Every sshd setting of a worker, given on its command line with `-f /dev/null`, so no
+# sshd_config in the image (a user's image may ship any) can weaken it. StrictModes is
+# off because Secret volumes are world-traversable symlink trees; the key files
+# themselves are 0400 root.
+SSHD_OPTIONS = (
+    "PubkeyAuthentication=yes", "PasswordAuthentication=no", "KbdInteractiveAuthentication=no",
+    "PermitRootLogin=prohibit-password", "AllowUsers=root", "UsePAM=no", "StrictModes=no",
+    "PermitUserEnvironment=no",
+    # horovodrun only runs commands: no forwarding of any kind, so a job's key cannot
+    # turn a worker into a tunnel into the cluster. DisableForwarding (OpenSSH 7.4+)
+    # covers them all; the others say the same to anyone reading.
+    "DisableForwarding=yes", "AllowTcpForwarding=no", "AllowAgentForwarding=no",
+    "AllowStreamLocalForwarding=no", "PermitTunnel=no", "X11Forwarding=no",
+    # Several workers may share one /run (hostNetwork); every rank connects at once.
+    "PidFile=none", "MaxStartups=200", "MaxSessions=200",
+)
+
+# Worker: sshd in the foreground on the job's port, with the job's host key.
 WORKER_SCRIPT = f"""\
 set -eu
 mkdir -p /run/sshd
 exec /usr/sbin/sshd -D -e -f /dev/null -p "$DT_PORT" \\
   -h {names.SSH_SERVER_DIR}/{HOST_KEY_FILE} \\
   -o AuthorizedKeysFile={names.SSH_SERVER_DIR}/authorized_keys \\
-  -o PubkeyAuthentication=yes -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no \\
-  -o PermitRootLogin=prohibit-password -o AllowUsers=root -o UsePAM=no -o StrictModes=no \\
-  -o PermitUserEnvironment=no -o X11Forwarding=no -o PidFile=none -o MaxStartups=200 -o MaxSessions=200
+  {" ".join(f"-o {option}" for option in SSHD_OPTIONS)}
 """
 
 # Chief: hostfile (itself first, so rank 0 and its logs and checkpoints are here), a

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from distributetrain.manifests import SSHD_OPTIONS
+
 pytestmark = pytest.mark.e2e
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_DIR / "base_image" / "train.py"
-SSHD_CONFIG = REPO_DIR / "base_image" / "sshd_config"
 HOROVODRUN = Path(sys.executable).parent / "horovodrun"
 
 HOROVODRUN_TIMEOUT_S = 300
@@ -238,13 +239,14 @@ def test_ranks_on_two_hosts_over_ssh(tmp_path):
     try:
         hosts.open()
         with open(sshd_log, "w") as sshd_stderr:
-            # The worker pod's command; -o AuthorizedKeysFile stands in for the job's
-            # /root/.ssh/authorized_keys, which this test leaves alone.
+            # The worker pod's sshd: no config file, the worker's own options; this test's
+            # AuthorizedKeysFile stands in for the one the job's Secret provides.
             sshd = subprocess.Popen(
                 hosts.command_in(WORKER_ADDRESS, "sh", "-c", 'mkdir -p /run/sshd && exec "$@"', "sshd",
-                                   "/usr/sbin/sshd", "-D", "-e", "-f", str(SSHD_CONFIG),
+                                   "/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null",
                                    "-p", str(SSHD_PORT), "-h", str(ssh_dir / "host_key"),
-                                   "-o", f"AuthorizedKeysFile={authorized_keys}"),
+                                   "-o", f"AuthorizedKeysFile={authorized_keys}",
+                                   *(arg for option in SSHD_OPTIONS for arg in ("-o", option))),
                 stdout=subprocess.DEVNULL, stderr=sshd_stderr)
         wait_for_port(hosts, WORKER_ADDRESS, SSHD_PORT, sshd, sshd_log)
 

@@ -1,5 +1,9 @@
 """Manifest builders, compared as whole objects."""
 
+import subprocess
+from pathlib import Path
+
+import pytest
 from hypothesis import given, strategies as st
 
 from distributetrain import manifests, quantity
@@ -207,3 +211,26 @@ def test_job_pods_keep_the_image_s_entrypoint():
     for pod in manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])[1:]:
         container = pod["spec"]["containers"][0]
         assert "command" not in container and container["args"][:2] == ["/bin/sh", "-c"]
+
+
+def test_worker_sshd_ignores_the_image_s_config_and_forwards_nothing():
+    assert '-f /dev/null' in manifests.WORKER_SCRIPT
+    options = dict(option.split("=", 1) for option in manifests.SSHD_OPTIONS)
+    assert options["DisableForwarding"] == "yes"
+    for kind in ("AllowTcpForwarding", "AllowAgentForwarding", "AllowStreamLocalForwarding", "PermitTunnel",
+                 "X11Forwarding", "PasswordAuthentication", "KbdInteractiveAuthentication", "PermitUserEnvironment"):
+        assert options[kind] == "no", kind
+    assert all(f"-o {option}" in manifests.WORKER_SCRIPT for option in manifests.SSHD_OPTIONS)
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/sshd").exists() or not Path("/run/sshd").is_dir(),
+                    reason="needs OpenSSH's sshd and its /run/sshd")
+def test_sshd_accepts_the_worker_s_options(tmp_path):
+    host_key = tmp_path / "host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    checked = subprocess.run(
+        ["/usr/sbin/sshd", "-t", "-f", "/dev/null", "-p", "12345", "-h", str(host_key),
+         "-o", f"AuthorizedKeysFile={tmp_path}/authorized_keys",
+         *(arg for option in manifests.SSHD_OPTIONS for arg in ("-o", option))],
+        capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
