@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import yaml
 
 from distributetrain import errors, exitcodes, jobflags, names, validation
-from distributetrain.jobs import cancel, connection, lookup, manager_spec, plugin, state, table
+from distributetrain.jobs import cancel, connection, lookup, manager_spec, plugin, ranks, state, table
 from distributetrain.jobs.follow import INTERRUPTED, Follower
 from distributetrain.jobs.manager_spec import ManagerOptions
 from distributetrain.settings import JobSettings
@@ -30,9 +30,9 @@ Handler = Callable[[argparse.Namespace, Sequence[str]], int]
 def register(commands: argparse._SubParsersAction) -> None:
     program = plugin.program_name()
 
-    def add(name: str, help: str) -> argparse.ArgumentParser:
+    def add(name: str, summary: str) -> argparse.ArgumentParser:
         # Usage and error hints say what the user typed, e.g. `kubectl distributetrain list`.
-        return commands.add_parser(name, prog=f"{program} {name}", help=help)
+        return commands.add_parser(name, prog=f"{program} {name}", help=summary)
 
     submit = add("submit", "submit a training job: create its manager")
     jobflags.add_job_flags(submit)
@@ -71,6 +71,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     logs.add_argument("name", metavar="NAME")
     logs.add_argument("-f", "--follow", action="store_true", help="stream until the container ends")
     logs.add_argument("--manager", action="store_true", help="the manager's output instead of the chief's")
+    logs.add_argument("--rank", metavar="N",
+                      help="only Horovod rank N's lines of the chief's output, without their [N]<stdout>: prefix")
     connection.add_connection_flags(logs)
     logs.set_defaults(handler=_reported(run_logs))
 
@@ -205,6 +207,9 @@ def run_status(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
 
 
 def run_logs(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
+    rank = None if args.rank is None else _checked("--rank", ranks.parse_rank, args.rank)
+    if rank is not None and args.manager:
+        raise errors.UsageError("--rank", "selects lines of the chief's output (the training), not the manager's")
     kube = connection.connect(args)
     namespace = connection.namespace_of(args)
     found = lookup.find_job(kube, namespace, args.name)
@@ -217,10 +222,18 @@ def run_logs(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
         if kube.get_pod(namespace, pod) is None:
             raise lookup.Missing(f"job {args.name!r} has no chief pod ({found.status.phase}); "
                                  f"see 'distributetrain logs --manager {args.name}'")
+    one_rank = None if rank is None else ranks.RankFilter(rank)
     for text in kube.pod_log(namespace, pod, container, follow=args.follow):
+        _write(text if one_rank is None else one_rank.feed(text))
+    if one_rank is not None:
+        _write(one_rank.flush())
+    return exitcodes.OK
+
+
+def _write(text: str) -> None:
+    if text:
         sys.stdout.write(text)
         sys.stdout.flush()
-    return exitcodes.OK
 
 
 def run_cancel(args: argparse.Namespace, _script_args: Sequence[str]) -> int:

@@ -223,6 +223,25 @@ def test_logs_are_the_chiefs_or_the_managers(capsys, kube):
     assert run(capsys, "logs", "demo", "--manager", "-f") == (0, "planning\n", "")
 
 
+def test_logs_of_one_rank(capsys, kube):
+    for obj in [manager(), *running_job()]:
+        kube.put(obj)
+    kube.logs = {("demo-chief", "chief"): "chief: SSH to 10.0.0.2 works\n[0]<stdout>:rank=0 size=2\n"
+                                          "[1]<stdout>:rank=1 size=2\n[1]<stderr>:warning\n[0]<stdout>:done\n"}
+    assert run(capsys, "logs", "demo", "--rank", "1") == (0, "rank=1 size=2\nwarning\n", "")
+    assert run(capsys, "logs", "demo", "--rank", "0", "-f") == (0, "rank=0 size=2\ndone\n", "")
+    assert run(capsys, "logs", "demo", "--rank", "2") == (0, "", "")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--rank", "one"], "--rank: must be a Horovod rank, a whole number from 0 (e.g. 1), got 'one'"),
+    (["--rank", "1", "--manager"], "--rank: selects lines of the chief's output (the training), not the manager's"),
+])
+def test_bad_rank_is_refused_before_connecting(capsys, monkeypatch, argv, message):
+    monkeypatch.setattr(connection, "connect", lambda args: pytest.fail("connected before checking --rank"))
+    assert run(capsys, "logs", "demo", *argv) == (2, "", f"distributetrain: error: {message}\n")
+
+
 def test_logs_before_the_chief_exists(capsys, kube):
     kube.put(manager(annotations={"distributetrain.io/phase": "Planning"}))
     assert run(capsys, "logs", "demo") == (1, "", "distributetrain: error: job 'demo' has no chief pod (Planning); "
