@@ -52,7 +52,7 @@ NAME = "control-plane"
 def manager_settings(job: str, namespace: str, owner_uid: str, workers: int, selector: str, claim: str):
     return testbed.job_settings(
         namespace, f"--job-name={job}", f"--owner-uid={owner_uid}", f"--num-gpus={workers + 1}",
-        "--image=distributetrain/base:bench", f"--node-selector={selector}",
+        "--image=distributetrain/base:0.1.0", f"--node-selector={selector}",
         f"--pvc={claim}:{testbed.SCRIPT_MOUNT}", f"--filename={testbed.SCRIPT_MOUNT}/{testbed.NOOP_SCRIPT}",
         f"--active-deadline={JOB_DEADLINE_S}s",
     )

@@ -59,7 +59,7 @@ BENCH_CLOCK = re.compile(r"^bench: (start|end) ([0-9.]+)$", re.MULTILINE)
 def settings_for(job: str, namespace: str, owner_uid: str, selector: str):
     return testbed.job_settings(
         namespace, f"--job-name={job}", f"--owner-uid={owner_uid}", f"--num-gpus={NUM_GPUS}",
-        "--image=distributetrain/base:bench", f"--node-selector={selector}",
+        "--image=distributetrain/base:0.1.0", f"--node-selector={selector}",
         f"--active-deadline={JOB_DEADLINE_S}s", script_args=TRAIN_ARGS,
     )
 

@@ -56,7 +56,7 @@ def seeds_inventory(api_client: client.ApiClient) -> int:
 def our_inventory(api_client: client.ApiClient, namespace: str, selector: str) -> int:
     """The manager's inventory (``pretraining.take_inventory``); returns its API requests."""
     settings = testbed.job_settings(namespace, "--job-name=bench-inventory", "--num-gpus=1",
-                                    "--image=distributetrain/base:bench", f"--node-selector={selector}")
+                                    "--image=distributetrain/base:0.1.0", f"--node-selector={selector}")
     kube = Kube(api_client)
     ledger, _ = pretraining.take_inventory(kube, settings)
     assert ledger.allocatable or ledger.refused

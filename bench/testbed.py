@@ -132,7 +132,7 @@ def stand_in_manager(api_client, namespace_name: str, name: str) -> str:
     pod = client.CoreV1Api(api_client).create_namespaced_pod(namespace_name, {
         "metadata": {"name": name, "labels": {"distributetrain.io/role": "manager"}},
         "spec": {"nodeSelector": UNSCHEDULABLE_SELECTOR, "restartPolicy": "Never",
-                 "containers": [{"name": "manager", "image": "distributetrain/manager:bench",
+                 "containers": [{"name": "manager", "image": "distributetrain/manager:0.1.0",
                                  "command": ["/bin/true"]}]},
     })
     return pod.metadata.uid

@@ -31,6 +31,8 @@ for arg in "$@"; do
   esac
 done
 
+version="$(python -c 'from importlib.metadata import version; print(version("distributetrain"))' 2>/dev/null)"
+echo "manager.sh: distributetrain ${version:-unknown} running as uid $(id -u)" >&2
 phase pre-training "$@"
 pre_training_status=$?
 if [ "$pre_training_status" -eq 2 ]; then

@@ -28,6 +28,10 @@ JOB = "distributetrain-demo"
 NODES = {"gpu-a": 2, "gpu-b": 1}
 CLAIM = "demo-train"
 JOB_TIMEOUT_S = 600.0
+CLAIM_BOUND_TIMEOUT_S = 60
+# The manager's container waits with one of these when it can never start as it is.
+STUCK_REASONS = ("ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
+                 "CreateContainerConfigError", "CreateContainerError")
 TRAIN_ARGS = ["--epochs=4", "--checkpoint-dir=/train/checkpoints"]
 
 
@@ -74,6 +78,12 @@ def manager_state(cluster: Cluster) -> dict:
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
+def container_state(pod: dict) -> tuple[str, dict]:
+    """The manager container's state: ("waiting" | "running" | "terminated", its details)."""
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    return next(iter((statuses[0].get("state") or {"waiting": {}}).items()))
+
+
 def follow(cluster: Cluster) -> dict:
     """Stream the chief's output while the job runs; return the manager pod at its end."""
     give_up_at = time.monotonic() + JOB_TIMEOUT_S
@@ -81,6 +91,9 @@ def follow(cluster: Cluster) -> dict:
     while time.monotonic() < give_up_at:
         pod = manager_state(cluster)
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return pod
+        kind, details = container_state(pod)
+        if kind == "waiting" and details.get("reason") in STUCK_REASONS:
             return pod
         if not streamed and cluster.kubectl("get", "pod", f"{JOB}-chief", "-n", NAMESPACE).returncode == 0:
             step("Training (the chief's output: horovodrun across the pods over SSH)")
@@ -114,6 +127,9 @@ def main() -> int:
         workdir = Path(tempfile.mkdtemp(prefix="distributetrain-demo-"))
         workdir.chmod(0o755)
         print(kubectl(cluster, "apply", "-f", "-", input=volume(workdir)))
+        # Submit on a Bound claim, so the timeline below is the manager's own.
+        print(kubectl(cluster, "wait", "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "-n", NAMESPACE,
+                      f"--timeout={CLAIM_BOUND_TIMEOUT_S}s"))
 
         step("Submit: kubectl apply -f manager.yaml (3 GPUs, train.py, checkpoints on the volume)")
         print(kubectl(cluster, "apply", "-f", "-", input=demo_manager()))
@@ -121,14 +137,20 @@ def main() -> int:
 
         step("What happened")
         annotations = pod["metadata"].get("annotations", {})
-        terminated = pod["status"]["containerStatuses"][0]["state"].get("terminated", {})
-        exit_code = terminated.get("exitCode", 1)
+        kind, details = container_state(pod)
+        exit_code = details.get("exitCode", 1) if kind == "terminated" else 1
+        status = pod["status"]["containerStatuses"][0]
+        print(f"manager image: {status['image']} ({status.get('imageID') or 'never created'})")
+        if exit_code != 0:
+            # The pod's own status says why a manager failed or never ran (image, start error).
+            print(f"manager container {kind}: {details.get('reason', '?')}: "
+                  f"{details.get('message', 'no message')}")
         print(f"plan (node=GPUs, chief last): {annotations.get('distributetrain.io/plan')}")
         print(f"outcome: {annotations.get('distributetrain.io/phase')} - "
               f"{annotations.get('distributetrain.io/reason', '')}")
         print(f"manager exit code: {exit_code}")
         print("manager log:")
-        print(kubectl(cluster, "logs", JOB, "-n", NAMESPACE))
+        print(kubectl(cluster, "logs", JOB, "-n", NAMESPACE, check=False))
         checkpoints = sorted(p.name for p in (workdir / "checkpoints").glob("*")) if (workdir / "checkpoints").exists() else []
         print(f"trained model on the volume ({workdir}/checkpoints): {', '.join(checkpoints) or 'none'}")
 

@@ -35,7 +35,7 @@ SCRIPTS = {"hello.py": HELLO}
 
 def job_args(pool: "NodePool", claim: str, gpus: int, *extra: str, script_args: tuple = ()) -> list[str]:
     """Manager arguments for a hello.py job on the test's own nodes."""
-    return [f"--num-gpus={gpus}", "--image=distributetrain/base:test", f"--node-selector={pool.selector}",
+    return [f"--num-gpus={gpus}", "--image=distributetrain/base:0.1.0", f"--node-selector={pool.selector}",
             f"--pvc={claim}:/work", "--filename=/work/hello.py", "--worker-ready-timeout=60s", *extra,
             "--", *script_args]
 TEST_NODE_LABEL = "distributetrain.test/nodes"
@@ -66,7 +66,6 @@ def manager_pod(namespace: str, name: str, args: list[str], restart_policy: str 
     pod["metadata"]["labels"]["distributetrain.io/job"] = name
     pod["spec"]["restartPolicy"] = restart_policy
     pod["spec"]["containers"][0]["args"] = args
-    pod["spec"]["containers"][0]["image"] = "distributetrain/manager:test"
     # The manager runs on the test's own nodes, so another test stopping its nodes
     # never takes this test's manager with it.
     for arg in args:

@@ -62,6 +62,7 @@ class ContainerView:
 
     name: str
     image: str
+    image_id: str = ""  # the local image the container was created from, once it was
     state: str = WAITING
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
@@ -97,7 +98,7 @@ class ContainerView:
         status = {
             "name": self.name,
             "image": self.image,
-            "imageID": "",
+            "imageID": self.image_id,
             "ready": self.ready,
             "restartCount": self.restart_count,
             "started": self.started,

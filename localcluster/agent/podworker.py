@@ -412,8 +412,7 @@ class PodWorker(threading.Thread):
         except PodmanError as error:
             self._cannot_create(container, "CreateContainerError", str(error), now)
             return
-        if container.image_backoff_s:
-            container.image_backoff_s = 0.0
+        container.image_backoff_s = 0.0
         self._event("Pulled", f'Container image "{container.spec.get("image")}" already present on machine',
                     container, kind="Normal")
         try:
@@ -451,6 +450,7 @@ class PodWorker(threading.Thread):
         container.runs += 1
         view = container.view
         view.container_id = f"containerd://{container_id}"
+        view.image_id = f"sha256:{image.image_id}"
         view.waiting_message = ""
         try:
             process = start_container(spec, image.stop_signal, log_writer, self._deps.supervisor, on_exit)
@@ -500,8 +500,7 @@ class PodWorker(threading.Thread):
         else:
             view.waiting_reason, view.waiting_message = error.reason, error.message
             if error.reason == images.ERR_IMAGE_PULL:
-                self._event("Failed", f"Failed to pull image \"{container.spec.get('image')}\": {error.message}",
-                            container)
+                self._event("Failed", error.message, container)
             self._event("Failed", f"Error: {error.reason}", container)
             if error.reason != images.ERR_IMAGE_PULL:
                 self._event(error.reason, error.message, container)

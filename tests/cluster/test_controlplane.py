@@ -104,7 +104,7 @@ def test_scheduler_reports_unschedulable_pod(api_client, namespace: str):
         metadata=client.V1ObjectMeta(name="needs-a-node"),
         spec=client.V1PodSpec(
             node_selector={"distributetrain.test/no-such-node": "true"},
-            containers=[client.V1Container(name="main", image="none", command=["true"])],
+            containers=[client.V1Container(name="main", image="distributetrain/base:0.1.0", command=["true"])],
         ),
     )
     core.create_namespaced_pod(namespace, pod)

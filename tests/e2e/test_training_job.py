@@ -16,7 +16,7 @@ EPOCH_LINE = re.compile(r"epoch=(\d+) loss=([0-9.]+) accuracy=([0-9.]+) samples_
 
 
 def training_args(pool, *extra, script_args=TRAIN_ARGS):
-    return ["--num-gpus=3", "--image=distributetrain/base:test", f"--node-selector={pool.selector}",
+    return ["--num-gpus=3", "--image=distributetrain/base:0.1.0", f"--node-selector={pool.selector}",
             "--worker-ready-timeout=90s", *extra, "--", *script_args]
 
 

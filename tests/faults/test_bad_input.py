@@ -6,7 +6,7 @@ from jobharness import node_pool
 
 pytestmark = pytest.mark.cluster
 
-BASE = ["--image=distributetrain/base:test"]
+BASE = ["--image=distributetrain/base:0.1.0"]
 CATALOGUE = {
     "zero": (["--num-gpus=0"], "--num-gpus"),
     "negative": (["--num-gpus=-3"], "--num-gpus"),

@@ -156,7 +156,7 @@ def test_unschedulable_workers_are_released_within_the_timeout(cluster, api_clie
             jobs.core.create_namespaced_pod(jobs.namespace, {
                 "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "thief"},
                 "spec": {"nodeName": worker_node, "containers": [{
-                    "name": "c", "image": "x", "command": ["sleep", "600"],
+                    "name": "c", "image": "distributetrain/base:0.1.0", "command": ["sleep", "600"],
                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
         finally:
             cluster.start_component("kube-scheduler")

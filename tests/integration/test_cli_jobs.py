@@ -22,7 +22,7 @@ STATE_TIMEOUT_S = 180.0
 POLL_INTERVAL_S = 1.0
 # Reports its rank, then sleeps so there is a running job to look at and cancel.
 SLEEPY = {"hello.py": HELLO}
-TRAINING_IMAGE = "distributetrain/base:test"  # not pulled by the local cluster
+TRAINING_IMAGE = "distributetrain/base:0.1.0"  # not pulled by the local cluster
 
 
 def on(pool) -> list[str]:

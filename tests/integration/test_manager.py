@@ -82,7 +82,7 @@ def test_short_of_gpus_fails_fast_and_creates_nothing(cluster, api_client, names
         # Someone holds 2 of the 3 GPUs.
         client.CoreV1Api(api_client).create_namespaced_pod(namespace, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder"},
-            "spec": {"nodeName": pool.node("a"), "containers": [{"name": "c", "image": "x", "command": ["sleep", "600"],
+            "spec": {"nodeName": pool.node("a"), "containers": [{"name": "c", "image": "distributetrain/base:0.1.0", "command": ["sleep", "600"],
                      "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
         jobs.submit("short", job_args(pool, claim, 3))
         assert jobs.exit_code("short", timeout_s=60) == 69
