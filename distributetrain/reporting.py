@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from distributetrain import errors, events, names, podstate
 from distributetrain.events import EventRecorder
@@ -24,6 +25,10 @@ T = TypeVar("T")
 
 TERMINATION_LOG = "/dev/termination-log"
 MAX_WAITING_REASON_CHARS = 500  # per pod, in the waiting annotation (all of them share 256 KiB)
+# The waiting annotation is written at most this often: 64 workers starting change it
+# some 300 times, which would otherwise be 300 requests in the watch loop.
+WAITING_WRITE_INTERVAL_S = 1.0
+WAITING_FLUSH_TIMEOUT_S = 5.0  # when a wait ends, how long it waits for the last write
 
 
 class Reporter:
@@ -106,6 +111,48 @@ class Reporter:
             pass  # not in a pod
 
 
+class LatestWriter(Generic[T]):
+    """Writes the newest of a changing value in the background, at most once per
+    ``interval_s``: the caller never waits on a write, and values superseded before
+    their turn are never written."""
+
+    def __init__(self, write: Callable[[T], None], interval_s: float = WAITING_WRITE_INTERVAL_S):
+        self._write = write
+        self._interval_s = interval_s
+        self._changed = threading.Condition()
+        self._pending: list[T] = []  # the newest value not written yet, if any
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def set(self, value: T) -> None:
+        with self._changed:
+            self._pending[:] = [value]
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="annotations", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def close(self, timeout_s: float = WAITING_FLUSH_TIMEOUT_S) -> None:
+        """Write the newest value now, waiting at most ``timeout_s``; then stop."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending or self._closed)
+                if not self._pending:
+                    return
+                value = self._pending.pop()
+            self._write(value)
+            with self._changed:
+                # Changes within the interval are written once, at its end (at once when closing).
+                self._changed.wait_for(lambda: self._closed, timeout=self._interval_s)
+
+
 class PodWaits:
     """Why each pod the manager waits on is not Ready, reported as soon as it changes.
 
@@ -115,11 +162,12 @@ class PodWaits:
     ``distributetrain status`` and ``submit --follow`` show them.
     """
 
-    def __init__(self, reporter: Reporter, pods: list[str]):
+    def __init__(self, reporter: Reporter, pods: list[str], write_interval_s: float = WAITING_WRITE_INTERVAL_S):
         self.reporter = reporter
         self.pods = pods
         self.reasons: dict[str, str | None] = {}  # last reported; None: Ready
         self.annotated: dict[str, str] = {}
+        self.annotation = LatestWriter(reporter.waiting, write_interval_s)
 
     def watching(self, judge: Callable[[Mapping[str, dict]], T]) -> Callable[[Mapping[str, dict]], T]:
         """``judge``, reporting first what each view of the pods says."""
@@ -150,11 +198,12 @@ class PodWaits:
                 log.info("job %s: %s waits: %s", job, name, reason)
         waiting = {name: reason for name, reason in self.reasons.items() if reason is not None}
         if waiting != self.annotated:
-            self.reporter.waiting(waiting)
+            self.annotation.set(waiting)
             self.annotated = waiting
 
     def done(self) -> None:
         """The wait is over: nothing is waited on any more."""
         if self.annotated:
-            self.reporter.waiting({})
+            self.annotation.set({})
             self.annotated = {}
+        self.annotation.close()

@@ -3,6 +3,7 @@ when someone must act, the current reasons on its pod; and the outcome."""
 
 import json
 import logging
+import time
 
 from distributetrain import events
 from distributetrain.reporting import PodWaits, Reporter
@@ -44,9 +45,15 @@ def waiting_annotations(kube):
             for a in kube.annotations]
 
 
+def in_order_within(written, states) -> bool:
+    """Written in the background, newest first: some states may be skipped, never reordered."""
+    remaining = iter(states)
+    return all(any(value == state for state in remaining) for value in written)
+
+
 def test_each_change_is_reported_once(caplog):
     kube, recorder = FakeKube(), FakeRecorder()
-    waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0", "demo-worker-1"])
+    waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0", "demo-worker-1"], write_interval_s=0)
     views = [
         {"demo-worker-0": worker("demo-worker-0")},
         {"demo-worker-0": worker("demo-worker-0", scheduled_message=UNSCHEDULABLE),
@@ -72,13 +79,30 @@ def test_each_change_is_reported_once(caplog):
         ("INFO", "job demo: demo-worker-0 is Ready"),
     ]
     assert recorder.recorded == [(events.POD_WAITING, f"demo-worker-0: not scheduled: {UNSCHEDULABLE}")]
-    assert waiting_annotations(kube) == [
+    written = waiting_annotations(kube)
+    assert written[-1] is None and in_order_within(written, [
         {"demo-worker-0": "waiting for the scheduler"},
         {"demo-worker-0": f"not scheduled: {UNSCHEDULABLE}",
          "demo-worker-1": "container worker: ContainerCreating"},
         {"demo-worker-0": "container worker: ContainerCreating"},
         None,
-    ]
+    ]), written
+
+
+def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_per_interval():
+    kube = FakeKube()
+    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-worker-0"], write_interval_s=1.0)
+    started = time.monotonic()
+    waits.observe({"demo-worker-0": worker("demo-worker-0")})
+    time.sleep(0.1)
+    assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}]  # at once
+    waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1")})
+    waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})})
+    time.sleep(0.1)
+    assert len(kube.annotations) == 1  # within the interval: not yet
+    waits.done()  # the end of the wait writes its newest state at once: nothing waits any more
+    assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}, None]
+    assert time.monotonic() - started < 0.9
 
 
 def test_pods_ready_when_first_seen_are_no_news(caplog):
