@@ -8,7 +8,9 @@ ends at "\\n" or at "\\r" (each update of a progress bar is a line of its own, p
 again). horovodrun's own lines and the chief script's carry no prefix.
 
 The filter keeps rank N's lines without their prefix, as the log arrives: chunks of a
-followed log split lines anywhere, so an unfinished line waits for its end.
+followed log split lines anywhere, so an unfinished line waits for its end. (A rank whose
+output ends without a line end runs into the next line horovodrun writes; that line is
+then taken for the rest of it.)
 """
 
 from __future__ import annotations
