@@ -127,7 +127,7 @@ class EventRecorder:
 
     def __init__(self, settings: JobSettings, api: EventsApi | None):
         self.settings = settings
-        self._api = api  # None: nowhere to record (no manager pod), or recording was refused
+        self._api = api  # None: nowhere to record (outside a manager pod)
         self._queue: queue.SimpleQueue[tuple[str, str, float] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -167,8 +167,7 @@ class EventRecorder:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            if self._api is not None:
-                self._send(*item)
+            self._send(*item)
 
     def _unique_name(self, at: float) -> str:
         # client-go names Events "<object>.<unix nanoseconds in hex>"; strictly increasing here.
@@ -191,11 +190,12 @@ class EventRecorder:
             self._api.create(event_object(self.settings, name, reason, note, at))
             self._series[key] = (name, 1)
         except errors.Forbidden as e:
-            self._api = None
-            log.warning("cannot record Events on pod [%s/%s] (%s); the job goes on without them "
-                        "(rbac/role.yaml grants events create and patch)", namespace, self.settings.job_name, e)
+            # Said once, but tried again: a restarted apiserver refuses until its RBAC cache syncs.
+            self._failures += 1
+            log.log(logging.WARNING if self._failures == 1 else logging.DEBUG,
+                    "cannot record Events on pod [%s/%s] (%s); the job goes on without them "
+                    "(rbac/role.yaml grants events create and patch)", namespace, self.settings.job_name, e)
         except Exception as e:  # noqa: BLE001 - an Event must never fail the job, whatever went wrong
             self._failures += 1
-            level = logging.WARNING if self._failures == 1 else logging.DEBUG
-            log.log(level, "could not record Event %s on pod [%s/%s]: %s", reason, namespace,
-                    self.settings.job_name, e)
+            log.log(logging.WARNING if self._failures == 1 else logging.DEBUG,
+                    "could not record Event %s on pod [%s/%s]: %s", reason, namespace, self.settings.job_name, e)

@@ -15,18 +15,22 @@ AT = 1767355200.123456  # 2026-01-02T12:00:00.123456Z
 
 
 class FakeEventsApi:
-    def __init__(self, fail_with=None, block: threading.Event | None = None, expire_at_once=False):
+    def __init__(self, fail_with=None, block: threading.Event | None = None, expire_at_once=False, refusals=0):
         self.calls = []
         self.stored: dict[str, dict] = {}
         self.fail_with = fail_with
         self.block = block
         self.expire_at_once = expire_at_once  # every Event's time to live has passed when it is patched
+        self.refusals = refusals  # the first creates are forbidden
 
     def create(self, event):
         if self.block is not None:
             self.block.wait()
         if self.fail_with is not None:
             raise self.fail_with
+        if self.refusals:
+            self.refusals -= 1
+            raise errors.Forbidden("RBAC: not yet")
         self.calls.append(("create", event["reason"], event["note"]))
         self.stored[event["metadata"]["name"]] = event
 
@@ -105,7 +109,7 @@ def test_an_expired_event_is_recorded_afresh():
     assert [call[0] for call in api.calls] == ["create", "create"]
 
 
-def test_refused_events_are_said_once_and_not_tried_again(caplog):
+def test_refused_events_are_said_once(caplog):
     api = FakeEventsApi(fail_with=errors.Forbidden(
         'events.events.k8s.io is forbidden: User "system:serviceaccount:team:distributetrain-manager" '
         'cannot create resource "events" in API group "events.k8s.io" in the namespace "team"'))
@@ -116,6 +120,18 @@ def test_refused_events_are_said_once_and_not_tried_again(caplog):
         recorder.close()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and 'cannot create resource "events"' in warnings[0], warnings
+    assert "rbac/role.yaml grants events create and patch" in warnings[0]
+
+
+def test_a_refusal_is_not_final():
+    """A restarted apiserver refuses everything until its RBAC cache syncs."""
+    api = FakeEventsApi(refusals=2)
+    recorder = EventRecorder(SETTINGS, api)
+    recorder.record(events.PLANNED, "a=1,b=1")
+    recorder.record(events.WORKERS_CREATED, "demo-worker-0 on a (1 GPUs)")
+    recorder.record(events.SUCCEEDED, "training finished (exit code 0)")
+    recorder.close()
+    assert api.calls == [("create", "Succeeded", "training finished (exit code 0)")]
 
 
 def test_failures_never_reach_the_job(caplog):
