@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from distributetrain import errors, exitcodes
 from distributetrain.jobflags import Parser, add_job_flags, settings_from_args, split_script_args
 from distributetrain.jobs import commands as job_commands
+from distributetrain.jobs import plugin
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ MANAGER_COMMANDS = ("pre-training", "post-training", "run", "teardown")
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="distributetrain", description="Horovod distributed training on Kubernetes.")
+    parser = Parser(prog=plugin.program_name(), description="Horovod distributed training on Kubernetes.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     for command in MANAGER_COMMANDS:
