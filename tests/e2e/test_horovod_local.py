@@ -1,55 +1,164 @@
-"""Real Horovod training with base_image/train.py on this machine, without Kubernetes.
+"""Real Horovod training with base_image/train.py in the training image, without Kubernetes.
 
-Two things the project's pods depend on are proven here before any cluster exists:
-horovodrun trains with Gloo (size, loss, rank-0 checkpoints, resume, failure exit
-code), and it launches ranks on another host over SSH exactly the way the chief
-reaches its workers: sshd on a custom port with a per-job host key and a key-only
-root login, the client given its key and known_hosts through an ssh config file.
-The two "hosts" are network namespaces on a private bridge, each with its own hostname.
+Two things the project's pods depend on are proven here, in containers of the built
+image (the host has no TensorFlow, Horovod or sshd), before any cluster exists:
+horovodrun trains with Gloo in one container (size, loss, rank-0 checkpoints, resume
+from a mounted checkpoint directory, failure exit code), and it launches ranks on
+another host over SSH exactly the way the chief reaches its workers. For that, the
+worker and chief pods are rendered by distributetrain.manifests with fresh keys from
+distributetrain.sshkeys: the worker container runs the pod's own command (WORKER_SCRIPT,
+sshd from the command line) and both get the pod's SSH Secret files at the pod's paths,
+so a change to either breaks this test. Each "host" is a container in a network
+namespace of its own on a private bridge, with a pod's hostname and /etc/hosts.
 """
 
-import importlib.util
-import os
+import ipaddress
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from distributetrain.manifests import SSHD_OPTIONS
+from distributetrain import manifests
+from distributetrain.settings import DEFAULT_FILENAME, JobSettings
+from distributetrain.sshkeys import JobKeys
+from localcluster.podman import PODMAN, podman
 
 pytestmark = pytest.mark.e2e
 
-REPO_DIR = Path(__file__).resolve().parents[2]
-TRAIN_SCRIPT = REPO_DIR / "base_image" / "train.py"
-HOROVODRUN = Path(sys.executable).parent / "horovodrun"
+IMAGE = "distributetrain/base:0.1.0"
+TRAIN_SCRIPT = DEFAULT_FILENAME  # where base_image/Dockerfile puts train.py
+CHECKPOINT_MOUNT = "/checkpoints"  # a host directory, like a job's PVC
+# Small enough that a run takes well under a minute on 2 cores; TensorFlow's import in
+# every rank takes most of it.
+TRAIN_ARGS = ("--samples", "1024")
 
 HOROVODRUN_TIMEOUT_S = 300
 # TensorFlow takes a while to import when several ranks share 2 cores.
 HOROVOD_START_TIMEOUT_S = 120
 SSHD_PORT = 12345
-SSHD_READY_TIMEOUT_S = 10
+SSHD_READY_TIMEOUT_S = 30
+PROBE_TIMEOUT_S = 5
+REMOVE_TIMEOUT_S = 60
+# Names of everything a test creates start with this and a per-test suffix. Not "dt":
+# the local cluster's teardown deletes every interface named dt* and namespace dt-*.
+NAME_PREFIX = "hvt"
+RUN_LABEL = "distributetrain.test/horovod-local"
 
 EPOCH_LINE = re.compile(r"epoch=(\d+) loss=([\d.]+) accuracy=([\d.]+) samples_per_sec=([\d.]+) size=(\d+)")
 CHECKPOINT_LINE = re.compile(r"checkpoint=(\S+) epoch=(\d+) rank=(\d+)")
 DONE_LINE = re.compile(r"done start_epoch=(\d+) epochs=(\d+) .*test_accuracy=([\d.]+) .*size=(\d+)")
-
-if not HOROVODRUN.exists() or importlib.util.find_spec("horovod") is None:
-    pytest.skip("Horovod is not installed in this Python; run base_image/install-python.sh",
-                allow_module_level=True)
+# horovodrun 0.28.1's report of the first rank that failed.
+RANK_EXIT_LINE = re.compile(r"Exit code: (\d+)")
 
 
-def horovodrun(hosts, processes, train_args, extra_args=(), env=None, cwd=None):
-    """Runs train.py under horovodrun and returns the finished process (text output)."""
-    command = [str(HOROVODRUN), "-np", str(processes), "-H", hosts,
-               "--start-timeout", str(HOROVOD_START_TIMEOUT_S), *extra_args,
-               sys.executable, str(TRAIN_SCRIPT), *train_args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=HOROVODRUN_TIMEOUT_S,
-                          env=env, cwd=cwd)
+@pytest.fixture(scope="module")
+def training_image():
+    """The image's name; skips the module when podman or the image is missing."""
+    if shutil.which(PODMAN) is None:
+        pytest.skip("podman is not installed: these tests run the training image")
+    exists = podman(["image", "exists", IMAGE], check=False)
+    if exists.returncode == 1:
+        pytest.skip(f"{IMAGE} is not in the project's podman storage; build it: bash localcluster/images/build.sh")
+    # Anything else (not root, broken storage) is a failure, not a reason to skip.
+    assert exists.returncode == 0, f"podman image exists {IMAGE} exited {exists.returncode}: {exists.stderr}"
+    return IMAGE
+
+
+@pytest.fixture(scope="module")
+def module_workdir():
+    path = Path(tempfile.mkdtemp(prefix=f"{NAME_PREFIX}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def workdir():
+    path = Path(tempfile.mkdtemp(prefix=f"{NAME_PREFIX}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Containers:
+    """Containers of one test run, named <NAME_PREFIX>-<suffix>-<role>; remove_all() removes them."""
+
+    def __init__(self, image):
+        self.image = image
+        self.suffix = uuid.uuid4().hex[:6]
+        self.names = []
+
+    def name(self, role):
+        return f"{NAME_PREFIX}-{self.suffix}-{role}"
+
+    def _run_arguments(self, role, options, command):
+        name = self.name(role)
+        self.names.append(name)
+        # args after the image, not --entrypoint: the image's ENTRYPOINT runs first, as in a pod.
+        return ["run", "--name", name, "--pull=never", f"--label={RUN_LABEL}={self.suffix}", *options,
+                self.image, *command]
+
+    def run(self, role, options, command):
+        """Runs a container to completion; its exit code and output (podman's own errors exit 125-127)."""
+        try:
+            return podman(self._run_arguments(role, options, command), timeout_s=HOROVODRUN_TIMEOUT_S, check=False)
+        finally:
+            self.remove(self.name(role))
+
+    def start(self, role, options, command):
+        """Starts a container in the background; it stays until remove_all()."""
+        podman(self._run_arguments(role, ["--detach", *options], command))
+        return self.name(role)
+
+    def running(self, name):
+        state = podman(["inspect", "--format", "{{.State.Running}}", name], check=False)
+        return state.stdout.strip() == "true"
+
+    def logs(self, name):
+        result = podman(["logs", name], check=False)
+        return result.stdout + result.stderr
+
+    def remove(self, *names):
+        if names:
+            podman(["rm", "--force", "--ignore", "--time", "0", *names], timeout_s=REMOVE_TIMEOUT_S, check=False)
+
+    def remove_all(self):
+        self.remove(*self.names)
+        left = podman(["ps", "--all", "--quiet", "--filter", f"label={RUN_LABEL}={self.suffix}"], check=False)
+        assert not left.stdout.strip(), f"containers left after removal: {left.stdout.split()}"
+
+
+@pytest.fixture
+def containers(training_image):
+    running = Containers(training_image)
+    try:
+        yield running
+    finally:
+        running.remove_all()
+
+
+def horovodrun(hosts, processes, train_args, extra_args=()):
+    """The horovodrun command line (inside the image) that runs train.py."""
+    return ["horovodrun", "--gloo", "-np", str(processes), "-H", hosts,
+            "--start-timeout", str(HOROVOD_START_TIMEOUT_S), *extra_args,
+            "python", TRAIN_SCRIPT, *TRAIN_ARGS, *train_args]
+
+
+def checkpoint_mount(directory):
+    return f"--mount=type=bind,source={directory},destination={CHECKPOINT_MOUNT}"
+
+
+def train_in_one_container(containers, role, train_args, options=()):
+    """Two ranks of train.py under horovodrun in one container with no network but loopback."""
+    return containers.run(role, ["--network=none", *options], horovodrun("localhost:2", 2, train_args))
 
 
 def epoch_records(output):
@@ -66,9 +175,28 @@ def describe(result):
     return f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
 
 
-def test_two_local_ranks_train_and_only_rank_0_checkpoints(tmp_path):
-    checkpoint_dir = tmp_path / "checkpoints"
-    result = horovodrun("localhost:2", 2, ["--epochs", "2", "--checkpoint-dir", str(checkpoint_dir)])
+# --- One container, Gloo over loopback ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def first_training(training_image, module_workdir):
+    """Two ranks, two epochs, checkpoints in a mounted directory: (result, that directory).
+
+    Shared by the tests below; they copy the directory before writing to it.
+    """
+    checkpoint_dir = module_workdir / "checkpoints"
+    checkpoint_dir.mkdir()
+    first = Containers(training_image)
+    try:
+        result = train_in_one_container(first, "train", ["--epochs", "2", "--checkpoint-dir", CHECKPOINT_MOUNT],
+                                        [checkpoint_mount(checkpoint_dir)])
+    finally:
+        first.remove_all()
+    return result, checkpoint_dir
+
+
+def test_two_ranks_train_and_only_rank_0_checkpoints(first_training):
+    result, checkpoint_dir = first_training
     assert result.returncode == 0, describe(result)
 
     records = epoch_records(result.stdout)
@@ -76,96 +204,110 @@ def test_two_local_ranks_train_and_only_rank_0_checkpoints(tmp_path):
     assert {size for _, size in records.values()} == {2}
     assert records[2][0] < records[1][0], f"loss did not fall: {records}"
 
-    saves = [(int(m.group(2)), int(m.group(3))) for m in CHECKPOINT_LINE.finditer(result.stdout)]
-    assert saves == [(1, 0), (2, 0)], describe(result)
+    saves = [(m.group(1), int(m.group(2)), int(m.group(3))) for m in CHECKPOINT_LINE.finditer(result.stdout)]
+    assert saves == [(f"{CHECKPOINT_MOUNT}/checkpoint-0001", 1, 0),
+                     (f"{CHECKPOINT_MOUNT}/checkpoint-0002", 2, 0)], describe(result)
+    # Written through the mount, so they outlive the container.
     assert sorted(p.name for p in checkpoint_dir.glob("*.index")) == ["checkpoint-0001.index",
                                                                        "checkpoint-0002.index"]
     done = DONE_LINE.search(result.stdout)
     assert done and done.group(1, 2, 4) == ("0", "2", "2"), describe(result)
 
 
-def test_restarted_job_resumes_after_the_last_checkpoint(tmp_path):
-    checkpoint_dir = tmp_path / "checkpoints"
-    first = horovodrun("localhost:2", 2, ["--epochs", "1", "--checkpoint-dir", str(checkpoint_dir)])
+def test_restarted_job_resumes_after_the_last_checkpoint(first_training, containers, workdir):
+    first, first_checkpoints = first_training
     assert first.returncode == 0, describe(first)
     first_epoch_loss = epoch_records(first.stdout)[1][0]
+    checkpoint_dir = workdir / "checkpoints"
+    shutil.copytree(first_checkpoints, checkpoint_dir)
 
-    resumed = horovodrun("localhost:2", 2, ["--epochs", "2", "--checkpoint-dir", str(checkpoint_dir)])
+    # A new container: all it shares with the first run is the mounted directory.
+    resumed = train_in_one_container(containers, "resume", ["--epochs", "3", "--checkpoint-dir", CHECKPOINT_MOUNT],
+                                     [checkpoint_mount(checkpoint_dir)])
     assert resumed.returncode == 0, describe(resumed)
-    assert "resumed epoch=1" in resumed.stdout, describe(resumed)
+    assert f"resumed epoch=2 checkpoint_dir={CHECKPOINT_MOUNT}" in resumed.stdout, describe(resumed)
     records = epoch_records(resumed.stdout)
-    assert sorted(records) == [2], describe(resumed)
+    assert sorted(records) == [3], describe(resumed)
     # Restored weights carry on from where the first run stopped instead of starting over.
-    assert records[2][0] < first_epoch_loss
-    assert DONE_LINE.search(resumed.stdout).group(1, 2) == ("1", "2")
-    assert (checkpoint_dir / "checkpoint-0002.index").exists()
+    assert records[3][0] < first_epoch_loss, f"resumed loss {records[3][0]} vs first epoch's {first_epoch_loss}"
+    assert DONE_LINE.search(resumed.stdout).group(1, 2) == ("2", "3")
+    assert (checkpoint_dir / "checkpoint-0003.index").exists()
 
 
-def test_failing_script_fails_the_job(tmp_path):
-    result = horovodrun("localhost:2", 2, ["--data-dir", str(tmp_path / "no-such-data")])
-    assert result.returncode != 0, describe(result)
+def test_failing_script_fails_the_job(containers):
+    result = train_in_one_container(containers, "fail", ["--data-dir", "/no-such-data"])
+    # horovodrun's own exit code, which the chief pod and so the job report; podman's
+    # errors would be 125-127.
+    assert result.returncode == 1, describe(result)
     assert "FileNotFoundError" in result.stderr + result.stdout, describe(result)
+    # train.py exits 1 on any exception, and horovodrun names that as the rank's exit code.
+    assert RANK_EXIT_LINE.search(result.stderr + result.stdout).group(1) == "1", describe(result)
 
 
 # --- Two hosts over SSH -------------------------------------------------------------
 
-BRIDGE_SUBNET_PREFIX = "10.250.0."
-BRIDGE_PREFIX_LENGTH = 24
-WORKER_ADDRESS = BRIDGE_SUBNET_PREFIX + "11"  # runs sshd, like a worker pod
-CHIEF_ADDRESS = BRIDGE_SUBNET_PREFIX + "12"  # runs horovodrun, like the chief pod
-# Pods see one interface named eth0; the namespaces mirror that so Horovod finds it on both.
+# Not the local cluster's 10.233.0.0/16. The host has no address on the bridge, so two
+# test runs (two bridges) may use the same addresses.
+SUBNET = ipaddress.ip_network("10.234.0.0/24")
+WORKER_ADDRESS = str(SUBNET.network_address + 11)  # runs sshd, like a worker pod
+CHIEF_ADDRESS = str(SUBNET.network_address + 12)  # runs horovodrun, like the chief pod
+# Pods see one interface named eth0; the namespaces mirror that, so the chief can name it
+# to horovodrun as the product's chief does.
 POD_INTERFACE = "eth0"
 
 
-def run_checked(*command):
-    subprocess.run(command, check=True, capture_output=True, text=True)
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
 class TwoHosts:
-    """Two pod-like hosts: each a network namespace on a private bridge with its own
-    hostname that resolves to its address, like a pod's kubelet-written /etc/hosts.
+    """Two pod-like hosts: each a network namespace with an eth0 on a private bridge, a
+    hostname and a kubelet-like /etc/hosts in which that hostname resolves to its address.
 
     The hostname matters: Horovod 0.28.1 creates its process-set Gloo context without
     HOROVOD_GLOO_IFACE and binds it to the address gethostname() resolves to, so a
     hostname resolving to 127.0.0.1 breaks training across hosts.
-    Everything is named dt-test-* and removed by close().
     """
 
-    def __init__(self, workdir):
-        suffix = uuid.uuid4().hex[:5]  # interface names are limited to 15 characters
+    ROLES = {"worker": WORKER_ADDRESS, "chief": CHIEF_ADDRESS}
+
+    def __init__(self, suffix, workdir):
         self.workdir = workdir
-        self.bridge = f"dt-test-br{suffix}"
-        self.namespaces = {WORKER_ADDRESS: f"dt-test-w{suffix}", CHIEF_ADDRESS: f"dt-test-c{suffix}"}
-        self.host_ends = {WORKER_ADDRESS: f"dt-test-vw{suffix}", CHIEF_ADDRESS: f"dt-test-vc{suffix}"}
+        self.bridge = f"{NAME_PREFIX}br{suffix}"  # interface names: at most 15 characters
+        self.namespaces = {role: f"{NAME_PREFIX}-{suffix}-{role}" for role in self.ROLES}
+        self.host_ends = {role: f"{NAME_PREFIX}{suffix}{role[0]}" for role in self.ROLES}
 
     def open(self):
-        run_checked("ip", "link", "add", self.bridge, "type", "bridge")
-        run_checked("ip", "link", "set", self.bridge, "up")
-        for address, namespace in self.namespaces.items():
-            host_end = self.host_ends[address]
-            run_checked("ip", "netns", "add", namespace)
-            run_checked("ip", "link", "add", host_end, "type", "veth", "peer", "name", POD_INTERFACE,
-                        "netns", namespace)
-            run_checked("ip", "link", "set", host_end, "master", self.bridge, "up")
-            run_checked("ip", "-n", namespace, "addr", "add", f"{address}/{BRIDGE_PREFIX_LENGTH}",
-                        "dev", POD_INTERFACE)
-            run_checked("ip", "-n", namespace, "link", "set", POD_INTERFACE, "up")
-            run_checked("ip", "-n", namespace, "link", "set", "lo", "up")
-            self._hosts_file(address).write_text(f"127.0.0.1 localhost\n{address} {namespace}\n")
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("link", "set", self.bridge, "up")
+        for role, address in self.ROLES.items():
+            namespace = self.namespaces[role]
+            ip("netns", "add", namespace)
+            ip("link", "add", self.host_ends[role], "type", "veth", "peer", "name", POD_INTERFACE,
+               "netns", namespace)
+            ip("link", "set", self.host_ends[role], "master", self.bridge, "up")
+            ip("-n", namespace, "addr", "add", f"{address}/{SUBNET.prefixlen}", "dev", POD_INTERFACE)
+            ip("-n", namespace, "link", "set", POD_INTERFACE, "up")
+            ip("-n", namespace, "link", "set", "lo", "up")
+            self._hosts_file(role).write_text(f"127.0.0.1 localhost\n{address} {namespace}\n")
 
-    def _hosts_file(self, address):
-        return self.workdir / f"hosts-{self.namespaces[address]}"
+    def _hosts_file(self, role):
+        return self.workdir / f"hosts-{role}"
 
-    def command_in(self, address, *command):
-        """command run on the host: its network, its hostname, its /etc/hosts (host's untouched)."""
-        namespace = self.namespaces[address]
-        enter_host = f'hostname {namespace} && mount --bind {self._hosts_file(address)} /etc/hosts && exec "$@"'
-        return ["ip", "netns", "exec", namespace, "unshare", "--uts", "--mount", "--propagation", "private",
-                "sh", "-c", enter_host, "sh", *command]
+    def container_options(self, role):
+        """podman options that put a container on this host: the agent's, for a pod."""
+        return [f"--network=ns:/run/netns/{self.namespaces[role]}", f"--hostname={self.namespaces[role]}",
+                "--no-hosts", f"--mount=type=bind,source={self._hosts_file(role)},destination=/etc/hosts,ro=true"]
+
+    def accepts_connection(self, role, address, port):
+        """Whether a TCP connection from this host to address:port succeeds (host Python in its netns)."""
+        probe = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()"
+        return subprocess.run(["ip", "netns", "exec", self.namespaces[role], sys.executable, "-c", probe,
+                               address, str(port)], capture_output=True, timeout=PROBE_TIMEOUT_S).returncode == 0
 
     def close(self):
         for namespace in self.namespaces.values():
-            # Everything inside was started by this test (sshd, its sessions, remote ranks).
+            # Nothing else runs in these namespaces once their containers are gone.
             pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
             for pid in pids:
                 subprocess.run(["kill", "-KILL", pid], capture_output=True)
@@ -175,93 +317,93 @@ class TwoHosts:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
-def generate_key(path):
-    run_checked("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f", str(path))
-    return path.with_name(path.name + ".pub").read_text().strip()
-
-
-def write_ssh_client(directory, identity_file, known_hosts_file):
-    """An ssh wrapper for horovodrun's PATH that reads the given config file.
-
-    The chief pod puts the same settings in /root/.ssh/config; this test must not touch
-    the host's /root/.ssh, so it points ssh at the file with -F instead.
-    """
-    config = directory / "ssh_config"
-    config.write_text(
-        "Host *\n"
-        "  User root\n"
-        f"  IdentityFile {identity_file}\n"
-        "  IdentitiesOnly yes\n"
-        f"  UserKnownHostsFile {known_hosts_file}\n"
-        "  StrictHostKeyChecking yes\n"
-        "  BatchMode yes\n"
-        "  ConnectTimeout 10\n"
-    )
-    wrapper = directory / "bin" / "ssh"
-    wrapper.parent.mkdir()
-    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("ssh")} -F {config} "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper.parent
-
-
-def wait_for_port(hosts, address, port, sshd, sshd_log):
-    deadline = time.monotonic() + SSHD_READY_TIMEOUT_S
-    probe = f"import socket; socket.create_connection(('{address}', {port}), timeout=1).close()"
-    while time.monotonic() < deadline:
-        if sshd.poll() is not None:
-            raise AssertionError(f"sshd exited with {sshd.returncode}:\n{sshd_log.read_text()}")
-        if subprocess.run(hosts.command_in(CHIEF_ADDRESS, sys.executable, "-c", probe),
-                          capture_output=True).returncode == 0:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"sshd did not listen on {address}:{port} within {SSHD_READY_TIMEOUT_S}s")
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and sshd need root")
-@pytest.mark.skipif(shutil.which("sshd", path="/usr/sbin") is None,
-                    reason="openssh-server missing; run base_image/install-system.sh")
-def test_ranks_on_two_hosts_over_ssh(tmp_path):
-    ssh_dir = tmp_path / "ssh"
-    ssh_dir.mkdir(mode=0o700)
-    host_key_public = generate_key(ssh_dir / "host_key")
-    client_public = generate_key(ssh_dir / "id_ed25519")
-    authorized_keys = ssh_dir / "authorized_keys"
-    authorized_keys.write_text(client_public + "\n")
-    authorized_keys.chmod(0o600)
-    known_hosts = ssh_dir / "known_hosts"
-    # Every worker of a job serves the job's one host key, so one wildcard line covers them.
-    known_hosts.write_text(f"* {host_key_public}\n")
-    ssh_bin = write_ssh_client(ssh_dir, ssh_dir / "id_ed25519", known_hosts)
-
-    hosts = TwoHosts(tmp_path)
-    sshd = None
-    sshd_log = tmp_path / "sshd.log"
+@pytest.fixture
+def two_hosts(containers, workdir):
+    hosts = TwoHosts(containers.suffix, workdir)
     try:
         hosts.open()
-        with open(sshd_log, "w") as sshd_stderr:
-            # The worker pod's sshd: no config file, the worker's own options; this test's
-            # AuthorizedKeysFile stands in for the one the job's Secret provides.
-            sshd = subprocess.Popen(
-                hosts.command_in(WORKER_ADDRESS, "sh", "-c", 'mkdir -p /run/sshd && exec "$@"', "sshd",
-                                   "/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null",
-                                   "-p", str(SSHD_PORT), "-h", str(ssh_dir / "host_key"),
-                                   "-o", f"AuthorizedKeysFile={authorized_keys}",
-                                   *(arg for option in SSHD_OPTIONS for arg in ("-o", option))),
-                stdout=subprocess.DEVNULL, stderr=sshd_stderr)
-        wait_for_port(hosts, WORKER_ADDRESS, SSHD_PORT, sshd, sshd_log)
-
-        env = dict(os.environ, PATH=f"{ssh_bin}:{Path(sys.executable).parent}:{os.environ['PATH']}")
-        command = [str(HOROVODRUN), "-np", "2", "-H", f"{WORKER_ADDRESS}:1,{CHIEF_ADDRESS}:1",
-                   "-p", str(SSHD_PORT), "--start-timeout", str(HOROVOD_START_TIMEOUT_S),
-                   sys.executable, str(TRAIN_SCRIPT), "--epochs", "2"]
-        result = subprocess.run(hosts.command_in(CHIEF_ADDRESS, *command), capture_output=True, text=True,
-                                timeout=HOROVODRUN_TIMEOUT_S, env=env, cwd=tmp_path)
-        assert result.returncode == 0, describe(result) + "\n--- sshd\n" + sshd_log.read_text()
-        records = epoch_records(result.stdout)
-        assert sorted(records) == [1, 2] and {size for _, size in records.values()} == {2}, describe(result)
-        assert records[2][0] < records[1][0]
+        yield hosts
     finally:
-        if sshd is not None:
-            sshd.kill()
-            sshd.wait()
-        hosts.close()
+        try:
+            containers.remove_all()  # before their namespaces go
+        finally:
+            hosts.close()
+
+
+def rendered_job(name):
+    """The job's SSH Secret and its worker and chief pods, as the product builds them."""
+    settings = JobSettings(job_name=name, namespace="default", num_gpus=2, image=IMAGE, port=SSHD_PORT)
+    keys = JobKeys.generate(name)
+    worker = manifests.worker_pod(settings, 0, "worker-node", 1)
+    chief = manifests.chief_pod(settings, "chief-node", 1, [(WORKER_ADDRESS, 1)])
+    return manifests.ssh_secret(settings, keys), worker, chief
+
+
+def container_of(pod):
+    (container,) = pod["spec"]["containers"]
+    return container
+
+
+def ssh_volume_mount(pod, secret, directory):
+    """The pod's SSH Secret volume, written to ``directory`` as the kubelet would (its
+    items, its mode) and mounted read-only where the pod mounts it: a podman option."""
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == manifests.SSH_VOLUME)["secret"]
+    mount = next(m for m in container_of(pod)["volumeMounts"] if m["name"] == manifests.SSH_VOLUME)
+    directory.mkdir(mode=0o700)
+    for item in volume["items"]:
+        path = directory / item["path"]
+        path.write_text(secret["stringData"][item["key"]])
+        path.chmod(volume["defaultMode"])
+    return f"--mount=type=bind,source={directory},destination={mount['mountPath']},ro=true"
+
+
+def plain_env(pod):
+    return [f"--env={e['name']}={e['value']}" for e in container_of(pod).get("env", []) if "value" in e]
+
+
+def wait_for_sshd(hosts, containers, worker):
+    """Like the worker's readinessProbe: its port accepts connections (from the chief's host)."""
+    deadline = time.monotonic() + SSHD_READY_TIMEOUT_S
+    while not hosts.accepts_connection("chief", WORKER_ADDRESS, SSHD_PORT):
+        if not containers.running(worker):
+            raise AssertionError(f"the worker container exited:\n{containers.logs(worker)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"sshd did not listen on {WORKER_ADDRESS}:{SSHD_PORT} within "
+                                 f"{SSHD_READY_TIMEOUT_S}s:\n{containers.logs(worker)}")
+        time.sleep(0.2)
+
+
+def test_ranks_on_two_hosts_over_ssh(containers, two_hosts, workdir):
+    secret, worker_pod, chief_pod = rendered_job(containers.name("job"))
+    worker_checkpoints = workdir / "worker-checkpoints"
+    worker_checkpoints.mkdir()
+
+    # The worker pod's own command (sshd, every option on its command line) and environment.
+    worker = containers.start(
+        "worker",
+        [*two_hosts.container_options("worker"), *plain_env(worker_pod),
+         ssh_volume_mount(worker_pod, secret, workdir / "worker-ssh"), checkpoint_mount(worker_checkpoints)],
+        container_of(worker_pod)["args"])
+    wait_for_sshd(two_hosts, containers, worker)
+
+    # Rank 0 on the worker: its lines reach the chief's output through SSH, and its
+    # checkpoints land in the directory only the worker has, which proves where it ran.
+    # horovodrun adds StrictHostKeyChecking=no to its ssh commands, so a plain ssh first
+    # proves the job's known_hosts and config (strict checking) let the chief in.
+    hosts = f"{WORKER_ADDRESS}:1,{CHIEF_ADDRESS}:1"
+    train = horovodrun(hosts, 2, ["--epochs", "2", "--checkpoint-dir", CHECKPOINT_MOUNT],
+                       ["-p", str(SSHD_PORT), "--network-interface", POD_INTERFACE])
+    command = ["/bin/sh", "-c", 'ssh -p "$1" "$2" true && shift 2 && exec "$@"', "chief",
+               str(SSHD_PORT), WORKER_ADDRESS, *train]
+    result = containers.run(
+        "chief",
+        [*two_hosts.container_options("chief"), ssh_volume_mount(chief_pod, secret, workdir / "chief-ssh")],
+        command)
+    assert result.returncode == 0, describe(result) + "\n--- worker (sshd)\n" + containers.logs(worker)
+
+    records = epoch_records(result.stdout)
+    assert sorted(records) == [1, 2] and {size for _, size in records.values()} == {2}, describe(result)
+    assert records[2][0] < records[1][0], f"loss did not fall: {records}"
+    assert [int(m.group(3)) for m in CHECKPOINT_LINE.finditer(result.stdout)] == [0, 0], describe(result)
+    assert sorted(p.name for p in worker_checkpoints.glob("*.index")) == ["checkpoint-0001.index",
+                                                                           "checkpoint-0002.index"]
