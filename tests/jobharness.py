@@ -40,6 +40,7 @@ def job_args(pool: "NodePool", claim: str, gpus: int, *extra: str, script_args: 
             "--", *script_args]
 TEST_NODE_LABEL = "distributetrain.test/nodes"
 MANAGER_FINISH_TIMEOUT_S = 240.0
+CLAIM_BOUND_TIMEOUT_S = 60.0
 
 
 def rbac_documents(namespace: str) -> list[dict]:
@@ -127,6 +128,7 @@ class Jobs:
         """Watch one pod until ``predicate(pod)``; AssertionError with its state on timeout."""
         give_up_at = time.monotonic() + timeout_s
         last: dict | None = None
+        last_error: Exception | None = None
         while time.monotonic() < give_up_at:
             stream = watch.Watch().stream(
                 self.core.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}",
@@ -143,8 +145,10 @@ class Jobs:
                 # The test's own watch rides out apiserver restarts and a lagging watch cache.
                 if isinstance(e, client.ApiException) and e.status not in (410, 429, 500, 503, 504):
                     raise
+                last_error = e
                 time.sleep(0.5)
-        raise AssertionError(f"pod {name} did not reach the expected state in {timeout_s}s; last: "
+        raise AssertionError(f"pod {name} did not reach the expected state in {timeout_s}s "
+                             f"(last watch error: {last_error!r}); last: "
                              f"{json.dumps((last or {}).get('status'), indent=1)[:3000]}\n"
                              f"its log (tail):\n{self.log_tail(name)}")
 
@@ -220,6 +224,11 @@ def script_volume(api_client, namespace: str, files: dict[str, str], tmp_path: P
                  "resources": {"requests": {"storage": "1Gi"}}},
     })
     try:
+        # A job submitted on an unbound claim would wait (unschedulable) until it binds.
+        give_up_at = time.monotonic() + CLAIM_BOUND_TIMEOUT_S
+        while core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase != "Bound":
+            assert time.monotonic() < give_up_at, f"claim {claim} not Bound after {CLAIM_BOUND_TIMEOUT_S}s"
+            time.sleep(0.2)
         yield claim
     finally:
         try:

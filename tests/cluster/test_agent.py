@@ -415,7 +415,7 @@ def test_killed_container_restarts_under_on_failure(cluster, core, namespace, no
     status = wait_for(restarted, RESTART_TIMEOUT_S, "the container to run again")
     assert status["lastState"]["terminated"]["exitCode"] == 137
     assert get_pod(core, namespace, "manager")["status"]["phase"] == "Running"
-    assert len(processes_with(running)) == 1
+    wait_for(lambda: len(processes_with(running)) == 1, POD_START_TIMEOUT_S, "the new run's process")
     wait_for(lambda: logs(core, namespace, "manager") == "attempt 1\n", POD_START_TIMEOUT_S, "the new run's log")
     previous = cluster.kubectl("logs", "--previous", "-n", namespace, "manager")
     assert previous.stdout == "attempt 0\n", previous.stderr

@@ -35,7 +35,8 @@ def test_a_job_runs_in_a_namespace_whose_quota_requires_requests(cluster, api_cl
         jobs.submit("fits", job_args(pool, claim, 2, "--cpu-per-gpu=250m", "--memory-per-gpu=256Mi"))
         assert jobs.exit_code("fits") == 0, jobs.logs("fits")
         chief = jobs.pod("fits-chief")["spec"]["containers"][0]["resources"]
-        assert chief["requests"] == {"cpu": "250m", "memory": "256Mi"}
+        # The apiserver defaults an extended resource's request to its limit.
+        assert chief["requests"] == {"cpu": "250m", "memory": "256Mi", "nvidia.com/gpu": "1"}
         assert chief["limits"] == {"nvidia.com/gpu": "1", "memory": "256Mi"}
 
 
@@ -50,7 +51,7 @@ def test_a_refusal_by_quota_or_limit_range_is_its_own_exit_code(cluster, api_cli
             "spec": {"limits": [{"type": "Container", "max": {"memory": "4Gi"}}]}})
         refusal = "maximum memory usage per Container is 4Gi, but limit is 8Gi"
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
-        jobs.submit("refused", ["--num-gpus=2", "--image=distributetrain/base:test",
+        jobs.submit("refused", ["--num-gpus=2", "--image=distributetrain/base:0.1.0",
                                 f"--node-selector={pool.selector}"])
         code = jobs.exit_code("refused", timeout_s=90)
         log = jobs.logs("refused")

@@ -68,7 +68,7 @@ def test_a_successful_jobs_events_tell_its_story_in_order(cluster, api_client, n
         jobs.submit("story", job_args(pool, claim, 2, script_args=("0", "5")))
         assert jobs.exit_code("story") == 0, jobs.logs("story")
         recorded = manager_events(api_client, namespace, "story")
-        assert [e["reason"] for e in recorded] == SUCCESS_STORY, recorded
+        assert [e["reason"] for e in recorded] == SUCCESS_STORY, [(e["reason"], e.get("message")) for e in recorded]
         assert {e["type"] for e in recorded} == {"Normal"}
         planned, succeeded = recorded[0], recorded[-1]
         assert planned["message"] == (f"2 GPUs on 2 nodes: {pool.node('a')}=1,{pool.node('b')}=1 "
@@ -85,7 +85,7 @@ def test_a_failed_jobs_events_end_with_the_exit_code(cluster, api_client, namesp
         # horovodrun exits 1 when a rank fails, whatever its code: that is the chief's code.
         assert jobs.exit_code("sad") == 1, jobs.logs("sad")
         recorded = manager_events(api_client, namespace, "sad")
-        assert [e["reason"] for e in recorded] == FAILURE_STORY, recorded
+        assert [e["reason"] for e in recorded] == FAILURE_STORY, [(e["reason"], e.get("message")) for e in recorded]
         assert (recorded[-1]["type"], recorded[-1]["message"]) == ("Warning", "chief exited with code 1 (exit code 1)")
         assert described_reasons(cluster, namespace, "sad") == FAILURE_STORY
 
