@@ -84,6 +84,19 @@ def container_state(pod: dict) -> tuple[str, dict]:
     return next(iter((statuses[0].get("state") or {"waiting": {}}).items()))
 
 
+def failure_reason(pod: dict) -> str | None:
+    """Why the manager failed or never ran, from its pod's own status (image, start error)."""
+    kind, details = container_state(pod)
+    if kind == "terminated" and details.get("exitCode") == 0:
+        return None
+    if kind == "running":
+        return None
+    reason = details.get("reason") or "unknown"
+    message = details.get("message") or "no message"
+    code = f" (exit code {details['exitCode']})" if "exitCode" in details else ""
+    return f"manager container {kind}{code}: {reason}: {message}"
+
+
 def follow(cluster: Cluster) -> dict:
     """Stream the chief's output while the job runs; return the manager pod at its end."""
     give_up_at = time.monotonic() + JOB_TIMEOUT_S
@@ -141,10 +154,9 @@ def main() -> int:
         exit_code = details.get("exitCode", 1) if kind == "terminated" else 1
         status = pod["status"]["containerStatuses"][0]
         print(f"manager image: {status['image']} ({status.get('imageID') or 'never created'})")
-        if exit_code != 0:
-            # The pod's own status says why a manager failed or never ran (image, start error).
-            print(f"manager container {kind}: {details.get('reason', '?')}: "
-                  f"{details.get('message', 'no message')}")
+        reason = failure_reason(pod)
+        if reason:
+            print(reason)
         print(f"plan (node=GPUs, chief last): {annotations.get('distributetrain.io/plan')}")
         print(f"outcome: {annotations.get('distributetrain.io/phase')} - "
               f"{annotations.get('distributetrain.io/reason', '')}")
