@@ -18,7 +18,16 @@ if [ "${DT_BENCH_ISOLATED:-}" != 1 ]; then
 fi
 mkdir -p /run/netns
 mount -t tmpfs -o mode=755 bench-netns /run/netns  # the agent's netns names, private
-mount -t sysfs bench-sysfs /sys  # /sys/class/net must list this namespace's links
+# /sys/class/net must list this namespace's links, so /sys is a fresh sysfs; that hides
+# /sys/fs/cgroup, which runc (cgroupfs manager) needs to start the pods' containers, so
+# the host's cgroup tree is kept aside first and moved back on top. Nothing else podman
+# uses lives under /sys; its run root (/run/distributetrain-containers) is untouched.
+cgroup_keep=$(mktemp -d /tmp/distributetrain-bench-cgroup-XXXXXX)
+mount --rbind /sys/fs/cgroup "$cgroup_keep"
+mount --make-rprivate "$cgroup_keep"
+mount -t sysfs bench-sysfs /sys
+mount --move "$cgroup_keep" /sys/fs/cgroup
+rmdir "$cgroup_keep"
 ip link set lo up
 status=0
 "$@" || status=$?
