@@ -3,7 +3,7 @@
 What a pause container and the CNI plugin provide on a real node: the pod's
 address and netns (or the node's, with hostNetwork), the kubelet-managed hosts
 file, and the pod directory holding volumes and logs. Containers then join it
-through podinit. Creation may be retried (a Secret may not exist yet); the
+(the runtime puts them in its netns and bind-mounts its files). Creation may be retried (a Secret may not exist yet); the
 address is allocated once and kept for the pod's life.
 """
 
