@@ -82,10 +82,11 @@ for worker in $DT_WORKERS; do
 done
 # Pods of one cluster share the CNI's layout, so the interface holding this pod's IP is
 # the one to use everywhere: naming it spares horovodrun its probe of every interface on
-# every host (an SSH round and a Python start per host) before the job starts. (A job
-# on the chief alone runs over loopback, which horovodrun finds by itself.)
+# every host (an SSH round and a Python start per host) before the job starts. Not so on
+# the nodes' own networks (--host-network), whose interface names may differ by node,
+# nor for a job on the chief alone (loopback, which horovodrun finds by itself).
 interface=""
-if [ -n "$DT_WORKERS" ]; then
+if [ -n "$DT_WORKERS" ] && [ "$DT_SAME_INTERFACES" = true ]; then
   interface=$(python -c 'import sys, psutil
 print(next((name for name, addresses in psutil.net_if_addrs().items()
             if any(a.address == sys.argv[1] for a in addresses)), ""))' "$DT_CHIEF_ADDRESS") || interface=""
@@ -274,6 +275,7 @@ def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[
         {"name": "DT_PORT", "value": str(settings.port)},
         {"name": "DT_FILENAME", "value": settings.filename},
         {"name": "DT_SSH_ATTEMPTS", "value": str(settings.ssh_connect_attempts)},
+        {"name": "DT_SAME_INTERFACES", "value": "false" if settings.host_network else "true"},
         *({"name": name, "value": value} for name, value in settings.env),
     ]
     container = {
