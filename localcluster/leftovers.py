@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import netsetup, processes
-from localcluster.agent.runtime import STATE_DIR_LABEL
 from localcluster.layout import RunLayout
-from localcluster.podman import labelled_containers, podman
+from localcluster.podman import STATE_DIR_LABEL, labelled_containers, podman
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,9 @@ from pathlib import Path
 from localcluster.layout import cache_dir
 
 PODMAN = "podman"
+# On every container a node agent creates: its state directory, so the agent (after a
+# crash) and `localcluster down` find the containers it left.
+STATE_DIR_LABEL = "io.distributetrain.agent-state-dir"
 COMMAND_TIMEOUT_S = 120.0
 
 

@@ -38,14 +38,14 @@ from localcluster.agent.probes import (
     LIVENESS, PROBE_KINDS, PROBE_NAMES, READINESS, STARTUP, ProbeTarget, ProbeTracker, run_probe,
 )
 from localcluster.agent.runtime import (
-    POD_UID_LABEL, STATE_DIR_LABEL, ContainerProcess, LaunchSpec, StartError, security_options, start_container,
+    POD_UID_LABEL, ContainerProcess, LaunchSpec, StartError, security_options, start_container,
 )
 from localcluster.agent.sandbox import Sandbox
 from localcluster.agent.settings import AgentSettings
 from localcluster.agent.statusmanager import StatusManager
 from localcluster.agent.supervisor import ExitStatus, Supervisor
 from localcluster.agent.volumes import Mount, VolumeError, container_mounts, sort_mounts
-from localcluster.podman import PodmanError
+from localcluster.podman import STATE_DIR_LABEL, PodmanError
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,6 @@ class _Run:
 
     container_id: str
     process: ContainerProcess
-    env: dict[str, str]
     probes: dict[str, ProbeTracker]
     kill_at: float | None = None
 
@@ -469,7 +468,7 @@ class PodWorker(threading.Thread):
             kind: ProbeTracker(kind, container.spec[kind], now)
             for kind in PROBE_KINDS if container.spec.get(kind)
         }
-        container.run = _Run(container_id=container_id, process=process, env=kubelet_vars, probes=probes)
+        container.run = _Run(container_id=container_id, process=process, probes=probes)
         view.started_at = process.started_at
         view.termination = None
         view.state = RUNNING_STATE

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from localcluster.agent.containerlogs import LogWriter
 from localcluster.agent.supervisor import ExitStatus, Supervisor
 from localcluster.agent.volumes import Mount
-from localcluster.podman import PODMAN, PodmanError, labelled_containers, podman, podman_env
+from localcluster.podman import PODMAN, STATE_DIR_LABEL, PodmanError, labelled_containers, podman, podman_env
 
 log = logging.getLogger(__name__)
 
-# Labels on every container, so an agent (or `localcluster down`) finds what it left.
-STATE_DIR_LABEL = "io.distributetrain.agent-state-dir"
+# Labels on every container: the pod it belongs to (the agent's state directory is
+# STATE_DIR_LABEL, shared with `localcluster down`).
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 # `podman kill` fails on a container that is created but not yet running (the instant
 # between init and start): retry for this long before giving up on the signal.
