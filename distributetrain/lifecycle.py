@@ -77,9 +77,14 @@ def job_deadline(kube: Kube, settings: JobSettings) -> float:
 
 
 def will_restart(kube: Kube, settings: JobSettings) -> bool:
-    """Whether the kubelet restarts the manager's container after it fails."""
+    """Whether the kubelet restarts the manager's container after it fails.
+
+    A pod being deleted restarts nothing, whatever its restartPolicy.
+    """
     pod = kube.get_pod(settings.own_namespace, settings.job_name) if settings.owner_uid else None
-    return ((pod or {}).get("spec") or {}).get("restartPolicy", "Never") != "Never"
+    if not pod or pod["metadata"].get("deletionTimestamp"):
+        return False
+    return (pod.get("spec") or {}).get("restartPolicy", "Never") != "Never"
 
 
 def execute(kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool = False) -> int:

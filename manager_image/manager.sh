@@ -6,12 +6,16 @@
 set -u
 
 child=0
-forward() { [ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null; }
+terminating=0
+# A signal between phases (no child yet, or one just started) is remembered: no new
+# phase starts after it but the teardown.
+forward() { terminating=1; [ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null; }
 trap forward TERM INT
 
 phase() {
   python -m distributetrain "$@" &
   child=$!
+  [ "$terminating" -eq 1 ] && [ "$1" != teardown ] && kill -TERM "$child" 2>/dev/null
   wait "$child"
   phase_status=$?
   # A trapped signal interrupts `wait`; wait again for the phase's own exit code.
@@ -43,6 +47,11 @@ if [ "$pre_training_status" -ne 0 ]; then
   # restartPolicy restarts this container, which then adopts the job).
   phase teardown --unless-restarting "$@"
   exit "$pre_training_status"
+fi
+if [ "$terminating" -eq 1 ]; then
+  # The pod is being deleted just as pre-training finished: no training, only teardown.
+  phase teardown --unless-restarting "$@"
+  exit 143
 fi
 phase post-training "$@"
 post_training_status=$?

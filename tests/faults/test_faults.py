@@ -87,9 +87,12 @@ def test_chief_fails_workers_and_secret_deleted_exit_code_passed_through(cluster
         assert jobs.pod("chieffail-chief")["status"]["phase"] == "Failed"  # kept for its logs
 
 
-def test_manager_pod_deleted_mid_job_everything_goes(cluster, jobs, scripts):
+@pytest.mark.parametrize("restart_policy", ["Never", "OnFailure"])
+def test_manager_pod_deleted_mid_job_everything_goes(cluster, jobs, scripts, restart_policy):
+    """A pod being deleted restarts nothing, so even OnFailure tears the job down."""
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
-        jobs.submit("deleted", job_args(pool, scripts, 2, script_args=("0", LONG_TRAINING_S)))
+        jobs.submit("deleted", job_args(pool, scripts, 2, script_args=("0", LONG_TRAINING_S)),
+                    restart_policy=restart_policy)
         wait_running(jobs, "deleted-chief")
         jobs.core.delete_namespaced_pod("deleted", jobs.namespace)
         wait_nothing_left(jobs, "deleted")
