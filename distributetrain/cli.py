@@ -39,6 +39,8 @@ def build_parser() -> Parser:
         if command == "teardown":
             sub.add_argument("--unless-restarting", action="store_true",
                              help="do nothing if the manager's container will be restarted (it adopts the job)")
+            sub.add_argument("--failed-with", type=int, metavar="EXIT_CODE",
+                             help="record this exit code as the job's outcome, unless one is recorded already")
     render = commands.add_parser("render", help="print the YAML of every object a job would create")
     add_job_flags(render)
     render.add_argument("--nodes", required=True, metavar="NODE=FREE[,NODE=FREE]",
@@ -80,4 +82,5 @@ def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
     from distributetrain.lifecycle import execute
 
     kube = Kube(load_api_client(args.kubeconfig, args.context))
-    return execute(kube, settings, args.command, getattr(args, "unless_restarting", False))
+    return execute(kube, settings, args.command, getattr(args, "unless_restarting", False),
+                   getattr(args, "failed_with", None))

@@ -28,6 +28,8 @@ from distributetrain.settings import gpu_toleration
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+NOT_SELECTED = "does not match the node selector"
+MAX_NODES_NAMED = 10  # in messages: a large cluster's node list would drown the reason
 
 
 def gpu_count(quantity: object) -> int:
@@ -111,7 +113,7 @@ def node_refusal(
     metadata, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     labels = metadata.get("labels") or {}
     if any(labels.get(k) != v for k, v in node_selector.items()):
-        return "does not match the node selector"
+        return NOT_SELECTED
     if spec.get("unschedulable"):
         return "is cordoned"
     ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
@@ -137,12 +139,19 @@ class GpuLedger:
     used: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     refused: dict[str, str] = field(default_factory=dict)
     advertised: bool = False  # some node (candidate or not) has the resource at all
+    # GPUs of every node the node selector allows, whatever its state: cordoned, NotReady
+    # or tainted nodes may come back, so only a request beyond this is bad input.
+    selectable: int = 0
+    reserving: set[str] = field(default_factory=set)  # uids of other managers with a reservation
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
         name = node["metadata"]["name"]
         amounts = (node.get("status") or {}).get("allocatable") or {}
         if self.resource in amounts:
             self.advertised = True
+            labels = node["metadata"].get("labels") or {}
+            if all(labels.get(k) == v for k, v in node_selector.items()):
+                self.selectable += gpu_count(amounts[self.resource])
         reason = node_refusal(node, self.resource, tolerations, node_selector)
         if reason:
             self.refused[name] = reason
@@ -158,8 +167,33 @@ class GpuLedger:
             self.used[node] += pod_request(spec, self.resource)
         reservation = (metadata.get("annotations") or {}).get(names.ANNOTATION_RESERVATION)
         if reservation and metadata.get("uid") != self.own_pod_uid:
+            self.reserving.add(metadata.get("uid", ""))
             for reserved_node, count in parse_plan(reservation):
                 self.used[reserved_node] += count
+
+    def freed_by(self, event_type: str, pod: Mapping) -> bool:
+        """Whether a watch event can free GPUs on a candidate node: a pod holding some
+        there was deleted or finished, or another manager dropped its reservation.
+        Anything else (the cluster's other pods starting, changing, being created) cannot
+        make the plan feasible, so waiting for GPUs does not wake for it."""
+        metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if metadata.get("uid") in self.reserving:
+            annotations = metadata.get("annotations") or {}
+            if event_type == "DELETED" or not annotations.get(names.ANNOTATION_RESERVATION):
+                return True
+        ended = event_type == "DELETED" or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+        node = spec.get("nodeName") or pinned_node(spec)
+        return ended and node in self.allocatable and pod_request(spec, self.resource) > 0
+
+    def unavailable(self) -> str:
+        """Why GPU nodes the job may use are not candidates now (cordoned, NotReady, a
+        taint), bounded; nodes it may never use (the selector, no GPUs) are only counted."""
+        never = (NOT_SELECTED, f"has no {self.resource}")
+        now = [f"{node} {why}" for node, why in sorted(self.refused.items()) if why not in never]
+        shown = now[:MAX_NODES_NAMED] + ([f"{len(now) - MAX_NODES_NAMED} more"] if len(now) > MAX_NODES_NAMED else [])
+        others = len(self.refused) - len(now)
+        return "; ".join(shown or ["no node unavailable"]) + (
+            f" ({others} other nodes are not selected or have no {self.resource})" if others else "")
 
     def free(self) -> dict[str, int]:
         return {node: max(0, count - self.used.get(node, 0)) for node, count in self.allocatable.items()}

@@ -87,21 +87,38 @@ def will_restart(kube: Kube, settings: JobSettings) -> bool:
     return (pod.get("spec") or {}).get("restartPolicy", "Never") != "Never"
 
 
-def execute(kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool = False) -> int:
+def execute(
+    kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool = False, failed_with: int | None = None
+) -> int:
     """Run ``phase`` (one of PHASES) and return the manager's exit code.
 
-    ``unless_restarting`` (teardown only): leave the job alone when the manager's
-    container will be restarted, since the new container adopts it.
+    Teardown only: ``unless_restarting`` leaves the job alone when the manager's
+    container will be restarted, since the new container adopts it; ``failed_with`` is
+    the exit code of the phase that ended without recording an outcome (killed, crashed),
+    recorded on the manager pod unless one is there already.
     """
     reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
     try:
-        return _execute(kube, settings, phase, unless_restarting, reporter)
+        return _execute(kube, settings, phase, unless_restarting, failed_with, reporter)
     finally:
         with shielded():
             reporter.events.close()
 
 
-def _execute(kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool, reporter: Reporter) -> int:
+def abnormal_end(exit_code: int) -> str:
+    """What a phase's exit code says, for one that could not say it itself."""
+    if exit_code > 128:
+        try:
+            return f"the manager was stopped by {signal.Signals(exit_code - 128).name}; the job was torn down"
+        except ValueError:
+            pass
+    return f"the manager failed with exit code {exit_code}; the job was torn down"
+
+
+def _execute(
+    kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool, failed_with: int | None,
+    reporter: Reporter,
+) -> int:
     try:
         with cancellable():
             deadline = job_deadline(kube, settings)
@@ -118,11 +135,13 @@ def _execute(kube: Kube, settings: JobSettings, phase: str, unless_restarting: b
                     return exitcodes.OK
                 with shielded():
                     tear_down_quietly(kube, settings, keep_chief=not settings.delete_chief)
+                    if failed_with is not None and not reporter.has_finished():
+                        reporter.finished(failed_with, abnormal_end(failed_with))
             return exitcodes.OK
     except errors.UsageError as e:
         # Raised before anything is created (pre-flight and request checks).
         log.error("%s", e)
-        reporter.events.record(events.FAILED, f"{e} (exit code {e.exit_code})")
+        reporter.finished(e.exit_code, str(e))
         return e.exit_code
     except errors.DistributeTrainError as e:
         with shielded():

@@ -31,7 +31,8 @@ from distributetrain.teardown import tear_down
 log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 120.0
-GPU_RECHECK_S = 10.0  # while waiting for GPUs, re-plan at least this often (sooner on pod changes)
+GPU_RECHECK_S = 10.0  # while waiting for GPUs, re-plan at least this often (nodes coming back)
+REPLAN_MIN_INTERVAL_S = 1.0  # and at most this often, however busy the cluster's pods are
 DRY_RUN_ADDRESS = "192.0.2.1"  # TEST-NET-1: a placeholder worker address for the dry run
 
 
@@ -75,13 +76,12 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
     """Requests no cluster state could ever satisfy are bad input, not a wait."""
     if not ledger.advertised:
         raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
-    total = sum(ledger.allocatable.values())
-    if settings.num_gpus > total:
+    # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
+    # only more GPUs than every node the selector allows advertises is never satisfiable.
+    if settings.num_gpus > ledger.selectable:
+        where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
         raise errors.UsageError(
-            "--num-gpus",
-            f"requested {settings.num_gpus} GPUs but the eligible nodes have {total} in all "
-            f"({len(ledger.allocatable)} nodes)",
-        )
+            "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
 
 
 class PreTraining:
@@ -171,7 +171,10 @@ class PreTraining:
         """Plan and create the workers under the Lease; wait for GPUs while allowed."""
         settings = self.settings
         last_shortage = ""
+        next_plan_at = 0.0
         while True:
+            time.sleep(max(0.0, next_plan_at - time.monotonic()))
+            next_plan_at = time.monotonic() + REPLAN_MIN_INTERVAL_S
             self.reporter.phase("Planning")
             with PlacementLock(self.kube, settings.lease_namespace, f"{settings.namespace}/{settings.job_name}",
                                LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME):
@@ -190,28 +193,29 @@ class PreTraining:
                     self.reporter.reserve(plan)
                     self._create_workers(plan)
                     return plan
+            shortage_text = f"{shortage}; unavailable: {ledger.unavailable()}"
             if time.monotonic() >= min(give_up_at, self.deadline):
                 raise errors.JobFailed(
-                    f"{shortage}; nodes not eligible: {ledger.refused or 'none'}"
-                    + ("" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"),
+                    shortage_text + ("" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"),
                     exitcodes.INSUFFICIENT_GPUS,
                 )
-            if str(shortage) != last_shortage:
-                log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, shortage,
+            if shortage_text != last_shortage:
+                log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, shortage_text,
                          settings.wait_for_gpus_s)
-                last_shortage = str(shortage)
+                last_shortage = shortage_text
             # The same shortage again adds to one Event's count (the recorder's series).
-            self.reporter.events.record(events.WAITING_FOR_GPUS,
-                                        f"{shortage}; waiting up to {settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
+            self.reporter.events.record(
+                events.WAITING_FOR_GPUS, f"{shortage_text}; waiting up to {settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
             self.reporter.phase("WaitingForGPUs")
-            self._wait_for_pod_change(version, min(GPU_RECHECK_S, give_up_at - time.monotonic()))
+            self._wait_for_freed_gpus(ledger, version, min(GPU_RECHECK_S, give_up_at - time.monotonic()))
 
-    def _wait_for_pod_change(self, version: str, timeout_s: float) -> None:
-        """Return at the first pod that ends or goes away anywhere, or after ``timeout_s``."""
+    def _wait_for_freed_gpus(self, ledger: inventory.GpuLedger, version: str, timeout_s: float) -> None:
+        """Return at the first pod event that can free GPUs on a candidate node, or after
+        ``timeout_s`` (which also catches nodes coming back: uncordoned, Ready again)."""
         give_up_at = time.monotonic() + max(timeout_s, 0.1)
         try:
             for kind, pod in self.kube.watch_pods(None, version, max(timeout_s, 1)):
-                if kind == "DELETED" or podstate.is_finished(pod) or time.monotonic() >= give_up_at:
+                if ledger.freed_by(kind, pod) or time.monotonic() >= give_up_at:
                     return
         except (errors.Gone, errors.TransientApiError):
             return

@@ -88,6 +88,10 @@ class Reporter:
         """The plan recorded by pre-training (which may have run in another process)."""
         return parse_plan(self._annotation(names.ANNOTATION_PLAN) or "") or None
 
+    def has_finished(self) -> bool:
+        """Whether an outcome is already recorded on the manager pod."""
+        return self._annotation(names.ANNOTATION_PHASE) in ("Succeeded", "Failed")
+
     def finished(self, exit_code: int, reason: str) -> None:
         phase = "Succeeded" if exit_code == 0 else "Failed"
         log.info("job %s %s (exit code %d): %s", self.settings.job_name, phase.lower(), exit_code, reason)

@@ -45,18 +45,18 @@ fi
 if [ "$pre_training_status" -ne 0 ]; then
   # Pre-training cleans up after itself; this covers a hard crash (unless the pod's
   # restartPolicy restarts this container, which then adopts the job).
-  phase teardown --unless-restarting "$@"
+  phase teardown --unless-restarting --failed-with "$pre_training_status" "$@"
   exit "$pre_training_status"
 fi
 if [ "$terminating" -eq 1 ]; then
   # The pod is being deleted just as pre-training finished: no training, only teardown.
-  phase teardown --unless-restarting "$@"
+  phase teardown --unless-restarting --failed-with 143 "$@"
   exit 143
 fi
 phase post-training "$@"
 post_training_status=$?
 if [ "$post_training_status" -gt 128 ]; then
   # Killed by a signal, perhaps before its own teardown: make sure (idempotent).
-  phase teardown --unless-restarting "$@"
+  phase teardown --unless-restarting --failed-with "$post_training_status" "$@"
 fi
 exit "$post_training_status"

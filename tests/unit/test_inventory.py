@@ -210,3 +210,56 @@ def test_the_gpu_resource_s_noschedule_taint_never_refuses_a_node(node_taints, t
     others = [t for t in node_taints if not (t["key"] == GPU and t["effect"] == "NoSchedule")]
     assert (node_refusal(node("a", taints=others + gpu_taints), GPU, tolerations)
             == node_refusal(node("a", taints=others), GPU, tolerations))
+
+
+def test_selectable_counts_every_selected_node_whatever_its_state():
+    ledger = GpuLedger(GPU)
+    for n in (node("a", "4", unschedulable=True, labels={"pool": "x"}), node("b", "2", ready="False", labels={"pool": "x"}),
+              node("c", "8", labels={"pool": "y"}), node("d", None, labels={"pool": "x"})):
+        ledger.add_node(n, node_selector={"pool": "x"})
+    assert (ledger.selectable, ledger.allocatable) == (6, {})
+    assert ledger.refused == {"a": "is cordoned", "b": "is not Ready", "c": "does not match the node selector",
+                              "d": "has no nvidia.com/gpu"}
+
+
+def freed_ledger():
+    ledger = GpuLedger(GPU, own_pod_uid="me")
+    ledger.add_node(node("a"))
+    ledger.add_node(node("cordoned", unschedulable=True))
+    for p in (pod("a", [container(2)], uid="holder"),
+              pod(None, [container()], uid="other-manager", annotations={names.ANNOTATION_RESERVATION: "a=1"}),
+              pod(None, [container()], uid="me", annotations={names.ANNOTATION_RESERVATION: "a=2"})):
+        ledger.add_pod(p)
+    return ledger
+
+
+@pytest.mark.parametrize("event,p,frees", [
+    ("DELETED", pod("a", [container(2)]), True),
+    ("MODIFIED", pod("a", [container(2)], phase="Succeeded"), True),
+    ("MODIFIED", pod("a", [container(2)], phase="Failed"), True),
+    ("DELETED", pod(None, [container(1)], affinity_node="a"), True),  # a pinned, unbound worker
+    ("MODIFIED", pod("a", [container(2)]), False),  # still running
+    ("ADDED", pod("a", [container(2)], phase="Pending"), False),
+    ("DELETED", pod("a", [container()]), False),  # held no GPU
+    ("DELETED", pod("cordoned", [container(2)]), False),  # not a candidate node
+    ("DELETED", pod("elsewhere", [container(2)]), False),
+    ("MODIFIED", pod(None, [container()], uid="other-manager"), True),  # dropped its reservation
+    ("DELETED", pod(None, [container()], uid="other-manager", annotations={names.ANNOTATION_RESERVATION: "a=1"}), True),
+    ("MODIFIED", pod(None, [container()], uid="other-manager", annotations={names.ANNOTATION_RESERVATION: "a=1"}), False),
+    ("MODIFIED", pod(None, [container()], uid="me"), False),  # its own reservation is not a claim
+    ("BOOKMARK", {"metadata": {"resourceVersion": "7"}}, False),
+])
+def test_only_events_that_can_free_gpus_on_candidate_nodes_wake_the_wait(event, p, frees):
+    assert freed_ledger().freed_by(event, p) is frees
+
+
+def test_unavailable_names_nodes_that_may_come_back_and_counts_the_rest():
+    ledger = GpuLedger(GPU)
+    for n in [node(f"cordoned-{i:02}", unschedulable=True) for i in range(12)] + [
+            node("down", ready="False"), node("cpu", None), node("other", labels={"pool": "y"})]:
+        ledger.add_node(n, node_selector={})
+    ledger.add_node(node("elsewhere", labels={"pool": "y"}), node_selector={"pool": "x"})
+    text = ledger.unavailable()
+    assert text.startswith("cordoned-00 is cordoned; cordoned-01 is cordoned;")
+    assert "; 3 more (2 other nodes are not selected or have no nvidia.com/gpu)" in text
+    assert GpuLedger(GPU).unavailable() == "no node unavailable"

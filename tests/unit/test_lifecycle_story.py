@@ -220,3 +220,11 @@ def test_bad_input_found_by_the_manager_is_a_failed_event(story, monkeypatch):
     code, recorded, _ = story([])
     assert code == 2
     assert recorded == [("Failed", "Warning", "--namespace: namespace 'ml' does not exist (exit code 2)")]
+
+
+@pytest.mark.parametrize("code,says", [
+    (143, "stopped by SIGTERM"), (137, "stopped by SIGKILL"), (1, "failed with exit code 1"),
+    (200, "failed with exit code 200"),
+])
+def test_an_abnormal_end_says_what_stopped_the_manager(code, says):
+    assert says in lifecycle.abnormal_end(code)
