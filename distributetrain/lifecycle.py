@@ -122,8 +122,11 @@ def _execute(
     try:
         with cancellable():
             deadline = job_deadline(kube, settings)
+            settings = settings.replace(attempt=reporter.attempt())
             if phase in ("pre-training", "run"):
-                PreTraining(kube, settings, reporter, deadline).run()
+                pre_training = PreTraining(kube, settings, reporter, deadline)
+                pre_training.run()
+                settings = pre_training.settings  # its last attempt is the one to follow
             if phase in ("post-training", "run"):
                 code = PostTraining(kube, settings, reporter, deadline).run()
                 reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")

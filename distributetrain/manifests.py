@@ -260,7 +260,7 @@ def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict
         },
     }
     return _job_pod(
-        settings, names.worker_name(settings.job_name, index), names.ROLE_WORKER, node, share, container,
+        settings, names.worker_name(settings.job_name, index, settings.attempt), names.ROLE_WORKER, node, share, container,
         ["authorized_keys", HOST_KEY_FILE], names.SSH_SERVER_DIR, {names.LABEL_WORKER_INDEX: str(index)},
     )
 
@@ -289,7 +289,7 @@ def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[
         "env": env,
     }
     return _job_pod(
-        settings, names.chief_name(settings.job_name), names.ROLE_CHIEF, node, share, container,
+        settings, names.chief_name(settings.job_name, settings.attempt), names.ROLE_CHIEF, node, share, container,
         [CLIENT_KEY_FILE, "known_hosts", "config"], names.SSH_CLIENT_DIR,
     )
 

@@ -22,6 +22,8 @@ ANNOTATION_EXIT_CODE = f"{DOMAIN}/exit-code"
 ANNOTATION_REASON = f"{DOMAIN}/reason"
 ANNOTATION_RESERVATION = f"{DOMAIN}/reservation"
 ANNOTATION_GPUS = f"{DOMAIN}/gpus"
+# Which start of the job's pods is current: every re-plan creates them under new names.
+ANNOTATION_ATTEMPT = f"{DOMAIN}/attempt"
 # Why each pod the manager waits on is not Ready yet (JSON: pod name -> reason).
 ANNOTATION_WAITING = f"{DOMAIN}/waiting"
 
@@ -36,12 +38,24 @@ EVENTS_CONTROLLER = f"{DOMAIN}/manager"
 MAX_JOB_NAME_LENGTH = 50
 
 
-def worker_name(job: str, index: int) -> str:
-    return f"{job}-worker-{index}"
+def _attempt_suffix(attempt: int) -> str:
+    # A re-plan never reuses a released pod's name: the old pod may still be terminating
+    # (on a dead node, for ever), and a same-named create would adopt it.
+    return f"-r{attempt}" if attempt else ""
 
 
-def chief_name(job: str) -> str:
-    return f"{job}-chief"
+def worker_name(job: str, index: int, attempt: int = 0) -> str:
+    return f"{job}-worker-{index}{_attempt_suffix(attempt)}"
+
+
+def chief_name(job: str, attempt: int = 0) -> str:
+    return f"{job}-chief{_attempt_suffix(attempt)}"
+
+
+def attempt_of(manager: dict) -> int:
+    """The current attempt recorded on a manager pod (0 before any re-plan)."""
+    text = ((manager.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ATTEMPT, "0")
+    return int(text) if text.isdigit() else 0
 
 
 def secret_name(job: str) -> str:

@@ -45,7 +45,7 @@ class PostTraining:
         """Workers from the recorded plan: one deleted before this process started is lost, not absent."""
         plan = self.reporter.plan()
         if plan is not None:
-            return [names.worker_name(self.settings.job_name, i) for i in range(len(plan) - 1)]
+            return [names.worker_name(self.settings.job_name, i, self.settings.attempt) for i in range(len(plan) - 1)]
         return sorted(
             name for name, pod in pods.items()
             if pod["metadata"].get("labels", {}).get(names.LABEL_ROLE) == names.ROLE_WORKER
@@ -54,7 +54,7 @@ class PostTraining:
     def _follow(self) -> int:
         settings = self.settings
         pods = job_pods(self.kube, settings)
-        chief = names.chief_name(settings.job_name)
+        chief = names.chief_name(settings.job_name, settings.attempt)
         if chief not in pods:
             raise errors.JobFailed(f"job {settings.job_name} has no chief: pre-training did not finish",
                                    exitcodes.INTERNAL_ERROR)

@@ -93,7 +93,7 @@ class PreTraining:
 
     def run(self) -> None:
         pods = job_pods(self.kube, self.settings)
-        chief = names.chief_name(self.settings.job_name)
+        chief = names.chief_name(self.settings.job_name, self.settings.attempt)
         if chief in pods:
             log.info("job %s already has its chief; adopting it", self.settings.job_name)
             return
@@ -104,7 +104,7 @@ class PreTraining:
         while True:
             if plan is None:
                 plan = self._place(give_up_at)
-            workers = [names.worker_name(self.settings.job_name, i) for i in range(len(plan) - 1)]
+            workers = [names.worker_name(self.settings.job_name, i, self.settings.attempt) for i in range(len(plan) - 1)]
             self.reporter.phase("StartingWorkers")
             ready_by = min(time.monotonic() + self.settings.worker_ready_timeout_s, self.deadline)
             pod_waits = PodWaits(self.reporter, workers)
@@ -138,13 +138,25 @@ class PreTraining:
                     exitcodes.TIMED_OUT,
                 )
             log.warning("workers not Ready in time (%s); released them and planning again", reasons)
+            self._next_attempt()
             plan = None
         self._create_chief(plan, [outcome.addresses[w] for w in workers])
 
+    def _next_attempt(self) -> None:
+        """The next plan's pods get new names: a released pod may still be terminating."""
+        self.settings = self.settings.replace(attempt=self.settings.attempt + 1)
+        self.reporter.record_attempt(self.settings.attempt)
+
     def _adopt(self, pods: dict[str, dict]) -> list[tuple[str, int]] | None:
+        def index(pod: dict) -> int:
+            return int(pod["metadata"]["labels"].get(names.LABEL_WORKER_INDEX, "-1"))
+
+        job, attempt = self.settings.job_name, self.settings.attempt
         workers = sorted(
-            (p for p in pods.values() if p["metadata"]["labels"].get(names.LABEL_ROLE) == names.ROLE_WORKER),
-            key=lambda p: int(p["metadata"]["labels"].get(names.LABEL_WORKER_INDEX, "0")),
+            (p for p in pods.values() if p["metadata"]["labels"].get(names.LABEL_ROLE) == names.ROLE_WORKER
+             and p["metadata"]["name"] == names.worker_name(job, index(p), attempt)
+             and not p["metadata"].get("deletionTimestamp")),
+            key=index,
         )
         reservation = self.reporter.reservation()
         if reservation is None:
@@ -229,7 +241,7 @@ class PreTraining:
         )
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
-                f"{names.worker_name(settings.job_name, index)} on {node} ({share} GPUs)"
+                f"{names.worker_name(settings.job_name, index, settings.attempt)} on {node} ({share} GPUs)"
                 for index, (node, share) in enumerate(plan[:-1])))
 
     def _create_chief(self, plan: list[tuple[str, int]], addresses: list[str]) -> None:
@@ -237,7 +249,7 @@ class PreTraining:
         hosts = [(address, share) for address, (_, share) in zip(addresses, plan[:-1])]
         self.kube.create_owned(manifests.chief_pod(self.settings, chief_node, chief_share, hosts))
         self.reporter.events.record(
-            events.CHIEF_CREATED, f"{names.chief_name(self.settings.job_name)} on {chief_node} ({chief_share} GPUs): "
+            events.CHIEF_CREATED, f"{names.chief_name(self.settings.job_name, self.settings.attempt)} on {chief_node} ({chief_share} GPUs): "
                                   f"horovodrun -np {self.settings.num_gpus} over {len(plan)} pods")
         self.reporter.release_reservation()
         self.reporter.phase("Running")

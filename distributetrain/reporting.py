@@ -88,6 +88,17 @@ class Reporter:
         """The plan recorded by pre-training (which may have run in another process)."""
         return parse_plan(self._annotation(names.ANNOTATION_PLAN) or "") or None
 
+    def attempt(self) -> int:
+        """The job's current attempt (names.attempt_of), as recorded on the manager pod."""
+        if not self._has_pod:
+            return 0
+        return names.attempt_of(self.kube.get_pod(self.settings.own_namespace, self.settings.job_name) or {})
+
+    def record_attempt(self, attempt: int) -> None:
+        """Before creating an attempt's pods, so every later phase and a restarted manager
+        follow (and tear down) the pods under their new names."""
+        self._annotate({names.ANNOTATION_ATTEMPT: str(attempt)})
+
     def has_finished(self) -> bool:
         """Whether an outcome is already recorded on the manager pod."""
         return self._annotation(names.ANNOTATION_PHASE) in ("Succeeded", "Failed")

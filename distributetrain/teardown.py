@@ -19,7 +19,7 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     """
     namespace, job = settings.namespace, settings.job_name
     pods, _ = kube.list_all("pods", namespace, label_selector=names.job_selector(job))
-    chief = names.chief_name(job)
+    chief = names.chief_name(job, settings.attempt)
     doomed = []
     for pod in pods:
         name = pod["metadata"]["name"]

@@ -218,7 +218,7 @@ def run_logs(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
     if args.manager:
         pod, container = found.job_name, manager_spec.MANAGER_CONTAINER
     else:
-        pod, container = names.chief_name(found.job_name), state.CHIEF_CONTAINER
+        pod, container = names.chief_name(found.job_name, names.attempt_of(found.manager or {})), state.CHIEF_CONTAINER
         if kube.get_pod(namespace, pod) is None:
             raise lookup.Missing(f"job {args.name!r} has no chief pod ({found.status.phase}); "
                                  f"see 'distributetrain logs --manager {args.name}'")

@@ -74,7 +74,7 @@ class ProgressLines:
         if plan or progress.workers:
             facts["workers"] = f"workers Ready: {progress.workers_ready}/{progress.workers}"
         if progress.chief:
-            facts["chief"] = f"chief {names.chief_name(manager['metadata']['name'])}: {progress.chief}"
+            facts["chief"] = f"chief {names.chief_name(manager['metadata']['name'], names.attempt_of(manager))}: {progress.chief}"
         for pod, why in state.waiting_of(manager):
             facts[WAITING_FACT + pod] = f"{pod} waits: {why}"
         new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != text]
@@ -140,7 +140,7 @@ class Follower:
 
     @staticmethod
     def _chief_started(manager: dict, children: list[dict]) -> Outcome | None:
-        chief = names.chief_name(manager["metadata"]["name"])
+        chief = names.chief_name(manager["metadata"]["name"], names.attempt_of(manager))
         for pod in children:
             if pod["metadata"]["name"] == chief and podstate.phase(pod) != "Pending":
                 return ChiefStarted(chief)

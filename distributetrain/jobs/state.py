@@ -207,11 +207,15 @@ def from_batch_job(job: Mapping) -> JobStatus:
 
 
 def progress_of(manager: Mapping, children: Iterable[Mapping]) -> Progress:
+    # Only the current attempt's pods: a released attempt's may still be terminating.
+    job, attempt = manager["metadata"]["name"], names.attempt_of(manager)
     workers, chief = [], ""
     for pod in children:
-        if _labels(pod).get(names.LABEL_ROLE) == names.ROLE_CHIEF:
+        name, labels = pod["metadata"]["name"], _labels(pod)
+        if name == names.chief_name(job, attempt):
             chief = "Terminating" if podstate.is_terminating(pod) else podstate.phase(pod)
-        else:
+        elif labels.get(names.LABEL_ROLE) == names.ROLE_WORKER and name == names.worker_name(
+                job, int(labels.get(names.LABEL_WORKER_INDEX, "-1")), attempt):
             workers.append(pod)
     plan = plan_of(manager)
     planned = len(plan) - 1 if plan else len(workers)

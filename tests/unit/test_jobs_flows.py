@@ -120,11 +120,12 @@ def batch_job(name="demo"):
 
 
 def child(job, role, name=None, phase="Running", ready=False, kind="Pod"):
-    return {"kind": kind, "metadata": {
-        "name": name or f"{job}-{role}", "namespace": "ml",
-        "labels": {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/job": job,
-                   "distributetrain.io/role": role}},
-        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]}}
+    labels = {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/job": job,
+              "distributetrain.io/role": role}
+    if role == "worker":
+        labels["distributetrain.io/worker-index"] = (name or "0").split("-worker-")[-1].split("-")[0]
+    return {"kind": kind, "metadata": {"name": name or f"{job}-{role}", "namespace": "ml", "labels": labels},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]}}
 
 
 def running_job(job="demo"):

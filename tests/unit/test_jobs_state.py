@@ -27,9 +27,12 @@ def manager(name="demo", phase="Running", annotations=None, terminated=None, lab
     }
 
 
-def child(name, role, phase="Running", ready=False, job="demo"):
-    return {"metadata": {"name": name, "labels": {"distributetrain.io/job": job, "distributetrain.io/role": role}},
-            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]}}
+def child(name, role, phase="Running", ready=False, job="demo", terminating=False):
+    labels = {"distributetrain.io/job": job, "distributetrain.io/role": role}
+    if role == "worker":
+        labels["distributetrain.io/worker-index"] = name.split("-worker-")[1].split("-")[0]
+    metadata = {"name": name, "labels": labels} | ({"deletionTimestamp": CREATED} if terminating else {})
+    return {"metadata": metadata, "status": {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]}}
 
 
 def test_training_job():
@@ -113,6 +116,17 @@ def test_progress():
     assert state.progress_of(pod, children) == Progress(workers_ready=1, workers=2, chief="")
     children.append(child("demo-chief", "chief", phase="Succeeded"))
     assert state.progress_of(pod, children).chief == "Succeeded"
+
+
+def test_progress_counts_only_the_current_attempts_pods():
+    """After a re-plan (attempt 1) the released attempt's pods may still be terminating."""
+    pod = manager(annotations={"distributetrain.io/plan": "a=2,b=2", "distributetrain.io/attempt": "1"})
+    children = [child("demo-worker-0", "worker", ready=True, terminating=True),
+                child("demo-chief", "chief", terminating=True),
+                child("demo-worker-0-r1", "worker", phase="Pending")]
+    assert state.progress_of(pod, children) == Progress(workers_ready=0, workers=1, chief="")
+    children.append(child("demo-chief-r1", "chief", phase="Pending"))
+    assert state.progress_of(pod, children).chief == "Pending"
 
 
 @pytest.mark.parametrize("seconds,text", [(0, "0s"), (119, "119s"), (120, "2m"), (7199, "119m"), (7200, "2h"),

@@ -24,7 +24,7 @@ def gpu_node(name, gpus):
 
 class FakeKube:
     """Nodes, pods, a Secret and a Lease in memory. Each watch plays one scripted list of
-    (pod name, new status); a watch with nothing scripted waits out its timeout."""
+    (pod name, new status); a watch with nothing scripted (or None) waits out its timeout."""
 
     def __init__(self, nodes):
         self.nodes = nodes
@@ -34,6 +34,7 @@ class FakeKube:
         self.manager = {"metadata": {"name": "demo", "namespace": "ml", "uid": "uid-1", "annotations": {}},
                         "spec": {"restartPolicy": "Never"}, "status": {"phase": "Running"}}
         self.watches: list[list[tuple[str, dict]]] = []
+        self.pods_stay_terminating = False
         self.api_client = None
 
     # reads
@@ -69,6 +70,11 @@ class FakeKube:
         return [self.create_owned(obj) for obj in objs]
 
     def delete(self, kind, namespace, name, grace_period_s=None):
+        if kind == "Pod" and self.pods_stay_terminating and name in self.pods:
+            # As on a dead node: the pod stays, terminating, for as long as the story runs.
+            first = "deletionTimestamp" not in self.pods[name]["metadata"]
+            self.pods[name]["metadata"]["deletionTimestamp"] = "2026-01-02T12:00:00Z"
+            return first
         return (self.pods if kind == "Pod" else self.secrets).pop(name, None) is not None
 
     def delete_all(self, kind, namespace, pod_names):
@@ -95,10 +101,11 @@ class FakeKube:
 
     # watches
     def watch_pods(self, namespace, resource_version, timeout_s, **selectors):
-        if not self.watches:
+        script = self.watches.pop(0) if self.watches else None
+        if script is None:  # nothing (more) scripted: the watch waits out its timeout
             time.sleep(timeout_s)
             return
-        for name, status in self.watches.pop(0):
+        for name, status in script:
             self.pods[name]["status"] = status
             yield "MODIFIED", copy.deepcopy(self.pods[name])
 
@@ -135,9 +142,10 @@ def story(monkeypatch, tmp_path):
     monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
     monkeypatch.setattr("distributetrain.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
-    def run(watches, settings=SETTINGS):
-        kube = FakeKube([gpu_node("a", 1), gpu_node("b", 1)])
+    def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False):
+        kube = FakeKube([gpu_node(name, gpus) for name, gpus in nodes])
         kube.watches = watches
+        kube.pods_stay_terminating = pods_stay_terminating
         code = lifecycle.execute(kube, settings, "run")
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
 
@@ -185,6 +193,27 @@ def test_workers_never_ready_are_released_and_the_job_fails_saying_why(story):
                               "released them")
     assert "demo-worker-0: not scheduled: 0/2 nodes are available" in recorded[4][2]
     assert kube.pods == {} and kube.secrets == {}
+
+
+def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story):
+    """The released worker stays terminating (its node died): the next attempt neither
+    waits for it nor adopts it; its pods have new names, recorded as attempt 1."""
+    code, recorded, kube = story(
+        [[("demo-worker-0", UNSCHEDULED)], None,
+         [("demo-worker-0-r1", running())], [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]],
+        settings=SETTINGS.replace(worker_ready_timeout_s=0.5, wait_for_gpus_s=60.0),
+        nodes=(("a", 1), ("b", 1), ("c", 1)), pods_stay_terminating=True)
+    assert code == 0
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "PodWaiting", "Released", "Planned",
+                                        "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted", "Succeeded"]
+    first_node = kube.pods["demo-worker-0"]["spec"]["affinity"]["nodeAffinity"]
+    assert "demo-worker-0-r1 on" in recorded[5][2] and "demo-chief-r1 on" in recorded[7][2]
+    assert kube.manager["metadata"]["annotations"][names.ANNOTATION_ATTEMPT] == "1"
+    # The terminating worker still holds its GPUs: attempt 1 planned around it.
+    held = first_node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert f"{held['values'][0]}=" not in recorded[4][2]
+    # Torn down but the finished chief of the last attempt, kept for its logs.
+    assert {name for name, pod in kube.pods.items() if not pod["metadata"].get("deletionTimestamp")} == {"demo-chief-r1"}
 
 
 def test_the_waiting_annotation_says_why_while_it_waits(story, monkeypatch):
