@@ -104,6 +104,15 @@ class JobFailed(DistributeTrainError):
         super().__init__(message)
 
 
+class PodLost(JobFailed):
+    """A pod of the job was lost for a reason outside the training script (deleted,
+    evicted, its node gone, its sshd dead): the case --max-restarts retries."""
+
+    def __init__(self, cause: str, exit_code: int):
+        self.cause = cause  # e.g. "pod demo-worker-0 was deleted"
+        super().__init__(f"{cause}; aborted the job", exit_code)
+
+
 class Cancelled(DistributeTrainError):
     """SIGTERM or SIGINT: tear down and stop."""
 

@@ -41,6 +41,7 @@ CHIEF_CREATED = "ChiefCreated"
 CHIEF_STARTED = "ChiefStarted"
 WAITING_FOR_GPUS = "WaitingForGPUs"
 RELEASED = "Released"
+RESTARTING = "Restarting"
 POD_WAITING = "PodWaiting"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
@@ -53,6 +54,7 @@ KINDS = {
     CHIEF_STARTED: (NORMAL, "Wait"),
     WAITING_FOR_GPUS: (WARNING, "Plan"),
     RELEASED: (WARNING, "Release"),
+    RESTARTING: (WARNING, "Restart"),
     POD_WAITING: (WARNING, "Wait"),
     SUCCEEDED: (NORMAL, "Finish"),
     FAILED: (WARNING, "Finish"),

@@ -96,6 +96,9 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True) -
                      help="wait this long for free GPUs instead of failing at once (default 0s)")
     job.add_argument("--ssh-attempts", default="30", metavar="N", help="chief's SSH checks per worker (default 30)")
     job.add_argument("--delete-chief", action="store_true", help="delete the chief too when it finishes")
+    job.add_argument("--max-restarts", default="0", metavar="N",
+                     help="start the job again (re-planned, fresh pods) up to N times when a pod is lost for a "
+                          "reason outside the training script (default 0)")
     job.add_argument("--lock-namespace", help="namespace of the placement Lease (default: the job's)")
     job.add_argument("--service-account", default="", help="ServiceAccount of job pods (default: none mounted)")
     job.add_argument("--cpu-per-gpu", default=DEFAULT_CPU_PER_GPU, metavar="CPU",
@@ -165,6 +168,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         wait_for_gpus_s=checked("--wait-for-gpus", validation.duration_s, args.wait_for_gpus),
         ssh_connect_attempts=checked("--ssh-attempts", validation.positive_int, args.ssh_attempts),
         delete_chief=args.delete_chief,
+        max_restarts=checked("--max-restarts", validation.non_negative_int, args.max_restarts),
         manager_namespace=checked("--namespace", validation.dns_label, own_namespace(None)),
         lock_namespace=checked("--lock-namespace", validation.dns_label, args.lock_namespace) if args.lock_namespace else "",
         service_account=args.service_account,

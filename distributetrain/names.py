@@ -24,6 +24,10 @@ ANNOTATION_RESERVATION = f"{DOMAIN}/reservation"
 ANNOTATION_GPUS = f"{DOMAIN}/gpus"
 # Which start of the job's pods is current: every re-plan creates them under new names.
 ANNOTATION_ATTEMPT = f"{DOMAIN}/attempt"
+# Restarts used of --max-restarts, and why the last one happened: on the pod, so a
+# restarted manager container neither resets nor double-counts the budget.
+ANNOTATION_RESTARTS = f"{DOMAIN}/restarts"
+ANNOTATION_RESTART_REASON = f"{DOMAIN}/last-restart-reason"
 # Why each pod the manager waits on is not Ready yet (JSON: pod name -> reason).
 ANNOTATION_WAITING = f"{DOMAIN}/waiting"
 

@@ -6,6 +6,12 @@ once: the chief ending (its exit code becomes the manager's), a worker failing o
 vanishing (abort), the chief never starting (it could not be scheduled), or the
 job's deadline. Whatever happens, the workers and the Secret are deleted; the chief
 is kept for its logs when it finished, unless ``--delete-chief``.
+
+A pod lost for a reason outside the training script (``errors.PodLost``) starts the
+job again while ``--max-restarts`` allows: the attempt is torn down, and after a
+backoff pre-training plans anew (whatever GPUs are free now) under fresh pod names.
+The training script resumes from its checkpoints. A chief that fails on its own is
+the script's failure and is never retried.
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ import time
 
 from distributetrain import errors, events, exitcodes, names, waits
 from distributetrain.kube import Kube
-from distributetrain.pretraining import job_pods
+from distributetrain.pretraining import PreTraining, job_pods
 from distributetrain.reporting import PodWaits, Reporter
 from distributetrain.settings import JobSettings
 from distributetrain.teardown import tear_down
 
 log = logging.getLogger(__name__)
+
+RESTART_BACKOFF_S = 2.0  # before the first restart; doubled for each one after it
+RESTART_BACKOFF_MAX_S = 60.0
 
 
 class PostTraining:
@@ -34,12 +43,37 @@ class PostTraining:
         """Return the chief's exit code; raise ``JobFailed`` when the job broke. Always tears down."""
         keep_chief = False
         try:
-            code = self._follow()
-            keep_chief = not self.settings.delete_chief
-            return code
+            while True:
+                try:
+                    code = self._follow()
+                except errors.PodLost as lost:
+                    if not self._restart(lost):
+                        raise
+                    continue
+                keep_chief = not self.settings.delete_chief
+                return code
         finally:
             deleted = tear_down(self.kube, self.settings, keep_chief=keep_chief)
             log.info("job %s torn down: %s", self.settings.job_name, ", ".join(deleted) or "nothing left")
+
+    def _restart(self, lost: errors.PodLost) -> bool:
+        """Start the next attempt if the budget and the deadline allow; False if not."""
+        used = self.reporter.restarts()
+        if used >= self.settings.max_restarts:
+            return False
+        backoff_s = min(RESTART_BACKOFF_S * 2 ** used, RESTART_BACKOFF_MAX_S)
+        if time.monotonic() + backoff_s >= self.deadline:
+            return False
+        tear_down(self.kube, self.settings, keep_chief=False)
+        # Recorded after the teardown: a manager restarted in between finds the lost
+        # attempt again and counts this restart once.
+        self.settings = self.settings.replace(attempt=self.settings.attempt + 1)
+        self.reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, self.settings.attempt, backoff_s)
+        time.sleep(backoff_s)
+        pre_training = PreTraining(self.kube, self.settings, self.reporter, self.deadline)
+        pre_training.run()
+        self.settings = pre_training.settings
+        return True
 
     def _expected_workers(self, pods: dict[str, dict]) -> list[str]:
         """Workers from the recorded plan: one deleted before this process started is lost, not absent."""
@@ -75,7 +109,7 @@ class PostTraining:
         if isinstance(outcome, waits.ChiefFinished):
             return outcome.exit_code
         if isinstance(outcome, waits.PodLost):
-            raise errors.JobFailed(f"pod {outcome.pod} {outcome.reason}; aborted the job", exitcodes.WORKER_LOST)
+            raise errors.PodLost(f"pod {outcome.pod} {outcome.reason}", exitcodes.WORKER_LOST)
         if time.monotonic() >= self.deadline:
             raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
                                    exitcodes.TIMED_OUT)

@@ -99,6 +99,19 @@ class Reporter:
         follow (and tear down) the pods under their new names."""
         self._annotate({names.ANNOTATION_ATTEMPT: str(attempt)})
 
+    def restarts(self) -> int:
+        """Restarts used so far (--max-restarts), as recorded on the manager pod."""
+        text = self._annotation(names.ANNOTATION_RESTARTS) or "0"
+        return int(text) if text.isdigit() else 0
+
+    def restarting(self, used: int, allowed: int, cause: str, attempt: int, backoff_s: float) -> None:
+        """Record a restart before it starts: the budget, the cause, the next attempt."""
+        note = f"{cause}; restart {used} of {allowed} (attempt {attempt}) in {backoff_s:.0f}s"
+        log.warning("job %s: %s", self.settings.job_name, note)
+        self.events.record(events.RESTARTING, note)
+        self._annotate({names.ANNOTATION_RESTARTS: str(used), names.ANNOTATION_RESTART_REASON: cause[:1000],
+                        names.ANNOTATION_ATTEMPT: str(attempt), names.ANNOTATION_PHASE: "Restarting"})
+
     def has_finished(self) -> bool:
         """Whether an outcome is already recorded on the manager pod."""
         return self._annotation(names.ANNOTATION_PHASE) in ("Succeeded", "Failed")

@@ -61,6 +61,7 @@ class JobSettings:
     wait_for_gpus_s: float = 0.0  # 0: fail fast when GPUs are short; else wait this long
     ssh_connect_attempts: int = 30  # chief's checks of each worker before horovodrun, 1 s apart
     attempt: int = 0  # which start of the job's pods: each re-plan names its pods afresh (names.py)
+    max_restarts: int = 0  # new attempts allowed after a pod is lost (not after the script fails)
     delete_chief: bool = False  # the chief is kept for its logs unless asked
     lock_namespace: str = ""  # where the placement Lease lives (default: the manager's namespace)
     manager_namespace: str = ""  # the manager pod's namespace (default: namespace)

@@ -29,6 +29,12 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def non_negative_int(text: str) -> int:
+    if not re.fullmatch(r"\+?\d+", text.strip()):
+        raise ValueError(f"must be a whole number of at least 0, got {text!r}")
+    return int(text)
+
+
 def port(text: str) -> int:
     if not re.fullmatch(r"\d+", text.strip()) or not 1 <= int(text) <= MAX_PORT:
         raise ValueError(f"must be a TCP port from 1 to {MAX_PORT}, got {text!r}")

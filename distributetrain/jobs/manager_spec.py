@@ -96,6 +96,8 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append(f"--ssh-attempts={settings.ssh_connect_attempts}")
     if settings.delete_chief:
         args.append("--delete-chief")
+    if settings.max_restarts:
+        args.append(f"--max-restarts={settings.max_restarts}")
     if settings.lock_namespace:
         args.append(f"--lock-namespace={settings.lock_namespace}")
     if settings.service_account:

@@ -38,6 +38,8 @@ class JobStatus:
     exit_code: int | None
     reason: str
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why it is not Ready yet), as the manager last said
+    restarts: int = 0  # of --max-restarts, used so far
+    last_restart_reason: str = ""  # why the last restart happened
 
     @property
     def finished(self) -> bool:
@@ -147,6 +149,11 @@ def reason_of(manager: Mapping) -> str:
     return ""
 
 
+def restarts_of(manager: Mapping) -> int:
+    text = _annotations(manager).get(names.ANNOTATION_RESTARTS, "0")
+    return int(text) if text.isdigit() else 0
+
+
 def waiting_of(manager: Mapping) -> tuple[tuple[str, str], ...]:
     """Why each pod the manager waits on is not Ready; nothing once the manager ended."""
     text = _annotations(manager).get(names.ANNOTATION_WAITING)
@@ -180,6 +187,8 @@ def from_manager(manager: Mapping) -> JobStatus:
         exit_code=exit_code_of(manager),
         reason=reason_of(manager),
         waiting=waiting_of(manager),
+        restarts=restarts_of(manager),
+        last_restart_reason=_annotations(manager).get(names.ANNOTATION_RESTART_REASON, ""),
     )
 
 

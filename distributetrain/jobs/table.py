@@ -63,6 +63,8 @@ def status_text(status: JobStatus, progress: Progress | None, now: datetime) -> 
                    ("Chief", _text(progress.chief))]
     if status.waiting:
         fields.append(("Waiting", "\n".join(f"{pod}: {why}" for pod, why in status.waiting)))
+    if status.restarts:
+        fields.append(("Restarts", f"{status.restarts} (last: {status.last_restart_reason})"))
     fields += [("Exit code", _text(status.exit_code)), ("Reason", _text(status.reason))]
     width = max(len(label) for label, _ in fields) + 3  # label, colon, two spaces
     return "".join(_field(label, value, width) for label, value in fields)
@@ -88,6 +90,8 @@ def status_json(status: JobStatus, progress: Progress | None, now: datetime) -> 
         "exitCode": status.exit_code,
         "reason": status.reason or None,
         "waiting": dict(status.waiting),
+        "restarts": status.restarts,
+        "lastRestartReason": status.last_restart_reason or None,
     }
     if progress is not None:
         document["workersReady"] = progress.workers_ready

@@ -47,6 +47,8 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--shm-size", "8g"], "--shm-size"),
         (["--num-gpus", "2", "--shm-size", "1Mi"], "--shm-size"),
         (["--num-gpus", "2", "--pvc", "scratch:/dev/shm"], "--pvc"),
+        (["--num-gpus", "2", "--max-restarts", "-1"], "--max-restarts"),
+        (["--num-gpus", "2", "--max-restarts", "twice"], "--max-restarts"),
         (["--num-gpus", "2", "--frobnicate"], "--frobnicate"),
         ([], "--num-gpus"),
     ],

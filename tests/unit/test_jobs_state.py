@@ -173,7 +173,7 @@ def test_status_json():
     assert table.status_json(STATUSES[1], None, NOW) == {
         "name": "old", "namespace": "ml", "kind": "Pod", "managerPod": "old", "phase": "Failed", "gpus": 6,
         "plan": [], "created": "2026-01-02T11:55:00+00:00", "ageSeconds": 300, "exitCode": 69,
-        "reason": STATUSES[1].reason, "waiting": {},
+        "reason": STATUSES[1].reason, "waiting": {}, "restarts": 0, "lastRestartReason": None,
     }
     assert table.status_json(STATUSES[0], Progress(0, 1, ""), NOW)["plan"] == [
         {"node": "gpu-a", "gpus": 5}, {"node": "gpu-b", "gpus": 1}]
@@ -214,3 +214,13 @@ def test_why_pods_wait_is_what_the_manager_last_said():
                                               (json.dumps(WAITING), "Failed")])
 def test_no_waiting_from_an_unreadable_annotation_or_an_ended_manager(annotation, phase):
     assert state.waiting_of(manager(phase=phase, annotations={"distributetrain.io/waiting": annotation})) == ()
+
+
+def test_restarts_are_shown_when_there_were_some():
+    pod = manager(annotations={"distributetrain.io/phase": "Training", "distributetrain.io/restarts": "1",
+                               "distributetrain.io/last-restart-reason": "pod demo-worker-0 was deleted"})
+    status = state.from_manager(pod)
+    assert (status.restarts, status.last_restart_reason) == (1, "pod demo-worker-0 was deleted")
+    assert "Restarts:      1 (last: pod demo-worker-0 was deleted)\n" in table.status_text(status, None, NOW)
+    assert table.status_json(status, None, NOW)["restarts"] == 1
+    assert "Restarts" not in table.status_text(state.from_manager(manager()), None, NOW)

@@ -118,7 +118,9 @@ class FakeEventsApi:
         self.created.append(event)
 
     def patch(self, namespace, name, patch):
-        raise AssertionError("nothing repeats in these stories")
+        # The same reason and note again: the first Event's series count goes up.
+        first = next(e for e in self.created if e["metadata"]["name"] == name)
+        self.created.append(first | {"series": patch["series"]})
 
 
 def running(ready=True, ip="10.0.0.2"):
@@ -214,6 +216,53 @@ def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(stor
     assert f"{held['values'][0]}=" not in recorded[4][2]
     # Torn down but the finished chief of the last attempt, kept for its logs.
     assert {name for name, pod in kube.pods.items() if not pod["metadata"].get("deletionTimestamp")} == {"demo-chief-r1"}
+
+
+WORKER_KILLED = {"phase": "Failed", "containerStatuses": [{"name": "worker", "state": {"terminated": {"exitCode": 137}}}]}
+
+
+def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(story, monkeypatch):
+    monkeypatch.setattr("distributetrain.posttraining.RESTART_BACKOFF_S", 0.01)
+    code, recorded, kube = story(
+        [[("demo-worker-0", running())], [("demo-chief", running(ip="10.0.0.3"))], [("demo-worker-0", WORKER_KILLED)],
+         [("demo-worker-0-r1", running())], [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]],
+        settings=SETTINGS.replace(max_restarts=2))
+    assert code == 0
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted",
+                                        "Restarting", "Planned", "WorkersCreated", "WorkersReady", "ChiefCreated",
+                                        "ChiefStarted", "Succeeded"]
+    assert recorded[5][1:] == ("Warning", "pod demo-worker-0 ended (Failed, exit code 137); restart 1 of 2 "
+                                          "(attempt 1) in 0s")
+    annotations = kube.manager["metadata"]["annotations"]
+    assert (annotations[names.ANNOTATION_RESTARTS], annotations[names.ANNOTATION_ATTEMPT]) == ("1", "1")
+    assert annotations[names.ANNOTATION_RESTART_REASON] == "pod demo-worker-0 ended (Failed, exit code 137)"
+    assert set(kube.pods) == {"demo-chief-r1"}  # the lost attempt torn down; the finished chief kept
+
+
+@pytest.mark.parametrize("used,allowed", [(0, 0), (1, 1)])
+def test_without_restarts_left_a_lost_worker_ends_the_job_with_71(story, monkeypatch, used, allowed):
+    monkeypatch.setattr(FakeKube, "__init__", _with_annotations(FakeKube.__init__, {names.ANNOTATION_RESTARTS: str(used)}))
+    code, recorded, kube = story(
+        [[("demo-worker-0", running())], [("demo-chief", running(ip="10.0.0.3"))], [("demo-worker-0", WORKER_KILLED)]],
+        settings=SETTINGS.replace(max_restarts=allowed))
+    assert code == 71
+    assert "Restarting" not in [r[0] for r in recorded]
+    assert kube.pods == {}
+
+
+def test_a_chief_that_fails_on_its_own_is_not_restarted(story):
+    code, recorded, _ = story(
+        [[("demo-worker-0", running())], [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(1))]],
+        settings=SETTINGS.replace(max_restarts=3))
+    assert code == 1
+    assert "Restarting" not in [r[0] for r in recorded]
+
+
+def _with_annotations(init, annotations):
+    def patched(self, nodes):
+        init(self, nodes)
+        self.manager["metadata"]["annotations"].update(annotations)
+    return patched
 
 
 def test_the_waiting_annotation_says_why_while_it_waits(story, monkeypatch):
