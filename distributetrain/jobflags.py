@@ -19,6 +19,7 @@ from distributetrain.settings import (
     DEFAULT_CPU_PER_GPU_M,
     DEFAULT_FILENAME,
     DEFAULT_GPU_RESOURCE,
+    DEFAULT_LOCK_NAMESPACE,
     DEFAULT_MEMORY_PER_GPU_BYTES,
     DEFAULT_PORT,
     JobSettings,
@@ -99,7 +100,9 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True) -
     job.add_argument("--max-restarts", default="0", metavar="N",
                      help="start the job again (re-planned, fresh pods) up to N times when a pod is lost for a "
                           "reason outside the training script (default 0)")
-    job.add_argument("--lock-namespace", help="namespace of the placement Lease (default: the job's)")
+    job.add_argument("--lock-namespace", metavar="NS",
+                     help=f"namespace of the placement Lease, shared by every manager that plans on the same "
+                          f"GPUs (default {DEFAULT_LOCK_NAMESPACE})")
     job.add_argument("--service-account", default="", help="ServiceAccount of job pods (default: none mounted)")
     job.add_argument("--cpu-per-gpu", default=DEFAULT_CPU_PER_GPU, metavar="CPU",
                      help=f"CPU request of a job pod per GPU it has (default {DEFAULT_CPU_PER_GPU})")

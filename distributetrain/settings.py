@@ -19,6 +19,10 @@ DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 # ranks still use idle cores; memory is also the limit, so raise it for big input pipelines.
 DEFAULT_CPU_PER_GPU_M = 2000  # millicores: 2 CPUs
 DEFAULT_MEMORY_PER_GPU_BYTES = 8 * 2**30  # 8Gi
+# Where the placement Lease lives unless --lock-namespace says otherwise: one namespace
+# for every manager, so jobs in different namespaces never book the same GPUs. `default`
+# exists on every cluster and cannot be deleted; rbac/lease-role.yaml grants the Lease there.
+DEFAULT_LOCK_NAMESPACE = "default"
 
 
 def gpu_toleration(resource: str) -> dict:
@@ -63,7 +67,7 @@ class JobSettings:
     attempt: int = 0  # which start of the job's pods: each re-plan names its pods afresh (names.py)
     max_restarts: int = 0  # new attempts allowed after a pod is lost (not after the script fails)
     delete_chief: bool = False  # the chief is kept for its logs unless asked
-    lock_namespace: str = ""  # where the placement Lease lives (default: the manager's namespace)
+    lock_namespace: str = ""  # where the placement Lease lives (default: DEFAULT_LOCK_NAMESPACE)
     manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
     service_account: str = ""  # for job pods; empty = no API token mounted at all
     # Requests of a job pod are these times its GPUs, so it is never BestEffort (evicted
@@ -83,12 +87,12 @@ class JobSettings:
 
     @property
     def own_namespace(self) -> str:
-        """Where the manager pod itself lives (its annotations, its Role, the Lease)."""
+        """Where the manager pod itself lives (its annotations, its Role)."""
         return self.manager_namespace or self.namespace
 
     @property
     def lease_namespace(self) -> str:
-        return self.lock_namespace or self.own_namespace
+        return self.lock_namespace or DEFAULT_LOCK_NAMESPACE
 
     @property
     def owns_objects(self) -> bool:

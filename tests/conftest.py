@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from jobharness import Jobs, apply_rbac, delete_cluster_scoped  # noqa: E402
+from jobharness import Jobs, apply_rbac, delete_shared_bindings  # noqa: E402
 from localcluster.testing import api_client, cluster, namespace  # noqa: E402,F401
 
 
@@ -21,7 +21,7 @@ from localcluster.testing import api_client, cluster, namespace  # noqa: E402,F4
 def rbac(api_client, namespace):  # noqa: F811
     documents = apply_rbac(api_client, namespace)
     yield documents
-    delete_cluster_scoped(api_client, documents)
+    delete_shared_bindings(api_client, documents)
 
 
 @pytest.fixture

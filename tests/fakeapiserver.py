@@ -1,7 +1,8 @@
 """Stand-ins for the apiserver on 127.0.0.1, for black-box tests of the API layer.
 
 ``FakeApiServer`` serves the pods endpoints (list; watch, chunked, with ``timeoutSeconds``
-and bookmarks) and misbehaves on demand in ways no cluster test can produce:
+and bookmarks), and Leases (get, create, update with resourceVersion conflicts, as the
+placement lock uses them). It misbehaves on demand in ways no cluster test can produce:
 
 - ``stall_watches``: that many next watch connections send their response headers and
   the events already due, then go silent with the connection held open (a stalled or
@@ -30,6 +31,10 @@ def pod(name: str, namespace: str = "ns", phase: str = "Running", labels: dict |
             "status": {"phase": phase}}
 
 
+def _status(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "status": "Failure", "code": code, "reason": reason, "message": message}
+
+
 class FakeApiServer:
     def __init__(self, pods: list[dict] = ()):
         self._lock = threading.Condition()
@@ -41,6 +46,8 @@ class FakeApiServer:
         self.watch_requests: list[dict[str, str]] = []  # query of every watch, in order
         self.list_requests = 0
         self.client_ports: list[int] = []  # of every request, in order: which connection it came on
+        self.leases: dict[tuple[str, str], dict] = {}  # (namespace, name) -> Lease
+        self.lease_writes: list[dict] = []  # spec of every Lease created or updated, in order
         self._closing = threading.Event()
         for p in pods:
             self._store("ADDED", p)
@@ -84,6 +91,39 @@ class FakeApiServer:
             self._store("MODIFIED" if obj["metadata"]["name"] in self._pods else "ADDED", obj)
             self._lock.notify_all()
 
+    def put_lease(self, lease: dict) -> None:
+        """Store a Lease as another client would write it: a new resourceVersion."""
+        with self._lock:
+            self._version += 1
+            lease = json.loads(json.dumps(lease))
+            lease["metadata"]["resourceVersion"] = str(self._version)
+            self.leases[(lease["metadata"]["namespace"], lease["metadata"]["name"])] = lease
+
+    def lease(self, namespace: str, name: str) -> dict | None:
+        with self._lock:
+            return json.loads(json.dumps(self.leases.get((namespace, name))))
+
+    def _lease_request(self, method: str, path: str, body: dict | None) -> tuple[int, dict]:
+        """(status, body) for /apis/coordination.k8s.io/v1/namespaces/NS/leases[/NAME]."""
+        parts = path.strip("/").split("/")
+        namespace, name = parts[4], (parts[6] if len(parts) > 6 else body["metadata"]["name"])
+        key = (namespace, name)
+        with self._lock:
+            current = self.leases.get(key)
+            if method == "GET":
+                return (200, current) if current else (404, _status(404, "NotFound", f"lease {name} not found"))
+            if method == "POST" and current:
+                return 409, _status(409, "AlreadyExists", f"lease {name} already exists")
+            if method == "PUT" and not current:
+                return 404, _status(404, "NotFound", f"lease {name} not found")
+            if method == "PUT" and body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", f"the object has been modified: lease {name}")
+            self._version += 1
+            body["metadata"].update(namespace=namespace, resourceVersion=str(self._version))
+            self.leases[key] = body
+            self.lease_writes.append(json.loads(json.dumps(body["spec"])))
+            return (201 if method == "POST" else 200), body
+
     # -- serving -----------------------------------------------------------------------
     def _handler(self):
         fake = self
@@ -98,12 +138,29 @@ class FakeApiServer:
                 url = urlparse(self.path)
                 fake.client_ports.append(self.client_address[1])
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                if not url.path.endswith("/pods"):
+                if "/leases" in url.path:
+                    self._json(*fake._lease_request("GET", url.path, None))
+                elif not url.path.endswith("/pods"):
                     self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not here"})
                 elif query.get("watch", "").lower() == "true":
                     fake._watch(self, query)
                 else:
                     fake._list(self)
+
+            def do_POST(self):
+                self._write("POST")
+
+            def do_PUT(self):
+                self._write("PUT")
+
+            def _write(self, method: str) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                url = urlparse(self.path)
+                fake.client_ports.append(self.client_address[1])
+                if "/leases" in url.path:
+                    self._json(*fake._lease_request(method, url.path, body))
+                else:
+                    self._json(404, _status(404, "NotFound", "not here"))
 
             def _json(self, code: int, body: dict) -> None:
                 data = json.dumps(body).encode()

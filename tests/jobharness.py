@@ -1,6 +1,7 @@
 """Helpers for tests that run the manager as a pod under its ServiceAccount.
 
-RBAC is the project's own ``rbac/``, re-targeted at the test's namespace; the manager
+RBAC is the project's own ``rbac/``, re-targeted at the test's namespace (but the
+placement Lease's grant, in the Lease's namespace, shared by all tests); the manager
 pod is ``manager.yaml`` with the test's arguments; nodes are labelled per test so
 concurrent tests never plan on each other's GPUs. Everything is removed afterwards.
 """
@@ -18,6 +19,9 @@ from pathlib import Path
 import urllib3
 import yaml
 from kubernetes import client, watch
+
+from distributetrain.names import LOCK_LEASE_NAME
+from distributetrain.settings import DEFAULT_LOCK_NAMESPACE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,16 +47,27 @@ MANAGER_FINISH_TIMEOUT_S = 240.0
 CLAIM_BOUND_TIMEOUT_S = 60.0
 
 
-def rbac_documents(namespace: str) -> list[dict]:
-    """rbac/ with every namespaced object (and the binding's subject) in ``namespace``."""
+def is_lease_grant(doc: dict) -> bool:
+    """rbac/lease-role*.yaml: the placement Lease's Role and binding, named after it."""
+    return doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["name"] == LOCK_LEASE_NAME
+
+
+def rbac_documents(namespace: str, lease_namespace: str = DEFAULT_LOCK_NAMESPACE) -> list[dict]:
+    """rbac/ with every namespaced object (and the binding's subject) in ``namespace``,
+    but the placement Lease's grant, which goes to ``lease_namespace``.
+
+    Bindings outside the test's namespace are named after it: tests in many namespaces
+    share the cluster-wide ones and the Lease namespace, and each removes its own."""
     documents = []
     for path in sorted((REPO / "rbac").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc or doc.get("kind") == "Kustomization":
                 continue
-            if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+            if is_lease_grant(doc):
+                doc["metadata"]["namespace"] = lease_namespace
+            elif doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
                 doc["metadata"]["namespace"] = namespace
-            if doc["kind"] == "ClusterRoleBinding":
+            if doc["kind"] == "ClusterRoleBinding" or (is_lease_grant(doc) and doc["kind"] == "RoleBinding"):
                 doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
             for subject in doc.get("subjects", []):
                 subject["namespace"] = namespace
@@ -191,15 +206,19 @@ def apply_rbac(api_client, namespace: str) -> list[dict]:
     return documents
 
 
-def delete_cluster_scoped(api_client, documents: list[dict]) -> None:
+def delete_shared_bindings(api_client, documents: list[dict]) -> None:
+    """The test's bindings that its namespace's deletion would not take with it. The
+    ClusterRole and the Lease's Role stay: every test applies the same ones."""
     rbac = client.RbacAuthorizationV1Api(api_client)
     for doc in documents:
-        if doc["kind"] == "ClusterRoleBinding":
-            try:
+        try:
+            if doc["kind"] == "ClusterRoleBinding":
                 rbac.delete_cluster_role_binding(doc["metadata"]["name"])
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
+            elif doc["kind"] == "RoleBinding" and doc["roleRef"]["name"] == LOCK_LEASE_NAME:
+                rbac.delete_namespaced_role_binding(doc["metadata"]["name"], doc["metadata"]["namespace"])
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
 
 
 @contextmanager

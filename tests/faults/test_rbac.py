@@ -1,6 +1,7 @@
 """Least privilege: rbac/ is exactly enough, every rule is needed (the Events rule for
 the job's story, every other one for the job itself), no wildcard, Secrets only in the
-manager's namespace."""
+manager's namespace, and of the Leases in the shared Lease namespace only the placement
+Lease can be read or changed."""
 
 import copy
 import uuid
@@ -10,6 +11,8 @@ import pytest
 import yaml
 from kubernetes import client, utils
 
+from distributetrain.names import LOCK_LEASE_NAME
+from distributetrain.settings import DEFAULT_LOCK_NAMESPACE
 from jobharness import REPO, SCRIPTS, Jobs, job_args, node_pool, rbac_documents, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -20,34 +23,38 @@ BEST_EFFORT_RESOURCES = {"events"}
 
 
 def all_rules():
-    """(kind, index, rule) of every rule in rbac/."""
+    """(kind, name, index, rule) of every rule in rbac/."""
     found = []
     for path in sorted((REPO / "rbac").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc["kind"] in ("Role", "ClusterRole"):
-                found.extend((doc["kind"], i, rule) for i, rule in enumerate(doc["rules"]))
+                found.extend((doc["kind"], doc["metadata"]["name"], i, rule) for i, rule in enumerate(doc["rules"]))
     return found
 
 
 def test_no_wildcards_and_nothing_cluster_wide_writes():
-    for kind, _, rule in all_rules():
+    for kind, _, _, rule in all_rules():
         assert "*" not in str(rule), rule
         if kind == "ClusterRole":
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
             assert "secrets" not in rule["resources"], rule
 
 
-def apply_without(api_client, namespace, kind, index) -> tuple[list[dict], str]:
-    """rbac/ for ``namespace`` with one rule removed; cluster-scoped names made unique."""
+def apply_without(api_client, namespace, kind, name, index) -> tuple[list[dict], str]:
+    """rbac/ for ``namespace`` with one rule removed; cluster-scoped names made unique.
+
+    The Lease's grant goes to the test's own namespace too (the job is run with
+    ``--lock-namespace`` there): the shared one must stay whole for concurrent tests,
+    and only a Lease namespace where the Lease does not exist yet needs its create."""
     suffix = uuid.uuid4().hex[:6]
-    documents = copy.deepcopy(rbac_documents(namespace))
+    documents = copy.deepcopy(rbac_documents(namespace, lease_namespace=namespace))
     for doc in documents:
+        if doc["kind"] == kind and doc["metadata"]["name"] == name:
+            removed = doc["rules"].pop(index)
         if doc["kind"] == "ClusterRole":
             doc["metadata"]["name"] += f"-{suffix}"
         if doc["kind"] == "ClusterRoleBinding":
             doc["roleRef"]["name"] += f"-{suffix}"
-        if doc["kind"] == kind:
-            removed = doc["rules"].pop(index)
     for doc in documents:
         utils.create_from_dict(api_client, doc)
     return documents, f"{removed['verbs']} {removed['resources']}"
@@ -62,15 +69,15 @@ def delete_cluster_objects(api_client, documents):
             rbac.delete_cluster_role_binding(doc["metadata"]["name"])
 
 
-@pytest.mark.parametrize("kind,index,rule", all_rules(), ids=lambda v: str(v) if not isinstance(v, dict) else
-                         "-".join(v["resources"]))
-def test_every_rule_is_needed(cluster, api_client, namespace, tmp_path, kind, index, rule):
-    documents, removed = apply_without(api_client, namespace, kind, index)
+@pytest.mark.parametrize("kind,name,index,rule", all_rules(), ids=lambda v: str(v) if not isinstance(v, dict) else
+                         "-".join(v["resources"] + v["verbs"]))
+def test_every_rule_is_needed(cluster, api_client, namespace, tmp_path, kind, name, index, rule):
+    documents, removed = apply_without(api_client, namespace, kind, name, index)
     jobs = Jobs(api_client, namespace)
     try:
         with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
                 script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
-            jobs.submit("rbac", job_args(pool, claim, 2))
+            jobs.submit("rbac", job_args(pool, claim, 2, f"--lock-namespace={namespace}"))
             code = jobs.exit_code("rbac", timeout_s=120)
             log = jobs.logs("rbac")
             resource = rule["resources"][0]
@@ -99,3 +106,35 @@ def test_secrets_only_in_the_managers_namespace(api_client, namespace, rbac):
     for verb in ("create", "get", "list", "delete"):
         assert not allowed(verb, "kube-system") and not allowed(verb, "default")
     assert not allowed("list", namespace)  # not even all of its own namespace's Secrets
+
+
+def test_of_the_leases_only_the_placement_lease(api_client, namespace, rbac):
+    review = client.AuthorizationV1Api(api_client)
+    user = f"system:serviceaccount:{namespace}:distributetrain-manager"
+
+    def allowed(verb, ns, name=""):
+        spec = {"user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                "resourceAttributes": {"verb": verb, "group": "coordination.k8s.io", "resource": "leases",
+                                       "namespace": ns, "name": name}}
+        return review.create_subject_access_review({"apiVersion": "authorization.k8s.io/v1",
+                                                    "kind": "SubjectAccessReview", "spec": spec}).status.allowed
+
+    for verb in ("get", "update"):
+        assert allowed(verb, DEFAULT_LOCK_NAMESPACE, LOCK_LEASE_NAME)
+        assert not allowed(verb, DEFAULT_LOCK_NAMESPACE, "another-lease")
+        assert not allowed(verb, namespace, LOCK_LEASE_NAME)  # nor in the job's own namespace
+        assert not allowed(verb, "kube-node-lease", "some-node")
+    assert allowed("create", DEFAULT_LOCK_NAMESPACE)  # RBAC cannot limit create by name
+    for verb in ("list", "watch", "delete", "patch"):
+        assert not allowed(verb, DEFAULT_LOCK_NAMESPACE, LOCK_LEASE_NAME)
+
+    # And an attempt, as the manager's ServiceAccount: another Lease in the Lease namespace
+    # cannot be changed.
+    as_manager = client.ApiClient(api_client.configuration, header_name="Impersonate-User", header_value=user)
+    other = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": f"not-placement-{namespace}"[:63], "namespace": DEFAULT_LOCK_NAMESPACE},
+             "spec": {"holderIdentity": "intruder"}}
+    with pytest.raises(client.ApiException) as refused:
+        client.CoordinationV1Api(as_manager).replace_namespaced_lease(
+            other["metadata"]["name"], DEFAULT_LOCK_NAMESPACE, other)
+    assert refused.value.status == 403, refused.value

@@ -1,21 +1,138 @@
-"""Placement lock: when another manager's lease counts as held."""
+"""Placement lock against a fake apiserver: another holder's lease expires on the
+observer's own clock (never by comparing its renewTime with the local wall clock), a
+holder renews while it holds, and a holder that lost the lease finds out on exit."""
 
-from datetime import datetime, timedelta, timezone
+import threading
+import time
 
-from distributetrain.lock import _expired, _format
+import pytest
+from kubernetes import client
 
-NOW = datetime(2026, 11, 20, 12, 0, 0, tzinfo=timezone.utc)
+from distributetrain import errors, exitcodes
+from distributetrain.kube import ApiTimeouts, Kube, make_api_client
+from distributetrain.lock import PlacementLock
+from fakeapiserver import FakeApiServer
+
+NAMESPACE = "default"
+NAME = "distributetrain-placement"
+TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=1.0)
+SHORT_LEASE_S = 3  # renewed every second: slack for a loaded machine
 
 
-def test_fresh_lease_is_held():
-    assert not _expired({"holderIdentity": "ns/a", "renewTime": _format(NOW - timedelta(seconds=5)),
-                         "leaseDurationSeconds": 30}, NOW)
+class Clock:
+    """An observer's monotonic clock, moved by the test."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_lease_not_renewed_within_its_duration_is_expired():
-    assert _expired({"holderIdentity": "ns/a", "renewTime": _format(NOW - timedelta(seconds=31)),
-                     "leaseDurationSeconds": 30}, NOW)
+@pytest.fixture
+def server():
+    with FakeApiServer() as fake:
+        yield fake
 
 
-def test_released_lease_is_free():
-    assert _expired({"holderIdentity": None, "leaseDurationSeconds": 30}, NOW)
+def kube_for(server: FakeApiServer) -> Kube:
+    configuration = client.Configuration()
+    configuration.host = server.url
+    return Kube(make_api_client(configuration, TIMEOUTS), TIMEOUTS)
+
+
+def lock(server, holder="ns/b", timeout_s=5.0, **kwargs) -> PlacementLock:
+    return PlacementLock(kube_for(server), NAMESPACE, holder, timeout_s, NAME, **kwargs)
+
+
+def held_by(server, holder: str, renew_time: str, duration_s: int = 30) -> None:
+    server.put_lease({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                      "metadata": {"name": NAME, "namespace": NAMESPACE},
+                      "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_s,
+                               "acquireTime": renew_time, "renewTime": renew_time}})
+
+
+def holder(server) -> str | None:
+    return server.lease(NAMESPACE, NAME)["spec"].get("holderIdentity")
+
+
+# A holder's renewTime as its node's clock wrote it: long ago, or in the future (skew).
+@pytest.mark.parametrize("renew_time", ["2001-01-01T00:00:00.000000Z", "2099-01-01T00:00:00.000000Z"])
+def test_another_holders_lease_expires_a_full_duration_after_this_process_first_saw_it(server, renew_time):
+    held_by(server, "ns/a", renew_time)
+    clock = Clock()
+    contender = lock(server, clock=clock)
+    assert not contender._try_acquire()
+    clock.now += 29.9
+    assert not contender._try_acquire()
+    clock.now += 0.2
+    assert contender._try_acquire()
+    assert holder(server) == "ns/b"
+
+
+def test_any_change_to_the_lease_starts_the_observers_count_again(server):
+    held_by(server, "ns/a", "2001-01-01T00:00:00.000000Z")
+    clock = Clock()
+    contender = lock(server, clock=clock)
+    assert not contender._try_acquire()
+    clock.now += 20
+    held_by(server, "ns/a", "2001-01-01T00:00:00.000000Z")  # renewed (same times: a skewed or stuck clock)
+    assert not contender._try_acquire()
+    clock.now += 29.9
+    assert not contender._try_acquire()  # 49.9 s since first seen, but 29.9 s since the renewal was
+    clock.now += 0.2
+    assert contender._try_acquire()
+
+
+def test_a_released_lease_is_taken_at_once(server):
+    held_by(server, None, "2099-01-01T00:00:00.000000Z")
+    assert lock(server, clock=Clock())._try_acquire()
+
+
+def test_a_holder_is_renewed_while_it_holds_and_not_taken_over(server):
+    contender_failed = threading.Event()
+
+    def contend():
+        try:
+            with lock(server, holder="ns/other", timeout_s=2 * SHORT_LEASE_S, duration_s=SHORT_LEASE_S):
+                pass
+        except errors.JobFailed:
+            contender_failed.set()
+
+    with lock(server, duration_s=SHORT_LEASE_S):
+        contender = threading.Thread(target=contend)
+        contender.start()
+        contender.join()  # it gave up: twice the holder's lease duration of trying
+        assert holder(server) == "ns/b"
+    assert contender_failed.is_set()
+    renewals = [w for w in server.lease_writes if w.get("holderIdentity") == "ns/b"][1:]
+    assert len(renewals) >= 3, server.lease_writes
+    assert [w["renewTime"] for w in renewals] == sorted(set(w["renewTime"] for w in renewals))
+    assert holder(server) is None  # released on exit
+
+
+def test_the_renewer_stops_on_exit(server):
+    with lock(server, duration_s=SHORT_LEASE_S):
+        pass
+    writes = len(server.lease_writes)
+    time.sleep(SHORT_LEASE_S * 2 / 3)  # two renewal intervals
+    assert len(server.lease_writes) == writes
+    assert [t for t in threading.enumerate() if t.name == "lease-renewer"] == []
+
+
+def test_a_holder_whose_lease_was_taken_over_fails_on_exit_and_leaves_it(server):
+    with pytest.raises(errors.JobFailed) as failure:
+        with lock(server, duration_s=SHORT_LEASE_S):
+            held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")  # as an expired-lease takeover writes
+            time.sleep(SHORT_LEASE_S / 2)  # the renewer may read it first, and stop
+    assert failure.value.exit_code == exitcodes.API_ERROR
+    assert "ns/other" in str(failure.value)
+    assert holder(server) == "ns/other"
+
+
+def test_the_sections_own_error_is_what_propagates_when_the_lease_was_also_lost(server):
+    with pytest.raises(ValueError):
+        with lock(server, duration_s=SHORT_LEASE_S):
+            held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")
+            raise ValueError("inventory failed")
+    assert holder(server) == "ns/other"
