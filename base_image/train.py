@@ -7,15 +7,23 @@ write checkpoints and logs on rank 0 only. Each rank trains on its own shard of 
 data. A job that is restarted with the same --checkpoint-dir resumes after the last
 saved epoch.
 
+Elastic mode, chosen by horovodrun itself (`horovodrun --min-np M --max-np N
+--host-discovery-script ...` sets HOROVOD_ELASTIC=1): weights, optimizer and epoch are
+committed in memory after every epoch; when hosts are added or removed, or a rank dies,
+the remaining ranks go back to the last commit, new ranks receive it from rank 0, and
+training carries on at the new size with its learning rate and data shards recomputed.
+
 Data: --data-dir DIR reads DIR/mnist.npz, laid out like Keras' MNIST file: uint8
 arrays x_train (N, 28, 28), y_train (N,), x_test (M, 28, 28), y_test (M,), labels 0-9
 (make_dataset.py writes a synthetic one). Without --data-dir a deterministic synthetic
 set of the same shape is generated; each class is a fixed random pattern plus noise,
 so the loss really falls.
 
-Output (rank 0, stdout, one line each, key=value):
+Output (rank 0, stdout, one line each, key=value but for the world-size line):
   epoch=1 loss=0.812 accuracy=0.731 samples_per_sec=2100.5 size=3
   checkpoint=/ckpt/checkpoint-0001 epoch=1 rank=0
+  resumed epoch=1 checkpoint_dir=/ckpt                (restarted: epoch 2 comes next)
+  distributetrain: world size 3 -> 2 at epoch 2      (elastic: ranks changed)
   done start_epoch=0 epochs=3 loss=0.214 accuracy=0.950 test_accuracy=0.948 elapsed_s=12.3 size=3
 Any failure prints a traceback to stderr and exits 1, so horovodrun and the chief pod
 fail with it.
@@ -58,6 +66,10 @@ CHECKPOINT_PREFIX_FORMAT = "checkpoint-{epoch:04d}"
 CHECKPOINT_INDEX_PATTERN = re.compile(r"^checkpoint-(\d+)\.index$")
 
 ROOT_RANK = 0
+
+# horovodrun sets this to 1 in every rank's environment when it runs elastically
+# (--min-np/--max-np/--host-discovery-script); Horovod's own ops read it too.
+HOROVOD_ELASTIC_ENV = "HOROVOD_ELASTIC"
 
 
 def _positive_int(text):
@@ -172,6 +184,16 @@ def steps_per_rank(samples, size, batch_size, split):
     return steps
 
 
+def elastic_mode(environ):
+    """Whether horovodrun runs this process as part of an elastic job."""
+    return environ.get(HOROVOD_ELASTIC_ENV) == "1"
+
+
+def world_size_line(before, after, epoch):
+    """Rank 0's line when ranks were added or removed; epoch is the first one trained with `after`."""
+    return f"distributetrain: world size {before} -> {after} at epoch {epoch}"
+
+
 def format_record(head, **fields):
     """One key=value line, floats to 4 decimals, for the logs and tests to parse."""
     parts = [head] if head else []
@@ -199,12 +221,11 @@ def train(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of job logs
     import tensorflow as tf
     import horovod.tensorflow as hvd  # collectives: init, broadcast, allreduce
-    import horovod.tensorflow.keras as hvd_keras  # Keras optimizer wrapper and callbacks
+    import horovod.tensorflow.keras as hvd_keras  # Keras optimizer wrapper, callbacks and elastic state
 
     tf.config.threading.set_intra_op_parallelism_threads(TF_THREADS_PER_POOL)
     tf.config.threading.set_inter_op_parallelism_threads(TF_THREADS_PER_POOL)
     hvd.init()
-    is_root = hvd.rank() == ROOT_RANK
 
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
@@ -215,8 +236,6 @@ def train(args):
     started = time.perf_counter()
     tf.keras.utils.set_random_seed(args.seed)
     x_train, y_train, x_test, y_test = load_dataset(args)
-    train_steps = steps_per_rank(len(x_train), hvd.size(), args.batch_size, "training")
-    test_steps = steps_per_rank(len(x_test), hvd.size(), args.batch_size, "test")
 
     def shard(images, labels, shuffle):
         dataset = tf.data.Dataset.from_tensor_slices((images, labels)).shard(hvd.size(), hvd.rank())
@@ -225,21 +244,27 @@ def train(args):
         return dataset.repeat().batch(args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
     model = build_model(tf)
-    optimizer = hvd_keras.DistributedOptimizer(tf.keras.optimizers.Adam(learning_rate=args.lr * hvd.size()))
+    optimizer = hvd_keras.DistributedOptimizer(tf.keras.optimizers.Adam(learning_rate=args.lr))
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    # Slots now rather than at the first step, so a checkpoint restores them at once and
+    # every rank, including one that joins an elastic job later, broadcasts the same variables.
+    optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
 
-    # Only rank 0 has the checkpoints, so it alone decides where training resumes.
-    start_epoch = hvd.broadcast_object(
-        last_checkpoint_epoch(args.checkpoint_dir) if is_root else None, root_rank=ROOT_RANK)
-    if is_root and start_epoch > 0:
-        # Optimizer slots do not exist yet; they are restored when the first step creates them.
-        checkpoint.read(checkpoint_prefix(args.checkpoint_dir, start_epoch)).expect_partial()
-        print(format_record("resumed", epoch=start_epoch, checkpoint_dir=args.checkpoint_dir), flush=True)
-    hvd.broadcast_variables(model.variables, root_rank=ROOT_RANK)
+    # Only rank 0 has the checkpoints, so it alone decides where training resumes; its
+    # weights and epoch then go to every rank.
+    start_epoch = 0
+    if hvd.rank() == ROOT_RANK:
+        start_epoch = last_checkpoint_epoch(args.checkpoint_dir)
+        if start_epoch > 0:
+            checkpoint.read(checkpoint_prefix(args.checkpoint_dir, start_epoch)).assert_consumed()
+            print(format_record("resumed", epoch=start_epoch, checkpoint_dir=args.checkpoint_dir), flush=True)
 
     class EpochReport(tf.keras.callbacks.Callback):
-        """Rank 0's per-epoch line and checkpoint; runs after the metrics are averaged."""
+        """Rank 0's per-epoch line and checkpoint; runs after the metrics are averaged.
+
+        Every rank keeps the last logs: in elastic mode rank 0 may move to another process.
+        """
 
         def __init__(self):
             super().__init__()
@@ -250,31 +275,69 @@ def train(args):
 
         def on_epoch_end(self, epoch, logs=None):
             self.last_logs = dict(logs)
-            seconds = time.perf_counter() - self.epoch_started
-            samples = train_steps * args.batch_size * hvd.size()
+            if hvd.rank() != ROOT_RANK:
+                return
+            samples = self.params["steps"] * args.batch_size * hvd.size()
             print(format_record(f"epoch={epoch + 1}", loss=float(logs["loss"]), accuracy=float(logs["accuracy"]),
-                                samples_per_sec=samples / seconds, size=hvd.size()), flush=True)
+                                samples_per_sec=samples / (time.perf_counter() - self.epoch_started),
+                                size=hvd.size()), flush=True)
             if args.checkpoint_dir is not None:
+                args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
                 prefix = checkpoint.write(checkpoint_prefix(args.checkpoint_dir, epoch + 1))
                 print(format_record(None, checkpoint=prefix, epoch=epoch + 1, rank=hvd.rank()), flush=True)
 
     report = EpochReport()
-    callbacks = [
-        # Weights were broadcast above; this also broadcasts the optimizer slots after the first step.
-        hvd_keras.callbacks.BroadcastGlobalVariablesCallback(ROOT_RANK),
-        hvd_keras.callbacks.MetricAverageCallback(),
-    ]
-    if is_root:
-        callbacks.append(report)
-        if args.checkpoint_dir is not None:
-            args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
 
-    model.fit(shard(x_train, y_train, shuffle=True), steps_per_epoch=train_steps,
-              initial_epoch=start_epoch, epochs=args.epochs, callbacks=callbacks, verbose=0)
+    def fit_and_evaluate(initial_epoch, extra_callbacks=()):
+        """Trains epochs initial_epoch+1..args.epochs with the current ranks; the test accuracy."""
+        # The recipe's learning-rate scaling, redone here because elastic mode changes the size.
+        optimizer.learning_rate = args.lr * hvd.size()
+        train_steps = steps_per_rank(len(x_train), hvd.size(), args.batch_size, "training")
+        test_steps = steps_per_rank(len(x_test), hvd.size(), args.batch_size, "test")
+        callbacks = [hvd_keras.callbacks.MetricAverageCallback(), report, *extra_callbacks]
+        model.fit(shard(x_train, y_train, shuffle=True), steps_per_epoch=train_steps,
+                  initial_epoch=initial_epoch, epochs=args.epochs, callbacks=callbacks, verbose=0)
+        evaluation = model.evaluate(shard(x_test, y_test, shuffle=False), steps=test_steps, verbose=0,
+                                    return_dict=True)
+        return float(hvd.allreduce(tf.constant(evaluation["accuracy"]), op=hvd.Average))
 
-    evaluation = model.evaluate(shard(x_test, y_test, shuffle=False), steps=test_steps, verbose=0, return_dict=True)
-    test_accuracy = float(hvd.allreduce(tf.constant(evaluation["accuracy"]), op=hvd.Average))
-    if is_root:
+    if elastic_mode(os.environ):
+        # Weights, optimizer slots and these attributes live in host memory between commits;
+        # when ranks come or go every rank returns to the last commit, then rank 0's state is
+        # broadcast and fit_and_evaluate runs again with the new ranks.
+        state = hvd_keras.elastic.KerasState(model, optimizer, epoch=start_epoch, start_epoch=start_epoch)
+
+        class CommitEpoch(tf.keras.callbacks.Callback):
+            """Commits after each epoch (after its line and checkpoint): a reset loses at most
+            one epoch, and a change of hosts interrupts every rank at the same epoch.
+
+            Not Horovod's UpdateEpochStateCallback: that expects fit to count epochs from 0
+            after each reset, while here Keras numbers them from the checkpointed epoch.
+            """
+
+            def on_epoch_end(self, epoch, logs=None):
+                state.epoch = epoch + 1
+                state.commit()  # raises HostsUpdatedInterrupt when hosts were added or removed
+
+        commit = CommitEpoch()
+        trained_size = hvd.size()  # this process's last world size, to report a change once
+
+        @hvd_keras.elastic.run
+        def elastic_fit_and_evaluate(state):
+            nonlocal trained_size
+            if hvd.size() != trained_size and hvd.rank() == ROOT_RANK:
+                print(world_size_line(trained_size, hvd.size(), state.epoch + 1), flush=True)
+            trained_size = hvd.size()
+            return fit_and_evaluate(state.epoch, [commit])
+
+        test_accuracy = elastic_fit_and_evaluate(state)
+        start_epoch = state.start_epoch
+    else:
+        start_epoch = hvd.broadcast_object(start_epoch, root_rank=ROOT_RANK)
+        hvd.broadcast_variables(model.variables + optimizer.variables, root_rank=ROOT_RANK)
+        test_accuracy = fit_and_evaluate(start_epoch)
+
+    if hvd.rank() == ROOT_RANK:
         print(format_record("done", start_epoch=start_epoch, epochs=args.epochs,
                             loss=float(report.last_logs.get("loss", float("nan"))),
                             accuracy=float(report.last_logs.get("accuracy", float("nan"))),

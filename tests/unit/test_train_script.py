@@ -1,7 +1,8 @@
-"""The pure parts of base_image/train.py: flags, data, checkpoint discovery.
+"""The pure parts of base_image/train.py: flags, data, checkpoint discovery, elastic mode.
 
 train.py imports TensorFlow and Horovod only inside train(), so these run in any
-environment with numpy; the real training runs in tests/e2e/test_horovod_local.py.
+environment with numpy; the real training runs in tests/e2e/test_horovod_local.py and
+tests/e2e/test_elastic_local.py.
 """
 
 import importlib.util
@@ -135,3 +136,14 @@ def test_every_rank_runs_the_same_number_of_steps():
 def test_records_are_key_value_lines():
     assert train.format_record("epoch=2", loss=0.123456, size=3) == "epoch=2 loss=0.1235 size=3"
     assert train.format_record(None, checkpoint="/c/checkpoint-0001", rank=0) == "checkpoint=/c/checkpoint-0001 rank=0"
+
+
+def test_elastic_mode_follows_horovodrun():
+    # horovodrun --host-discovery-script (or --min-np/--max-np) sets HOROVOD_ELASTIC=1 in every rank.
+    assert train.elastic_mode({"HOROVOD_ELASTIC": "1", "HOROVOD_RANK": "0"})
+    assert not train.elastic_mode({"HOROVOD_RANK": "0"})  # plain horovodrun -np N
+    assert not train.elastic_mode({"HOROVOD_ELASTIC": "0"})
+
+
+def test_world_size_line_names_both_sizes_and_the_first_epoch_at_the_new_size():
+    assert train.world_size_line(2, 1, 3) == "distributetrain: world size 2 -> 1 at epoch 3"
