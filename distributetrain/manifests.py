@@ -49,14 +49,22 @@ SSHD_OPTIONS = (
     "PidFile=none", "MaxStartups=200", "MaxSessions=200",
 )
 
-# Worker: sshd in the foreground on the job's port, with the job's host key.
+# Worker: sshd on the job's port with the job's host key, started by this shell, which
+# the image's entrypoint execs as the container's PID 1. sshd passes no SIGTERM on: alone,
+# it would exit and the ranks horovodrun started over SSH would die with the container,
+# unwarned. So the shell sends SIGTERM to every other process of the container (its own
+# PID namespace: `kill -1` reaches nothing outside) and waits, reaping them, until all
+# have ended: the ranks have the grace period to save their work. sshd ending on its own
+# still ends the container (`wait` returns its status).
 WORKER_SCRIPT = f"""\
 set -eu
 mkdir -p /run/sshd
-exec /usr/sbin/sshd -D -e -f /dev/null -p "$DT_PORT" \\
+trap 'kill -TERM -1 2>/dev/null || true; while kill -0 -1 2>/dev/null; do sleep 0.1; done; exit 143' TERM
+/usr/sbin/sshd -D -e -f /dev/null -p "$DT_PORT" \\
   -h {names.SSH_SERVER_DIR}/{HOST_KEY_FILE} \\
   -o AuthorizedKeysFile={names.SSH_SERVER_DIR}/authorized_keys \\
-  {" ".join(f"-o {option}" for option in SSHD_OPTIONS)}
+  {" ".join(f"-o {option}" for option in SSHD_OPTIONS)} &
+wait $!
 """
 
 # Chief: hostfile (itself first, so rank 0 and its logs and checkpoints are here), a
