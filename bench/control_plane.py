@@ -21,25 +21,37 @@ Intervals, from the manager's log records and a watch on the namespace's pods:
 and, for context, worker start-up (last worker created -> last Ready, the node agent's
 work) and chief run (created -> exit: SSH checks and horovodrun).
 
-Run: ``bench/isolated.sh python -m bench.control_plane`` (root; about 20 minutes).
+Each run also keeps a trace: every request's latency (``TracedKube``), and who had the
+CPU while the workers were created and while the job was torn down (``CpuAccount``).
+
+Run: ``bench/isolated.sh python -m bench.control_plane`` (root; 30-40 minutes on a loaded
+2-core machine). ``--counts 64 --repetitions 1 --trace FILE`` is a diagnostic run that
+leaves the published results alone.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 from bench import report, testbed
 from distributetrain import lifecycle, names
-from distributetrain.kube import Kube
+from distributetrain.kube import Kube, load_api_client
 
 WORKER_COUNTS = (1, 4, 16, 64)
 REPETITIONS = 3
-RUN_ATTEMPTS = 3  # a run whose pod watch broke (API server restarted by a test) is redone
+# A run whose pod watch broke (API server restarted by a test), or whose job failed (its
+# deadline passed under other sessions' load), is redone.
+RUN_ATTEMPTS = 3
 IMPORT_REPETITIONS = 5
 JOB_DEADLINE_S = 600  # a job that hangs fails instead of stalling the benchmark
 OVERHEAD_TARGET_S = 1.0
@@ -47,6 +59,94 @@ SEEDS_CHIEF_SLEEP_S = 30.0  # the seeds' fixed wait before creating the chief (D
 SEEDS_POLL_S = 20.0  # the seeds' polling period for the chief's end
 NOOP = '"""Stand-in training script: the benchmark measures everything around it."""\n'
 NAME = "control-plane"
+CPU_SAMPLE_S = 0.25  # /proc sampling period of the CPU account (cheap: a handful of files)
+# Long-lived processes whose CPU is accounted separately; everything else (conmon, the
+# containers themselves, other engineers' tests) is "other".
+CPU_GROUPS = {"kube-apiserver": "apiserver", "etcd": "etcd", "kube-scheduler": "scheduler",
+              "kube-controller-manager": "controller-manager", "localcluster.agent": "node agent"}  # with its podman commands
+
+
+class TracedKube(Kube):
+    """The manager's Kube, timing each request it makes: (what, start, end), wall clock."""
+
+    def __init__(self, api_client):
+        super().__init__(api_client)
+        self.calls: list[tuple[str, float, float]] = []
+
+    def _call(self, operation, what="API call"):
+        start = time.time()
+        try:
+            return super()._call(operation, what)
+        finally:
+            self.calls.append((what.split(" [")[0], start, time.time()))
+
+    def latencies(self, what: str, since: float = 0.0) -> list[float]:
+        return [end - start for kind, start, end in self.calls if kind == what and start >= since]
+
+
+class CpuAccount:
+    """Samples /proc: the machine's busy CPU, and the control plane's and agents' share."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, float, dict[str, float]]] = []  # (time, busy s, group -> s)
+        self._pids = {pid: group for pid, group in self._find_groups().items()}
+        self._pids[os.getpid()] = "benchmark + manager"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _find_groups() -> dict[int, str]:
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                for needle, group in CPU_GROUPS.items():
+                    if needle in cmdline.split(" --")[0]:
+                        found[int(entry.name)] = group
+        return found
+
+    def _sample(self) -> tuple[float, float, dict[str, float]]:
+        ticks = os.sysconf("SC_CLK_TCK")
+        fields_ = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        busy = (sum(fields_) - fields_[3] - fields_[4]) / ticks  # all but idle and iowait
+        groups: dict[str, float] = {}
+        for pid, group in self._pids.items():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            used = int(stat[11]) + int(stat[12])  # utime, stime
+            if group == "node agent":
+                used += int(stat[13]) + int(stat[14])  # and its podman commands' (children waited for)
+            groups[group] = groups.get(group, 0.0) + used / ticks
+        return time.time(), busy, groups
+
+    def _run(self) -> None:
+        while not self._stop.wait(CPU_SAMPLE_S):
+            self.samples.append(self._sample())
+
+    def __enter__(self) -> CpuAccount:
+        self.samples.append(self._sample())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(self._sample())
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds per group between the samples nearest ``start`` and ``end`` (2 cores: up to 2 s/s)."""
+        first = max((s for s in self.samples if s[0] <= start), key=lambda s: s[0], default=self.samples[0])
+        last = min((s for s in self.samples if s[0] >= end), key=lambda s: s[0], default=self.samples[-1])
+        span = max(last[0] - first[0], 1e-9)
+        used = {group: last[2].get(group, 0.0) - first[2].get(group, 0.0) for group in last[2]}
+        used["other"] = (last[1] - first[1]) - sum(used.values())
+        return {"span_s": span, "busy_cores": (last[1] - first[1]) / span,
+                **{f"{group}_cores": value / span for group, value in used.items()}}
 
 
 def manager_settings(job: str, namespace: str, owner_uid: str, workers: int, selector: str, claim: str):
@@ -58,12 +158,18 @@ def manager_settings(job: str, namespace: str, owner_uid: str, workers: int, sel
     )
 
 
-def run_job(api_client, namespace: str, job: str, workers: int, selector: str, claim: str) -> dict:
+class TrainingFailed(RuntimeError):
+    """The job failed (its chief, or its --active-deadline on a machine loaded by other sessions): redo the run."""
+
+
+def run_job(cluster, api_client, namespace: str, job: str, workers: int, selector: str, claim: str) -> dict:
     owner_uid = testbed.stand_in_manager(api_client, namespace, job)
     settings = manager_settings(job, namespace, owner_uid, workers, selector, claim)
-    kube = Kube(api_client)
+    # The manager's own API client, as manager.sh builds it (timeouts, no urllib3 retries,
+    # its connection pool), not the benchmark's.
+    kube = TracedKube(load_api_client(kubeconfig=str(cluster.kubeconfig)))
     timeline = testbed.PodTimeline(api_client, namespace).start()
-    with testbed.LogClock() as clock:
+    with testbed.LogClock() as clock, CpuAccount() as cpu:
         started = time.time()
         exit_code = lifecycle.execute(kube, settings, "run")
         ended = time.time()
@@ -72,7 +178,7 @@ def run_job(api_client, namespace: str, job: str, workers: int, selector: str, c
     chief_log = testbed.pod_log(api_client, namespace, names.chief_name(job))
     testbed.delete_pods(api_client, namespace)  # the stand-in, and with it the kept chief
     if exit_code != 0:
-        raise RuntimeError(f"job {job} exited with {exit_code}; chief's log ends:\n{chief_log[-3000:]}")
+        raise TrainingFailed(f"job {job} exited with {exit_code}; chief's log ends:\n{chief_log[-3000:]}")
 
     worker_names = [names.worker_name(job, i) for i in range(workers)]
     chief = names.chief_name(job)
@@ -90,7 +196,7 @@ def run_job(api_client, namespace: str, job: str, workers: int, selector: str, c
         "start_to_workers_created_s": workers_created - started,
         "start_to_plan_s": planned - started,
         "plan_to_workers_created_s": workers_created - planned,
-        # Mean time per pod create / delete request: the manager issues them one by one.
+        # The span from the first to the last create / delete, per pod (API_CONCURRENCY in flight).
         "create_request_s": (workers_created - clock.first(f"created Pod [{namespace}/{worker_names[0]}]"))
         / max(1, workers - 1),
         "delete_request_s": (deletes[-1] - deletes[0]) / max(1, len(deletes) - 1),
@@ -106,7 +212,32 @@ def run_job(api_client, namespace: str, job: str, workers: int, selector: str, c
     }
     result["manager_overhead_s"] = (result["start_to_workers_created_s"] + result["ready_to_chief_created_s"]
                                     + result["exit_to_teardown_done_s"])
+    # Where the manager's time goes: each request's own latency, and who had the CPU meanwhile.
+    creates = kube.latencies("create Pod", since=planned)
+    deletes_s = kube.latencies("delete Pod", since=chief_created)
+    result["trace"] = {
+        "create_latency_s": _spread(creates),
+        "delete_latency_s": _spread(deletes_s),
+        "requests_by_kind": _count(kind for kind, _, _ in kube.calls),
+        "cpu_creating": cpu.between(planned, workers_created),
+        "cpu_tearing_down": cpu.between(teardown_begun, teardown_done),
+        "manager_log": [(round(t - started, 3), message) for t, message in clock.records
+                        if not message.startswith(("created Pod", "deleted Pod"))],
+    }
     return result
+
+
+def _spread(values: list[float]) -> dict:
+    if not values:
+        return {}
+    return {"n": len(values), "median": statistics.median(values), "max": max(values), "min": min(values)}
+
+
+def _count(kinds) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 def import_time_s() -> float:
@@ -124,7 +255,7 @@ def summarise(runs: dict[int, list[dict]]) -> dict:
     return {
         str(workers): {key: {"median": statistics.median(r[key] for r in results),
                              "max": max(r[key] for r in results)}
-                       for key in results[0]}
+                       for key in results[0] if key != "trace"}
         for workers, results in runs.items()
     }
 
@@ -137,7 +268,7 @@ OVERHEAD_PARTS = (
 
 
 def plot(summary: dict, path) -> None:
-    counts = [str(w) for w in WORKER_COUNTS]
+    counts = list(summary)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     ax = axes[0]
     bottoms = [0.0] * len(counts)
@@ -189,8 +320,7 @@ def table(summary: dict) -> str:
     )
     header = ["workers"] + [f"{label} (s)" if key.endswith("_s") else label for key, label in columns]
     rows = []
-    for workers in WORKER_COUNTS:
-        cells = summary[str(workers)]
+    for workers, cells in summary.items():
         rows.append([workers] + [
             f"{cells[key]['median']:.0f}" if key == "api_requests"
             else f"{cells[key]['median']:.2f} (max {cells[key]['max']:.2f})"
@@ -199,36 +329,64 @@ def table(summary: dict) -> str:
     return report.markdown_table(header, rows)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--counts", type=int, nargs="+", default=list(WORKER_COUNTS), metavar="W",
+                        help="worker counts to measure (default: %(default)s)")
+    parser.add_argument("--repetitions", type=int, default=REPETITIONS, help="runs per count (default: %(default)s)")
+    parser.add_argument("--trace", type=Path, metavar="FILE",
+                        help="a diagnostic run: write every run (API latencies, CPU, manager log) to FILE "
+                             "and leave bench/results and the plot alone")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     prefix = f"bcp{testbed.short_id()}"
-    nodes = {f"{i:02d}": 1 for i in range(max(WORKER_COUNTS) + 1)}
-    runs: dict[int, list[dict]] = {w: [] for w in WORKER_COUNTS}
+    nodes = {f"{i:02d}": 1 for i in range(max(args.counts) + 1)}
+    runs: dict[int, list[dict]] = {w: [] for w in args.counts}
     with testbed.local_cluster() as cluster:
         api_client = cluster.api_client()
         with testbed.node_pool(cluster, prefix, nodes) as selector, \
                 testbed.namespace(api_client, "bench-control-plane") as namespace, \
                 testbed.script_volume(api_client, namespace, {testbed.NOOP_SCRIPT: NOOP}) as claim:
             # The first pods on fresh nodes start slower (agent caches); not measured.
-            run_job(api_client, namespace, "cp-warmup", 1, selector, claim)
-            for repetition in range(REPETITIONS):
-                for workers in WORKER_COUNTS:  # interleaved, so drift hits every size alike
+            run_job(cluster, api_client, namespace, "cp-warmup", 1, selector, claim)
+            for repetition in range(args.repetitions):
+                for workers in args.counts:  # interleaved, so drift hits every size alike
                     for attempt in range(RUN_ATTEMPTS):
                         job = f"cp-{workers}-r{repetition}-a{attempt}"
-                        result = run_job(api_client, namespace, job, workers, selector, claim)
-                        print(f"{job}: {result}", flush=True)
+                        try:
+                            result = run_job(cluster, api_client, namespace, job, workers, selector, claim)
+                        except TrainingFailed as failure:
+                            if attempt == RUN_ATTEMPTS - 1:
+                                raise
+                            print(f"{job}: redone: {failure}", flush=True)
+                            continue
+                        print(f"{job}: {_brief(result)}", flush=True)
                         if not result.pop("disturbed"):
                             break
                     runs[workers].append(result)
     summary = summarise(runs)
+    if args.trace:
+        args.trace.write_text(json.dumps({"summary": summary, "runs": runs}, indent=1) + "\n")
+        print(table(summary))
+        return
     import_s = import_time_s()
     plot(summary, report.image_path(NAME))
     report.write_results(NAME, {
-        "worker_counts": WORKER_COUNTS, "repetitions": REPETITIONS, "summary": summary,
+        "worker_counts": args.counts, "repetitions": args.repetitions, "summary": summary,
         "runs": {str(w): r for w, r in runs.items()}, "phase_import_s": import_s,
         "seeds_reference": {"chief_sleep_s": SEEDS_CHIEF_SLEEP_S, "poll_s": SEEDS_POLL_S},
     })
     print(table(summary))
     print(f"interpreter start + imports of one manager phase: {import_s:.2f} s (manager.sh runs two)")
+
+
+def _brief(result: dict) -> dict:
+    """A run's line on the console: the trace's manager log is for the results file."""
+    trace = {key: value for key, value in result.get("trace", {}).items() if key != "manager_log"}
+    return {**{key: value for key, value in result.items() if key != "trace"}, "trace": trace}
 
 
 if __name__ == "__main__":

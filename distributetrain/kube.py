@@ -105,6 +105,10 @@ REQUEST_OPTIONS = {"_preload_content": False}
 # Creates and deletes of a job's pods are sent this many at a time: each is one round trip
 # waiting mostly on etcd, so overlapping them is what makes 64 workers cost about 16.
 API_CONCURRENCY = 8
+# Connections kept open to the API server: the creates or deletes in flight, plus the pod
+# watch, the Event sender and the annotation writer. urllib3 closes a connection returned
+# to a full pool, and the next request pays a new TCP and TLS handshake.
+API_CONNECTIONS = API_CONCURRENCY + 3
 AUTHZ_SETTLE_S = 30.0  # after the API was unreachable, "forbidden" is retried this long
 # Keepalive probes on idle connections: a pooled connection whose peer vanished without a
 # FIN (node or netns gone) is reset after about 30 s, and so never reused to wait out a
@@ -156,6 +160,7 @@ def make_api_client(configuration: client.Configuration, timeouts: ApiTimeouts |
     """An ApiClient whose every request has a timeout and is tried once (``call`` retries)."""
     # urllib3 would otherwise retry 3 times on its own: unlogged, each costing a timeout.
     configuration.retries = False
+    configuration.connection_pool_maxsize = API_CONNECTIONS
     api_client = client.ApiClient(configuration)
     api_client.rest_client = TimedRestClient(configuration, timeouts or ApiTimeouts.from_environment())
     return api_client
@@ -248,6 +253,12 @@ def read_json(response) -> dict:
     return json.loads(response.data)
 
 
+def drain(response) -> None:
+    """Read and drop a body the manager does not need. A response left unread keeps its
+    connection out of the pool for good, so the next request opens a new one (TCP and TLS)."""
+    response.drain_conn()
+
+
 def owner_uids(obj: dict) -> set[str]:
     return {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or ()}
 
@@ -326,7 +337,7 @@ class Kube:
 
     def namespace_exists(self, name: str) -> bool:
         try:
-            self._call(lambda: self.core.read_namespace(name, **REQUEST_OPTIONS), f"read Namespace [{name}]")
+            self._call(lambda: drain(self.core.read_namespace(name, **REQUEST_OPTIONS)), f"read Namespace [{name}]")
         except errors.NotFound:
             return False
         return True
@@ -377,7 +388,8 @@ class Kube:
         body = client.V1DeleteOptions(grace_period_seconds=grace_period_s, propagation_policy="Background")
         try:
             self._call(
-                lambda: delete(name, namespace, body=body, **REQUEST_OPTIONS), f"delete {kind} [{namespace}/{name}]"
+                lambda: drain(delete(name, namespace, body=body, **REQUEST_OPTIONS)),
+                f"delete {kind} [{namespace}/{name}]",
             )
         except errors.NotFound:
             return False
@@ -394,7 +406,7 @@ class Kube:
         patch = {"metadata": {"annotations": annotations}}
         self._call(
             # A dict body is sent as a strategic merge patch: null removes an annotation.
-            lambda: self.core.patch_namespaced_pod(name, namespace, patch, **REQUEST_OPTIONS),
+            lambda: drain(self.core.patch_namespaced_pod(name, namespace, patch, **REQUEST_OPTIONS)),
             f"annotate Pod [{namespace}/{name}]",
         )
 
