@@ -158,14 +158,19 @@ def test_kustomization_and_yaml_retarget_and_pass_the_api_server(cluster, namesp
     shutil.copytree(REPO / "rbac", tmp_path / "rbac")
     shutil.copy(REPO / "manager.yaml", tmp_path)
     kustomization = (REPO / "kustomization.yaml").read_text()
-    (tmp_path / "kustomization.yaml").write_text(kustomization.replace("# namespace: team-a", f"namespace: {namespace}"))
+    # As its comments say: uncomment `namespace:` and, with it, the Lease transformers.
+    head, _, transformers = kustomization.partition("# transformers:")
+    transformers = "transformers:" + "\n".join(line.removeprefix("# ") for line in transformers.split("\n"))
+    kustomization = (head + transformers).replace("# namespace: team-a", f"namespace: {namespace}")
+    (tmp_path / "kustomization.yaml").write_text(kustomization.replace("team-a", namespace))
     rendered = cluster.kubectl("kustomize", str(tmp_path), check=True).stdout
     documents = list(yaml.safe_load_all(rendered))
     assert sorted(d["kind"] for d in documents) == [
-        "ClusterRole", "ClusterRoleBinding", "Pod", "Role", "RoleBinding", "ServiceAccount"]
+        "ClusterRole", "ClusterRoleBinding", "Pod", "Role", "Role", "RoleBinding", "RoleBinding", "ServiceAccount"]
     for document in documents:
+        lease_grant = document["metadata"]["name"].startswith("distributetrain-placement")
         if not document["kind"].startswith("Cluster"):
-            assert document["metadata"]["namespace"] == namespace
+            assert document["metadata"]["namespace"] == ("default" if lease_grant else namespace)
         for subject in document.get("subjects", []):
             assert subject["namespace"] == namespace
     applied = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
