@@ -19,7 +19,7 @@ import pytest
 from localcluster.podman import podman
 from test_horovod_local import (  # noqa: F401 (fixtures)
     CHECKPOINT_MOUNT, CHIEF_ADDRESS, DONE_LINE, EPOCH_LINE, HOROVOD_START_TIMEOUT_S, POD_INTERFACE, SSHD_PORT,
-    SSHD_READY_TIMEOUT_S, SUBNET, TRAIN_SCRIPT, WORKER_ADDRESS, TwoHosts, checkpoint_mount, container_of, containers,
+    SSHD_READY_TIMEOUT_S, SUBNET, TRAIN_SCRIPT, WORKER_ADDRESS, TwoHosts, checkpoint_mount, opened_hosts, container_of, containers,
     plain_env, rendered_job, ssh_volume_mount, training_image, workdir)
 
 pytestmark = pytest.mark.e2e
@@ -97,15 +97,8 @@ class ThreeHosts(TwoHosts):
 
 @pytest.fixture
 def three_hosts(containers, workdir):
-    hosts = ThreeHosts(containers.suffix, workdir)
-    try:
-        hosts.open()
+    with opened_hosts(ThreeHosts, containers, workdir) as hosts:
         yield hosts
-    finally:
-        try:
-            containers.remove_all()  # before their namespaces go
-        finally:
-            hosts.close()
 
 
 def start_worker(containers, hosts, role, address, worker_pod, secret, workdir, checkpoints):

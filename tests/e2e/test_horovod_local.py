@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -317,17 +318,24 @@ class TwoHosts:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
-@pytest.fixture
-def two_hosts(containers, workdir):
-    hosts = TwoHosts(containers.suffix, workdir)
+@contextmanager
+def opened_hosts(hosts_class, containers, workdir):
+    """Hosts of ``hosts_class``, open; on the way out their containers go before their namespaces."""
+    hosts = hosts_class(containers.suffix, workdir)
     try:
         hosts.open()
         yield hosts
     finally:
         try:
-            containers.remove_all()  # before their namespaces go
+            containers.remove_all()
         finally:
             hosts.close()
+
+
+@pytest.fixture
+def two_hosts(containers, workdir):
+    with opened_hosts(TwoHosts, containers, workdir) as hosts:
+        yield hosts
 
 
 def rendered_job(name):
