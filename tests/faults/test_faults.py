@@ -73,7 +73,9 @@ def test_worker_lost_mid_training_aborts_within_10s(cluster, jobs, scripts, faul
         noticed = [line for line in jobs.logs("lost").splitlines() if "lost-worker-0" in line and "aborted" in line]
         assert noticed, jobs.logs("lost")
         noticed_at = datetime.strptime(noticed[0][:23], "%Y-%m-%d %H:%M:%S,%f")
-        assert (noticed_at - faulted_at).total_seconds() < NOTICE_WITHIN_S, noticed[0]
+        noticed_after_s = (noticed_at - faulted_at).total_seconds()
+        print(f"{fault}: noticed {noticed_after_s:.2f} s after the fault")  # shown by -rP
+        assert noticed_after_s < NOTICE_WITHIN_S, noticed[0]
 
 
 def test_chief_fails_workers_and_secret_deleted_exit_code_passed_through(cluster, jobs, scripts):
