@@ -42,6 +42,7 @@ CHIEF_STARTED = "ChiefStarted"
 WAITING_FOR_GPUS = "WaitingForGPUs"
 RELEASED = "Released"
 RESTARTING = "Restarting"
+RESIZED = "Resized"  # an elastic job lost or gained GPUs
 POD_WAITING = "PodWaiting"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
@@ -55,6 +56,7 @@ KINDS = {
     WAITING_FOR_GPUS: (WARNING, "Plan"),
     RELEASED: (WARNING, "Release"),
     RESTARTING: (WARNING, "Restart"),
+    RESIZED: (NORMAL, "Resize"),
     POD_WAITING: (WARNING, "Wait"),
     SUCCEEDED: (NORMAL, "Finish"),
     FAILED: (WARNING, "Finish"),

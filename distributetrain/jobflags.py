@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from distributetrain import errors, manifests, names, quantity, validation
+from distributetrain import discovery, errors, manifests, names, quantity, validation
 from distributetrain.settings import (
     DEFAULT_CPU_PER_GPU_M,
     DEFAULT_FILENAME,
@@ -33,6 +33,7 @@ DEFAULT_MEMORY_PER_GPU = quantity.format_memory(DEFAULT_MEMORY_PER_GPU_BYTES)
 ENV_POD_NAME = "MANAGER_POD_NAME"
 ENV_POD_NAMESPACE = "MANAGER_POD_NAMESPACE"
 ENV_POD_UID = "MANAGER_POD_UID"
+ENV_POD_IP = "MANAGER_POD_IP"  # where an elastic job's chief asks for its hosts
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -100,6 +101,12 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True) -
     job.add_argument("--max-restarts", default="0", metavar="N",
                      help="start the job again (re-planned, fresh pods) up to N times when a pod is lost for a "
                           "reason outside the training script (default 0)")
+    job.add_argument("--elastic", action="store_true",
+                     help="elastic Horovod: a lost worker does not end the job, which goes on while --min-gpus "
+                          "remain and grows back as GPUs free up")
+    job.add_argument("--min-gpus", metavar="M", help="with --elastic: fewest GPUs to train on (default 1)")
+    job.add_argument("--elastic-timeout", default="10m", metavar="DURATION",
+                     help="with --elastic: how long to wait for --min-gpus after a loss before failing (default 10m)")
     job.add_argument("--lock-namespace", metavar="NS",
                      help=f"namespace of the placement Lease, shared by every manager that plans on the same "
                           f"GPUs (default {DEFAULT_LOCK_NAMESPACE})")
@@ -123,6 +130,20 @@ def own_namespace(explicit: str | None) -> str:
             return f.read().strip()
     except OSError:
         return "default"
+
+
+def elastic_min_gpus(args: argparse.Namespace, num_gpus: int) -> int:
+    """``--min-gpus`` of an ``--elastic`` job, 0 for a static one."""
+    if not args.elastic:
+        if args.min_gpus is not None:
+            raise errors.UsageError("--min-gpus", "only applies with --elastic")
+        return 0
+    if num_gpus < 2:
+        raise errors.UsageError("--elastic", f"needs --num-gpus 2 or more (one GPU cannot shrink), got {num_gpus}")
+    min_gpus = checked("--min-gpus", validation.positive_int, args.min_gpus or "1")
+    if min_gpus > num_gpus:
+        raise errors.UsageError("--min-gpus", f"must be 1 to --num-gpus ({num_gpus}), got {min_gpus}")
+    return min_gpus
 
 
 def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> JobSettings:
@@ -151,10 +172,13 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         if pvc.mount_path.rstrip("/") == manifests.SHM_PATH:
             raise errors.UsageError("--pvc", f"{manifests.SHM_PATH} is the job's own memory-backed volume "
                                              f"(size it with --shm-size), got {pvc.claim}:{pvc.mount_path}")
+    num_gpus = checked("--num-gpus", validation.positive_int, args.num_gpus)
+    min_gpus = elastic_min_gpus(args, num_gpus)
+    pod_ip = os.environ.get(ENV_POD_IP, "")
     return JobSettings(
         job_name=job_name,
         namespace=namespace,
-        num_gpus=checked("--num-gpus", validation.positive_int, args.num_gpus),
+        num_gpus=num_gpus,
         image=checked("--image", validation.image, args.image),
         owner_uid=args.owner_uid if args.owner_uid is not None else os.environ.get(ENV_POD_UID, ""),
         port=port,
@@ -172,6 +196,9 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         ssh_connect_attempts=checked("--ssh-attempts", validation.positive_int, args.ssh_attempts),
         delete_chief=args.delete_chief,
         max_restarts=checked("--max-restarts", validation.non_negative_int, args.max_restarts),
+        min_gpus=min_gpus,
+        elastic_timeout_s=checked("--elastic-timeout", validation.duration_s, args.elastic_timeout),
+        discovery_url=f"http://{pod_ip}:{discovery.DISCOVERY_PORT}{discovery.HOSTS_PATH}" if min_gpus and pod_ip else "",
         manager_namespace=checked("--namespace", validation.dns_label, own_namespace(None)),
         lock_namespace=checked("--lock-namespace", validation.dns_label, args.lock_namespace) if args.lock_namespace else "",
         service_account=args.service_account,

@@ -99,10 +99,42 @@ if [ -n "$DT_WORKERS" ] && [ "$DT_SAME_INTERFACES" = true ]; then
 print(next((name for name, addresses in psutil.net_if_addrs().items()
             if any(a.address == sys.argv[1] for a in addresses)), ""))' "$DT_CHIEF_ADDRESS") || interface=""
 fi
-echo "distributetrain: horovodrun -np $DT_NUM_PROCS on $(tr '\\n' ' ' < "$hostfile")${interface:+ over $interface}"
-# Importing TensorFlow in every rank can take longer than horovodrun's 30 s default.
-# --gloo: the image's Horovod is built without MPI; saying so skips a probe for it.
-exec horovodrun --gloo ${interface:+--network-interface "$interface"} -np "$DT_NUM_PROCS" -hostfile "$hostfile" \\
+if [ -z "${DT_MIN_PROCS:-}" ]; then
+  echo "distributetrain: horovodrun -np $DT_NUM_PROCS on $(tr '\\n' ' ' < "$hostfile")${interface:+ over $interface}"
+  # Importing TensorFlow in every rank can take longer than horovodrun's 30 s default.
+  # --gloo: the image's Horovod is built without MPI; saying so skips a probe for it.
+  exec horovodrun --gloo ${interface:+--network-interface "$interface"} -np "$DT_NUM_PROCS" -hostfile "$hostfile" \\
+    -p "$DT_PORT" --start-timeout 120 python "$DT_FILENAME" "$@"
+fi
+# Elastic: horovodrun runs the discovery script every second and reshapes the job when
+# its answer changes. The script asks the manager (which lists Ready workers only) and
+# falls back to its last good answer, first the hosts above, so a manager that is
+# briefly unreachable never makes Horovod see every host gone.
+hosts=/tmp/distributetrain-hosts
+sed 's/ slots=/:/' "$hostfile" > "$hosts"
+discover=/tmp/distributetrain-discover
+cat > "$discover" <<'DISCOVER'
+#!/usr/bin/env python
+import os, sys, urllib.request
+hosts = "/tmp/distributetrain-hosts"
+try:
+    with urllib.request.urlopen(os.environ["DT_DISCOVERY_URL"], timeout=2) as response:
+        text = response.read().decode()
+    with open(hosts + ".partial", "w") as partial:
+        partial.write(text)
+    os.replace(hosts + ".partial", hosts)
+except OSError:
+    with open(hosts) as last:
+        text = last.read()
+sys.stdout.write(text)
+DISCOVER
+chmod +x "$discover"
+echo "distributetrain: elastic horovodrun, $DT_MIN_PROCS to $DT_NUM_PROCS processes, hosts from $DT_DISCOVERY_URL"
+# New hosts get new names and addresses (the manager never reuses a worker's), so
+# Horovod's blacklist of a failed host never blocks its replacement.
+exec horovodrun --gloo ${interface:+--network-interface "$interface"} -np "$DT_NUM_PROCS" \\
+  --min-np "$DT_MIN_PROCS" --max-np "$DT_NUM_PROCS" --host-discovery-script "$discover" \\
+  --elastic-timeout "$DT_ELASTIC_TIMEOUT" --gloo-timeout-seconds 120 \\
   -p "$DT_PORT" --start-timeout 120 python "$DT_FILENAME" "$@"
 """
 
@@ -273,6 +305,14 @@ def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict
     )
 
 
+def _elastic_env(settings: JobSettings) -> list[dict]:
+    return [
+        {"name": "DT_MIN_PROCS", "value": str(settings.min_gpus)},
+        {"name": "DT_DISCOVERY_URL", "value": settings.discovery_url},
+        {"name": "DT_ELASTIC_TIMEOUT", "value": str(round(settings.elastic_timeout_s))},
+    ]
+
+
 def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[str, int]]) -> dict:
     """``workers``: (address, slots) of every worker, in rank order after the chief."""
     env = [
@@ -284,6 +324,7 @@ def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[
         {"name": "DT_FILENAME", "value": settings.filename},
         {"name": "DT_SSH_ATTEMPTS", "value": str(settings.ssh_connect_attempts)},
         {"name": "DT_SAME_INTERFACES", "value": "false" if settings.host_network else "true"},
+        *(_elastic_env(settings) if settings.elastic else []),
         *({"name": name, "value": value} for name, value in settings.env),
     ]
     container = {

@@ -54,6 +54,19 @@ def plan(free: Mapping[str, int], gpus: int) -> Plan:
     return _shares(chosen, sum(f for _, f in chosen) - gpus)
 
 
+def with_a_worker(plan: Plan) -> Plan:
+    """An elastic job's plan on one node, split into a worker and a 1-GPU chief there.
+
+    Horovod 0.28.1's elastic driver takes a job whose first hosts are all local to the
+    chief for a single-host job: it binds its rendezvous to 127.0.0.1, which hosts added
+    later cannot reach. A worker pod has its own address, so the job can grow.
+    """
+    if len(plan) != 1 or plan[0][1] < 2:
+        return plan
+    node, share = plan[0]
+    return [(node, share - 1), (node, 1)]
+
+
 def format_plan(plan: Plan) -> str:
     """"gpu-a=5,gpu-c=1": how a plan is recorded on the manager pod and shown to users."""
     return ",".join(f"{node}={share}" for node, share in plan)

@@ -16,10 +16,13 @@ the script's failure and is never retried.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
 from distributetrain import errors, events, exitcodes, names, waits
+from distributetrain.discovery import DiscoveryServer, HostList
+from distributetrain.elastic import ElasticFollower
 from distributetrain.kube import Kube
 from distributetrain.pretraining import PreTraining, job_pods
 from distributetrain.reporting import PodWaits, Reporter
@@ -38,20 +41,23 @@ class PostTraining:
         self.settings = settings
         self.reporter = reporter
         self.deadline = deadline
+        self.hosts = HostList()  # an elastic job's hosts, served to its chief
 
     def run(self) -> int:
         """Return the chief's exit code; raise ``JobFailed`` when the job broke. Always tears down."""
         keep_chief = False
+        serving = DiscoveryServer(self.hosts) if self.settings.elastic else contextlib.nullcontext()
         try:
-            while True:
-                try:
-                    code = self._follow()
-                except errors.PodLost as lost:
-                    if not self._restart(lost):
-                        raise
-                    continue
-                keep_chief = not self.settings.delete_chief
-                return code
+            with serving:
+                while True:
+                    try:
+                        code = self._follow()
+                    except errors.PodLost as lost:
+                        if not self._restart(lost):
+                            raise
+                        continue
+                    keep_chief = not self.settings.delete_chief
+                    return code
         finally:
             deleted = tear_down(self.kube, self.settings, keep_chief=keep_chief)
             log.info("job %s torn down: %s", self.settings.job_name, ", ".join(deleted) or "nothing left")
@@ -93,6 +99,7 @@ class PostTraining:
             raise errors.JobFailed(f"job {settings.job_name} has no chief: pre-training did not finish",
                                    exitcodes.INTERNAL_ERROR)
         workers = self._expected_workers(pods)
+        self.hosts.publish([])  # nothing from an earlier attempt: its chief's script keeps its own list
         expected = [chief, *workers]
         start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
         pod_waits = PodWaits(self.reporter, expected)
@@ -104,8 +111,11 @@ class PostTraining:
         if isinstance(outcome, waits.ChiefStarted):
             self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
             self.reporter.phase("Training")
-            outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
-                                      waits.chief_finished(chief, workers), self.deadline, expected)
+            if settings.elastic:
+                outcome = ElasticFollower(self.kube, settings, self.reporter, self.hosts, self.deadline).run()
+            else:
+                outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
+                                          waits.chief_finished(chief, workers), self.deadline, expected)
         if isinstance(outcome, waits.ChiefFinished):
             return outcome.exit_code
         if isinstance(outcome, waits.PodLost):

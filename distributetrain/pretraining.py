@@ -58,6 +58,9 @@ def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedg
 
 def preflight(kube: Kube, settings: JobSettings) -> None:
     """Server-side dry run of every kind of object the job creates; nothing is persisted."""
+    if settings.elastic and not settings.discovery_url:
+        raise errors.UsageError("--elastic", "needs the manager pod's address in $MANAGER_POD_IP (downward API "
+                                             "status.podIP, as manager.yaml sets it)")
     if not kube.namespace_exists(settings.namespace):
         raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
     keys = JobKeys.generate(settings.job_name)
@@ -195,6 +198,8 @@ class PreTraining:
                 free = ledger.free()
                 try:
                     plan = placement.plan(free, settings.num_gpus)
+                    if settings.elastic:
+                        plan = placement.with_a_worker(plan)
                 except placement.InsufficientGPUs as e:
                     shortage = e
                 else:

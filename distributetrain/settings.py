@@ -35,6 +35,19 @@ def gpu_toleration(resource: str) -> dict:
     return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
 
 
+# How long a job pod stays on a node that stopped reporting (NotReady) or cannot be
+# reached. Kubernetes' default is 300 s: five minutes of a dead worker's GPUs booked and
+# its replacement not started. Short enough that the pod is evicted (and the manager
+# restarts or replaces it) in tens of seconds; long enough to ride out a kubelet restart.
+NODE_LOST_TOLERATION_S = 30
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def node_lost_tolerations() -> tuple[dict, ...]:
+    return tuple({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_LOST_TOLERATION_S}
+                 for key in NODE_LOST_TAINTS)
+
+
 @dataclass(frozen=True)
 class PvcMount:
     claim: str
@@ -66,6 +79,11 @@ class JobSettings:
     ssh_connect_attempts: int = 30  # chief's checks of each worker before horovodrun, 1 s apart
     attempt: int = 0  # which start of the job's pods: each re-plan names its pods afresh (names.py)
     max_restarts: int = 0  # new attempts allowed after a pod is lost (not after the script fails)
+    # Elastic Horovod (--elastic): training goes on while at least min_gpus of num_gpus
+    # remain, and lost workers are replaced as GPUs free up. 0: a static job.
+    min_gpus: int = 0
+    elastic_timeout_s: float = 600.0  # horovodrun waits this long for min_gpus after a loss (its default)
+    discovery_url: str = ""  # where the chief's discovery script reads the hosts (the manager pod)
     delete_chief: bool = False  # the chief is kept for its logs unless asked
     lock_namespace: str = ""  # where the placement Lease lives (default: DEFAULT_LOCK_NAMESPACE)
     manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
@@ -81,9 +99,13 @@ class JobSettings:
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:
-        """What job pods tolerate: their GPUs' taint, then the user's ``--toleration``s."""
-        gpu = gpu_toleration(self.gpu_resource)
-        return (gpu, *(t for t in self.tolerations if t != gpu))
+        """What job pods tolerate: their GPUs' taint, a lost node briefly, then the user's ``--toleration``s."""
+        own = (gpu_toleration(self.gpu_resource), *node_lost_tolerations())
+        return (*own, *(t for t in self.tolerations if t not in own))
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_gpus > 0
 
     @property
     def own_namespace(self) -> str:

@@ -12,7 +12,7 @@ import secrets
 import string
 from dataclasses import dataclass
 
-from distributetrain import jobflags, names, quantity
+from distributetrain import discovery, jobflags, names, quantity
 from distributetrain.settings import JobSettings
 
 DEFAULT_MANAGER_IMAGE = "distributetrain/manager:0.1.0"
@@ -98,6 +98,10 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append("--delete-chief")
     if settings.max_restarts:
         args.append(f"--max-restarts={settings.max_restarts}")
+    if settings.elastic:
+        args += ["--elastic", f"--min-gpus={settings.min_gpus}"]
+        if _changed(settings, "elastic_timeout_s"):
+            args.append(f"--elastic-timeout={settings.elastic_timeout_s:g}s")
     if settings.lock_namespace:
         args.append(f"--lock-namespace={settings.lock_namespace}")
     if settings.service_account:
@@ -138,7 +142,10 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
                     _downward(jobflags.ENV_POD_NAME, "metadata.name"),
                     _downward(jobflags.ENV_POD_NAMESPACE, "metadata.namespace"),
                     _downward(jobflags.ENV_POD_UID, "metadata.uid"),
+                    # An elastic job's chief asks this address for its hosts.
+                    _downward(jobflags.ENV_POD_IP, "status.podIP"),
                 ],
+                "ports": [{"name": "discovery", "containerPort": discovery.DISCOVERY_PORT, "protocol": "TCP"}],
                 "resources": {kind: dict(amounts) for kind, amounts in MANAGER_RESOURCES.items()},
             }
         ],

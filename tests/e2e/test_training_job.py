@@ -4,6 +4,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -41,11 +42,15 @@ def test_three_gpus_over_2_1_train_and_clean_up(cluster, jobs):
 def test_failing_training_script_fails_the_job_with_the_chiefs_code(cluster, jobs):
     with node_pool(cluster, {"a": 2, "b": 1}) as pool:
         # An unreadable data directory: train.py raises, prints a traceback and exits 1.
-        jobs.submit("broken", training_args(pool, script_args=("--epochs=1", "--data-dir=/nonexistent")))
+        # Restarts allowed, but the script's own failure is never retried.
+        jobs.submit("broken", training_args(pool, "--max-restarts=1",
+                                            script_args=("--epochs=1", "--data-dir=/nonexistent")))
         code = jobs.exit_code("broken", timeout_s=300)
         assert code == 1
         assert "chief exited with code 1" in jobs.logs("broken")
-        assert jobs.pod("broken")["metadata"]["annotations"]["distributetrain.io/exit-code"] == "1"
+        annotations = jobs.pod("broken")["metadata"]["annotations"]
+        assert annotations["distributetrain.io/exit-code"] == "1"
+        assert "distributetrain.io/restarts" not in annotations
         jobs.wait_gone(["broken-worker-0"])
         assert jobs.secrets("broken-") == []
 
@@ -68,3 +73,40 @@ def test_pvc_for_script_data_and_checkpoints_keeps_the_checkpoint(cluster, api_c
         saved = sorted(p.name for p in (volume / "checkpoints").iterdir())
         assert any(name.startswith("checkpoint-0002") for name in saved), saved
     shutil.rmtree(volume, ignore_errors=True)
+
+
+CHECKPOINT_LINE = re.compile(r"checkpoint=\S+ epoch=(\d+) rank=0")
+RESUMED_LINE = re.compile(r"resumed epoch=(\d+) checkpoint_dir=")
+RESTART_PORT = 23456  # the workers' sshd, so the test can kill exactly this job's
+
+
+def wait_for_match(jobs, pod, pattern, timeout_s=300.0):
+    give_up_at = time.monotonic() + timeout_s
+    while not (match := pattern.search(jobs.log_tail(pod, lines=100000))):
+        assert time.monotonic() < give_up_at, f"no {pattern.pattern!r} from {pod}:\n{jobs.log_tail(pod)}"
+        time.sleep(0.5)
+    return match
+
+
+def test_a_restart_resumes_training_from_the_last_checkpoint(cluster, api_client, namespace, jobs, tmp_path):
+    with node_pool(cluster, {"a": 1, "b": 1, "c": 1}) as pool, \
+            script_volume(api_client, namespace, {"README": "checkpoints of the job\n"}, tmp_path) as claim:
+        args = training_args(pool, f"--pvc={claim}:/train", "--max-restarts=1", f"--port={RESTART_PORT}",
+                             script_args=("--epochs=12", "--samples=512", "--checkpoint-dir=/train/checkpoints"))
+        args[0] = "--num-gpus=2"
+        jobs.submit("resume", args)
+        first_saved = int(wait_for_match(jobs, "resume-chief", CHECKPOINT_LINE).group(1))
+        # The worker's sshd and the rank under it die at once, as when its node fails.
+        subprocess.run(["pkill", "-KILL", "-f", f"sshd -D -e -f /dev/null -p {RESTART_PORT}"], check=True)
+        assert jobs.exit_code("resume", timeout_s=400) == 0, jobs.log_tail("resume")
+        annotations = jobs.pod("resume")["metadata"]["annotations"]
+        assert annotations["distributetrain.io/restarts"] == "1"
+        assert annotations["distributetrain.io/last-restart-reason"].startswith("pod resume-worker-0 ")
+        # The second attempt (fresh names) started after the last checkpoint of the first.
+        second = jobs.logs("resume-chief-r1")
+        resumed = RESUMED_LINE.search(second)
+        assert resumed and int(resumed.group(1)) >= first_saved, second
+        epochs = [int(m.group(1)) for m in EPOCH_LINE.finditer(second)]
+        assert epochs[0] == int(resumed.group(1)) + 1 and epochs[-1] == 12, second
+        jobs.wait_gone(["resume-worker-0", "resume-worker-0-r1"])
+        assert jobs.secrets("resume-") == []

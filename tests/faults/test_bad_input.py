@@ -19,6 +19,8 @@ CATALOGUE = {
     "unknown-flag": (["--num-gpus=1", "--gpus-please=4"], "--gpus-please"),
     "namespace": (["--num-gpus=1", "--namespace=does-not-exist"], "--namespace"),
     "resource": (["--num-gpus=1", "--gpu-resource=example.com/tpu"], "--gpu-resource"),
+    "elastic-min-gpus": (["--num-gpus=2", "--elastic", "--min-gpus=3"], "--min-gpus"),
+    "elastic-one-gpu": (["--num-gpus=1", "--elastic"], "--elastic"),
 }
 
 

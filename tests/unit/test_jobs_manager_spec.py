@@ -18,7 +18,9 @@ DOWNWARD_ENV = [
     {"name": "MANAGER_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     {"name": "MANAGER_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     {"name": "MANAGER_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    {"name": "MANAGER_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
 ]
+PORTS = [{"name": "discovery", "containerPort": 8470, "protocol": "TCP"}]
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 
 
@@ -77,6 +79,7 @@ def test_submit_creates_a_pod_like_manager_yaml():
                          "--filename=/train/train.py", "--host-network=false", "--pvc=data:/train",
                          "--", "--epochs", "3"],
                 "env": DOWNWARD_ENV,
+            "ports": PORTS,
                 "resources": RESOURCES,
             }],
         },
@@ -95,6 +98,7 @@ def test_submit_as_job():
             "args": ["--num-gpus=2", "--image=img:1", "--port=2222", "--filename=/opt/distributetrain/train.py",
                      "--host-network=true", "--delete-chief"],
             "env": DOWNWARD_ENV,
+            "ports": PORTS,
             "resources": RESOURCES,
         }],
         "nodeSelector": {"pool": "cpu", "zone": "z"},

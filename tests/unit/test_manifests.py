@@ -15,6 +15,9 @@ KEYS = JobKeys(client=keypair_from_seed(b"c" * 32, "distributetrain-demo"),
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="reg.example.com/base:1", owner_uid="uid-1")
 OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-1", "controller": True}]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# A pod on a node that stops answering is evicted after 30 s, not Kubernetes' 300 s.
+NODE_LOST = [{"key": f"node.kubernetes.io/{why}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+             for why in ("not-ready", "unreachable")]
 
 
 def labels(role, **extra):
@@ -77,7 +80,7 @@ def test_worker():
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "tolerations": [GPU_TOLERATION],
+            "tolerations": [GPU_TOLERATION, *NODE_LOST],
         },
     }
 
@@ -119,7 +122,7 @@ def test_chief():
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "tolerations": [GPU_TOLERATION],
+            "tolerations": [GPU_TOLERATION, *NODE_LOST],
         },
     }
 
@@ -148,7 +151,7 @@ def test_pvcs_tolerations_deadline_and_service_account():
         {"name": "data-0", "mountPath": "/train", "readOnly": False},
         {"name": "data-1", "mountPath": "/ref", "readOnly": True},
     ]
-    assert spec["tolerations"] == [GPU_TOLERATION, {"key": "gpu", "operator": "Exists"}]
+    assert spec["tolerations"] == [GPU_TOLERATION, *NODE_LOST, {"key": "gpu", "operator": "Exists"}]
     assert spec["activeDeadlineSeconds"] == 3600
     assert spec["serviceAccountName"] == "trainer" and "automountServiceAccountToken" not in spec
 
@@ -175,7 +178,7 @@ def test_job_pods_tolerate_the_taint_of_their_gpu_resource_once():
                                 tolerations=({"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},))
     amd = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     for pod in manifests.job_objects(settings, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])[1:]:
-        assert pod["spec"]["tolerations"] == [amd]
+        assert pod["spec"]["tolerations"] == [amd, *NODE_LOST]
 
 
 @given(st.integers(1, 16), st.integers(1, 64_000), st.integers(64, 1 << 20))

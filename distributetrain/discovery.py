@@ -1,0 +1,87 @@
+"""The host list of an elastic job, served by the manager to the chief's discovery script.
+
+``horovodrun --host-discovery-script`` runs its script every second and reshapes the job
+when the answer changes. mpi-operator writes that answer into a ConfigMap, which a
+kubelet refreshes in the pod only every 60-90 s; here the manager answers over HTTP from
+its own memory, so a lost or added worker is seen by Horovod within about a second of
+the manager seeing it. The answer is Horovod's format: one ``address:slots`` line per
+host, the chief first.
+
+The list is not secret (pod addresses and GPU counts) and is read-only; the server
+answers GET /hosts and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+log = logging.getLogger(__name__)
+
+DISCOVERY_PORT = 8470
+HOSTS_PATH = "/hosts"
+
+
+def hosts_text(hosts: list[tuple[str, int]]) -> str:
+    """Horovod's discovery format, in the given order."""
+    return "".join(f"{address}:{slots}\n" for address, slots in hosts)
+
+
+class HostList:
+    """The current hosts, replaced whole; read by the server's threads."""
+
+    def __init__(self, hosts: list[tuple[str, int]] | None = None):
+        self._lock = threading.Lock()
+        self._text = hosts_text(hosts or [])
+
+    def publish(self, hosts: list[tuple[str, int]]) -> bool:
+        """Replace the list; True if it changed."""
+        text = hosts_text(hosts)
+        with self._lock:
+            changed, self._text = text != self._text, text
+        return changed
+
+    def text(self) -> str:
+        with self._lock:
+            return self._text
+
+
+class DiscoveryServer:
+    """``HostList`` over HTTP on ``port`` (0: any free port), in a daemon thread; a context manager."""
+
+    def __init__(self, hosts: HostList, port: int = DISCOVERY_PORT, address: str = ""):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (the http.server interface)
+                if self.path != HOSTS_PATH:
+                    self.send_error(404)
+                    return
+                body = hosts.text().encode()
+                if not body:  # nothing published yet: the script keeps its last answer
+                    self.send_error(503)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format, *args):  # one request a second: not worth a log line
+                pass
+
+        self._server = ThreadingHTTPServer((address, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="discovery", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    def __enter__(self) -> DiscoveryServer:
+        self._thread.start()
+        log.info("serving the elastic host list on port %d%s", self.port, HOSTS_PATH)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,182 @@
+"""Following an elastic job (``--elastic``): workers come and go, training goes on.
+
+The chief runs ``horovodrun --min-np M --max-np N --host-discovery-script ...`` and the
+script asks the manager for the hosts (``discovery``). Here the manager keeps that
+answer true and the job whole:
+
+- the hosts are the chief and every Ready, non-terminating worker of the attempt, with
+  its real GPU share as slots (shares differ by node), in worker order; a change is
+  published at the watch event that shows it, so Horovod sees it within about a second;
+- a lost worker does not end the job. While the job has fewer GPUs than ``--num-gpus``
+  (counting workers still starting), the manager plans replacements on whatever GPUs are
+  free, under the placement Lease like any plan: at once after a loss, then every
+  ``REPLACE_RECHECK_S`` while still short; replacements get fresh names (the next worker
+  index), hence fresh addresses, so no replacement waits on a pod stuck terminating and
+  Horovod's blacklist of a failed host never applies to it;
+- the chief deleted is lost (a restart, if allowed), as in a static job. The chief
+  failing while fewer than ``--min-gpus`` GPUs were left is blamed on the lost workers
+  (Horovod gave up after ``--elastic-timeout``): also a restart if allowed, never a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distributetrain import events, manifests, names, placement, podstate, waits
+from distributetrain.discovery import HostList
+from distributetrain.kube import Kube
+from distributetrain.lock import PlacementLock
+from distributetrain.placement import format_plan
+from distributetrain.pretraining import take_inventory
+from distributetrain.reporting import Reporter
+from distributetrain.settings import JobSettings
+
+log = logging.getLogger(__name__)
+
+REPLACE_RECHECK_S = 10.0  # while short of GPUs, plan replacements at least this often
+LOCK_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class HostsChanged:
+    hosts: tuple[tuple[str, int], ...]  # (address, slots), the chief first
+
+
+def worker_index(pod: Mapping) -> int:
+    return int((pod["metadata"].get("labels") or {}).get(names.LABEL_WORKER_INDEX, "-1"))
+
+
+def gpus_of(pod: Mapping) -> int:
+    return int((pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_GPUS, "0"))
+
+
+def live_workers(pods: Mapping[str, dict], settings: JobSettings) -> list[dict]:
+    """Workers of the current attempt that hold or will hold their GPUs: not ending, not ended."""
+    workers = [
+        pod for name, pod in pods.items()
+        if (pod["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.ROLE_WORKER
+        and name == names.worker_name(settings.job_name, worker_index(pod), settings.attempt)
+        and not podstate.is_terminating(pod) and not podstate.is_finished(pod)
+    ]
+    return sorted(workers, key=worker_index)
+
+
+def ready_hosts(pods: Mapping[str, dict], settings: JobSettings) -> tuple[tuple[str, int], ...]:
+    """What discovery answers: the chief (once it has an address), then every Ready worker."""
+    chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
+    hosts = []
+    if chief is not None and podstate.address(chief):
+        hosts.append((podstate.address(chief), gpus_of(chief)))
+    hosts += [(podstate.address(w), gpus_of(w)) for w in live_workers(pods, settings)
+              if podstate.is_ready(w) and podstate.address(w)]
+    return tuple(hosts)
+
+
+def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...]) -> waits.Judge:
+    """The chief's end or loss, else the hosts differing from ``published``."""
+    chief = names.chief_name(settings.job_name, settings.attempt)
+
+    def judge(pods: Mapping[str, dict]) -> waits.Outcome | HostsChanged | None:
+        pod = pods.get(chief)
+        if pod is None or podstate.is_terminating(pod):
+            return waits.PodLost(chief, "was deleted" if pod is None else "is being deleted")
+        hosts = ready_hosts(pods, settings)
+        if podstate.is_finished(pod):
+            code = podstate.exit_code(pod)
+            left = sum(slots for _, slots in hosts)
+            if code != 0 and left < settings.min_gpus:
+                return waits.PodLost(chief, f"failed (exit code {code}) with {left} of --min-gpus "
+                                            f"{settings.min_gpus} GPUs left: workers were lost")
+            return waits.ChiefFinished(1 if code is None else code)
+        if hosts != published:
+            return HostsChanged(hosts)
+        return None
+
+    return judge
+
+
+def next_worker_index(pods: Mapping[str, dict], settings: JobSettings) -> int:
+    """After every worker the job ever had in this attempt, terminating ones included."""
+    indexes = [worker_index(p) for p in pods.values()
+               if (p["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.ROLE_WORKER]
+    return max(indexes, default=-1) + 1
+
+
+class ElasticFollower:
+    """From the chief's start to its end: publish the hosts, replace lost workers."""
+
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, hosts: HostList, deadline: float):
+        self.kube = kube
+        self.settings = settings
+        self.reporter = reporter
+        self.hosts = hosts
+        self.deadline = deadline
+        self.published: tuple[tuple[str, int], ...] = ()
+        self.next_replace_at = 0.0
+        self.last_shortage = ""
+
+    def run(self) -> waits.Outcome:
+        settings = self.settings
+        selector = names.job_selector(settings.job_name)
+        while True:
+            wake_at = min(self.deadline, max(self.next_replace_at, time.monotonic() + 0.1))
+            outcome, pods = waits.watch_until(self.kube, settings.namespace, selector,
+                                              judge_elastic(settings, self.published), wake_at)
+            if isinstance(outcome, HostsChanged):
+                self._publish(outcome.hosts)
+            elif outcome is not None:
+                return outcome
+            elif time.monotonic() >= self.deadline:
+                return waits.TimedOut({})
+            self._replace_if_short(pods)
+
+    def _publish(self, hosts: tuple[tuple[str, int], ...]) -> None:
+        before = sum(slots for _, slots in self.published)
+        self.published = hosts
+        self.hosts.publish(list(hosts))
+        now = sum(slots for _, slots in hosts)
+        if before and now != before:
+            text = f"{now} of {self.settings.num_gpus} GPUs on {len(hosts)} hosts (was {before})"
+            log.info("job %s: elastic hosts: %s: %s", self.settings.job_name, text,
+                     " ".join(f"{a}:{s}" for a, s in hosts))
+            self.reporter.events.record(events.RESIZED, text)
+        if now < before:
+            self.next_replace_at = 0.0  # a loss: look for replacements at once
+
+    def _replace_if_short(self, pods: Mapping[str, dict]) -> None:
+        settings = self.settings
+        if time.monotonic() < self.next_replace_at:
+            return
+        self.next_replace_at = time.monotonic() + REPLACE_RECHECK_S
+        chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
+        held = (gpus_of(chief) if chief else 0) + sum(gpus_of(w) for w in live_workers(pods, settings))
+        missing = settings.num_gpus - held
+        if missing <= 0:
+            return
+        with PlacementLock(self.kube, settings.lease_namespace, f"{settings.namespace}/{settings.job_name}",
+                           LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME):
+            # Under the Lease, from a fresh inventory: the job's own pods count as used, so
+            # GPUs are never booked twice, by this job or another.
+            ledger, _ = take_inventory(self.kube, settings)
+            free = ledger.free()
+            gpus = min(missing, sum(free.values()))
+            if gpus <= 0:
+                shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
+                           f"(unavailable: {ledger.unavailable()})"
+                if shortage != self.last_shortage:  # once per change, not every recheck
+                    log.info("job %s: %s", settings.job_name, shortage)
+                    self.last_shortage = shortage
+                return
+            plan = placement.plan(free, gpus)
+            first = next_worker_index(pods, settings)
+            workers = [manifests.worker_pod(settings, first + i, node, share) for i, (node, share) in enumerate(plan)]
+            self.kube.create_all_owned(workers)
+        text = f"{gpus} of {missing} missing GPUs: " + ", ".join(
+            f"{names.worker_name(settings.job_name, first + i, settings.attempt)} on {node} ({share} GPUs)"
+            for i, (node, share) in enumerate(plan))
+        log.info("job %s: replacing lost workers: %s (plan %s)", settings.job_name, text, format_plan(plan))
+        self.reporter.events.record(events.WORKERS_CREATED, "replacing lost workers: " + text)
+

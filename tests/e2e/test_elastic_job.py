@@ -1,0 +1,64 @@
+"""Elastic jobs on the local cluster, with real training: base_image/train.py under
+elastic horovodrun in the chief, hosts served by the manager pod.
+
+A worker deleted mid-training does not end the job: the world shrinks and training goes
+on. Its node is cordoned first, so no GPU is free and the smaller world is visible; once
+the node is uncordoned, the manager adds a replacement worker (a fresh name) and the
+world grows back. The job ends with exit 0 and everything it created is deleted.
+"""
+
+import re
+import time
+
+import pytest
+
+from jobharness import node_pool
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+# Enough epochs that the job still trains after shrinking and growing back (each
+# change waits for the joining rank's TensorFlow import, so the epochs do not run out
+# meanwhile); few samples, so an epoch takes about a second.
+TRAIN_ARGS = ("--epochs=80", "--samples=768", "--batch-size=32")
+WORLD_SIZE_LINE = re.compile(r"distributetrain: world size (\d+) -> (\d+) at epoch (\d+)")
+EPOCH_LINE = re.compile(r"epoch=(\d+) .*size=(\d+)")
+PHASE_TIMEOUT_S = 240
+POLL_S = 0.5
+
+
+def wait_for_line(jobs, pod, pattern, after=0, timeout_s=PHASE_TIMEOUT_S):
+    """The first match of ``pattern`` in the pod's log past offset ``after``."""
+    give_up_at = time.monotonic() + timeout_s
+    while True:
+        log = jobs.log_tail(pod, lines=100000)
+        match = pattern.search(log, after)
+        if match:
+            return match
+        ended = (jobs.pod(pod) or {}).get("status", {}).get("phase") in ("Succeeded", "Failed")
+        assert not ended and time.monotonic() < give_up_at, f"no {pattern.pattern!r} in {pod}'s log:\n{log[-4000:]}"
+        time.sleep(POLL_S)
+
+
+def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees_up(cluster, api_client, jobs):
+    core = jobs.core
+    with node_pool(cluster, {"a": 1, "b": 1, "c": 1}) as pool:
+        jobs.submit("flex", ["--num-gpus=3", "--elastic", "--min-gpus=2", "--image=distributetrain/base:0.1.0",
+                             f"--node-selector={pool.selector}", "--worker-ready-timeout=90s",
+                             "--elastic-timeout=120s", "--", *TRAIN_ARGS])
+        first_epoch = wait_for_line(jobs, "flex-chief", EPOCH_LINE)
+        assert first_epoch.group(2) == "3", jobs.log_tail("flex-chief")
+        lost = jobs.pod("flex-worker-0")
+        core.patch_node(lost["spec"]["nodeName"], {"spec": {"unschedulable": True}})
+        try:
+            core.delete_namespaced_pod("flex-worker-0", jobs.namespace)
+            shrunk = wait_for_line(jobs, "flex-chief", WORLD_SIZE_LINE, first_epoch.end())
+            assert shrunk.group(1, 2) == ("3", "2"), jobs.log_tail("flex-chief")
+        finally:
+            core.patch_node(lost["spec"]["nodeName"], {"spec": {"unschedulable": False}})
+        grown = wait_for_line(jobs, "flex-chief", WORLD_SIZE_LINE, shrunk.end())
+        assert grown.group(1, 2) == ("2", "3"), jobs.log_tail("flex-chief")
+        assert jobs.exit_code("flex", timeout_s=PHASE_TIMEOUT_S) == 0, jobs.log_tail("flex")
+        manager_log = jobs.logs("flex")
+        assert "replacing lost workers: 1 of 1 missing GPUs: flex-worker-2" in manager_log, manager_log
+        jobs.wait_gone(["flex-worker-1", "flex-worker-2"])
+        assert jobs.secrets("flex") == []

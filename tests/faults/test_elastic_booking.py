@@ -1,0 +1,72 @@
+"""Replacement workers of elastic jobs never book a GPU twice: ten jobs, each one GPU
+short, plan their replacements at once against the local cluster's API server, under
+the real placement Lease, for three free GPUs; a checker watching every pod meanwhile
+(as the ten-managers test does) never sees a node booked beyond its GPUs."""
+
+import json
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from distributetrain import events, inventory, names
+from distributetrain.discovery import HostList
+from distributetrain.elastic import ElasticFollower
+from distributetrain.kube import Kube
+from distributetrain.reporting import Reporter
+from distributetrain.settings import JobSettings
+from jobharness import node_pool
+
+pytestmark = pytest.mark.cluster
+
+JOBS = 10
+NODES = {"a": 1, "b": 1, "c": 1}
+
+
+def booked_per_node(core, namespace) -> dict[str, int]:
+    """GPUs of live job pods per node: scheduled, or pinned and still Pending."""
+    booked: dict[str, int] = {}
+    for pod in json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]:
+        if pod["status"].get("phase") not in ("Pending", "Running") or pod["metadata"].get("deletionTimestamp"):
+            continue
+        node = pod["spec"].get("nodeName") or inventory.pinned_node(pod["spec"])
+        booked[node] = booked.get(node, 0) + int(pod["metadata"]["annotations"][names.ANNOTATION_GPUS])
+    return booked
+
+
+def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(cluster, api_client, namespace):
+    core = client.CoreV1Api(api_client)
+    with node_pool(cluster, NODES) as pool:
+        followers = []
+        for i in range(JOBS):
+            settings = JobSettings(job_name=f"flex-{i}", namespace=namespace, num_gpus=1, min_gpus=1,
+                                   image="distributetrain/base:0.1.0", node_selector=(tuple(pool.selector.split("=", 1)),),
+                                   discovery_url="http://192.0.2.1:8470/hosts")
+            kube = Kube(api_client)
+            reporter = Reporter(kube, settings, events.EventRecorder(settings, None))
+            followers.append(ElasticFollower(kube, settings, reporter, HostList(), time.monotonic() + 120))
+        overbooked, stop = [], threading.Event()
+
+        def check():
+            while not stop.is_set():
+                for node, gpus in booked_per_node(core, namespace).items():
+                    if gpus > 1:
+                        overbooked.append(f"{node}: {gpus}")
+                time.sleep(0.1)
+
+        checker = threading.Thread(target=check, daemon=True)
+        checker.start()
+        # No chief and no worker: each job is its whole --num-gpus short.
+        planners = [threading.Thread(target=f._replace_if_short, args=({},)) for f in followers]
+        try:
+            for planner in planners:
+                planner.start()
+            for planner in planners:
+                planner.join(timeout=180)
+        finally:
+            stop.set()
+            checker.join()
+        assert overbooked == []
+        booked = booked_per_node(core, namespace)
+        assert booked == {pool.node(logical): 1 for logical in NODES}  # every free GPU used, once
