@@ -140,10 +140,15 @@ class Jobs:
         return self.pods().get(name)
 
     def wait_for(self, name: str, predicate: Callable[[dict], bool], timeout_s: float) -> dict:
-        """Watch one pod until ``predicate(pod)``; AssertionError with its state on timeout."""
+        """Watch one pod until ``predicate(pod)``; AssertionError with its state on timeout.
+
+        After every watch request, however it ended, the pod is also read once: a read is
+        served from etcd, so the wait holds even while the apiserver's watch cache fails
+        this watch for a long time (as it did under ten managers' load: no event in 300 s).
+        """
         give_up_at = time.monotonic() + timeout_s
         last: dict | None = None
-        last_error: Exception | None = None
+        last_error = "none"
         while time.monotonic() < give_up_at:
             stream = watch.Watch().stream(
                 self.core.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}",
@@ -152,6 +157,7 @@ class Jobs:
             try:
                 for event in stream:
                     if event["type"] == "ERROR":
+                        last_error = f"ERROR event: {event['raw_object']}"
                         break
                     last = client.ApiClient().sanitize_for_serialization(event["object"])
                     if predicate(last):
@@ -160,10 +166,17 @@ class Jobs:
                 # The test's own watch rides out apiserver restarts and a lagging watch cache.
                 if isinstance(e, client.ApiException) and e.status not in (410, 429, 500, 503, 504):
                     raise
-                last_error = e
+                last_error = f"{type(e).__name__} {getattr(e, 'status', '')} {getattr(e, 'reason', '') or e}"
                 time.sleep(0.5)
+            try:
+                last = json.loads(self.core.read_namespaced_pod(name, self.namespace, _preload_content=False).data)
+            except (client.ApiException, urllib3.exceptions.HTTPError) as e:
+                last_error = f"read: {type(e).__name__} {getattr(e, 'status', '')} {getattr(e, 'reason', '') or e}"
+            else:
+                if predicate(last):
+                    return last
         raise AssertionError(f"pod {name} did not reach the expected state in {timeout_s}s "
-                             f"(last watch error: {last_error!r}); last: "
+                             f"(last watch error: {last_error}); last: "
                              f"{json.dumps((last or {}).get('status'), indent=1)[:3000]}\n"
                              f"its log (tail):\n{self.log_tail(name)}")
 
