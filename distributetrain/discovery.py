@@ -31,9 +31,9 @@ def hosts_text(hosts: list[tuple[str, int]]) -> str:
 class HostList:
     """The current hosts, replaced whole; read by the server's threads."""
 
-    def __init__(self, hosts: list[tuple[str, int]] | None = None):
+    def __init__(self):
         self._lock = threading.Lock()
-        self._text = hosts_text(hosts or [])
+        self._text = ""  # nothing published: the server answers 503
 
     def publish(self, hosts: list[tuple[str, int]]) -> bool:
         """Replace the list; True if it changed."""

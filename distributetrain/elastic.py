@@ -45,23 +45,14 @@ class HostsChanged:
     hosts: tuple[tuple[str, int], ...]  # (address, slots), the chief first
 
 
-def worker_index(pod: Mapping) -> int:
-    return int((pod["metadata"].get("labels") or {}).get(names.LABEL_WORKER_INDEX, "-1"))
-
-
-def gpus_of(pod: Mapping) -> int:
-    return int((pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_GPUS, "0"))
-
-
 def live_workers(pods: Mapping[str, dict], settings: JobSettings) -> list[dict]:
     """Workers of the current attempt that hold or will hold their GPUs: not ending, not ended."""
     workers = [
-        pod for name, pod in pods.items()
-        if (pod["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.ROLE_WORKER
-        and name == names.worker_name(settings.job_name, worker_index(pod), settings.attempt)
+        pod for pod in pods.values()
+        if names.is_worker_of(pod, settings.job_name, settings.attempt)
         and not podstate.is_terminating(pod) and not podstate.is_finished(pod)
     ]
-    return sorted(workers, key=worker_index)
+    return sorted(workers, key=names.worker_index)
 
 
 def ready_hosts(pods: Mapping[str, dict], settings: JobSettings) -> tuple[tuple[str, int], ...]:
@@ -69,8 +60,8 @@ def ready_hosts(pods: Mapping[str, dict], settings: JobSettings) -> tuple[tuple[
     chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
     hosts = []
     if chief is not None and podstate.address(chief):
-        hosts.append((podstate.address(chief), gpus_of(chief)))
-    hosts += [(podstate.address(w), gpus_of(w)) for w in live_workers(pods, settings)
+        hosts.append((podstate.address(chief), names.gpus_of(chief)))
+    hosts += [(podstate.address(w), names.gpus_of(w)) for w in live_workers(pods, settings)
               if podstate.is_ready(w) and podstate.address(w)]
     return tuple(hosts)
 
@@ -98,11 +89,9 @@ def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...])
     return judge
 
 
-def next_worker_index(pods: Mapping[str, dict], settings: JobSettings) -> int:
+def next_worker_index(pods: Mapping[str, dict]) -> int:
     """After every worker the job ever had in this attempt, terminating ones included."""
-    indexes = [worker_index(p) for p in pods.values()
-               if (p["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.ROLE_WORKER]
-    return max(indexes, default=-1) + 1
+    return max((names.worker_index(p) for p in pods.values()), default=-1) + 1
 
 
 class ElasticFollower:
@@ -152,7 +141,7 @@ class ElasticFollower:
             return
         self.next_replace_at = time.monotonic() + REPLACE_RECHECK_S
         chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
-        held = (gpus_of(chief) if chief else 0) + sum(gpus_of(w) for w in live_workers(pods, settings))
+        held = (names.gpus_of(chief) if chief else 0) + sum(names.gpus_of(w) for w in live_workers(pods, settings))
         missing = settings.num_gpus - held
         if missing <= 0:
             return
@@ -171,7 +160,7 @@ class ElasticFollower:
                     self.last_shortage = shortage
                 return
             plan = placement.plan(free, gpus)
-            first = next_worker_index(pods, settings)
+            first = next_worker_index(pods)
             workers = [manifests.worker_pod(settings, first + i, node, share) for i, (node, share) in enumerate(plan)]
             self.kube.create_all_owned(workers)
         text = f"{gpus} of {missing} missing GPUs: " + ", ".join(

@@ -151,15 +151,10 @@ class PreTraining:
         self.reporter.record_attempt(self.settings.attempt)
 
     def _adopt(self, pods: dict[str, dict]) -> list[tuple[str, int]] | None:
-        def index(pod: dict) -> int:
-            return int(pod["metadata"]["labels"].get(names.LABEL_WORKER_INDEX, "-1"))
-
         job, attempt = self.settings.job_name, self.settings.attempt
         workers = sorted(
-            (p for p in pods.values() if p["metadata"]["labels"].get(names.LABEL_ROLE) == names.ROLE_WORKER
-             and p["metadata"]["name"] == names.worker_name(job, index(p), attempt)
-             and not p["metadata"].get("deletionTimestamp")),
-            key=index,
+            (p for p in pods.values() if names.is_worker_of(p, job, attempt) and not podstate.is_terminating(p)),
+            key=names.worker_index,
         )
         reservation = self.reporter.reservation()
         if reservation is None:
@@ -171,7 +166,7 @@ class PreTraining:
         if not workers and self.kube.read("Secret", self.settings.namespace, names.secret_name(self.settings.job_name)) is None:
             return None
         plan = [
-            (inventory.pinned_node(w["spec"]) or podstate.node(w), int(w["metadata"]["annotations"][names.ANNOTATION_GPUS]))
+            (inventory.pinned_node(w["spec"]) or podstate.node(w), names.gpus_of(w))
             for w in workers
         ] + [reservation]
         if sum(share for _, share in plan) != self.settings.num_gpus:

@@ -220,11 +220,10 @@ def progress_of(manager: Mapping, children: Iterable[Mapping]) -> Progress:
     job, attempt = manager["metadata"]["name"], names.attempt_of(manager)
     workers, chief = [], ""
     for pod in children:
-        name, labels = pod["metadata"]["name"], _labels(pod)
+        name = pod["metadata"]["name"]
         if name == names.chief_name(job, attempt):
             chief = "Terminating" if podstate.is_terminating(pod) else podstate.phase(pod)
-        elif labels.get(names.LABEL_ROLE) == names.ROLE_WORKER and name == names.worker_name(
-                job, int(labels.get(names.LABEL_WORKER_INDEX, "-1")), attempt):
+        elif names.is_worker_of(pod, job, attempt):
             workers.append(pod)
     plan = plan_of(manager)
     planned = len(plan) - 1 if plan else len(workers)

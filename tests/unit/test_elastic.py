@@ -82,8 +82,8 @@ def test_a_chief_failing_below_min_gpus_is_blamed_on_the_lost_workers():
 
 def test_replacements_never_reuse_an_index():
     pods = by_name(chief(), worker(0), worker(3, deleting=True))
-    assert elastic.next_worker_index(pods, SETTINGS) == 4
-    assert elastic.next_worker_index(by_name(chief()), SETTINGS) == 0
+    assert elastic.next_worker_index(pods) == 4
+    assert elastic.next_worker_index(by_name(chief())) == 0
 
 
 @given(st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 8), min_size=1), st.integers(2, 20))
