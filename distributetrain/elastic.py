@@ -72,8 +72,8 @@ def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...])
 
     def judge(pods: Mapping[str, dict]) -> waits.Outcome | HostsChanged | None:
         pod = pods.get(chief)
-        if pod is None or podstate.is_terminating(pod):
-            return waits.PodLost(chief, "was deleted" if pod is None else "is being deleted")
+        if (gone := podstate.gone(pod)) is not None:
+            return waits.PodLost(chief, gone)
         hosts = ready_hosts(pods, settings)
         if podstate.is_finished(pod):
             code = podstate.exit_code(pod)

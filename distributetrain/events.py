@@ -43,6 +43,7 @@ WAITING_FOR_GPUS = "WaitingForGPUs"
 RELEASED = "Released"
 RESTARTING = "Restarting"
 RESIZED = "Resized"  # an elastic job lost or gained GPUs
+NODE_LOST = "NodeLost"  # a node holding the job's pods stopped being Ready: they were deleted
 POD_WAITING = "PodWaiting"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
@@ -57,6 +58,7 @@ KINDS = {
     RELEASED: (WARNING, "Release"),
     RESTARTING: (WARNING, "Restart"),
     RESIZED: (NORMAL, "Resize"),
+    NODE_LOST: (WARNING, "Delete"),
     POD_WAITING: (WARNING, "Wait"),
     SUCCEEDED: (NORMAL, "Finish"),
     FAILED: (WARNING, "Finish"),

@@ -106,6 +106,19 @@ def tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:
     return False
 
 
+def node_not_ready(node: Mapping) -> str | None:
+    """Why a node is not Ready ("NodeStatusUnknown: Kubelet stopped posting node status."), None if it is."""
+    status = node.get("status") or {}
+    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
+    if ready and ready.get("status") == "True":
+        return None
+    if not ready:
+        return "no Ready condition"
+    why = ready.get("reason") or f"Ready={ready.get('status')}"
+    message = ready.get("message") or ""
+    return " ".join((f"{why}: {message}" if message else why).split())  # one line, for logs and annotations
+
+
 def node_refusal(
     node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}
 ) -> str | None:
@@ -116,8 +129,7 @@ def node_refusal(
         return NOT_SELECTED
     if spec.get("unschedulable"):
         return "is cordoned"
-    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
-    if not ready or ready.get("status") != "True":
+    if node_not_ready(node) is not None:
         return "is not Ready"
     # What the job's pods carry (manifests use JobSettings.pod_tolerations, the same rule).
     tolerations = [gpu_toleration(resource), *tolerations]

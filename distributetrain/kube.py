@@ -414,6 +414,14 @@ class Kube:
     def watch_pods(
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]:
+        return self._watch("pods", namespace, resource_version, timeout_s, selectors)
+
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        return self._watch("nodes", None, resource_version, timeout_s, {})
+
+    def _watch(
+        self, kind: str, namespace: str | None, resource_version: str, timeout_s: float, selectors: Mapping[str, str]
+    ) -> Iterator[tuple[str, dict]]:
         """Watch events (type, object), bookmarks included, from ``resource_version`` for ``timeout_s``.
 
         One watch request per ``watch_chunk_s``, each resumed from the last resourceVersion
@@ -426,18 +434,18 @@ class Kube:
         version = resource_version
         where = _where(namespace, selectors)
         while (remaining := give_up_at - time.monotonic()) > 0:
-            log.debug("watching pods %s from resourceVersion %s", where, version)
+            log.debug("watching %s %s from resourceVersion %s", kind, where, version)
             try:
-                for kind, obj in self._watch_request(namespace, version, remaining, selectors):
+                for event_type, obj in self._watch_request(kind, namespace, version, remaining, selectors):
                     version = obj["metadata"].get("resourceVersion") or version
-                    yield kind, obj
+                    yield event_type, obj
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 self._unreachable_at = time.monotonic()
-                log.info("watch of pods %s broke (%s); reconnecting from resourceVersion %s", where, e, version)
+                log.info("watch of %s %s broke (%s); reconnecting from resourceVersion %s", kind, where, e, version)
                 time.sleep(min(WATCH_RECONNECT_DELAY_S, max(give_up_at - time.monotonic(), 0)))
 
     def _watch_request(
-        self, namespace: str | None, version: str, remaining_s: float, selectors: Mapping[str, str]
+        self, kind: str, namespace: str | None, version: str, remaining_s: float, selectors: Mapping[str, str]
     ) -> Iterator[tuple[str, dict]]:
         """One watch request: its events until the server ends it (or the stream breaks)."""
         chunk_s = max(1, math.ceil(min(remaining_s, self.timeouts.watch_chunk_s)))
@@ -450,8 +458,10 @@ class Kube:
             _request_timeout=(self.timeouts.connect_s, chunk_s + self.timeouts.watch_read_slack_s),
             **selectors,
         )
-        what = f"watch pods {_where(namespace, selectors)}"
-        if namespace:
+        what = f"watch {kind} {_where(namespace, selectors)}"
+        if kind == "nodes":
+            response = self._call(lambda: self.core.list_node(**kwargs), what)
+        elif namespace:
             response = self._call(lambda: self.core.list_namespaced_pod(namespace, **kwargs), what)
         else:
             response = self._call(lambda: self.core.list_pod_for_all_namespaces(**kwargs), what)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from distributetrain.inventory import TERMINAL_PHASES
+from distributetrain.names import ANNOTATION_DELETED_BECAUSE
 
 
 def phase(pod: Mapping) -> str:
@@ -18,6 +19,25 @@ def is_ready(pod: Mapping) -> bool:
 
 def is_terminating(pod: Mapping) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def deletion_cause(pod: Mapping) -> str:
+    """Why a pod is being deleted, where someone said: the manager on a lost node's pods,
+    the taint eviction controller in its DisruptionTarget condition; "" if unknown."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if cause := annotations.get(ANNOTATION_DELETED_BECAUSE):
+        return cause
+    return _one_line(_condition(pod.get("status") or {}, "DisruptionTarget").get("message", ""))
+
+
+def gone(pod: Mapping | None) -> str | None:
+    """How a pod is lost to its job ("was deleted", "is being deleted (why)"); None if it is not."""
+    if pod is None:
+        return "was deleted"
+    if not is_terminating(pod):
+        return None
+    cause = deletion_cause(pod)
+    return f"is being deleted ({cause})" if cause else "is being deleted"
 
 
 def is_finished(pod: Mapping) -> bool:

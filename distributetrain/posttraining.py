@@ -4,8 +4,10 @@ The port of the seeds' DistributeTrain_PostTraining.py, which polled every 20 s 
 the chief was Completed and deleted the workers. Here a watch sees every change at
 once: the chief ending (its exit code becomes the manager's), a worker failing or
 vanishing (abort), the chief never starting (it could not be scheduled), or the
-job's deadline. Whatever happens, the workers and the Secret are deleted; the chief
-is kept for its logs when it finished, unless ``--delete-chief``.
+job's deadline; a node that stops being Ready takes the job's pods on it along
+(``nodewatch`` deletes them at once, not after the taint's eviction). Whatever
+happens, the workers and the Secret are deleted; the chief is kept for its logs when
+it finished, unless ``--delete-chief``.
 
 A pod lost for a reason outside the training script (``errors.PodLost``) starts the
 job again while ``--max-restarts`` allows: the attempt is torn down, and after a
@@ -24,6 +26,7 @@ from distributetrain import errors, events, exitcodes, names, waits
 from distributetrain.discovery import DiscoveryServer, HostList
 from distributetrain.elastic import ElasticFollower
 from distributetrain.kube import Kube
+from distributetrain.nodewatch import NodeWatch
 from distributetrain.pretraining import PreTraining, job_pods
 from distributetrain.reporting import PodWaits, Reporter
 from distributetrain.settings import JobSettings
@@ -100,22 +103,9 @@ class PostTraining:
                                    exitcodes.INTERNAL_ERROR)
         workers = self._expected_workers(pods)
         self.hosts.publish([])  # nothing from an earlier attempt: its chief's script keeps its own list
-        expected = [chief, *workers]
         start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
-        pod_waits = PodWaits(self.reporter, expected)
-        try:
-            outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
-                                      pod_waits.watching(waits.chief_started(chief, workers)), start_by, expected)
-        finally:
-            pod_waits.done()
-        if isinstance(outcome, waits.ChiefStarted):
-            self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
-            self.reporter.phase("Training")
-            if settings.elastic:
-                outcome = ElasticFollower(self.kube, settings, self.reporter, self.hosts, self.deadline).run()
-            else:
-                outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
-                                          waits.chief_finished(chief, workers), self.deadline, expected)
+        with NodeWatch(self.kube, settings, self.reporter):
+            outcome = self._follow_attempt(chief, workers, start_by)
         if isinstance(outcome, waits.ChiefFinished):
             return outcome.exit_code
         if isinstance(outcome, waits.PodLost):
@@ -126,3 +116,22 @@ class PostTraining:
         reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
         raise errors.JobFailed(f"chief did not start within {settings.worker_ready_timeout_s:.0f}s ({reasons})",
                                exitcodes.TIMED_OUT)
+
+    def _follow_attempt(self, chief: str, workers: list[str], start_by: float) -> waits.Outcome:
+        """From the chief's creation to its end (or the attempt's loss, or a deadline)."""
+        settings = self.settings
+        expected = [chief, *workers]
+        pod_waits = PodWaits(self.reporter, expected)
+        try:
+            outcome = waits.watch_job(self.kube, settings.namespace, settings.job_name,
+                                      pod_waits.watching(waits.chief_started(chief, workers)), start_by, expected)
+        finally:
+            pod_waits.done()
+        if not isinstance(outcome, waits.ChiefStarted):
+            return outcome
+        self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
+        self.reporter.phase("Training")
+        if settings.elastic:
+            return ElasticFollower(self.kube, settings, self.reporter, self.hosts, self.deadline).run()
+        return waits.watch_job(self.kube, settings.namespace, settings.job_name,
+                               waits.chief_finished(chief, workers), self.deadline, expected)

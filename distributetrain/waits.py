@@ -56,10 +56,8 @@ Judge = Callable[[Mapping[str, dict]], Outcome | None]
 
 
 def _lost(name: str, pod: dict | None) -> PodLost | None:
-    if pod is None:
-        return PodLost(name, "was deleted")
-    if podstate.is_terminating(pod):
-        return PodLost(name, "is being deleted")
+    if (gone := podstate.gone(pod)) is not None:
+        return PodLost(name, gone)
     if podstate.is_finished(pod):
         code = podstate.exit_code(pod)
         return PodLost(name, f"ended ({podstate.phase(pod)}, exit code {code})")
@@ -109,8 +107,8 @@ def chief_finished(chief: str, workers: list[str]) -> Judge:
                 return lost
         if pod is not None and podstate.is_finished(pod):
             return ChiefFinished(1 if code is None else code)
-        if pod is None or podstate.is_terminating(pod):
-            return PodLost(chief, "was deleted" if pod is None else "is being deleted")
+        if (gone := podstate.gone(pod)) is not None:
+            return PodLost(chief, gone)
         return None
 
     return judge

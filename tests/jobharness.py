@@ -107,11 +107,19 @@ class NodePool:
 
 @contextmanager
 def node_pool(cluster, spec: dict[str, int], **kwargs) -> Iterator[NodePool]:
-    prefix = "n" + uuid.uuid4().hex[:6]
-    pool = NodePool(prefix, {logical: f"{prefix}-{logical}" for logical in spec})
-    group = cluster.add_nodes({pool.names[k]: v for k, v in spec.items()}, labels={TEST_NODE_LABEL: prefix}, **kwargs)
-    try:
+    pool = NodePool("n" + uuid.uuid4().hex[:6])
+    with more_nodes(cluster, pool, spec, **kwargs):
         yield pool
+
+
+@contextmanager
+def more_nodes(cluster, pool: NodePool, spec: dict[str, int], **kwargs) -> Iterator:
+    """Nodes added to ``pool`` under an agent of their own (yielded), which a test can stop alone."""
+    pool.names.update({logical: f"{pool.prefix}-{logical}" for logical in spec})
+    group = cluster.add_nodes({pool.names[k]: v for k, v in spec.items()}, labels={TEST_NODE_LABEL: pool.prefix},
+                              **kwargs)
+    try:
+        yield group
     finally:
         group.stop()
 
@@ -216,6 +224,13 @@ def apply_rbac(api_client, namespace: str) -> list[dict]:
         except utils.FailToCreateError as e:
             if not all(getattr(x, "status", None) == 409 for x in e.api_exceptions):
                 raise
+            # Shared by every test and left on the cluster: one from an older checkout must
+            # not hold back rules added since (a patch replaces the whole list of rules).
+            rbac = client.RbacAuthorizationV1Api(api_client)
+            if doc["kind"] == "ClusterRole":
+                rbac.patch_cluster_role(doc["metadata"]["name"], {"rules": doc["rules"]})
+            elif doc["kind"] == "Role":
+                rbac.patch_namespaced_role(doc["metadata"]["name"], doc["metadata"]["namespace"], {"rules": doc["rules"]})
     return documents
 
 

@@ -1,11 +1,14 @@
 """--max-restarts on the local cluster: a pod lost mid-training starts the job again,
 re-planned under fresh pod names; the restart is recorded on the manager pod."""
 
+import os
+import signal
 import time
 
 import pytest
+from kubernetes import client
 
-from jobharness import job_args, node_pool, script_volume
+from jobharness import job_args, more_nodes, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
 
@@ -24,6 +27,16 @@ print(f"rank={rank} start={starts} host={os.uname().nodename}", flush=True)
 if starts == 1:
     time.sleep(300)
 """
+# Only job pods go on the node the test loses: the manager must not be on it.
+LOSABLE = "distributetrain.test/losable"
+NODE_LOST_TIMEOUT_S = 240  # the node controller's verdict (50 s grace) plus a restart
+
+
+def wait_for_first_start(jobs, job: str) -> None:
+    give_up_at = time.monotonic() + 180
+    while not all(f"rank={r} start=1" in jobs.log_tail(f"{job}-chief") for r in (0, 1)):
+        assert time.monotonic() < give_up_at, jobs.log_tail(job)
+        time.sleep(0.5)
 
 
 def test_a_worker_deleted_mid_training_restarts_the_job_which_finishes(cluster, api_client, namespace, jobs, tmp_path):
@@ -32,10 +45,7 @@ def test_a_worker_deleted_mid_training_restarts_the_job_which_finishes(cluster, 
         args = job_args(pool, claim, 2, "--max-restarts=1")
         args[args.index("--filename=/work/hello.py")] = "--filename=/work/resumable.py"
         jobs.submit("again", args)
-        give_up_at = time.monotonic() + 180
-        while not all(f"rank={r} start=1" in jobs.log_tail("again-chief") for r in (0, 1)):
-            assert time.monotonic() < give_up_at, jobs.log_tail("again")
-            time.sleep(0.5)
+        wait_for_first_start(jobs, "again")
         jobs.core.delete_namespaced_pod("again-worker-0", namespace)
         assert jobs.exit_code("again") == 0, jobs.log_tail("again")
         annotations = jobs.pod("again")["metadata"]["annotations"]
@@ -48,3 +58,39 @@ def test_a_worker_deleted_mid_training_restarts_the_job_which_finishes(cluster, 
         assert "rank=0 start=2" in chief_log and "rank=1 start=2" in chief_log
         jobs.wait_gone(["again-worker-0", "again-chief", "again-worker-0-r1"])
         assert jobs.secrets("again") == []
+
+
+def test_a_worker_node_lost_mid_training_restarts_the_job_on_a_ready_node(cluster, api_client, namespace, jobs,
+                                                                          tmp_path):
+    """The worker's node stops reporting: its agent is frozen, as a hung kubelet or a node cut
+    off from the control plane would be (its pods go on running). As soon as the node
+    controller marks the node not Ready, the manager deletes the job's pods there itself (not
+    30 s later, when the taint would evict them) and the next attempt trains on Ready nodes."""
+    core = client.CoreV1Api(api_client)
+    with node_pool(cluster, {"b": 1, "c": 1}) as pool, \
+            more_nodes(cluster, pool, {"a": 1}, taints=[f"{LOSABLE}:NoSchedule"]) as losable, \
+            script_volume(api_client, namespace, {"resumable.py": RESUMABLE}, tmp_path) as claim:
+        core.patch_node(pool.node("c"), {"spec": {"unschedulable": True}})  # the spare, for the second attempt
+        args = job_args(pool, claim, 2, "--max-restarts=1", "--wait-for-gpus=2m", f"--toleration={LOSABLE}")
+        args[args.index("--filename=/work/hello.py")] = "--filename=/work/resumable.py"
+        jobs.submit("nodelost", args)
+        wait_for_first_start(jobs, "nodelost")
+        assert jobs.pod("nodelost-worker-0")["spec"]["nodeName"] == pool.node("a")
+        core.patch_node(pool.node("c"), {"spec": {"unschedulable": False}})
+        os.kill(losable.agent_pid, signal.SIGSTOP)
+        try:
+            assert jobs.exit_code("nodelost", timeout_s=NODE_LOST_TIMEOUT_S) == 0, jobs.log_tail("nodelost")
+            annotations = jobs.pod("nodelost")["metadata"]["annotations"]
+            assert annotations["distributetrain.io/restarts"] == "1"
+            # Deleted by the manager for its node, not evicted by the taint 30 s later.
+            assert annotations["distributetrain.io/last-restart-reason"] == (
+                f"pod nodelost-worker-0 is being deleted (its node {pool.node('a')} is not Ready "
+                "(NodeStatusUnknown: Kubelet stopped posting node status.))"), jobs.logs("nodelost")
+            lost = jobs.pod("nodelost-worker-0")
+            assert not any(c.get("type") == "DisruptionTarget" for c in lost["status"].get("conditions") or ())
+            chief_log = jobs.log_tail("nodelost-chief-r1")
+            assert "rank=0 start=2" in chief_log and "rank=1 start=2" in chief_log
+        finally:
+            os.kill(losable.agent_pid, signal.SIGCONT)
+        jobs.wait_gone(["nodelost-worker-0", "nodelost-chief", "nodelost-worker-0-r1"])
+        assert jobs.secrets("nodelost") == []

@@ -45,7 +45,7 @@ class FakeKube:
         yield (copy.deepcopy(self.nodes) if kind == "nodes" else self._pods(namespace, selectors)), "1"
 
     def list_all(self, kind, namespace=None, **selectors):
-        return self._pods(namespace, selectors), "1"
+        return (copy.deepcopy(self.nodes) if kind == "nodes" else self._pods(namespace, selectors)), "1"
 
     def _pods(self, namespace, selectors):
         key, _, value = selectors.get("label_selector", "").partition("=")
@@ -108,6 +108,11 @@ class FakeKube:
         for name, status in script:
             self.pods[name]["status"] = status
             yield "MODIFIED", copy.deepcopy(self.pods[name])
+
+
+    def watch_nodes(self, resource_version, timeout_s):
+        time.sleep(timeout_s)  # nodes never change in these stories
+        yield from ()
 
 
 class FakeEventsApi:
