@@ -71,24 +71,22 @@ class NodeWatch:
         self._stop.set()
 
     def _run(self) -> None:
-        nodes: dict[str, dict | None] = {}
         version = ""
         while not self._stop.is_set():
             try:
                 if not version:
                     items, version = self.kube.list_all("nodes")
                     nodes = {node["metadata"]["name"]: node for node in items}
+                    self._handled &= set(nodes)
                     self._act(nodes)
                 for kind, node in self.kube.watch_nodes(version, WATCH_SPAN_S):
                     version = node["metadata"].get("resourceVersion", version)
                     if kind == "BOOKMARK":
                         continue
-                    name = node["metadata"]["name"]
-                    nodes[name] = None if kind == "DELETED" else node
-                    self._act(nodes)
+                    # Only the node that changed: a large cluster's nodes report every minute.
+                    self._act({node["metadata"]["name"]: None if kind == "DELETED" else node})
                     if self._stop.is_set():
                         return
-                nodes = {name: node for name, node in nodes.items() if node is not None}
             except errors.Gone:
                 version = ""
             except errors.TransientApiError as e:
@@ -103,26 +101,26 @@ class NodeWatch:
 
     def _act(self, nodes: Mapping[str, dict | None]) -> None:
         lost = lost_nodes(nodes)
-        self._handled &= set(lost)
-        for name, why in lost.items():
-            if name in self._handled or self._stop.is_set():
-                continue
-            self._handled.add(name)
-            try:
-                self._delete_pods_on(name, why)
-            except errors.TransientApiError:
-                self._handled.discard(name)  # tried again after the list that follows
-                raise
-            except errors.DistributeTrainError as e:
-                log.error("job %s: could not delete the pods on lost node %s: %s", self.settings.job_name, name, e)
-
-    def _delete_pods_on(self, node: str, why: str) -> None:
-        settings = self.settings
-        pods, _ = self.kube.list_all("pods", settings.namespace, label_selector=names.job_selector(settings.job_name),
-                                     field_selector=f"spec.nodeName={node}")
-        doomed = pods_to_delete(pods)
-        if not doomed:
+        self._handled -= set(nodes) - set(lost)  # Ready again: a later loss is acted on anew
+        new = {name: why for name, why in lost.items() if name not in self._handled}
+        if not new or self._stop.is_set():
             return
+        settings = self.settings
+        # One list for all the newly lost nodes (a relist may find many not Ready at once).
+        pods, _ = self.kube.list_all("pods", settings.namespace, label_selector=names.job_selector(settings.job_name))
+        for node, why in new.items():
+            doomed = pods_to_delete([pod for pod in pods if podstate.node(pod) == node])
+            try:
+                if doomed:
+                    self._delete(node, why, doomed)
+            except errors.TransientApiError:
+                raise  # not marked handled: tried again after the list that follows
+            except errors.DistributeTrainError as e:
+                log.error("job %s: could not delete the pods on lost node %s: %s", settings.job_name, node, e)
+            self._handled.add(node)
+
+    def _delete(self, node: str, why: str, doomed: list[str]) -> None:
+        settings = self.settings
         cause = f"its node {node} {why}"
         log.warning("job %s: node %s %s: deleting its pods %s", settings.job_name, node, why, ", ".join(doomed))
         self.reporter.events.record(events.NODE_LOST, f"node {node} {why}: deleted {', '.join(doomed)}")
