@@ -89,6 +89,20 @@ def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...])
     return judge
 
 
+def overdue_workers(pods: Mapping[str, dict], settings: JobSettings, not_ready_since: dict[str, float],
+                    now: float) -> list[str]:
+    """Live workers not Ready for longer than ``--worker-ready-timeout``: they hold GPUs and
+    train nothing. ``not_ready_since`` (name -> when first seen not Ready) is kept up to date."""
+    waiting = {pod["metadata"]["name"] for pod in live_workers(pods, settings) if not podstate.is_ready(pod)}
+    for name in set(not_ready_since) - waiting:
+        del not_ready_since[name]
+    overdue = []
+    for name in sorted(waiting):
+        if now - not_ready_since.setdefault(name, now) > settings.worker_ready_timeout_s:
+            overdue.append(name)
+    return overdue
+
+
 def next_worker_index(pods: Mapping[str, dict]) -> int:
     """After every worker the job ever had in this attempt, terminating ones included."""
     return max((names.worker_index(p) for p in pods.values()), default=-1) + 1
@@ -106,6 +120,7 @@ class ElasticFollower:
         self.published: tuple[tuple[str, int], ...] = ()
         self.next_replace_at = 0.0
         self.last_shortage = ""
+        self.not_ready_since: dict[str, float] = {}
 
     def run(self) -> waits.Outcome:
         settings = self.settings
@@ -120,6 +135,7 @@ class ElasticFollower:
                 return outcome
             elif time.monotonic() >= self.deadline:
                 return waits.TimedOut({})
+            self._drop_overdue(pods)
             self._replace_if_short(pods)
 
     def _publish(self, hosts: tuple[tuple[str, int], ...]) -> None:
@@ -134,6 +150,18 @@ class ElasticFollower:
             self.reporter.events.record(events.RESIZED, text)
         if now < before:
             self.next_replace_at = 0.0  # a loss: look for replacements at once
+
+    def _drop_overdue(self, pods: Mapping[str, dict]) -> None:
+        """A worker that never gets Ready (its image, its node, its sshd) would hold its GPUs
+        for the rest of the job: delete it, and its GPUs are planned again."""
+        settings = self.settings
+        for name in overdue_workers(pods, settings, self.not_ready_since, time.monotonic()):
+            why = f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s " \
+                  f"({podstate.waiting_reason(pods[name])})"
+            log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
+            self.kube.annotate_pod(settings.namespace, name, {names.ANNOTATION_DELETED_BECAUSE: why})
+            self.kube.delete("Pod", settings.namespace, name)
+            self.next_replace_at = 0.0  # its GPUs: plan again at once
 
     def _replace_if_short(self, pods: Mapping[str, dict]) -> None:
         settings = self.settings

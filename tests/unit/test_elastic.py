@@ -161,3 +161,17 @@ def test_the_elastic_chief_gets_horovods_bounds_and_where_to_ask():
          "DT_ELASTIC_TIMEOUT": "600"}
     static = manifests.chief_pod(SETTINGS.replace(min_gpus=0), "n", 1, [("10.0.2.0", 3)])
     assert not any(e["name"].startswith(("DT_MIN", "DT_DISC", "DT_ELASTIC")) for e in static["spec"]["containers"][0]["env"])
+
+
+def test_a_worker_not_ready_past_the_timeout_is_overdue_and_ready_again_is_forgotten():
+    settings = SETTINGS.replace(worker_ready_timeout_s=60)
+    since: dict[str, float] = {}
+    pods = by_name(chief(), worker(0), worker(1, ready=False), worker(2, ready=False, deleting=True))
+    assert elastic.overdue_workers(pods, settings, since, now=100.0) == []
+    assert since == {"j-worker-1": 100.0}  # a terminating worker holds nothing to free
+    assert elastic.overdue_workers(pods, settings, since, now=160.0) == []
+    assert elastic.overdue_workers(pods, settings, since, now=160.5) == ["j-worker-1"]
+    pods["j-worker-1"] = worker(1)
+    assert elastic.overdue_workers(pods, settings, since, now=161.0) == [] and since == {}
+    pods["j-worker-1"] = worker(1, ready=False)
+    assert elastic.overdue_workers(pods, settings, since, now=200.0) == []  # a new wait starts now
