@@ -33,6 +33,7 @@ from distributetrain.placement import format_plan
 from distributetrain.pretraining import take_inventory
 from distributetrain.reporting import Reporter
 from distributetrain.settings import JobSettings
+from distributetrain.teardown import delete_because
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +160,7 @@ class ElasticFollower:
             why = f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s " \
                   f"({podstate.waiting_reason(pods[name])})"
             log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
-            self.kube.annotate_pod(settings.namespace, name, {names.ANNOTATION_DELETED_BECAUSE: why})
-            self.kube.delete("Pod", settings.namespace, name)
+            delete_because(self.kube, settings.namespace, name, why)
             self.next_replace_at = 0.0  # its GPUs: plan again at once
 
     def _replace_if_short(self, pods: Mapping[str, dict]) -> None:

@@ -432,7 +432,7 @@ class Kube:
         """
         give_up_at = time.monotonic() + timeout_s
         version = resource_version
-        where = _where(namespace, selectors)
+        where = _where(namespace, selectors) if kind == "pods" else ""  # nodes have no namespace
         while (remaining := give_up_at - time.monotonic()) > 0:
             log.debug("watching %s %s from resourceVersion %s", kind, where, version)
             try:
@@ -458,7 +458,7 @@ class Kube:
             _request_timeout=(self.timeouts.connect_s, chunk_s + self.timeouts.watch_read_slack_s),
             **selectors,
         )
-        what = f"watch {kind} {_where(namespace, selectors)}"
+        what = f"watch {kind} {_where(namespace, selectors)}" if kind == "pods" else f"watch {kind}"
         if kind == "nodes":
             response = self._call(lambda: self.core.list_node(**kwargs), what)
         elif namespace:

@@ -30,7 +30,8 @@ ANNOTATION_RESTARTS = f"{DOMAIN}/restarts"
 ANNOTATION_RESTART_REASON = f"{DOMAIN}/last-restart-reason"
 # Why each pod the manager waits on is not Ready yet (JSON: pod name -> reason).
 ANNOTATION_WAITING = f"{DOMAIN}/waiting"
-# On a job pod the manager deleted because its node was lost: why, for the restart's cause.
+# On a job pod the manager deleted while the job ran (its node lost, never Ready): why,
+# read back as the cause of its loss.
 ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -23,6 +23,7 @@ from distributetrain.inventory import node_not_ready
 from distributetrain.kube import Kube
 from distributetrain.reporting import Reporter
 from distributetrain.settings import JobSettings
+from distributetrain.teardown import delete_because
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,4 @@ class NodeWatch:
         log.warning("job %s: node %s %s: deleting its pods %s", settings.job_name, node, why, ", ".join(doomed))
         self.reporter.events.record(events.NODE_LOST, f"node {node} {why}: deleted {', '.join(doomed)}")
         for name in doomed:
-            try:
-                self.kube.annotate_pod(settings.namespace, name, {names.ANNOTATION_DELETED_BECAUSE: cause})
-            except errors.NotFound:
-                continue
-            self.kube.delete("Pod", settings.namespace, name)
+            delete_because(self.kube, settings.namespace, name, cause)

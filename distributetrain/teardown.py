@@ -37,6 +37,15 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     return deleted
 
 
+def delete_because(kube: Kube, namespace: str, name: str, cause: str) -> bool:
+    """Delete one job pod with the reason on it (read back as its loss's cause); False if it was gone."""
+    try:
+        kube.annotate_pod(namespace, name, {names.ANNOTATION_DELETED_BECAUSE: cause})
+    except errors.NotFound:
+        return False
+    return kube.delete("Pod", namespace, name)
+
+
 def tear_down_quietly(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     """Teardown on a failure path: never let a second error hide the first."""
     try:
