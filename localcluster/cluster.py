@@ -110,8 +110,11 @@ class Cluster:
         cluster = cls(layout)
         cluster.binaries()
         with cluster._locked():
+            dead_groups = cluster._remove_what_a_killed_run_left()
             cluster._prepare()
             cluster._start_control_plane()
+            for group in dead_groups:
+                group.stop()  # its Nodes are in etcd still; the apiserver is up to delete them
         log.info("control plane ready in %.1f s (%s)", time.monotonic() - started, layout.root)
         if nodes:
             cluster._add_missing_nodes(nodes, labels or {}, gpu_resource)
@@ -256,6 +259,28 @@ class Cluster:
             if not path.exists():
                 kubeconfig.write(path, kubeconfig.render(self._pki, identity))
         netsetup.ensure_bridge()
+
+    def _remove_what_a_killed_run_left(self) -> list[NodeGroup]:
+        """Starting from nothing, first remove what a run killed outright left.
+
+        A run killed without `down` (SIGKILL, the end of a CI job or of a sandbox's
+        session) leaves network namespaces, veths, mounts, containers and node-group
+        records whose agents are dead. Left there, they hold node indices and show up
+        as leftovers of the new run. Only when no component and no agent of this run
+        directory is alive: a live one means the cluster is up or being stopped, and
+        is attached to or left alone. Returns the dead node groups, which still need
+        their Nodes deleted once the apiserver is up.
+        """
+        if any(processes.read_pid(self.layout.pid_file(name)) for name in components.COMPONENTS):
+            return []
+        groups = self.node_groups()
+        if any(group.agent_pid for group in groups):
+            return []
+        swept = leftovers.remove(self.layout)
+        if not swept.empty() or groups:
+            log.warning("removed what a killed earlier run left: %s; node groups %s", swept,
+                        ", ".join(group.record.group_id for group in groups) or "none")
+        return groups
 
     def _start_control_plane(self) -> None:
         """Start whichever components are not running, as early as each can start.

@@ -20,7 +20,7 @@ import time
 import pytest
 from kubernetes import client
 
-from localcluster import leftovers, netsetup
+from localcluster import components, leftovers, netsetup, processes
 from localcluster.cluster import Cluster
 from localcluster.layout import REPO_ROOT, RunLayout
 from localcluster.nodegroups import NodeAllocationError, NodeGroupRegistry, parse_node_spec
@@ -179,16 +179,20 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
     # A Node no agent knows of, as an agent killed in an earlier run leaves.
     client.CoreV1Api(api_client).create_node(client.V1Node(metadata=client.V1ObjectMeta(name="cp-orphan")))
 
-    down = run_cli("down")
-    assert down.returncode == 0, down.stderr
-    left = leftovers.find(cluster.layout)
-    assert left.empty(), f"left behind after down: {left}"
-    assert "removed leftovers" not in down.stdout, "components did not stop cleanly"
+    try:
+        down = run_cli("down")
+        assert down.returncode == 0, cli_output(down)
+        left = leftovers.find(cluster.layout)
+        assert left.empty(), f"left behind after down: {left}\n{cli_output(down)}"
+        assert "removed leftovers" not in down.stdout, f"components did not stop cleanly:\n{cli_output(down)}"
 
-    started = time.monotonic()
-    up = run_cli("up")
-    elapsed_s = time.monotonic() - started
-    assert up.returncode == 0, up.stderr
+        started = time.monotonic()
+        up = run_cli("up")
+        elapsed_s = time.monotonic() - started
+        assert up.returncode == 0, cli_output(up)
+    finally:
+        # Whatever failed above, the session's cluster is up for the tests after this one.
+        Cluster.up(layout=cluster.layout)
     with capsys.disabled():
         print(f"\n[localcluster] up with cached binaries: {elapsed_s:.1f} s")
     assert elapsed_s < CACHED_UP_BUDGET_S
@@ -196,6 +200,35 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
     for name in ("cp-crashed", "cp-orphan"):
         assert not_found(lambda: client.CoreV1Api(api_client).read_node(name))
 
+
+@pytest.mark.cluster
+def test_up_after_a_run_killed_outright_removes_what_it_left(cluster: Cluster, api_client):
+    """Every process of the run SIGKILLed, as the end of a CI job or a sandbox session
+    does: `up` removes the dead agent's namespaces, veths and Nodes before starting, so
+    the new run neither collides with them nor has `down` report them later."""
+    if SessionRegistry(cluster.layout).others_alive():
+        pytest.skip("another pytest session is using this cluster; not killing it under it")
+    killed = cluster.add_nodes({"cp-killed": 1})
+    indices = list(killed.record.indices())
+    try:
+        for pid in [killed.agent_pid, *(processes.read_pid(cluster.layout.pid_file(name))
+                                        for name in components.COMPONENTS)]:
+            processes.kill(pid, "a process of the run", 15.0)
+        assert not leftovers.find_node_group(killed.state_dir, indices).empty(), "the kill left nothing to remove"
+
+        up = run_cli("up")
+        assert up.returncode == 0, cli_output(up)
+        assert "removed what a killed earlier run left" in up.stderr, cli_output(up)
+        left = leftovers.find_node_group(killed.state_dir, indices)
+        assert left.empty(), f"the killed agent's leftovers survived `up`: {left}"
+        assert [g.record.group_id for g in cluster.node_groups()].count(killed.record.group_id) == 0
+        assert not_found(lambda: client.CoreV1Api(api_client).read_node("cp-killed"))
+    finally:
+        Cluster.up(layout=cluster.layout)
+
+
+def cli_output(done: subprocess.CompletedProcess) -> str:
+    return f"exit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-6000:]}"
 
 def test_node_groups_get_disjoint_contiguous_indices_and_reuse_freed_ones(tmp_path):
     registry = NodeGroupRegistry(RunLayout(tmp_path))

@@ -62,3 +62,35 @@ def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees
         assert "replacing lost workers: 1 of 1 missing GPUs: flex-worker-2" in manager_log, manager_log
         jobs.wait_gone(["flex-worker-1", "flex-worker-2"])
         assert jobs.secrets("flex") == []
+
+
+def test_an_elastic_job_below_min_gpus_fails_within_the_elastic_timeout(cluster, api_client, jobs):
+    """horovod #3494: with fewer than --min-gpus left and none free, the job must not hang.
+
+    Horovod gives up after --elastic-timeout; the manager blames the lost worker (exit 71
+    with --max-restarts 0) and deletes everything the job created.
+    """
+    core = jobs.core
+    elastic_timeout_s = 20
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("few", ["--num-gpus=2", "--elastic", "--min-gpus=2", "--image=distributetrain/base:0.1.0",
+                            f"--node-selector={pool.selector}", f"--elastic-timeout={elastic_timeout_s}s",
+                            "--", *TRAIN_ARGS])
+        wait_for_line(jobs, "few-chief", EPOCH_LINE)
+        lost = jobs.pod("few-worker-0")
+        core.patch_node(lost["spec"]["nodeName"], {"spec": {"unschedulable": True}})
+        try:
+            core.delete_namespaced_pod("few-worker-0", jobs.namespace)
+            deleted_at = time.monotonic()
+            code = jobs.exit_code("few", timeout_s=PHASE_TIMEOUT_S)
+            took_s = time.monotonic() - deleted_at
+        finally:
+            core.patch_node(lost["spec"]["nodeName"], {"spec": {"unschedulable": False}})
+        manager_log = jobs.logs("few")
+        assert code == 71, manager_log
+        assert "with 1 of --min-gpus 2 GPUs left: workers were lost" in manager_log, manager_log
+        # Horovod's wait for enough hosts, plus its shutdown and the manager's teardown;
+        # far from the default --elastic-timeout of 10 minutes, let alone for ever.
+        assert took_s < elastic_timeout_s + 60, f"took {took_s:.0f} s"
+        jobs.wait_gone(["few-chief", "few-worker-0"])
+        assert jobs.secrets("few") == []
