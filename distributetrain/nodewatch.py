@@ -7,8 +7,9 @@ it for ``settings.NODE_LOST_TOLERATION_S``, most pods for 300 s). The manager do
 wait for that eviction: it watches the Nodes, and when one holding the job's pods stops
 being Ready or is deleted, it deletes those pods itself, with the reason on each. The
 pod watch then sees them go like any lost pod: a restart, a shrink (``--elastic``) or
-exit 71. The Nodes are watched on a thread beside the pod watch, so a lost node is acted
-on within a second of the controller's verdict.
+exit 71. The Nodes are watched on a thread beside the pod watch, from the workers'
+creation to the chief's end, so a lost node is acted on within a second of the
+controller's verdict.
 """
 
 from __future__ import annotations

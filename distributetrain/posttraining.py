@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 
-from distributetrain import errors, events, exitcodes, names, waits
+from distributetrain import errors, events, exitcodes, names, restarts, waits
 from distributetrain.discovery import DiscoveryServer, HostList
 from distributetrain.elastic import ElasticFollower
 from distributetrain.kube import Kube
@@ -34,8 +34,6 @@ from distributetrain.teardown import tear_down
 
 log = logging.getLogger(__name__)
 
-RESTART_BACKOFF_S = 2.0  # before the first restart; doubled for each one after it
-RESTART_BACKOFF_MAX_S = 60.0
 
 
 class PostTraining:
@@ -67,19 +65,10 @@ class PostTraining:
 
     def _restart(self, lost: errors.PodLost) -> bool:
         """Start the next attempt if the budget and the deadline allow; False if not."""
-        used = self.reporter.restarts()
-        if used >= self.settings.max_restarts:
+        settings = restarts.next_attempt(self.kube, self.settings, self.reporter, self.deadline, lost)
+        if settings is None:
             return False
-        backoff_s = min(RESTART_BACKOFF_S * 2 ** used, RESTART_BACKOFF_MAX_S)
-        if time.monotonic() + backoff_s >= self.deadline:
-            return False
-        tear_down(self.kube, self.settings, keep_chief=False)
-        # Recorded after the teardown: a manager restarted in between finds the lost
-        # attempt again and counts this restart once.
-        self.settings = self.settings.replace(attempt=self.settings.attempt + 1)
-        self.reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, self.settings.attempt, backoff_s)
-        time.sleep(backoff_s)
-        pre_training = PreTraining(self.kube, self.settings, self.reporter, self.deadline)
+        pre_training = PreTraining(self.kube, settings, self.reporter, self.deadline)
         pre_training.run()
         self.settings = pre_training.settings
         return True

@@ -7,7 +7,9 @@ The port of the seeds' DistributeTrain_PreTraining.py, in order:
    manager pod, create the SSH Secret and the pinned workers;
 3. wait (watch) until every worker is Ready; if they are not Ready in time (someone
    took the GPUs, a node died), release everything and re-plan while
-   ``--wait-for-gpus`` lasts, else fail with the reasons;
+   ``--wait-for-gpus`` lasts, else fail with the reasons. A worker lost meanwhile
+   (deleted, failed, its node not Ready: ``nodewatch``) is a restart while
+   ``--max-restarts`` allows (``restarts``), else exit 71;
 4. create the chief with the workers' addresses, and drop the reservation.
 
 A restarted manager adopts what exists: a chief means nothing is left to do; workers
@@ -19,9 +21,10 @@ from __future__ import annotations
 import logging
 import time
 
-from distributetrain import errors, events, exitcodes, inventory, manifests, names, placement, podstate, waits
+from distributetrain import errors, events, exitcodes, inventory, manifests, names, placement, podstate, restarts, waits
 from distributetrain.kube import Kube
 from distributetrain.lock import PlacementLock
+from distributetrain.nodewatch import NodeWatch
 from distributetrain.placement import format_plan
 from distributetrain.reporting import PodWaits, Reporter
 from distributetrain.settings import JobSettings
@@ -112,10 +115,12 @@ class PreTraining:
             ready_by = min(time.monotonic() + self.settings.worker_ready_timeout_s, self.deadline)
             pod_waits = PodWaits(self.reporter, workers)
             try:
-                outcome = waits.watch_job(
-                    self.kube, self.settings.namespace, self.settings.job_name,
-                    pod_waits.watching(waits.workers_ready(workers)), ready_by, workers,
-                )
+                # A worker's node lost while it starts: deleted at once, a loss like any other.
+                with NodeWatch(self.kube, self.settings, self.reporter):
+                    outcome = waits.watch_job(
+                        self.kube, self.settings.namespace, self.settings.job_name,
+                        pod_waits.watching(waits.workers_ready(workers)), ready_by, workers,
+                    )
             finally:
                 pod_waits.done()
             if isinstance(outcome, waits.WorkersReady):
@@ -124,8 +129,14 @@ class PreTraining:
                                                 + ", ".join(f"{w} ({outcome.addresses[w]})" for w in workers))
                 break
             if isinstance(outcome, waits.PodLost):
-                raise errors.JobFailed(f"worker {outcome.pod} {outcome.reason} before training started",
-                                       exitcodes.WORKER_LOST)
+                lost = errors.PodLost(f"worker {outcome.pod} {outcome.reason} before training started",
+                                      exitcodes.WORKER_LOST)
+                settings = restarts.next_attempt(self.kube, self.settings, self.reporter, self.deadline, lost)
+                if settings is None:
+                    raise lost
+                self.settings = settings
+                plan = None
+                continue
             reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
             tear_down(self.kube, self.settings, keep_chief=False)
             self.reporter.release_reservation()

@@ -8,7 +8,7 @@ import time
 import pytest
 from kubernetes import client
 
-from jobharness import job_args, more_nodes, node_pool, script_volume
+from jobharness import SCRIPTS, job_args, more_nodes, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
 
@@ -94,3 +94,30 @@ def test_a_worker_node_lost_mid_training_restarts_the_job_on_a_ready_node(cluste
             os.kill(losable.agent_pid, signal.SIGCONT)
         jobs.wait_gone(["nodelost-worker-0", "nodelost-chief", "nodelost-worker-0-r1"])
         assert jobs.secrets("nodelost") == []
+
+
+def test_a_worker_node_lost_while_the_worker_starts_restarts_the_job_on_a_ready_node(cluster, api_client, namespace,
+                                                                                     jobs, tmp_path):
+    """The node agent is frozen before the job is planned, so its worker never starts: the
+    manager deletes it at the node controller's verdict, long before --worker-ready-timeout,
+    and the restart trains on Ready nodes."""
+    with node_pool(cluster, {"b": 1, "c": 1}) as pool, \
+            more_nodes(cluster, pool, {"a": 1}, taints=[f"{LOSABLE}:NoSchedule"]) as losable, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
+        os.kill(losable.agent_pid, signal.SIGSTOP)
+        try:
+            jobs.submit("startlost", job_args(pool, claim, 2, "--max-restarts=1", "--worker-ready-timeout=5m",
+                                              f"--toleration={LOSABLE}"))
+            assert jobs.exit_code("startlost", timeout_s=NODE_LOST_TIMEOUT_S) == 0, jobs.log_tail("startlost")
+            annotations = jobs.pod("startlost")["metadata"]["annotations"]
+            assert annotations["distributetrain.io/restarts"] == "1"
+            assert annotations["distributetrain.io/last-restart-reason"] == (
+                f"worker startlost-worker-0 is being deleted (its node {pool.node('a')} is not Ready "
+                "(NodeStatusUnknown: Kubelet stopped posting node status.)) before training started"), \
+                jobs.logs("startlost")
+            manager_log = jobs.logs("startlost")
+            assert f"plan {pool.node('b')}=1,{pool.node('c')}=1" in manager_log, manager_log  # not on the lost node
+        finally:
+            os.kill(losable.agent_pid, signal.SIGCONT)
+        jobs.wait_gone(["startlost-worker-0", "startlost-worker-0-r1"])
+        assert jobs.secrets("startlost") == []

@@ -227,7 +227,7 @@ WORKER_KILLED = {"phase": "Failed", "containerStatuses": [{"name": "worker", "st
 
 
 def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(story, monkeypatch):
-    monkeypatch.setattr("distributetrain.posttraining.RESTART_BACKOFF_S", 0.01)
+    monkeypatch.setattr("distributetrain.restarts.RESTART_BACKOFF_S", 0.01)
     code, recorded, kube = story(
         [[("demo-worker-0", running())], [("demo-chief", running(ip="10.0.0.3"))], [("demo-worker-0", WORKER_KILLED)],
          [("demo-worker-0-r1", running())], [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]],
@@ -253,6 +253,28 @@ def test_without_restarts_left_a_lost_worker_ends_the_job_with_71(story, monkeyp
     assert code == 71
     assert "Restarting" not in [r[0] for r in recorded]
     assert kube.pods == {}
+
+
+@pytest.mark.parametrize("allowed", [0, 1])
+def test_a_worker_lost_while_starting_restarts_the_job_within_the_budget(story, monkeypatch, allowed):
+    """Lost before training started (its node failed, say): the same budget as a loss mid-training."""
+    monkeypatch.setattr("distributetrain.restarts.RESTART_BACKOFF_S", 0.01)
+    code, recorded, kube = story(
+        [[("demo-worker-0", WORKER_KILLED)],
+         [("demo-worker-0-r1", running())], [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]],
+        settings=SETTINGS.replace(max_restarts=allowed))
+    cause = "worker demo-worker-0 ended (Failed, exit code 137) before training started"
+    if not allowed:
+        assert (code, [r[0] for r in recorded]) == (71, ["Planned", "WorkersCreated", "PodWaiting", "Failed"])
+        assert recorded[-1][2] == f"{cause}; aborted the job (exit code 71)"
+        assert kube.pods == {} and kube.secrets == {}
+        return
+    assert code == 0
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "PodWaiting", "Restarting", "Planned",
+                                        "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted", "Succeeded"]
+    assert recorded[3][2] == f"{cause}; restart 1 of 1 (attempt 1) in 0s"
+    assert kube.manager["metadata"]["annotations"][names.ANNOTATION_RESTART_REASON] == cause
+    assert set(kube.pods) == {"demo-chief-r1"}
 
 
 def test_a_chief_that_fails_on_its_own_is_not_restarted(story):
