@@ -23,6 +23,7 @@ TRAIN_ARGS = ("--epochs=80", "--samples=768", "--batch-size=32")
 WORLD_SIZE_LINE = re.compile(r"distributetrain: world size (\d+) -> (\d+) at epoch (\d+)")
 EPOCH_LINE = re.compile(r"epoch=(\d+) .*size=(\d+)")
 PHASE_TIMEOUT_S = 240
+GLOO_TIMEOUT_S = 120  # distributetrain.manifests: horovodrun --gloo-timeout-seconds
 POLL_S = 0.5
 
 
@@ -82,15 +83,16 @@ def test_an_elastic_job_below_min_gpus_fails_within_the_elastic_timeout(cluster,
         try:
             core.delete_namespaced_pod("few-worker-0", jobs.namespace)
             deleted_at = time.monotonic()
-            code = jobs.exit_code("few", timeout_s=PHASE_TIMEOUT_S)
+            code = jobs.exit_code("few", timeout_s=elastic_timeout_s + GLOO_TIMEOUT_S + PHASE_TIMEOUT_S)
             took_s = time.monotonic() - deleted_at
         finally:
             core.patch_node(lost["spec"]["nodeName"], {"spec": {"unschedulable": False}})
         manager_log = jobs.logs("few")
         assert code == 71, manager_log
         assert "with 1 of --min-gpus 2 GPUs left: workers were lost" in manager_log, manager_log
-        # Horovod's wait for enough hosts, plus its shutdown and the manager's teardown;
-        # far from the default --elastic-timeout of 10 minutes, let alone for ever.
-        assert took_s < elastic_timeout_s + 60, f"took {took_s:.0f} s"
+        # Horovod's wait for enough hosts; before it, the surviving rank may wait out Gloo's
+        # timeout in a collective with the lost one (horovodrun --gloo-timeout-seconds 120);
+        # then Horovod's shutdown and the manager's teardown. Bounded, never a hang.
+        assert took_s < elastic_timeout_s + GLOO_TIMEOUT_S + 60, f"took {took_s:.0f} s\n{manager_log}"
         jobs.wait_gone(["few-chief", "few-worker-0"])
         assert jobs.secrets("few") == []
