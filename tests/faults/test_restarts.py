@@ -82,12 +82,13 @@ def test_a_worker_node_lost_mid_training_restarts_the_job_on_a_ready_node(cluste
             assert jobs.exit_code("nodelost", timeout_s=NODE_LOST_TIMEOUT_S) == 0, jobs.log_tail("nodelost")
             annotations = jobs.pod("nodelost")["metadata"]["annotations"]
             assert annotations["distributetrain.io/restarts"] == "1"
-            # Deleted by the manager for its node, not evicted by the taint 30 s later.
+            # Deleted by the manager for its node, not evicted by the taint 30 s later: an
+            # eviction first would have been the cause ("Taint manager: deleting due to
+            # NoExecute taint"), and the node watch leaves a terminating pod alone. (The taint
+            # still marks the pod later, as it stays terminating on the frozen node.)
             assert annotations["distributetrain.io/last-restart-reason"] == (
                 f"pod nodelost-worker-0 is being deleted (its node {pool.node('a')} is not Ready "
                 "(NodeStatusUnknown: Kubelet stopped posting node status.))"), jobs.logs("nodelost")
-            lost = jobs.pod("nodelost-worker-0")
-            assert not any(c.get("type") == "DisruptionTarget" for c in lost["status"].get("conditions") or ())
             chief_log = jobs.log_tail("nodelost-chief-r1")
             assert "rank=0 start=2" in chief_log and "rank=1 start=2" in chief_log
         finally:
