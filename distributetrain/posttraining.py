@@ -35,7 +35,6 @@ from distributetrain.teardown import tear_down
 log = logging.getLogger(__name__)
 
 
-
 class PostTraining:
     def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float):
         self.kube = kube
