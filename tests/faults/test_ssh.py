@@ -12,9 +12,11 @@ from jobharness import REPO, SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
 
-# Each rank reports what it can see of the SSH keys where it runs.
+# Each rank reports what it can see of the SSH keys where it runs, then holds until the
+# test writes "release" beside the script (or 300 s pass): a fixed sleep let a slow machine
+# finish a job before the test had read its Secret.
 KEY_PROBE = """\
-import os, stat, sys, time
+import os, stat, time
 rank = os.environ.get("HOROVOD_RANK")
 for path in ("/root/.ssh/id_ed25519", "/etc/distributetrain/ssh/ssh_host_ed25519_key"):
     try:
@@ -22,7 +24,10 @@ for path in ("/root/.ssh/id_ed25519", "/etc/distributetrain/ssh/ssh_host_ed25519
         print(f"rank={rank} {path} mode={oct(stat.S_IMODE(st.st_mode))} uid={st.st_uid}", flush=True)
     except FileNotFoundError:
         print(f"rank={rank} {path} absent", flush=True)
-time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 0)
+release = os.path.join(os.path.dirname(os.path.abspath(__file__)), "release")
+give_up_at = time.monotonic() + 300
+while not os.path.exists(release) and time.monotonic() < give_up_at:
+    time.sleep(0.2)
 """
 
 
@@ -36,7 +41,7 @@ def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api
             script_volume(api_client, namespace, {**SCRIPTS, "probe.py": KEY_PROBE}, tmp_path) as claim:
         for job in ("one", "two"):
             jobs.submit(job, [a.replace("/work/hello.py", "/work/probe.py") for a in
-                              job_args(pool, claim, 2, "--delete-chief", script_args=("15",))])
+                              job_args(pool, claim, 2, "--delete-chief")])
         for job in ("one", "two"):
             try:
                 jobs.wait_for(f"{job}-chief", lambda p: p["status"].get("phase") == "Running", 90)
@@ -77,6 +82,7 @@ def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api
                                  capture_output=True, text=True)
         assert allowed.returncode == 0, allowed.stderr
 
+        (tmp_path / "volume" / "release").touch()
         for job in ("one", "two"):
             assert jobs.exit_code(job) == 0, jobs.logs(job)
             assert "PRIVATE KEY" not in jobs.logs(job)
