@@ -45,6 +45,10 @@ def job_args(pool: "NodePool", claim: str, gpus: int, *extra: str, script_args: 
 TEST_NODE_LABEL = "distributetrain.test/nodes"
 MANAGER_FINISH_TIMEOUT_S = 240.0
 CLAIM_BOUND_TIMEOUT_S = 60.0
+# A log read goes apiserver -> node agent; on a loaded 2-core machine the agent once took
+# longer than the apiserver's 10 s TLS handshake limit (a 500 after all 13 managers of a
+# test exited at once). A kubelet can be briefly unreachable too; the read is retried.
+LOG_READ_RETRY_S = 60.0
 
 
 def is_lease_grant(doc: dict) -> bool:
@@ -195,7 +199,15 @@ class Jobs:
         return terminated["exitCode"]
 
     def logs(self, name: str, container: str | None = None) -> str:
-        return self.core.read_namespaced_pod_log(name, self.namespace, container=container)
+        give_up_at = time.monotonic() + LOG_READ_RETRY_S
+        while True:
+            try:
+                return self.core.read_namespaced_pod_log(name, self.namespace, container=container)
+            except client.ApiException as e:
+                # 500: the apiserver could not reach the node; anything else is the answer.
+                if e.status != 500 or time.monotonic() > give_up_at:
+                    raise
+            time.sleep(1)
 
     def log_tail(self, name: str, lines: int = 80) -> str:
         """For failure messages: never raises, so the original failure is what gets reported."""
