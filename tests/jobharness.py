@@ -25,12 +25,27 @@ from distributetrain.settings import DEFAULT_LOCK_NAMESPACE
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Stand-in training scripts: horovodrun starts one per GPU. `hello.py [CODE] [SLEEP_S]`
-# reports its rank, optionally sleeps (to be interrupted), and exits with CODE.
-HELLO = """\
+# A rank that must stay up while a test looks at it holds until the test writes "release"
+# beside its script (see `release_ranks`), or 300 s pass so a failed test cannot leave it
+# running. A fixed sleep raced the test on a slow machine: the job ended before it was seen.
+HOLD_UNTIL_RELEASED = """\
+def hold_until_released():
+    import os, time
+    release = os.path.join(os.path.dirname(os.path.abspath(__file__)), "release")
+    give_up_at = time.monotonic() + 300
+    while not os.path.exists(release) and time.monotonic() < give_up_at:
+        time.sleep(0.2)
+"""
+
+# Stand-in training scripts: horovodrun starts one per GPU. `hello.py [CODE] [SLEEP_S|hold]`
+# reports its rank, optionally sleeps (to be interrupted) or holds until released, and
+# exits with CODE.
+HELLO = HOLD_UNTIL_RELEASED + """\
 import os, sys, time
 print(f"rank={os.environ.get('HOROVOD_RANK')} size={os.environ.get('HOROVOD_SIZE')} host={os.uname().nodename}", flush=True)
-if len(sys.argv) > 2:
+if len(sys.argv) > 2 and sys.argv[2] == "hold":
+    hold_until_released()
+elif len(sys.argv) > 2:
     time.sleep(float(sys.argv[2]))
 sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 """
@@ -259,6 +274,11 @@ def delete_shared_bindings(api_client, documents: list[dict]) -> None:
         except client.ApiException as e:
             if e.status != 404:
                 raise
+
+
+def release_ranks(tmp_path: Path) -> None:
+    """Lets every rank holding in ``script_volume(..., tmp_path)`` go on (HOLD_UNTIL_RELEASED)."""
+    (tmp_path / "volume" / "release").touch()
 
 
 @contextmanager

@@ -8,15 +8,14 @@ import time
 
 import pytest
 
-from jobharness import REPO, SCRIPTS, job_args, node_pool, script_volume
+from jobharness import HOLD_UNTIL_RELEASED, REPO, SCRIPTS, job_args, node_pool, release_ranks, script_volume
 
 pytestmark = pytest.mark.cluster
 
 # Each rank reports what it can see of the SSH keys where it runs, then holds until the
-# test writes "release" beside the script (or 300 s pass): a fixed sleep let a slow machine
-# finish a job before the test had read its Secret.
-KEY_PROBE = """\
-import os, stat, time
+# test releases it.
+KEY_PROBE = HOLD_UNTIL_RELEASED + """\
+import os, stat
 rank = os.environ.get("HOROVOD_RANK")
 for path in ("/root/.ssh/id_ed25519", "/etc/distributetrain/ssh/ssh_host_ed25519_key"):
     try:
@@ -24,10 +23,7 @@ for path in ("/root/.ssh/id_ed25519", "/etc/distributetrain/ssh/ssh_host_ed25519
         print(f"rank={rank} {path} mode={oct(stat.S_IMODE(st.st_mode))} uid={st.st_uid}", flush=True)
     except FileNotFoundError:
         print(f"rank={rank} {path} absent", flush=True)
-release = os.path.join(os.path.dirname(os.path.abspath(__file__)), "release")
-give_up_at = time.monotonic() + 300
-while not os.path.exists(release) and time.monotonic() < give_up_at:
-    time.sleep(0.2)
+hold_until_released()
 """
 
 
@@ -82,7 +78,7 @@ def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api
                                  capture_output=True, text=True)
         assert allowed.returncode == 0, allowed.stderr
 
-        (tmp_path / "volume" / "release").touch()
+        release_ranks(tmp_path)
         for job in ("one", "two"):
             assert jobs.exit_code(job) == 0, jobs.logs(job)
             assert "PRIVATE KEY" not in jobs.logs(job)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jobharness import SCRIPTS, job_args, node_pool, script_volume
+from jobharness import SCRIPTS, job_args, node_pool, release_ranks, script_volume
 
 pytestmark = pytest.mark.cluster
 
@@ -31,8 +31,8 @@ def free_local_port() -> int:
 def test_port_forwards_through_a_worker_are_refused(cluster, api_client, namespace, jobs, tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
-        # The ranks sleep, so the worker and its sshd stay up while this test probes them.
-        jobs.submit("fwd", job_args(pool, claim, 2, "--delete-chief", script_args=("0", "60")))
+        # The ranks hold, so the worker and its sshd stay up while this test probes them.
+        jobs.submit("fwd", job_args(pool, claim, 2, "--delete-chief", script_args=("0", "hold")))
         try:
             jobs.wait_for("fwd-chief", lambda p: p["status"].get("phase") == "Running", 90)
         except AssertionError as e:
@@ -80,8 +80,11 @@ def test_port_forwards_through_a_worker_are_refused(cluster, api_client, namespa
                     time.sleep(0.2)
             assert received == b"", received  # closed at once, no "SSH-2.0-" banner
         finally:
-            tunnel.terminate()
+            # SIGKILL, not SIGTERM: on CI this idle `ssh -N` (OpenSSH 9.2) was still running
+            # 20 s after a SIGTERM. Its refusal is already on stderr, which the pipe keeps.
+            tunnel.kill()
             _, stderr = tunnel.communicate(timeout=FORWARD_TIMEOUT_S)
         assert b"administratively prohibited" in stderr, stderr
 
+        release_ranks(tmp_path)
         assert jobs.exit_code("fwd") == 0, jobs.logs("fwd")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobharness import SCRIPTS, job_args, node_pool, script_volume
+from jobharness import SCRIPTS, job_args, node_pool, release_ranks, script_volume
 
 pytestmark = pytest.mark.cluster
 
@@ -59,8 +59,8 @@ def in_own_root(pid: int) -> Path:
 def test_manager_workers_and_chief_run_from_their_images(cluster, api_client, namespace, jobs, tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
-        # hello.py sleeps 30 s, long enough to look at every process.
-        jobs.submit("imaged", job_args(pool, claim, 2, "--port=12399", script_args=("0", "30")))
+        # hello.py holds until released, so every process can be looked at.
+        jobs.submit("imaged", job_args(pool, claim, 2, "--port=12399", script_args=("0", "hold")))
         sshd = wait_for_process(r"sshd -D -e -f /dev/null -p 12399")
         horovodrun = wait_for_process(r"horovodrun .*-p 12399")
         manager = wait_for_process(r"-m distributetrain post-training .*--port=12399")
@@ -76,5 +76,6 @@ def test_manager_workers_and_chief_run_from_their_images(cluster, api_client, na
             assert not (root / str(Path(__file__).resolve().parents[2]).lstrip("/")).exists()
         assert os.readlink(f"/proc/{sshd}/exe") == "/usr/sbin/sshd"
         assert uid_of(sshd) == 0 and uid_of(horovodrun) == 0
+        release_ranks(tmp_path)
         assert jobs.exit_code("imaged") == 0, jobs.logs("imaged")
         assert "running as uid 65532" in jobs.logs("imaged")
