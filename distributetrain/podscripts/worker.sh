@@ -1,0 +1,17 @@
+# Worker: sshd on the job's port with the job's host key, started by this shell, which
+# the image's entrypoint execs as the container's PID 1. sshd passes no SIGTERM on: alone,
+# it would exit and the ranks horovodrun started over SSH would die with the container,
+# unwarned. So the shell sends SIGTERM to every other process of the container (its own
+# PID namespace: `kill -1` reaches nothing outside) and waits, reaping them, until all
+# have ended: the ranks have the grace period to save their work. sshd ending on its own
+# still ends the container (`wait` returns its status).
+# Every sshd setting is on its command line (`-f /dev/null`, @SSHD_OPTIONS@ from
+# manifests.SSHD_OPTIONS), so no sshd_config in the image can weaken it.
+set -eu
+mkdir -p /run/sshd
+trap 'kill -TERM -1 2>/dev/null || true; while kill -0 -1 2>/dev/null; do sleep 0.1; done; exit 143' TERM
+/usr/sbin/sshd -D -e -f /dev/null -p "$DT_PORT" \
+  -h @HOST_KEY@ \
+  -o AuthorizedKeysFile=@AUTHORIZED_KEYS@ \
+  @SSHD_OPTIONS@ &
+wait $!
