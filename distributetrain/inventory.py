@@ -71,7 +71,14 @@ def pod_request(spec: Mapping, resource: str) -> int:
 
 
 def pinned_node(spec: Mapping) -> str | None:
-    """The single node a pod's required affinity allows by hostname, if any."""
+    """The single node a pod's required affinity allows, if any: by the Node's name, as
+    manifests pins, or by the kubernetes.io/hostname label, as older managers did.
+
+    The old form is still read because its pods can outlive an upgrade: a job started by
+    an older manager image runs on while new managers plan beside it, and its workers not
+    yet bound hold GPUs the scheduler does not see. Such pods only ever named nodes whose
+    hostname label equals their name (elsewhere they could never be scheduled).
+    """
     terms = (
         ((spec.get("affinity") or {}).get("nodeAffinity") or {})
         .get("requiredDuringSchedulingIgnoredDuringExecution", {})
@@ -79,13 +86,15 @@ def pinned_node(spec: Mapping) -> str | None:
     ) or []
     if len(terms) != 1:
         return None
-    for expression in terms[0].get("matchExpressions") or ():
+    selectors = [("metadata.name", r) for r in terms[0].get("matchFields") or ()] + [
+        (names.HOSTNAME_LABEL, r) for r in terms[0].get("matchExpressions") or ()]
+    for key, requirement in selectors:
         if (
-            expression.get("key") == names.HOSTNAME_LABEL
-            and expression.get("operator") == "In"
-            and len(expression.get("values") or ()) == 1
+            requirement.get("key") == key
+            and requirement.get("operator") == "In"
+            and len(requirement.get("values") or ()) == 1
         ):
-            return expression["values"][0]
+            return requirement["values"][0]
     return None
 
 

@@ -121,12 +121,15 @@ def _pvc_volumes(settings: JobSettings) -> tuple[list[dict], list[dict]]:
 
 def _pinned_to(node: str) -> dict:
     # Required affinity, not nodeName: the scheduler still checks fit, taints and ports,
-    # so a plan that went stale stays Pending instead of overcommitting a node.
+    # so a plan that went stale stays Pending instead of overcommitting a node. By the
+    # Node's name (a field, as the DaemonSet controller pins), not its kubernetes.io/hostname
+    # label: the plan names nodes by metadata.name, and the two differ on EKS with
+    # Karpenter and on kops ("ip-10-0-1-7.ec2.internal" vs "ip-10-0-1-7").
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": names.HOSTNAME_LABEL, "operator": "In", "values": [node]}]}
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
                 ]
             }
         }

@@ -4,10 +4,13 @@ import pytest
 from hypothesis import given, strategies as st
 
 from distributetrain import manifests, names
-from distributetrain.inventory import BLOCKING_TAINT_EFFECTS, GpuLedger, free_gpus, gpu_count, node_refusal, pod_request, tolerates
+from distributetrain.inventory import (
+    BLOCKING_TAINT_EFFECTS, GpuLedger, free_gpus, gpu_count, node_refusal, pinned_node, pod_request, tolerates,
+)
 from distributetrain.settings import JobSettings
 
 GPU = "nvidia.com/gpu"
+A_JOB = JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i")
 
 
 def node(name, allocatable="8", capacity="8", ready="True", unschedulable=False, taints=(), labels=None, resource=GPU):
@@ -35,9 +38,7 @@ def pod(node_name, containers, phase="Running", init=(), uid="u", annotations=No
     if node_name:
         spec["nodeName"] = node_name
     if affinity_node:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [affinity_node]}]}]}}}
+        spec["affinity"] = manifests.worker_pod(A_JOB, 0, affinity_node, 1)["spec"]["affinity"]
     return {"metadata": {"name": "p", "uid": uid, "annotations": annotations or {}}, "spec": spec,
             "status": {"phase": phase}}
 
@@ -82,6 +83,41 @@ def test_terminal_pods_free_their_gpus():
 def test_unbound_pods_pinned_by_affinity_count_against_their_node():
     assert free_gpus([node("a"), node("b")], [pod(None, [container(5)], phase="Pending", affinity_node="b")], GPU) == {
         "a": 8, "b": 3}
+
+
+def affinity(*terms):
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": list(terms)}}}}
+
+
+def by_name(*values, operator="In"):
+    return {"matchFields": [{"key": "metadata.name", "operator": operator, "values": list(values)}]}
+
+
+def by_hostname(*values):
+    return {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(values)}]}
+
+
+@pytest.mark.parametrize("spec,node", [
+    (affinity(by_name("ip-10-0-1-7.ec2.internal")), "ip-10-0-1-7.ec2.internal"),  # how this manager pins
+    # An older manager's pods (by hostname label) may still wait to be bound while this
+    # one plans: their GPUs are claimed all the same.
+    (affinity(by_hostname("gpu-a")), "gpu-a"),
+    (affinity(by_name("a", "b")), None),  # allows two nodes
+    (affinity(by_name("a"), by_name("b")), None),  # two terms are ORed
+    (affinity(by_name("a", operator="NotIn")), None),
+    (affinity({"matchFields": [{"key": "metadata.namespace", "operator": "In", "values": ["a"]}]}), None),
+    ({}, None),
+])
+def test_pinned_node_is_the_one_node_required_affinity_allows(spec, node):
+    assert pinned_node(spec) == node
+
+
+@given(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,200}[a-z0-9])?", fullmatch=True))
+def test_the_node_a_pod_is_pinned_to_reads_back_whatever_its_name(node_name):
+    # Node names are DNS subdomains (up to 253 characters): not always valid label values.
+    worker = manifests.worker_pod(A_JOB, 0, node_name, 1)
+    assert pinned_node(worker["spec"]) == node_name
 
 
 def test_other_managers_reservations_count_but_not_our_own():

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from distributetrain import errors, events, lifecycle, names
+from distributetrain import errors, events, inventory, lifecycle, names
 from distributetrain.settings import JobSettings
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1", owner_uid="uid-1",
@@ -213,12 +213,11 @@ def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(stor
     assert code == 0
     assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "PodWaiting", "Released", "Planned",
                                         "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted", "Succeeded"]
-    first_node = kube.pods["demo-worker-0"]["spec"]["affinity"]["nodeAffinity"]
+    first_node = inventory.pinned_node(kube.pods["demo-worker-0"]["spec"])
     assert "demo-worker-0-r1 on" in recorded[5][2] and "demo-chief-r1 on" in recorded[7][2]
     assert kube.manager["metadata"]["annotations"][names.ANNOTATION_ATTEMPT] == "1"
     # The terminating worker still holds its GPUs: attempt 1 planned around it.
-    held = first_node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]
-    assert f"{held['values'][0]}=" not in recorded[4][2]
+    assert first_node and f"{first_node}=" not in recorded[4][2]
     # Torn down but the finished chief of the last attempt, kept for its logs.
     assert {name for name, pod in kube.pods.items() if not pod["metadata"].get("deletionTimestamp")} == {"demo-chief-r1"}
 

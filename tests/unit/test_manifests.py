@@ -26,8 +26,10 @@ def labels(role, **extra):
 
 
 def pinned(node):
+    # By the Node's name, as the DaemonSet controller pins: its kubernetes.io/hostname
+    # label may differ (EKS with Karpenter, kops), and the inventory knows nodes by name.
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
 
 
 def test_secret():
