@@ -88,7 +88,11 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True) -
     job.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
                      help="taint the job's pods tolerate (repeatable)")
     job.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                     help="environment of the training script (repeatable)")
+                     help="environment of the training script (repeatable; visible in the manager's "
+                          "arguments: never for credentials)")
+    job.add_argument("--env-from-secret", action="append", default=[], metavar="NAME",
+                     help="Secret in the job's namespace whose keys become the training script's "
+                          "environment (repeatable; for credentials)")
     job.add_argument("--pvc", action="append", default=[], metavar="CLAIM:/PATH[:ro]",
                      help="PersistentVolumeClaim mounted in every job pod (repeatable)")
     job.add_argument("--worker-ready-timeout", default="5m", metavar="DURATION",
@@ -186,6 +190,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         host_network=host_network,
         script_args=tuple(script_args),
         env=tuple(checked("--env", validation.env_var, e) for e in args.env),
+        env_from_secrets=tuple(checked("--env-from-secret", validation.dns_subdomain, s) for s in args.env_from_secret),
         pvcs=pvcs,
         gpu_resource=checked("--gpu-resource", validation.resource_name, args.gpu_resource),
         node_selector=tuple(selector),

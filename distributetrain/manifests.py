@@ -259,6 +259,10 @@ def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[
         "args": ["/bin/sh", "-c", CHIEF_SCRIPT, "distributetrain-chief", *settings.script_args],
         "env": env,
     }
+    if settings.env_from_secrets:
+        # The chief's alone, forwarded to every rank like env. A key also in env loses to
+        # it (Kubernetes' rule), so no Secret can change the job's own DT_ variables.
+        container["envFrom"] = [{"secretRef": {"name": name}} for name in settings.env_from_secrets]
     return _job_pod(
         settings, names.chief_name(settings.job_name, settings.attempt), names.ROLE_CHIEF, node, share, container,
         [CLIENT_KEY_FILE, "known_hosts", "config"], names.SSH_CLIENT_DIR,

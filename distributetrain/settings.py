@@ -69,6 +69,10 @@ class JobSettings:
     host_network: bool = False  # run job pods on the node's network (port becomes a hostPort)
     script_args: tuple[str, ...] = ()  # passed to the training script
     env: tuple[tuple[str, str], ...] = ()  # set in the chief; horovodrun forwards them to every rank
+    # Secrets in the job's namespace whose keys become the chief's environment (envFrom),
+    # forwarded to every rank like env: credentials stay out of the manager's arguments
+    # and the chief's pod spec.
+    env_from_secrets: tuple[str, ...] = ()
     pvcs: tuple[PvcMount, ...] = ()  # claims mounted in chief and workers (script, data, checkpoints)
     gpu_resource: str = DEFAULT_GPU_RESOURCE  # extended resource name of the GPUs
     node_selector: tuple[tuple[str, str], ...] = ()  # only nodes with all these labels are candidates

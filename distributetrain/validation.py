@@ -67,6 +67,16 @@ def dns_label(text: str, max_length: int = 63) -> str:
     return text
 
 
+def dns_subdomain(text: str) -> str:
+    """The name of most objects (a Secret, a PersistentVolumeClaim)."""
+    if len(text) > 253 or not DNS1123_SUBDOMAIN.fullmatch(text):
+        raise ValueError(
+            f"must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending "
+            f"with a letter or digit, at most 253 characters), got {text!r}"
+        )
+    return text
+
+
 def image(text: str) -> str:
     if len(text) > 4096 or not IMAGE_REFERENCE.fullmatch(text):
         raise ValueError(f"must be an image reference like registry.example.com/team/train:1.0, got {text!r}")

@@ -85,6 +85,7 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append("--node-selector=" + ",".join(f"{key}={value}" for key, value in settings.node_selector))
     args += [f"--toleration={_toleration(t)}" for t in settings.tolerations]
     args += [f"--env={name}={value}" for name, value in settings.env]
+    args += [f"--env-from-secret={name}" for name in settings.env_from_secrets]
     args += [f"--pvc={p.claim}:{p.mount_path}{':ro' if p.read_only else ''}" for p in settings.pvcs]
     if _changed(settings, "worker_ready_timeout_s"):
         args.append(f"--worker-ready-timeout={_duration(settings.worker_ready_timeout_s)}")

@@ -21,6 +21,9 @@ CATALOGUE = {
     "resource": (["--num-gpus=1", "--gpu-resource=example.com/tpu"], "--gpu-resource"),
     "elastic-min-gpus": (["--num-gpus=2", "--elastic", "--min-gpus=3"], "--min-gpus"),
     "elastic-one-gpu": (["--num-gpus=1", "--elastic"], "--elastic"),
+    "secret-name": (["--num-gpus=1", "--env-from-secret=Not_A_Name"], "--env-from-secret"),
+    # Created, a chief with envFrom a missing Secret would never start (CreateContainerConfigError).
+    "secret-missing": (["--num-gpus=1", "--env-from-secret=no-such-secret"], "--env-from-secret"),
 }
 
 

@@ -32,6 +32,10 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--namespace", "Bad.NS"], "--namespace"),
         (["--num-gpus", "2", "--gpu-resource", "gpu"], "--gpu-resource"),
         (["--num-gpus", "2", "--env", "1BAD=x"], "--env"),
+        (["--num-gpus", "2", "--env-from-secret", "Bad_Secret"], "--env-from-secret"),
+        (["--num-gpus", "2", "--env-from-secret", "creds=x"], "--env-from-secret"),
+        (["--num-gpus", "2", "--env-from-secret", ""], "--env-from-secret"),
+        (["--num-gpus", "2", "--env-from-secret", "a" * 254], "--env-from-secret"),
         (["--num-gpus", "2", "--pvc", "claim"], "--pvc"),
         (["--num-gpus", "2", "--pvc", "claim:relative"], "--pvc"),
         (["--num-gpus", "2", "--toleration", "k=v:Sometimes"], "--toleration"),
@@ -81,11 +85,13 @@ def test_settings_from_flags_and_downward_api_env(monkeypatch):
     args = cli.build_parser().parse_args(
         ["pre-training", "--num-gpus", "6", "--image", "img:1", "--host-network", "true", "--env", "A=b=c",
          "--pvc", "data:/train:ro", "--node-selector", "pool=a,zone=z", "--wait-for-gpus", "5m",
-         "--active-deadline", "2h", "--toleration", "gpu:NoSchedule"])
+         "--active-deadline", "2h", "--toleration", "gpu:NoSchedule", "--env-from-secret", "s3-creds",
+         "--env-from-secret", "wandb.api"])
     settings = jobflags.settings_from_args(args, ["--epochs", "2"])
     assert (settings.job_name, settings.namespace, settings.owner_uid) == ("job-7", "team", "uid-7")
     assert settings.host_network and settings.port == 12345
     assert settings.env == (("A", "b=c"),)
+    assert settings.env_from_secrets == ("s3-creds", "wandb.api")
     assert settings.pvcs[0].claim == "data" and settings.pvcs[0].read_only
     assert settings.node_selector == (("pool", "a"), ("zone", "z"))
     assert settings.wait_for_gpus_s == 300 and settings.active_deadline_s == 7200

@@ -129,6 +129,19 @@ def test_chief():
     }
 
 
+def test_secrets_are_the_chiefs_environment_and_only_its():
+    # horovodrun forwards the chief's environment to every rank; workers run only sshd.
+    objects = manifests.job_objects(SETTINGS.replace(env_from_secrets=("s3-creds", "wandb")),
+                                    [("gpu-a", 5), ("gpu-c", 1)], KEYS, ["10.0.0.5"])
+    worker, chief = (obj["spec"]["containers"][0] for obj in objects[1:])
+    assert chief["envFrom"] == [{"secretRef": {"name": "s3-creds"}}, {"secretRef": {"name": "wandb"}}]
+    # env still wins over a Secret's key of the same name (Kubernetes' rule), so no Secret can
+    # change the job's own DT_ variables.
+    assert chief["env"] == manifests.chief_pod(SETTINGS, "gpu-c", 1, [("10.0.0.5", 5)])["spec"]["containers"][0]["env"]
+    assert "envFrom" not in worker
+    assert "envFrom" not in manifests.chief_pod(SETTINGS, "gpu-c", 1, [])["spec"]["containers"][0]
+
+
 def test_host_network_declares_the_host_port():
     worker = manifests.worker_pod(SETTINGS.replace(host_network=True, port=23456), 1, "gpu-b", 2)
     spec = worker["spec"]
