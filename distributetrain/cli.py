@@ -81,6 +81,7 @@ def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
     from distributetrain.kube import Kube, load_api_client
     from distributetrain.lifecycle import execute
 
-    kube = Kube(load_api_client(args.kubeconfig, args.context))
+    # The manager acts as its pod's ServiceAccount (rbac/), whatever kubeconfig its image holds.
+    kube = Kube(load_api_client(args.kubeconfig, args.context, in_cluster_first=True))
     return execute(kube, settings, args.command, getattr(args, "unless_restarting", False),
                    getattr(args, "failed_with", None))

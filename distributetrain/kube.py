@@ -37,8 +37,9 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client import rest
 from kubernetes.client.rest import ApiException
+from kubernetes.config import incluster_config
 
-from distributetrain import errors
+from distributetrain import errors, names
 
 log = logging.getLogger(__name__)
 
@@ -166,16 +167,41 @@ def make_api_client(configuration: client.Configuration, timeouts: ApiTimeouts |
     return api_client
 
 
-def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
-    """In-cluster config inside a pod, else the kubeconfig (``KUBECONFIG``, ~/.kube/config)."""
+def kubeconfig_path() -> str:
+    """kubectl's default: ``$KUBECONFIG`` (files joined by ':'), else ~/.kube/config. Read
+    at each call: the client library reads ``$KUBECONFIG`` once, when it is imported."""
+    return os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
+def uses_in_cluster(kubeconfig: str | None, context: str | None, *, in_cluster_first: bool) -> bool:
+    """Whether ``load_api_client`` acts as the pod's ServiceAccount rather than a kubeconfig.
+
+    ``in_cluster_first``: the manager, whose pod acts as its own ServiceAccount whatever
+    files its image holds. Otherwise kubectl's order, for the user's commands (the CLI
+    and the kubectl plugin in a notebook pod act as its user): ``--kubeconfig``,
+    ``$KUBECONFIG``, ~/.kube/config, and the ServiceAccount only when none exists.
+    """
+    if kubeconfig is not None or context is not None:
+        return False
+    # client-go's InClusterConfig.Possible(): the service's env and the token file.
+    in_a_pod = all(os.environ.get(name) for name in (incluster_config.SERVICE_HOST_ENV_NAME,
+                                                     incluster_config.SERVICE_PORT_ENV_NAME))
+    if not in_a_pod or not os.path.isfile(incluster_config.SERVICE_TOKEN_FILENAME):
+        return False
+    return in_cluster_first or not any(
+        os.path.exists(os.path.expanduser(path)) for path in kubeconfig_path().split(os.pathsep) if path)
+
+
+def load_api_client(
+    kubeconfig: str | None = None, context: str | None = None, *, in_cluster_first: bool = False
+) -> client.ApiClient:
+    """The pod's ServiceAccount or a kubeconfig, as ``uses_in_cluster`` decides."""
     configuration = client.Configuration()
-    if kubeconfig is None and context is None:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-            return make_api_client(configuration)
-        except config.ConfigException:
-            pass
-    config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    if uses_in_cluster(kubeconfig, context, in_cluster_first=in_cluster_first):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        config.load_kube_config(config_file=kubeconfig or kubeconfig_path(), context=context,
+                                client_configuration=configuration)
     return make_api_client(configuration)
 
 

@@ -5,7 +5,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from distributetrain import cli, errors, jobflags
+from distributetrain import cli, errors
 from distributetrain.jobs import commands, connection, manager_spec
 from distributetrain.jobs.api import JobsKube
 
@@ -107,7 +107,7 @@ def test_api_failure_is_one_line_and_its_exit_code(capsys, monkeypatch, argv):
 def namespace_for(tmp_path, monkeypatch, *flags):
     path = tmp_path / "kubeconfig"
     path.write_text(KUBECONFIG)
-    monkeypatch.delenv(connection.IN_CLUSTER_ENV, raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     return connection.namespace_of(cli.build_parser().parse_args(["list", "--kubeconfig", str(path), *flags]))
 
 
@@ -119,16 +119,8 @@ def test_namespace_comes_from_the_flag_then_the_context_then_default(tmp_path, m
     assert connection.namespace_of(cli.build_parser().parse_args(["list"])) == "default"
 
 
-def test_namespace_in_a_pod_is_the_pods_own(tmp_path, monkeypatch):
-    own = tmp_path / "namespace"
-    own.write_text("jobs\n")
-    monkeypatch.setattr(jobflags, "IN_CLUSTER_NAMESPACE_FILE", str(own))
-    monkeypatch.setenv(connection.IN_CLUSTER_ENV, "10.0.0.1")
-    assert connection.namespace_of(cli.build_parser().parse_args(["list"])) == "jobs"
-
-
 def test_missing_kubeconfig_names_the_flag(capsys, tmp_path, monkeypatch):
-    monkeypatch.delenv(connection.IN_CLUSTER_ENV, raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     code, out, err = run(capsys, ["list", "--kubeconfig", str(tmp_path / "missing")])
     assert (code, out) == (2, "")
     assert err.startswith("distributetrain: error: --kubeconfig: cannot load") and err.count("\n") == 1
