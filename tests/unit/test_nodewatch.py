@@ -1,45 +1,190 @@
-"""A lost node's pods: which nodes are lost, which pods go, and the cause their loss names."""
+"""A lost node's pods: when a node is lost (the node controller's rules), which pods go,
+the cause their loss names, and the watch thread acting on it with no node event."""
 
+import copy
+import queue
+import threading
+import time
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain import names, podstate
+from distributetrain import events, names, nodewatch, podstate
+from distributetrain.events import EventRecorder
 from distributetrain.inventory import node_not_ready
-from distributetrain.nodewatch import lost_nodes, pods_to_delete
+from distributetrain.nodewatch import NodeClocks, NodeWatch, node_health, pods_to_delete, zone_disrupted
+from distributetrain.reporting import Reporter
+from distributetrain.settings import JobSettings
 
 UNKNOWN = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
            "message": "Kubelet stopped posting node status."}
+UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-02T12:00:50Z"}
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": "2026-01-02T12:00:01Z"}
+WINDOW_S = 30.0
+SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1", owner_uid="uid-1")
 
 
-def node(name, *conditions):
-    return {"metadata": {"name": name}, "status": {"conditions": list(conditions)}}
+def node(name, *conditions, taints=(), zone=None, labels=None):
+    labels = dict(labels or {})
+    if zone is not None:
+        labels["topology.kubernetes.io/zone"] = zone
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": list(taints)},
+            "status": {"conditions": list(conditions)}}
 
 
-def ready(status="True", reason="KubeletReady"):
-    return {"type": "Ready", "status": status, "reason": reason}
+def ready(status="True", reason="KubeletReady", since="2026-01-02T12:00:00Z"):
+    return {"type": "Ready", "status": status, "reason": reason, "lastTransitionTime": since}
 
 
-def job_pod(name, role, phase="Running", deleting=False, annotations=None, conditions=()):
+def restarting(since="2026-01-02T12:00:01Z"):
+    return ready("False", "KubeletNotReady", since) | {"message": "PLEG is not healthy: pleg was last seen active 3m0s ago"}
+
+
+def silent(since="2026-01-02T12:00:50Z"):
+    return UNKNOWN | {"lastTransitionTime": since}
+
+
+def fine(name, zone=None):
+    return node(name, ready(), zone=zone)
+
+
+def clocks_with(*nodes, now=0.0):
+    clocks = NodeClocks(WINDOW_S)
+    clocks.seen({n["metadata"]["name"]: n for n in nodes}, now, complete=True)
+    return clocks
+
+
+def job_pod(name, role, phase="Running", deleting=False, annotations=None, conditions=(), on=""):
     metadata = {"name": name, "labels": {names.LABEL_ROLE: role}, "annotations": annotations or {}}
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-02T12:00:00Z"
-    return {"metadata": metadata, "status": {"phase": phase, "conditions": list(conditions)}}
+    return {"metadata": metadata, "spec": {"nodeName": on}, "status": {"phase": phase, "conditions": list(conditions)}}
 
 
-def test_a_node_is_lost_when_not_ready_unknown_without_a_ready_condition_or_deleted():
-    nodes = {
-        "fine": node("fine", ready()),
-        "silent": node("silent", UNKNOWN),
-        "down": node("down", ready("False", "KubeletNotReady")),
-        "new": node("new"),
-        "gone": None,
+# -- the rule --------------------------------------------------------------------------
+
+
+def test_a_deleted_node_is_lost_at_once_a_not_ready_one_only_past_the_window():
+    clocks = clocks_with(fine("a"), fine("b"), fine("c"), fine("d"), node("e", restarting()), node("f"))
+    clocks.seen({"a": None}, now=1.0)
+    assert clocks.lost(1.0).lost == {"a": "was deleted"}
+    assert clocks.lost(1.0).recheck_at == WINDOW_S  # e and f, first seen not Ready at 0
+    assert clocks.lost(WINDOW_S).lost == {
+        "a": "was deleted",
+        "e": "is not Ready (KubeletNotReady: PLEG is not healthy: pleg was last seen active 3m0s ago)",
+        "f": "is not Ready (no Ready condition)",
     }
-    assert lost_nodes(nodes) == {
-        "silent": "is not Ready (NodeStatusUnknown: Kubelet stopped posting node status.)",
-        "down": "is not Ready (KubeletNotReady)",
-        "new": "is not Ready (no Ready condition)",
-        "gone": "was deleted",
-    }
+    clocks.forget("a")
+    assert "a" not in clocks.lost(WINDOW_S).lost
+
+
+def test_a_node_missing_from_a_relist_was_deleted():
+    clocks = clocks_with(fine("a"), fine("b"))
+    clocks.seen({"b": fine("b")}, now=5.0, complete=True)
+    assert clocks.lost(5.0).lost == {"a": "was deleted"}
+
+
+@given(st.lists(st.floats(0.0, WINDOW_S - 0.01), min_size=1, max_size=8), st.floats(0.0, 600.0),
+       st.booleans(), st.integers(1, 6))
+def test_a_kubelet_restart_shorter_than_the_window_is_never_acted_on(outages, gap, with_taint, others):
+    """Ready=False (and the not-ready taint the controller adds at once) for less than the
+    window, any number of times, is never a lost node, whenever it is looked at."""
+    clocks = clocks_with(fine("n"), *(fine(f"o{i}") for i in range(others)))
+    now = 0.0
+    for i, outage in enumerate(outages):
+        now += gap + 1.0
+        since = f"2026-01-02T12:{i:02d}:01Z"
+        taints = [NOT_READY_TAINT] if with_taint else []
+        clocks.seen({"n": node("n", restarting(since), taints=taints)}, now)
+        assert clocks.lost(now).lost == {}
+        assert clocks.lost(now + outage).lost == {}
+        now += outage
+        clocks.seen({"n": node("n", ready(since=f"2026-01-02T12:{i:02d}:02Z"))}, now)
+        assert clocks.lost(now).lost == {} and clocks.lost(now + 3600).lost == {}
+
+
+def test_a_ready_blip_missed_between_two_reports_starts_the_window_again():
+    """Two not-Ready reports with different lastTransitionTimes: it was Ready in between."""
+    clocks = clocks_with(fine("a"), fine("b"), fine("c"), node("n", restarting("2026-01-02T12:00:01Z")))
+    clocks.seen({"n": node("n", restarting("2026-01-02T12:00:25Z"))}, now=25.0)
+    assert clocks.lost(WINDOW_S + 1).lost == {}
+    assert clocks.lost(25.0 + WINDOW_S).lost == {"n": "is not Ready (KubeletNotReady: PLEG is not healthy: "
+                                                      "pleg was last seen active 3m0s ago)"}
+
+
+def test_a_report_of_the_same_spell_keeps_its_start():
+    clocks = clocks_with(fine("a"), fine("b"), node("n", restarting()))
+    clocks.seen({"n": node("n", restarting(), taints=[NOT_READY_TAINT])}, now=20.0)  # the controller's taint
+    assert list(clocks.lost(WINDOW_S).lost) == ["n"]
+
+
+def test_an_unreachable_taint_is_acted_on_once_it_stands_long_before_the_window():
+    clocks = clocks_with(fine("a"), fine("b"), fine("c"), fine("n"))
+    clocks.seen({"n": node("n", silent())}, now=100.0)  # the controller: Unknown after its grace period
+    assert clocks.lost(100.0).recheck_at == 100.0 + WINDOW_S
+    clocks.seen({"n": node("n", silent(), taints=[UNREACHABLE])}, now=100.1)  # and its verdict
+    verdicts = clocks.lost(100.1)
+    assert verdicts.lost == {} and verdicts.recheck_at == pytest.approx(100.1 + nodewatch.UNREACHABLE_STANDS_S)
+    assert clocks.lost(100.1 + nodewatch.UNREACHABLE_STANDS_S).lost == {
+        "n": "is not Ready (NodeStatusUnknown: Kubelet stopped posting node status.)"}
+    assert nodewatch.UNREACHABLE_STANDS_S < WINDOW_S  # the manager acts before the taint evicts
+
+
+def test_an_unreachable_taint_taken_back_is_not_acted_on():
+    """The first node of a brownout: tainted, then the controller finds every node down
+    and removes the taints it added."""
+    clocks = clocks_with(fine("a"), fine("b"), fine("n"))
+    clocks.seen({"n": node("n", silent(), taints=[UNREACHABLE])}, now=0.0)
+    clocks.seen({name: node(name, silent()) for name in ("a", "b", "n")}, now=3.0)
+    assert clocks.lost(3.0 + nodewatch.UNREACHABLE_STANDS_S).lost == {}
+
+
+@given(st.integers(1, 12), st.booleans(), st.floats(0.0, 3600.0))
+def test_a_brownout_every_node_not_ready_at_once_is_never_acted_on(count, tainted, after):
+    clocks = clocks_with(*(fine(f"n{i}") for i in range(count)))
+    clocks.seen({f"n{i}": node(f"n{i}", silent(), taints=[UNREACHABLE] if tainted else []) for i in range(count)}, 1.0)
+    verdicts = clocks.lost(1.0 + after)
+    assert verdicts.lost == {} and verdicts.recheck_at is None
+
+
+@given(st.integers(0, 40), st.integers(0, 40))
+def test_a_zone_is_disrupted_by_the_controllers_rule(ready_nodes, not_ready_nodes):
+    total = ready_nodes + not_ready_nodes
+    expected = (ready_nodes == 0 and not_ready_nodes > 0) or \
+        (not_ready_nodes > 2 and not_ready_nodes / max(total, 1) >= 0.55)
+    assert zone_disrupted(total, not_ready_nodes) == expected
+
+
+def test_most_nodes_of_a_zone_down_holds_that_zone_only():
+    zone_a = [fine(f"a{i}", zone="a") for i in range(5)]
+    clocks = clocks_with(*zone_a, fine("b0", zone="b"), fine("b1", zone="b"), fine("b2", zone="b"))
+    clocks.seen({f"a{i}": node(f"a{i}", silent(), zone="a") for i in range(3)}, now=0.0)  # 3 of 5: 60 %
+    clocks.seen({"b0": node("b0", silent(), zone="b")}, now=0.0)
+    assert clocks.lost(WINDOW_S).lost == {"b0": "is not Ready (NodeStatusUnknown: Kubelet stopped posting node status.)"}
+
+
+def test_nodes_excluded_from_disruption_checks_do_not_count():
+    excluded = {"node.kubernetes.io/exclude-disruption": ""}
+    clocks = clocks_with(fine("a", zone="z"), node("x", ready(), zone="z", labels=excluded))
+    clocks.seen({"a": node("a", silent(), zone="z")}, now=0.0)  # the zone's only counted node: disrupted
+    assert clocks.lost(WINDOW_S).lost == {}
+    assert node_health(node("x", ready(), labels=excluded)).counted is False
+
+
+def test_a_zone_leaving_disruption_gives_its_nodes_a_fresh_window():
+    clocks = clocks_with(*(fine(f"n{i}") for i in range(4)))
+    clocks.seen({f"n{i}": node(f"n{i}", silent()) for i in range(4)}, now=0.0)  # a brownout
+    clocks.seen({"n0": fine("n0"), "n1": fine("n1")}, now=100.0)  # half back: 2 of 4 down is no disruption
+    verdicts = clocks.lost(100.0)
+    assert verdicts.lost == {} and verdicts.recheck_at == 100.0 + WINDOW_S
+    assert set(clocks.lost(100.0 + WINDOW_S).lost) == {"n2", "n3"}
+
+
+def test_a_deleted_node_is_lost_even_in_disruption():
+    clocks = clocks_with(fine("a"), fine("b"))
+    clocks.seen({"a": node("a", silent()), "b": None}, now=0.0)
+    assert clocks.lost(0.0).lost == {"b": "was deleted"}
 
 
 @given(st.sampled_from(["True", "False", "Unknown"]), st.text(max_size=20), st.text(max_size=40))
@@ -72,3 +217,121 @@ def test_a_pod_deleted_for_its_node_says_so_and_an_evicted_one_says_why():
         {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
          "message": "Taint manager: deleting due to NoExecute taint"}])
     assert podstate.gone(evicted) == "is being deleted (Taint manager: deleting due to NoExecute taint)"
+
+
+# -- the watch thread ------------------------------------------------------------------
+
+
+class NodesKube:
+    """Nodes and the job's pods in memory; node events are sent by the test as they happen."""
+
+    def __init__(self, nodes, pods):
+        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.deleted: list[tuple[float, str, str]] = []  # (when, pod, cause)
+        self.lock = threading.Lock()
+
+    def send(self, *nodes):
+        for n in nodes:
+            self.events.put(("MODIFIED", copy.deepcopy(n)))
+
+    def list_all(self, kind, namespace=None, **selectors):
+        with self.lock:
+            return copy.deepcopy(list((self.nodes if kind == "nodes" else self.pods).values())), "1"
+
+    def watch_nodes(self, resource_version, timeout_s):
+        ends_at = time.monotonic() + timeout_s
+        while (left := ends_at - time.monotonic()) > 0:
+            try:
+                yield self.events.get(timeout=left)
+            except queue.Empty:
+                return
+
+    def annotate_pod(self, namespace, name, annotations):
+        with self.lock:
+            self.pods[name]["metadata"]["annotations"].update(annotations)
+
+    def delete(self, kind, namespace, name, grace_period_s=None):
+        with self.lock:
+            pod = self.pods[name]
+            pod["metadata"]["deletionTimestamp"] = "2026-01-02T12:01:00Z"
+            self.deleted.append((time.monotonic(), name, pod["metadata"]["annotations"][names.ANNOTATION_DELETED_BECAUSE]))
+        return True
+
+
+class RecordedEvents:
+    def __init__(self):
+        self.created = []
+
+    def create(self, event):
+        self.created.append((event["reason"], event["note"]))
+
+    def patch(self, namespace, name, patch):
+        pass
+
+
+def watching(kube, toleration_s):
+    api = RecordedEvents()
+    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api))
+    return NodeWatch(kube, SETTINGS, reporter, toleration_s=toleration_s), reporter, api
+
+
+def worker_on(node_name):
+    return job_pod("demo-worker-0", names.ROLE_WORKER, on=node_name)
+
+
+def test_the_watch_leaves_a_kubelet_restart_alone():
+    kube = NodesKube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    watch, _, _ = watching(kube, toleration_s=2.0)
+    with watch:
+        time.sleep(0.2)
+        kube.send(node("a", restarting()))
+        time.sleep(0.3)  # the kubelet is back in well under the window
+        kube.send(node("a", ready(since="2026-01-02T12:00:04Z")))
+        time.sleep(2.5)
+    assert kube.deleted == []
+
+
+def test_the_watch_leaves_a_brownout_alone():
+    kube = NodesKube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    watch, _, _ = watching(kube, toleration_s=0.3)
+    with watch:
+        time.sleep(0.2)
+        kube.send(*(node(n, silent()) for n in "abc"))
+        time.sleep(1.5)
+    assert kube.deleted == []
+
+
+def test_the_watch_acts_when_the_window_runs_out_with_no_node_event():
+    kube = NodesKube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    watch, reporter, api = watching(kube, toleration_s=1.0)
+    with watch:
+        time.sleep(0.2)
+        sent_at = time.monotonic()
+        kube.send(node("a", restarting()))  # and nothing after: containerd stays down
+        time.sleep(0.6)
+        assert kube.deleted == [], "acted before the window ran out"
+        give_up_at = time.monotonic() + 5
+        while not kube.deleted and time.monotonic() < give_up_at:
+            time.sleep(0.05)
+    reporter.events.close()
+    cause = "its node a is not Ready (KubeletNotReady: PLEG is not healthy: pleg was last seen active 3m0s ago)"
+    assert [(pod, why) for _, pod, why in kube.deleted] == [("demo-worker-0", cause)]
+    # When the window ran out, not at the end of the watch call that saw the report (5 s).
+    assert 1.0 <= kube.deleted[0][0] - sent_at < 3.0
+    assert api.created == [(events.NODE_LOST, f"node a {cause.removeprefix('its node a ')}: deleted demo-worker-0")]
+
+
+def test_the_watch_acts_on_the_unreachable_taint_long_before_the_window(monkeypatch):
+    monkeypatch.setattr(nodewatch, "UNREACHABLE_STANDS_S", 0.3)
+    kube = NodesKube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    watch, _, _ = watching(kube, toleration_s=60.0)
+    with watch:
+        time.sleep(0.2)
+        kube.send(node("a", silent()), node("a", silent(), taints=[UNREACHABLE]))
+        give_up_at = time.monotonic() + 5
+        while not kube.deleted and time.monotonic() < give_up_at:
+            time.sleep(0.05)
+    assert [(pod, why) for _, pod, why in kube.deleted] == [
+        ("demo-worker-0", "its node a is not Ready (NodeStatusUnknown: Kubelet stopped posting node status.)")]
