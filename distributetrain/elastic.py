@@ -13,6 +13,13 @@ answer true and the job whole:
   ``REPLACE_RECHECK_S`` while still short; replacements get fresh names (the next worker
   index), hence fresh addresses, so no replacement waits on a pod stuck terminating and
   Horovod's blacklist of a failed host never applies to it;
+- growing back is best effort: a replacement that fails (a quota refusing the new pod
+  while the lost one is still charged, the API server unreachable past its retries, the
+  placement Lease busy or taken over, a create refused) is a WARNING line and a
+  ``ReplaceFailed`` Event, and is tried again later (``REPLACE_RECHECK_S``, doubled per
+  failure in a row up to ``REPLACE_BACKOFF_MAX_S``); so is a failed deletion of a worker
+  never Ready. The training that runs goes on: only SIGTERM and programming errors end
+  the follower;
 - the chief deleted is lost (a restart, if allowed), as in a static job. The chief
   failing while fewer than ``--min-gpus`` GPUs were left is blamed on the lost workers
   (Horovod gave up after ``--elastic-timeout``): also a restart if allowed, never a hang.
@@ -25,7 +32,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distributetrain import events, manifests, names, placement, podstate, waits
+from distributetrain import errors, events, manifests, names, placement, podstate, waits
 from distributetrain.discovery import HostList
 from distributetrain.kube import Kube
 from distributetrain.lock import PlacementLock
@@ -38,6 +45,7 @@ from distributetrain.teardown import delete_because
 log = logging.getLogger(__name__)
 
 REPLACE_RECHECK_S = 10.0  # while short of GPUs, plan replacements at least this often
+REPLACE_BACKOFF_MAX_S = 60.0  # after failures in a row, at least this often
 LOCK_TIMEOUT_S = 120.0
 
 
@@ -104,6 +112,11 @@ def overdue_workers(pods: Mapping[str, dict], settings: JobSettings, not_ready_s
     return overdue
 
 
+def retry_delay(failures_in_a_row: int) -> float:
+    """How long growing back waits after failing that many times in a row."""
+    return min(REPLACE_RECHECK_S * 2 ** (failures_in_a_row - 1), REPLACE_BACKOFF_MAX_S)
+
+
 def next_worker_index(pods: Mapping[str, dict]) -> int:
     """After every worker the job ever had in this attempt, terminating ones included."""
     return max((names.worker_index(p) for p in pods.values()), default=-1) + 1
@@ -122,6 +135,7 @@ class ElasticFollower:
         self.next_replace_at = 0.0
         self.last_shortage = ""
         self.not_ready_since: dict[str, float] = {}
+        self.failures_in_a_row = 0  # of growing back: the backoff before the next try
 
     def run(self) -> waits.Outcome:
         settings = self.settings
@@ -136,8 +150,22 @@ class ElasticFollower:
                 return outcome
             elif time.monotonic() >= self.deadline:
                 return waits.TimedOut({})
-            self._drop_overdue(pods)
-            self._replace_if_short(pods)
+            try:
+                self._drop_overdue(pods)
+                self._replace_if_short(pods)
+            except errors.Cancelled:
+                raise  # SIGTERM: teardown
+            except errors.DistributeTrainError as e:
+                self._failed_to_grow_back(e)
+
+    def _failed_to_grow_back(self, error: errors.DistributeTrainError) -> None:
+        """Best effort: the job trains on what it has, and tries again later."""
+        self.failures_in_a_row += 1
+        delay = retry_delay(self.failures_in_a_row)
+        self.next_replace_at = time.monotonic() + delay
+        log.warning("job %s: could not replace lost workers (%s); training goes on, next try in %.0fs",
+                    self.settings.job_name, error, delay)
+        self.reporter.events.record(events.REPLACE_FAILED, f"{error}; training goes on, tried again later")
 
     def _publish(self, hosts: tuple[tuple[str, int], ...]) -> None:
         before = sum(slots for _, slots in self.published)
@@ -160,14 +188,24 @@ class ElasticFollower:
             why = f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s " \
                   f"({podstate.waiting_reason(pods[name])})"
             log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
-            delete_because(self.kube, settings.namespace, name, why)
+            try:
+                delete_because(self.kube, settings.namespace, name, why)
+            except errors.Cancelled:
+                raise
+            except errors.DistributeTrainError as e:
+                # Still overdue at the next pass: deleted then.
+                raise errors.ApiError(f"could not delete worker {name}: {e}") from e
             self.next_replace_at = 0.0  # its GPUs: plan again at once
 
     def _replace_if_short(self, pods: Mapping[str, dict]) -> None:
-        settings = self.settings
         if time.monotonic() < self.next_replace_at:
             return
         self.next_replace_at = time.monotonic() + REPLACE_RECHECK_S
+        self._replace(pods)
+        self.failures_in_a_row = 0
+
+    def _replace(self, pods: Mapping[str, dict]) -> None:
+        settings = self.settings
         chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
         held = (names.gpus_of(chief) if chief else 0) + sum(names.gpus_of(w) for w in live_workers(pods, settings))
         missing = settings.num_gpus - held

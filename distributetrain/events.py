@@ -44,6 +44,7 @@ RELEASED = "Released"
 RESTARTING = "Restarting"
 RESIZED = "Resized"  # an elastic job lost or gained GPUs
 NODE_LOST = "NodeLost"  # a node holding the job's pods stopped being Ready: they were deleted
+REPLACE_FAILED = "ReplaceFailed"  # an elastic job could not grow back this time: it goes on, and tries again
 POD_WAITING = "PodWaiting"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
@@ -59,6 +60,7 @@ KINDS = {
     RESTARTING: (WARNING, "Restart"),
     RESIZED: (NORMAL, "Resize"),
     NODE_LOST: (WARNING, "Delete"),
+    REPLACE_FAILED: (WARNING, "Replace"),
     POD_WAITING: (WARNING, "Wait"),
     SUCCEEDED: (NORMAL, "Finish"),
     FAILED: (WARNING, "Finish"),

@@ -1,5 +1,7 @@
 """Elastic jobs: what discovery answers, when the manager acts, and the host list's server."""
 
+import copy
+import time
 import urllib.error
 import urllib.request
 
@@ -7,8 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain import cli, elastic, errors, jobflags, manifests, names, placement, waits
+from distributetrain import cli, elastic, errors, events, jobflags, manifests, names, placement, waits
 from distributetrain.discovery import DiscoveryServer, HostList, hosts_text
+from distributetrain.events import EventRecorder
+from distributetrain.reporting import Reporter
 from distributetrain.settings import JobSettings
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="img:1", min_gpus=2,
@@ -175,3 +179,196 @@ def test_a_worker_not_ready_past_the_timeout_is_overdue_and_ready_again_is_forgo
     assert elastic.overdue_workers(pods, settings, since, now=161.0) == [] and since == {}
     pods["j-worker-1"] = worker(1, ready=False)
     assert elastic.overdue_workers(pods, settings, since, now=200.0) == []  # a new wait starts now
+
+
+# -- growing back is best effort: the follower on an in-memory API -----------------------
+
+
+class FollowerKube:
+    """A job's pods, one GPU node and the placement Lease in memory. The chief ends when
+    ``chief_ends_when(kube)`` holds; ``failures`` are raised by the named call, in turn."""
+
+    def __init__(self, pods, gpus=8):
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.node = {"metadata": {"name": "n", "labels": {}}, "spec": {},
+                     "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                "allocatable": {"nvidia.com/gpu": str(gpus)}}}
+        self.lease = None
+        self.failures: dict[str, list[BaseException]] = {}
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+        self.chief_ends_when = lambda kube: False
+        self.api_client = None
+
+    def _maybe_fail(self, call):
+        if self.failures.get(call):
+            raise self.failures[call].pop(0)
+
+    def list_all(self, kind, namespace=None, **selectors):
+        return copy.deepcopy(list(self.pods.values())), "1"
+
+    def list_pages(self, kind, namespace=None, **selectors):
+        self._maybe_fail("inventory")
+        yield copy.deepcopy([self.node] if kind == "nodes" else list(self.pods.values())), "1"
+
+    def watch_pods(self, namespace, resource_version, timeout_s, **selectors):
+        ends_at = time.monotonic() + timeout_s
+        while time.monotonic() < ends_at:
+            chief = self.pods["j-chief"]
+            if self.chief_ends_when(self) and chief["status"]["phase"] == "Running":
+                chief["status"] = pod("j-chief", names.ROLE_CHIEF, 1, phase="Succeeded", ip="10.0.1.1",
+                                      exit_code=0)["status"]
+                yield "MODIFIED", copy.deepcopy(chief)
+                return
+            time.sleep(0.01)
+
+    def create_all_owned(self, objs):
+        self._maybe_fail("create")
+        for obj in objs:
+            created = copy.deepcopy(obj)
+            created["status"] = {"phase": "Pending"}
+            self.pods[obj["metadata"]["name"]] = created
+            self.created.append(obj["metadata"]["name"])
+        return objs
+
+    def annotate_pod(self, namespace, name, annotations):
+        self._maybe_fail("delete")  # a deletion's first call: the cause, annotated
+        self.pods[name]["metadata"]["annotations"].update(annotations)
+
+    def delete(self, kind, namespace, name, grace_period_s=None):
+        self.pods.pop(name)
+        self.deleted.append(name)
+        return True
+
+    def get_lease(self, namespace, name):
+        return copy.deepcopy(self.lease)
+
+    def create_lease(self, lease):
+        self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
+        return self.lease
+
+    def replace_lease(self, lease):
+        version = int(self.lease["metadata"]["resourceVersion"]) + 1
+        self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
+        return self.lease
+
+
+class RecordedEvents:
+    def __init__(self):
+        self.created = []
+
+    def create(self, event):
+        self.created.append((event["reason"], event["note"]))
+
+    def patch(self, namespace, name, patch):
+        pass
+
+
+FOLLOWED = SETTINGS.replace(owner_uid="uid-1", min_gpus=1)
+
+
+def follow(kube, settings=FOLLOWED):
+    """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
+    api = RecordedEvents()
+    reporter = Reporter(kube, settings, EventRecorder(settings, api))
+    follower = elastic.ElasticFollower(kube, settings, reporter, HostList(), time.monotonic() + 30)
+    try:
+        return follower.run(), api.created
+    finally:
+        reporter.events.close()
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    monkeypatch.setattr(elastic, "REPLACE_RECHECK_S", 0.05)
+    monkeypatch.setattr(elastic, "REPLACE_BACKOFF_MAX_S", 0.2)
+
+
+def short_of_two_gpus():
+    """4 GPUs asked, 2 left (the chief and worker 0): replacements are due at once."""
+    return FollowerKube([chief(), worker(0)])
+
+
+@pytest.mark.parametrize("call, failure", [
+    ("create", errors.QuotaExceeded("exceeded quota: gpus, requested: requests.nvidia.com/gpu=2, used: 4, limited: 4")),
+    ("create", errors.Forbidden('pods is forbidden: User "system:serviceaccount:ns:dt" cannot create resource')),
+    ("create", errors.Invalid("Pod \"j-worker-1\" is invalid: spec.containers[0].image: Required value")),
+    ("inventory", errors.TransientApiError("the API server stayed unreachable for 30s: connection refused")),
+], ids=["quota", "forbidden", "invalid", "apiserver-outage"])
+def test_a_failed_replacement_is_retried_and_the_job_goes_on(quick, call, failure):
+    kube = short_of_two_gpus()
+    kube.failures = {call: [failure, failure]}
+    kube.chief_ends_when = lambda kube: bool(kube.created)  # once the grow-back succeeds
+    outcome, recorded = follow(kube)
+    assert outcome == waits.ChiefFinished(0)
+    assert kube.created == ["j-worker-1"]  # the missing 2 GPUs, on the one node, after two failures
+    failed = [note for reason, note in recorded if reason == events.REPLACE_FAILED]
+    assert failed and all(str(failure) in note for note in failed)
+
+
+def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
+    monkeypatch.setattr(elastic, "LOCK_TIMEOUT_S", 0.1)
+    kube = short_of_two_gpus()
+    # Another manager holds the Lease for half a second, then releases it.
+    kube.lease = {"metadata": {"name": names.LOCK_LEASE_NAME, "namespace": "default", "resourceVersion": "5"},
+                  "spec": {"holderIdentity": "ns/other", "leaseDurationSeconds": 30, "acquireTime": "x"}}
+    released_at = time.monotonic() + 0.5
+    read = kube.get_lease
+
+    def get_lease(namespace, name):
+        if time.monotonic() >= released_at and kube.lease["spec"]["holderIdentity"] == "ns/other":
+            kube.lease = {"metadata": kube.lease["metadata"] | {"resourceVersion": "6"},
+                          "spec": {"holderIdentity": None, "leaseDurationSeconds": 30}}
+        return read(namespace, name)
+
+    kube.get_lease = get_lease
+    kube.chief_ends_when = lambda kube: bool(kube.created)
+    outcome, recorded = follow(kube)
+    assert outcome == waits.ChiefFinished(0) and kube.created == ["j-worker-1"]
+    assert any(reason == events.REPLACE_FAILED and "could not take the placement lock" in note
+               for reason, note in recorded)
+
+
+def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job(quick):
+    kube = short_of_two_gpus()
+    create = kube.create_all_owned
+
+    def create_while_another_manager_takes_the_lease(objs):
+        kube.lease["spec"] = {"holderIdentity": "ns/other", "leaseDurationSeconds": 30, "acquireTime": "x"}
+        kube.lease["metadata"]["resourceVersion"] = "99"
+        return create(objs)
+
+    kube.create_all_owned = create_while_another_manager_takes_the_lease
+    kube.chief_ends_when = lambda kube: bool(kube.created)
+    outcome, recorded = follow(kube)
+    assert outcome == waits.ChiefFinished(0)
+    assert any(reason == events.REPLACE_FAILED and "may have been held by another manager" in note
+               for reason, note in recorded)
+
+
+def test_an_overdue_worker_not_deleted_for_an_outage_is_deleted_later(quick):
+    kube = FollowerKube([chief(), worker(0), worker(1, ready=False)])
+    kube.failures = {"delete": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
+    kube.chief_ends_when = lambda kube: bool(kube.deleted)
+    outcome, recorded = follow(kube, FOLLOWED.replace(num_gpus=3, worker_ready_timeout_s=0.1))
+    assert outcome == waits.ChiefFinished(0) and kube.deleted == ["j-worker-1"]
+    assert any(reason == events.REPLACE_FAILED and "j-worker-1" in note for reason, note in recorded)
+
+
+@given(st.integers(1, 100))
+def test_growing_back_backs_off_after_failures_in_a_row_within_bounds(failures):
+    delay = elastic.retry_delay(failures)
+    assert elastic.REPLACE_RECHECK_S <= delay <= elastic.REPLACE_BACKOFF_MAX_S
+    if failures == 1:
+        assert delay == elastic.REPLACE_RECHECK_S  # the first retry: the usual recheck
+    else:
+        assert delay >= elastic.retry_delay(failures - 1)
+
+
+@pytest.mark.parametrize("failure", [errors.Cancelled("received SIGTERM"), KeyError("spec")],
+                         ids=["sigterm", "programming-error"])
+def test_sigterm_and_programming_errors_still_end_the_follower(quick, failure):
+    kube = short_of_two_gpus()
+    kube.failures = {"create": [failure]}
+    with pytest.raises(type(failure)):
+        follow(kube)
