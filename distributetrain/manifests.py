@@ -55,7 +55,9 @@ WORKER_SCRIPT = podscripts.load(
     AUTHORIZED_KEYS=f"{names.SSH_SERVER_DIR}/authorized_keys",
     SSHD_OPTIONS=" ".join(f"-o {option}" for option in SSHD_OPTIONS),
 )
-CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=podscripts.load("discover.py"))
+# Run first by the chief: its ssh checks the job's host key whatever options horovodrun adds.
+SSH_WRAPPER_SCRIPT = podscripts.load("ssh-wrapper.sh")
+CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=podscripts.load("discover.py"), SSH_WRAPPER=SSH_WRAPPER_SCRIPT)
 
 
 def owner_references(settings: JobSettings) -> list[dict]:

@@ -2,6 +2,8 @@
 # bounded SSH check of every worker (horovodrun's own failure is opaque), then horovodrun;
 # elastic jobs (DT_MIN_PROCS set) get a discovery script (discover.py) that asks the manager.
 set -eu
+# First: every ssh from here on, horovodrun's included, checks the job's host key.
+@SSH_WRAPPER@
 hostfile=/tmp/distributetrain-hostfile
 printf '%s slots=%s\n' "$DT_CHIEF_ADDRESS" "$DT_CHIEF_SLOTS" > "$hostfile"
 for worker in $DT_WORKERS; do

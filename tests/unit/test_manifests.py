@@ -142,6 +142,13 @@ def test_secrets_are_the_chiefs_environment_and_only_its():
     assert "envFrom" not in manifests.chief_pod(SETTINGS, "gpu-c", 1, [])["spec"]["containers"][0]
 
 
+def test_the_chief_puts_its_strict_ssh_first_on_path_before_any_ssh():
+    # tests/e2e/test_ssh_host_keys.py proves what the script does, with the real ssh and sshd.
+    script = manifests.CHIEF_SCRIPT
+    assert script.index(manifests.SSH_WRAPPER_SCRIPT) < min(script.index("until ssh "), script.index("exec horovodrun"))
+    assert 'exec \'$real_ssh\' -o StrictHostKeyChecking=yes "\\$@"' in manifests.SSH_WRAPPER_SCRIPT
+
+
 def test_host_network_declares_the_host_port():
     worker = manifests.worker_pod(SETTINGS.replace(host_network=True, port=23456), 1, "gpu-b", 2)
     spec = worker["spec"]
