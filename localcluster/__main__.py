@@ -6,10 +6,21 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from localcluster.cluster import DEFAULT_GPU_RESOURCE, Cluster, ClusterError, ClusterStatus
 from localcluster.layout import RunLayout
-from localcluster.nodegroups import NodeAllocationError, parse_node_spec
+from localcluster.nodegroups import NODE_SPEC_FORMAT, NodeAllocationError, parse_node_spec
+
+PULL_DELAYS_FORMAT = "IMAGE=SECONDS[,...], e.g. distributetrain/base:0.1.0=60"
+EXIT_BAD_INPUT = 2
+
+T = TypeVar("T")
+
+
+class BadInput(ValueError):
+    """A command-line value that cannot be used; the message names the flag and the valid form."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.handler(args)
+    except BadInput as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (ClusterError, NodeAllocationError, PermissionError, TimeoutError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -24,10 +38,35 @@ def main(argv: list[str] | None = None) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    nodes = parse_node_spec(args.nodes) if args.nodes else None
-    cluster = Cluster.up(nodes, _parse_labels(args.labels), args.gpu_resource)
+    # Every value is checked before anything starts, so bad input creates nothing.
+    nodes, hostnames = _checked("--nodes", parse_node_spec, args.nodes) if args.nodes else (None, {})
+    labels = _checked("--labels", _parse_labels, args.labels)
+    pull_delays = _checked("--pull-delays", parse_pull_delays, args.pull_delays) if args.pull_delays else None
+    cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=pull_delays)
     print(f"cluster up in {time.monotonic() - started:.1f} s; export KUBECONFIG={cluster.kubeconfig}")
     return 0
+
+
+def _checked(flag: str, parse: Callable[[str], T], text: str) -> T:
+    try:
+        return parse(text)
+    except ValueError as error:
+        raise BadInput(f"{flag}: {error}") from error
+
+
+def parse_pull_delays(text: str) -> dict[str, float]:
+    """Parse "distributetrain/base:0.1.0=60,other:1=5" into {image: seconds}."""
+    delays = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        image, sep, seconds = item.rpartition("=")
+        try:
+            delay_s = float(seconds)
+        except ValueError:
+            delay_s = -1.0
+        if not sep or not image or not 0 <= delay_s < float("inf"):
+            raise ValueError(f"bad pull delay {item!r}; please use the format {PULL_DELAYS_FORMAT}")
+        delays[image] = delay_s
+    return delays
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -68,9 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     up = commands.add_parser("up", help="start the cluster (or attach); optionally add nodes")
-    up.add_argument("--nodes", default="", help="node group to add, e.g. gpu-a=4,gpu-b=2")
+    up.add_argument("--nodes", default="", help=(
+        f"node group to add: {NODE_SPEC_FORMAT}. NAME/HOSTNAME gives the Node a kubernetes.io/hostname "
+        "label other than its name, as on EKS (Karpenter) or kops/OpenStack"))
     up.add_argument("--labels", default="", help="labels for those nodes, e.g. pool=a,zone=z1")
     up.add_argument("--gpu-resource", default=DEFAULT_GPU_RESOURCE)
+    up.add_argument("--pull-delays", default="", help=(
+        f"slow image pulls on every node: {PULL_DELAYS_FORMAT} (seconds per image, as pods name it; a node "
+        "pulls an image once, later pods there find it present). Replaces the delays set before"))
     up.set_defaults(handler=_up)
     down = commands.add_parser("down", help="stop everything and remove what is left")
     down.add_argument("--purge", action="store_true", help="also delete the run directory ($DT_RUN)")

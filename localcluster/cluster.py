@@ -15,15 +15,16 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import binaries, certs, components, kubeconfig, leftovers, netsetup, processes
+from localcluster.agent import controls
 from localcluster.components import Binaries
 from localcluster.layout import REPO_ROOT, RunLayout, venv_dir
-from localcluster.nodegroups import NodeGroupRecord, NodeGroupRegistry, agent_pid_name
+from localcluster.nodegroups import NodeGroupRecord, NodeGroupRegistry, agent_pid_name, validate_hostnames
 from localcluster.probe import ApiProbe, WaitTimeout, wait_until
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ COMPONENT_STOP_TIMEOUT_S = 15.0
 AGENT_READY_TIMEOUT_S = 90.0
 AGENT_STOP_TIMEOUT_S = 60.0
 KUBECTL_TIMEOUT_S = 120.0
+# The agent looks for run-time requests (kubelet restarts) every 0.5 s.
+AGENT_PICKUP_TIMEOUT_S = 10.0
 LOG_TAIL_BYTES = 4000
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -97,11 +100,15 @@ class Cluster:
         labels: dict[str, str] | None = None,
         gpu_resource: str = DEFAULT_GPU_RESOURCE,
         layout: RunLayout | None = None,
+        hostnames: Mapping[str, str] | None = None,
+        pull_delays: Mapping[str, float] | None = None,
     ) -> Cluster:
         """Start the control plane (or attach to the running one); optionally add nodes.
 
         `nodes` ({name: GPUs}) becomes one node group, unless a group with exactly
-        these nodes is already running, so repeating `up` is harmless.
+        these nodes is already running, so repeating `up` is harmless; `hostnames`
+        as for `add_nodes`. `pull_delays`, when given, replaces the cluster's slow
+        image pulls (see `set_pull_delays`).
         """
         _require_root()
         layout = layout or RunLayout.from_env()
@@ -116,8 +123,10 @@ class Cluster:
             for group in dead_groups:
                 group.stop()  # its Nodes are in etcd still; the apiserver is up to delete them
         log.info("control plane ready in %.1f s (%s)", time.monotonic() - started, layout.root)
+        if pull_delays is not None:
+            cluster.set_pull_delays(pull_delays)
         if nodes:
-            cluster._add_missing_nodes(nodes, labels or {}, gpu_resource)
+            cluster._add_missing_nodes(nodes, labels or {}, gpu_resource, dict(hostnames or {}))
         return cluster
 
     @classmethod
@@ -180,29 +189,65 @@ class Cluster:
         labels: dict[str, str] | None = None,
         gpu_resource: str = DEFAULT_GPU_RESOURCE,
         taints: Sequence[str] = (),
+        hostnames: Mapping[str, str] | None = None,
     ) -> NodeGroup:
         """Start one agent for `spec` ({node name: GPUs}); returns once the nodes are Ready.
 
         `taints` ("key[=value]:Effect", as kubectl taint takes them) are on every node from
         its registration, like a cloud's GPU node pool (GKE: "nvidia.com/gpu=present:NoSchedule").
+        `hostnames` ({node name: hostname}) gives nodes a `kubernetes.io/hostname` label other
+        than their name, as on EKS: {"ip-10-0-1-7.ec2.internal": "ip-10-0-1-7"}.
         """
+        hostnames = dict(hostnames or {})
+        validate_hostnames(spec, hostnames)
         record = NodeGroupRegistry(self.layout).allocate(list(spec))
         group = NodeGroup(self, record)
         try:
-            group.start(spec, labels or {}, gpu_resource, tuple(taints))
+            group.start(spec, labels or {}, gpu_resource, tuple(taints), hostnames)
         except BaseException:
             group.stop()
             raise
         return group
 
-    def _add_missing_nodes(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str) -> None:
+    def _add_missing_nodes(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
+                           hostnames: dict[str, str]) -> None:
         if any(set(group.names) == set(spec) for group in self.node_groups()):
             log.info("nodes %s are already up", ", ".join(spec))
             return
-        self.add_nodes(spec, labels, gpu_resource)
+        self.add_nodes(spec, labels, gpu_resource, hostnames=hostnames)
 
     def node_groups(self) -> list[NodeGroup]:
         return [NodeGroup(self, record) for record in NodeGroupRegistry(self.layout).records()]
+
+    def node_group(self, node: str) -> NodeGroup:
+        """The group whose agent runs `node`; ClusterError if none does."""
+        for group in self.node_groups():
+            if node in group.names:
+                return group
+        raise ClusterError(f"no node group runs node {node}")
+
+    # --- roughness: what real clusters do to their nodes ---------------------
+
+    def restart_kubelet(self, node: str, not_ready_s: float = 5.0) -> None:
+        """`node` goes through a kubelet restart: see NodeGroup.restart_kubelet."""
+        self.node_group(node).restart_kubelet(node, not_ready_s)
+
+    def set_pull_delays(self, delays: Mapping[str, float], nodes: Sequence[str] | None = None) -> None:
+        """Pulling each image of `delays` ({image: seconds}, as pods name it) takes that long on a
+        node that has not pulled it yet; replaces the delays set before ({} for none).
+
+        On every node by default; with `nodes`, on those alone (over the cluster's delays, an
+        image at 0 pulled at once there), so a test slows its own nodes and no one else's.
+        """
+        if nodes is None:
+            controls.write_pull_delays(self.layout.pull_delays_file, delays)
+            return
+        for node in nodes:
+            self.node_group(node).set_pull_delays(delays, [node])
+
+    def forget_images(self, node: str) -> None:
+        """`node` forgets the images it pulled: see NodeGroup.forget_images."""
+        self.node_group(node).forget_images([node])
 
     # --- clients -----------------------------------------------------------
 
@@ -380,9 +425,10 @@ class NodeGroup:
         return agent_pid_name(self.record.group_id)
 
     def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
-              taints: tuple[str, ...] = ()) -> None:
+              taints: tuple[str, ...] = (), hostnames: Mapping[str, str] | None = None) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        argv = agent_command(self._cluster.layout, self.record, spec, labels, gpu_resource, self.state_dir, taints)
+        argv = agent_command(self._cluster.layout, self.record, spec, labels, gpu_resource, self.state_dir, taints,
+                             hostnames or {})
         env = {**os.environ, "PYTHONPATH": _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH"))}
         pid = processes.start_detached(argv, self.pid_file, self.log_file, cwd=self.state_dir, env=env)
         self._wait_ready(pid)
@@ -403,6 +449,38 @@ class NodeGroup:
         self._delete_leftover_nodes()
         self.pid_file.unlink(missing_ok=True)
         NodeGroupRegistry(self._cluster.layout).release(self.record.group_id)
+
+    def restart_kubelet(self, node: str, not_ready_s: float = 5.0) -> None:
+        """Play a kubelet restart on `node`: it reports Ready=False (KubeletNotReady, "PLEG is not
+        healthy: ...") for `not_ready_s`, then Ready again; its pods' containers run on untouched.
+
+        Returns once the agent has taken the request (the Node shows it within a second).
+        """
+        self._require_node(node)
+        request = controls.request_kubelet_restart(self.state_dir, node, not_ready_s)
+        wait_until(lambda: not request.exists(), AGENT_PICKUP_TIMEOUT_S,
+                   f"agent {self.record.group_id} to take the kubelet restart of {node}")
+
+    def set_pull_delays(self, delays: Mapping[str, float], nodes: Sequence[str] | None = None) -> None:
+        """Slow pulls on these nodes (default: all of the group's), over the cluster's delays:
+        {image: seconds}, an image at 0 pulled at once; replaces what was set before for them."""
+        for node in self._require_nodes(nodes):
+            controls.write_pull_delays(controls.node_pull_delays_file(self.state_dir, node), delays)
+
+    def forget_images(self, nodes: Sequence[str] | None = None) -> None:
+        """These nodes (default: all of the group's) forget the images they pulled, so the
+        next pod there pulls again, as on a fresh node or after image garbage collection."""
+        for node in self._require_nodes(nodes):
+            controls.pulled_images_file(self.state_dir, node).unlink(missing_ok=True)
+
+    def _require_nodes(self, nodes: Sequence[str] | None) -> Sequence[str]:
+        for node in nodes or ():
+            self._require_node(node)
+        return self.names if nodes is None else nodes
+
+    def _require_node(self, node: str) -> None:
+        if node not in self.names:
+            raise ClusterError(f"node {node} is not in node group {self.record.group_id} ({', '.join(self.names)})")
 
     def request_stop(self) -> None:
         """Ask the agent to stop (SIGTERM) without waiting; stop() waits and cleans up."""
@@ -464,14 +542,19 @@ def agent_command(
     gpu_resource: str,
     state_dir: Path,
     taints: tuple[str, ...] = (),
+    hostnames: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The node agent's command line (contract in localcluster/agent/settings.py)."""
     pki = certs.Pki(layout.pki)
     venv = venv_dir()
+    hostnames = hostnames or {}
     argv = [
         str(venv / "bin" / "python"), "-m", "localcluster.agent",
         f"--kubeconfig={layout.kubeconfig}",
-        "--nodes=" + ",".join(f"{name}={spec[name]}" for name in record.names),
+        "--nodes=" + ",".join(
+            f"{name}/{hostnames[name]}={spec[name]}" if name in hostnames else f"{name}={spec[name]}"
+            for name in record.names
+        ),
         f"--first-index={record.first_index}",
         f"--gpu-resource={gpu_resource}",
         f"--state-dir={state_dir}",
@@ -482,6 +565,7 @@ def agent_command(
         f"--kubelet-cert={pki.cert('kubelet')}",
         f"--kubelet-key={pki.key('kubelet')}",
         f"--kubelet-port={KUBELET_PORT}",
+        f"--pull-delays-file={layout.pull_delays_file}",
     ]
     if labels:
         argv.append("--labels=" + ",".join(f"{key}={value}" for key, value in labels.items()))

@@ -59,6 +59,11 @@ class RunLayout:
         return self.root / "nodegroups.json"
 
     @property
+    def pull_delays_file(self) -> Path:
+        """{image: seconds} of slow image pulls on every node (localcluster/agent/controls.py)."""
+        return self.root / "image-pull-delays.json"
+
+    @property
     def lock_file(self) -> Path:
         """Serialises up/down/add_nodes between processes."""
         return self.root / "lock"

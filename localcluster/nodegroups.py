@@ -22,8 +22,11 @@ from localcluster.layout import RunLayout
 
 log = logging.getLogger(__name__)
 
-# A DNS-1123 label, what Kubernetes accepts as a node name here.
-NODE_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A DNS-1123 subdomain, what Kubernetes accepts as a node name (ip-10-0-1-7.ec2.internal).
+NODE_NAME_PATTERN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# A label value, what the kubelet makes of the machine's hostname for kubernetes.io/hostname.
+HOSTNAME_PATTERN = re.compile(r"^[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?$")
+NODE_SPEC_FORMAT = "NAME[/HOSTNAME]=GPUS[,...], e.g. gpu-a=4,ip-10-0-1-7.ec2.internal/ip-10-0-1-7=2"
 
 
 class NodeAllocationError(ValueError):
@@ -42,15 +45,34 @@ class NodeGroupRecord:
         return range(self.first_index, self.first_index + len(self.names))
 
 
-def parse_node_spec(text: str) -> dict[str, int]:
-    """Parse "gpu-a=4,gpu-b=2" into {"gpu-a": 4, "gpu-b": 2}."""
-    spec: dict[str, int] = {}
+def parse_node_spec(text: str) -> tuple[dict[str, int], dict[str, str]]:
+    """Parse "gpu-a=4,ip-10-0-1-7.ec2.internal/ip-10-0-1-7=2" into GPUs by node name and the
+    hostname labels that differ from their node's name ({"ip-10-0-1-7.ec2.internal": "ip-10-0-1-7"})."""
+    gpus: dict[str, int] = {}
+    hostnames: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
-        name, sep, count = item.partition("=")
-        if not sep or not count.strip().isdigit():
-            raise ValueError(f"bad node spec {item!r}; please use the format NAME=GPUS[,NAME=GPUS...], e.g. gpu-a=4,gpu-b=2")
-        spec[name.strip()] = int(count)
-    return spec
+        names, sep, count = item.partition("=")
+        name, slash, hostname = (part.strip() for part in names.partition("/"))
+        if not sep or not count.strip().isdigit() or (slash and not hostname):
+            raise ValueError(f"bad node spec {item!r}; please use the format {NODE_SPEC_FORMAT}")
+        gpus[name] = int(count)
+        if slash and hostname != name:
+            hostnames[name] = hostname
+    validate_hostnames(gpus, hostnames)
+    return gpus, hostnames
+
+
+def validate_hostnames(spec: dict[str, int], hostnames: dict[str, str]) -> None:
+    """Hostname labels must be label values, of nodes in `spec`, one node each (as one machine each)."""
+    strangers = sorted(set(hostnames) - set(spec))
+    if strangers:
+        raise NodeAllocationError(f"hostnames given for nodes not requested: {', '.join(strangers)}")
+    bad = sorted(hostname for hostname in hostnames.values() if not HOSTNAME_PATTERN.match(hostname))
+    if bad:
+        raise NodeAllocationError(f"invalid hostnames {bad}: use at most 63 lowercase letters, digits, '-' and '.'")
+    labels = [hostnames.get(name, name) for name in spec]
+    if len(set(labels)) != len(labels):
+        raise NodeAllocationError(f"two nodes with one hostname label in {labels}")
 
 
 def agent_pid_name(group_id: str) -> str:
@@ -132,7 +154,8 @@ def _validate_names(names: list[str]) -> None:
         raise NodeAllocationError(f"duplicate node names in {names}")
     bad = [name for name in names if not NODE_NAME_PATTERN.match(name)]
     if bad:
-        raise NodeAllocationError(f"invalid node names {bad}: use lowercase letters, digits and '-'")
+        raise NodeAllocationError(f"invalid node names {bad}: use lowercase letters, digits, '-' and '.' "
+                                  "(a DNS subdomain, e.g. ip-10-0-1-7.ec2.internal)")
 
 
 def _free_block(records: list[NodeGroupRecord], size: int) -> int:

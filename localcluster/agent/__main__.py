@@ -15,7 +15,9 @@ import sys
 import threading
 import time
 
+from localcluster.agent import controls
 from localcluster.agent.events import EventRecorder
+from localcluster.agent.images import NodeImages
 from localcluster.agent.kubeapi import KubeApi, Unavailable
 from localcluster.agent.logserver import KubeletServer
 from localcluster.agent.network import NodeNetwork
@@ -44,6 +46,13 @@ class NodeAgent:
         self.status = StatusManager(self.api)
         self.events = EventRecorder(self.api)
         self.networks = {node.name: NodeNetwork(node, settings.bridge) for node in settings.nodes}
+        self.images = {
+            node.name: NodeImages(
+                controls.pulled_images_file(settings.state_dir, node.name),
+                (settings.pull_delays_file, controls.node_pull_delays_file(settings.state_dir, node.name)),
+            )
+            for node in settings.nodes
+        }
         self.servers: list[KubeletServer] = []
         self.heartbeat: NodeHeartbeat | None = None
         self.dispatcher = PodDispatcher({node.name for node in settings.nodes}, self._new_worker)
@@ -57,6 +66,7 @@ class NodeAgent:
             supervisor=self.supervisor,
             status=self.status,
             events=self.events,
+            images=self.images[node.name],
             node_network=self.networks[node.name],
             allocatable=node_resources(self.settings, node),
             on_done=self.dispatcher.done,

@@ -6,6 +6,13 @@ absent image leaves the container waiting with the kubelet's reasons and message
 ErrImageNeverPull under `imagePullPolicy: Never`, otherwise ErrImagePull, then
 ImagePullBackOff while it is retried with back-off.
 
+A pull can be made slow, per image (the cluster's or the node's pull-delays
+file, see controls.py), as a multi-GB image is on a real node: the container waits in
+ContainerCreating with `Pulling` and `Pulled` Events as the kubelet records them.
+Each node remembers what it pulled, so a later pod there finds the image present;
+pulls on one node run one at a time, as under the kubelet's default
+serializeImagePulls. An image without a delay is pulled at once (and cached too).
+
 The command line follows the kubelet's rules against the image's ENTRYPOINT and CMD
 (`command` replaces ENTRYPOINT and drops CMD; `args` alone replaces CMD).
 """
@@ -13,11 +20,15 @@ The command line follows the kubelet's rules against the image's ENTRYPOINT and 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from localcluster.agent import controls
 from localcluster.agent.containerenv import ContainerConfigError
 from localcluster.agent.expansion import expand, mapping_for
+from localcluster.agent.gotime import go_duration
 from localcluster.podman import PodmanError, podman
 
 ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
@@ -34,6 +45,7 @@ class ImageConfig:
     cmd: tuple[str, ...] = ()
     user: str = ""
     stop_signal: str = ""
+    size: int = 0
 
     @classmethod
     def from_inspect(cls, document: dict) -> ImageConfig:
@@ -44,7 +56,70 @@ class ImageConfig:
             cmd=tuple(config.get("Cmd") or ()),
             user=config.get("User") or "",
             stop_signal=config.get("StopSignal") or "",
+            size=int(document.get("Size") or 0),
         )
+
+
+@dataclass(frozen=True)
+class Pull:
+    """One image pull on a node, in monotonic seconds: asked for, begun (after the pulls
+    before it), done."""
+
+    image: str
+    requested_at: float
+    started_at: float
+    done_at: float
+
+
+def pulling_message(image: str) -> str:
+    return f'Pulling image "{image}"'
+
+
+def pulled_message(pull: Pull, size: int) -> str:
+    """The kubelet's message once a pull has succeeded."""
+    return (f'Successfully pulled image "{pull.image}" in {go_duration(pull.done_at - pull.started_at)} '
+            f"({go_duration(pull.done_at - pull.requested_at)} including waiting). Image size: {size} bytes.")
+
+
+def present_message(image: str) -> str:
+    return f'Container image "{image}" already present on machine'
+
+
+class NodeImages:
+    """One node's image cache (a file, so it outlives the agent like a node's disk) and its pulls.
+
+    Shared by the node's pod workers, hence the lock.
+    """
+
+    def __init__(self, cache_file: Path, delays_files: tuple[Path | None, ...]):
+        """`delays_files`: {image: seconds} files, a later file's entries over an earlier's."""
+        self._cache_file = cache_file
+        self._delays_files = delays_files
+        self._lock = threading.Lock()
+        self._pulls: dict[str, Pull] = {}
+        self._busy_until = 0.0
+
+    def pull(self, image: str, now: float) -> Pull | None:
+        """None once the node has `image`; until then the pull that brings it, begun if none is under way."""
+        with self._lock:
+            pull = self._pulls.get(image)
+            if pull is not None and now < pull.done_at:
+                return pull
+            if pull is not None:
+                del self._pulls[image]
+                controls.add_pulled_image(self._cache_file, image)
+                return None
+            if image in controls.read_pulled_images(self._cache_file):
+                return None
+            delay_s = controls.read_pull_delays(*self._delays_files).get(image, 0.0)
+            if delay_s <= 0:
+                controls.add_pulled_image(self._cache_file, image)
+                return None
+            started_at = max(now, self._busy_until)
+            pull = Pull(image, requested_at=now, started_at=started_at, done_at=started_at + delay_s)
+            self._busy_until = pull.done_at
+            self._pulls[image] = pull
+            return pull
 
 
 class ImageUnavailable(Exception):

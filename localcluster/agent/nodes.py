@@ -6,6 +6,10 @@ heartbeat renews every 10 s like the kubelet; the status with its conditions
 is re-posted every minute. Taints and unschedulable are never written here:
 tests and users cordon and taint nodes, and the controller manages the
 not-ready taint.
+
+A kubelet restart is played out on request (a file the launcher writes, see
+controls.py): the node reports Ready=False with the kubelet's PLEG message for
+a few seconds, then Ready again, while its pods run on untouched.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ import logging
 import platform
 import threading
 import time
+from dataclasses import dataclass
 
+from localcluster.agent import controls
+from localcluster.agent.gotime import go_duration
 from localcluster.agent.kubeapi import STRATEGIC_MERGE_PATCH, ApiError, Conflict, KubeApi, NotFound, Unavailable
 from localcluster.agent.settings import AgentSettings, NodeSpec
 
@@ -27,6 +34,12 @@ LEASE_DURATION_S = 40
 LEASE_RENEW_INTERVAL_S = 10
 STATUS_REPORT_INTERVAL_S = 60
 SCHEDULABLE_POLL_S = 0.5
+# How soon a requested kubelet restart shows (and ends) on the Node.
+CONTROL_POLL_S = 0.5
+# The kubelet's PLEG relist threshold: past it the node reports "PLEG is not healthy".
+PLEG_THRESHOLD_S = 180
+# A PLEG that stalled a few seconds past the threshold, as the kubelet first reports it.
+PLEG_OVERDUE_S = 5
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 RUNTIME_VERSION = "localcluster://0.1.0"
@@ -36,12 +49,29 @@ MEMORY_CAPACITY = "256Gi"
 PODS_CAPACITY = "110"
 EPHEMERAL_STORAGE_CAPACITY = "500Gi"
 
-_CONDITIONS = (
+_PRESSURE_CONDITIONS = (
     ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
     ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
     ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
 )
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The node's Ready condition: its value and when it last changed."""
+
+    ready: bool
+    since: datetime.datetime
+
+
+def ready_condition(readiness: Readiness, now: datetime.datetime) -> tuple[str, str, str, str]:
+    """(type, status, reason, message) of Ready; not ready is the kubelet's stalled-PLEG report."""
+    if readiness.ready:
+        return "Ready", "True", "KubeletReady", "kubelet is posting ready status"
+    stalled_s = PLEG_THRESHOLD_S + PLEG_OVERDUE_S + (now - readiness.since).total_seconds()
+    return ("Ready", "False", "KubeletNotReady",
+            f"PLEG is not healthy: pleg was last seen active {go_duration(stalled_s)} ago; "
+            f"threshold is {go_duration(PLEG_THRESHOLD_S)}")
 
 
 class NodeServedElsewhere(Exception):
@@ -105,17 +135,22 @@ def node_info(node: NodeSpec, kubelet_version: str) -> dict:
 
 
 def node_status(settings: AgentSettings, node: NodeSpec, kubelet_version: str, since: datetime.datetime,
-                now: datetime.datetime) -> dict:
+                now: datetime.datetime, readiness: Readiness | None = None) -> dict:
+    """The status the kubelet posts; Ready since `since` unless `readiness` says otherwise."""
     resources = node_resources(settings, node)
+    readiness = readiness or Readiness(True, since)
+    conditions = [(condition, since) for condition in _PRESSURE_CONDITIONS]
+    conditions.append((ready_condition(readiness, now), readiness.since))
     return {
         "capacity": resources,
         "allocatable": resources,
         "conditions": [
             {"type": kind, "status": status, "reason": reason, "message": message,
-             "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(since)}
-            for kind, status, reason, message in _CONDITIONS
+             "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(changed)}
+            for (kind, status, reason, message), changed in conditions
         ],
-        "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "Hostname", "address": node.name}],
+        # The Hostname address is the machine's hostname, like the label (not the Node's name).
+        "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "Hostname", "address": node.hostname}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
         "nodeInfo": node_info(node, kubelet_version),
     }
@@ -123,7 +158,7 @@ def node_status(settings: AgentSettings, node: NodeSpec, kubelet_version: str, s
 
 def node_labels(settings: AgentSettings, node: NodeSpec) -> dict[str, str]:
     return {
-        "kubernetes.io/hostname": node.name,
+        "kubernetes.io/hostname": node.hostname,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux",
@@ -186,6 +221,11 @@ class NodeHeartbeat(threading.Thread):
         self._api_down = False
         self._deleted: set[str] = set()
         self._registered: set[str] = set()
+        self._readiness: dict[str, Readiness] = {}
+        # Monotonic times at which nodes in a kubelet restart are Ready again.
+        self._not_ready_until: dict[str, float] = {}
+        # Nodes whose change of Ready is still to be posted.
+        self._unposted: set[str] = set()
 
     def register_all(self) -> None:
         for node in self._settings.nodes:
@@ -223,6 +263,7 @@ class NodeHeartbeat(threading.Thread):
     def _register(self, node: NodeSpec) -> None:
         now = datetime.datetime.now(datetime.timezone.utc)
         self._since[node.name] = now
+        self._readiness[node.name] = Readiness(True, now)
         body = node_object(self._settings, node, self._version, now)
         try:
             created = self._api.create("/api/v1/nodes", body)
@@ -237,7 +278,8 @@ class NodeHeartbeat(threading.Thread):
         self._renew_lease(node, created["metadata"]["uid"], now)
 
     def _post_status(self, node: NodeSpec, now: datetime.datetime) -> None:
-        status = node_status(self._settings, node, self._version, self._since[node.name], now)
+        status = node_status(self._settings, node, self._version, self._since[node.name], now,
+                             self._readiness[node.name])
         self._api.patch(f"/api/v1/nodes/{node.name}/status", {"status": status}, STRATEGIC_MERGE_PATCH)
 
     def _renew_lease(self, node: NodeSpec, node_uid: str | None, now: datetime.datetime) -> None:
@@ -264,14 +306,53 @@ class NodeHeartbeat(threading.Thread):
         return not waiting
 
     def run(self) -> None:
-        last_status = time.monotonic()
-        while not self._stop.wait(LEASE_RENEW_INTERVAL_S):
-            report_status = time.monotonic() - last_status >= STATUS_REPORT_INTERVAL_S
+        last_status = next_beat = time.monotonic()
+        while not self._stop.wait(CONTROL_POLL_S):
+            self._follow_kubelet_restarts()
+            if time.monotonic() - next_beat < LEASE_RENEW_INTERVAL_S:
+                continue
+            next_beat = time.monotonic()
+            report_status = next_beat - last_status >= STATUS_REPORT_INTERVAL_S
             for node in self._settings.nodes:
                 if node.name not in self._deleted:
                     self._beat(node, report_status)
             if report_status:
                 last_status = time.monotonic()
+
+    def _follow_kubelet_restarts(self) -> None:
+        """Begin the kubelet restarts asked for, end those whose time is up; post each change of Ready.
+
+        Only the Ready condition changes: the Lease is renewed throughout (a kubelet
+        whose PLEG stalls is alive), so the node lifecycle controller sees the kubelet
+        say "not Ready", not a silent node, and the pods run on.
+        """
+        now_s = time.monotonic()
+        for name, not_ready_s in controls.take_kubelet_restarts(self._settings.state_dir).items():
+            if name not in self._readiness:
+                log.warning("kubelet restart asked for %s, which this agent does not run", name)
+                continue
+            log.info("node %s: kubelet restarting, not Ready for %ss", name, not_ready_s)
+            if self._readiness[name].ready:
+                self._set_ready(name, False)
+            self._not_ready_until[name] = max(self._not_ready_until.get(name, 0.0), now_s + not_ready_s)
+        for name, until in list(self._not_ready_until.items()):
+            if now_s >= until:
+                del self._not_ready_until[name]
+                self._set_ready(name, True)
+                log.info("node %s: kubelet restarted, Ready again", name)
+        for node in self._settings.nodes:
+            if node.name in self._unposted and node.name not in self._deleted:
+                try:
+                    self._post_status(node, datetime.datetime.now(datetime.timezone.utc))
+                    self._unposted.discard(node.name)
+                except NotFound:
+                    self._deleted.add(node.name)
+                except (Unavailable, ApiError) as error:
+                    log.warning("node %s: Ready change not posted yet, retrying: %s", node.name, error)
+
+    def _set_ready(self, name: str, ready: bool) -> None:
+        self._readiness[name] = Readiness(ready, datetime.datetime.now(datetime.timezone.utc))
+        self._unposted.add(name)
 
     def _beat(self, node: NodeSpec, report_status: bool) -> None:
         now = datetime.datetime.now(datetime.timezone.utc)

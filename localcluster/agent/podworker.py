@@ -2,7 +2,8 @@
 
 Each pod gets a thread that owns all of its state, so its lifecycle reads as
 a sequence: set up the sandbox (retrying while Secrets or claims are
-missing), run init containers one by one, start the containers, probe them,
+missing), run init containers one by one, start the containers (each once its
+image is on the node: a slow pull waits without blocking the worker), probe them,
 restart them per restartPolicy with the kubelet's back-off (immediately, then
 10 s doubling up to 5 min), and on deletion SIGTERM them, SIGKILL after the
 grace period, tear the sandbox down and delete the pod with grace 0. Other
@@ -83,6 +84,7 @@ class WorkerDeps:
     node_network: NodeNetwork
     allocatable: dict[str, str]
     events: EventRecorder
+    images: images.NodeImages
     on_done: Callable[[str], None]
 
 
@@ -106,6 +108,7 @@ class _Container:
     next_start: float = 0.0
     backoff_s: float = 0.0
     image_backoff_s: float = 0.0
+    pull: images.Pull | None = None
     last_exit: Termination | None = None
     last_exit_monotonic: float = 0.0
     logs: list[LogWriter] = field(default_factory=list)
@@ -412,8 +415,8 @@ class PodWorker(threading.Thread):
             self._cannot_create(container, "CreateContainerError", str(error), now)
             return
         container.image_backoff_s = 0.0
-        self._event("Pulled", f'Container image "{container.spec.get("image")}" already present on machine',
-                    container, kind="Normal")
+        if not self._image_on_node(container, image, now):
+            return
         try:
             kubelet_vars = kubelet_env(container.spec, context, self._deps.objects)
             argv = images.container_argv(container.spec, image, kubelet_vars)
@@ -476,6 +479,25 @@ class PodWorker(threading.Thread):
         view.ready = view.started and READINESS not in probes and not container.is_init
         self._event("Started", f"Started container {container.name}", container, kind="Normal")
         log.info("[%s] started container %s (%s): %s", self.key, container.name, image.image_id[:12], argv[0])
+
+    def _image_on_node(self, container: _Container, image: images.ImageConfig, now: float) -> bool:
+        """Whether the node has the container's image; until then the container waits for its pull."""
+        reference = container.spec.get("image", "")
+        pull = self._deps.images.pull(reference, now)
+        if pull is not None:
+            if container.pull is None:
+                log.info("[%s] container %s: pulling %s (%.1fs)", self.key, container.name, reference,
+                         pull.done_at - now)
+                self._event("Pulling", images.pulling_message(reference), container, kind="Normal")
+            container.pull = pull
+            container.next_start = pull.done_at
+            return False
+        if container.pull is not None:
+            self._event("Pulled", images.pulled_message(container.pull, image.size), container, kind="Normal")
+            container.pull = None
+        else:
+            self._event("Pulled", images.present_message(reference), container, kind="Normal")
+        return True
 
     def _cannot_create(self, container: _Container, reason: str, message: str, now: float) -> None:
         """The container cannot be created yet: it waits with ``reason``; retried shortly."""

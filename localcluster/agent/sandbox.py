@@ -33,11 +33,15 @@ _HOSTS_HEADER = (
 )
 
 
-def pod_hostname(pod: dict, node_name: str) -> str:
-    """The pod's hostname: the node's with hostNetwork, else spec.hostname or the pod name (at most 63 chars)."""
+def pod_hostname(pod: dict, node_hostname: str) -> str:
+    """The pod's hostname: the node's with hostNetwork, else spec.hostname or the pod name (at most 63 chars).
+
+    A hostNetwork pod sees the machine's hostname, which is the node's hostname label
+    and not always the Node's name (EKS: `ip-10-0-1-7`, Node `ip-10-0-1-7.ec2.internal`).
+    """
     spec = pod["spec"]
     if spec.get("hostNetwork"):
-        return node_name
+        return node_hostname
     hostname = spec.get("hostname") or pod["metadata"]["name"]
     return hostname[:HOSTNAME_MAX_CHARS].rstrip("-.") or hostname[:HOSTNAME_MAX_CHARS]
 
@@ -65,7 +69,7 @@ class Sandbox:
         self._pod = pod
         self._node_network = node_network
         self.pod_dir = pod_dir
-        self.hostname = pod_hostname(pod, node_network.node.name)
+        self.hostname = pod_hostname(pod, node_network.node.hostname)
         self.network: PodNetwork | None = None
         self.volume_paths: dict[str, str] = {}
         self._released = False

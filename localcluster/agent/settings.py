@@ -22,15 +22,28 @@ CLUSTER_NETWORK = ipaddress.ip_network("10.233.0.0/16")
 NETNS_PREFIX = "dt-"
 
 _NODE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The kubelet derives kubernetes.io/hostname from the machine's hostname (lowercased): a label value.
+_HOSTNAME_RE = re.compile(r"^[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?$")
+NODE_FORMAT = "name[/hostname]=gpus,... (e.g. gpu-a=4,ip-10-0-1-7.ec2.internal/ip-10-0-1-7=2)"
 
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node this agent runs: its name, fake GPU count and network index."""
+    """One node this agent runs: its name, fake GPU count and network index.
+
+    `hostname` is the machine's hostname, hence its `kubernetes.io/hostname` label: the
+    name unless told otherwise. On EKS (Karpenter) or kops/OpenStack they differ: Node
+    `ip-10-0-1-7.ec2.internal` has the label `ip-10-0-1-7`.
+    """
 
     name: str
     gpus: int
     index: int
+    hostname: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.hostname:
+            object.__setattr__(self, "hostname", self.name)
 
     @property
     def ip(self) -> str:
@@ -64,6 +77,7 @@ class AgentSettings:
     apiserver_host/port: what pods see as KUBERNETES_SERVICE_HOST/PORT.
     ca_file: the cluster CA, served to pods as ca.crt next to their token.
     kubelet_cert/key/port: the kubelet API (container logs) the apiserver proxies to.
+    pull_delays_file: the cluster's {image: seconds} of slow pulls (controls.py); None: pulls are instant.
     """
 
     kubeconfig: Path
@@ -79,6 +93,7 @@ class AgentSettings:
     kubelet_key: Path
     kubelet_port: int
     taints: tuple[dict[str, str], ...] = ()
+    pull_delays_file: Path | None = None
 
     @property
     def ready_file(self) -> Path:
@@ -89,20 +104,21 @@ class AgentSettings:
         return self.state_dir / "pods"
 
 
-
 def parse_nodes(text: str, first_index: int) -> tuple[NodeSpec, ...]:
-    """Parse `gpu-a=4,gpu-b=2` into nodes numbered from first_index."""
+    """Parse `gpu-a=4,ip-10-0-1-7.ec2.internal/ip-10-0-1-7=2` into nodes numbered from first_index."""
     nodes = []
     for position, item in enumerate(filter(None, text.split(","))):
-        name, sep, count = item.partition("=")
-        if not sep or not _NODE_NAME_RE.match(name) or not count.isdigit():
-            raise ValueError(f"bad node {item!r}: please use the format name=gpus,name2=gpus (e.g. gpu-a=4,gpu-b=2)")
+        names, sep, count = item.partition("=")
+        name, slash, hostname = names.partition("/")
+        hostname = hostname if slash else name
+        if not sep or not _NODE_NAME_RE.match(name) or not _HOSTNAME_RE.match(hostname) or not count.isdigit():
+            raise ValueError(f"bad node {item!r}: please use the format {NODE_FORMAT}")
         index = first_index + position
         if not NODE_INDEX_MIN <= index <= NODE_INDEX_MAX:
             raise ValueError(f"node {name} would get index {index}, outside {NODE_INDEX_MIN}..{NODE_INDEX_MAX}")
-        nodes.append(NodeSpec(name=name, gpus=int(count), index=index))
+        nodes.append(NodeSpec(name=name, gpus=int(count), index=index, hostname=hostname))
     if not nodes:
-        raise ValueError("no nodes given: please use the format name=gpus,name2=gpus")
+        raise ValueError(f"no nodes given: please use the format {NODE_FORMAT}")
     names = [node.name for node in nodes]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate node names in {text!r}")
@@ -152,6 +168,7 @@ def parse_args(argv: list[str] | None = None) -> AgentSettings:
     parser.add_argument("--kubelet-cert", required=True, type=Path)
     parser.add_argument("--kubelet-key", required=True, type=Path)
     parser.add_argument("--kubelet-port", default=10250, type=int)
+    parser.add_argument("--pull-delays-file", type=Path, help="JSON {image: seconds} of slow image pulls")
     args = parser.parse_args(argv)
     try:
         return AgentSettings(
@@ -168,6 +185,7 @@ def parse_args(argv: list[str] | None = None) -> AgentSettings:
             kubelet_cert=args.kubelet_cert,
             kubelet_key=args.kubelet_key,
             kubelet_port=args.kubelet_port,
+            pull_delays_file=args.pull_delays_file,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -256,8 +256,8 @@ def test_node_indices_run_out_at_240(tmp_path):
 
 
 def test_node_spec_parsing_shows_the_format_on_error():
-    assert parse_node_spec("gpu-a=4, gpu-b=2") == {"gpu-a": 4, "gpu-b": 2}
-    with pytest.raises(ValueError, match="gpu-a=4,gpu-b=2"):
+    assert parse_node_spec("gpu-a=4, gpu-b=2") == ({"gpu-a": 4, "gpu-b": 2}, {})
+    with pytest.raises(ValueError, match=r"NAME\[/HOSTNAME\]=GPUS\[,\.\.\.\], e\.g\. gpu-a=4,"):
         parse_node_spec("gpu-a:4")
 
 

@@ -15,9 +15,16 @@ def test_node_addresses_follow_the_index():
     assert (node.ip, node.pod_cidr, node.netns, node.host_veth) == ("10.233.0.17", "10.233.7.0/24", "dt-n7", "dtn7")
 
 
-@pytest.mark.parametrize("text", ["gpu-a", "gpu-a=x", "Gpu=1", "a=1,a=2", ""])
+def test_a_node_s_hostname_label_may_differ_from_its_name():
+    assert parse_nodes("ip-10-0-1-7.ec2.internal/ip-10-0-1-7=2,gpu-b=1", 7) == (
+        NodeSpec("ip-10-0-1-7.ec2.internal", 2, 7, hostname="ip-10-0-1-7"), NodeSpec("gpu-b", 1, 8, hostname="gpu-b"),
+    )
+
+
+@pytest.mark.parametrize("text", ["gpu-a", "gpu-a=x", "Gpu=1", "a=1,a=2", "", "a/=1", "a/B=1", "a/-x=1",
+                                  "a/b/c=1", f"a/{'h' * 64}=1"])
 def test_bad_nodes_are_refused_with_the_format(text):
-    with pytest.raises(ValueError, match="name=gpus|duplicate"):
+    with pytest.raises(ValueError, match=r"name\[/hostname\]=gpus|duplicate"):
         parse_nodes(text, 1)
 
 
