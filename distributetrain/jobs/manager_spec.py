@@ -22,6 +22,10 @@ MANAGER_CONTAINER = "manager"
 MANAGER_COMMAND = "manager.sh"  # manager_image/manager.sh: pre-training, then post-training
 MANAGER_TERMINATION_GRACE_S = 60  # teardown on deletion needs a few seconds of API calls
 MANAGER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+# The manager is never restarted elsewhere: evicted, its job fails whatever --max-restarts
+# says. So neither the cluster autoscaler nor Karpenter may evict it to scale down or
+# consolidate its node (docs/manager-pdb.yaml covers kubectl drain).
+MANAGER_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true"}
 # The Job controller names its pod "<job>-<5 random characters>", and that pod's name is
 # the job name the manager uses: it must stay within names.MAX_JOB_NAME_LENGTH.
 JOB_POD_SUFFIX_CHARS = 6
@@ -161,8 +165,8 @@ def _metadata(settings: JobSettings) -> dict:
 
 
 def manager_pod(settings: JobSettings, options: ManagerOptions) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": _metadata(settings),
-            "spec": manager_pod_spec(settings, options)}
+    metadata = _metadata(settings) | {"annotations": dict(MANAGER_ANNOTATIONS)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": manager_pod_spec(settings, options)}
 
 
 def manager_job(settings: JobSettings, options: ManagerOptions) -> dict:
@@ -175,7 +179,7 @@ def manager_job(settings: JobSettings, options: ManagerOptions) -> dict:
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": options.ttl_after_finished_s,
             "template": {
-                "metadata": {"labels": manager_labels(settings.job_name)},
+                "metadata": {"labels": manager_labels(settings.job_name), "annotations": dict(MANAGER_ANNOTATIONS)},
                 "spec": manager_pod_spec(settings, options),
             },
         },

@@ -21,6 +21,8 @@ DOWNWARD_ENV = [
     {"name": "MANAGER_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
 ]
 PORTS = [{"name": "discovery", "containerPort": 8470, "protocol": "TCP"}]
+# The manager pod is never evicted to scale down or consolidate its node: the job would fail.
+NOT_DISRUPTED = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true"}
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 
 
@@ -66,7 +68,7 @@ def test_submit_creates_a_pod_like_manager_yaml():
                       "--pvc", "data:/train", "--namespace", "ml", "--name", "demo", "--", "--epochs", "3"]) == {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "demo", "namespace": "ml", "labels": LABELS},
+        "metadata": {"name": "demo", "namespace": "ml", "labels": LABELS, "annotations": NOT_DISRUPTED},
         "spec": {
             "serviceAccountName": "distributetrain-manager",
             "restartPolicy": "Never",
@@ -113,7 +115,7 @@ def test_submit_as_job():
         "spec": {
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": 3600,
-            "template": {"metadata": {"labels": LABELS}, "spec": pod_spec},
+            "template": {"metadata": {"labels": LABELS, "annotations": NOT_DISRUPTED}, "spec": pod_spec},
         },
     }
 

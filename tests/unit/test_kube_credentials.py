@@ -62,7 +62,8 @@ def test_the_cli_in_a_pod_acts_as_the_user_of_the_kubeconfig(notebook_pod):
 
 
 def test_the_manager_in_the_same_pod_acts_as_its_serviceaccount(notebook_pod):
-    assert host_and_token(load_api_client(None, None, in_cluster_first=True)) == (IN_CLUSTER_HOST, "bearer the-pods-token")
+    manager = load_api_client(None, None, in_cluster_first=True)
+    assert host_and_token(manager) == (IN_CLUSTER_HOST, "bearer the-pods-token")
 
 
 def test_kubeconfig_before_home_and_the_flag_before_both(notebook_pod, monkeypatch):
@@ -88,7 +89,8 @@ def test_without_any_kubeconfig_the_cli_acts_as_the_pods_serviceaccount(notebook
 
 def test_outside_a_pod_the_manager_uses_the_kubeconfig(notebook_pod, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
-    assert load_api_client(None, None, in_cluster_first=True).configuration.host == "https://home-kubeconfig.example:6443"
+    manager = load_api_client(None, None, in_cluster_first=True)
+    assert manager.configuration.host == "https://home-kubeconfig.example:6443"
 
 
 def test_an_explicit_kubeconfig_that_does_not_exist_is_bad_input(notebook_pod):
