@@ -82,7 +82,8 @@ def containers(image):
     names = []
 
     def run(role, options, command, detach=False):
-        """(podman's result, the container's name); a detached start must succeed, a run is judged by its caller."""
+        """(podman's result, the container's name): a detached start must succeed; a run's
+        result is for the caller to judge."""
         name = f"{NAME_PREFIX}-{suffix}-{role}"
         names.append(name)
         return podman(["run", "--name", name, "--pull=never", f"--label={RUN_LABEL}={suffix}",
@@ -143,7 +144,7 @@ def test_horovods_ssh_reaches_an_impostor_without_the_chiefs_ssh_and_never_with_
         horovod_ssh(IMPOSTOR_PORT, "impostor"),
         horovod_ssh(GENUINE_PORT, "genuine"),
     ])
-    (result, _) = containers(
+    result, _ = containers(
         "chief", [f"--network=container:{impostor_name}",
                   secret_files(tmp_path / "chief", secret, [manifests.CLIENT_KEY_FILE, "known_hosts", "config"],
                                names.SSH_CLIENT_DIR)],
@@ -156,5 +157,6 @@ def test_horovods_ssh_reaches_an_impostor_without_the_chiefs_ssh_and_never_with_
     # checking: it logs into a host presenting another job's key.
     assert codes["before-impostor"] == "0", output
     # With it, the same command line is refused by that host, and still reaches the genuine one.
+    assert "ssh on PATH: /tmp/distributetrain-ssh/ssh" in output, output
     assert codes["impostor"] == "255" and HOST_KEY_REFUSED in output, output
     assert codes["genuine"] == "0", output
