@@ -90,11 +90,14 @@ def bare(api_client, namespace: str, job: str, selector: str, free: dict[str, in
         core.create_namespaced_pod(namespace, worker)
     addresses = [wait_for(core, namespace, w["metadata"]["name"], testbed.is_ready)["status"]["podIP"]
                  for w in workers]
-    chief = manifests.chief_pod(settings, chief_node, chief_share,
-                                [(a, s) for a, (_, s) in zip(addresses, worker_shares)])
+    chief = manifests.chief_pod(settings, chief_node, chief_share)
     # args, as the manager's chief sets them: the image's ENTRYPOINT still runs, and a
-    # `command` here would keep the chief's args and pass them on to train.py.
-    chief["spec"]["containers"][0]["args"] = ["/bin/sh", "-c", BARE_CHIEF_SCRIPT, "bare-chief", *TRAIN_ARGS]
+    # `command` here would keep the chief's args and pass them on to train.py. The
+    # workers' addresses are given, not asked of a manager.
+    container = chief["spec"]["containers"][0]
+    container["args"] = ["/bin/sh", "-c", BARE_CHIEF_SCRIPT, "bare-chief", *TRAIN_ARGS]
+    container["env"].append({"name": "DT_WORKERS", "value": " ".join(
+        f"{address}:{share}" for address, (_, share) in zip(addresses, worker_shares))})
     core.create_namespaced_pod(namespace, chief)
     done = wait_for(core, namespace, chief["metadata"]["name"],
                     lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"))

@@ -32,6 +32,7 @@ from kubernetes import client
 
 from distributetrain import cli, jobflags
 from distributetrain.settings import JobSettings
+from localcluster import netsetup
 from localcluster.cluster import Cluster, ClusterNotRunning
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ def local_cluster() -> Iterator[Cluster]:
 def job_settings(manager_namespace: str, *flags: str, script_args: tuple[str, ...] = ()) -> JobSettings:
     """A job's settings parsed by the manager's own CLI, as ``manager.sh`` passes them."""
     os.environ[jobflags.ENV_POD_NAMESPACE] = manager_namespace  # what the downward API would set
+    # The manager runs in this process: its chiefs ask it for their hosts at this host's
+    # address on the cluster's bridge.
+    os.environ[jobflags.ENV_POD_IP] = netsetup.HOST_IP
     args = cli.build_parser().parse_args(["run", f"--namespace={manager_namespace}", *flags])
     return jobflags.settings_from_args(args, list(script_args))
 

@@ -1,11 +1,13 @@
-"""The host list of an elastic job, served by the manager to the chief's discovery script.
+"""The job's workers, served by the manager to its chief over HTTP.
 
-``horovodrun --host-discovery-script`` runs its script every second and reshapes the job
-when the answer changes. mpi-operator writes that answer into a ConfigMap, which a
-kubelet refreshes in the pod only every 60-90 s; here the manager answers over HTTP from
-its own memory, so a lost or added worker is seen by Horovod within about a second of
-the manager seeing it. The answer is Horovod's format: one ``address:slots`` line per
-host, the chief first.
+The chief is created with the workers, so it holds its GPUs from the start, and it asks
+here for the hosts to train on: the manager answers once every worker of the attempt is
+Ready (503 until then), and the chief puts itself first. An elastic chief asks every
+second (``horovodrun --host-discovery-script``) and Horovod reshapes the job when the
+answer changes. mpi-operator writes that answer into a ConfigMap, which a kubelet
+refreshes in the pod only every 60-90 s; here the manager answers from its own memory,
+so a lost or added worker is seen within about a second of the manager seeing it. The
+answer is Horovod's format: one ``address:slots`` line per worker, in rank order.
 
 The list is not secret (pod addresses and GPU counts) and is read-only; the server
 answers GET /hosts and nothing else.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 log = logging.getLogger(__name__)
@@ -23,26 +26,31 @@ DISCOVERY_PORT = 8470
 HOSTS_PATH = "/hosts"
 
 
+def hosts_url(manager_address: str) -> str:
+    """Where the chief asks the manager for its hosts."""
+    return f"http://{manager_address}:{DISCOVERY_PORT}{HOSTS_PATH}"
+
+
 def hosts_text(hosts: list[tuple[str, int]]) -> str:
     """Horovod's discovery format, in the given order."""
     return "".join(f"{address}:{slots}\n" for address, slots in hosts)
 
 
 class HostList:
-    """The current hosts, replaced whole; read by the server's threads."""
+    """The current workers, replaced whole; read by the server's threads."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._text = ""  # nothing published: the server answers 503
+        self._text: str | None = None  # nothing published: the server answers 503
 
-    def publish(self, hosts: list[tuple[str, int]]) -> bool:
-        """Replace the list; True if it changed."""
-        text = hosts_text(hosts)
+    def publish(self, hosts: Sequence[tuple[str, int]] | None) -> bool:
+        """Replace the list (None: nothing to train on yet); True if it changed."""
+        text = None if hosts is None else hosts_text(hosts)
         with self._lock:
             changed, self._text = text != self._text, text
         return changed
 
-    def text(self) -> str:
+    def text(self) -> str | None:
         with self._lock:
             return self._text
 
@@ -56,10 +64,11 @@ class DiscoveryServer:
                 if self.path != HOSTS_PATH:
                     self.send_error(404)
                     return
-                body = hosts.text().encode()
-                if not body:  # nothing published yet: the script keeps its last answer
+                text = hosts.text()
+                if text is None:  # nothing published yet: the chief asks again
                     self.send_error(503)
                     return
+                body = text.encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
@@ -79,7 +88,7 @@ class DiscoveryServer:
 
     def __enter__(self) -> DiscoveryServer:
         self._thread.start()
-        log.info("serving the elastic host list on port %d%s", self.port, HOSTS_PATH)
+        log.info("serving the job's hosts on port %d%s", self.port, HOSTS_PATH)
         return self
 
     def __exit__(self, *exc) -> None:

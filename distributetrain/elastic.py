@@ -51,7 +51,8 @@ LOCK_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class HostsChanged:
-    hosts: tuple[tuple[str, int], ...]  # (address, slots), the chief first
+    hosts: tuple[tuple[str, int], ...]  # (address, slots) of each Ready worker
+    world: int  # GPUs trained on: the chief's and theirs
 
 
 def live_workers(pods: Mapping[str, dict], settings: JobSettings) -> list[dict]:
@@ -65,14 +66,9 @@ def live_workers(pods: Mapping[str, dict], settings: JobSettings) -> list[dict]:
 
 
 def ready_hosts(pods: Mapping[str, dict], settings: JobSettings) -> tuple[tuple[str, int], ...]:
-    """What discovery answers: the chief (once it has an address), then every Ready worker."""
-    chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
-    hosts = []
-    if chief is not None and podstate.address(chief):
-        hosts.append((podstate.address(chief), names.gpus_of(chief)))
-    hosts += [(podstate.address(w), names.gpus_of(w)) for w in live_workers(pods, settings)
-              if podstate.is_ready(w) and podstate.address(w)]
-    return tuple(hosts)
+    """What discovery answers: every Ready worker (the chief's script puts the chief first)."""
+    return tuple((podstate.address(w), names.gpus_of(w)) for w in live_workers(pods, settings)
+                 if podstate.is_ready(w) and podstate.address(w))
 
 
 def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...]) -> waits.Judge:
@@ -84,15 +80,15 @@ def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...])
         if (gone := podstate.gone(pod)) is not None:
             return waits.PodLost(chief, gone)
         hosts = ready_hosts(pods, settings)
+        world = names.gpus_of(pod) + sum(slots for _, slots in hosts)
         if podstate.is_finished(pod):
             code = podstate.exit_code(pod)
-            left = sum(slots for _, slots in hosts)
-            if code != 0 and left < settings.min_gpus:
-                return waits.PodLost(chief, f"failed (exit code {code}) with {left} of --min-gpus "
+            if code != 0 and world < settings.min_gpus:
+                return waits.PodLost(chief, f"failed (exit code {code}) with {world} of --min-gpus "
                                             f"{settings.min_gpus} GPUs left: workers were lost")
             return waits.ChiefFinished(1 if code is None else code)
         if hosts != published:
-            return HostsChanged(hosts)
+            return HostsChanged(hosts, world)
         return None
 
     return judge
@@ -132,6 +128,7 @@ class ElasticFollower:
         self.hosts = hosts
         self.deadline = deadline
         self.published: tuple[tuple[str, int], ...] = ()
+        self.world = 0  # GPUs of the published hosts and the chief
         self.next_replace_at = 0.0
         self.last_shortage = ""
         self.not_ready_since: dict[str, float] = {}
@@ -139,13 +136,13 @@ class ElasticFollower:
 
     def run(self) -> waits.Outcome:
         settings = self.settings
-        selector = names.job_selector(settings.job_name)
+        selector = settings.selector
         while True:
             wake_at = min(self.deadline, max(self.next_replace_at, time.monotonic() + 0.1))
             outcome, pods = waits.watch_until(self.kube, settings.namespace, selector,
                                               judge_elastic(settings, self.published), wake_at)
             if isinstance(outcome, HostsChanged):
-                self._publish(outcome.hosts)
+                self._publish(outcome)
             elif outcome is not None:
                 return outcome
             elif time.monotonic() >= self.deadline:
@@ -167,17 +164,16 @@ class ElasticFollower:
                     self.settings.job_name, error, delay)
         self.reporter.events.record(events.REPLACE_FAILED, f"{error}; training goes on, tried again later")
 
-    def _publish(self, hosts: tuple[tuple[str, int], ...]) -> None:
-        before = sum(slots for _, slots in self.published)
-        self.published = hosts
-        self.hosts.publish(list(hosts))
-        now = sum(slots for _, slots in hosts)
-        if before and now != before:
-            text = f"{now} of {self.settings.num_gpus} GPUs on {len(hosts)} hosts (was {before})"
+    def _publish(self, change: HostsChanged) -> None:
+        before = self.world
+        self.published, self.world = change.hosts, change.world
+        self.hosts.publish(change.hosts)
+        if before and change.world != before:
+            text = f"{change.world} of {self.settings.num_gpus} GPUs on {len(change.hosts) + 1} hosts (was {before})"
             log.info("job %s: elastic hosts: %s: %s", self.settings.job_name, text,
-                     " ".join(f"{a}:{s}" for a, s in hosts))
+                     " ".join(f"{a}:{s}" for a, s in change.hosts))
             self.reporter.events.record(events.RESIZED, text)
-        if now < before:
+        if change.world < before:
             self.next_replace_at = 0.0  # a loss: look for replacements at once
 
     def _drop_overdue(self, pods: Mapping[str, dict]) -> None:

@@ -27,6 +27,9 @@ from distributetrain.placement import parse_plan
 from distributetrain.settings import gpu_toleration
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# Terminal pods hold nothing: lists leave them out on the server (a cluster's finished
+# pods can outnumber its running ones many times).
+ACTIVE_PODS_SELECTOR = ",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 NOT_SELECTED = "does not match the node selector"
 MAX_NODES_NAMED = 10  # in messages: a large cluster's node list would drown the reason
@@ -150,6 +153,60 @@ def node_refusal(
     return None
 
 
+@dataclass(frozen=True)
+class NodeGpus:
+    """What one node adds to a ``GpuLedger``: the rule applied once, kept by node name
+    where a watch replaces one node's part at a time (``freegpus``)."""
+
+    name: str
+    gpus: int | None  # allocatable GPUs; None: the node does not advertise the resource
+    selected: bool  # its labels match the job's node selector
+    refusal: str | None  # why the job's pods cannot go there now; None: a candidate
+
+
+def node_gpus(
+    node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}
+) -> NodeGpus:
+    metadata = node["metadata"]
+    amounts = (node.get("status") or {}).get("allocatable") or {}
+    labels = metadata.get("labels") or {}
+    return NodeGpus(
+        name=metadata["name"],
+        gpus=gpu_count(amounts[resource]) if resource in amounts else None,
+        selected=all(labels.get(k) == v for k, v in node_selector.items()),
+        refusal=node_refusal(node, resource, tolerations, node_selector),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """The GPUs one pod holds or reserves, by node. Slotted: a manager waiting for GPUs
+    keeps one per GPU pod of the cluster (``freegpus``)."""
+
+    uid: str
+    holds: tuple[tuple[str, int], ...]  # its containers' GPUs on its node, bound or pinned
+    reserves: tuple[tuple[str, int], ...]  # a manager's chief share, recorded on its pod
+
+    def counted(self, own_pod_uid: str) -> tuple[tuple[str, int], ...]:
+        """(node, GPUs) counted as used: a manager's own reservation is no claim against itself."""
+        return self.holds if self.uid == own_pod_uid else self.holds + self.reserves
+
+
+def pod_claim(pod: Mapping, resource: str) -> PodClaim | None:
+    """What a pod claims, or None if nothing (finished, or neither GPUs nor a reservation)."""
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return None
+    node = spec.get("nodeName") or pinned_node(spec)
+    gpus = pod_request(spec, resource) if node else 0
+    reservation = (metadata.get("annotations") or {}).get(names.ANNOTATION_RESERVATION)
+    holds = ((node, gpus),) if gpus else ()
+    reserves = tuple(parse_plan(reservation)) if reservation else ()
+    if not holds and not reserves:
+        return None
+    return PodClaim(metadata.get("uid", ""), holds, reserves)
+
+
 @dataclass
 class GpuLedger:
     """Allocatable GPUs of candidate nodes, minus what pods hold or have reserved."""
@@ -163,48 +220,28 @@ class GpuLedger:
     # GPUs of every node the node selector allows, whatever its state: cordoned, NotReady
     # or tainted nodes may come back, so only a request beyond this is bad input.
     selectable: int = 0
-    reserving: set[str] = field(default_factory=set)  # uids of other managers with a reservation
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
-        name = node["metadata"]["name"]
-        amounts = (node.get("status") or {}).get("allocatable") or {}
-        if self.resource in amounts:
+        self.count_node(node_gpus(node, self.resource, tolerations, node_selector))
+
+    def count_node(self, part: NodeGpus) -> None:
+        if part.gpus is not None:
             self.advertised = True
-            labels = node["metadata"].get("labels") or {}
-            if all(labels.get(k) == v for k, v in node_selector.items()):
-                self.selectable += gpu_count(amounts[self.resource])
-        reason = node_refusal(node, self.resource, tolerations, node_selector)
-        if reason:
-            self.refused[name] = reason
+            if part.selected:
+                self.selectable += part.gpus
+        if part.refusal:
+            self.refused[part.name] = part.refusal
         else:
-            self.allocatable[name] = gpu_count(amounts[self.resource])
+            self.allocatable[part.name] = part.gpus
 
     def add_pod(self, pod: Mapping) -> None:
-        metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-            return
-        node = spec.get("nodeName") or pinned_node(spec)
-        if node:
-            self.used[node] += pod_request(spec, self.resource)
-        reservation = (metadata.get("annotations") or {}).get(names.ANNOTATION_RESERVATION)
-        if reservation and metadata.get("uid") != self.own_pod_uid:
-            self.reserving.add(metadata.get("uid", ""))
-            for reserved_node, count in parse_plan(reservation):
-                self.used[reserved_node] += count
+        claim = pod_claim(pod, self.resource)
+        if claim:
+            self.count_claim(claim)
 
-    def freed_by(self, event_type: str, pod: Mapping) -> bool:
-        """Whether a watch event can free GPUs on a candidate node: a pod holding some
-        there was deleted or finished, or another manager dropped its reservation.
-        Anything else (the cluster's other pods starting, changing, being created) cannot
-        make the plan feasible, so waiting for GPUs does not wake for it."""
-        metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        if metadata.get("uid") in self.reserving:
-            annotations = metadata.get("annotations") or {}
-            if event_type == "DELETED" or not annotations.get(names.ANNOTATION_RESERVATION):
-                return True
-        ended = event_type == "DELETED" or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
-        node = spec.get("nodeName") or pinned_node(spec)
-        return ended and node in self.allocatable and pod_request(spec, self.resource) > 0
+    def count_claim(self, claim: PodClaim) -> None:
+        for node, count in claim.counted(self.own_pod_uid):
+            self.used[node] += count
 
     def unavailable(self) -> str:
         """Why GPU nodes the job may use are not candidates now (cordoned, NotReady, a

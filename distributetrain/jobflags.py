@@ -33,7 +33,7 @@ DEFAULT_MEMORY_PER_GPU = quantity.format_memory(DEFAULT_MEMORY_PER_GPU_BYTES)
 ENV_POD_NAME = "MANAGER_POD_NAME"
 ENV_POD_NAMESPACE = "MANAGER_POD_NAMESPACE"
 ENV_POD_UID = "MANAGER_POD_UID"
-ENV_POD_IP = "MANAGER_POD_IP"  # where an elastic job's chief asks for its hosts
+ENV_POD_IP = "MANAGER_POD_IP"  # where the chief asks the manager for its hosts
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -98,6 +98,9 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True) -
     job.add_argument("--worker-ready-timeout", default="5m", metavar="DURATION",
                      help="release and re-plan if workers are not Ready by then (default 5m)")
     job.add_argument("--active-deadline", metavar="DURATION", help="deadline of the whole job (default none)")
+    job.add_argument("--orphan-timeout", default="5m", metavar="DURATION",
+                     help="a worker whose manager has not answered for this long ends once no chief is "
+                          "connected, freeing its GPUs (default 5m)")
     job.add_argument("--wait-for-gpus", default="0s", metavar="DURATION",
                      help="wait this long for free GPUs instead of failing at once (default 0s)")
     job.add_argument("--ssh-attempts", default="30", metavar="N", help="chief's SSH checks per worker (default 30)")
@@ -196,6 +199,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         node_selector=tuple(selector),
         tolerations=tuple(checked("--toleration", validation.toleration, t) for t in args.toleration),
         worker_ready_timeout_s=checked("--worker-ready-timeout", validation.duration_s, args.worker_ready_timeout),
+        orphan_timeout_s=checked("--orphan-timeout", validation.positive_duration_s, args.orphan_timeout),
         active_deadline_s=deadline,
         wait_for_gpus_s=checked("--wait-for-gpus", validation.duration_s, args.wait_for_gpus),
         ssh_connect_attempts=checked("--ssh-attempts", validation.positive_int, args.ssh_attempts),
@@ -203,7 +207,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         max_restarts=checked("--max-restarts", validation.non_negative_int, args.max_restarts),
         min_gpus=min_gpus,
         elastic_timeout_s=checked("--elastic-timeout", validation.duration_s, args.elastic_timeout),
-        discovery_url=f"http://{pod_ip}:{discovery.DISCOVERY_PORT}{discovery.HOSTS_PATH}" if min_gpus and pod_ip else "",
+        discovery_url=discovery.hosts_url(pod_ip) if pod_ip else "",
         manager_namespace=checked("--namespace", validation.dns_label, own_namespace(None)),
         lock_namespace=checked("--lock-namespace", validation.dns_label, args.lock_namespace) if args.lock_namespace else "",
         service_account=args.service_account,

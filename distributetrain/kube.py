@@ -286,7 +286,10 @@ def drain(response) -> None:
 
 
 def owner_uids(obj: dict) -> set[str]:
-    return {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or ()}
+    """Who owns ``obj``: its owner references, and the manager UID label (the only record
+    of the owner in another namespace, where owner references cannot point)."""
+    owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or ()}
+    return owners | ({uid} if (uid := names.owner_uid_of(obj)) else set())
 
 
 def _where(namespace: str | None, selectors: Mapping[str, str]) -> str:

@@ -19,8 +19,7 @@ from datetime import datetime, timezone
 from distributetrain import errors, events, exitcodes
 from distributetrain.events import EventRecorder
 from distributetrain.kube import Kube
-from distributetrain.posttraining import PostTraining
-from distributetrain.pretraining import PreTraining
+from distributetrain.job import Job
 from distributetrain.reporting import Reporter
 from distributetrain.settings import JobSettings
 from distributetrain.teardown import tear_down_quietly
@@ -121,17 +120,14 @@ def _execute(
 ) -> int:
     try:
         with cancellable():
-            deadline = job_deadline(kube, settings)
-            settings = settings.replace(attempt=reporter.attempt())
-            if phase in ("pre-training", "run"):
-                pre_training = PreTraining(kube, settings, reporter, deadline)
-                pre_training.run()
-                settings = pre_training.settings  # its last attempt is the one to follow
-            if phase in ("post-training", "run"):
-                code = PostTraining(kube, settings, reporter, deadline).run()
-                reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
+            if phase in ("pre-training", "post-training", "run"):
+                code = Job(kube, settings, reporter, job_deadline(kube, settings)).run(
+                    until_started=phase == "pre-training")
+                if phase != "pre-training":
+                    reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
                 return code
             if phase == "teardown":
+                settings = settings.replace(attempt=reporter.attempt())
                 if unless_restarting and will_restart(kube, settings):
                     log.info("job %s: the manager container restarts and adopts the job; not tearing down",
                              settings.job_name)

@@ -5,7 +5,9 @@ Every manager uses the same Lease by default (``settings.DEFAULT_LOCK_NAMESPACE`
 whatever its job's namespace, because GPUs are a cluster-wide resource.
 
 - Taking it: a create, or an update carrying the resourceVersion just read, so exactly
-  one contender wins each round.
+  one contender wins each round. A busy Lease is tried for ``LOCK_TIMEOUT_S``, or for as
+  long as the job may still wait for GPUs (``--wait-for-gpus``) if that is longer: a
+  manager allowed to wait an hour must not fail because others planned meanwhile.
 - Holding it: a daemon thread renews it every third of its duration while the
   critical section runs (a large cluster's inventory plus the creates can outlast it).
 - Judging another holder's lease expired: as client-go's leader election does, on this
@@ -24,6 +26,7 @@ whatever its job's namespace, because GPUs are a cluster-wide resource.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -35,6 +38,10 @@ from distributetrain.kube import ApiTimeouts, Kube, make_api_client
 
 log = logging.getLogger(__name__)
 
+# How long a busy Lease is tried at least before the job fails (exit 75). Holders keep it
+# seconds (a large cluster's inventory: up to 17 s at 150,000 pods), so this is many
+# managers' turns; a dead holder's Lease is taken after LEASE_DURATION_S.
+LOCK_TIMEOUT_S = 120.0
 LEASE_DURATION_S = 30  # a dead holder blocks every other manager this long at most
 RENEWALS_PER_DURATION = 3  # renew every third of the duration: two renewals may fail in a row
 # Renewals have short timeouts of their own, so a dead connection costs one renewal,
@@ -62,15 +69,19 @@ def _now() -> str:
 class PlacementLock:
     """Context manager: ``with PlacementLock(kube, ns, holder, timeout_s, name): ...``
 
-    ``duration_s`` and ``clock`` (monotonic seconds) are for tests.
+    A busy Lease is tried for ``timeout_s``, or until ``wait_until`` (monotonic: the end
+    of the job's wait for GPUs) if that is later. ``duration_s`` and ``clock`` (monotonic
+    seconds) are for tests.
     """
 
     def __init__(self, kube: Kube, namespace: str, holder: str, timeout_s: float, name: str,
-                 duration_s: float = LEASE_DURATION_S, clock: Callable[[], float] = time.monotonic):
+                 duration_s: float = LEASE_DURATION_S, clock: Callable[[], float] = time.monotonic,
+                 wait_until: float = -math.inf):
         self.kube = kube
         self.namespace = namespace
         self.holder = holder
         self.timeout_s = timeout_s
+        self.wait_until = wait_until
         self.name = name
         self.duration_s = duration_s
         self.clock = clock
@@ -87,12 +98,13 @@ class PlacementLock:
         return f"[{self.namespace}/{self.name}]"
 
     def __enter__(self) -> "PlacementLock":
-        give_up_at = time.monotonic() + self.timeout_s
+        started = time.monotonic()
+        give_up_at = max(started + self.timeout_s, self.wait_until)
         delay = RETRY_MIN_S
         while not self._try_acquire():
             if time.monotonic() > give_up_at:
                 raise errors.JobFailed(
-                    f"could not take the placement lock Lease {self.where} within {self.timeout_s:.0f}s",
+                    f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s",
                     exitcodes.TIMED_OUT,
                 )
             time.sleep(random.uniform(delay / 2, delay))

@@ -18,6 +18,10 @@ CLIENT_KEY_FILE = "id_ed25519"
 HOST_KEY_FILE = "ssh_host_ed25519_key"
 WORKER_READINESS_PERIOD_S = 1  # the chief waits on this; a short period starts training sooner
 TERMINATION_GRACE_S = 10
+# The chief waits for the workers' addresses a little longer than the manager waits for
+# the workers to be Ready: it is the manager that gives up (and deletes the chief).
+HOSTS_WAIT_SLACK_S = 60
+ORPHAN_CHECK_MAX_S = 30
 
 # Client side of SSH, in the chief's ~/.ssh/config. Strict host checking against the
 # job's own host key: no fingerprint prompt, and no other host can pose as a worker.
@@ -75,7 +79,7 @@ def owner_references(settings: JobSettings) -> list[dict]:
 
 
 def _metadata(settings: JobSettings, name: str, role: str, extra_labels: dict | None = None) -> dict:
-    labels = names.job_labels(settings.job_name, role) | (extra_labels or {})
+    labels = names.job_labels(settings.job_name, role, settings.owner_uid) | (extra_labels or {})
     metadata = {"name": name, "namespace": settings.namespace, "labels": labels}
     owners = owner_references(settings)
     if owners:
@@ -207,6 +211,12 @@ def _job_pod(
     }
 
 
+def orphan_check_s(orphan_timeout_s: float) -> int:
+    """How often a worker asks whether its manager still answers: a few times per timeout,
+    at most every ORPHAN_CHECK_MAX_S (each check starts a Python)."""
+    return max(1, min(ORPHAN_CHECK_MAX_S, round(orphan_timeout_s / 4)))
+
+
 def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict:
     port: dict = {"name": "ssh", "containerPort": settings.port, "protocol": "TCP"}
     if settings.host_network:
@@ -215,7 +225,12 @@ def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict
         "name": names.ROLE_WORKER,
         # args, not command: the image's ENTRYPOINT still runs first (see chief_pod).
         "args": ["/bin/sh", "-c", WORKER_SCRIPT],
-        "env": [{"name": "DT_PORT", "value": str(settings.port)}],
+        "env": [
+            {"name": "DT_PORT", "value": str(settings.port)},
+            {"name": "DT_MANAGER_URL", "value": settings.discovery_url},
+            {"name": "DT_ORPHAN_AFTER_S", "value": str(round(settings.orphan_timeout_s))},
+            {"name": "DT_ORPHAN_CHECK_S", "value": str(orphan_check_s(settings.orphan_timeout_s))},
+        ],
         "ports": [port],
         "readinessProbe": {
             "tcpSocket": {"port": settings.port},
@@ -232,17 +247,17 @@ def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict
 def _elastic_env(settings: JobSettings) -> list[dict]:
     return [
         {"name": "DT_MIN_PROCS", "value": str(settings.min_gpus)},
-        {"name": "DT_DISCOVERY_URL", "value": settings.discovery_url},
         {"name": "DT_ELASTIC_TIMEOUT", "value": str(round(settings.elastic_timeout_s))},
     ]
 
 
-def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[str, int]]) -> dict:
-    """``workers``: (address, slots) of every worker, in rank order after the chief."""
+def chief_pod(settings: JobSettings, node: str, share: int) -> dict:
+    """Created with the workers; it learns their addresses from the manager (``discovery``)."""
     env = [
         {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "DT_CHIEF_SLOTS", "value": str(share)},
-        {"name": "DT_WORKERS", "value": " ".join(f"{address}:{slots}" for address, slots in workers)},
+        {"name": "DT_HOSTS_URL", "value": settings.discovery_url},
+        {"name": "DT_HOSTS_WAIT_S", "value": str(round(settings.worker_ready_timeout_s + HOSTS_WAIT_SLACK_S))},
         {"name": "DT_NUM_PROCS", "value": str(settings.num_gpus)},
         {"name": "DT_PORT", "value": str(settings.port)},
         {"name": "DT_FILENAME", "value": settings.filename},
@@ -271,11 +286,8 @@ def chief_pod(settings: JobSettings, node: str, share: int, workers: list[tuple[
     )
 
 
-def job_objects(
-    settings: JobSettings, plan: list[tuple[str, int]], keys: JobKeys, worker_addresses: list[str]
-) -> list[dict]:
-    """Everything the job creates, in creation order: Secret, workers, chief."""
+def job_objects(settings: JobSettings, plan: list[tuple[str, int]], keys: JobKeys) -> list[dict]:
+    """Everything one attempt creates, in creation order: Secret, workers, chief."""
     *worker_shares, (chief_node, chief_share) = plan
     workers = [worker_pod(settings, i, node, share) for i, (node, share) in enumerate(worker_shares)]
-    hosts = [(address, share) for address, (_, share) in zip(worker_addresses, worker_shares)]
-    return [ssh_secret(settings, keys), *workers, chief_pod(settings, chief_node, chief_share, hosts)]
+    return [ssh_secret(settings, keys), *workers, chief_pod(settings, chief_node, chief_share)]

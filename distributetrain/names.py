@@ -8,6 +8,11 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_JOB = f"{DOMAIN}/job"
 LABEL_ROLE = f"{DOMAIN}/role"
 LABEL_WORKER_INDEX = f"{DOMAIN}/worker-index"
+# The manager pod's UID on every object of its job. The job label alone names a job, not
+# one run of it: a manager re-applied under the same name, or an earlier job's objects
+# left in another namespace (--namespace: no owner reference, no garbage collection),
+# carry the same job label, and must never be adopted, followed or counted as this job's.
+LABEL_OWNER_UID = f"{DOMAIN}/owner-uid"
 APP = "distributetrain"
 
 ROLE_WORKER = "worker"
@@ -86,9 +91,18 @@ def secret_name(job: str) -> str:
     return f"{job}-ssh"
 
 
-def job_selector(job: str) -> str:
-    return f"{LABEL_JOB}={job}"
+def job_selector(job: str, owner_uid: str = "") -> str:
+    """The job's objects; with ``owner_uid``, only those of that manager's run of it."""
+    return f"{LABEL_JOB}={job}" + (f",{LABEL_OWNER_UID}={owner_uid}" if owner_uid else "")
 
 
-def job_labels(job: str, role: str) -> dict[str, str]:
-    return {LABEL_APP: APP, LABEL_MANAGED_BY: APP, LABEL_JOB: job, LABEL_ROLE: role}
+def job_labels(job: str, role: str, owner_uid: str = "") -> dict[str, str]:
+    labels = {LABEL_APP: APP, LABEL_MANAGED_BY: APP, LABEL_JOB: job, LABEL_ROLE: role}
+    if owner_uid:
+        labels[LABEL_OWNER_UID] = owner_uid
+    return labels
+
+
+def owner_uid_of(obj: dict) -> str:
+    """The UID of the manager that created a job object ("" if none is recorded)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_OWNER_UID, "")

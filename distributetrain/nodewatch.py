@@ -286,7 +286,7 @@ class NodeWatch:
             return verdicts.recheck_at
         settings = self.settings
         # One list for all the newly lost nodes (a relist may find many lost at once).
-        pods, _ = self.kube.list_all("pods", settings.namespace, label_selector=names.job_selector(settings.job_name))
+        pods, _ = self.kube.list_all("pods", settings.namespace, label_selector=settings.selector)
         for node, why in new.items():
             doomed = pods_to_delete([pod for pod in pods if podstate.node(pod) == node])
             try:

@@ -1,29 +1,29 @@
-"""Pre-training: plan the GPUs, create the workers, then the chief.
+"""Pre-training: start one attempt of the job, or adopt the one that exists.
 
 The port of the seeds' DistributeTrain_PreTraining.py, in order:
 1. pre-flight: every object is validated by a server-side dry run, so bad input
    (missing namespace, invalid image, no permission) fails before anything exists;
-2. under the placement Lease: inventory, plan, reserve the chief's share on the
-   manager pod, create the SSH Secret and the pinned workers;
-3. wait (watch) until every worker is Ready; if they are not Ready in time (someone
-   took the GPUs, a node died), release everything and re-plan while
-   ``--wait-for-gpus`` lasts, else fail with the reasons. A worker lost meanwhile
-   (deleted, failed, its node not Ready: ``nodewatch``) is a restart while
-   ``--max-restarts`` allows (``restarts``), else exit 71;
-4. create the chief with the workers' addresses, and drop the reservation.
+2. under the placement Lease: inventory, plan, then the SSH Secret, the pinned workers
+   and the chief in one burst, so every GPU of the plan is held from the start (the
+   chief's too, through a multi-GB image pull: no other pod can take it meanwhile);
+3. wait (watch) until every worker is Ready and the chief is bound to its node, then
+   publish the workers' addresses, which the chief asks the manager for (``discovery``).
 
-A restarted manager adopts what exists: a chief means nothing is left to do; workers
-with a recorded reservation are waited on again, never planned twice.
+What happens when the attempt does not start (a pod lost, not Ready in time) is the
+job loop's decision (``job``), not this module's: it raises, typed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
-from distributetrain import errors, events, exitcodes, inventory, manifests, names, placement, podstate, restarts, waits
+from distributetrain import earlierruns, envsecrets, errors, events, exitcodes, inventory, manifests, names, placement, podstate, waits
+from distributetrain.discovery import HostList
 from distributetrain.kube import Kube
-from distributetrain.lock import PlacementLock
+from distributetrain.freegpus import FreeGpuWatch
+from distributetrain.lock import LOCK_TIMEOUT_S, PlacementLock
 from distributetrain.nodewatch import NodeWatch
 from distributetrain.placement import format_plan
 from distributetrain.reporting import PodWaits, Reporter
@@ -33,14 +33,13 @@ from distributetrain.teardown import tear_down
 
 log = logging.getLogger(__name__)
 
-LOCK_TIMEOUT_S = 120.0
-GPU_RECHECK_S = 10.0  # while waiting for GPUs, re-plan at least this often (nodes coming back)
-REPLAN_MIN_INTERVAL_S = 1.0  # and at most this often, however busy the cluster's pods are
-DRY_RUN_ADDRESS = "192.0.2.1"  # TEST-NET-1: a placeholder worker address for the dry run
+# While waiting for GPUs, plan at most this often, however often GPUs free up and are taken.
+REPLAN_MIN_INTERVAL_S = 1.0
 
 
 def job_pods(kube: Kube, settings: JobSettings) -> dict[str, dict]:
-    items, _ = kube.list_all("pods", settings.namespace, label_selector=names.job_selector(settings.job_name))
+    """This manager's pods of the job (never those of an earlier run of the same name)."""
+    items, _ = kube.list_all("pods", settings.namespace, label_selector=settings.selector)
     return {p["metadata"]["name"]: p for p in items}
 
 
@@ -52,8 +51,7 @@ def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedg
         for node in page:
             ledger.add_node(node, settings.tolerations, selector)
     version = ""
-    # Terminal pods hold nothing; the server filters them out of the (possibly huge) list.
-    for page, version in kube.list_pages("pods", field_selector="status.phase!=Succeeded,status.phase!=Failed"):
+    for page, version in kube.list_pages("pods", field_selector=inventory.ACTIVE_PODS_SELECTOR):
         for pod in page:
             ledger.add_pod(pod)
     return ledger, version
@@ -61,14 +59,15 @@ def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedg
 
 def preflight(kube: Kube, settings: JobSettings) -> None:
     """Server-side dry run of every kind of object the job creates; nothing is persisted."""
-    if settings.elastic and not settings.discovery_url:
-        raise errors.UsageError("--elastic", "needs the manager pod's address in $MANAGER_POD_IP (downward API "
-                                             "status.podIP, as manager.yaml sets it)")
+    if not settings.discovery_url:
+        raise errors.UsageError("MANAGER_POD_IP", "the chief asks the manager for its hosts: set it to the manager "
+                                                  "pod's address (downward API status.podIP, as manager.yaml does)")
     if not kube.namespace_exists(settings.namespace):
         raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
+    envsecrets.require_env_secrets(kube, settings)
     keys = JobKeys.generate(settings.job_name)
     probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
-    objects = manifests.job_objects(settings, probe_plan, keys, [DRY_RUN_ADDRESS])
+    objects = manifests.job_objects(settings, probe_plan, keys)
     for obj in objects:
         try:
             kube.create_owned(obj, dry_run=True)
@@ -90,177 +89,162 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
             "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
 
 
+class AttemptNotStarted(errors.DistributeTrainError):
+    """The attempt's pods did not all start within --worker-ready-timeout."""
+
+    def __init__(self, waiting_for: dict[str, str]):
+        self.waiting_for = waiting_for  # pod name -> why it is not there yet
+        super().__init__("; ".join(f"{pod}: {why}" for pod, why in waiting_for.items()))
+
+
 class PreTraining:
-    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float):
+    """Start the current attempt (``settings.attempt``): adopt its pods, or plan and create them."""
+
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float, hosts: HostList,
+                 gpus_until: float):
         self.kube = kube
         self.settings = settings
         self.reporter = reporter
         self.deadline = deadline  # monotonic; the job's --active-deadline
+        self.hosts = hosts  # what the chief is told (the manager serves it)
+        self.gpus_until = gpus_until  # monotonic; how long the job waits for GPUs (--wait-for-gpus)
 
-    def run(self) -> None:
-        pods = job_pods(self.kube, self.settings)
-        chief = names.chief_name(self.settings.job_name, self.settings.attempt)
-        if chief in pods:
-            log.info("job %s already has its chief; adopting it", self.settings.job_name)
-            return
-        plan = self._adopt(pods)
+    def run(self) -> list[tuple[str, int]]:
+        """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
+        raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
+        settings = self.settings
+        plan = self._adopt(job_pods(self.kube, settings))
         if plan is None:
-            preflight(self.kube, self.settings)
-        give_up_at = time.monotonic() + self.settings.wait_for_gpus_s
-        while True:
-            if plan is None:
-                plan = self._place(give_up_at)
-            workers = [names.worker_name(self.settings.job_name, i, self.settings.attempt) for i in range(len(plan) - 1)]
-            self.reporter.phase("StartingWorkers")
-            ready_by = min(time.monotonic() + self.settings.worker_ready_timeout_s, self.deadline)
-            pod_waits = PodWaits(self.reporter, workers)
-            try:
-                # A worker's node lost while it starts: deleted at once, a loss like any other.
-                with NodeWatch(self.kube, self.settings, self.reporter):
-                    outcome = waits.watch_job(
-                        self.kube, self.settings.namespace, self.settings.job_name,
-                        pod_waits.watching(waits.workers_ready(workers)), ready_by, workers,
-                    )
-            finally:
-                pod_waits.done()
-            if isinstance(outcome, waits.WorkersReady):
-                if workers:
-                    self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: "
-                                                + ", ".join(f"{w} ({outcome.addresses[w]})" for w in workers))
-                break
-            if isinstance(outcome, waits.PodLost):
-                lost = errors.PodLost(f"worker {outcome.pod} {outcome.reason} before training started",
-                                      exitcodes.WORKER_LOST)
-                settings = restarts.next_attempt(self.kube, self.settings, self.reporter, self.deadline, lost)
-                if settings is None:
-                    raise lost
-                self.settings = settings
-                plan = None
-                continue
-            reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
-            tear_down(self.kube, self.settings, keep_chief=False)
-            self.reporter.release_reservation()
-            give_up = time.monotonic() >= min(give_up_at, self.deadline)
-            self.reporter.events.record(
-                events.RELEASED,
-                f"workers not Ready within {self.settings.worker_ready_timeout_s:.0f}s ({reasons}); released them"
-                + ("" if give_up else " and planning again"),
-            )
-            if give_up:
-                raise errors.JobFailed(
-                    f"workers not Ready within {self.settings.worker_ready_timeout_s:.0f}s; released them ({reasons})",
-                    exitcodes.TIMED_OUT,
-                )
-            log.warning("workers not Ready in time (%s); released them and planning again", reasons)
-            self._next_attempt()
-            plan = None
-        self._create_chief(plan, [outcome.addresses[w] for w in workers])
-
-    def _next_attempt(self) -> None:
-        """The next plan's pods get new names: a released pod may still be terminating."""
-        self.settings = self.settings.replace(attempt=self.settings.attempt + 1)
-        self.reporter.record_attempt(self.settings.attempt)
+            self.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
+            preflight(self.kube, settings)
+            earlierruns.clear(self.kube, settings)
+            plan = self._place(self.gpus_until)
+        chief = names.chief_name(settings.job_name, settings.attempt)
+        workers = [names.worker_name(settings.job_name, i, settings.attempt) for i in range(len(plan) - 1)]
+        self.reporter.phase("StartingWorkers")
+        ready_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
+        pod_waits = PodWaits(self.reporter, [*workers, chief])
+        try:
+            # A worker's node lost while it starts: deleted at once, a loss like any other.
+            with NodeWatch(self.kube, settings, self.reporter):
+                outcome = waits.watch_job(self.kube, settings.namespace, settings.selector,
+                                          pod_waits.watching(waits.attempt_started(chief, workers)), ready_by,
+                                          [*workers, chief])
+        finally:
+            pod_waits.done()
+        if isinstance(outcome, waits.PodLost):
+            raise errors.PodLost(f"pod {outcome.pod} {outcome.reason} before training started", exitcodes.WORKER_LOST)
+        if isinstance(outcome, waits.TimedOut):
+            raise AttemptNotStarted(outcome.waiting_for)
+        if self.hosts.publish(outcome.hosts) and workers:
+            self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " + ", ".join(
+                f"{name} ({address})" for name, (address, _) in zip(workers, outcome.hosts)))
+        self.reporter.phase("Running")
+        return plan
 
     def _adopt(self, pods: dict[str, dict]) -> list[tuple[str, int]] | None:
-        job, attempt = self.settings.job_name, self.settings.attempt
-        workers = sorted(
-            (p for p in pods.values() if names.is_worker_of(p, job, attempt) and not podstate.is_terminating(p)),
-            key=names.worker_index,
-        )
-        reservation = self.reporter.reservation()
-        if reservation is None:
-            if workers:
-                # Workers without a recorded chief share: cannot resume safely, so start over.
-                log.warning("job %s has workers but no reservation; releasing them", self.settings.job_name)
-                tear_down(self.kube, self.settings, keep_chief=False)
+        """The plan of this attempt's pods if they all exist (a restarted manager, or
+        post-training after pre-training); None if there are none. Partial leftovers (a
+        manager killed while creating them) are deleted: the attempt starts over."""
+        settings = self.settings
+        chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
+        workers = sorted((p for p in pods.values() if names.is_worker_of(p, settings.job_name, settings.attempt)),
+                         key=names.worker_index)
+        if chief is None and not workers:
             return None
-        if not workers and self.kube.read("Secret", self.settings.namespace, names.secret_name(self.settings.job_name)) is None:
+        plan = [(inventory.pinned_node(pod["spec"]) or podstate.node(pod), names.gpus_of(pod)) for pod in workers]
+        if chief is not None:
+            plan.append((inventory.pinned_node(chief["spec"]) or podstate.node(chief), names.gpus_of(chief)))
+        complete = chief is not None and sum(share for _, share in plan) == settings.num_gpus \
+            and [names.worker_index(w) for w in workers] == list(range(len(workers)))
+        if not complete:
+            log.warning("job %s: the pods of attempt %d are incomplete; deleting them and starting over",
+                        settings.job_name, settings.attempt)
+            tear_down(self.kube, settings, keep_chief=False)
             return None
-        plan = [
-            (inventory.pinned_node(w["spec"]) or podstate.node(w), names.gpus_of(w))
-            for w in workers
-        ] + [reservation]
-        if sum(share for _, share in plan) != self.settings.num_gpus:
-            log.warning("job %s: existing pods do not match the request; starting over", self.settings.job_name)
-            tear_down(self.kube, self.settings, keep_chief=False)
-            self.reporter.release_reservation()
-            return None
-        log.info("job %s: adopting existing workers, plan %s", self.settings.job_name, format_plan(plan))
+        log.info("job %s: adopting attempt %d, plan %s", settings.job_name, settings.attempt, format_plan(plan))
         return plan
 
     def _place(self, give_up_at: float) -> list[tuple[str, int]]:
-        """Plan and create the workers under the Lease; wait for GPUs while allowed."""
+        """Plan and create the workers under the Lease; wait for GPUs while allowed.
+
+        While it waits, the free GPUs are followed from one list and watches
+        (``FreeGpuWatch``): the Lease and a fresh inventory, which alone decide the plan,
+        are taken again only when those say the request fits, and once more when the
+        wait is over (for the reasons the job fails with).
+        """
         settings = self.settings
+        wait_until = min(give_up_at, self.deadline)
         last_shortage = ""
         next_plan_at = 0.0
-        while True:
-            time.sleep(max(0.0, next_plan_at - time.monotonic()))
-            next_plan_at = time.monotonic() + REPLAN_MIN_INTERVAL_S
-            self.reporter.phase("Planning")
-            with PlacementLock(self.kube, settings.lease_namespace, f"{settings.namespace}/{settings.job_name}",
-                               LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME):
-                ledger, version = take_inventory(self.kube, settings)
-                check_request(ledger, settings)
-                free = ledger.free()
-                try:
-                    plan = placement.plan(free, settings.num_gpus)
-                    if settings.elastic:
-                        plan = placement.with_a_worker(plan)
-                except placement.InsufficientGPUs as e:
-                    shortage = e
-                else:
-                    log.info("job %s: free GPUs %s; plan %s", settings.job_name, free, format_plan(plan))
-                    self.reporter.events.record(
-                        events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: {format_plan(plan)} "
-                                        "(the chief's share last)")
-                    self.reporter.reserve(plan)
-                    self._create_workers(plan)
-                    return plan
-            shortage_text = f"{shortage}; unavailable: {ledger.unavailable()}"
-            if time.monotonic() >= min(give_up_at, self.deadline):
-                raise errors.JobFailed(
-                    shortage_text + ("" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"),
-                    exitcodes.INSUFFICIENT_GPUS,
-                )
-            if shortage_text != last_shortage:
-                log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, shortage_text,
-                         settings.wait_for_gpus_s)
-                last_shortage = shortage_text
-            # The same shortage again adds to one Event's count (the recorder's series).
-            self.reporter.events.record(
-                events.WAITING_FOR_GPUS, f"{shortage_text}; waiting up to {settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
-            self.reporter.phase("WaitingForGPUs")
-            self._wait_for_freed_gpus(ledger, version, min(GPU_RECHECK_S, give_up_at - time.monotonic()))
+        with contextlib.ExitStack() as waiting:
+            watch: FreeGpuWatch | None = None  # from the first shortage on
+            while True:
+                time.sleep(max(0.0, next_plan_at - time.monotonic()))
+                next_plan_at = time.monotonic() + REPLAN_MIN_INTERVAL_S
+                seen = watch.generation if watch else 0
+                self.reporter.phase("Planning")
+                # A busy Lease is tried for as long as the job may wait for GPUs (LOCK_TIMEOUT_S at least).
+                with PlacementLock(self.kube, settings.lease_namespace, f"{settings.namespace}/{settings.job_name}",
+                                   LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME, wait_until=wait_until):
+                    # The manager that held the Lease before may have taken the GPUs seen free:
+                    # its pods are on the watch by then, so no list is needed to know.
+                    taken_meanwhile = watch is not None and watch.fits() is False and time.monotonic() < wait_until
+                    if not taken_meanwhile:
+                        ledger, _ = take_inventory(self.kube, settings)
+                        check_request(ledger, settings)
+                        free = ledger.free()
+                        try:
+                            plan = placement.plan(free, settings.num_gpus)
+                            if settings.elastic:
+                                plan = placement.with_a_worker(plan)
+                        except placement.InsufficientGPUs as e:
+                            shortage = e
+                        else:
+                            log.info("job %s: free GPUs %s; plan %s", settings.job_name, free, format_plan(plan))
+                            self.reporter.events.record(
+                                events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: {format_plan(plan)} "
+                                                "(the chief's share last)")
+                            self.reporter.planned(plan)
+                            self._create_workers(plan)
+                            return plan
+                if not taken_meanwhile:
+                    shortage_text = f"{shortage}; unavailable: {ledger.unavailable()}"
+                    if time.monotonic() >= wait_until:
+                        advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
+                        raise errors.JobFailed(shortage_text + advice, exitcodes.INSUFFICIENT_GPUS)
+                    if shortage_text != last_shortage:
+                        log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name,
+                                 shortage_text, settings.wait_for_gpus_s)
+                        last_shortage = shortage_text
+                    # The same shortage again adds to one Event's count (the recorder's series).
+                    self.reporter.events.record(events.WAITING_FOR_GPUS, f"{shortage_text}; waiting up to "
+                                                f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
+                self.reporter.phase("WaitingForGPUs")
+                if watch is None:
+                    watch = waiting.enter_context(FreeGpuWatch(self.kube, settings))
+                self._wait_for_freed_gpus(watch, seen, wait_until)
 
-    def _wait_for_freed_gpus(self, ledger: inventory.GpuLedger, version: str, timeout_s: float) -> None:
-        """Return at the first pod event that can free GPUs on a candidate node, or after
-        ``timeout_s`` (which also catches nodes coming back: uncordoned, Ready again)."""
-        give_up_at = time.monotonic() + max(timeout_s, 0.1)
-        try:
-            for kind, pod in self.kube.watch_pods(None, version, max(timeout_s, 1)):
-                if ledger.freed_by(kind, pod) or time.monotonic() >= give_up_at:
-                    return
-        except (errors.Gone, errors.TransientApiError):
-            return
+    def _wait_for_freed_gpus(self, watch: FreeGpuWatch, seen: int, until: float) -> None:
+        """Return once the followed ledger changed since generation ``seen`` and the request
+        fits (GPUs freed, another manager's reservation dropped, a node Ready, uncordoned or
+        untainted), or at ``until``. Pods that hold no GPU coming and going never wake it."""
+        if watch.wait_until_fits(seen, until):
+            log.info("job %s: %d GPUs may be free now; planning again", self.settings.job_name,
+                     self.settings.num_gpus)
 
     def _create_workers(self, plan: list[tuple[str, int]]) -> None:
+        """The Secret, the workers and the chief, in one burst (all under the Lease)."""
         settings = self.settings
-        keys = JobKeys.generate(settings.job_name)
-        self.kube.create_owned(manifests.ssh_secret(settings, keys))
-        self.kube.create_all_owned(
-            [manifests.worker_pod(settings, index, node, share) for index, (node, share) in enumerate(plan[:-1])]
-        )
+        secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name))
+        self.kube.create_owned(secret)
+        self.kube.create_all_owned(pods)
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
                 f"{names.worker_name(settings.job_name, index, settings.attempt)} on {node} ({share} GPUs)"
                 for index, (node, share) in enumerate(plan[:-1])))
-
-    def _create_chief(self, plan: list[tuple[str, int]], addresses: list[str]) -> None:
         chief_node, chief_share = plan[-1]
-        hosts = [(address, share) for address, (_, share) in zip(addresses, plan[:-1])]
-        self.kube.create_owned(manifests.chief_pod(self.settings, chief_node, chief_share, hosts))
         self.reporter.events.record(
-            events.CHIEF_CREATED, f"{names.chief_name(self.settings.job_name, self.settings.attempt)} on {chief_node} ({chief_share} GPUs): "
-                                  f"horovodrun -np {self.settings.num_gpus} over {len(plan)} pods")
-        self.reporter.release_reservation()
-        self.reporter.phase("Running")
+            events.CHIEF_CREATED, f"{names.chief_name(settings.job_name, settings.attempt)} on {chief_node} "
+                                  f"({chief_share} GPUs): horovodrun -np {settings.num_gpus} over {len(plan)} pods "
+                                  "once the workers are Ready")

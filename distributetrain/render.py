@@ -1,7 +1,7 @@
 """`render`: the YAML of every object a job would create, without any cluster.
 
-Free GPUs come from ``--nodes``; worker addresses are placeholders (they exist only
-once pods run) and the Secret shows placeholders instead of keys (each job's keys are
+Free GPUs come from ``--nodes``; the manager's address is a placeholder (it exists only
+once its pod runs) and the Secret shows placeholders instead of keys (each job's keys are
 made by the manager at submission and never printed).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import yaml
 
-from distributetrain import errors, manifests, names, placement
+from distributetrain import discovery, errors, manifests, placement
 from distributetrain.settings import JobSettings
 from distributetrain.sshkeys import JobKeys, KeyPair
 
@@ -48,6 +48,7 @@ def render(settings: JobSettings, nodes: str) -> str:
         plan = placement.plan(parse_nodes(nodes), settings.num_gpus)
     except placement.InsufficientGPUs as e:
         raise errors.UsageError("--num-gpus", str(e)) from None
-    addresses = [f"<{names.worker_name(settings.job_name, i)} pod IP>" for i in range(len(plan) - 1)]
-    objects = manifests.job_objects(settings, plan, PLACEHOLDER_KEYS, addresses)
+    if not settings.discovery_url:
+        settings = settings.replace(discovery_url=discovery.hosts_url("<manager pod IP>"))
+    objects = manifests.job_objects(settings, plan, PLACEHOLDER_KEYS)
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

@@ -1,8 +1,7 @@
 """What the manager tells the world: annotations on its own pod, Events regarding it,
 its log and its termination message.
 
-``distributetrain status``, ``submit --follow`` and ``kubectl describe`` read these; the
-reservation annotation is also what other managers' inventories count (see ``inventory``).
+``distributetrain status``, ``submit --follow`` and ``kubectl describe`` read these.
 """
 
 from __future__ import annotations
@@ -53,18 +52,9 @@ class Reporter:
         except errors.DistributeTrainError as e:
             log.warning("could not record phase %s: %s", phase, e)
 
-    def reserve(self, plan: list[tuple[str, int]]) -> None:
-        """Record the plan and hold the chief's share until the chief exists."""
-        chief_node, chief_share = plan[-1]
-        self._annotate(
-            {
-                names.ANNOTATION_PLAN: format_plan(plan),
-                names.ANNOTATION_RESERVATION: f"{chief_node}={chief_share}",
-            }
-        )
-
-    def release_reservation(self) -> None:
-        self._annotate({names.ANNOTATION_RESERVATION: None})
+    def planned(self, plan: list[tuple[str, int]]) -> None:
+        """Record the attempt's plan (shown by ``distributetrain status``)."""
+        self._annotate({names.ANNOTATION_PLAN: format_plan(plan)})
 
     def waiting(self, reasons: Mapping[str, str]) -> None:
         """Why each pod is not Ready yet (none: remove the annotation). Best effort."""
@@ -79,10 +69,6 @@ class Reporter:
             return None
         pod = self.kube.get_pod(self.settings.own_namespace, self.settings.job_name) or {}
         return (pod.get("metadata", {}).get("annotations") or {}).get(key)
-
-    def reservation(self) -> tuple[str, int] | None:
-        reserved = parse_plan(self._annotation(names.ANNOTATION_RESERVATION) or "")
-        return reserved[0] if reserved else None
 
     def plan(self) -> list[tuple[str, int]] | None:
         """The plan recorded by pre-training (which may have run in another process)."""
@@ -126,7 +112,6 @@ class Reporter:
                     names.ANNOTATION_PHASE: phase,
                     names.ANNOTATION_EXIT_CODE: str(exit_code),
                     names.ANNOTATION_REASON: reason[:1000],
-                    names.ANNOTATION_RESERVATION: None,
                     names.ANNOTATION_WAITING: None,
                 }
             )

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from distributetrain import names
+
 DEFAULT_PORT = 12345  # the seeds' sshd port
 DEFAULT_FILENAME = "/opt/distributetrain/train.py"  # where base_image/Dockerfile puts the example
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -88,6 +90,10 @@ class JobSettings:
     min_gpus: int = 0
     elastic_timeout_s: float = 600.0  # horovodrun waits this long for min_gpus after a loss (its default)
     discovery_url: str = ""  # where the chief's discovery script reads the hosts (the manager pod)
+    # A worker whose manager has not answered for this long, with no chief connected,
+    # ends: a manager whose node hung stays Terminating and no garbage collector deletes
+    # its pods, which would otherwise hold their GPUs for ever.
+    orphan_timeout_s: float = 300.0
     delete_chief: bool = False  # the chief is kept for its logs unless asked
     lock_namespace: str = ""  # where the placement Lease lives (default: DEFAULT_LOCK_NAMESPACE)
     manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
@@ -110,6 +116,11 @@ class JobSettings:
     @property
     def elastic(self) -> bool:
         return self.min_gpus > 0
+
+    @property
+    def selector(self) -> str:
+        """The job's objects of this manager's run (never an earlier run's of the same name)."""
+        return names.job_selector(self.job_name, self.owner_uid)
 
     @property
     def own_namespace(self) -> str:

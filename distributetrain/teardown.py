@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from distributetrain import errors, names, podstate
-from distributetrain.kube import Kube
+from distributetrain.kube import Kube, owner_uids
 from distributetrain.settings import JobSettings
 
 log = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     manager died mid-job) is deleted, or it would hold its GPUs to the end.
     """
     namespace, job = settings.namespace, settings.job_name
-    pods, _ = kube.list_all("pods", namespace, label_selector=names.job_selector(job))
+    pods, _ = kube.list_all("pods", namespace, label_selector=settings.selector)
     chief = names.chief_name(job, settings.attempt)
     doomed = []
     for pod in pods:
@@ -32,9 +32,15 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
             continue
         doomed.append(name)
     deleted = [f"pod/{name}" for name in kube.delete_all("Pod", namespace, sorted(doomed))]
-    if kube.delete("Secret", namespace, names.secret_name(job)):
+    if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
         deleted.append(f"secret/{names.secret_name(job)}")
     return deleted
+
+
+def _is_own_secret(kube: Kube, settings: JobSettings) -> bool:
+    """The job's Secret exists and is this manager's (an earlier run's of the same name is not)."""
+    secret = kube.read("Secret", settings.namespace, names.secret_name(settings.job_name))
+    return secret is not None and (not settings.owner_uid or settings.owner_uid in owner_uids(secret))
 
 
 def delete_because(kube: Kube, namespace: str, name: str, cause: str) -> bool:

@@ -58,6 +58,13 @@ def duration_s(text: str) -> float:
     return float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
 
 
+def positive_duration_s(text: str) -> float:
+    seconds = duration_s(text)
+    if seconds < 1:
+        raise ValueError(f"must be a duration of at least 1s, like 90s, 5m or 2h, got {text!r}")
+    return seconds
+
+
 def dns_label(text: str, max_length: int = 63) -> str:
     if len(text) > max_length or not DNS1123_LABEL.fullmatch(text):
         raise ValueError(

@@ -26,8 +26,10 @@ RELIST_DELAY_S = 0.5  # after a failed watch or list: never a busy loop
 
 
 @dataclass(frozen=True)
-class WorkersReady:
-    addresses: dict[str, str]  # worker pod name -> pod IP
+class AttemptStarted:
+    """Every worker Ready and the chief bound to its node: the attempt holds all its GPUs."""
+
+    hosts: tuple[tuple[str, int], ...]  # (address, GPUs) of each worker, in rank order
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class TimedOut:
     waiting_for: dict[str, str]  # pod name -> why it is not there yet
 
 
-Outcome = WorkersReady | ChiefStarted | ChiefFinished | PodLost | TimedOut
+Outcome = AttemptStarted | ChiefStarted | ChiefFinished | PodLost | TimedOut
 Judge = Callable[[Mapping[str, dict]], Outcome | None]
 
 
@@ -64,16 +66,19 @@ def _lost(name: str, pod: dict | None) -> PodLost | None:
     return None
 
 
-def workers_ready(workers: list[str]) -> Judge:
-    """Done when every worker is Ready; lost when one ends or vanishes."""
+def attempt_started(chief: str, workers: list[str]) -> Judge:
+    """Done when every worker is Ready and the chief is bound (it may still pull its image:
+    it holds its GPUs from the start and waits for the hosts); lost when a pod ends or vanishes."""
 
     def judge(pods: Mapping[str, dict]) -> Outcome | None:
-        for name in workers:
+        for name in (*workers, chief):
             lost = _lost(name, pods.get(name))
             if lost:
                 return lost
+        if not podstate.node(pods[chief]):
+            return None
         if all(podstate.is_ready(pods[name]) and podstate.address(pods[name]) for name in workers):
-            return WorkersReady({name: podstate.address(pods[name]) for name in workers})
+            return AttemptStarted(tuple((podstate.address(pods[name]), names.gpus_of(pods[name])) for name in workers))
         return None
 
     return judge
@@ -167,9 +172,25 @@ def watch_until(
             return None, pods
 
 
+def wait_until_gone(kube: Kube, namespace: str, selector: str, deadline: float,
+                    only: set[str] | None = None) -> set[str]:
+    """Wait until no selected worker or chief (of ``only``, if given) is left, each deleted,
+    its grace period over; return those still there at ``deadline`` (a pod on a dead node
+    may stay terminating for ever)."""
+
+    def job_pods_left(pods: Mapping[str, dict]) -> set[str]:
+        return {name for name, pod in pods.items()
+                if (pod["metadata"].get("labels") or {}).get(names.LABEL_ROLE) in (names.ROLE_WORKER, names.ROLE_CHIEF)
+                and (only is None or name in only)}
+
+    outcome, pods = watch_until(kube, namespace, selector, lambda pods: True if not job_pods_left(pods) else None,
+                                deadline)
+    return set() if outcome else job_pods_left(pods)
+
+
 def watch_job(
-    kube: Kube, namespace: str, job: str, judge: Judge, deadline: float, expected: list[str]
+    kube: Kube, namespace: str, selector: str, judge: Judge, deadline: float, expected: list[str]
 ) -> Outcome:
-    """Follow the job's pods until ``judge`` returns an outcome, or TimedOut at ``deadline``."""
-    outcome, pods = watch_until(kube, namespace, names.job_selector(job), judge, deadline)
+    """Follow the job's pods (``selector``) until ``judge`` returns an outcome, or TimedOut at ``deadline``."""
+    outcome, pods = watch_until(kube, namespace, selector, judge, deadline)
     return outcome if outcome is not None else TimedOut(pending_reasons(pods, expected))

@@ -25,7 +25,9 @@ from localcluster.cluster import Cluster  # noqa: E402
 
 NAMESPACE = "default"
 JOB = "distributetrain-demo"
-NODES = {"gpu-a": 2, "gpu-b": 1}
+# The first node is named as on EKS (Karpenter): its Node name is not its hostname label.
+NODES = {"ip-10-0-1-7.ec2.internal": 2, "gpu-b": 1}
+HOSTNAMES = {"ip-10-0-1-7.ec2.internal": "ip-10-0-1-7"}
 CLAIM = "demo-train"
 JOB_TIMEOUT_S = 600.0
 CLAIM_BOUND_TIMEOUT_S = 60
@@ -129,12 +131,12 @@ def main() -> int:
     options = parser.parse_args()
 
     step(f"Local cluster: real control plane, fake-GPU nodes {NODES}")
-    cluster = Cluster.up(nodes=NODES)
+    cluster = Cluster.up(nodes=NODES, hostnames=HOSTNAMES)
     exit_code = 1
     try:
         print(kubectl(cluster, "get", "nodes", "-o",
-                      "custom-columns=NODE:.metadata.name,GPUS:.status.allocatable.nvidia\\.com/gpu,"
-                      "STATUS:.status.conditions[-1].type"))
+                      "custom-columns=NODE:.metadata.name,HOSTNAME:.metadata.labels.kubernetes\\.io/hostname,"
+                      "GPUS:.status.allocatable.nvidia\\.com/gpu,STATUS:.status.conditions[-1].type"))
         step("RBAC, once per cluster")
         print(kubectl(cluster, "apply", "-f", str(REPO / "rbac")))
         workdir = Path(tempfile.mkdtemp(prefix="distributetrain-demo-"))

@@ -111,10 +111,16 @@ def manager_pod(namespace: str, name: str, args: list[str], restart_policy: str 
 
 @dataclass
 class NodePool:
-    """Fake-GPU nodes of one test: real node names are prefixed, the selector finds them."""
+    """Fake-GPU nodes of one test: real node names are prefixed, the selector finds them.
+
+    The first node of each group is named as on EKS (Karpenter) or kops/OpenStack: Node
+    `<prefix>-a.ec2.internal` with the label kubernetes.io/hostname=<prefix>-a, so every job
+    test runs where a Node's name and its hostname label differ.
+    """
 
     prefix: str
     names: dict[str, str] = field(default_factory=dict)  # logical name -> node name
+    hostnames: dict[str, str] = field(default_factory=dict)  # logical name -> kubernetes.io/hostname
 
     @property
     def selector(self) -> str:
@@ -122,6 +128,10 @@ class NodePool:
 
     def node(self, logical: str) -> str:
         return self.names[logical]
+
+    def hostname(self, logical: str) -> str:
+        """The node's hostname label, which is also what a hostNetwork pod there sees as its hostname."""
+        return self.hostnames[logical]
 
 
 @contextmanager
@@ -133,10 +143,15 @@ def node_pool(cluster, spec: dict[str, int], **kwargs) -> Iterator[NodePool]:
 
 @contextmanager
 def more_nodes(cluster, pool: NodePool, spec: dict[str, int], **kwargs) -> Iterator:
-    """Nodes added to ``pool`` under an agent of their own (yielded), which a test can stop alone."""
-    pool.names.update({logical: f"{pool.prefix}-{logical}" for logical in spec})
+    """Nodes added to ``pool`` under an agent of their own (yielded), which a test can stop alone.
+
+    The group's first node is named as on EKS (see NodePool)."""
+    for position, logical in enumerate(spec):
+        hostname = f"{pool.prefix}-{logical}"
+        pool.hostnames[logical] = hostname
+        pool.names[logical] = f"{hostname}.ec2.internal" if position == 0 else hostname
     group = cluster.add_nodes({pool.names[k]: v for k, v in spec.items()}, labels={TEST_NODE_LABEL: pool.prefix},
-                              **kwargs)
+                              hostnames={pool.names[k]: pool.hostnames[k] for k in spec}, **kwargs)
     try:
         yield group
     finally:

@@ -95,6 +95,8 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append(f"--worker-ready-timeout={_duration(settings.worker_ready_timeout_s)}")
     if settings.active_deadline_s:
         args.append(f"--active-deadline={_duration(settings.active_deadline_s)}")
+    if _changed(settings, "orphan_timeout_s"):
+        args.append(f"--orphan-timeout={_duration(settings.orphan_timeout_s)}")
     if _changed(settings, "wait_for_gpus_s"):
         args.append(f"--wait-for-gpus={_duration(settings.wait_for_gpus_s)}")
     if _changed(settings, "ssh_connect_attempts"):

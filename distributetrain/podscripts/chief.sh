@@ -1,16 +1,21 @@
-# Chief: hostfile (itself first, so rank 0 and its logs and checkpoints are here), a
-# bounded SSH check of every worker (horovodrun's own failure is opaque), then horovodrun;
-# elastic jobs (DT_MIN_PROCS set) get a discovery script (discover.py) that asks the manager.
+# Chief: the hosts from the manager (discover.py, itself first), a bounded SSH check of
+# every worker (horovodrun's own failure is opaque), then horovodrun; elastic jobs
+# (DT_MIN_PROCS set) give horovodrun the same discovery script.
 set -eu
 # First: every ssh from here on, horovodrun's included, checks the job's host key.
 @SSH_WRAPPER@
+# Created with the workers, so its GPUs are held from the start (a multi-GB image pull
+# included): the workers' addresses come from the manager once all are Ready.
+discover=/tmp/distributetrain-discover
+cat > "$discover" <<'DISCOVER'
+@DISCOVER_PY@DISCOVER
+chmod +x "$discover"
+hosts=/tmp/distributetrain-hosts
+"$discover" --wait "$DT_HOSTS_WAIT_S" > "$hosts"
 hostfile=/tmp/distributetrain-hostfile
-printf '%s slots=%s\n' "$DT_CHIEF_ADDRESS" "$DT_CHIEF_SLOTS" > "$hostfile"
-for worker in $DT_WORKERS; do
-  printf '%s slots=%s\n' "${worker%:*}" "${worker##*:}" >> "$hostfile"
-done
-for worker in $DT_WORKERS; do
-  address="${worker%:*}"
+sed 's/:\([0-9]*\)$/ slots=\1/' "$hosts" > "$hostfile"
+workers=$(tail -n +2 "$hostfile" | cut -d' ' -f1)
+for address in $workers; do
   attempt=1
   until ssh -o ConnectTimeout=5 -p "$DT_PORT" "$address" true; do
     if [ "$attempt" -ge "$DT_SSH_ATTEMPTS" ]; then
@@ -27,7 +32,7 @@ done
 # the nodes' own networks (--host-network), whose interface names may differ by node,
 # nor for a job on the chief alone (loopback, which horovodrun finds by itself).
 interface=""
-if [ -n "$DT_WORKERS" ] && [ "$DT_SAME_INTERFACES" = true ]; then
+if [ -n "$workers" ] && [ "$DT_SAME_INTERFACES" = true ]; then
   interface=$(python -c 'import sys, psutil
 print(next((name for name, addresses in psutil.net_if_addrs().items()
             if any(a.address == sys.argv[1] for a in addresses)), ""))' "$DT_CHIEF_ADDRESS") || interface=""
@@ -40,16 +45,8 @@ if [ -z "${DT_MIN_PROCS:-}" ]; then
     -p "$DT_PORT" --start-timeout 120 python "$DT_FILENAME" "$@"
 fi
 # Elastic: horovodrun runs the discovery script every second and reshapes the job when
-# its answer changes. The script asks the manager (which lists Ready workers only) and
-# falls back to its last good answer, first the hosts above, so a manager that is
-# briefly unreachable never makes Horovod see every host gone.
-hosts=/tmp/distributetrain-hosts
-sed 's/ slots=/:/' "$hostfile" > "$hosts"
-discover=/tmp/distributetrain-discover
-cat > "$discover" <<'DISCOVER'
-@DISCOVER_PY@DISCOVER
-chmod +x "$discover"
-echo "distributetrain: elastic horovodrun, $DT_MIN_PROCS to $DT_NUM_PROCS processes, hosts from $DT_DISCOVERY_URL"
+# its answer changes.
+echo "distributetrain: elastic horovodrun, $DT_MIN_PROCS to $DT_NUM_PROCS processes, hosts from $DT_HOSTS_URL"
 # New hosts get new names and addresses (the manager never reuses a worker's), so
 # Horovod's blacklist of a failed host never blocks its replacement.
 exec horovodrun --gloo ${interface:+--network-interface "$interface"} -np "$DT_NUM_PROCS" \

@@ -7,6 +7,10 @@
 # still ends the container (`wait` returns its status).
 # Every sshd setting is on its command line (`-f /dev/null`, @SSHD_OPTIONS@ from
 # manifests.SSHD_OPTIONS), so no sshd_config in the image can weaken it.
+# A bounded life: a worker whose manager has not answered for DT_ORPHAN_AFTER_S (its
+# node hung: the manager pod stays Terminating and no garbage collector deletes this
+# one), with no SSH session open (no chief trains through it), stops sshd and ends,
+# freeing its GPUs. Any HTTP answer of the manager, an error status included, is one.
 set -eu
 mkdir -p /run/sshd
 trap 'kill -TERM -1 2>/dev/null || true; while kill -0 -1 2>/dev/null; do sleep 0.1; done; exit 143' TERM
@@ -14,4 +18,22 @@ trap 'kill -TERM -1 2>/dev/null || true; while kill -0 -1 2>/dev/null; do sleep 
   -h @HOST_KEY@ \
   -o AuthorizedKeysFile=@AUTHORIZED_KEYS@ \
   @SSHD_OPTIONS@ &
-wait $!
+sshd=$!
+(
+  answered=$(date +%s)
+  while sleep "$DT_ORPHAN_CHECK_S"; do
+    if python -c 'import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=5)
+except urllib.error.HTTPError:
+    pass' "$DT_MANAGER_URL" 2>/dev/null; then
+      answered=$(date +%s)
+    elif [ $(($(date +%s) - answered)) -ge "$DT_ORPHAN_AFTER_S" ] \
+        && [ "$(grep -lx sshd /proc/[0-9]*/comm 2>/dev/null | wc -l)" -le 1 ]; then
+      echo "distributetrain: the manager at $DT_MANAGER_URL has not answered for ${DT_ORPHAN_AFTER_S}s and no chief is connected: ending" >&2
+      kill -TERM "$sshd"
+      exit 0
+    fi
+  done
+) &
+wait "$sshd"

@@ -343,7 +343,7 @@ def rendered_job(name):
     settings = JobSettings(job_name=name, namespace="default", num_gpus=2, image=IMAGE, port=SSHD_PORT)
     keys = JobKeys.generate(name)
     worker = manifests.worker_pod(settings, 0, "worker-node", 1)
-    chief = manifests.chief_pod(settings, "chief-node", 1, [(WORKER_ADDRESS, 1)])
+    chief = manifests.chief_pod(settings, "chief-node", 1)
     return manifests.ssh_secret(settings, keys), worker, chief
 
 

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes import client
 
+from distributetrain import inventory
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -156,8 +157,7 @@ def test_unschedulable_workers_are_released_within_the_timeout(cluster, api_clie
         try:
             coordination.delete_namespaced_lease("distributetrain-placement", jobs.namespace)
             worker = jobs.wait_for("stolen-worker-0", lambda p: True, 60)
-            worker_node = worker["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-                "nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0]
+            worker_node = inventory.pinned_node(worker["spec"])
             jobs.core.create_namespaced_pod(jobs.namespace, {
                 "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "thief"},
                 "spec": {"nodeName": worker_node, "containers": [{

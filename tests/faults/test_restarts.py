@@ -113,12 +113,12 @@ def test_a_worker_node_lost_while_the_worker_starts_restarts_the_job_on_a_ready_
             annotations = jobs.pod("startlost")["metadata"]["annotations"]
             assert annotations["distributetrain.io/restarts"] == "1"
             assert annotations["distributetrain.io/last-restart-reason"] == (
-                f"worker startlost-worker-0 is being deleted (its node {pool.node('a')} is not Ready "
+                f"pod startlost-worker-0 is being deleted (its node {pool.node('a')} is not Ready "
                 "(NodeStatusUnknown: Kubelet stopped posting node status.)) before training started"), \
                 jobs.logs("startlost")
             manager_log = jobs.logs("startlost")
             assert f"plan {pool.node('b')}=1,{pool.node('c')}=1" in manager_log, manager_log  # not on the lost node
         finally:
             os.kill(losable.agent_pid, signal.SIGCONT)
-        jobs.wait_gone(["startlost-worker-0", "startlost-worker-0-r1"])
+        jobs.wait_gone(["startlost-worker-0", "startlost-chief", "startlost-worker-0-r1"])
         assert jobs.secrets("startlost") == []

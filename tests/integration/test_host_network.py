@@ -27,4 +27,4 @@ def test_host_network_job_trains_across_two_nodes(cluster, api_client, namespace
         launch = next(line for line in log.splitlines() if "horovodrun -np" in line)
         assert " over " not in launch, log  # no --network-interface forced on the other host
         hosts = dict(re.findall(r"rank=(\d+) size=2 host=(\S+)", log))
-        assert hosts == {"0": pool.node("b"), "1": pool.node("a")}, log
+        assert hosts == {"0": pool.hostname("b"), "1": pool.hostname("a")}, log  # the machines' hostnames

@@ -51,11 +51,11 @@ def test_six_gpus_on_5_3_2_run_as_two_pods_on_the_planned_nodes(cluster, api_cli
         log = jobs.logs("six-chief")
         # horovodrun prefixes each line with "[rank]<stdout>:".
         assert sorted(int(r) for r in re.findall(r"rank=(\d+) size=6", log)) == list(range(6))
-        # The worker: 5 GPUs on node a, Ready before the chief was even created.
-        worker_added = events.first(lambda e: e[0] == "ADDED" and e[1] == "six-worker-0")
-        worker_ready = events.first(lambda e: e[1] == "six-worker-0" and e[2])
+        # The chief holds its GPUs from the start: created with the worker (5 GPUs on
+        # node a), before the worker was Ready; it trained only once it was (all 6 ranks).
         chief_added = events.first(lambda e: e[0] == "ADDED" and e[1] == "six-chief")
-        assert worker_added < worker_ready < chief_added
+        worker_ready = events.first(lambda e: e[1] == "six-worker-0" and e[2])
+        assert chief_added < worker_ready
         # Torn down: the worker and the Secret are gone, the chief is kept for its logs.
         jobs.wait_gone(["six-worker-0"])
         assert jobs.secrets("six") == []

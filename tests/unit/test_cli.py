@@ -32,6 +32,8 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--namespace", "Bad.NS"], "--namespace"),
         (["--num-gpus", "2", "--gpu-resource", "gpu"], "--gpu-resource"),
         (["--num-gpus", "2", "--env", "1BAD=x"], "--env"),
+        (["--num-gpus", "2", "--orphan-timeout", "0s"], "--orphan-timeout"),
+        (["--num-gpus", "2", "--orphan-timeout", "soon"], "--orphan-timeout"),
         (["--num-gpus", "2", "--env-from-secret", "Bad_Secret"], "--env-from-secret"),
         (["--num-gpus", "2", "--env-from-secret", "creds=x"], "--env-from-secret"),
         (["--num-gpus", "2", "--env-from-secret", ""], "--env-from-secret"),

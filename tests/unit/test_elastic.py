@@ -45,24 +45,24 @@ def by_name(*pods):
     return {p["metadata"]["name"]: p for p in pods}
 
 
-def test_hosts_are_the_chief_then_ready_workers_with_their_shares():
+def test_hosts_are_the_ready_workers_with_their_shares():
     pods = by_name(chief(), worker(0, gpus=2), worker(1, ready=False), worker(2), worker(3, deleting=True),
                    worker(4, phase="Failed", exit_code=137))
-    assert elastic.ready_hosts(pods, SETTINGS) == (("10.0.1.1", 1), ("10.0.2.0", 2), ("10.0.2.2", 1))
+    assert elastic.ready_hosts(pods, SETTINGS) == (("10.0.2.0", 2), ("10.0.2.2", 1))
 
 
 def test_workers_of_another_attempt_are_not_hosts():
     pods = by_name(chief(), worker(0), worker(1, attempt=1))
-    assert elastic.ready_hosts(pods, SETTINGS) == (("10.0.1.1", 1), ("10.0.2.0", 1))
+    assert elastic.ready_hosts(pods, SETTINGS) == (("10.0.2.0", 1),)
 
 
 def test_judge_reports_a_change_of_hosts_and_nothing_else():
     pods = by_name(chief(), worker(0), worker(1))
     hosts = elastic.ready_hosts(pods, SETTINGS)
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == elastic.HostsChanged(hosts)
+    assert elastic.judge_elastic(SETTINGS, ())(pods) == elastic.HostsChanged(hosts, 3)
     assert elastic.judge_elastic(SETTINGS, hosts)(pods) is None
     del pods[names.worker_name("j", 1, 0)]
-    assert elastic.judge_elastic(SETTINGS, hosts)(pods) == elastic.HostsChanged(hosts[:2])
+    assert elastic.judge_elastic(SETTINGS, hosts)(pods) == elastic.HostsChanged(hosts[:1], 2)
 
 
 def test_a_lost_worker_is_not_the_end_but_a_lost_chief_is():
@@ -158,13 +158,13 @@ def test_elastic_flags_and_the_managers_address(monkeypatch):
 
 
 def test_the_elastic_chief_gets_horovods_bounds_and_where_to_ask():
-    chief = manifests.chief_pod(SETTINGS, "n", 1, [("10.0.2.0", 3)])
+    chief = manifests.chief_pod(SETTINGS, "n", 1)
     env = {e["name"]: e.get("value") for e in chief["spec"]["containers"][0]["env"]}
-    assert {k: env[k] for k in ("DT_NUM_PROCS", "DT_MIN_PROCS", "DT_DISCOVERY_URL", "DT_ELASTIC_TIMEOUT")} == \
-        {"DT_NUM_PROCS": "4", "DT_MIN_PROCS": "2", "DT_DISCOVERY_URL": "http://10.0.0.1:8470/hosts",
+    assert {k: env[k] for k in ("DT_NUM_PROCS", "DT_MIN_PROCS", "DT_HOSTS_URL", "DT_ELASTIC_TIMEOUT")} == \
+        {"DT_NUM_PROCS": "4", "DT_MIN_PROCS": "2", "DT_HOSTS_URL": "http://10.0.0.1:8470/hosts",
          "DT_ELASTIC_TIMEOUT": "600"}
-    static = manifests.chief_pod(SETTINGS.replace(min_gpus=0), "n", 1, [("10.0.2.0", 3)])
-    assert not any(e["name"].startswith(("DT_MIN", "DT_DISC", "DT_ELASTIC")) for e in static["spec"]["containers"][0]["env"])
+    static = manifests.chief_pod(SETTINGS.replace(min_gpus=0), "n", 1)
+    assert not any(e["name"].startswith(("DT_MIN", "DT_ELASTIC")) for e in static["spec"]["containers"][0]["env"])
 
 
 def test_a_worker_not_ready_past_the_timeout_is_overdue_and_ready_again_is_forgotten():

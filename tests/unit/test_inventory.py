@@ -5,7 +5,8 @@ from hypothesis import given, strategies as st
 
 from distributetrain import manifests, names
 from distributetrain.inventory import (
-    BLOCKING_TAINT_EFFECTS, GpuLedger, free_gpus, gpu_count, node_refusal, pinned_node, pod_request, tolerates,
+    BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, free_gpus, gpu_count, node_gpus, node_refusal, pinned_node,
+    pod_claim, pod_request, tolerates,
 )
 from distributetrain.settings import JobSettings
 
@@ -258,35 +259,30 @@ def test_selectable_counts_every_selected_node_whatever_its_state():
                               "d": "has no nvidia.com/gpu"}
 
 
-def freed_ledger():
-    ledger = GpuLedger(GPU, own_pod_uid="me")
-    ledger.add_node(node("a"))
-    ledger.add_node(node("cordoned", unschedulable=True))
-    for p in (pod("a", [container(2)], uid="holder"),
-              pod(None, [container()], uid="other-manager", annotations={names.ANNOTATION_RESERVATION: "a=1"}),
-              pod(None, [container()], uid="me", annotations={names.ANNOTATION_RESERVATION: "a=2"})):
-        ledger.add_pod(p)
-    return ledger
+def test_a_node_s_part_of_the_ledger():
+    assert node_gpus(node("a", "4", labels={"pool": "x"}), GPU, node_selector={"pool": "x"}) == \
+        NodeGpus("a", 4, True, None)
+    assert node_gpus(node("b", "2", unschedulable=True), GPU, node_selector={"pool": "x"}) == \
+        NodeGpus("b", 2, False, "does not match the node selector")
+    assert node_gpus(node("c", None), GPU) == NodeGpus("c", None, True, "has no nvidia.com/gpu")
 
 
-@pytest.mark.parametrize("event,p,frees", [
-    ("DELETED", pod("a", [container(2)]), True),
-    ("MODIFIED", pod("a", [container(2)], phase="Succeeded"), True),
-    ("MODIFIED", pod("a", [container(2)], phase="Failed"), True),
-    ("DELETED", pod(None, [container(1)], affinity_node="a"), True),  # a pinned, unbound worker
-    ("MODIFIED", pod("a", [container(2)]), False),  # still running
-    ("ADDED", pod("a", [container(2)], phase="Pending"), False),
-    ("DELETED", pod("a", [container()]), False),  # held no GPU
-    ("DELETED", pod("cordoned", [container(2)]), False),  # not a candidate node
-    ("DELETED", pod("elsewhere", [container(2)]), False),
-    ("MODIFIED", pod(None, [container()], uid="other-manager"), True),  # dropped its reservation
-    ("DELETED", pod(None, [container()], uid="other-manager", annotations={names.ANNOTATION_RESERVATION: "a=1"}), True),
-    ("MODIFIED", pod(None, [container()], uid="other-manager", annotations={names.ANNOTATION_RESERVATION: "a=1"}), False),
-    ("MODIFIED", pod(None, [container()], uid="me"), False),  # its own reservation is not a claim
-    ("BOOKMARK", {"metadata": {"resourceVersion": "7"}}, False),
+@pytest.mark.parametrize("p,claim", [
+    (pod("a", [container(2), container(1)], uid="w"), PodClaim("w", (("a", 3),), ())),
+    (pod(None, [container(1)], uid="w", affinity_node="b"), PodClaim("w", (("b", 1),), ())),  # pinned, unbound
+    (pod(None, [], uid="m", annotations={names.ANNOTATION_RESERVATION: "a=2,b=1"}),
+     PodClaim("m", (), (("a", 2), ("b", 1)))),
+    (pod("a", [container(2)], phase="Succeeded"), None),
+    (pod("a", [container()]), None),  # holds no GPU
+    (pod(None, [container(2)], phase="Pending"), None),  # not bound nor pinned: on no node yet
 ])
-def test_only_events_that_can_free_gpus_on_candidate_nodes_wake_the_wait(event, p, frees):
-    assert freed_ledger().freed_by(event, p) is frees
+def test_what_a_pod_claims(p, claim):
+    assert pod_claim(p, GPU) == claim
+
+
+def test_a_managers_own_reservation_is_not_counted_against_itself():
+    claim = PodClaim("me", (("a", 1),), (("a", 2),))
+    assert (claim.counted("me"), claim.counted("other")) == ((("a", 1),), (("a", 1), ("a", 2)))
 
 
 def test_unavailable_names_nodes_that_may_come_back_and_counts_the_rest():

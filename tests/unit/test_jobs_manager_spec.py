@@ -132,6 +132,7 @@ def test_every_job_flag_reaches_the_manager_unchanged():
              "--toleration", "x=:NoExecute", "--env", "A=b=c", "--env", "EMPTY=",
              "--env-from-secret", "s3-creds", "--env-from-secret", "wandb.key", "--pvc", "data:/data:ro",
              "--pvc", "ckpt:/ckpt", "--worker-ready-timeout", "90s", "--active-deadline", "2.5h",
+             "--orphan-timeout", "90s",
              "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--max-restarts", "2", "--lock-namespace", "locks",
              "--service-account", "trainer", "--cpu-per-gpu", "1500m", "--memory-per-gpu", "20G",
              "--shm-size", "3Gi"]

@@ -3,6 +3,7 @@ the manager pod, in order, and what it says about pods that wait."""
 
 import copy
 import json
+import socket
 import time
 
 import pytest
@@ -10,8 +11,15 @@ import pytest
 from distributetrain import errors, events, inventory, lifecycle, names
 from distributetrain.settings import JobSettings
 
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1", owner_uid="uid-1",
-                       worker_ready_timeout_s=30.0)
+                       worker_ready_timeout_s=30.0, discovery_url=f"http://127.0.0.1:{free_port()}/hosts")
 UNSCHEDULABLE = ("0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
                  "0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
 
@@ -48,8 +56,9 @@ class FakeKube:
         return (copy.deepcopy(self.nodes) if kind == "nodes" else self._pods(namespace, selectors)), "1"
 
     def _pods(self, namespace, selectors):
-        key, _, value = selectors.get("label_selector", "").partition("=")
-        return [copy.deepcopy(p) for p in self.pods.values() if not key or p["metadata"]["labels"].get(key) == value]
+        terms = [term.partition("=")[::2] for term in filter(None, selectors.get("label_selector", "").split(","))]
+        return [copy.deepcopy(p) for p in self.pods.values()
+                if all(p["metadata"]["labels"].get(key) == value for key, value in terms)]
 
     def get_pod(self, namespace, name):
         return copy.deepcopy(self.manager) if name == "demo" else copy.deepcopy(self.pods.get(name))
@@ -106,8 +115,11 @@ class FakeKube:
             time.sleep(timeout_s)
             return
         for name, status in script:
-            self.pods[name]["status"] = status
-            yield "MODIFIED", copy.deepcopy(self.pods[name])
+            pod = self.pods[name]
+            pod["status"] = status
+            if any(c["type"] == "PodScheduled" and c["status"] == "True" for c in status.get("conditions", ())):
+                pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
+            yield "MODIFIED", copy.deepcopy(pod)
 
 
     def watch_nodes(self, resource_version, timeout_s):
@@ -131,6 +143,10 @@ class FakeEventsApi:
 def running(ready=True, ip="10.0.0.2"):
     return {"phase": "Running", "podIP": ip, "conditions": [
         {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True" if ready else "False"}]}
+
+
+PULLING = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+           "containerStatuses": [{"name": "chief", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
 
 
 def ended(code):
@@ -161,7 +177,7 @@ def story(monkeypatch, tmp_path):
 
 def test_a_successful_job_tells_its_story_in_order(story):
     code, recorded, kube = story([
-        [("demo-worker-0", UNSCHEDULED), ("demo-worker-0", running())],
+        [("demo-worker-0", UNSCHEDULED), ("demo-worker-0", running()), ("demo-chief", PULLING)],
         [("demo-chief", running(ip="10.0.0.3"))],
         [("demo-chief", ended(0))],
     ])
@@ -169,55 +185,80 @@ def test_a_successful_job_tells_its_story_in_order(story):
     assert recorded == [
         ("Planned", "Normal", "2 GPUs on 2 nodes: a=1,b=1 (the chief's share last)"),
         ("WorkersCreated", "Normal", "demo-worker-0 on a (1 GPUs)"),
+        ("ChiefCreated", "Normal", "demo-chief on b (1 GPUs): horovodrun -np 2 over 2 pods once the workers are Ready"),
         ("PodWaiting", "Warning", f"demo-worker-0: not scheduled: {UNSCHEDULABLE}"),
         ("WorkersReady", "Normal", "1 of 1 Ready: demo-worker-0 (10.0.0.2)"),
-        ("ChiefCreated", "Normal", "demo-chief on b (1 GPUs): horovodrun -np 2 over 2 pods"),
         ("ChiefStarted", "Normal", "demo-chief is running: training started"),
         ("Succeeded", "Normal", "training finished (exit code 0)"),
     ]
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
 
 
+def test_the_chief_holds_its_gpus_from_the_start(story):
+    """Created in the same burst as the workers, before any of them is Ready: no other
+    pod can take its GPUs while the workers start (or it pulls a multi-GB image)."""
+    created = []
+    original = FakeKube.create_all_owned
+
+    def create_all(self, objs):
+        created.append(sorted(obj["metadata"]["name"] for obj in objs))
+        return original(self, objs)
+
+    FakeKube.create_all_owned = create_all
+    try:
+        code, _, _ = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+                            [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
+    finally:
+        FakeKube.create_all_owned = original
+    assert code == 0
+    assert created == [["demo-chief", "demo-worker-0"]]
+
+
 def test_a_failed_job_ends_with_a_warning_naming_the_exit_code(story):
     code, recorded, _ = story([
-        [("demo-worker-0", running())],
+        [("demo-worker-0", running()), ("demo-chief", PULLING)],
         [("demo-chief", running(ip="10.0.0.3"))],
         [("demo-chief", ended(1))],
     ])
     assert code == 1
-    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted",
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted",
                                         "Failed"]
     assert recorded[-1] == ("Failed", "Warning", "chief exited with code 1 (exit code 1)")
 
 
 def test_workers_never_ready_are_released_and_the_job_fails_saying_why(story):
-    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED)]],
+    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED), ("demo-chief", PULLING)]],
                                  settings=SETTINGS.replace(worker_ready_timeout_s=0.5))
     assert code == 75
     assert [r[:2] for r in recorded] == [("Planned", "Normal"), ("WorkersCreated", "Normal"),
-                                         ("PodWaiting", "Warning"), ("Released", "Warning"), ("Failed", "Warning")]
-    assert recorded[3][2] == (f"workers not Ready within 0s (demo-worker-0: not scheduled: {UNSCHEDULABLE}); "
-                              "released them")
-    assert "demo-worker-0: not scheduled: 0/2 nodes are available" in recorded[4][2]
+                                         ("ChiefCreated", "Normal"), ("PodWaiting", "Warning"),
+                                         ("Released", "Warning"), ("Failed", "Warning")]
+    assert recorded[4][2] == (f"pods not Ready within 0s (demo-worker-0: not scheduled: {UNSCHEDULABLE}; "
+                              "demo-chief: container chief: ContainerCreating); released them")
+    assert "demo-worker-0: not scheduled: 0/2 nodes are available" in recorded[5][2]
     assert kube.pods == {} and kube.secrets == {}
 
 
-def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story):
-    """The released worker stays terminating (its node died): the next attempt neither
-    waits for it nor adopts it; its pods have new names, recorded as attempt 1."""
+def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story, monkeypatch):
+    """The released pods stay terminating (their nodes died): the next attempt waits for
+    them only a bounded time, never adopts them, and plans around them under new names,
+    recorded as attempt 1."""
+    monkeypatch.setattr("distributetrain.job.OLD_PODS_GONE_S", 0.2)
     code, recorded, kube = story(
-        [[("demo-worker-0", UNSCHEDULED)], None,
-         [("demo-worker-0-r1", running())], [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]],
+        [[("demo-worker-0", UNSCHEDULED)], None, None,
+         [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
+         [("demo-chief-r1", ended(0))]],
         settings=SETTINGS.replace(worker_ready_timeout_s=0.5, wait_for_gpus_s=60.0),
-        nodes=(("a", 1), ("b", 1), ("c", 1)), pods_stay_terminating=True)
+        nodes=(("a", 1), ("b", 1), ("c", 1), ("d", 1)), pods_stay_terminating=True)
     assert code == 0
-    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "PodWaiting", "Released", "Planned",
-                                        "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted", "Succeeded"]
-    first_node = inventory.pinned_node(kube.pods["demo-worker-0"]["spec"])
-    assert "demo-worker-0-r1 on" in recorded[5][2] and "demo-chief-r1 on" in recorded[7][2]
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "PodWaiting", "Released",
+                                        "Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted",
+                                        "Succeeded"]
+    first_nodes = {inventory.pinned_node(kube.pods[name]["spec"]) for name in ("demo-worker-0", "demo-chief")}
+    assert "demo-worker-0-r1 on" in recorded[6][2] and "demo-chief-r1 on" in recorded[7][2]
     assert kube.manager["metadata"]["annotations"][names.ANNOTATION_ATTEMPT] == "1"
-    # The terminating worker still holds its GPUs: attempt 1 planned around it.
-    assert first_node and f"{first_node}=" not in recorded[4][2]
+    # The terminating pods still hold their GPUs: attempt 1 planned around them.
+    assert all(f"{node}=" not in recorded[5][2] for node in first_nodes)
     # Torn down but the finished chief of the last attempt, kept for its logs.
     assert {name for name, pod in kube.pods.items() if not pod["metadata"].get("deletionTimestamp")} == {"demo-chief-r1"}
 
@@ -228,12 +269,14 @@ WORKER_KILLED = {"phase": "Failed", "containerStatuses": [{"name": "worker", "st
 def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(story, monkeypatch):
     monkeypatch.setattr("distributetrain.restarts.RESTART_BACKOFF_S", 0.01)
     code, recorded, kube = story(
-        [[("demo-worker-0", running())], [("demo-chief", running(ip="10.0.0.3"))], [("demo-worker-0", WORKER_KILLED)],
-         [("demo-worker-0-r1", running())], [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]],
+        [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
+         [("demo-worker-0", WORKER_KILLED)],
+         [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
+         [("demo-chief-r1", ended(0))]],
         settings=SETTINGS.replace(max_restarts=2))
     assert code == 0
-    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted",
-                                        "Restarting", "Planned", "WorkersCreated", "WorkersReady", "ChiefCreated",
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted",
+                                        "Restarting", "Planned", "WorkersCreated", "ChiefCreated", "WorkersReady",
                                         "ChiefStarted", "Succeeded"]
     assert recorded[5][1:] == ("Warning", "pod demo-worker-0 ended (Failed, exit code 137); restart 1 of 2 "
                                           "(attempt 1) in 0s")
@@ -247,7 +290,8 @@ def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(stor
 def test_without_restarts_left_a_lost_worker_ends_the_job_with_71(story, monkeypatch, used, allowed):
     monkeypatch.setattr(FakeKube, "__init__", _with_annotations(FakeKube.__init__, {names.ANNOTATION_RESTARTS: str(used)}))
     code, recorded, kube = story(
-        [[("demo-worker-0", running())], [("demo-chief", running(ip="10.0.0.3"))], [("demo-worker-0", WORKER_KILLED)]],
+        [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
+         [("demo-worker-0", WORKER_KILLED)]],
         settings=SETTINGS.replace(max_restarts=allowed))
     assert code == 71
     assert "Restarting" not in [r[0] for r in recorded]
@@ -260,25 +304,29 @@ def test_a_worker_lost_while_starting_restarts_the_job_within_the_budget(story, 
     monkeypatch.setattr("distributetrain.restarts.RESTART_BACKOFF_S", 0.01)
     code, recorded, kube = story(
         [[("demo-worker-0", WORKER_KILLED)],
-         [("demo-worker-0-r1", running())], [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]],
+         [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
+         [("demo-chief-r1", ended(0))]],
         settings=SETTINGS.replace(max_restarts=allowed))
-    cause = "worker demo-worker-0 ended (Failed, exit code 137) before training started"
+    cause = "pod demo-worker-0 ended (Failed, exit code 137) before training started"
     if not allowed:
-        assert (code, [r[0] for r in recorded]) == (71, ["Planned", "WorkersCreated", "PodWaiting", "Failed"])
+        assert (code, [r[0] for r in recorded]) == (71, ["Planned", "WorkersCreated", "ChiefCreated", "PodWaiting",
+                                                         "Failed"])
         assert recorded[-1][2] == f"{cause}; aborted the job (exit code 71)"
         assert kube.pods == {} and kube.secrets == {}
         return
     assert code == 0
-    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "PodWaiting", "Restarting", "Planned",
-                                        "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted", "Succeeded"]
-    assert recorded[3][2] == f"{cause}; restart 1 of 1 (attempt 1) in 0s"
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "PodWaiting", "Restarting",
+                                        "Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted",
+                                        "Succeeded"]
+    assert recorded[4][2] == f"{cause}; restart 1 of 1 (attempt 1) in 0s"
     assert kube.manager["metadata"]["annotations"][names.ANNOTATION_RESTART_REASON] == cause
     assert set(kube.pods) == {"demo-chief-r1"}
 
 
 def test_a_chief_that_fails_on_its_own_is_not_restarted(story):
     code, recorded, _ = story(
-        [[("demo-worker-0", running())], [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(1))]],
+        [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
+         [("demo-chief", ended(1))]],
         settings=SETTINGS.replace(max_restarts=3))
     assert code == 1
     assert "Restarting" not in [r[0] for r in recorded]
@@ -302,14 +350,16 @@ def test_the_waiting_annotation_says_why_while_it_waits(story, monkeypatch):
         original(self, namespace, name, annotations)
 
     monkeypatch.setattr(FakeKube, "annotate_pod", annotate)
-    story([[("demo-worker-0", UNSCHEDULED), ("demo-worker-0", running())],
+    story([[("demo-worker-0", UNSCHEDULED), ("demo-worker-0", running()), ("demo-chief", PULLING)],
            [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
     # Written in the background, so a state may be superseded before its turn, but never
     # out of order, and each wait ends with nothing waited on.
-    states = iter([{"demo-worker-0": "waiting for the scheduler"},
-                   {"demo-worker-0": f"not scheduled: {UNSCHEDULABLE}"},
-                   None,
+    states = iter([{"demo-worker-0": "waiting for the scheduler", "demo-chief": "waiting for the scheduler"},
+                   {"demo-worker-0": f"not scheduled: {UNSCHEDULABLE}", "demo-chief": "waiting for the scheduler"},
                    {"demo-chief": "waiting for the scheduler"},
+                   {"demo-chief": "container chief: ContainerCreating"},
+                   None,
+                   {"demo-chief": "container chief: ContainerCreating"},
                    None,
                    None])  # the outcome clears it too
     assert all(any(value == state for state in states) for value in seen), seen
@@ -332,3 +382,43 @@ def test_bad_input_found_by_the_manager_is_a_failed_event(story, monkeypatch):
 ])
 def test_an_abnormal_end_says_what_stopped_the_manager(code, says):
     assert says in lifecycle.abnormal_end(code)
+
+
+def earlier_run_pod(name, role, status, owner_references=True):
+    """A pod of an earlier run of the job "demo": another manager's UID."""
+    metadata = {"name": name, "namespace": "ml", "labels": {**names.job_labels("demo", role, "uid-0")}}
+    if owner_references:
+        metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-0"}]
+    return {"metadata": metadata, "spec": {}, "status": status}
+
+
+def test_an_earlier_runs_finished_chief_is_never_adopted(story, monkeypatch):
+    """A manager re-applied under the same name (or an earlier job left in another
+    namespace) finds the earlier chief, finished with exit 0: it is deleted, never taken
+    for this run's outcome, and this run trains and reports its own exit code."""
+    def with_earlier_chief(self, nodes):
+        FakeKube_init(self, nodes)
+        self.pods["demo-chief"] = earlier_run_pod("demo-chief", names.ROLE_CHIEF, ended(0), owner_references=False)
+
+    FakeKube_init = FakeKube.__init__
+    monkeypatch.setattr(FakeKube, "__init__", with_earlier_chief)
+    code, recorded, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+                                  [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(3))]])
+    assert code == 3
+    assert [r[0] for r in recorded][:3] == ["Planned", "WorkersCreated", "ChiefCreated"]
+    assert names.owner_uid_of(kube.pods["demo-chief"]) == "uid-1"
+
+
+def test_an_earlier_run_still_training_elsewhere_makes_the_name_bad_input(story, monkeypatch):
+    def with_earlier_worker(self, nodes):
+        FakeKube_init(self, nodes)
+        self.pods["demo-worker-0"] = earlier_run_pod("demo-worker-0", names.ROLE_WORKER, running(),
+                                                     owner_references=False)
+
+    FakeKube_init = FakeKube.__init__
+    monkeypatch.setattr(FakeKube, "__init__", with_earlier_worker)
+    code, recorded, kube = story([])
+    assert code == 2
+    assert recorded[-1][2].startswith("--job-name: job 'demo' already runs in namespace 'ml' under another "
+                                      "manager (demo-worker-0)")
+    assert set(kube.pods) == {"demo-worker-0"} and names.owner_uid_of(kube.pods["demo-worker-0"]) == "uid-0"

@@ -136,3 +136,39 @@ def test_the_sections_own_error_is_what_propagates_when_the_lease_was_also_lost(
             held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")
             raise ValueError("inventory failed")
     assert holder(server) == "ns/other"
+
+
+def hold_lease(server, held_s: float) -> threading.Thread:
+    """Another manager takes the Lease, keeps it ``held_s`` (renewing it), then releases it."""
+    taken = threading.Event()
+
+    def hold():
+        with lock(server, holder="ns/a", duration_s=SHORT_LEASE_S):
+            taken.set()
+            time.sleep(held_s)
+
+    holder_thread = threading.Thread(target=hold)
+    holder_thread.start()
+    assert taken.wait(5)
+    return holder_thread
+
+
+def test_a_lease_busy_past_the_lock_timeout_is_tried_for_as_long_as_the_job_may_wait(server):
+    holder_thread = hold_lease(server, held_s=2.0)
+    started = time.monotonic()
+    # A lock timeout of 0.5 s stands for LOCK_TIMEOUT_S; the job may wait for GPUs 10 s more.
+    with lock(server, timeout_s=0.5, wait_until=started + 10):
+        assert holder(server) == "ns/b"
+    assert 1.5 < time.monotonic() - started < 10
+    holder_thread.join()
+
+
+def test_without_a_longer_wait_a_busy_lease_fails_at_the_lock_timeout(server):
+    holder_thread = hold_lease(server, held_s=2.0)
+    started = time.monotonic()
+    with pytest.raises(errors.JobFailed) as failure:
+        with lock(server, timeout_s=0.5, wait_until=started + 0.2):
+            pass
+    assert failure.value.exit_code == exitcodes.TIMED_OUT
+    assert time.monotonic() - started < 1.5
+    holder_thread.join()

@@ -12,7 +12,8 @@ from distributetrain.sshkeys import JobKeys, keypair_from_seed
 
 KEYS = JobKeys(client=keypair_from_seed(b"c" * 32, "distributetrain-demo"),
                host=keypair_from_seed(b"h" * 32, "distributetrain-demo-host"))
-SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="reg.example.com/base:1", owner_uid="uid-1")
+SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="reg.example.com/base:1", owner_uid="uid-1",
+                       discovery_url="http://10.0.0.9:8470/hosts")
 OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-1", "controller": True}]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # A pod on a node that stops answering is evicted after 30 s, not Kubernetes' 300 s.
@@ -22,7 +23,8 @@ NODE_LOST = [{"key": f"node.kubernetes.io/{why}", "operator": "Exists", "effect"
 
 def labels(role, **extra):
     return {"app.kubernetes.io/name": "distributetrain", "app.kubernetes.io/managed-by": "distributetrain",
-            "distributetrain.io/job": "demo", "distributetrain.io/role": role, **extra}
+            "distributetrain.io/job": "demo", "distributetrain.io/role": role,
+            "distributetrain.io/owner-uid": "uid-1", **extra}
 
 
 def pinned(node):
@@ -67,7 +69,10 @@ def test_worker():
                 "name": "worker",
                 "image": "reg.example.com/base:1",
                 "args": ["/bin/sh", "-c", manifests.WORKER_SCRIPT],
-                "env": [{"name": "DT_PORT", "value": "12345"}],
+                "env": [{"name": "DT_PORT", "value": "12345"},
+                        {"name": "DT_MANAGER_URL", "value": "http://10.0.0.9:8470/hosts"},
+                        {"name": "DT_ORPHAN_AFTER_S", "value": "300"},
+                        {"name": "DT_ORPHAN_CHECK_S", "value": "30"}],
                 "ports": [{"name": "ssh", "containerPort": 12345, "protocol": "TCP"}],
                 "readinessProbe": {"tcpSocket": {"port": 12345}, "periodSeconds": 1, "failureThreshold": 3},
                 "resources": {"requests": {"cpu": "10", "memory": "40Gi"},
@@ -89,7 +94,7 @@ def test_worker():
 
 def test_chief():
     settings = SETTINGS.replace(script_args=("--epochs", "3"), env=(("SEED", "7"),), filename="/train/train.py")
-    assert manifests.chief_pod(settings, "gpu-c", 1, [("10.0.0.5", 5)]) == {
+    assert manifests.chief_pod(settings, "gpu-c", 1) == {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "demo-chief", "namespace": "ml", "labels": labels("chief"), "ownerReferences": OWNER,
@@ -104,7 +109,8 @@ def test_chief():
                 "env": [
                     {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "DT_CHIEF_SLOTS", "value": "1"},
-                    {"name": "DT_WORKERS", "value": "10.0.0.5:5"},
+                    {"name": "DT_HOSTS_URL", "value": "http://10.0.0.9:8470/hosts"},
+                    {"name": "DT_HOSTS_WAIT_S", "value": "360"},
                     {"name": "DT_NUM_PROCS", "value": "6"},
                     {"name": "DT_PORT", "value": "12345"},
                     {"name": "DT_FILENAME", "value": "/train/train.py"},
@@ -132,14 +138,14 @@ def test_chief():
 def test_secrets_are_the_chiefs_environment_and_only_its():
     # horovodrun forwards the chief's environment to every rank; workers run only sshd.
     objects = manifests.job_objects(SETTINGS.replace(env_from_secrets=("s3-creds", "wandb")),
-                                    [("gpu-a", 5), ("gpu-c", 1)], KEYS, ["10.0.0.5"])
+                                    [("gpu-a", 5), ("gpu-c", 1)], KEYS)
     worker, chief = (obj["spec"]["containers"][0] for obj in objects[1:])
     assert chief["envFrom"] == [{"secretRef": {"name": "s3-creds"}}, {"secretRef": {"name": "wandb"}}]
     # env still wins over a Secret's key of the same name (Kubernetes' rule), so no Secret can
     # change the job's own DT_ variables.
-    assert chief["env"] == manifests.chief_pod(SETTINGS, "gpu-c", 1, [("10.0.0.5", 5)])["spec"]["containers"][0]["env"]
+    assert chief["env"] == manifests.chief_pod(SETTINGS, "gpu-c", 1)["spec"]["containers"][0]["env"]
     assert "envFrom" not in worker
-    assert "envFrom" not in manifests.chief_pod(SETTINGS, "gpu-c", 1, [])["spec"]["containers"][0]
+    assert "envFrom" not in manifests.chief_pod(SETTINGS, "gpu-c", 1)["spec"]["containers"][0]
 
 
 def test_the_chief_puts_its_strict_ssh_first_on_path_before_any_ssh():
@@ -182,15 +188,32 @@ def test_no_owner_outside_a_manager_pod():
     assert "ownerReferences" not in manifests.ssh_secret(SETTINGS.replace(owner_uid=""), KEYS)["metadata"]
 
 
+@given(st.floats(min_value=1, max_value=10**6))
+def test_a_worker_checks_on_its_manager_a_few_times_per_orphan_timeout(timeout_s):
+    check_s = manifests.orphan_check_s(timeout_s)
+    assert 1 <= check_s <= manifests.ORPHAN_CHECK_MAX_S
+    assert check_s <= max(1, timeout_s / 2)  # at least twice within the timeout (but never more than once a second)
+
+
 def test_job_objects_in_creation_order_with_chief_last():
-    objects = manifests.job_objects(SETTINGS, [("gpu-a", 5), ("gpu-b", 3), ("gpu-c", 2)], KEYS, ["10.1.1.2", "10.1.2.2"])
+    objects = manifests.job_objects(SETTINGS, [("gpu-a", 5), ("gpu-b", 3), ("gpu-c", 2)], KEYS)
     assert [o["metadata"]["name"] for o in objects] == ["demo-ssh", "demo-worker-0", "demo-worker-1", "demo-chief"]
     chief_env = {e["name"]: e.get("value") for e in objects[-1]["spec"]["containers"][0]["env"]}
-    assert chief_env["DT_WORKERS"] == "10.1.1.2:5 10.1.2.2:3" and chief_env["DT_CHIEF_SLOTS"] == "2"
+    # The chief holds its GPUs from the start and asks the manager for the workers.
+    assert chief_env["DT_HOSTS_URL"] == SETTINGS.discovery_url and chief_env["DT_CHIEF_SLOTS"] == "2"
+
+
+def test_in_another_namespace_the_owner_is_a_label():
+    """Owner references cannot cross namespaces; the owner's UID label is what tells this
+    manager's objects from those of an earlier run of the same job name."""
+    elsewhere = SETTINGS.replace(namespace="team-b", manager_namespace="ml")
+    for obj in manifests.job_objects(elsewhere, [("a", 1), ("b", 1)], KEYS):
+        assert "ownerReferences" not in obj["metadata"]
+        assert obj["metadata"]["labels"]["distributetrain.io/owner-uid"] == "uid-1"
 
 
 def test_private_keys_only_in_the_secret():
-    objects = manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])
+    objects = manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS)
     for pod in objects[1:]:
         assert "PRIVATE KEY" not in str(pod)
 
@@ -199,14 +222,14 @@ def test_job_pods_tolerate_the_taint_of_their_gpu_resource_once():
     settings = SETTINGS.replace(gpu_resource="amd.com/gpu",
                                 tolerations=({"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},))
     amd = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    for pod in manifests.job_objects(settings, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])[1:]:
+    for pod in manifests.job_objects(settings, [("a", 1), ("b", 1)], KEYS)[1:]:
         assert pod["spec"]["tolerations"] == [amd, *NODE_LOST]
 
 
 @given(st.integers(1, 16), st.integers(1, 64_000), st.integers(64, 1 << 20))
 def test_cpu_and_memory_are_per_gpu_times_the_pod_s_share_and_memory_is_limited(share, cpu_m, memory_mi):
     settings = SETTINGS.replace(cpu_per_gpu_m=cpu_m, memory_per_gpu_bytes=memory_mi * quantity.MIB)
-    for pod in (manifests.worker_pod(settings, 0, "a", share), manifests.chief_pod(settings, "a", share, [])):
+    for pod in (manifests.worker_pod(settings, 0, "a", share), manifests.chief_pod(settings, "a", share)):
         resources = pod["spec"]["containers"][0]["resources"]
         assert quantity.cpu_millis(resources["requests"]["cpu"]) == cpu_m * share
         assert quantity.memory_bytes(resources["requests"]["memory"]) == memory_mi * quantity.MIB * share
@@ -228,13 +251,13 @@ def test_shm_is_the_pod_s_memory_limit_unless_set():
         return volume["emptyDir"]["sizeLimit"]
 
     assert shm(manifests.worker_pod(SETTINGS, 0, "a", 3)) == "24Gi"
-    assert shm(manifests.chief_pod(SETTINGS.replace(memory_per_gpu_bytes=2**30), "a", 2, [])) == "2Gi"
+    assert shm(manifests.chief_pod(SETTINGS.replace(memory_per_gpu_bytes=2**30), "a", 2)) == "2Gi"
     fixed = SETTINGS.replace(shm_size_bytes=512 * quantity.MIB)
-    assert shm(manifests.worker_pod(fixed, 0, "a", 3)) == shm(manifests.chief_pod(fixed, "a", 1, [])) == "512Mi"
+    assert shm(manifests.worker_pod(fixed, 0, "a", 3)) == shm(manifests.chief_pod(fixed, "a", 1)) == "512Mi"
 
 
 def test_job_pods_keep_the_image_s_entrypoint():
-    for pod in manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS, ["10.0.0.2"])[1:]:
+    for pod in manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS)[1:]:
         container = pod["spec"]["containers"][0]
         assert "command" not in container and container["args"][:2] == ["/bin/sh", "-c"]
 

@@ -127,5 +127,5 @@ def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeyp
                                  (events.SUCCEEDED, "training finished (exit code 0)")]
     assert kube.annotations[0] == {
         "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "1",
-        "distributetrain.io/reason": "chief exited with code 1", "distributetrain.io/reservation": None,
+        "distributetrain.io/reason": "chief exited with code 1",
         "distributetrain.io/waiting": None}

@@ -5,33 +5,39 @@ import time
 from distributetrain import errors, waits
 
 
-def pod(name, phase="Running", ready=False, ip="10.0.0.2", exit_code=None, deleting=False):
+def pod(name, phase="Running", ready=False, ip="10.0.0.2", exit_code=None, deleting=False, node="n1", gpus=1):
     status = {"phase": phase, "podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
     if exit_code is not None:
         status["containerStatuses"] = [{"state": {"terminated": {"exitCode": exit_code}}}]
-    metadata = {"name": name}
+    metadata = {"name": name, "annotations": {"distributetrain.io/gpus": str(gpus)}}
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": metadata, "status": status}
+    return {"metadata": metadata, "spec": {"nodeName": node} if node else {}, "status": status}
 
 
-def test_workers_ready_only_when_all_ready_with_addresses():
-    judge = waits.workers_ready(["w0", "w1"])
-    assert judge({"w0": pod("w0", ready=True), "w1": pod("w1")}) is None
-    assert judge({"w0": pod("w0", ready=True, ip="10.0.0.2"), "w1": pod("w1", ready=True, ip="10.0.0.3")}) == \
-        waits.WorkersReady({"w0": "10.0.0.2", "w1": "10.0.0.3"})
+def test_an_attempt_starts_when_every_worker_is_ready_and_the_chief_is_bound():
+    judge = waits.attempt_started("c", ["w0", "w1"])
+    chief_pulling = pod("c", phase="Pending")
+    assert judge({"c": chief_pulling, "w0": pod("w0", ready=True), "w1": pod("w1")}) is None
+    both_ready = {"w0": pod("w0", ready=True, ip="10.0.0.2", gpus=3), "w1": pod("w1", ready=True, ip="10.0.0.3")}
+    assert judge({"c": chief_pulling, **both_ready}) == waits.AttemptStarted((("10.0.0.2", 3), ("10.0.0.3", 1)))
+    assert judge({"c": pod("c", phase="Pending", node=""), **both_ready}) is None  # the chief not scheduled yet
 
 
-def test_no_workers_is_ready_at_once():
-    assert waits.workers_ready([])({}) == waits.WorkersReady({})
+def test_an_attempt_on_the_chief_alone_starts_once_it_is_bound():
+    assert waits.attempt_started("c", [])({"c": pod("c", phase="Pending")}) == waits.AttemptStarted(())
 
 
-def test_a_worker_that_ends_or_vanishes_is_lost():
-    judge = waits.workers_ready(["w0", "w1"])
-    assert judge({"w0": pod("w0", ready=True)}) == waits.PodLost("w1", "was deleted")
-    lost = judge({"w0": pod("w0", phase="Failed", exit_code=137), "w1": pod("w1")})
+def test_a_pod_that_ends_or_vanishes_before_the_start_is_lost():
+    judge = waits.attempt_started("c", ["w0", "w1"])
+    assert judge({"c": pod("c"), "w0": pod("w0", ready=True)}) == waits.PodLost("w1", "was deleted")
+    lost = judge({"c": pod("c"), "w0": pod("w0", phase="Failed", exit_code=137), "w1": pod("w1")})
     assert lost == waits.PodLost("w0", "ended (Failed, exit code 137)")
-    assert judge({"w0": pod("w0", deleting=True), "w1": pod("w1")}) == waits.PodLost("w0", "is being deleted")
+    assert judge({"c": pod("c"), "w0": pod("w0", deleting=True), "w1": pod("w1")}) == waits.PodLost("w0", "is being deleted")
+    assert judge({"w0": pod("w0", ready=True), "w1": pod("w1", ready=True)}) == waits.PodLost("c", "was deleted")
+    failed_chief = pod("c", phase="Failed", exit_code=1)
+    assert judge({"c": failed_chief, "w0": pod("w0"), "w1": pod("w1")}) == \
+        waits.PodLost("c", "ended (Failed, exit code 1)")
 
 
 def test_chief_exit_code_is_the_outcome():
