@@ -4,8 +4,9 @@ The chief runs ``horovodrun --min-np M --max-np N --host-discovery-script ...`` 
 script asks the manager for the hosts (``discovery``). Here the manager keeps that
 answer true and the job whole:
 
-- the hosts are the chief and every Ready, non-terminating worker of the attempt, with
-  its real GPU share as slots (shares differ by node), in worker order; a change is
+- the hosts served are the Ready workers only: every Ready, non-terminating worker of the
+  attempt, with its real GPU share as slots (shares differ by node), in worker order; the
+  chief's discovery script (``podscripts/discover.py``) puts the chief first. A change is
   published at the watch event that shows it, so Horovod sees it within about a second;
 - a lost worker does not end the job. While the job has fewer GPUs than ``--num-gpus``
   (counting workers still starting), the manager plans replacements on whatever GPUs are
@@ -66,7 +67,9 @@ def live_workers(pods: Mapping[str, dict], settings: JobSettings) -> list[dict]:
 
 
 def ready_hosts(pods: Mapping[str, dict], settings: JobSettings) -> tuple[tuple[str, int], ...]:
-    """What discovery answers: every Ready worker (the chief's script puts the chief first)."""
+    """What the manager serves the chief (``discovery``): (address, GPU share) of every Ready,
+    non-terminating worker of the attempt, in worker order. The chief is not among them:
+    its discovery script (``podscripts/discover.py``) puts it first."""
     return tuple((podstate.address(w), names.gpus_of(w)) for w in live_workers(pods, settings)
                  if podstate.is_ready(w) and podstate.address(w))
 

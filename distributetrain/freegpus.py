@@ -7,9 +7,8 @@ them over and over, and the Lease went from one to the next only for each to fin
 nothing. Here a waiting manager lists nodes and pods once, then follows a watch of each,
 keeping every node's and every GPU pod's part of the ledger (``inventory.node_gpus``,
 ``inventory.pod_claim``: the rules of a fresh inventory), so it learns without asking
-when its request would fit: a pod holding GPUs ended, another manager dropped its
-reservation (an annotation on its manager pod, so the pod watch sees it), a node became
-Ready, was uncordoned or lost a taint.
+when its request would fit: a pod holding GPUs ended, a node became Ready, was
+uncordoned or lost a taint.
 
 That answer only says when to try. The plan is still made under the Lease from a fresh
 inventory (``pretraining``): a watch lags the cluster, and only a list taken while
@@ -57,7 +56,6 @@ class LedgerParts:
     kept summed per node, so asking whether a request fits costs one pass over the nodes."""
 
     resource: str
-    own_pod_uid: str = ""
     tolerations: tuple[dict, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     nodes: dict[str, NodeGpus] = field(default_factory=dict)
@@ -67,7 +65,7 @@ class LedgerParts:
     @classmethod
     def for_job(cls, settings: JobSettings) -> LedgerParts:
         # What take_inventory passes to the ledger: the same candidates.
-        return cls(settings.gpu_resource, settings.owner_uid, tuple(settings.tolerations), dict(settings.node_selector))
+        return cls(settings.gpu_resource, tuple(settings.tolerations), dict(settings.node_selector))
 
     def node_part(self, node: Mapping) -> NodeGpus:
         return node_gpus(node, self.resource, self.tolerations, self.node_selector)
@@ -87,7 +85,7 @@ class LedgerParts:
         self.claims = claims
         self.used = Counter()
         for claim in claims.values():
-            self._count(claim.counted(self.own_pod_uid), 1)
+            self._count(claim, 1)
 
     def apply_node(self, event_type: str, node: Mapping) -> bool:
         """One node watch event; whether it changed the ledger (a heartbeat does not)."""
@@ -105,22 +103,21 @@ class LedgerParts:
         new = None if event_type == "DELETED" else pod_claim(pod, self.resource)
         if new:
             self.claims[uid] = new
-        before = old.counted(self.own_pod_uid) if old else ()
-        after = new.counted(self.own_pod_uid) if new else ()
-        self._count(before, -1)
-        self._count(after, 1)
-        return before != after
+        if old:
+            self._count(old, -1)
+        if new:
+            self._count(new, 1)
+        return new != old
 
-    def _count(self, counted: Iterable[tuple[str, int]], sign: int) -> None:
-        for node, gpus in counted:  # a node may appear twice: held and reserved
-            self.used[node] += sign * gpus
+    def _count(self, claim: PodClaim, sign: int) -> None:
+        self.used[claim.node] += sign * claim.gpus
 
     def free(self) -> dict[str, int]:
         return {name: max(0, part.gpus - self.used[name]) for name, part in self.nodes.items() if not part.refusal}
 
     def ledger(self) -> GpuLedger:
         """The ledger a fresh inventory of the same objects would give."""
-        ledger = GpuLedger(self.resource, self.own_pod_uid)
+        ledger = GpuLedger(self.resource)
         for part in self.nodes.values():
             ledger.count_node(part)
         for claim in self.claims.values():

@@ -7,10 +7,11 @@ every container and init container counted by the Kubernetes rule; terminal pods
 their GPUs. Pods are folded in one at a time (``GpuLedger.add_pod``) so a paginated
 list of 150,000 pods never has to sit in memory.
 
-Two kinds of claims the scheduler does not see yet are counted too, so that two
-managers cannot plan on the same GPUs: pods not yet bound but pinned to one node by
-required affinity (our own workers between creation and binding), and the chief's
-share that a manager reserves on its own pod until it creates the chief.
+Pods not yet bound but pinned to one node by required affinity (a job's workers and
+chief between creation and binding) are counted too: the scheduler does not see their
+claim yet, and two managers must not plan on the same GPUs. Accepted mid-upgrade: a
+manager of an earlier release booked its chief's share only in an annotation (read no
+more) for the seconds between creating its workers and its chief.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from decimal import InvalidOperation
 from kubernetes.utils.quantity import parse_quantity
 
 from distributetrain import names
-from distributetrain.placement import parse_plan
 from distributetrain.settings import gpu_toleration
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -180,39 +180,29 @@ def node_gpus(
 
 @dataclass(frozen=True, slots=True)
 class PodClaim:
-    """The GPUs one pod holds or reserves, by node. Slotted: a manager waiting for GPUs
-    keeps one per GPU pod of the cluster (``freegpus``)."""
+    """The GPUs one pod holds on its node, bound or pinned. Slotted: a manager waiting for
+    GPUs keeps one per GPU pod of the cluster (``freegpus``)."""
 
     uid: str
-    holds: tuple[tuple[str, int], ...]  # its containers' GPUs on its node, bound or pinned
-    reserves: tuple[tuple[str, int], ...]  # a manager's chief share, recorded on its pod
-
-    def counted(self, own_pod_uid: str) -> tuple[tuple[str, int], ...]:
-        """(node, GPUs) counted as used: a manager's own reservation is no claim against itself."""
-        return self.holds if self.uid == own_pod_uid else self.holds + self.reserves
+    node: str
+    gpus: int
 
 
 def pod_claim(pod: Mapping, resource: str) -> PodClaim | None:
-    """What a pod claims, or None if nothing (finished, or neither GPUs nor a reservation)."""
+    """What a pod claims, or None if nothing (finished, on no node yet, or no GPU)."""
     metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return None
     node = spec.get("nodeName") or pinned_node(spec)
     gpus = pod_request(spec, resource) if node else 0
-    reservation = (metadata.get("annotations") or {}).get(names.ANNOTATION_RESERVATION)
-    holds = ((node, gpus),) if gpus else ()
-    reserves = tuple(parse_plan(reservation)) if reservation else ()
-    if not holds and not reserves:
-        return None
-    return PodClaim(metadata.get("uid", ""), holds, reserves)
+    return PodClaim(metadata.get("uid", ""), node, gpus) if gpus else None
 
 
 @dataclass
 class GpuLedger:
-    """Allocatable GPUs of candidate nodes, minus what pods hold or have reserved."""
+    """Allocatable GPUs of candidate nodes, minus what pods hold."""
 
     resource: str
-    own_pod_uid: str = ""  # the manager's own reservation is not a claim against itself
     allocatable: dict[str, int] = field(default_factory=dict)
     used: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     refused: dict[str, str] = field(default_factory=dict)
@@ -240,8 +230,7 @@ class GpuLedger:
             self.count_claim(claim)
 
     def count_claim(self, claim: PodClaim) -> None:
-        for node, count in claim.counted(self.own_pod_uid):
-            self.used[node] += count
+        self.used[claim.node] += claim.gpus
 
     def unavailable(self) -> str:
         """Why GPU nodes the job may use are not candidates now (cordoned, NotReady, a
@@ -263,9 +252,8 @@ def free_gpus(
     resource: str,
     tolerations: Iterable[Mapping] = (),
     node_selector: Mapping[str, str] = {},
-    own_pod_uid: str = "",
 ) -> dict[str, int]:
-    ledger = GpuLedger(resource, own_pod_uid)
+    ledger = GpuLedger(resource)
     tolerations = list(tolerations)
     for node in nodes:
         ledger.add_node(node, tolerations, node_selector)

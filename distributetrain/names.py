@@ -19,13 +19,11 @@ ROLE_WORKER = "worker"
 ROLE_CHIEF = "chief"
 ROLE_MANAGER = "manager"
 
-# Annotations the manager keeps on its own pod: what `distributetrain status` reads,
-# and the chief's GPUs held for it between worker creation and chief creation.
+# Annotations the manager keeps on its own pod: what `distributetrain status` reads.
 ANNOTATION_PHASE = f"{DOMAIN}/phase"
 ANNOTATION_PLAN = f"{DOMAIN}/plan"
 ANNOTATION_EXIT_CODE = f"{DOMAIN}/exit-code"
 ANNOTATION_REASON = f"{DOMAIN}/reason"
-ANNOTATION_RESERVATION = f"{DOMAIN}/reservation"
 ANNOTATION_GPUS = f"{DOMAIN}/gpus"
 # Which start of the job's pods is current: every re-plan creates them under new names.
 ANNOTATION_ATTEMPT = f"{DOMAIN}/attempt"

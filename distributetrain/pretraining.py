@@ -45,7 +45,7 @@ def job_pods(kube: Kube, settings: JobSettings) -> dict[str, dict]:
 
 def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
     """Free GPUs per candidate node, and the pod list's resourceVersion (to watch from)."""
-    ledger = inventory.GpuLedger(settings.gpu_resource, settings.owner_uid)
+    ledger = inventory.GpuLedger(settings.gpu_resource)
     selector = dict(settings.node_selector)
     for page, _ in kube.list_pages("nodes"):
         for node in page:
@@ -227,8 +227,8 @@ class PreTraining:
 
     def _wait_for_freed_gpus(self, watch: FreeGpuWatch, seen: int, until: float) -> None:
         """Return once the followed ledger changed since generation ``seen`` and the request
-        fits (GPUs freed, another manager's reservation dropped, a node Ready, uncordoned or
-        untainted), or at ``until``. Pods that hold no GPU coming and going never wake it."""
+        fits (GPUs freed, a node Ready, uncordoned or untainted), or at ``until``. Pods that
+        hold no GPU coming and going never wake it."""
         if watch.wait_until_fits(seen, until):
             log.info("job %s: %d GPUs may be free now; planning again", self.settings.job_name,
                      self.settings.num_gpus)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 from kubernetes import client
 
-from distributetrain import errors, freegpus, names
+from distributetrain import errors, freegpus
 from distributetrain.freegpus import FreeGpuWatch, LedgerParts, follow
 from distributetrain.inventory import ACTIVE_PODS_SELECTOR, GpuLedger
 from distributetrain.kube import ApiTimeouts, Kube, make_api_client
@@ -17,7 +17,6 @@ from distributetrain.settings import JobSettings
 from fakeapiserver import FakeApiServer
 
 GPU = "nvidia.com/gpu"
-OWN_UID = "me"
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=2.0, retry_deadline_s=1.0, watch_chunk_s=1.0)
 
 
@@ -30,20 +29,18 @@ def node(name, gpus=2, ready=True, cordoned=False, taint=None, pool="x"):
                        "allocatable": {GPU: str(gpus)}}}
 
 
-def pod(uid, node_name=None, gpus=0, phase="Running", reservation=None, pinned=None):
+def pod(uid, node_name=None, gpus=0, phase="Running", pinned=None):
     spec = {"containers": [{"name": "c", "resources": {"limits": {GPU: str(gpus)}} if gpus else {}}]}
     if node_name:
         spec["nodeName"] = node_name
     if pinned:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pinned]}]}]}}}
-    annotations = {names.ANNOTATION_RESERVATION: reservation} if reservation else {}
-    return {"metadata": {"name": uid, "namespace": "ns", "uid": uid, "annotations": annotations}, "spec": spec,
-            "status": {"phase": phase}}
+    return {"metadata": {"name": uid, "namespace": "ns", "uid": uid}, "spec": spec, "status": {"phase": phase}}
 
 
 def parts_of(nodes, pods) -> LedgerParts:
-    parts = LedgerParts(GPU, OWN_UID, node_selector={"pool": "x"})
+    parts = LedgerParts(GPU, node_selector={"pool": "x"})
     parts.set_nodes(parts.nodes_of(nodes))
     parts.set_claims(parts.claims_of(pods))
     return parts
@@ -51,7 +48,7 @@ def parts_of(nodes, pods) -> LedgerParts:
 
 def fresh_ledger(nodes, pods) -> GpuLedger:
     """What take_inventory folds from a list of the same objects."""
-    ledger = GpuLedger(GPU, OWN_UID)
+    ledger = GpuLedger(GPU)
     for n in nodes:
         ledger.add_node(n, (), {"pool": "x"})
     for p in pods:
@@ -69,12 +66,11 @@ def summary(ledger: GpuLedger) -> dict:
 # -- events applied one object at a time ----------------------------------------------
 
 NODE_NAMES = ("a", "b", "c")
-POD_UIDS = ("p1", "p2", "p3", OWN_UID)
+POD_UIDS = ("p1", "p2", "p3", "p4")
 nodes_st = st.builds(node, st.sampled_from(NODE_NAMES), gpus=st.integers(0, 4), ready=st.booleans(),
                      cordoned=st.booleans(), taint=st.sampled_from([None, "dedicated"]), pool=st.sampled_from("xy"))
 pods_st = st.builds(pod, st.sampled_from(POD_UIDS), node_name=st.sampled_from([None, *NODE_NAMES]),
                     gpus=st.integers(0, 3), phase=st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
-                    reservation=st.sampled_from([None, "a=1", "b=2,c=1", "a=1,a=1"]),
                     pinned=st.sampled_from([None, *NODE_NAMES]))
 events_st = st.lists(st.one_of(st.tuples(st.just("node"), st.sampled_from(["ADDED", "MODIFIED", "DELETED"]), nodes_st),
                                st.tuples(st.just("pod"), st.sampled_from(["ADDED", "MODIFIED", "DELETED"]), pods_st)),
@@ -104,11 +100,10 @@ def test_events_applied_one_by_one_give_the_ledger_a_fresh_list_would(listed_nod
 # -- which changes matter to a waiting request -----------------------------------------
 
 def waiting_cluster() -> tuple[list, list]:
-    """2 GPUs asked for; none free: a holds a pod's, b another manager's reservation, c is
-    cordoned, d tainted; e is in another pool."""
+    """2 GPUs asked for; none free: pods hold a's and b's, c is cordoned, d tainted; e is in
+    another pool."""
     nodes = [node("a"), node("b"), node("c", cordoned=True), node("d", taint="dedicated"), node("e", pool="y")]
-    pods = [pod("holder", "a", gpus=2), pod("other-manager", reservation="b=2"),
-            pod(OWN_UID, reservation="a=2"), pod("worker", pinned="c", gpus=2)]
+    pods = [pod("holder", "a", gpus=2), pod("other-job", "b", gpus=2), pod("worker", pinned="c", gpus=2)]
     return nodes, pods
 
 
@@ -119,10 +114,6 @@ def waiting_cluster() -> tuple[list, list]:
     ("pod", "MODIFIED", pod("holder", "a", gpus=2), False, False),  # still running
     ("pod", "ADDED", pod("cpu-only", "a"), False, False),  # the cluster's other pods come and go
     ("pod", "DELETED", pod("cpu-only", "a"), False, False),
-    ("pod", "MODIFIED", pod("other-manager"), True, True),  # dropped its reservation
-    ("pod", "DELETED", pod("other-manager", reservation="b=2"), True, True),
-    ("pod", "MODIFIED", pod("other-manager", reservation="b=2"), False, False),
-    ("pod", "MODIFIED", pod(OWN_UID), False, False),  # its own reservation was never a claim
     ("pod", "DELETED", pod("worker", pinned="c", gpus=2), True, False),  # c is still cordoned
     ("node", "MODIFIED", node("c"), True, False),  # uncordoned, but the pinned worker holds it
     ("node", "MODIFIED", node("d"), True, True),  # untainted

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain import manifests, names
+from distributetrain import manifests
 from distributetrain.inventory import (
     BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, free_gpus, gpu_count, node_gpus, node_refusal, pinned_node,
     pod_claim, pod_request, tolerates,
@@ -34,14 +34,13 @@ def container(gpus=None, requests=None):
     return {"name": "c", "resources": resources}
 
 
-def pod(node_name, containers, phase="Running", init=(), uid="u", annotations=None, affinity_node=None):
+def pod(node_name, containers, phase="Running", init=(), uid="u", affinity_node=None):
     spec = {"containers": list(containers), "initContainers": list(init)}
     if node_name:
         spec["nodeName"] = node_name
     if affinity_node:
         spec["affinity"] = manifests.worker_pod(A_JOB, 0, affinity_node, 1)["spec"]["affinity"]
-    return {"metadata": {"name": "p", "uid": uid, "annotations": annotations or {}}, "spec": spec,
-            "status": {"phase": phase}}
+    return {"metadata": {"name": "p", "uid": uid}, "spec": spec, "status": {"phase": phase}}
 
 
 @pytest.mark.parametrize("text,count", [("4", 4), (4, 4), ("4000m", 4), ("1500m", 2), ("0", 0), ("2k", 2000)])
@@ -119,12 +118,6 @@ def test_the_node_a_pod_is_pinned_to_reads_back_whatever_its_name(node_name):
     # Node names are DNS subdomains (up to 253 characters): not always valid label values.
     worker = manifests.worker_pod(A_JOB, 0, node_name, 1)
     assert pinned_node(worker["spec"]) == node_name
-
-
-def test_other_managers_reservations_count_but_not_our_own():
-    reserving = pod(None, [], phase="Running", uid="other", annotations={names.ANNOTATION_RESERVATION: "a=3"})
-    ours = pod(None, [], phase="Running", uid="me", annotations={names.ANNOTATION_RESERVATION: "a=2"})
-    assert free_gpus([node("a")], [reserving, ours], GPU, own_pod_uid="me") == {"a": 5}
 
 
 def test_overcommitted_node_reports_zero_not_negative():
@@ -268,21 +261,14 @@ def test_a_node_s_part_of_the_ledger():
 
 
 @pytest.mark.parametrize("p,claim", [
-    (pod("a", [container(2), container(1)], uid="w"), PodClaim("w", (("a", 3),), ())),
-    (pod(None, [container(1)], uid="w", affinity_node="b"), PodClaim("w", (("b", 1),), ())),  # pinned, unbound
-    (pod(None, [], uid="m", annotations={names.ANNOTATION_RESERVATION: "a=2,b=1"}),
-     PodClaim("m", (), (("a", 2), ("b", 1)))),
+    (pod("a", [container(2), container(1)], uid="w"), PodClaim("w", "a", 3)),
+    (pod(None, [container(1)], uid="w", affinity_node="b"), PodClaim("w", "b", 1)),  # pinned, unbound
     (pod("a", [container(2)], phase="Succeeded"), None),
     (pod("a", [container()]), None),  # holds no GPU
     (pod(None, [container(2)], phase="Pending"), None),  # not bound nor pinned: on no node yet
 ])
 def test_what_a_pod_claims(p, claim):
     assert pod_claim(p, GPU) == claim
-
-
-def test_a_managers_own_reservation_is_not_counted_against_itself():
-    claim = PodClaim("me", (("a", 1),), (("a", 2),))
-    assert (claim.counted("me"), claim.counted("other")) == ((("a", 1),), (("a", 1), ("a", 2)))
 
 
 def test_unavailable_names_nodes_that_may_come_back_and_counts_the_rest():
