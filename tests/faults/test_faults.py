@@ -126,7 +126,7 @@ def test_manager_container_restart_adopts_the_job(cluster, jobs, scripts):
         assert jobs.pod("adopt-chief")["metadata"]["uid"] == chief_uid
         assert worker_uid  # adopted, then torn down at the end
         jobs.wait_gone(["adopt-worker-0"])
-        assert "already has its chief; adopting it" in jobs.logs("adopt")
+        assert "adopting attempt 0, plan" in jobs.logs("adopt")
 
 
 def test_manager_process_killed_without_restart_still_tears_down(cluster, jobs, scripts):

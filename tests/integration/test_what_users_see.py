@@ -21,8 +21,10 @@ pytestmark = pytest.mark.cluster
 
 CLI_TIMEOUT_S = 60.0
 REASON_WITHIN_S = 5.0  # the promise: why a pod waits is known this soon
-SUCCESS_STORY = ["Planned", "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted", "Succeeded"]
-FAILURE_STORY = ["Planned", "WorkersCreated", "WorkersReady", "ChiefCreated", "ChiefStarted", "Failed"]
+# The chief is created with the workers (it holds its GPUs from the start) and starts
+# training once they are Ready.
+SUCCESS_STORY = ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted", "Succeeded"]
+FAILURE_STORY = ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted", "Failed"]
 UNBOUND = "pod has unbound immediate PersistentVolumeClaims"
 OUR_REASONS = set(SUCCESS_STORY) | {"Failed", "PodWaiting", "Released", "WaitingForGPUs"}
 
