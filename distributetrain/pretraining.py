@@ -113,14 +113,29 @@ class PreTraining:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
         raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
         settings = self.settings
-        plan = self._adopt(job_pods(self.kube, settings))
+        pods = job_pods(self.kube, settings)
+        plan = self._adopt(pods)
         if plan is None:
             self.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
             preflight(self.kube, settings)
             earlierruns.clear(self.kube, settings)
             plan = self._place(self.gpus_until)
+            pods = {}
         chief = names.chief_name(settings.job_name, settings.attempt)
         workers = [names.worker_name(settings.job_name, i, settings.attempt) for i in range(len(plan) - 1)]
+        outcome = waits.attempt_started(chief, workers)(pods) if pods else None
+        if not isinstance(outcome, waits.AttemptStarted):  # else adopted, started already: no news
+            outcome = self._wait_until_started(chief, workers)
+            if workers:
+                self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
+                                            ", ".join(f"{name} ({address})"
+                                                      for name, (address, _) in zip(workers, outcome.hosts)))
+            self.reporter.phase("Running")
+        self.hosts.publish(outcome.hosts)
+        return plan
+
+    def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted:
+        settings = self.settings
         self.reporter.phase("StartingWorkers")
         ready_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
         pod_waits = PodWaits(self.reporter, [*workers, chief])
@@ -136,11 +151,7 @@ class PreTraining:
             raise errors.PodLost(f"pod {outcome.pod} {outcome.reason} before training started", exitcodes.WORKER_LOST)
         if isinstance(outcome, waits.TimedOut):
             raise AttemptNotStarted(outcome.waiting_for)
-        if self.hosts.publish(outcome.hosts) and workers:
-            self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " + ", ".join(
-                f"{name} ({address})" for name, (address, _) in zip(workers, outcome.hosts)))
-        self.reporter.phase("Running")
-        return plan
+        return outcome
 
     def _adopt(self, pods: dict[str, dict]) -> list[tuple[str, int]] | None:
         """The plan of this attempt's pods if they all exist (a restarted manager, or

@@ -40,7 +40,9 @@ def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api
                               job_args(pool, claim, 2, "--delete-chief")])
         for job in ("one", "two"):
             try:
-                jobs.wait_for(f"{job}-chief", lambda p: p["status"].get("phase") == "Running", 90)
+                # Training: the worker Ready, the chief running (it runs from its creation).
+                jobs.wait_for(job, lambda p: (p["metadata"].get("annotations") or {}).get(
+                    "distributetrain.io/phase") == "Training", 90)
             except AssertionError as e:
                 raise AssertionError(f"{e}\nmanager {job}'s log:\n{jobs.log_tail(job)}") from None
         one, two = secret_data(jobs, "one-ssh"), secret_data(jobs, "two-ssh")

@@ -34,7 +34,10 @@ def test_port_forwards_through_a_worker_are_refused(cluster, api_client, namespa
         # The ranks hold, so the worker and its sshd stay up while this test probes them.
         jobs.submit("fwd", job_args(pool, claim, 2, "--delete-chief", script_args=("0", "hold")))
         try:
-            jobs.wait_for("fwd-chief", lambda p: p["status"].get("phase") == "Running", 90)
+            # Training: the worker is Ready and the chief runs (it runs from its creation,
+            # waiting for the workers' addresses).
+            jobs.wait_for("fwd", lambda p: (p["metadata"].get("annotations") or {}).get(
+                "distributetrain.io/phase") == "Training", 90)
         except AssertionError as e:
             raise AssertionError(f"{e}\nthe manager's log:\n{jobs.log_tail('fwd')}") from None
         worker_ip = jobs.pod("fwd-worker-0")["status"]["podIP"]

@@ -131,8 +131,8 @@ def test_an_unschedulable_worker_says_why_within_5s(cluster, api_client, namespa
         recorded = manager_events(api_client, namespace, "unsched")
         reasons = [e["reason"] for e in recorded]
         assert [r for i, r in enumerate(reasons) if reasons[i - 1:i] != [r]] == [
-            "Planned", "WorkersCreated", "PodWaiting", "Released", "Failed"], recorded
-        waiting, released, failed = recorded[2], recorded[-2], recorded[-1]
+            "Planned", "WorkersCreated", "ChiefCreated", "PodWaiting", "Released", "Failed"], recorded
+        waiting, released, failed = recorded[3], recorded[-2], recorded[-1]
         assert UNBOUND in waiting["message"] and waiting["type"] == "Warning"
         assert UNBOUND in released["message"] and failed["message"].endswith("(exit code 75)")
         assert "distributetrain.io/waiting" not in jobs.pod("unsched")["metadata"]["annotations"]

@@ -165,11 +165,13 @@ def story(monkeypatch, tmp_path):
     monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
     monkeypatch.setattr("distributetrain.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
-    def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False):
+    def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
+            phases=("run",)):
         kube = FakeKube([gpu_node(name, gpus) for name, gpus in nodes])
         kube.watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
-        code = lifecycle.execute(kube, settings, "run")
+        for phase in phases:  # as manager.sh runs them, one process after the other
+            code = lifecycle.execute(kube, settings, phase)
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
 
     return run
@@ -192,6 +194,28 @@ def test_a_successful_job_tells_its_story_in_order(story):
         ("Succeeded", "Normal", "training finished (exit code 0)"),
     ]
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
+
+
+def test_pre_and_post_training_tell_the_same_story_once(story, monkeypatch):
+    """manager.sh's two processes run the same loop: post-training adopts the attempt
+    pre-training started, says nothing of it again, and serves the chief its hosts."""
+    phases = []
+    monkeypatch.setattr(FakeKube, "annotate_pod", _recording_phases(FakeKube.annotate_pod, phases))
+    code, recorded, _ = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+                               [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]],
+                              phases=("pre-training", "post-training"))
+    assert code == 0
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted",
+                                        "Succeeded"]
+    assert phases == ["Planning", "StartingWorkers", "Running", "Training", "Succeeded"]
+
+
+def _recording_phases(annotate, phases):
+    def recording(self, namespace, name, annotations):
+        if names.ANNOTATION_PHASE in annotations:
+            phases.append(annotations[names.ANNOTATION_PHASE])
+        annotate(self, namespace, name, annotations)
+    return recording
 
 
 def test_the_chief_holds_its_gpus_from_the_start(story):
