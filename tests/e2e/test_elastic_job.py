@@ -60,9 +60,9 @@ def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees
             core.patch_node(lost["spec"]["nodeName"], {"spec": {"unschedulable": False}})
         try:
             grown = wait_for_line(jobs, "flex-chief", WORLD_SIZE_LINE, shrunk.end())
-        except AssertionError as e:  # the chief's log alone cannot say why it did not grow back
+        except AssertionError as error:  # the chief's log alone cannot say why it did not grow back
             pods = {name: (p["status"].get("phase"), p["spec"].get("nodeName")) for name, p in jobs.pods().items()}
-            raise AssertionError(f"{e}\npods: {pods}\nthe manager's log:\n{jobs.log_tail('flex')}") from None
+            raise AssertionError(f"{error}\npods: {pods}\nthe manager's log:\n{jobs.log_tail('flex')}") from None
         assert grown.group(1, 2) == ("2", "3"), jobs.log_tail("flex-chief")
         assert jobs.exit_code("flex", timeout_s=PHASE_TIMEOUT_S) == 0, jobs.log_tail("flex")
         manager_log = jobs.logs("flex")

@@ -29,6 +29,7 @@ from distributetrain import manifests
 from distributetrain.settings import DEFAULT_FILENAME, JobSettings
 from distributetrain.sshkeys import JobKeys
 from localcluster.podman import PODMAN, podman
+from prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -60,12 +61,12 @@ RANK_EXIT_LINE = re.compile(r"Exit code: (\d+)")
 
 @pytest.fixture(scope="module")
 def training_image():
-    """The image's name; skips the module when podman or the image is missing."""
+    """The image's name; skips the module when podman or the image is missing (fails on CI)."""
     if shutil.which(PODMAN) is None:
-        pytest.skip("podman is not installed: these tests run the training image")
+        unavailable("podman is not installed: these tests run the training image")
     exists = podman(["image", "exists", IMAGE], check=False)
     if exists.returncode == 1:
-        pytest.skip(f"{IMAGE} is not in the project's podman storage; build it: bash localcluster/images/build.sh")
+        unavailable(f"{IMAGE} is not in the project's podman storage; build it: bash localcluster/images/build.sh")
     # Anything else (not root, broken storage) is a failure, not a reason to skip.
     assert exists.returncode == 0, f"podman image exists {IMAGE} exited {exists.returncode}: {exists.stderr}"
     return IMAGE
