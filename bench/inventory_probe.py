@@ -16,8 +16,8 @@ from collections import defaultdict
 from kubernetes import client, config
 
 from bench import testbed
-from distributetrain import pretraining
-from distributetrain.kube import Kube
+from distributetrain.kube.client import Kube
+from distributetrain.manager import pretraining
 from localcluster.cluster import Cluster
 
 GPU_RESOURCE = "nvidia.com/gpu"

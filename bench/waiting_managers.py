@@ -100,11 +100,11 @@ def request_kind(method: str, url: str, query: list[tuple[str, object]]) -> str:
 
 def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     """One manager waiting for GPUs: ``PreTraining._place`` until its wait ends."""
-    from distributetrain import errors
-    from distributetrain.events import EventRecorder
-    from distributetrain.kube import Kube, load_api_client
-    from distributetrain.pretraining import PreTraining
-    from distributetrain.reporting import Reporter
+    from distributetrain.core import errors
+    from distributetrain.kube.events import EventRecorder
+    from distributetrain.kube.client import Kube, load_api_client
+    from distributetrain.manager.pretraining import PreTraining
+    from distributetrain.manager.reporting import Reporter
 
     kube = Kube(load_api_client(kubeconfig=kubeconfig))
     recorder = EventRecorder.for_manager(kube, settings)

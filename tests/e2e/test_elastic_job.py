@@ -25,7 +25,7 @@ TRAIN_ARGS = ("--epochs=200", "--samples=768", "--batch-size=32")
 WORLD_SIZE_LINE = re.compile(r"distributetrain: world size (\d+) -> (\d+) at epoch (\d+)")
 EPOCH_LINE = re.compile(r"epoch=(\d+) .*size=(\d+)")
 PHASE_TIMEOUT_S = 240
-GLOO_TIMEOUT_S = 120  # distributetrain.manifests: horovodrun --gloo-timeout-seconds
+GLOO_TIMEOUT_S = 120  # distributetrain.core.manifests: horovodrun --gloo-timeout-seconds
 POLL_S = 0.5
 
 

@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
-from distributetrain import manifests, names
-from distributetrain.settings import JobSettings
-from distributetrain.sshkeys import JobKeys
+from distributetrain.core import manifests, names
+from distributetrain.core.settings import JobSettings
+from distributetrain.core.sshkeys import JobKeys
 from localcluster.podman import PODMAN, podman
 from prerequisites import unavailable
 

@@ -10,12 +10,13 @@ import time
 import pytest
 from kubernetes import client
 
-from distributetrain import events, inventory, names
-from distributetrain.discovery import HostList
-from distributetrain.elastic import ElasticFollower
-from distributetrain.kube import Kube
-from distributetrain.reporting import Reporter
-from distributetrain.settings import JobSettings
+from distributetrain.core import inventory, names
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.kube.client import Kube
+from distributetrain.manager.discovery import HostList
+from distributetrain.manager.elastic import ElasticFollower
+from distributetrain.manager.reporting import Reporter
 from jobharness import node_pool
 
 pytestmark = pytest.mark.cluster

@@ -9,11 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain import cli, elastic, errors, events, jobflags, manifests, names, placement, waits
-from distributetrain.discovery import DiscoveryServer, HostList, hosts_text
-from distributetrain.events import EventRecorder
-from distributetrain.reporting import Reporter
-from distributetrain.settings import JobSettings
+from distributetrain.cli import main as cli, jobflags
+from distributetrain.core import errors, manifests, names, placement
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events, waits
+from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import elastic
+from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text
+from distributetrain.manager.reporting import Reporter
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="img:1", min_gpus=2,
                        discovery_url="http://10.0.0.1:8470/hosts")

@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from distributetrain import cli, errors
-from distributetrain.jobs import commands, connection, follow, manager_spec
+from distributetrain.cli import main as cli
+from distributetrain.cli.jobs import commands, connection, follow, manager_spec
+from distributetrain.core import errors
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=timezone.utc)
 CREATED = "2026-01-02T11:55:00Z"

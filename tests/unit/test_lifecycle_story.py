@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from distributetrain import errors, events, inventory, lifecycle, names
-from distributetrain.settings import JobSettings
+from distributetrain.core import errors, inventory, names
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.manager import lifecycle
 
 
 def free_port() -> int:
@@ -163,7 +165,7 @@ def story(monkeypatch, tmp_path):
     """Runs a job on nodes a=1, b=1; returns (reason, type, note) of every Event, in order."""
     api = FakeEventsApi()
     monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
-    monkeypatch.setattr("distributetrain.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",)):
@@ -267,7 +269,7 @@ def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(stor
     """The released pods stay terminating (their nodes died): the next attempt waits for
     them only a bounded time, never adopts them, and plans around them under new names,
     recorded as attempt 1."""
-    monkeypatch.setattr("distributetrain.job.OLD_PODS_GONE_S", 0.2)
+    monkeypatch.setattr("distributetrain.manager.job.OLD_PODS_GONE_S", 0.2)
     code, recorded, kube = story(
         [[("demo-worker-0", UNSCHEDULED)], None, None,
          [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
@@ -291,7 +293,7 @@ WORKER_KILLED = {"phase": "Failed", "containerStatuses": [{"name": "worker", "st
 
 
 def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(story, monkeypatch):
-    monkeypatch.setattr("distributetrain.restarts.RESTART_BACKOFF_S", 0.01)
+    monkeypatch.setattr("distributetrain.core.restarts.RESTART_BACKOFF_S", 0.01)
     code, recorded, kube = story(
         [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
          [("demo-worker-0", WORKER_KILLED)],
@@ -325,7 +327,7 @@ def test_without_restarts_left_a_lost_worker_ends_the_job_with_71(story, monkeyp
 @pytest.mark.parametrize("allowed", [0, 1])
 def test_a_worker_lost_while_starting_restarts_the_job_within_the_budget(story, monkeypatch, allowed):
     """Lost before training started (its node failed, say): the same budget as a loss mid-training."""
-    monkeypatch.setattr("distributetrain.restarts.RESTART_BACKOFF_S", 0.01)
+    monkeypatch.setattr("distributetrain.core.restarts.RESTART_BACKOFF_S", 0.01)
     code, recorded, kube = story(
         [[("demo-worker-0", WORKER_KILLED)],
          [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
@@ -394,7 +396,7 @@ def test_bad_input_found_by_the_manager_is_a_failed_event(story, monkeypatch):
     def refuse(kube, settings):
         raise errors.UsageError("--namespace", "namespace 'ml' does not exist")
 
-    monkeypatch.setattr("distributetrain.pretraining.preflight", refuse)
+    monkeypatch.setattr("distributetrain.manager.pretraining.preflight", refuse)
     code, recorded, _ = story([])
     assert code == 2
     assert recorded == [("Failed", "Warning", "--namespace: namespace 'ml' does not exist (exit code 2)")]

@@ -4,9 +4,9 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain import manifests, quantity
-from distributetrain.settings import JobSettings, PvcMount
-from distributetrain.sshkeys import JobKeys, keypair_from_seed
+from distributetrain.core import manifests, quantity
+from distributetrain.core.settings import JobSettings, PvcMount
+from distributetrain.core.sshkeys import JobKeys, keypair_from_seed
 
 KEYS = JobKeys(client=keypair_from_seed(b"c" * 32, "distributetrain-demo"),
                host=keypair_from_seed(b"h" * 32, "distributetrain-demo-host"))

@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain import events, names, nodewatch, podstate
-from distributetrain.events import EventRecorder
-from distributetrain.inventory import node_not_ready
-from distributetrain.nodewatch import NodeClocks, NodeWatch, node_health, pods_to_delete, zone_disrupted
-from distributetrain.reporting import Reporter
-from distributetrain.settings import JobSettings
+from distributetrain.core import names, podstate
+from distributetrain.core.inventory import node_not_ready
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import nodewatch
+from distributetrain.manager.nodewatch import NodeClocks, NodeWatch, node_health, pods_to_delete, zone_disrupted
+from distributetrain.manager.reporting import Reporter
 
 UNKNOWN = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
            "message": "Kubelet stopped posting node status."}

@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from distributetrain.placement import InsufficientGPUs, format_plan, parse_plan, plan
+from distributetrain.core.placement import InsufficientGPUs, format_plan, parse_plan, plan
 
 free_maps = st.dictionaries(
     st.from_regex(r"node-[a-z0-9]{1,4}", fullmatch=True), st.integers(min_value=0, max_value=16), max_size=12

@@ -5,9 +5,9 @@ import json
 import logging
 import time
 
-from distributetrain import events
-from distributetrain.reporting import PodWaits, Reporter
-from distributetrain.settings import JobSettings
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.manager.reporting import PodWaits, Reporter
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1")
 UNSCHEDULABLE = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
@@ -66,7 +66,7 @@ def test_each_change_is_reported_once(caplog):
         {"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
          "demo-worker-1": worker("demo-worker-1", phase="Running", node="n2", ready=True)},
     ]
-    with caplog.at_level(logging.INFO, logger="distributetrain.reporting"):
+    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
         for view in views:
             waits.observe(view)
         waits.done()
@@ -109,7 +109,7 @@ def test_pods_ready_when_first_seen_are_no_news(caplog):
     kube = FakeKube()
     waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-chief", "demo-worker-0"])
     judged = waits.watching(lambda pods: "outcome" if "demo-chief" in pods else None)
-    with caplog.at_level(logging.INFO, logger="distributetrain.reporting"):
+    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
         assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True)}) is None
         assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
                        "demo-chief": worker("demo-chief", phase="Running", node="n2", ready=True)}) == "outcome"
@@ -118,7 +118,7 @@ def test_pods_ready_when_first_seen_are_no_news(caplog):
 
 
 def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeypatch):
-    monkeypatch.setattr("distributetrain.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     kube, recorder = FakeKube(), FakeRecorder()
     reporter = Reporter(kube, SETTINGS, recorder)
     reporter.finished(1, "chief exited with code 1")

@@ -2,7 +2,8 @@
 
 import time
 
-from distributetrain import errors, waits
+from distributetrain.core import errors
+from distributetrain.kube import waits
 
 
 def pod(name, phase="Running", ready=False, ip="10.0.0.2", exit_code=None, deleting=False, node="n1", gpus=1):

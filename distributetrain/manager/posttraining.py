@@ -1,0 +1,76 @@
+"""Post-training: follow a started attempt to the chief's end.
+
+The port of the seeds' DistributeTrain_PostTraining.py, which polled every 20 s until
+the chief was Completed and deleted the workers. Here a watch sees every change at
+once: the chief ending (its exit code becomes the manager's), a worker failing or
+vanishing (the attempt is lost), the chief never starting, or the job's deadline; a node
+lost by the node lifecycle controller's verdict takes the job's pods on it along
+(``nodewatch``). An elastic job is followed by ``elastic`` instead, which keeps the
+hosts current and replaces lost workers. What a lost attempt leads to (a restart, or
+the end) is the job loop's decision (``job``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from distributetrain.core import errors, exitcodes, names
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events, waits
+from distributetrain.kube.client import Kube
+from distributetrain.manager.discovery import HostList
+from distributetrain.manager.elastic import ElasticFollower
+from distributetrain.manager.nodewatch import NodeWatch
+from distributetrain.manager.reporting import PodWaits, Reporter
+
+log = logging.getLogger(__name__)
+
+
+class PostTraining:
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float, hosts: HostList,
+                 plan: list[tuple[str, int]]):
+        self.kube = kube
+        self.plan = plan  # the attempt's shares, the chief's last
+        self.settings = settings
+        self.reporter = reporter
+        self.deadline = deadline
+        self.hosts = hosts  # an elastic job's hosts change while it trains
+
+    def run(self) -> int:
+        """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
+        settings = self.settings
+        chief = names.chief_name(settings.job_name, settings.attempt)
+        workers = [names.worker_name(settings.job_name, i, settings.attempt) for i in range(len(self.plan) - 1)]
+        start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
+        with NodeWatch(self.kube, settings, self.reporter):
+            outcome = self._follow(chief, workers, start_by)
+        if isinstance(outcome, waits.ChiefFinished):
+            return outcome.exit_code
+        if isinstance(outcome, waits.PodLost):
+            raise errors.PodLost(f"pod {outcome.pod} {outcome.reason}", exitcodes.WORKER_LOST)
+        if time.monotonic() >= self.deadline:
+            raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
+                                   exitcodes.TIMED_OUT)
+        reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
+        raise errors.JobFailed(f"chief did not start within {settings.worker_ready_timeout_s:.0f}s ({reasons})",
+                               exitcodes.TIMED_OUT)
+
+    def _follow(self, chief: str, workers: list[str], start_by: float) -> waits.Outcome:
+        """From the chief's creation to its end (or the attempt's loss, or a deadline)."""
+        settings = self.settings
+        expected = [chief, *workers]
+        pod_waits = PodWaits(self.reporter, expected)
+        try:
+            outcome = waits.watch_job(self.kube, settings.namespace, settings.selector,
+                                      pod_waits.watching(waits.chief_started(chief, workers)), start_by, expected)
+        finally:
+            pod_waits.done()
+        if not isinstance(outcome, waits.ChiefStarted):
+            return outcome
+        self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
+        self.reporter.phase("Training")
+        if settings.elastic:
+            return ElasticFollower(self.kube, settings, self.reporter, self.hosts, self.deadline).run()
+        return waits.watch_job(self.kube, settings.namespace, settings.selector,
+                               waits.chief_finished(chief, workers), self.deadline, expected)

@@ -1,0 +1,263 @@
+"""Pre-training: start one attempt of the job, or adopt the one that exists.
+
+The port of the seeds' DistributeTrain_PreTraining.py, in order:
+1. pre-flight: every object is validated by a server-side dry run, so bad input
+   (missing namespace, invalid image, no permission) fails before anything exists;
+2. under the placement Lease: inventory, plan, then the SSH Secret, the pinned workers
+   and the chief in one burst, so every GPU of the plan is held from the start (the
+   chief's too, through a multi-GB image pull: no other pod can take it meanwhile);
+3. wait (watch) until every worker is Ready and the chief is bound to its node, then
+   publish the workers' addresses, which the chief asks the manager for (``discovery``).
+
+What happens when the attempt does not start (a pod lost, not Ready in time) is the
+job loop's decision (``job``), not this module's: it raises, typed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, names, placement, podstate
+from distributetrain.core.placement import format_plan
+from distributetrain.core.settings import JobSettings
+from distributetrain.core.sshkeys import JobKeys
+from distributetrain.kube import events, waits
+from distributetrain.kube.client import Kube
+from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
+from distributetrain.manager import earlierruns
+from distributetrain.manager.discovery import HostList
+from distributetrain.manager.freegpus import FreeGpuWatch
+from distributetrain.manager.nodewatch import NodeWatch
+from distributetrain.manager.reporting import PodWaits, Reporter
+from distributetrain.manager.teardown import tear_down
+
+log = logging.getLogger(__name__)
+
+# While waiting for GPUs, plan at most this often, however often GPUs free up and are taken.
+REPLAN_MIN_INTERVAL_S = 1.0
+
+
+def job_pods(kube: Kube, settings: JobSettings) -> dict[str, dict]:
+    """This manager's pods of the job (never those of an earlier run of the same name)."""
+    items, _ = kube.list_all("pods", settings.namespace, label_selector=settings.selector)
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
+    """Free GPUs per candidate node, and the pod list's resourceVersion (to watch from)."""
+    ledger = inventory.GpuLedger(settings.gpu_resource)
+    selector = dict(settings.node_selector)
+    for page, _ in kube.list_pages("nodes"):
+        for node in page:
+            ledger.add_node(node, settings.tolerations, selector)
+    version = ""
+    for page, version in kube.list_pages("pods", field_selector=inventory.ACTIVE_PODS_SELECTOR):
+        for pod in page:
+            ledger.add_pod(pod)
+    return ledger, version
+
+
+def preflight(kube: Kube, settings: JobSettings) -> None:
+    """Server-side dry run of every kind of object the job creates; nothing is persisted."""
+    if not settings.discovery_url:
+        raise errors.UsageError("MANAGER_POD_IP", "the chief asks the manager for its hosts: set it to the manager "
+                                                  "pod's address (downward API status.podIP, as manager.yaml does)")
+    if not kube.namespace_exists(settings.namespace):
+        raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
+    envsecrets.require_env_secrets(kube, settings)
+    keys = JobKeys.generate(settings.job_name)
+    probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
+    objects = manifests.job_objects(settings, probe_plan, keys)
+    for obj in objects:
+        try:
+            kube.create_owned(obj, dry_run=True)
+        except errors.NotFound as e:
+            raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
+        except errors.Invalid as e:
+            raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
+
+
+def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
+    """Requests no cluster state could ever satisfy are bad input, not a wait."""
+    if not ledger.advertised:
+        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
+    # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
+    # only more GPUs than every node the selector allows advertises is never satisfiable.
+    if settings.num_gpus > ledger.selectable:
+        where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
+        raise errors.UsageError(
+            "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
+
+
+class AttemptNotStarted(errors.DistributeTrainError):
+    """The attempt's pods did not all start within --worker-ready-timeout."""
+
+    def __init__(self, waiting_for: dict[str, str]):
+        self.waiting_for = waiting_for  # pod name -> why it is not there yet
+        super().__init__("; ".join(f"{pod}: {why}" for pod, why in waiting_for.items()))
+
+
+class PreTraining:
+    """Start the current attempt (``settings.attempt``): adopt its pods, or plan and create them."""
+
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float, hosts: HostList,
+                 gpus_until: float):
+        self.kube = kube
+        self.settings = settings
+        self.reporter = reporter
+        self.deadline = deadline  # monotonic; the job's --active-deadline
+        self.hosts = hosts  # what the chief is told (the manager serves it)
+        self.gpus_until = gpus_until  # monotonic; how long the job waits for GPUs (--wait-for-gpus)
+
+    def run(self) -> list[tuple[str, int]]:
+        """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
+        raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
+        settings = self.settings
+        pods = job_pods(self.kube, settings)
+        plan = self._adopt(pods)
+        if plan is None:
+            self.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
+            preflight(self.kube, settings)
+            earlierruns.clear(self.kube, settings)
+            plan = self._place(self.gpus_until)
+            pods = {}
+        chief = names.chief_name(settings.job_name, settings.attempt)
+        workers = [names.worker_name(settings.job_name, i, settings.attempt) for i in range(len(plan) - 1)]
+        outcome = waits.attempt_started(chief, workers)(pods) if pods else None
+        if not isinstance(outcome, waits.AttemptStarted):  # else adopted, started already: no news
+            outcome = self._wait_until_started(chief, workers)
+            if workers:
+                self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
+                                            ", ".join(f"{name} ({address})"
+                                                      for name, (address, _) in zip(workers, outcome.hosts)))
+            self.reporter.phase("Running")
+        self.hosts.publish(outcome.hosts)
+        return plan
+
+    def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted:
+        settings = self.settings
+        self.reporter.phase("StartingWorkers")
+        ready_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
+        pod_waits = PodWaits(self.reporter, [*workers, chief])
+        try:
+            # A worker's node lost while it starts: deleted at once, a loss like any other.
+            with NodeWatch(self.kube, settings, self.reporter):
+                outcome = waits.watch_job(self.kube, settings.namespace, settings.selector,
+                                          pod_waits.watching(waits.attempt_started(chief, workers)), ready_by,
+                                          [*workers, chief])
+        finally:
+            pod_waits.done()
+        if isinstance(outcome, waits.PodLost):
+            raise errors.PodLost(f"pod {outcome.pod} {outcome.reason} before training started", exitcodes.WORKER_LOST)
+        if isinstance(outcome, waits.TimedOut):
+            raise AttemptNotStarted(outcome.waiting_for)
+        return outcome
+
+    def _adopt(self, pods: dict[str, dict]) -> list[tuple[str, int]] | None:
+        """The plan of this attempt's pods if they all exist (a restarted manager, or
+        post-training after pre-training); None if there are none. Partial leftovers (a
+        manager killed while creating them) are deleted: the attempt starts over."""
+        settings = self.settings
+        chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
+        workers = sorted((p for p in pods.values() if names.is_worker_of(p, settings.job_name, settings.attempt)),
+                         key=names.worker_index)
+        if chief is None and not workers:
+            return None
+        plan = [(inventory.pinned_node(pod["spec"]) or podstate.node(pod), names.gpus_of(pod)) for pod in workers]
+        if chief is not None:
+            plan.append((inventory.pinned_node(chief["spec"]) or podstate.node(chief), names.gpus_of(chief)))
+        complete = chief is not None and sum(share for _, share in plan) == settings.num_gpus \
+            and [names.worker_index(w) for w in workers] == list(range(len(workers)))
+        if not complete:
+            log.warning("job %s: the pods of attempt %d are incomplete; deleting them and starting over",
+                        settings.job_name, settings.attempt)
+            tear_down(self.kube, settings, keep_chief=False)
+            return None
+        log.info("job %s: adopting attempt %d, plan %s", settings.job_name, settings.attempt, format_plan(plan))
+        return plan
+
+    def _place(self, give_up_at: float) -> list[tuple[str, int]]:
+        """Plan and create the workers under the Lease; wait for GPUs while allowed.
+
+        While it waits, the free GPUs are followed from one list and watches
+        (``FreeGpuWatch``): the Lease and a fresh inventory, which alone decide the plan,
+        are taken again only when those say the request fits, and once more when the
+        wait is over (for the reasons the job fails with).
+        """
+        settings = self.settings
+        wait_until = min(give_up_at, self.deadline)
+        last_shortage = ""
+        next_plan_at = 0.0
+        with contextlib.ExitStack() as waiting:
+            watch: FreeGpuWatch | None = None  # from the first shortage on
+            while True:
+                time.sleep(max(0.0, next_plan_at - time.monotonic()))
+                next_plan_at = time.monotonic() + REPLAN_MIN_INTERVAL_S
+                seen = watch.generation if watch else 0
+                self.reporter.phase("Planning")
+                # A busy Lease is tried for as long as the job may wait for GPUs (LOCK_TIMEOUT_S at least).
+                with PlacementLock(self.kube, settings.lease_namespace, f"{settings.namespace}/{settings.job_name}",
+                                   LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME, wait_until=wait_until):
+                    # The manager that held the Lease before may have taken the GPUs seen free:
+                    # its pods are on the watch by then, so no list is needed to know.
+                    taken_meanwhile = watch is not None and watch.fits() is False and time.monotonic() < wait_until
+                    if not taken_meanwhile:
+                        ledger, _ = take_inventory(self.kube, settings)
+                        check_request(ledger, settings)
+                        free = ledger.free()
+                        try:
+                            plan = placement.plan(free, settings.num_gpus)
+                            if settings.elastic:
+                                plan = placement.with_a_worker(plan)
+                        except placement.InsufficientGPUs as e:
+                            shortage = e
+                        else:
+                            log.info("job %s: free GPUs %s; plan %s", settings.job_name, free, format_plan(plan))
+                            self.reporter.events.record(
+                                events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: {format_plan(plan)} "
+                                                "(the chief's share last)")
+                            self.reporter.planned(plan)
+                            self._create_workers(plan)
+                            return plan
+                if not taken_meanwhile:
+                    shortage_text = f"{shortage}; unavailable: {ledger.unavailable()}"
+                    if time.monotonic() >= wait_until:
+                        advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
+                        raise errors.JobFailed(shortage_text + advice, exitcodes.INSUFFICIENT_GPUS)
+                    if shortage_text != last_shortage:
+                        log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name,
+                                 shortage_text, settings.wait_for_gpus_s)
+                        last_shortage = shortage_text
+                    # The same shortage again adds to one Event's count (the recorder's series).
+                    self.reporter.events.record(events.WAITING_FOR_GPUS, f"{shortage_text}; waiting up to "
+                                                f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
+                self.reporter.phase("WaitingForGPUs")
+                if watch is None:
+                    watch = waiting.enter_context(FreeGpuWatch(self.kube, settings))
+                self._wait_for_freed_gpus(watch, seen, wait_until)
+
+    def _wait_for_freed_gpus(self, watch: FreeGpuWatch, seen: int, until: float) -> None:
+        """Return once the followed ledger changed since generation ``seen`` and the request
+        fits (GPUs freed, a node Ready, uncordoned or untainted), or at ``until``. Pods that
+        hold no GPU coming and going never wake it."""
+        if watch.wait_until_fits(seen, until):
+            log.info("job %s: %d GPUs may be free now; planning again", self.settings.job_name,
+                     self.settings.num_gpus)
+
+    def _create_workers(self, plan: list[tuple[str, int]]) -> None:
+        """The Secret, the workers and the chief, in one burst (all under the Lease)."""
+        settings = self.settings
+        secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name))
+        self.kube.create_owned(secret)
+        self.kube.create_all_owned(pods)
+        if len(plan) > 1:
+            self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
+                f"{names.worker_name(settings.job_name, index, settings.attempt)} on {node} ({share} GPUs)"
+                for index, (node, share) in enumerate(plan[:-1])))
+        chief_node, chief_share = plan[-1]
+        self.reporter.events.record(
+            events.CHIEF_CREATED, f"{names.chief_name(settings.job_name, settings.attempt)} on {chief_node} "
+                                  f"({chief_share} GPUs): horovodrun -np {settings.num_gpus} over {len(plan)} pods "
+                                  "once the workers are Ready")
