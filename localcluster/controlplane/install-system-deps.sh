@@ -2,14 +2,14 @@
 # Installs the Debian packages the local cluster needs: etcd (the apiserver's
 # store), iproute2 (bridge, veths, netns), podman with runc (the node agent's
 # container runtime, and the image builder), mmdebstrap (the root filesystem
-# of the python base stand-in) and openssh-client (the ssh-keygen the unit tests
-# check the job's keys with). Idempotent. The cluster runs its
+# of the python base stand-in), openssh-client (the ssh-keygen the unit tests check
+# the job's keys with) and shellcheck (the tests lint every shell script). Idempotent. The cluster runs its
 # own etcd under $DT_RUN, so the package's system service must never be left
 # running: service starts are denied during the install and any etcd the
 # package started anyway is stopped.
 set -euo pipefail
 
-PACKAGES=(etcd-server iproute2 podman runc mmdebstrap openssh-client)
+PACKAGES=(etcd-server iproute2 podman runc mmdebstrap openssh-client shellcheck)
 POLICY_RC_D=/usr/sbin/policy-rc.d
 
 missing=()
