@@ -103,14 +103,15 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     from distributetrain.core import errors
     from distributetrain.kube.events import EventRecorder
     from distributetrain.kube.client import Kube, load_api_client
+    from distributetrain.manager.discovery import HostList
+    from distributetrain.manager.kinds import kind_of
     from distributetrain.manager.pretraining import PreTraining
     from distributetrain.manager.reporting import Reporter
 
     kube = Kube(load_api_client(kubeconfig=kubeconfig))
     recorder = EventRecorder.for_manager(kube, settings)
-    manager = PreTraining.__new__(PreTraining)  # only what _place reads: the constructors differ
-    manager.kube, manager.settings, manager.deadline = kube, settings, math.inf
-    manager.reporter = Reporter(kube, settings, recorder)
+    manager = PreTraining(kube, settings, Reporter(kube, settings, recorder), math.inf, HostList(),
+                          time.monotonic() + settings.wait_for_gpus_s, kind_of(settings))
     try:
         manager._place(time.monotonic() + settings.wait_for_gpus_s)
         outcome[settings.job_name] = "placed"

@@ -54,6 +54,15 @@ def plan(free: Mapping[str, int], gpus: int) -> Plan:
     return _shares(chosen, sum(f for _, f in chosen) - gpus)
 
 
+def up_to(free: Mapping[str, int], gpus: int) -> Plan:
+    """As many of ``gpus`` as are free, planned as ``plan`` plans them (an elastic job's
+    replacements: some GPUs now are better than all of them later)."""
+    available = sum(f for f in free.values() if f > 0)
+    if available < 1:
+        raise InsufficientGPUs(gpus, 0)
+    return plan(free, min(gpus, available))
+
+
 def with_a_worker(plan: Plan) -> Plan:
     """An elastic job's plan on one node, split into a worker and a 1-GPU chief there.
 

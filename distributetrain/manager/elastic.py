@@ -11,7 +11,7 @@ answer true and the job whole:
 - a lost worker does not end the job. While the job has fewer GPUs than ``--num-gpus``
   (counting workers still starting), the manager plans replacements on whatever GPUs are
   free, under the placement Lease like any plan: at once after a loss, then every
-  ``REPLACE_RECHECK_S`` while still short; replacements get fresh names (the next worker
+  ``REPLACE_RECHECK_S`` while still short (``booking``); replacements get fresh names (the next worker
   index), hence fresh addresses, so no replacement waits on a pod stuck terminating and
   Horovod's blacklist of a failed host never applies to it;
 - growing back is best effort: a replacement that fails (a quota refusing the new pod
@@ -34,13 +34,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, manifests, names, placement, podstate
-from distributetrain.core.placement import format_plan
+from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.kube.lock import PlacementLock
 from distributetrain.manager.discovery import HostList
-from distributetrain.manager.pretraining import take_inventory
+from distributetrain.manager import booking
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import delete_because
 
@@ -48,7 +47,6 @@ log = logging.getLogger(__name__)
 
 REPLACE_RECHECK_S = 10.0  # while short of GPUs, plan replacements at least this often
 REPLACE_BACKOFF_MAX_S = 60.0  # after failures in a row, at least this often
-LOCK_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -211,27 +209,25 @@ class ElasticFollower:
         missing = settings.num_gpus - held
         if missing <= 0:
             return
-        with PlacementLock(self.kube, settings.lease_namespace, f"{settings.namespace}/{settings.job_name}",
-                           LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME):
-            # Under the Lease, from a fresh inventory: the job's own pods count as used, so
-            # GPUs are never booked twice, by this job or another.
-            ledger, _ = take_inventory(self.kube, settings)
-            free = ledger.free()
-            gpus = min(missing, sum(free.values()))
-            if gpus <= 0:
-                shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
-                           f"(unavailable: {ledger.unavailable()})"
-                if shortage != self.last_shortage:  # once per change, not every recheck
-                    log.info("job %s: %s", settings.job_name, shortage)
-                    self.last_shortage = shortage
-                return
-            plan = placement.plan(free, gpus)
-            first = next_worker_index(pods)
-            workers = [manifests.worker_pod(settings, first + i, node, share) for i, (node, share) in enumerate(plan)]
-            self.kube.create_all_owned(workers)
-        text = f"{gpus} of {missing} missing GPUs: " + ", ".join(
+        first = next_worker_index(pods)
+        # From a fresh inventory under the Lease: the job's own pods count as used.
+        booked = booking.book(self.kube, settings, lambda ledger: placement.up_to(ledger.free(), missing),
+                              lambda plan: self.kube.create_all_owned(
+                                  [manifests.worker_pod(settings, first + i, node, share)
+                                   for i, (node, share) in enumerate(plan)]))
+        if isinstance(booked, booking.Short):
+            shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
+                       f"(unavailable: {booked.ledger.unavailable()})"
+            if shortage != self.last_shortage:  # once per change, not every recheck
+                log.info("job %s: %s", settings.job_name, shortage)
+                self.last_shortage = shortage
+            return
+        self._replaced(booked, missing, first)
+
+    def _replaced(self, plan: Plan, missing: int, first: int) -> None:
+        settings = self.settings
+        text = f"{sum(share for _, share in plan)} of {missing} missing GPUs: " + ", ".join(
             f"{names.worker_name(settings.job_name, first + i, settings.attempt)} on {node} ({share} GPUs)"
             for i, (node, share) in enumerate(plan))
         log.info("job %s: replacing lost workers: %s (plan %s)", settings.job_name, text, format_plan(plan))
         self.reporter.events.record(events.WORKERS_CREATED, "replacing lost workers: " + text)
-

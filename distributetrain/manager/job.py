@@ -30,6 +30,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager.discovery import DiscoveryServer, HostList
+from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
 from distributetrain.manager.pretraining import AttemptNotStarted, PreTraining
 from distributetrain.manager.reporting import Reporter
@@ -51,6 +52,7 @@ class Job:
         self.deadline = deadline  # monotonic; --active-deadline
         self.gpus_until = time.monotonic() + settings.wait_for_gpus_s  # for every plan of this process
         self.hosts = HostList()  # the current attempt's workers, as the chief is told them
+        self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
 
     def run(self, until_started: bool = False) -> int:
         """Follow the job to the chief's end and return its exit code, tearing the job
@@ -62,11 +64,11 @@ class Job:
                 while True:
                     try:
                         plan = PreTraining(self.kube, self.settings, self.reporter, self.deadline, self.hosts,
-                                           self.gpus_until).run()
+                                           self.gpus_until, self.kind).run()
                         if until_started:
                             return exitcodes.OK
                         code = PostTraining(self.kube, self.settings, self.reporter, self.deadline, self.hosts,
-                                            plan).run()
+                                            plan, self.kind).run()
                         keep_chief = not self.settings.delete_chief
                         return code
                     except errors.PodLost as lost:

@@ -5,8 +5,8 @@ the chief was Completed and deleted the workers. Here a watch sees every change 
 once: the chief ending (its exit code becomes the manager's), a worker failing or
 vanishing (the attempt is lost), the chief never starting, or the job's deadline; a node
 lost by the node lifecycle controller's verdict takes the job's pods on it along
-(``nodewatch``). An elastic job is followed by ``elastic`` instead, which keeps the
-hosts current and replaces lost workers. What a lost attempt leads to (a restart, or
+(``nodewatch``). How training is followed is the job's kind's (``kinds``): an elastic
+job's follower keeps the hosts current and replaces lost workers. What a lost attempt leads to (a restart, or
 the end) is the job loop's decision (``job``).
 """
 
@@ -16,11 +16,12 @@ import logging
 import time
 
 from distributetrain.core import errors, exitcodes, names
+from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager.discovery import HostList
-from distributetrain.manager.elastic import ElasticFollower
+from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.reporting import PodWaits, Reporter
 
@@ -29,8 +30,9 @@ log = logging.getLogger(__name__)
 
 class PostTraining:
     def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float, hosts: HostList,
-                 plan: list[tuple[str, int]]):
+                 plan: Plan, kind: StaticJob | ElasticJob):
         self.kube = kube
+        self.kind = kind
         self.plan = plan  # the attempt's shares, the chief's last
         self.settings = settings
         self.reporter = reporter
@@ -70,7 +72,4 @@ class PostTraining:
             return outcome
         self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")
-        if settings.elastic:
-            return ElasticFollower(self.kube, settings, self.reporter, self.hosts, self.deadline).run()
-        return waits.watch_job(self.kube, settings.namespace, settings.selector,
-                               waits.chief_finished(chief, workers), self.deadline, expected)
+        return self.kind.follow(self.kube, settings, self.reporter, self.hosts, self.deadline, chief, workers)

@@ -3,9 +3,10 @@
 The port of the seeds' DistributeTrain_PreTraining.py, in order:
 1. pre-flight: every object is validated by a server-side dry run, so bad input
    (missing namespace, invalid image, no permission) fails before anything exists;
-2. under the placement Lease: inventory, plan, then the SSH Secret, the pinned workers
-   and the chief in one burst, so every GPU of the plan is held from the start (the
-   chief's too, through a multi-GB image pull: no other pod can take it meanwhile);
+2. under the placement Lease (``booking``): inventory, plan, then the SSH Secret, the
+   pinned workers and the chief in one burst, so every GPU of the plan is held from the
+   start (the chief's too, through a multi-GB image pull: no other pod can take it
+   meanwhile);
 3. wait (watch) until every worker is Ready and the chief is bound to its node, then
    publish the workers' addresses, which the chief asks the manager for (``discovery``).
 
@@ -19,16 +20,16 @@ import contextlib
 import logging
 import time
 
-from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, names, placement, podstate
-from distributetrain.core.placement import format_plan
+from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, names, podstate
+from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
-from distributetrain.manager import earlierruns
+from distributetrain.manager import booking, earlierruns
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.freegpus import FreeGpuWatch
+from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.reporting import PodWaits, Reporter
 from distributetrain.manager.teardown import tear_down
@@ -43,20 +44,6 @@ def job_pods(kube: Kube, settings: JobSettings) -> dict[str, dict]:
     """This manager's pods of the job (never those of an earlier run of the same name)."""
     items, _ = kube.list_all("pods", settings.namespace, label_selector=settings.selector)
     return {p["metadata"]["name"]: p for p in items}
-
-
-def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
-    """Free GPUs per candidate node, and the pod list's resourceVersion (to watch from)."""
-    ledger = inventory.GpuLedger(settings.gpu_resource)
-    selector = dict(settings.node_selector)
-    for page, _ in kube.list_pages("nodes"):
-        for node in page:
-            ledger.add_node(node, settings.tolerations, selector)
-    version = ""
-    for page, version in kube.list_pages("pods", field_selector=inventory.ACTIVE_PODS_SELECTOR):
-        for pod in page:
-            ledger.add_pod(pod)
-    return ledger, version
 
 
 def preflight(kube: Kube, settings: JobSettings) -> None:
@@ -103,15 +90,17 @@ class PreTraining:
     """Start the current attempt (``settings.attempt``): adopt its pods, or plan and create them."""
 
     def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float, hosts: HostList,
-                 gpus_until: float):
+                 gpus_until: float, kind: StaticJob | ElasticJob):
         self.kube = kube
+        self.kind = kind  # the plan's shape
         self.settings = settings
         self.reporter = reporter
         self.deadline = deadline  # monotonic; the job's --active-deadline
         self.hosts = hosts  # what the chief is told (the manager serves it)
         self.gpus_until = gpus_until  # monotonic; how long the job waits for GPUs (--wait-for-gpus)
+        self.last_shortage = ""  # logged once per change
 
-    def run(self) -> list[tuple[str, int]]:
+    def run(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
         raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
         settings = self.settings
@@ -155,7 +144,7 @@ class PreTraining:
             raise AttemptNotStarted(outcome.waiting_for)
         return outcome
 
-    def _adopt(self, pods: dict[str, dict]) -> list[tuple[str, int]] | None:
+    def _adopt(self, pods: dict[str, dict]) -> Plan | None:
         """The plan of this attempt's pods if they all exist (a restarted manager, or
         post-training after pre-training); None if there are none. Partial leftovers (a
         manager killed while creating them) are deleted: the attempt starts over."""
@@ -178,65 +167,61 @@ class PreTraining:
         log.info("job %s: adopting attempt %d, plan %s", settings.job_name, settings.attempt, format_plan(plan))
         return plan
 
-    def _place(self, give_up_at: float) -> list[tuple[str, int]]:
-        """Plan and create the workers under the Lease; wait for GPUs while allowed.
+    def _place(self, give_up_at: float) -> Plan:
+        """Book the attempt's GPUs (``booking``); wait for GPUs while allowed.
 
         While it waits, the free GPUs are followed from one list and watches
         (``FreeGpuWatch``): the Lease and a fresh inventory, which alone decide the plan,
         are taken again only when those say the request fits, and once more when the
         wait is over (for the reasons the job fails with).
         """
-        settings = self.settings
         wait_until = min(give_up_at, self.deadline)
-        last_shortage = ""
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
+
+            def still_wanted() -> bool:
+                # The manager that held the Lease before may have taken the GPUs seen free:
+                # its pods are on the watch by then, so no list is needed to know.
+                return watch is None or watch.fits() is not False or time.monotonic() >= wait_until
+
             while True:
                 time.sleep(max(0.0, next_plan_at - time.monotonic()))
                 next_plan_at = time.monotonic() + REPLAN_MIN_INTERVAL_S
                 seen = watch.generation if watch else 0
                 self.reporter.phase("Planning")
                 # A busy Lease is tried for as long as the job may wait for GPUs (LOCK_TIMEOUT_S at least).
-                with PlacementLock(self.kube, settings.lease_namespace, f"{settings.namespace}/{settings.job_name}",
-                                   LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME, wait_until=wait_until):
-                    # The manager that held the Lease before may have taken the GPUs seen free:
-                    # its pods are on the watch by then, so no list is needed to know.
-                    taken_meanwhile = watch is not None and watch.fits() is False and time.monotonic() < wait_until
-                    if not taken_meanwhile:
-                        ledger, _ = take_inventory(self.kube, settings)
-                        check_request(ledger, settings)
-                        free = ledger.free()
-                        try:
-                            plan = placement.plan(free, settings.num_gpus)
-                            if settings.elastic:
-                                plan = placement.with_a_worker(plan)
-                        except placement.InsufficientGPUs as e:
-                            shortage = e
-                        else:
-                            log.info("job %s: free GPUs %s; plan %s", settings.job_name, free, format_plan(plan))
-                            self.reporter.events.record(
-                                events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: {format_plan(plan)} "
-                                                "(the chief's share last)")
-                            self.reporter.planned(plan)
-                            self._create_workers(plan)
-                            return plan
-                if not taken_meanwhile:
-                    shortage_text = f"{shortage}; unavailable: {ledger.unavailable()}"
-                    if time.monotonic() >= wait_until:
-                        advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
-                        raise errors.JobFailed(shortage_text + advice, exitcodes.INSUFFICIENT_GPUS)
-                    if shortage_text != last_shortage:
-                        log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name,
-                                 shortage_text, settings.wait_for_gpus_s)
-                        last_shortage = shortage_text
-                    # The same shortage again adds to one Event's count (the recorder's series).
-                    self.reporter.events.record(events.WAITING_FOR_GPUS, f"{shortage_text}; waiting up to "
-                                                f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
+                booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, wait_until,
+                                      still_wanted)
+                if isinstance(booked, list):
+                    return booked
+                if isinstance(booked, booking.Short):
+                    self._short(booked, wait_until)
                 self.reporter.phase("WaitingForGPUs")
                 if watch is None:
-                    watch = waiting.enter_context(FreeGpuWatch(self.kube, settings))
+                    watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
+
+    def _choose(self, ledger: inventory.GpuLedger) -> Plan:
+        check_request(ledger, self.settings)
+        free = ledger.free()
+        plan = self.kind.plan(free, self.settings.num_gpus)
+        log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
+        return plan
+
+    def _short(self, short: booking.Short, wait_until: float) -> None:
+        """Fail once the wait is over; until then, say (once per change) what is missing."""
+        settings = self.settings
+        if time.monotonic() >= wait_until:
+            advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
+            raise errors.JobFailed(f"{short}{advice}", exitcodes.INSUFFICIENT_GPUS)
+        if str(short) != self.last_shortage:
+            log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, short,
+                     settings.wait_for_gpus_s)
+            self.last_shortage = str(short)
+        # The same shortage again adds to one Event's count (the recorder's series).
+        self.reporter.events.record(events.WAITING_FOR_GPUS, f"{short}; waiting up to "
+                                    f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
 
     def _wait_for_freed_gpus(self, watch: FreeGpuWatch, seen: int, until: float) -> None:
         """Return once the followed ledger changed since generation ``seen`` and the request
@@ -246,9 +231,12 @@ class PreTraining:
             log.info("job %s: %d GPUs may be free now; planning again", self.settings.job_name,
                      self.settings.num_gpus)
 
-    def _create_workers(self, plan: list[tuple[str, int]]) -> None:
+    def _create_pods(self, plan: Plan) -> None:
         """The Secret, the workers and the chief, in one burst (all under the Lease)."""
         settings = self.settings
+        self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: "
+                                                    f"{format_plan(plan)} (the chief's share last)")
+        self.reporter.planned(plan)
         secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name))
         self.kube.create_owned(secret)
         self.kube.create_all_owned(pods)

@@ -14,7 +14,7 @@ from distributetrain.core import errors, manifests, names, placement
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import elastic
+from distributetrain.manager import booking, elastic
 from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text
 from distributetrain.manager.reporting import Reporter
 
@@ -310,7 +310,7 @@ def test_a_failed_replacement_is_retried_and_the_job_goes_on(quick, call, failur
 
 
 def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
-    monkeypatch.setattr(elastic, "LOCK_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(booking, "LOCK_TIMEOUT_S", 0.1)
     kube = short_of_two_gpus()
     # Another manager holds the Lease for half a second, then releases it.
     kube.lease = {"metadata": {"name": names.LOCK_LEASE_NAME, "namespace": "default", "resourceVersion": "5"},
