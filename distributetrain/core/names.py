@@ -68,23 +68,6 @@ def attempt_of(manager: dict) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def worker_index(pod: dict) -> int:
-    """A worker pod's index label; -1 for any other pod."""
-    return int(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_WORKER_INDEX, "-1"))
-
-
-def is_worker_of(pod: dict, job: str, attempt: int) -> bool:
-    """A worker of the job's given attempt: a worker of another attempt has another name."""
-    metadata = pod.get("metadata") or {}
-    return ((metadata.get("labels") or {}).get(LABEL_ROLE) == ROLE_WORKER
-            and metadata.get("name") == worker_name(job, worker_index(pod), attempt))
-
-
-def gpus_of(pod: dict) -> int:
-    """The GPUs a job pod holds, as its manifest recorded them."""
-    return int(((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS, "0"))
-
-
 def secret_name(job: str) -> str:
     return f"{job}-ssh"
 

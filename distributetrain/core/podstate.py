@@ -1,11 +1,38 @@
-"""Pure readings of pod objects: is it ready, finished, why is it not Ready yet."""
+"""Pure readings of pod objects: whose it is, is it ready, finished, why is it not Ready yet."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from distributetrain.core.inventory import TERMINAL_PHASES
+from distributetrain.core import names
 from distributetrain.core.names import ANNOTATION_DELETED_BECAUSE
+
+
+def role(pod: Mapping) -> str | None:
+    """The job role a pod was created with (worker, chief, manager), if any."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ROLE)
+
+
+def is_training_pod(pod: Mapping) -> bool:
+    """A worker or the chief: what an attempt consists of (never the manager)."""
+    return role(pod) in (names.ROLE_WORKER, names.ROLE_CHIEF)
+
+
+def worker_index(pod: Mapping) -> int:
+    """A worker pod's index label; -1 for any other pod."""
+    return int(((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_WORKER_INDEX, "-1"))
+
+
+def is_worker_of(pod: Mapping, job: str, attempt: int) -> bool:
+    """A worker of the job's given attempt: a worker of another attempt has another name."""
+    return role(pod) == names.ROLE_WORKER and \
+        (pod.get("metadata") or {}).get("name") == names.worker_name(job, worker_index(pod), attempt)
+
+
+def gpus_of(pod: Mapping) -> int:
+    """The GPUs a job pod holds, as its manifest recorded them."""
+    return int(((pod.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_GPUS, "0"))
 
 
 def phase(pod: Mapping) -> str:
@@ -130,7 +157,7 @@ def _why_not_ready(pod: Mapping) -> tuple[str, bool] | None:
     return f"phase {phase(pod)}", False
 
 
-def pod_waiting_reason(pod: Mapping) -> str | None:
+def why_not_ready(pod: Mapping) -> str | None:
     """Why the pod is not Ready yet, in one line; None once it is Ready.
 
     The scheduler's message when it cannot place the pod, a container's error (image,
@@ -144,8 +171,3 @@ def needs_attention(pod: Mapping) -> bool:
     """Whether the pod waits on something time will not fix (unschedulable, image or start errors)."""
     found = _why_not_ready(pod)
     return bool(found and found[1])
-
-
-def waiting_reason(pod: Mapping) -> str:
-    """``pod_waiting_reason`` for a pod known not to be Ready (pending reasons, a pending manager)."""
-    return pod_waiting_reason(pod) or "Ready"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from distributetrain.core import errors, names, podstate
+from distributetrain.core import errors, exitcodes, podstate
 from distributetrain.kube.client import Kube
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,10 @@ class ChiefFinished:
 class PodLost:
     pod: str
     reason: str
+
+    def error(self, when: str = "") -> errors.PodLost:
+        """The lost attempt as the job's loop handles it (a restart, or exit 71)."""
+        return errors.PodLost(f"pod {self.pod} {self.reason}{when}", exitcodes.WORKER_LOST)
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def attempt_started(chief: str, workers: list[str]) -> Judge:
         if not podstate.node(pods[chief]):
             return None
         if all(podstate.is_ready(pods[name]) and podstate.address(pods[name]) for name in workers):
-            return AttemptStarted(tuple((podstate.address(pods[name]), names.gpus_of(pods[name])) for name in workers))
+            return AttemptStarted(tuple((podstate.address(pods[name]), podstate.gpus_of(pods[name])) for name in workers))
         return None
 
     return judge
@@ -126,7 +130,7 @@ def pending_reasons(pods: Mapping[str, dict], expected: list[str]) -> dict[str, 
         if pod is None:
             reasons[name] = "does not exist"
         elif not podstate.is_ready(pod):
-            reasons[name] = podstate.waiting_reason(pod)
+            reasons[name] = podstate.why_not_ready(pod) or "Ready"
     return reasons
 
 
@@ -180,7 +184,7 @@ def wait_until_gone(kube: Kube, namespace: str, selector: str, deadline: float,
 
     def job_pods_left(pods: Mapping[str, dict]) -> set[str]:
         return {name for name, pod in pods.items()
-                if (pod["metadata"].get("labels") or {}).get(names.LABEL_ROLE) in (names.ROLE_WORKER, names.ROLE_CHIEF)
+                if podstate.is_training_pod(pod)
                 and (only is None or name in only)}
 
     outcome, pods = watch_until(kube, namespace, selector, lambda pods: True if not job_pods_left(pods) else None,

@@ -49,8 +49,7 @@ def clear(kube: Kube, settings: JobSettings) -> None:
         return  # outside a manager pod nothing tells runs apart
     namespace = settings.namespace
     items, _ = kube.list_all("pods", namespace, label_selector=names.job_selector(settings.job_name))
-    earlier = [pod for pod in items if is_earlier_run(pod, settings)
-               and (pod["metadata"].get("labels") or {}).get(names.LABEL_ROLE) in (names.ROLE_WORKER, names.ROLE_CHIEF)]
+    earlier = [pod for pod in items if is_earlier_run(pod, settings) and podstate.is_training_pod(pod)]
     if blocking := in_the_way(earlier):
         raise errors.UsageError("--job-name", f"job {settings.job_name!r} already runs in namespace {namespace!r} "
                                               f"under another manager ({', '.join(blocking)}); choose another name "

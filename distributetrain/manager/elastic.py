@@ -59,17 +59,17 @@ def live_workers(pods: Mapping[str, dict], settings: JobSettings) -> list[dict]:
     """Workers of the current attempt that hold or will hold their GPUs: not ending, not ended."""
     workers = [
         pod for pod in pods.values()
-        if names.is_worker_of(pod, settings.job_name, settings.attempt)
+        if podstate.is_worker_of(pod, settings.job_name, settings.attempt)
         and not podstate.is_terminating(pod) and not podstate.is_finished(pod)
     ]
-    return sorted(workers, key=names.worker_index)
+    return sorted(workers, key=podstate.worker_index)
 
 
 def ready_hosts(pods: Mapping[str, dict], settings: JobSettings) -> tuple[tuple[str, int], ...]:
     """What the manager serves the chief (``discovery``): (address, GPU share) of every Ready,
     non-terminating worker of the attempt, in worker order. The chief is not among them:
     its discovery script (``podscripts/discover.py``) puts it first."""
-    return tuple((podstate.address(w), names.gpus_of(w)) for w in live_workers(pods, settings)
+    return tuple((podstate.address(w), podstate.gpus_of(w)) for w in live_workers(pods, settings)
                  if podstate.is_ready(w) and podstate.address(w))
 
 
@@ -82,7 +82,7 @@ def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...])
         if (gone := podstate.gone(pod)) is not None:
             return waits.PodLost(chief, gone)
         hosts = ready_hosts(pods, settings)
-        world = names.gpus_of(pod) + sum(slots for _, slots in hosts)
+        world = podstate.gpus_of(pod) + sum(slots for _, slots in hosts)
         if podstate.is_finished(pod):
             code = podstate.exit_code(pod)
             if code != 0 and world < settings.min_gpus:
@@ -117,7 +117,7 @@ def retry_delay(failures_in_a_row: int) -> float:
 
 def next_worker_index(pods: Mapping[str, dict]) -> int:
     """After every worker the job ever had in this attempt, terminating ones included."""
-    return max((names.worker_index(p) for p in pods.values()), default=-1) + 1
+    return max((podstate.worker_index(p) for p in pods.values()), default=-1) + 1
 
 
 class ElasticFollower:
@@ -184,7 +184,7 @@ class ElasticFollower:
         settings = self.settings
         for name in overdue_workers(pods, settings, self.not_ready_since, time.monotonic()):
             why = f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s " \
-                  f"({podstate.waiting_reason(pods[name])})"
+                  f"({podstate.why_not_ready(pods[name]) or 'Ready'})"
             log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
             try:
                 delete_because(self.kube, settings.namespace, name, why)
@@ -205,7 +205,7 @@ class ElasticFollower:
     def _replace(self, pods: Mapping[str, dict]) -> None:
         settings = self.settings
         chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
-        held = (names.gpus_of(chief) if chief else 0) + sum(names.gpus_of(w) for w in live_workers(pods, settings))
+        held = (podstate.gpus_of(chief) if chief else 0) + sum(podstate.gpus_of(w) for w in live_workers(pods, settings))
         missing = settings.num_gpus - held
         if missing <= 0:
             return

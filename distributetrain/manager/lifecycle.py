@@ -18,7 +18,6 @@ from datetime import datetime, timezone
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager.job import Job

@@ -50,7 +50,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, names, podstate
+from distributetrain.core import errors, podstate
 from distributetrain.core.inventory import node_not_ready
 from distributetrain.core.settings import NODE_LOST_TOLERATION_S, JobSettings
 from distributetrain.kube import events
@@ -213,7 +213,7 @@ def pods_to_delete(pods: list[dict]) -> list[str]:
     """The job's workers and chief that still run or wait: never the manager, nor a finished pod."""
     return sorted(
         pod["metadata"]["name"] for pod in pods
-        if (pod["metadata"].get("labels") or {}).get(names.LABEL_ROLE) in (names.ROLE_WORKER, names.ROLE_CHIEF)
+        if podstate.is_training_pod(pod)
         and not podstate.is_terminating(pod) and not podstate.is_finished(pod)
     )
 

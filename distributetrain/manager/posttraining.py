@@ -50,7 +50,7 @@ class PostTraining:
         if isinstance(outcome, waits.ChiefFinished):
             return outcome.exit_code
         if isinstance(outcome, waits.PodLost):
-            raise errors.PodLost(f"pod {outcome.pod} {outcome.reason}", exitcodes.WORKER_LOST)
+            raise outcome.error()
         if time.monotonic() >= self.deadline:
             raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
                                    exitcodes.TIMED_OUT)

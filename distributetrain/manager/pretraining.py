@@ -139,7 +139,7 @@ class PreTraining:
         finally:
             pod_waits.done()
         if isinstance(outcome, waits.PodLost):
-            raise errors.PodLost(f"pod {outcome.pod} {outcome.reason} before training started", exitcodes.WORKER_LOST)
+            raise outcome.error(" before training started")
         if isinstance(outcome, waits.TimedOut):
             raise AttemptNotStarted(outcome.waiting_for)
         return outcome
@@ -150,15 +150,15 @@ class PreTraining:
         manager killed while creating them) are deleted: the attempt starts over."""
         settings = self.settings
         chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
-        workers = sorted((p for p in pods.values() if names.is_worker_of(p, settings.job_name, settings.attempt)),
-                         key=names.worker_index)
+        workers = sorted((p for p in pods.values() if podstate.is_worker_of(p, settings.job_name, settings.attempt)),
+                         key=podstate.worker_index)
         if chief is None and not workers:
             return None
-        plan = [(inventory.pinned_node(pod["spec"]) or podstate.node(pod), names.gpus_of(pod)) for pod in workers]
+        plan = [(inventory.pinned_node(pod["spec"]) or podstate.node(pod), podstate.gpus_of(pod)) for pod in workers]
         if chief is not None:
-            plan.append((inventory.pinned_node(chief["spec"]) or podstate.node(chief), names.gpus_of(chief)))
+            plan.append((inventory.pinned_node(chief["spec"]) or podstate.node(chief), podstate.gpus_of(chief)))
         complete = chief is not None and sum(share for _, share in plan) == settings.num_gpus \
-            and [names.worker_index(w) for w in workers] == list(range(len(workers)))
+            and [podstate.worker_index(w) for w in workers] == list(range(len(workers)))
         if not complete:
             log.warning("job %s: the pods of attempt %d are incomplete; deleting them and starting over",
                         settings.job_name, settings.attempt)

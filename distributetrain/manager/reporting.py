@@ -198,7 +198,7 @@ class PodWaits:
             pod = pods.get(name)
             if pod is None:
                 continue  # not created yet, or gone: the judge says which
-            reason = podstate.pod_waiting_reason(pod)
+            reason = podstate.why_not_ready(pod)
             unchanged = self.reasons[name] == reason if name in self.reasons else reason is None
             self.reasons[name] = reason
             if unchanged:

@@ -23,8 +23,7 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     doomed = []
     for pod in pods:
         name = pod["metadata"]["name"]
-        role = pod["metadata"].get("labels", {}).get(names.LABEL_ROLE)
-        if role not in (names.ROLE_WORKER, names.ROLE_CHIEF):
+        if not podstate.is_training_pod(pod):
             continue
         if keep_chief and name == chief and podstate.is_finished(pod):
             continue

@@ -5,7 +5,6 @@ Lease can be read or changed."""
 
 import copy
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml

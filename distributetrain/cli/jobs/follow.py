@@ -34,7 +34,7 @@ class ManagerStarted:
 
 
 @dataclass(frozen=True)
-class ChiefStarted:
+class ChiefHasOutput:
     pod: str
 
 
@@ -48,7 +48,7 @@ class ManagerGone:
     pass
 
 
-Outcome = ManagerStarted | ChiefStarted | ManagerEnded | ManagerGone
+Outcome = ManagerStarted | ChiefHasOutput | ManagerEnded | ManagerGone
 
 
 class ProgressLines:
@@ -63,7 +63,7 @@ class ProgressLines:
             return []
         pending = podstate.phase(manager) == "Pending"
         facts = {"manager": f"manager pod {manager['metadata']['name']}: "
-                            + (podstate.waiting_reason(manager) if pending else podstate.phase(manager))}
+                            + ((podstate.why_not_ready(manager) or "Ready") if pending else podstate.phase(manager))}
         reported = (manager["metadata"].get("annotations") or {}).get(names.ANNOTATION_PHASE)
         if reported:
             facts["phase"] = f"phase: {reported}"
@@ -113,8 +113,8 @@ class Follower:
                       f"the job is left as it is (distributetrain status {self.name})")
             return exitcodes.TIMED_OUT
         if isinstance(outcome, ManagerStarted):
-            outcome = self._watch(self._chief_started, math.inf)
-        if isinstance(outcome, ChiefStarted):
+            outcome = self._watch(self._chief_has_output, math.inf)
+        if isinstance(outcome, ChiefHasOutput):
             self._stream(outcome.pod)
             outcome = self._watch(self._manager_ended, math.inf)
         return self._finish(outcome)
@@ -140,11 +140,11 @@ class Follower:
         return ManagerStarted() if podstate.phase(manager) == "Running" else None
 
     @staticmethod
-    def _chief_started(manager: dict, children: list[dict]) -> Outcome | None:
+    def _chief_has_output(manager: dict, children: list[dict]) -> Outcome | None:
         chief = names.chief_name(manager["metadata"]["name"], names.attempt_of(manager))
         for pod in children:
             if pod["metadata"]["name"] == chief and podstate.phase(pod) != "Pending":
-                return ChiefStarted(chief)
+                return ChiefHasOutput(chief)
         return None
 
     @staticmethod

@@ -80,8 +80,7 @@ def is_manager_of(pod: Mapping, name: str) -> bool:
 def is_child_of(pod: Mapping, manager: Mapping) -> bool:
     """Workers and chief are labelled with the manager pod's name, the manager's job name."""
     labels = _labels(pod)
-    return labels.get(names.LABEL_JOB) == _metadata(manager)["name"] and labels.get(names.LABEL_ROLE) in (
-        names.ROLE_WORKER, names.ROLE_CHIEF)
+    return labels.get(names.LABEL_JOB) == _metadata(manager)["name"] and podstate.is_training_pod(pod)
 
 
 def kind_of(manager: Mapping) -> str:
@@ -146,7 +145,7 @@ def reason_of(manager: Mapping) -> str:
     if terminated.get("message") or terminated.get("reason"):
         return (terminated.get("message") or terminated["reason"]).strip()
     if podstate.phase(manager) == "Pending" and not podstate.is_terminating(manager):
-        return podstate.waiting_reason(manager)  # why the manager does not run
+        return podstate.why_not_ready(manager) or "Ready"  # why the manager does not run
     return ""
 
 
@@ -224,7 +223,7 @@ def progress_of(manager: Mapping, children: Iterable[Mapping]) -> Progress:
         name = pod["metadata"]["name"]
         if name == names.chief_name(job, attempt):
             chief = "Terminating" if podstate.is_terminating(pod) else podstate.phase(pod)
-        elif names.is_worker_of(pod, job, attempt):
+        elif podstate.is_worker_of(pod, job, attempt):
             workers.append(pod)
     plan = plan_of(manager)
     planned = len(plan) - 1 if plan else len(workers)
