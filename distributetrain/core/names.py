@@ -62,12 +62,6 @@ def chief_name(job: str, attempt: int = 0) -> str:
     return f"{job}-chief{_attempt_suffix(attempt)}"
 
 
-def attempt_of(manager: dict) -> int:
-    """The current attempt recorded on a manager pod (0 before any re-plan)."""
-    text = ((manager.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ATTEMPT, "0")
-    return int(text) if text.isdigit() else 0
-
-
 def secret_name(job: str) -> str:
     return f"{job}-ssh"
 

@@ -48,7 +48,7 @@ class Job:
     def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float):
         self.kube = kube
         self.reporter = reporter
-        self.settings = settings.replace(attempt=reporter.attempt())
+        self.settings = settings.replace(attempt=reporter.record().attempt)
         self.deadline = deadline  # monotonic; --active-deadline
         self.gpus_until = time.monotonic() + settings.wait_for_gpus_s  # for every plan of this process
         self.hosts = HostList()  # the current attempt's workers, as the chief is told them
@@ -88,7 +88,7 @@ class Job:
 
     def _restart(self, lost: errors.PodLost) -> None:
         """The next attempt after a lost one, if the budget and the deadline allow; else raise ``lost``."""
-        used = self.reporter.restarts()
+        used = self.reporter.record().restarts
         backoff_s = restarts.restart_backoff(used, self.settings.max_restarts, self.deadline - time.monotonic())
         if backoff_s is None:
             raise lost

@@ -124,14 +124,14 @@ def _execute(
                     reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
                 return code
             if phase == "teardown":
-                settings = settings.replace(attempt=reporter.attempt())
+                settings = settings.replace(attempt=reporter.record().attempt)
                 if unless_restarting and will_restart(kube, settings):
                     log.info("job %s: the manager container restarts and adopts the job; not tearing down",
                              settings.job_name)
                     return exitcodes.OK
                 with shielded():
                     tear_down_quietly(kube, settings, keep_chief=not settings.delete_chief)
-                    if failed_with is not None and not reporter.has_finished():
+                    if failed_with is not None and not reporter.record().finished:
                         reporter.finished(failed_with, abnormal_end(failed_with))
             return exitcodes.OK
     except errors.UsageError as e:

@@ -6,14 +6,14 @@ its log and its termination message.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from distributetrain.core import errors, names, podstate
-from distributetrain.core.placement import format_plan, parse_plan
+from distributetrain.core import errors, podstate, record
+from distributetrain.core.placement import Plan
+from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.kube.client import Kube
@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TERMINATION_LOG = "/dev/termination-log"
-MAX_WAITING_REASON_CHARS = 500  # per pod, in the waiting annotation (all of them share 256 KiB)
 # The waiting annotation is written at most this often: 64 workers starting change it
 # some 300 times, which would otherwise be 300 requests in the watch loop.
 WAITING_WRITE_INTERVAL_S = 1.0
@@ -49,73 +48,46 @@ class Reporter:
     def phase(self, phase: str) -> None:
         log.info("job %s: %s", self.settings.job_name, phase)
         try:
-            self._annotate({names.ANNOTATION_PHASE: phase})
+            self._annotate(record.phase(phase))
         except errors.DistributeTrainError as e:
             log.warning("could not record phase %s: %s", phase, e)
 
-    def planned(self, plan: list[tuple[str, int]]) -> None:
+    def planned(self, plan: Plan) -> None:
         """Record the attempt's plan (shown by ``distributetrain status``)."""
-        self._annotate({names.ANNOTATION_PLAN: format_plan(plan)})
+        self._annotate(record.planned(plan))
 
     def waiting(self, reasons: Mapping[str, str]) -> None:
         """Why each pod is not Ready yet (none: remove the annotation). Best effort."""
-        text = json.dumps({pod: why[:MAX_WAITING_REASON_CHARS] for pod, why in reasons.items()}) if reasons else None
         try:
-            self._annotate({names.ANNOTATION_WAITING: text})
+            self._annotate(record.waiting(reasons))
         except errors.DistributeTrainError as e:
             log.warning("could not record why pods wait: %s", e)
 
-    def _annotation(self, key: str) -> str | None:
+    def record(self) -> JobRecord:
+        """The job's record as the manager pod holds it now (written by this process, an
+        earlier container of it, or pre-training); empty outside a manager pod."""
         if not self._has_pod:
-            return None
-        pod = self.kube.get_pod(self.settings.own_namespace, self.settings.job_name) or {}
-        return (pod.get("metadata", {}).get("annotations") or {}).get(key)
-
-    def plan(self) -> list[tuple[str, int]] | None:
-        """The plan recorded by pre-training (which may have run in another process)."""
-        return parse_plan(self._annotation(names.ANNOTATION_PLAN) or "") or None
-
-    def attempt(self) -> int:
-        """The job's current attempt (names.attempt_of), as recorded on the manager pod."""
-        if not self._has_pod:
-            return 0
-        return names.attempt_of(self.kube.get_pod(self.settings.own_namespace, self.settings.job_name) or {})
+            return JobRecord()
+        return JobRecord.of(self.kube.get_pod(self.settings.own_namespace, self.settings.job_name) or {})
 
     def record_attempt(self, attempt: int) -> None:
         """Before creating an attempt's pods, so every later phase and a restarted manager
         follow (and tear down) the pods under their new names."""
-        self._annotate({names.ANNOTATION_ATTEMPT: str(attempt)})
-
-    def restarts(self) -> int:
-        """Restarts used so far (--max-restarts), as recorded on the manager pod."""
-        text = self._annotation(names.ANNOTATION_RESTARTS) or "0"
-        return int(text) if text.isdigit() else 0
+        self._annotate(record.attempt(attempt))
 
     def restarting(self, used: int, allowed: int, cause: str, attempt: int, backoff_s: float) -> None:
         """Record a restart before it starts: the budget, the cause, the next attempt."""
         note = f"{cause}; restart {used} of {allowed} (attempt {attempt}) in {backoff_s:.0f}s"
         log.warning("job %s: %s", self.settings.job_name, note)
         self.events.record(events.RESTARTING, note)
-        self._annotate({names.ANNOTATION_RESTARTS: str(used), names.ANNOTATION_RESTART_REASON: cause[:1000],
-                        names.ANNOTATION_ATTEMPT: str(attempt), names.ANNOTATION_PHASE: "Restarting"})
-
-    def has_finished(self) -> bool:
-        """Whether an outcome is already recorded on the manager pod."""
-        return self._annotation(names.ANNOTATION_PHASE) in ("Succeeded", "Failed")
+        self._annotate(record.restarting(used, cause, attempt))
 
     def finished(self, exit_code: int, reason: str) -> None:
         phase = "Succeeded" if exit_code == 0 else "Failed"
         log.info("job %s %s (exit code %d): %s", self.settings.job_name, phase.lower(), exit_code, reason)
         self.events.record(events.SUCCEEDED if exit_code == 0 else events.FAILED, f"{reason} (exit code {exit_code})")
         try:
-            self._annotate(
-                {
-                    names.ANNOTATION_PHASE: phase,
-                    names.ANNOTATION_EXIT_CODE: str(exit_code),
-                    names.ANNOTATION_REASON: reason[:1000],
-                    names.ANNOTATION_WAITING: None,
-                }
-            )
+            self._annotate(record.finished(exit_code, reason))
         except errors.DistributeTrainError as e:
             log.warning("could not record the outcome: %s", e)
         try:

@@ -21,6 +21,7 @@ from distributetrain.cli.jobs import cancel, connection, lookup, manager_spec, p
 from distributetrain.cli.jobs.follow import INTERRUPTED, Follower
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
 from distributetrain.core import errors, exitcodes, names, validation
+from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 
 OUTPUT_FORMATS = ("table", "json")
@@ -215,7 +216,7 @@ def run_logs(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
     if args.manager:
         pod, container = found.job_name, manager_spec.MANAGER_CONTAINER
     else:
-        pod, container = names.chief_name(found.job_name, names.attempt_of(found.manager or {})), state.CHIEF_CONTAINER
+        pod, container = names.chief_name(found.job_name, JobRecord.of(found.manager or {}).attempt), state.CHIEF_CONTAINER
         if kube.get_pod(namespace, pod) is None:
             raise lookup.Missing(f"job {args.name!r} has no chief pod ({found.status.phase}); "
                                  f"see 'distributetrain logs --manager {args.name}'")

@@ -19,6 +19,7 @@ from distributetrain.cli.jobs import state
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import errors, exitcodes, names, podstate
 from distributetrain.core.placement import format_plan
+from distributetrain.core.record import JobRecord
 from distributetrain.kube import waits
 
 MANAGER_START_TIMEOUT_S = 300.0  # pulling the manager image and scheduling it; beyond that, say why
@@ -64,10 +65,10 @@ class ProgressLines:
         pending = podstate.phase(manager) == "Pending"
         facts = {"manager": f"manager pod {manager['metadata']['name']}: "
                             + ((podstate.why_not_ready(manager) or "Ready") if pending else podstate.phase(manager))}
-        reported = (manager["metadata"].get("annotations") or {}).get(names.ANNOTATION_PHASE)
-        if reported:
-            facts["phase"] = f"phase: {reported}"
-        plan = state.plan_of(manager)
+        record = JobRecord.of(manager)
+        if record.phase:
+            facts["phase"] = f"phase: {record.phase}"
+        plan = record.plan
         if plan:
             facts["plan"] = (f"plan: {sum(share for _, share in plan)} GPUs on {len(plan)} nodes "
                              f"({format_plan(list(plan))}, the chief's share last)")
@@ -75,7 +76,7 @@ class ProgressLines:
         if plan or progress.workers:
             facts["workers"] = f"workers Ready: {progress.workers_ready}/{progress.workers}"
         if progress.chief:
-            facts["chief"] = f"chief {names.chief_name(manager['metadata']['name'], names.attempt_of(manager))}: {progress.chief}"
+            facts["chief"] = f"chief {names.chief_name(manager['metadata']['name'], record.attempt)}: {progress.chief}"
         for pod, why in state.waiting_of(manager):
             facts[WAITING_FACT + pod] = f"{pod} waits: {why}"
         new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != text]
@@ -141,7 +142,7 @@ class Follower:
 
     @staticmethod
     def _chief_has_output(manager: dict, children: list[dict]) -> Outcome | None:
-        chief = names.chief_name(manager["metadata"]["name"], names.attempt_of(manager))
+        chief = names.chief_name(manager["metadata"]["name"], JobRecord.of(manager).attempt)
         for pod in children:
             if pod["metadata"]["name"] == chief and podstate.phase(pod) != "Pending":
                 return ChiefHasOutput(chief)

@@ -1,14 +1,13 @@
 """What a job's objects say about it: pure readings, shared by list, status and --follow.
 
-The manager reports on its own pod (``reporting``): phase, plan, exit code, reason and
-why-pods-wait annotations, and its termination message. The pod's own status is the fallback (the
+The manager reports on its own pod: its record (``core.record``: phase, plan, exit code,
+reason, why pods wait) and its termination message. The pod's own status is the fallback (the
 manager may not have started, or died too hard to report), and so, for a manager
 submitted as a batch/v1 Job whose pod is gone, are the Job's conditions.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -16,7 +15,7 @@ from datetime import datetime, timezone
 from distributetrain.cli import jobflags
 from distributetrain.core import errors, names, podstate, validation
 from distributetrain.core.inventory import TERMINAL_PHASES
-from distributetrain.core.placement import parse_plan
+from distributetrain.core.record import JobRecord
 
 CHIEF_CONTAINER = names.ROLE_CHIEF  # manifests.chief_pod names its container after the role
 KIND_POD = "Pod"
@@ -64,10 +63,6 @@ def _labels(obj: Mapping) -> Mapping:
     return _metadata(obj).get("labels") or {}
 
 
-def _annotations(obj: Mapping) -> Mapping:
-    return _metadata(obj).get("annotations") or {}
-
-
 def user_name(manager: Mapping) -> str:
     """The name the job was submitted under (a Job's pod carries it as a label)."""
     return _labels(manager).get(names.LABEL_JOB) or _metadata(manager)["name"]
@@ -86,10 +81,6 @@ def is_child_of(pod: Mapping, manager: Mapping) -> bool:
 def kind_of(manager: Mapping) -> str:
     owners = _metadata(manager).get("ownerReferences") or ()
     return KIND_JOB if any(ref.get("kind") == KIND_JOB for ref in owners) else KIND_POD
-
-
-def plan_of(manager: Mapping) -> tuple[tuple[str, int], ...]:
-    return tuple(parse_plan(_annotations(manager).get(names.ANNOTATION_PLAN, "")))
 
 
 def _manager_container(pod: Mapping) -> Mapping:
@@ -119,7 +110,7 @@ def _terminated(pod: Mapping) -> Mapping | None:
 
 
 def phase_of(manager: Mapping) -> str:
-    reported = _annotations(manager).get(names.ANNOTATION_PHASE, "")
+    reported = JobRecord.of(manager).phase
     if podstate.is_finished(manager):
         # A manager that died too hard to report still has the pod's verdict.
         return reported if reported in TERMINAL_PHASES else podstate.phase(manager)
@@ -133,12 +124,11 @@ def exit_code_of(manager: Mapping) -> int | None:
     code = podstate.exit_code(manager)
     if code is not None:
         return code
-    reported = _annotations(manager).get(names.ANNOTATION_EXIT_CODE, "")
-    return int(reported) if reported.lstrip("-").isdigit() else None
+    return JobRecord.of(manager).exit_code
 
 
 def reason_of(manager: Mapping) -> str:
-    reported = _annotations(manager).get(names.ANNOTATION_REASON)
+    reported = JobRecord.of(manager).reason
     if reported:
         return reported
     terminated = _terminated(manager) or {}
@@ -149,21 +139,9 @@ def reason_of(manager: Mapping) -> str:
     return ""
 
 
-def restarts_of(manager: Mapping) -> int:
-    text = _annotations(manager).get(names.ANNOTATION_RESTARTS, "0")
-    return int(text) if text.isdigit() else 0
-
-
 def waiting_of(manager: Mapping) -> tuple[tuple[str, str], ...]:
     """Why each pod the manager waits on is not Ready; nothing once the manager ended."""
-    text = _annotations(manager).get(names.ANNOTATION_WAITING)
-    if not text or podstate.is_finished(manager):
-        return ()
-    try:
-        reasons = json.loads(text)
-    except ValueError:
-        return ()
-    return tuple((str(pod), str(why)) for pod, why in reasons.items()) if isinstance(reasons, dict) else ()
+    return () if podstate.is_finished(manager) else JobRecord.of(manager).waiting
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -173,7 +151,8 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 def from_manager(manager: Mapping) -> JobStatus:
-    plan = plan_of(manager)
+    record = JobRecord.of(manager)
+    plan = record.plan
     metadata = _metadata(manager)
     return JobStatus(
         name=user_name(manager),
@@ -187,8 +166,8 @@ def from_manager(manager: Mapping) -> JobStatus:
         exit_code=exit_code_of(manager),
         reason=reason_of(manager),
         waiting=waiting_of(manager),
-        restarts=restarts_of(manager),
-        last_restart_reason=_annotations(manager).get(names.ANNOTATION_RESTART_REASON, ""),
+        restarts=record.restarts,
+        last_restart_reason=record.last_restart_reason,
     )
 
 
@@ -217,7 +196,7 @@ def from_batch_job(job: Mapping) -> JobStatus:
 
 def progress_of(manager: Mapping, children: Iterable[Mapping]) -> Progress:
     # Only the current attempt's pods: a released attempt's may still be terminating.
-    job, attempt = manager["metadata"]["name"], names.attempt_of(manager)
+    job, attempt = manager["metadata"]["name"], JobRecord.of(manager).attempt
     workers, chief = [], ""
     for pod in children:
         name = pod["metadata"]["name"]
@@ -225,7 +204,7 @@ def progress_of(manager: Mapping, children: Iterable[Mapping]) -> Progress:
             chief = "Terminating" if podstate.is_terminating(pod) else podstate.phase(pod)
         elif podstate.is_worker_of(pod, job, attempt):
             workers.append(pod)
-    plan = plan_of(manager)
+    plan = JobRecord.of(manager).plan
     planned = len(plan) - 1 if plan else len(workers)
     return Progress(sum(1 for w in workers if podstate.is_ready(w)), planned, chief)
 
