@@ -113,12 +113,6 @@ def _checked(flag: str, parse: Callable, text: str):
         raise errors.UsageError(flag, str(e)) from None
 
 
-def _service_account(text: str) -> str:
-    if len(text) > 253 or not validation.DNS1123_SUBDOMAIN.fullmatch(text):
-        raise ValueError(f"must be a ServiceAccount name (a DNS-1123 subdomain), got {text!r}")
-    return text
-
-
 def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[JobSettings, ManagerOptions]:
     """Every flag validated, before anything touches the cluster."""
     if args.ttl_after_finished and not args.as_job:
@@ -136,7 +130,7 @@ def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[Jo
         ttl_s = round(_checked("--ttl-after-finished", validation.duration_s, args.ttl_after_finished))
     options = ManagerOptions(
         image=_checked("--manager-image", validation.image, args.manager_image),
-        service_account=_checked("--manager-service-account", _service_account, args.manager_service_account),
+        service_account=_checked("--manager-service-account", validation.dns_subdomain, args.manager_service_account),
         as_job=args.as_job,
         ttl_after_finished_s=ttl_s,
         node_selector=tuple(_checked("--manager-node-selector", validation.key_value, term)
