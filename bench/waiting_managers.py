@@ -104,16 +104,19 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     from distributetrain.kube.events import EventRecorder
     from distributetrain.kube.client import Kube, load_api_client
     from distributetrain.manager.discovery import HostList
+    from distributetrain.core.names import Attempt
     from distributetrain.manager.kinds import kind_of
     from distributetrain.manager.pretraining import PreTraining
     from distributetrain.manager.reporting import Reporter
+    from distributetrain.manager.run import Run
 
     kube = Kube(load_api_client(kubeconfig=kubeconfig))
     recorder = EventRecorder.for_manager(kube, settings)
-    manager = PreTraining(kube, settings, Reporter(kube, settings, recorder), math.inf, HostList(),
-                          time.monotonic() + settings.wait_for_gpus_s, kind_of(settings))
+    run = Run(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
+              time.monotonic() + settings.wait_for_gpus_s, HostList())
+    manager = PreTraining(kube, run, kind_of(settings))
     try:
-        manager._place(time.monotonic() + settings.wait_for_gpus_s)
+        manager._place(run.gpus_until)
         outcome[settings.job_name] = "placed"
     except errors.DistributeTrainError as e:
         outcome[settings.job_name] = f"exit {e.exit_code}"

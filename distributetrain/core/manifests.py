@@ -217,7 +217,7 @@ def orphan_check_s(orphan_timeout_s: float) -> int:
     return max(1, min(ORPHAN_CHECK_MAX_S, round(orphan_timeout_s / 4)))
 
 
-def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict:
+def worker_pod(settings: JobSettings, index: int, node: str, share: int, attempt: int = 0) -> dict:
     port: dict = {"name": "ssh", "containerPort": settings.port, "protocol": "TCP"}
     if settings.host_network:
         port["hostPort"] = settings.port  # the scheduler then keeps two jobs' sshd apart
@@ -239,7 +239,7 @@ def worker_pod(settings: JobSettings, index: int, node: str, share: int) -> dict
         },
     }
     return _job_pod(
-        settings, names.worker_name(settings.job_name, index, settings.attempt), names.ROLE_WORKER, node, share, container,
+        settings, names.worker_name(settings.job_name, index, attempt), names.ROLE_WORKER, node, share, container,
         ["authorized_keys", HOST_KEY_FILE], names.SSH_SERVER_DIR, {names.LABEL_WORKER_INDEX: str(index)},
     )
 
@@ -251,7 +251,7 @@ def _elastic_env(settings: JobSettings) -> list[dict]:
     ]
 
 
-def chief_pod(settings: JobSettings, node: str, share: int) -> dict:
+def chief_pod(settings: JobSettings, node: str, share: int, attempt: int = 0) -> dict:
     """Created with the workers; it learns their addresses from the manager (``discovery``)."""
     env = [
         {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -281,13 +281,13 @@ def chief_pod(settings: JobSettings, node: str, share: int) -> dict:
         # it (Kubernetes' rule), so no Secret can change the job's own DT_ variables.
         container["envFrom"] = [{"secretRef": {"name": name}} for name in settings.env_from_secrets]
     return _job_pod(
-        settings, names.chief_name(settings.job_name, settings.attempt), names.ROLE_CHIEF, node, share, container,
+        settings, names.chief_name(settings.job_name, attempt), names.ROLE_CHIEF, node, share, container,
         [CLIENT_KEY_FILE, "known_hosts", "config"], names.SSH_CLIENT_DIR,
     )
 
 
-def job_objects(settings: JobSettings, plan: list[tuple[str, int]], keys: JobKeys) -> list[dict]:
+def job_objects(settings: JobSettings, plan: list[tuple[str, int]], keys: JobKeys, attempt: int = 0) -> list[dict]:
     """Everything one attempt creates, in creation order: Secret, workers, chief."""
     *worker_shares, (chief_node, chief_share) = plan
-    workers = [worker_pod(settings, i, node, share) for i, (node, share) in enumerate(worker_shares)]
-    return [ssh_secret(settings, keys), *workers, chief_pod(settings, chief_node, chief_share)]
+    workers = [worker_pod(settings, i, node, share, attempt) for i, (node, share) in enumerate(worker_shares)]
+    return [ssh_secret(settings, keys), *workers, chief_pod(settings, chief_node, chief_share, attempt)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 DOMAIN = "distributetrain.io"
 LABEL_APP = "app.kubernetes.io/name"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -60,6 +62,27 @@ def worker_name(job: str, index: int, attempt: int = 0) -> str:
 
 def chief_name(job: str, attempt: int = 0) -> str:
     return f"{job}-chief{_attempt_suffix(attempt)}"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start of a job's pods under one plan; only the job's loop moves to the next."""
+
+    job: str
+    number: int = 0
+
+    @property
+    def chief(self) -> str:
+        return chief_name(self.job, self.number)
+
+    def worker(self, index: int) -> str:
+        return worker_name(self.job, index, self.number)
+
+    def workers(self, count: int) -> list[str]:
+        return [self.worker(index) for index in range(count)]
+
+    def next(self) -> Attempt:
+        return Attempt(self.job, self.number + 1)
 
 
 def secret_name(job: str) -> str:

@@ -24,10 +24,9 @@ def worker_index(pod: Mapping) -> int:
     return int(((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_WORKER_INDEX, "-1"))
 
 
-def is_worker_of(pod: Mapping, job: str, attempt: int) -> bool:
+def is_worker_of(pod: Mapping, attempt: names.Attempt) -> bool:
     """A worker of the job's given attempt: a worker of another attempt has another name."""
-    return role(pod) == names.ROLE_WORKER and \
-        (pod.get("metadata") or {}).get("name") == names.worker_name(job, worker_index(pod), attempt)
+    return role(pod) == names.ROLE_WORKER and (pod.get("metadata") or {}).get("name") == attempt.worker(worker_index(pod))
 
 
 def gpus_of(pod: Mapping) -> int:

@@ -83,7 +83,6 @@ class JobSettings:
     active_deadline_s: float | None = None  # whole job, from manager start; also set on pods
     wait_for_gpus_s: float = 0.0  # 0: fail fast when GPUs are short; else wait this long
     ssh_connect_attempts: int = 30  # chief's checks of each worker before horovodrun, 1 s apart
-    attempt: int = 0  # which start of the job's pods: each re-plan names its pods afresh (names.py)
     max_restarts: int = 0  # new attempts allowed after a pod is lost (not after the script fails)
     # Elastic Horovod (--elastic): training goes on while at least min_gpus of num_gpus
     # remain, and lost workers are replaced as GPUs free up. 0: a static job.

@@ -33,14 +33,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, manifests, names, placement, podstate
+from distributetrain.core import errors, manifests, placement, podstate
+from distributetrain.core.names import Attempt
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager.discovery import HostList
 from distributetrain.manager import booking
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.run import Run
 from distributetrain.manager.teardown import delete_because
 
 log = logging.getLogger(__name__)
@@ -55,33 +55,33 @@ class HostsChanged:
     world: int  # GPUs trained on: the chief's and theirs
 
 
-def live_workers(pods: Mapping[str, dict], settings: JobSettings) -> list[dict]:
-    """Workers of the current attempt that hold or will hold their GPUs: not ending, not ended."""
+def live_workers(pods: Mapping[str, dict], attempt: Attempt) -> list[dict]:
+    """Workers of the attempt that hold or will hold their GPUs: not ending, not ended."""
     workers = [
         pod for pod in pods.values()
-        if podstate.is_worker_of(pod, settings.job_name, settings.attempt)
+        if podstate.is_worker_of(pod, attempt)
         and not podstate.is_terminating(pod) and not podstate.is_finished(pod)
     ]
     return sorted(workers, key=podstate.worker_index)
 
 
-def ready_hosts(pods: Mapping[str, dict], settings: JobSettings) -> tuple[tuple[str, int], ...]:
+def ready_hosts(pods: Mapping[str, dict], attempt: Attempt) -> tuple[tuple[str, int], ...]:
     """What the manager serves the chief (``discovery``): (address, GPU share) of every Ready,
     non-terminating worker of the attempt, in worker order. The chief is not among them:
     its discovery script (``podscripts/discover.py``) puts it first."""
-    return tuple((podstate.address(w), podstate.gpus_of(w)) for w in live_workers(pods, settings)
+    return tuple((podstate.address(w), podstate.gpus_of(w)) for w in live_workers(pods, attempt)
                  if podstate.is_ready(w) and podstate.address(w))
 
 
-def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...]) -> waits.Judge:
+def judge_elastic(settings: JobSettings, attempt: Attempt, published: tuple[tuple[str, int], ...]) -> waits.Judge:
     """The chief's end or loss, else the hosts differing from ``published``."""
-    chief = names.chief_name(settings.job_name, settings.attempt)
+    chief = attempt.chief
 
     def judge(pods: Mapping[str, dict]) -> waits.Outcome | HostsChanged | None:
         pod = pods.get(chief)
         if (gone := podstate.gone(pod)) is not None:
             return waits.PodLost(chief, gone)
-        hosts = ready_hosts(pods, settings)
+        hosts = ready_hosts(pods, attempt)
         world = podstate.gpus_of(pod) + sum(slots for _, slots in hosts)
         if podstate.is_finished(pod):
             code = podstate.exit_code(pod)
@@ -96,11 +96,11 @@ def judge_elastic(settings: JobSettings, published: tuple[tuple[str, int], ...])
     return judge
 
 
-def overdue_workers(pods: Mapping[str, dict], settings: JobSettings, not_ready_since: dict[str, float],
-                    now: float) -> list[str]:
+def overdue_workers(pods: Mapping[str, dict], settings: JobSettings, attempt: Attempt,
+                    not_ready_since: dict[str, float], now: float) -> list[str]:
     """Live workers not Ready for longer than ``--worker-ready-timeout``: they hold GPUs and
     train nothing. ``not_ready_since`` (name -> when first seen not Ready) is kept up to date."""
-    waiting = {pod["metadata"]["name"] for pod in live_workers(pods, settings) if not podstate.is_ready(pod)}
+    waiting = {pod["metadata"]["name"] for pod in live_workers(pods, attempt) if not podstate.is_ready(pod)}
     for name in set(not_ready_since) - waiting:
         del not_ready_since[name]
     overdue = []
@@ -123,12 +123,13 @@ def next_worker_index(pods: Mapping[str, dict]) -> int:
 class ElasticFollower:
     """From the chief's start to its end: publish the hosts, replace lost workers."""
 
-    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, hosts: HostList, deadline: float):
+    def __init__(self, kube: Kube, run: Run):
         self.kube = kube
-        self.settings = settings
-        self.reporter = reporter
-        self.hosts = hosts
-        self.deadline = deadline
+        self.settings = run.settings
+        self.attempt = run.attempt  # an elastic attempt lasts as long as its chief
+        self.reporter = run.reporter
+        self.hosts = run.hosts
+        self.deadline = run.deadline
         self.published: tuple[tuple[str, int], ...] = ()
         self.world = 0  # GPUs of the published hosts and the chief
         self.next_replace_at = 0.0
@@ -142,7 +143,7 @@ class ElasticFollower:
         while True:
             wake_at = min(self.deadline, max(self.next_replace_at, time.monotonic() + 0.1))
             outcome, pods = waits.watch_until(self.kube, settings.namespace, selector,
-                                              judge_elastic(settings, self.published), wake_at)
+                                              judge_elastic(settings, self.attempt, self.published), wake_at)
             if isinstance(outcome, HostsChanged):
                 self._publish(outcome)
             elif outcome is not None:
@@ -182,7 +183,7 @@ class ElasticFollower:
         """A worker that never gets Ready (its image, its node, its sshd) would hold its GPUs
         for the rest of the job: delete it, and its GPUs are planned again."""
         settings = self.settings
-        for name in overdue_workers(pods, settings, self.not_ready_since, time.monotonic()):
+        for name in overdue_workers(pods, settings, self.attempt, self.not_ready_since, time.monotonic()):
             why = f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s " \
                   f"({podstate.why_not_ready(pods[name]) or 'Ready'})"
             log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
@@ -204,8 +205,8 @@ class ElasticFollower:
 
     def _replace(self, pods: Mapping[str, dict]) -> None:
         settings = self.settings
-        chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
-        held = (podstate.gpus_of(chief) if chief else 0) + sum(podstate.gpus_of(w) for w in live_workers(pods, settings))
+        chief = pods.get(self.attempt.chief)
+        held = (podstate.gpus_of(chief) if chief else 0) + sum(podstate.gpus_of(w) for w in live_workers(pods, self.attempt))
         missing = settings.num_gpus - held
         if missing <= 0:
             return
@@ -213,7 +214,7 @@ class ElasticFollower:
         # From a fresh inventory under the Lease: the job's own pods count as used.
         booked = booking.book(self.kube, settings, lambda ledger: placement.up_to(ledger.free(), missing),
                               lambda plan: self.kube.create_all_owned(
-                                  [manifests.worker_pod(settings, first + i, node, share)
+                                  [manifests.worker_pod(settings, first + i, node, share, self.attempt.number)
                                    for i, (node, share) in enumerate(plan)]))
         if isinstance(booked, booking.Short):
             shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
@@ -227,7 +228,7 @@ class ElasticFollower:
     def _replaced(self, plan: Plan, missing: int, first: int) -> None:
         settings = self.settings
         text = f"{sum(share for _, share in plan)} of {missing} missing GPUs: " + ", ".join(
-            f"{names.worker_name(settings.job_name, first + i, settings.attempt)} on {node} ({share} GPUs)"
+            f"{self.attempt.worker(first + i)} on {node} ({share} GPUs)"
             for i, (node, share) in enumerate(plan))
         log.info("job %s: replacing lost workers: %s (plan %s)", settings.job_name, text, format_plan(plan))
         self.reporter.events.record(events.WORKERS_CREATED, "replacing lost workers: " + text)

@@ -12,10 +12,11 @@ attempt is lost, the loop alone decides what comes next:
 
 Either way the lost attempt is torn down and its pods are waited out before the next
 one plans: until they are gone the scheduler counts their GPUs as used, so a job that
-fills its cluster would otherwise find no room for itself. The attempt number and the
-restarts used live on the manager pod (``Reporter``), the loop's only state across
-processes: ``manager.sh`` runs the loop twice, pre-training stopping once the current
-attempt has started, post-training picking it up and following it to the end.
+fills its cluster would otherwise find no room for itself. The attempt (``run``) is
+moved on here alone; it and the restarts used live on the manager pod (the job's
+``record``), the loop's only state across processes: ``manager.sh`` runs the loop
+twice, pre-training stopping once the current attempt has started, post-training
+picking it up and following it to the end.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 import urllib.parse
 
 from distributetrain.core import errors, exitcodes, manifests, restarts
+from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
@@ -34,6 +36,7 @@ from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
 from distributetrain.manager.pretraining import AttemptNotStarted, PreTraining
 from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.run import Run
 from distributetrain.manager.teardown import tear_down
 
 log = logging.getLogger(__name__)
@@ -47,11 +50,9 @@ OLD_PODS_GONE_S = manifests.TERMINATION_GRACE_S + 20.0
 class Job:
     def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float):
         self.kube = kube
-        self.reporter = reporter
-        self.settings = settings.replace(attempt=reporter.record().attempt)
-        self.deadline = deadline  # monotonic; --active-deadline
-        self.gpus_until = time.monotonic() + settings.wait_for_gpus_s  # for every plan of this process
-        self.hosts = HostList()  # the current attempt's workers, as the chief is told them
+        self.settings = settings
+        self.job_run = Run(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
+                        gpus_until=time.monotonic() + settings.wait_for_gpus_s, hosts=HostList())
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
 
     def run(self, until_started: bool = False) -> int:
@@ -63,12 +64,10 @@ class Job:
             with self._serving_hosts():
                 while True:
                     try:
-                        plan = PreTraining(self.kube, self.settings, self.reporter, self.deadline, self.hosts,
-                                           self.gpus_until, self.kind).run()
+                        plan = PreTraining(self.kube, self.job_run, self.kind).run()
                         if until_started:
                             return exitcodes.OK
-                        code = PostTraining(self.kube, self.settings, self.reporter, self.deadline, self.hosts,
-                                            plan, self.kind).run()
+                        code = PostTraining(self.kube, self.job_run, plan, self.kind).run()
                         keep_chief = not self.settings.delete_chief
                         return code
                     except errors.PodLost as lost:
@@ -84,42 +83,43 @@ class Job:
         # Without an address nothing can ask (and pre-flight refuses to create a chief).
         if not self.settings.discovery_url:
             return contextlib.nullcontext()
-        return DiscoveryServer(self.hosts, port=urllib.parse.urlsplit(self.settings.discovery_url).port)
+        return DiscoveryServer(self.job_run.hosts, port=urllib.parse.urlsplit(self.settings.discovery_url).port)
 
     def _restart(self, lost: errors.PodLost) -> None:
         """The next attempt after a lost one, if the budget and the deadline allow; else raise ``lost``."""
-        used = self.reporter.record().restarts
-        backoff_s = restarts.restart_backoff(used, self.settings.max_restarts, self.deadline - time.monotonic())
+        reporter = self.job_run.reporter
+        used = reporter.record().restarts
+        backoff_s = restarts.restart_backoff(used, self.settings.max_restarts, self.job_run.deadline - time.monotonic())
         if backoff_s is None:
             raise lost
         self._end_attempt()
-        attempt = self.settings.attempt + 1
+        self.job_run.attempt = self.job_run.attempt.next()
         # Recorded after the teardown: a manager restarted in between finds the lost
         # attempt again and counts this restart once.
-        self.reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, attempt, backoff_s)
-        self.settings = self.settings.replace(attempt=attempt)
+        reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, self.job_run.attempt.number, backoff_s)
         time.sleep(backoff_s)
 
     def _plan_again(self, late: AttemptNotStarted) -> None:
         """Release an attempt that did not start in time; plan anew while GPUs may be waited for."""
         self._end_attempt()
-        give_up = time.monotonic() >= min(self.gpus_until, self.deadline)
+        give_up = time.monotonic() >= min(self.job_run.gpus_until, self.job_run.deadline)
         timeout_s = self.settings.worker_ready_timeout_s
-        self.reporter.events.record(events.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
-                                                     + ("" if give_up else " and planning again"))
+        self.job_run.reporter.events.record(
+            events.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
+                             + ("" if give_up else " and planning again"))
         if give_up:
             raise errors.JobFailed(f"pods not Ready within {timeout_s:.0f}s; released them ({late})",
                                    exitcodes.TIMED_OUT)
         log.warning("job %s: pods not Ready in time (%s); released them and planning again",
                     self.settings.job_name, late)
         # The next plan's pods get new names: a released pod may still be terminating.
-        self.settings = self.settings.replace(attempt=self.settings.attempt + 1)
-        self.reporter.record_attempt(self.settings.attempt)
+        self.job_run.attempt = self.job_run.attempt.next()
+        self.job_run.reporter.record_attempt(self.job_run.attempt.number)
 
     def _end_attempt(self) -> None:
         """Delete the attempt's pods and wait (bounded) until they are gone."""
         settings = self.settings
-        self.hosts.publish(None)
+        self.job_run.hosts.publish(None)
         tear_down(self.kube, settings, keep_chief=False)
         left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
                                      time.monotonic() + OLD_PODS_GONE_S)

@@ -11,9 +11,8 @@ from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager.discovery import HostList
 from distributetrain.manager.elastic import ElasticFollower
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.run import Run
 
 
 class StaticJob:
@@ -22,10 +21,10 @@ class StaticJob:
     def plan(self, free: Mapping[str, int], gpus: int) -> Plan:
         return placement.plan(free, gpus)
 
-    def follow(self, kube: Kube, settings: JobSettings, reporter: Reporter, hosts: HostList, deadline: float,
-               chief: str, workers: list[str]) -> waits.Outcome:
+    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str]) -> waits.Outcome:
+        settings = run.settings
         return waits.watch_job(kube, settings.namespace, settings.selector, waits.chief_finished(chief, workers),
-                               deadline, [chief, *workers])
+                               run.deadline, [chief, *workers])
 
 
 class ElasticJob:
@@ -34,9 +33,8 @@ class ElasticJob:
     def plan(self, free: Mapping[str, int], gpus: int) -> Plan:
         return placement.with_a_worker(placement.plan(free, gpus))
 
-    def follow(self, kube: Kube, settings: JobSettings, reporter: Reporter, hosts: HostList, deadline: float,
-               chief: str, workers: list[str]) -> waits.Outcome:
-        return ElasticFollower(kube, settings, reporter, hosts, deadline).run()
+    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str]) -> waits.Outcome:
+        return ElasticFollower(kube, run).run()
 
 
 def kind_of(settings: JobSettings) -> StaticJob | ElasticJob:

@@ -124,7 +124,6 @@ def _execute(
                     reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
                 return code
             if phase == "teardown":
-                settings = settings.replace(attempt=reporter.record().attempt)
                 if unless_restarting and will_restart(kube, settings):
                     log.info("job %s: the manager container restarts and adopts the job; not tearing down",
                              settings.job_name)

@@ -15,35 +15,32 @@ from __future__ import annotations
 import logging
 import time
 
-from distributetrain.core import errors, exitcodes, names
+from distributetrain.core import errors, exitcodes
 from distributetrain.core.placement import Plan
-from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager.discovery import HostList
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
-from distributetrain.manager.reporting import PodWaits, Reporter
+from distributetrain.manager.reporting import PodWaits
+from distributetrain.manager.run import Run
 
 log = logging.getLogger(__name__)
 
 
 class PostTraining:
-    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float, hosts: HostList,
-                 plan: Plan, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, run: Run, plan: Plan, kind: StaticJob | ElasticJob):
         self.kube = kube
-        self.kind = kind
+        self.job_run = run
+        self.kind = kind  # how training is followed
         self.plan = plan  # the attempt's shares, the chief's last
-        self.settings = settings
-        self.reporter = reporter
-        self.deadline = deadline
-        self.hosts = hosts  # an elastic job's hosts change while it trains
+        self.settings = run.settings
+        self.reporter = run.reporter
+        self.deadline = run.deadline
 
     def run(self) -> int:
         """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
         settings = self.settings
-        chief = names.chief_name(settings.job_name, settings.attempt)
-        workers = [names.worker_name(settings.job_name, i, settings.attempt) for i in range(len(self.plan) - 1)]
+        chief, workers = self.job_run.attempt.chief, self.job_run.attempt.workers(len(self.plan) - 1)
         start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
         with NodeWatch(self.kube, settings, self.reporter):
             outcome = self._follow(chief, workers, start_by)
@@ -72,4 +69,4 @@ class PostTraining:
             return outcome
         self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")
-        return self.kind.follow(self.kube, settings, self.reporter, self.hosts, self.deadline, chief, workers)
+        return self.kind.follow(self.kube, self.job_run, chief, workers)

@@ -20,18 +20,18 @@ import contextlib
 import logging
 import time
 
-from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, names, podstate
+from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, podstate
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking, earlierruns
-from distributetrain.manager.discovery import HostList
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
-from distributetrain.manager.reporting import PodWaits, Reporter
+from distributetrain.manager.reporting import PodWaits
+from distributetrain.manager.run import Run
 from distributetrain.manager.teardown import tear_down
 
 log = logging.getLogger(__name__)
@@ -87,17 +87,15 @@ class AttemptNotStarted(errors.DistributeTrainError):
 
 
 class PreTraining:
-    """Start the current attempt (``settings.attempt``): adopt its pods, or plan and create them."""
+    """Start the run's current attempt: adopt its pods, or plan and create them."""
 
-    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float, hosts: HostList,
-                 gpus_until: float, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, run: Run, kind: StaticJob | ElasticJob):
         self.kube = kube
+        self.job_run = run
         self.kind = kind  # the plan's shape
-        self.settings = settings
-        self.reporter = reporter
-        self.deadline = deadline  # monotonic; the job's --active-deadline
-        self.hosts = hosts  # what the chief is told (the manager serves it)
-        self.gpus_until = gpus_until  # monotonic; how long the job waits for GPUs (--wait-for-gpus)
+        self.settings = run.settings
+        self.reporter = run.reporter
+        self.attempt = run.attempt
         self.last_shortage = ""  # logged once per change
 
     def run(self) -> Plan:
@@ -107,13 +105,12 @@ class PreTraining:
         pods = job_pods(self.kube, settings)
         plan = self._adopt(pods)
         if plan is None:
-            self.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
+            self.job_run.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
             preflight(self.kube, settings)
             earlierruns.clear(self.kube, settings)
-            plan = self._place(self.gpus_until)
+            plan = self._place(self.job_run.gpus_until)
             pods = {}
-        chief = names.chief_name(settings.job_name, settings.attempt)
-        workers = [names.worker_name(settings.job_name, i, settings.attempt) for i in range(len(plan) - 1)]
+        chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
         outcome = waits.attempt_started(chief, workers)(pods) if pods else None
         if not isinstance(outcome, waits.AttemptStarted):  # else adopted, started already: no news
             outcome = self._wait_until_started(chief, workers)
@@ -122,13 +119,13 @@ class PreTraining:
                                             ", ".join(f"{name} ({address})"
                                                       for name, (address, _) in zip(workers, outcome.hosts)))
             self.reporter.phase("Running")
-        self.hosts.publish(outcome.hosts)
+        self.job_run.hosts.publish(outcome.hosts)
         return plan
 
     def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted:
         settings = self.settings
         self.reporter.phase("StartingWorkers")
-        ready_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
+        ready_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.job_run.deadline)
         pod_waits = PodWaits(self.reporter, [*workers, chief])
         try:
             # A worker's node lost while it starts: deleted at once, a loss like any other.
@@ -149,9 +146,8 @@ class PreTraining:
         post-training after pre-training); None if there are none. Partial leftovers (a
         manager killed while creating them) are deleted: the attempt starts over."""
         settings = self.settings
-        chief = pods.get(names.chief_name(settings.job_name, settings.attempt))
-        workers = sorted((p for p in pods.values() if podstate.is_worker_of(p, settings.job_name, settings.attempt)),
-                         key=podstate.worker_index)
+        chief = pods.get(self.attempt.chief)
+        workers = sorted((p for p in pods.values() if podstate.is_worker_of(p, self.attempt)), key=podstate.worker_index)
         if chief is None and not workers:
             return None
         plan = [(inventory.pinned_node(pod["spec"]) or podstate.node(pod), podstate.gpus_of(pod)) for pod in workers]
@@ -161,10 +157,10 @@ class PreTraining:
             and [podstate.worker_index(w) for w in workers] == list(range(len(workers)))
         if not complete:
             log.warning("job %s: the pods of attempt %d are incomplete; deleting them and starting over",
-                        settings.job_name, settings.attempt)
+                        settings.job_name, self.attempt.number)
             tear_down(self.kube, settings, keep_chief=False)
             return None
-        log.info("job %s: adopting attempt %d, plan %s", settings.job_name, settings.attempt, format_plan(plan))
+        log.info("job %s: adopting attempt %d, plan %s", settings.job_name, self.attempt.number, format_plan(plan))
         return plan
 
     def _place(self, give_up_at: float) -> Plan:
@@ -175,7 +171,7 @@ class PreTraining:
         are taken again only when those say the request fits, and once more when the
         wait is over (for the reasons the job fails with).
         """
-        wait_until = min(give_up_at, self.deadline)
+        wait_until = min(give_up_at, self.job_run.deadline)
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
@@ -237,15 +233,15 @@ class PreTraining:
         self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan)
-        secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name))
+        secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
         self.kube.create_owned(secret)
         self.kube.create_all_owned(pods)
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
-                f"{names.worker_name(settings.job_name, index, settings.attempt)} on {node} ({share} GPUs)"
+                f"{self.attempt.worker(index)} on {node} ({share} GPUs)"
                 for index, (node, share) in enumerate(plan[:-1])))
         chief_node, chief_share = plan[-1]
         self.reporter.events.record(
-            events.CHIEF_CREATED, f"{names.chief_name(settings.job_name, settings.attempt)} on {chief_node} "
+            events.CHIEF_CREATED, f"{self.attempt.chief} on {chief_node} "
                                   f"({chief_share} GPUs): horovodrun -np {settings.num_gpus} over {len(plan)} pods "
                                   "once the workers are Ready")

@@ -14,18 +14,18 @@ log = logging.getLogger(__name__)
 def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     """Delete the job's workers, Secret and chief; return what was deleted.
 
-    ``keep_chief`` keeps a *finished* chief for its logs; a chief still running (its
-    manager died mid-job) is deleted, or it would hold its GPUs to the end.
+    ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
+    left: each lost attempt is torn down whole); a chief still running (its manager died
+    mid-job) is deleted, or it would hold its GPUs to the end.
     """
     namespace, job = settings.namespace, settings.job_name
     pods, _ = kube.list_all("pods", namespace, label_selector=settings.selector)
-    chief = names.chief_name(job, settings.attempt)
     doomed = []
     for pod in pods:
         name = pod["metadata"]["name"]
         if not podstate.is_training_pod(pod):
             continue
-        if keep_chief and name == chief and podstate.is_finished(pod):
+        if keep_chief and podstate.role(pod) == names.ROLE_CHIEF and podstate.is_finished(pod):
             continue
         if pod["metadata"].get("deletionTimestamp"):
             continue

@@ -11,15 +11,18 @@ from hypothesis import strategies as st
 
 from distributetrain.cli import main as cli, jobflags
 from distributetrain.core import errors, manifests, names, placement
+from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import booking, elastic
 from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text
 from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.run import Run
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="img:1", min_gpus=2,
                        discovery_url="http://10.0.0.1:8470/hosts")
+FIRST = Attempt("j")
 
 
 def pod(name, role, gpus, phase="Running", ready=True, ip="", index=None, exit_code=None, deleting=False):
@@ -51,39 +54,39 @@ def by_name(*pods):
 def test_hosts_are_the_ready_workers_with_their_shares():
     pods = by_name(chief(), worker(0, gpus=2), worker(1, ready=False), worker(2), worker(3, deleting=True),
                    worker(4, phase="Failed", exit_code=137))
-    assert elastic.ready_hosts(pods, SETTINGS) == (("10.0.2.0", 2), ("10.0.2.2", 1))
+    assert elastic.ready_hosts(pods, FIRST) == (("10.0.2.0", 2), ("10.0.2.2", 1))
 
 
 def test_workers_of_another_attempt_are_not_hosts():
     pods = by_name(chief(), worker(0), worker(1, attempt=1))
-    assert elastic.ready_hosts(pods, SETTINGS) == (("10.0.2.0", 1),)
+    assert elastic.ready_hosts(pods, FIRST) == (("10.0.2.0", 1),)
 
 
 def test_judge_reports_a_change_of_hosts_and_nothing_else():
     pods = by_name(chief(), worker(0), worker(1))
-    hosts = elastic.ready_hosts(pods, SETTINGS)
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == elastic.HostsChanged(hosts, 3)
-    assert elastic.judge_elastic(SETTINGS, hosts)(pods) is None
+    hosts = elastic.ready_hosts(pods, FIRST)
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == elastic.HostsChanged(hosts, 3)
+    assert elastic.judge_elastic(SETTINGS, FIRST, hosts)(pods) is None
     del pods[names.worker_name("j", 1, 0)]
-    assert elastic.judge_elastic(SETTINGS, hosts)(pods) == elastic.HostsChanged(hosts[:1], 2)
+    assert elastic.judge_elastic(SETTINGS, FIRST, hosts)(pods) == elastic.HostsChanged(hosts[:1], 2)
 
 
 def test_a_lost_worker_is_not_the_end_but_a_lost_chief_is():
     pods = by_name(chief(deleting=True), worker(0))
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == waits.PodLost("j-chief", "is being deleted")
-    assert elastic.judge_elastic(SETTINGS, ())(by_name(worker(0))) == waits.PodLost("j-chief", "was deleted")
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.PodLost("j-chief", "is being deleted")
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(by_name(worker(0))) == waits.PodLost("j-chief", "was deleted")
 
 
 def test_the_chief_exit_code_ends_the_job():
     pods = by_name(chief(phase="Succeeded", exit_code=0), worker(0))
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == waits.ChiefFinished(0)
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.ChiefFinished(0)
     pods = by_name(chief(phase="Failed", exit_code=1), worker(0), worker(1))  # 3 GPUs left >= min 2
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == waits.ChiefFinished(1)
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.ChiefFinished(1)
 
 
 def test_a_chief_failing_below_min_gpus_is_blamed_on_the_lost_workers():
     pods = by_name(chief(phase="Failed", exit_code=1), worker(0, phase="Failed", exit_code=137))
-    outcome = elastic.judge_elastic(SETTINGS, ())(pods)
+    outcome = elastic.judge_elastic(SETTINGS, FIRST, ())(pods)
     assert isinstance(outcome, waits.PodLost) and "1 of --min-gpus 2" in outcome.reason
 
 
@@ -174,14 +177,14 @@ def test_a_worker_not_ready_past_the_timeout_is_overdue_and_ready_again_is_forgo
     settings = SETTINGS.replace(worker_ready_timeout_s=60)
     since: dict[str, float] = {}
     pods = by_name(chief(), worker(0), worker(1, ready=False), worker(2, ready=False, deleting=True))
-    assert elastic.overdue_workers(pods, settings, since, now=100.0) == []
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=100.0) == []
     assert since == {"j-worker-1": 100.0}  # a terminating worker holds nothing to free
-    assert elastic.overdue_workers(pods, settings, since, now=160.0) == []
-    assert elastic.overdue_workers(pods, settings, since, now=160.5) == ["j-worker-1"]
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=160.0) == []
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=160.5) == ["j-worker-1"]
     pods["j-worker-1"] = worker(1)
-    assert elastic.overdue_workers(pods, settings, since, now=161.0) == [] and since == {}
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=161.0) == [] and since == {}
     pods["j-worker-1"] = worker(1, ready=False)
-    assert elastic.overdue_workers(pods, settings, since, now=200.0) == []  # a new wait starts now
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=200.0) == []  # a new wait starts now
 
 
 # -- growing back is best effort: the follower on an in-memory API -----------------------
@@ -274,7 +277,8 @@ def follow(kube, settings=FOLLOWED):
     """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
     api = RecordedEvents()
     reporter = Reporter(kube, settings, EventRecorder(settings, api))
-    follower = elastic.ElasticFollower(kube, settings, reporter, HostList(), time.monotonic() + 30)
+    run = Run(settings, reporter, Attempt(settings.job_name), time.monotonic() + 30, time.monotonic(), HostList())
+    follower = elastic.ElasticFollower(kube, run)
     try:
         return follower.run(), api.created
     finally:

@@ -196,13 +196,13 @@ def from_batch_job(job: Mapping) -> JobStatus:
 
 def progress_of(manager: Mapping, children: Iterable[Mapping]) -> Progress:
     # Only the current attempt's pods: a released attempt's may still be terminating.
-    job, attempt = manager["metadata"]["name"], JobRecord.of(manager).attempt
+    attempt = names.Attempt(manager["metadata"]["name"], JobRecord.of(manager).attempt)
     workers, chief = [], ""
     for pod in children:
         name = pod["metadata"]["name"]
-        if name == names.chief_name(job, attempt):
+        if name == attempt.chief:
             chief = "Terminating" if podstate.is_terminating(pod) else podstate.phase(pod)
-        elif podstate.is_worker_of(pod, job, attempt):
+        elif podstate.is_worker_of(pod, attempt):
             workers.append(pod)
     plan = JobRecord.of(manager).plan
     planned = len(plan) - 1 if plan else len(workers)
