@@ -14,7 +14,8 @@ What the tests script:
   instead of the scripts (a story of its own: e.g. the chief ends once a replacement
   exists);
 - ``send_nodes(...)``: node events, delivered to the running node watch as they are sent;
-- ``failures``: exceptions a call raises, in turn, by method name;
+- ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
+  ``create_owned``, ``annotate_pod``, ...);
 - ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node).
 
 No mock stands in for the API server where a test claims to test the manager against
@@ -57,6 +58,7 @@ class FakeKube(KubeApi):
         self.lease: dict | None = None
         self.manager = manager if manager is not None else manager_pod()
         self.actions: list[tuple[str, str, str]] = []
+        self.action_times: list[float] = []  # monotonic, one per action
         self.annotated: list[tuple[str, dict]] = []  # (pod, patch)
         self.failures: dict[str, list[BaseException]] = {}
         self.pod_watches: list[list | None] = []
@@ -78,6 +80,14 @@ class FakeKube(KubeApi):
         """Names written, in order, optionally of one verb and kind."""
         return [name for v, k, name in self.actions if verb in (None, v) and kind in (None, k)]
 
+    def _act(self, verb: str, kind: str, name: str) -> None:
+        self.actions.append((verb, kind, name))
+        self.action_times.append(time.monotonic())
+
+    def when(self, verb: str, kind: str, name: str) -> float:
+        """When (monotonic) that action was first taken."""
+        return self.action_times[self.actions.index((verb, kind, name))]
+
     def annotation_history(self, key: str, pod: str = MANAGER_POD) -> list[str | None]:
         """Every value ``key`` was given on ``pod``, in order (None: removed)."""
         return [patch[key] for name, patch in self.annotated if name == pod and key in patch]
@@ -96,10 +106,11 @@ class FakeKube(KubeApi):
 
     # -- reads ----------------------------------------------------------------------------
     def list_pages(self, kind: str, namespace: str | None = None, **selectors: str) -> Iterator[tuple[list[dict], str]]:
+        self._maybe_fail("list_pages")
         yield self.list_all(kind, namespace, **selectors)
 
     def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
-        self._maybe_fail("list")
+        self._maybe_fail("list_all")
         with self.lock:
             if kind == "nodes":
                 return copy.deepcopy(list(self.nodes.values())), "1"
@@ -121,16 +132,17 @@ class FakeKube(KubeApi):
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
         if dry_run:
             return obj
-        self._maybe_fail("create")
+        self._maybe_fail("create_owned")
         created = copy.deepcopy(obj)
         if obj["kind"] == "Pod":
             created["status"] = {"phase": "Pending"}
         with self.lock:
             self._store(obj["kind"])[obj["metadata"]["name"]] = created
-            self.actions.append(("create", obj["kind"], obj["metadata"]["name"]))
+            self._act("create", obj["kind"], obj["metadata"]["name"])
         return copy.deepcopy(created)
 
     def create_all_owned(self, objs: list[dict]) -> list[dict]:
+        self._maybe_fail("create_all_owned")
         return [self.create_owned(obj) for obj in objs]
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
@@ -139,7 +151,7 @@ class FakeKube(KubeApi):
             store = self._store(kind)
             if name not in store:
                 return False
-            self.actions.append(("delete", kind, name))
+            self._act("delete", kind, name)
             if kind == "Pod" and self.pods_stay_terminating:
                 first = "deletionTimestamp" not in store[name]["metadata"]
                 store[name]["metadata"]["deletionTimestamp"] = DELETED_AT
@@ -151,7 +163,7 @@ class FakeKube(KubeApi):
         return [name for name in names if self.delete(kind, namespace, name)]
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        self._maybe_fail("annotate")
+        self._maybe_fail("annotate_pod")
         with self.lock:
             pod = self.manager if name == self.manager["metadata"]["name"] else self.pods[name]
             current = pod["metadata"].setdefault("annotations", {})
@@ -160,7 +172,7 @@ class FakeKube(KubeApi):
                     current.pop(key, None)
                 else:
                     current[key] = value
-            self.actions.append(("annotate", "Pod", name))
+            self._act("annotate", "Pod", name)
             self.annotated.append((name, dict(annotations)))
 
     # -- watches --------------------------------------------------------------------------
@@ -168,7 +180,7 @@ class FakeKube(KubeApi):
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]:
         with self.lock:
-            self.actions.append(("watch", "Pod", ""))
+            self._act("watch", "Pod", "")
         if self.on_pod_watch is not None:
             yield from self.on_pod_watch(self, timeout_s)
             return
@@ -179,9 +191,9 @@ class FakeKube(KubeApi):
         for step in script:
             if isinstance(step, BaseException):
                 raise step
-            yield self._play(*step)
+            yield self.apply(*step)
 
-    def _play(self, first: str, second: dict) -> tuple[str, dict]:
+    def apply(self, first: str, second: dict) -> tuple[str, dict]:
         """(event type, pod) as given, or (pod name, status) applied to the pod held."""
         with self.lock:
             if first in ("ADDED", "MODIFIED", "DELETED"):
@@ -212,12 +224,12 @@ class FakeKube(KubeApi):
     def create_lease(self, lease: dict) -> dict:
         with self.lock:
             self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
-            self.actions.append(("create", "Lease", lease["metadata"]["name"]))
+            self._act("create", "Lease", lease["metadata"]["name"])
             return copy.deepcopy(self.lease)
 
     def replace_lease(self, lease: dict) -> dict:
         with self.lock:
             version = int((self.lease or {}).get("metadata", {}).get("resourceVersion", "0")) + 1
             self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
-            self.actions.append(("replace", "Lease", lease["metadata"]["name"]))
+            self._act("replace", "Lease", lease["metadata"]["name"])
             return copy.deepcopy(self.lease)

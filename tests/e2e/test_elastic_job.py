@@ -13,6 +13,7 @@ import time
 import pytest
 
 from jobharness import node_pool
+from polling import poll_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -31,15 +32,10 @@ POLL_S = 0.5
 
 def wait_for_line(jobs, pod, pattern, after=0, timeout_s=PHASE_TIMEOUT_S):
     """The first match of ``pattern`` in the pod's log past offset ``after``."""
-    give_up_at = time.monotonic() + timeout_s
-    while True:
-        log = jobs.log_tail(pod, lines=100000)
-        match = pattern.search(log, after)
-        if match:
-            return match
-        ended = (jobs.pod(pod) or {}).get("status", {}).get("phase") in ("Succeeded", "Failed")
-        assert not ended and time.monotonic() < give_up_at, f"no {pattern.pattern!r} in {pod}'s log:\n{log[-4000:]}"
-        time.sleep(POLL_S)
+    return poll_until(lambda: pattern.search(jobs.log_tail(pod, lines=100000), after), timeout_s,
+                      lambda: f"{pattern.pattern!r} in {pod}'s log:\n{jobs.log_tail(pod, lines=100000)[-4000:]}",
+                      POLL_S, hopeless=lambda: (jobs.pod(pod) or {}).get("status", {}).get("phase")
+                      in ("Succeeded", "Failed"))
 
 
 def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees_up(cluster, api_client, jobs):

@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +28,7 @@ from distributetrain.core import manifests
 from distributetrain.core.settings import DEFAULT_FILENAME, JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from localcluster.podman import PODMAN, podman
+from polling import poll_until
 from prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e
@@ -372,14 +372,9 @@ def plain_env(pod):
 
 def wait_for_sshd(hosts, containers, worker):
     """Like the worker's readinessProbe: its port accepts connections (from the chief's host)."""
-    deadline = time.monotonic() + SSHD_READY_TIMEOUT_S
-    while not hosts.accepts_connection("chief", WORKER_ADDRESS, SSHD_PORT):
-        if not containers.running(worker):
-            raise AssertionError(f"the worker container exited:\n{containers.logs(worker)}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"sshd did not listen on {WORKER_ADDRESS}:{SSHD_PORT} within "
-                                 f"{SSHD_READY_TIMEOUT_S}s:\n{containers.logs(worker)}")
-        time.sleep(0.2)
+    poll_until(lambda: hosts.accepts_connection("chief", WORKER_ADDRESS, SSHD_PORT), SSHD_READY_TIMEOUT_S,
+               lambda: f"sshd listening on {WORKER_ADDRESS}:{SSHD_PORT}:\n{containers.logs(worker)}", 0.2,
+               hopeless=lambda: not containers.running(worker))
 
 
 def test_ranks_on_two_hosts_over_ssh(containers, two_hosts, workdir):

@@ -21,7 +21,7 @@ def matches(obj, namespace, label_selector):
         labels.get(key) == value for key, value in terms)
 
 
-class FakeKube:
+class FakeJobsKube:
     """Pods, Jobs and Secrets in memory; deleting a manager deletes what it owns, as the
     manager's teardown and the garbage collector would."""
 
@@ -139,7 +139,7 @@ PLANNED = {"distributetrain.io/phase": "Training", "distributetrain.io/plan": "a
 
 @pytest.fixture
 def kube(monkeypatch):
-    fake = FakeKube()
+    fake = FakeJobsKube()
     monkeypatch.setattr(connection, "connect", lambda args: fake)
     monkeypatch.setattr(commands, "_now", lambda: NOW)
     monkeypatch.setattr(follow.time, "sleep", lambda s: None)

@@ -8,18 +8,15 @@ import time
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager.reporting import PodWaits, Reporter
+from fakekube import FakeKube
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1")
 UNSCHEDULABLE = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
 
 
-class FakeKube:
-    def __init__(self):
-        self.annotations: list[dict] = []
-
-    def annotate_pod(self, namespace, name, annotations):
-        assert (namespace, name) == ("ml", "demo")
-        self.annotations.append(annotations)
+def patches(kube):
+    """The annotation patches of the manager pod, in order."""
+    return [patch for name, patch in kube.annotated if name == "demo"]
 
 
 class FakeRecorder:
@@ -42,7 +39,7 @@ def worker(name, phase="Pending", node="", scheduled_message="", ready=False, wa
 
 def waiting_annotations(kube):
     return [None if a["distributetrain.io/waiting"] is None else json.loads(a["distributetrain.io/waiting"])
-            for a in kube.annotations]
+            for a in patches(kube)]
 
 
 def in_order_within(written, states) -> bool:
@@ -99,7 +96,7 @@ def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_p
     waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1")})
     waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})})
     time.sleep(0.1)
-    assert len(kube.annotations) == 1  # within the interval: not yet
+    assert len(patches(kube)) == 1  # within the interval: not yet
     waits.done()  # the end of the wait writes its newest state at once: nothing waits any more
     assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}, None]
     assert time.monotonic() - started < 0.9
@@ -114,7 +111,7 @@ def test_pods_ready_when_first_seen_are_no_news(caplog):
         assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
                        "demo-chief": worker("demo-chief", phase="Running", node="n2", ready=True)}) == "outcome"
         waits.done()
-    assert caplog.records == [] and kube.annotations == []
+    assert caplog.records == [] and patches(kube) == []
 
 
 def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeypatch):
@@ -125,7 +122,7 @@ def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeyp
     reporter.finished(0, "training finished")
     assert recorder.recorded == [(events.FAILED, "chief exited with code 1 (exit code 1)"),
                                  (events.SUCCEEDED, "training finished (exit code 0)")]
-    assert kube.annotations[0] == {
+    assert patches(kube)[0] == {
         "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "1",
         "distributetrain.io/reason": "chief exited with code 1",
         "distributetrain.io/waiting": None}
