@@ -1,0 +1,87 @@
+"""An attempt as one Kueue pod group (``--queue``): admitted all or nothing, placed after.
+
+Kueue's plain-pod integration admits the pods that share a group name as one Workload
+once all of them exist, against the LocalQueue's ClusterQueue quota (one podSet per pod
+shape). The attempt's pods are therefore created in one burst, unpinned and held by a
+scheduling gate of the job's own; Kueue adds its own gates and removes them at admission.
+Only then is each pod given its node, from the inventory at that moment (a plan made
+before hours in a queue is stale), and the job's gate removed, so the scheduler binds it.
+
+Pod resource requests cannot change after creation, so the shares (the pods' GPU counts)
+are chosen when the pods are created; admission chooses the nodes for them (``assign``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from distributetrain.core import names
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# A failed or deleted pod would otherwise leave the Workload admitted, holding its quota
+# while it waits for a replacement; with "false" the group ends with its first loss.
+RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
+PLACEMENT_GATE = f"{names.DOMAIN}/placement"
+
+
+def group_name(job: str, attempt: int) -> str:
+    """One Workload per attempt: a later attempt's pods never join a lost one's group."""
+    return f"{job}-r{attempt}"
+
+
+def queued(pod: dict, queue: str, group: str, group_size: int) -> dict:
+    """The pod as a member of its attempt's pod group: unpinned, gated until placed."""
+    metadata = dict(pod["metadata"])
+    metadata["labels"] = {**metadata.get("labels", {}), QUEUE_LABEL: queue, GROUP_LABEL: group}
+    metadata["annotations"] = {**metadata.get("annotations", {}), GROUP_COUNT_ANNOTATION: str(group_size),
+                               RETRIABLE_ANNOTATION: "false"}
+    # Affinity may only be added to a gated pod that has none: the node comes at admission.
+    spec = {key: value for key, value in pod["spec"].items() if key != "affinity"}
+    spec["schedulingGates"] = [{"name": PLACEMENT_GATE}]
+    return {**pod, "metadata": metadata, "spec": spec}
+
+
+def gates(pod: Mapping) -> list[str]:
+    return [gate["name"] for gate in (pod.get("spec") or {}).get("schedulingGates") or ()]
+
+
+def is_admitted(pod: Mapping) -> bool:
+    """Kueue has admitted the pod's group: none of its gates is left on the pod."""
+    return not any(gate.startswith(KUEUE_GATE_PREFIX) for gate in gates(pod))
+
+
+def assign(shares: Sequence[int], free: Mapping[str, int]) -> list[str] | None:
+    """A distinct node for each share, where that many GPUs are free; None if none fits.
+
+    Largest share first, each on the node with the fewest free GPUs that holds it: a node
+    that holds a share holds every smaller one, so taking the tightest fit never takes a
+    node a later (smaller) share needed, unless no assignment exists at all. Ties by
+    node name, so the result is deterministic.
+    """
+    order = sorted(range(len(shares)), key=lambda i: -shares[i])
+    left = dict(free)
+    chosen: dict[int, str] = {}
+    for index in order:
+        fitting = [(gpus, node) for node, gpus in left.items() if gpus >= shares[index]]
+        if not fitting:
+            return None
+        _, node = min(fitting)
+        chosen[index] = node
+        del left[node]
+    return [chosen[index] for index in range(len(shares))]
+
+
+def pin_patch(node: str) -> dict:
+    """Merge patch: the pod's required affinity to ``node``, as manifests pins."""
+    return {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}}
+
+
+def ungate_patch(pod: Mapping) -> list[dict]:
+    """JSON patch removing the job's gate, and only if it is still where it was read."""
+    index = gates(pod).index(PLACEMENT_GATE)
+    path = f"/spec/schedulingGates/{index}"
+    return [{"op": "test", "path": f"{path}/name", "value": PLACEMENT_GATE}, {"op": "remove", "path": path}]

@@ -1,0 +1,63 @@
+"""An attempt as one Kueue pod group: its members' labels and gate, and nodes for its
+shares chosen at admission (compared with every possible assignment)."""
+
+import itertools
+
+from hypothesis import given, strategies as st
+
+from distributetrain.core import inventory, manifests, podgroup
+from distributetrain.core.settings import JobSettings
+
+SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=6, image="img:1")
+free_maps = st.dictionaries(st.from_regex(r"n[a-z0-9]{1,3}", fullmatch=True), st.integers(0, 8), max_size=6)
+
+
+def test_a_member_is_unpinned_gated_and_labelled_for_its_group():
+    pod = manifests.worker_pod(SETTINGS, 0, "a", 4)
+    member = podgroup.queued(pod, "team-a", podgroup.group_name("j", 2), 3)
+    assert inventory.pinned_node(member["spec"]) is None and "affinity" not in member["spec"]
+    assert member["spec"]["schedulingGates"] == [{"name": "distributetrain.io/placement"}]
+    assert member["metadata"]["labels"] == pod["metadata"]["labels"] | {
+        "kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/pod-group-name": "j-r2"}
+    assert member["metadata"]["annotations"] == pod["metadata"]["annotations"] | {
+        "kueue.x-k8s.io/pod-group-total-count": "3", "kueue.x-k8s.io/retriable-in-group": "false"}
+    assert {k: v for k, v in member["spec"].items() if k != "schedulingGates"} == \
+        {k: v for k, v in pod["spec"].items() if k != "affinity"}
+    assert "schedulingGates" not in pod["spec"]  # the manifest itself is left alone
+
+
+def test_admitted_once_kueue_s_gates_are_gone_and_only_then():
+    member = podgroup.queued(manifests.chief_pod(SETTINGS, "a", 1), "q", "j-r0", 2)
+    member["spec"]["schedulingGates"] += [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
+    assert not podgroup.is_admitted(member)
+    member["spec"]["schedulingGates"] = [{"name": "distributetrain.io/placement"}]
+    assert podgroup.is_admitted(member)
+
+
+def test_placing_pins_by_the_node_s_name_and_removes_only_the_job_s_gate():
+    member = {"spec": {"schedulingGates": [{"name": "example.com/other"}, {"name": "distributetrain.io/placement"}]}}
+    assert podgroup.ungate_patch(member) == [
+        {"op": "test", "path": "/spec/schedulingGates/1/name", "value": "distributetrain.io/placement"},
+        {"op": "remove", "path": "/spec/schedulingGates/1"}]
+    assert inventory.pinned_node(podgroup.pin_patch("ip-10-0-1-7.ec2.internal")["spec"]) == "ip-10-0-1-7.ec2.internal"
+
+
+def brute_force(shares, free):
+    nodes = sorted(free)
+    return any(all(free[node] >= share for node, share in zip(chosen, shares))
+               for chosen in itertools.permutations(nodes, len(shares)))
+
+
+@given(shares=st.lists(st.integers(1, 8), min_size=1, max_size=4), free=free_maps)
+def test_assign_finds_nodes_whenever_any_assignment_exists(shares, free):
+    chosen = podgroup.assign(shares, free)
+    if chosen is None:
+        assert not brute_force(shares, free)
+        return
+    assert len(set(chosen)) == len(shares)  # one pod per node
+    assert all(free[node] >= share for node, share in zip(chosen, shares))
+
+
+def test_assign_takes_the_tightest_fit_first_for_the_largest_share():
+    assert podgroup.assign([4, 2], {"big": 8, "four": 4, "two": 2}) == ["four", "two"]
+    assert podgroup.assign([4, 4], {"big": 8, "three": 3}) is None
