@@ -2,7 +2,7 @@
 
 An attempt is lost when one of its pods is lost for a reason outside the training
 script (``errors.PodLost``): while it starts or while it trains. The budget lives on the
-manager pod (``Reporter.restarts``), so a restarted manager container neither resets
+manager pod (the job's ``record``), so a restarted manager container neither resets
 nor double-counts it. A pure rule: the job loop (``job``) does what it says.
 """
 
