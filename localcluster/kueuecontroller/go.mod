@@ -1,7 +1,7 @@
-// Module kueue builds Kueue's controller manager (sigs.k8s.io/kueue/cmd/kueue) from its
+// Module kueuecontroller builds Kueue's controller manager (sigs.k8s.io/kueue/cmd/kueue) from its
 // Go module, at the exact version below, for the local cluster's batch queueing
 // (`localcluster up --kueue`). Nothing of Kueue's is changed.
-module distributetrain.local/localcluster/kueue
+module distributetrain.local/localcluster/kueuecontroller
 
 go 1.26.0
 
