@@ -60,8 +60,22 @@ class RunLayout:
 
     @property
     def pull_delays_file(self) -> Path:
-        """{image: seconds} of slow image pulls on every node (localcluster/agent/controls.py)."""
+        """Slow image pulls, for the whole cluster and per node (localcluster/slowpulls.py)."""
         return self.root / "image-pull-delays.json"
+
+    @property
+    def registry_config(self) -> Path:
+        return self.root / "registry.json"
+
+    @property
+    def nodes(self) -> Path:
+        """Real nodes' run-time files, `n<index>` each (localcluster/node/)."""
+        return self.root / "nodes"
+
+    @property
+    def host_state_file(self) -> Path:
+        """The host's settings before the first node changed them (node/hostchanges.py)."""
+        return self.root / "host-before-nodes.json"
 
     @property
     def lock_file(self) -> Path:

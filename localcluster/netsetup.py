@@ -40,6 +40,21 @@ def node_ip(index: int) -> str:
     return str(CLUSTER_CIDR.network_address + NODE_IP_OFFSET + index)
 
 
+def pod_subnet(index: int) -> str:
+    """Node `index`'s pods: 10.233.<index>.0/24, answered for on the bridge by the node."""
+    node_ip(index)  # validates the index
+    return f"10.233.{index}.0/24"
+
+
+def node_netns(index: int) -> str:
+    return f"{NETNS_PREFIX}n{index}"
+
+
+def node_host_veth(index: int) -> str:
+    """The host end of node `index`'s veth, on the bridge."""
+    return f"{LINK_PREFIX}n{index}"
+
+
 def node_index_of(name: str) -> int | None:
     """The node index a netns or host veth named by the agent belongs to, if any."""
     match = _NODE_OWNED_NAME.match(name)
