@@ -460,9 +460,14 @@ class NodeGroup:
         """The running kubelet's pid (fault tests stop or kill it), None once it has exited."""
         return self.node(node).daemon_pid("kubelet")
 
+    def daemon_pids(self) -> list[int]:
+        """The pids of the group's running kubelets, containerds and kube-proxies."""
+        pids = (node.daemon_pid(daemon) for node in self.nodes() for daemon in NODE_DAEMONS)
+        return [pid for pid in pids if pid is not None]
+
     def alive(self) -> bool:
         """Whether any daemon of the group's nodes runs."""
-        return any(node.daemon_pid(daemon) for node in self.nodes() for daemon in NODE_DAEMONS)
+        return bool(self.daemon_pids())
 
     def __enter__(self) -> NodeGroup:
         return self

@@ -143,7 +143,7 @@ def node_pool(cluster, spec: dict[str, int], **kwargs) -> Iterator[NodePool]:
 
 @contextmanager
 def more_nodes(cluster, pool: NodePool, spec: dict[str, int], **kwargs) -> Iterator:
-    """Nodes added to ``pool`` under an agent of their own (yielded), which a test can stop alone.
+    """Nodes added to ``pool`` as a node group of their own (yielded), which a test can stop alone.
 
     The group's first node is named as on EKS (see NodePool)."""
     for position, logical in enumerate(spec):

@@ -138,8 +138,15 @@ class RealNode:
 
     def _start_daemon(self, daemon: str, argv: list[str]) -> None:
         """Start `argv` inside the node's netns and move it into the node's cgroup before it
-        can start anything (the kubelet and containerd fork nothing at start-up)."""
+        can start anything (the kubelet and containerd fork nothing at start-up).
+
+        containerd also gets a UTS namespace with the node's hostname: hostNetwork pods share
+        it, and see their machine's hostname (the hostname label), as on a real node.
+        """
         entered = ["nsenter", f"--net={network.netns_path(self.spec)}", "--", *argv]
+        if daemon == "containerd":
+            entered = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$1" && shift && exec "$@"', "sh",
+                       self.spec.hostname, *entered]
         (self.paths.root / f"{daemon}.argv").write_text(json.dumps(argv))
         pid = processes.start_detached(entered, self._pid_file(daemon), self.log_file(daemon),
                                        cwd=self.paths.root, env=_node_environment(), program=argv[0])
