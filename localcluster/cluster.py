@@ -230,6 +230,10 @@ class Cluster:
         """Kill `node`'s kubelet and start it again after `down_s`: see RealNode.restart_kubelet."""
         self.node_group(node).restart_kubelet(node, down_s)
 
+    def restart_containerd(self, node: str, down_s: float = 0.0) -> None:
+        """`node`'s container runtime restarts: see RealNode.restart_containerd."""
+        self.node_group(node).restart_containerd(node, down_s)
+
     def set_pull_delays(self, delays: Mapping[str, float], nodes: Sequence[str] | None = None) -> None:
         """Pulling each image of `delays` ({image: seconds}, as pods name it) takes that long on a
         node that has not pulled it yet; replaces the delays set before ({} for none).
@@ -449,6 +453,10 @@ class NodeGroup:
     def restart_kubelet(self, node: str, down_s: float = 0.0) -> None:
         """Kill `node`'s kubelet and start it again after `down_s`: see RealNode.restart_kubelet."""
         self.node(node).restart_kubelet(down_s)
+
+    def restart_containerd(self, node: str, down_s: float = 0.0) -> None:
+        """Kill `node`'s containerd and start it again after `down_s`: see RealNode.restart_containerd."""
+        self.node(node).restart_containerd(down_s)
 
     def forget_images(self, nodes: Sequence[str] | None = None) -> None:
         """These nodes (default: all of the group's) forget the images they pulled, so the

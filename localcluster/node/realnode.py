@@ -93,13 +93,22 @@ class RealNode:
     def restart_kubelet(self, down_s: float = 0.0) -> None:
         """Kill the kubelet (SIGKILL, as a crash or an OOM kill would) and start it again after
         `down_s`; its pods run on meanwhile. Returns once the node is Ready again."""
-        pid = self.daemon_pid("kubelet")
+        self._restart("kubelet", down_s)
+
+    def restart_containerd(self, down_s: float = 0.0) -> None:
+        """Kill containerd and start it again after `down_s`, as an upgrade or a crash would:
+        the containers run on under their shims, and the kubelet reports the node not Ready
+        ("container runtime is down") until containerd answers again."""
+        self._restart("containerd", down_s)
+
+    def _restart(self, daemon: str, down_s: float) -> None:
+        pid = self.daemon_pid(daemon)
         if pid is not None:
-            processes.kill(pid, f"kubelet of {self.spec.name}", DAEMON_STOP_TIMEOUT_S)
+            processes.kill(pid, f"{daemon} of {self.spec.name}", DAEMON_STOP_TIMEOUT_S)
         time.sleep(down_s)
         # As first started: a handle on a running node does not know its labels and taints.
-        self._start_daemon("kubelet", json.loads((self.paths.root / "kubelet.argv").read_text()))
-        self._wait(self._registered_and_ready, "to be Ready after its kubelet restart")
+        self._start_daemon(daemon, json.loads((self.paths.root / f"{daemon}.argv").read_text()))
+        self._wait(self._registered_and_ready, f"to be Ready after its {daemon} restart")
 
     def forget_images(self) -> None:
         """Remove the node's images but the sandbox's, as image garbage collection does, so the
@@ -146,11 +155,19 @@ class RealNode:
         entered = ["nsenter", f"--net={network.netns_path(self.spec)}", "--", *argv]
         if daemon == "containerd":
             entered = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$1" && shift && exec "$@"', "sh",
-                       self.spec.hostname, *entered]
+                       self._hostname(), *entered]
         (self.paths.root / f"{daemon}.argv").write_text(json.dumps(argv))
         pid = processes.start_detached(entered, self._pid_file(daemon), self.log_file(daemon),
                                        cwd=self.paths.root, env=_node_environment(), program=argv[0])
         cgroups.join_daemons(self.spec.cgroup, pid)
+
+    def _hostname(self) -> str:
+        """The spec's; on a restart, as first started (a handle only knows the node's name)."""
+        saved = self.paths.root / "hostname"
+        if saved.exists():
+            return saved.read_text()
+        saved.write_text(self.spec.hostname)
+        return self.spec.hostname
 
     def _wait(self, condition, what: str) -> None:
         def checked() -> bool:
