@@ -485,7 +485,7 @@ class NodeGroup:
 
     def _node(self, spec: NodeSpec) -> RealNode:
         cluster = self._cluster
-        paths = NodePaths(root=cluster.layout.nodes / f"n{spec.index}",
+        paths = NodePaths(root=cluster.layout.node_dir(spec.index),
                           image_store=cache_dir() / "node-images" / f"n{spec.index}")
         return RealNode(spec, paths, cluster.layout, cluster.binaries(), registry.mirror(), cluster.probe())
 

@@ -72,6 +72,9 @@ class RunLayout:
         """Real nodes' run-time files, `n<index>` each (localcluster/node/)."""
         return self.root / "nodes"
 
+    def node_dir(self, index: int) -> Path:
+        return self.nodes / f"n{index}"
+
     @property
     def host_state_file(self) -> Path:
         """The host's settings before the first node changed them (node/hostchanges.py)."""

@@ -43,12 +43,14 @@ def find(layout: RunLayout) -> Leftovers:
 
 def find_nodes(layout: RunLayout, indices: Collection[int]) -> Leftovers:
     """What the nodes of these indices may have left."""
-    return _find(
-        layout.nodes,
-        [name for name in netsetup.cluster_netns() if netsetup.node_index_of(name) in indices],
-        [name for name in netsetup.cluster_links() if netsetup.node_index_of(name) in indices],
-        [name for name in node_cgroups() if netsetup.node_index_of(name) in indices],
-    )
+    found = [_find(
+        layout.node_dir(index),
+        [name for name in netsetup.cluster_netns() if netsetup.node_index_of(name) == index],
+        [name for name in netsetup.cluster_links() if netsetup.node_index_of(name) == index],
+        [name for name in node_cgroups() if netsetup.node_index_of(name) == index],
+    ) for index in indices]
+    return Leftovers(*(tuple(sorted({item for part in found for item in getattr(part, field)}))
+                       for field in ("pids", "netns", "links", "mounts", "cgroups")))
 
 
 def node_cgroups() -> list[str]:

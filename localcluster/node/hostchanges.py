@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import socket
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ def record(state_file: Path) -> None:
 def restore(state_file: Path, run_root: Path) -> None:
     """Undo what the nodes of the cluster in `run_root` changed; a no-op if none started."""
     remove_entries(run_root, NETWORK_PREFIX)
+    remove_dead_shim_sockets()
     if not state_file.exists():
         return
     before = HostState(**json.loads(state_file.read_text()))
@@ -64,6 +66,21 @@ def restore(state_file: Path, run_root: Path) -> None:
         if not existed and path.exists():
             _remove_if_ours(path)
     state_file.unlink()
+
+
+def remove_dead_shim_sockets() -> None:
+    """containerd's shims leave their sockets in /run/containerd/s when killed: remove those
+    nobody listens on any more (a live one is a running shim's, of a node or of anyone)."""
+    for entry in (SHIM_SOCKETS / "s").glob("*"):
+        if not entry.is_socket():
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(entry))
+            except ConnectionRefusedError:
+                entry.unlink(missing_ok=True)
+            except OSError:
+                pass
 
 
 def remove_entries(root: Path, network_prefix: str) -> None:

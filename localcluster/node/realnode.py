@@ -9,6 +9,7 @@ removes what a killed run left of a node of the same index.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -88,6 +89,7 @@ class RealNode:
             cgroups.remove(self.spec.cgroup)
         # The trailing "-" keeps dt-n1 from matching dt-n12's entries.
         hostchanges.remove_entries(self.paths.root, f"{config.network_name(self.spec)}-")
+        hostchanges.remove_dead_shim_sockets()
         shutil.rmtree(self.paths.root, ignore_errors=True)
 
     def restart_kubelet(self, down_s: float = 0.0) -> None:
@@ -106,9 +108,20 @@ class RealNode:
         if pid is not None:
             processes.kill(pid, f"{daemon} of {self.spec.name}", DAEMON_STOP_TIMEOUT_S)
         time.sleep(down_s)
+        started = datetime.datetime.now(datetime.timezone.utc)
         # As first started: a handle on a running node does not know its labels and taints.
         self._start_daemon(daemon, json.loads((self.paths.root / f"{daemon}.argv").read_text()))
+        if daemon == "kubelet":
+            # Ready is the old kubelet's word until the new one has renewed the node's Lease.
+            self._wait(lambda: self._lease_renewed_since(started), "to have its kubelet back")
         self._wait(self._registered_and_ready, f"to be Ready after its {daemon} restart")
+
+    def _lease_renewed_since(self, moment: datetime.datetime) -> bool:
+        response = self.probe.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.spec.name}")
+        if response is None or response.status != 200:
+            return False
+        renewed = response.json().get("spec", {}).get("renewTime")
+        return renewed is not None and datetime.datetime.fromisoformat(renewed.replace("Z", "+00:00")) >= moment
 
     def forget_images(self) -> None:
         """Remove the node's images but the sandbox's, as image garbage collection does, so the
