@@ -44,8 +44,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from bench import report, testbed
-from distributetrain import lifecycle, names
-from distributetrain.kube import Kube, load_api_client
+from distributetrain.core import names
+from distributetrain.kube.client import Kube, load_api_client
+from distributetrain.manager import lifecycle
 
 WORKER_COUNTS = (1, 4, 16, 64)
 REPETITIONS = 3
@@ -245,8 +246,8 @@ def import_time_s() -> float:
     times = []
     for _ in range(IMPORT_REPETITIONS):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import distributetrain.cli, distributetrain.lifecycle, "
-                        "distributetrain.kube"], check=True, cwd=report.REPO_ROOT)
+        subprocess.run([sys.executable, "-c", "import distributetrain.cli.main, distributetrain.manager.lifecycle, "
+                        "distributetrain.kube.client"], check=True, cwd=report.REPO_ROOT)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -28,9 +28,10 @@ import matplotlib.pyplot as plt
 from kubernetes import client
 
 from bench import report, testbed
-from distributetrain import lifecycle, manifests, names, placement
-from distributetrain.kube import Kube
-from distributetrain.sshkeys import JobKeys
+from distributetrain.core import manifests, names, placement
+from distributetrain.core.sshkeys import JobKeys
+from distributetrain.kube.client import Kube
+from distributetrain.manager import lifecycle
 
 NODES = {"a": 2, "b": 1}  # GPUs; the plan is a 2-slot worker on a and the chief on b
 NUM_GPUS = sum(NODES.values())

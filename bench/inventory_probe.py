@@ -16,8 +16,8 @@ from collections import defaultdict
 from kubernetes import client, config
 
 from bench import testbed
-from distributetrain import pretraining
-from distributetrain.kube import Kube
+from distributetrain.kube.client import Kube
+from distributetrain.manager import booking
 from localcluster.cluster import Cluster
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -54,11 +54,11 @@ def seeds_inventory(api_client: client.ApiClient) -> int:
 
 
 def our_inventory(api_client: client.ApiClient, namespace: str, selector: str) -> int:
-    """The manager's inventory (``pretraining.take_inventory``); returns its API requests."""
+    """The manager's inventory (``booking.take_inventory``); returns its API requests."""
     settings = testbed.job_settings(namespace, "--job-name=bench-inventory", "--num-gpus=1",
                                     "--image=distributetrain/base:0.1.0", f"--node-selector={selector}")
     kube = Kube(api_client)
-    ledger, _ = pretraining.take_inventory(kube, settings)
+    ledger, _ = booking.take_inventory(kube, settings)
     assert ledger.allocatable or ledger.refused
     return kube.requests
 

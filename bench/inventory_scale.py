@@ -42,8 +42,8 @@ from kubernetes import client
 
 from bench import report, testbed
 from bench.inventory_probe import GPU_RESOURCE, admin_client
-from distributetrain import errors
-from distributetrain.kube import call
+from distributetrain.core import errors
+from distributetrain.kube.client import call
 
 NODES = 5_000
 GPUS_PER_NODE = 8

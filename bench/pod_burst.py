@@ -23,10 +23,11 @@ import time
 from pathlib import Path
 
 from bench import control_plane, testbed
-from distributetrain import kube as kube_module
-from distributetrain import manifests, names, waits
-from distributetrain.sshkeys import JobKeys
-from distributetrain.teardown import tear_down
+from distributetrain.core import manifests, names
+from distributetrain.core.sshkeys import JobKeys
+from distributetrain.kube import client as kube_module
+from distributetrain.kube import waits
+from distributetrain.manager.teardown import tear_down
 
 READY_DEADLINE_S = 300.0
 # name -> (requests in flight, read unneeded responses, pods scheduled and started)

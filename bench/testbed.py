@@ -30,8 +30,8 @@ from pathlib import Path
 import urllib3
 from kubernetes import client
 
-from distributetrain import cli, jobflags
-from distributetrain.settings import JobSettings
+from distributetrain.cli import main as cli, jobflags
+from distributetrain.core.settings import JobSettings
 from localcluster import netsetup
 from localcluster.cluster import Cluster, ClusterNotRunning
 

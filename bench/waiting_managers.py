@@ -100,19 +100,23 @@ def request_kind(method: str, url: str, query: list[tuple[str, object]]) -> str:
 
 def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     """One manager waiting for GPUs: ``PreTraining._place`` until its wait ends."""
-    from distributetrain import errors
-    from distributetrain.events import EventRecorder
-    from distributetrain.kube import Kube, load_api_client
-    from distributetrain.pretraining import PreTraining
-    from distributetrain.reporting import Reporter
+    from distributetrain.core import errors
+    from distributetrain.kube.events import EventRecorder
+    from distributetrain.kube.client import Kube, load_api_client
+    from distributetrain.manager.discovery import HostList
+    from distributetrain.core.names import Attempt
+    from distributetrain.manager.kinds import kind_of
+    from distributetrain.manager.pretraining import PreTraining
+    from distributetrain.manager.reporting import Reporter
+    from distributetrain.manager.run import Run
 
     kube = Kube(load_api_client(kubeconfig=kubeconfig))
     recorder = EventRecorder.for_manager(kube, settings)
-    manager = PreTraining.__new__(PreTraining)  # only what _place reads: the constructors differ
-    manager.kube, manager.settings, manager.deadline = kube, settings, math.inf
-    manager.reporter = Reporter(kube, settings, recorder)
+    run = Run(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
+              time.monotonic() + settings.wait_for_gpus_s, HostList())
+    manager = PreTraining(kube, run, kind_of(settings))
     try:
-        manager._place(time.monotonic() + settings.wait_for_gpus_s)
+        manager._place(run.gpus_until)
         outcome[settings.job_name] = "placed"
     except errors.DistributeTrainError as e:
         outcome[settings.job_name] = f"exit {e.exit_code}"

@@ -1,9 +1,10 @@
 """distributetrain: Horovod/TensorFlow distributed training on Kubernetes.
 
-An in-cluster manager pod plans GPUs (``placement``) from the cluster's free inventory
-(``inventory``), creates SSH-ready worker pods and then a chief that runs ``horovodrun``
-(``manifests``, ``pretraining``), watches the job to its end and tears it down
-(``posttraining``, ``teardown``). ``cli`` wires it together.
-"""
+Four layers, each importing only the ones before it:
 
-__version__ = "0.1.0"
+- ``core``: pure rules and builders (the plan, the inventory, every manifest);
+- ``kube``: the API layer (every call with a deadline, Events, the placement Lease, waits);
+- ``manager``: what the manager pod runs, one loop of attempts (``manager.job``) between
+  pre-training and post-training;
+- ``cli``: the command line, for users (``submit``, ``list``, ...) and for ``manager.sh``.
+"""

@@ -1,3 +1,3 @@
-from distributetrain.cli import main
+from distributetrain.cli.main import main
 
 raise SystemExit(main())

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by every script: where the project keeps what it builds outside the checkout,
 # so a fresh clone on the same machine reuses the slow builds (images, Kubernetes).
 DT_CACHE="${DT_CACHE:-$HOME/.cache/distributetrain}"

@@ -10,7 +10,7 @@ placement lock uses them). It misbehaves on demand in ways no cluster test can p
 - ``error_watches``: status codes; each next watch sends the events due, then a watch
   ``ERROR`` event with the first code left, and ends.
 
-Only what ``distributetrain.kube`` sends is understood; anything else is a 404.
+Only what ``distributetrain.kube.client`` sends is understood; anything else is a 404.
 ``RudeServer`` is a TCP server that accepts connections and never answers, or closes them.
 """
 

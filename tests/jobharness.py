@@ -20,8 +20,8 @@ import urllib3
 import yaml
 from kubernetes import client, watch
 
-from distributetrain.names import LOCK_LEASE_NAME
-from distributetrain.settings import DEFAULT_LOCK_NAMESPACE
+from distributetrain.core.names import LOCK_LEASE_NAME
+from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the local cluster needs: etcd (the apiserver's
 # store), iproute2 (bridge, veths, netns), containerd with runc and the CNI
-# plugins (the nodes' container runtime), podman (the image builder) and
-# mmdebstrap (the root filesystem of the python base stand-in). Idempotent. The
-# cluster runs its own etcd under $DT_RUN and one containerd per node, so the
-# packages' system services must never be left running: service starts are
-# denied during the install and any etcd the package started anyway is stopped.
+# plugins (the nodes' container runtime), podman (the image builder),
+# mmdebstrap (the root filesystem of the python base stand-in), openssh-client
+# (the ssh-keygen the unit tests check the job's keys with) and shellcheck (the
+# tests lint every shell script). Idempotent. The cluster runs its own etcd under
+# $DT_RUN and one containerd per node, so the packages' system services must never
+# be left running: service starts are denied during the install and any etcd the
+# package started anyway is stopped.
 set -euo pipefail
 
-PACKAGES=(etcd-server iproute2 podman runc containerd containernetworking-plugins mmdebstrap)
+PACKAGES=(etcd-server iproute2 podman runc containerd containernetworking-plugins mmdebstrap openssh-client
+          shellcheck)
 POLICY_RC_D=/usr/sbin/policy-rc.d
 
 missing=()

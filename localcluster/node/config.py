@@ -225,11 +225,6 @@ def network_name(spec: NodeSpec) -> str:
     return f"{NETWORK_PREFIX}{spec.netns}"
 
 
-def network_name(spec: NodeSpec) -> str:
-    """The node's CNI network; CNI's result cache in /var/lib/cni is named after it."""
-    return f"{NETWORK_PREFIX}{spec.netns}"
-
-
 def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
     """The KubeletConfiguration: the upstream defaults but for what this machine needs.
 

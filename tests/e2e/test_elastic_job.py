@@ -13,6 +13,7 @@ import time
 import pytest
 
 from jobharness import node_pool
+from polling import poll_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -25,21 +26,16 @@ TRAIN_ARGS = ("--epochs=200", "--samples=768", "--batch-size=32")
 WORLD_SIZE_LINE = re.compile(r"distributetrain: world size (\d+) -> (\d+) at epoch (\d+)")
 EPOCH_LINE = re.compile(r"epoch=(\d+) .*size=(\d+)")
 PHASE_TIMEOUT_S = 240
-GLOO_TIMEOUT_S = 120  # distributetrain.manifests: horovodrun --gloo-timeout-seconds
+GLOO_TIMEOUT_S = 120  # distributetrain.core.manifests: horovodrun --gloo-timeout-seconds
 POLL_S = 0.5
 
 
 def wait_for_line(jobs, pod, pattern, after=0, timeout_s=PHASE_TIMEOUT_S):
     """The first match of ``pattern`` in the pod's log past offset ``after``."""
-    give_up_at = time.monotonic() + timeout_s
-    while True:
-        log = jobs.log_tail(pod, lines=100000)
-        match = pattern.search(log, after)
-        if match:
-            return match
-        ended = (jobs.pod(pod) or {}).get("status", {}).get("phase") in ("Succeeded", "Failed")
-        assert not ended and time.monotonic() < give_up_at, f"no {pattern.pattern!r} in {pod}'s log:\n{log[-4000:]}"
-        time.sleep(POLL_S)
+    return poll_until(lambda: pattern.search(jobs.log_tail(pod, lines=100000), after), timeout_s,
+                      lambda: f"{pattern.pattern!r} in {pod}'s log:\n{jobs.log_tail(pod, lines=100000)[-4000:]}",
+                      POLL_S, hopeless=lambda: (jobs.pod(pod) or {}).get("status", {}).get("phase")
+                      in ("Succeeded", "Failed"))
 
 
 def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees_up(cluster, api_client, jobs):
@@ -60,9 +56,9 @@ def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees
             core.patch_node(lost["spec"]["nodeName"], {"spec": {"unschedulable": False}})
         try:
             grown = wait_for_line(jobs, "flex-chief", WORLD_SIZE_LINE, shrunk.end())
-        except AssertionError as e:  # the chief's log alone cannot say why it did not grow back
+        except AssertionError as error:  # the chief's log alone cannot say why it did not grow back
             pods = {name: (p["status"].get("phase"), p["spec"].get("nodeName")) for name, p in jobs.pods().items()}
-            raise AssertionError(f"{e}\npods: {pods}\nthe manager's log:\n{jobs.log_tail('flex')}") from None
+            raise AssertionError(f"{error}\npods: {pods}\nthe manager's log:\n{jobs.log_tail('flex')}") from None
         assert grown.group(1, 2) == ("2", "3"), jobs.log_tail("flex-chief")
         assert jobs.exit_code("flex", timeout_s=PHASE_TIMEOUT_S) == 0, jobs.log_tail("flex")
         manager_log = jobs.logs("flex")

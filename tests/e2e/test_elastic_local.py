@@ -17,6 +17,7 @@ import time
 import pytest
 
 from localcluster.podman import podman
+from polling import poll_until
 from test_horovod_local import (  # noqa: F401 (fixtures)
     CHECKPOINT_MOUNT, CHIEF_ADDRESS, DONE_LINE, EPOCH_LINE, HOROVOD_START_TIMEOUT_S, POD_INTERFACE, SSHD_PORT,
     SSHD_READY_TIMEOUT_S, SUBNET, TRAIN_SCRIPT, WORKER_ADDRESS, TwoHosts, checkpoint_mount, opened_hosts, container_of, containers,
@@ -62,30 +63,15 @@ def discovery_directory(directory):
 
 def wait_for_log(containers, name, pattern, start=0):
     """The first match of pattern in the container's output after offset start."""
-    deadline = time.monotonic() + PHASE_TIMEOUT_S
-    while True:
-        output = containers.logs(name)
-        match = pattern.search(output, start)
-        if match:
-            return match
-        if not containers.running(name):
-            output = containers.logs(name)  # lines written just before it exited
-            match = pattern.search(output, start)
-            if match:
-                return match
-            raise AssertionError(f"{name} exited before printing {pattern.pattern!r}:\n{output}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {pattern.pattern!r} from {name} within {PHASE_TIMEOUT_S}s:\n{output}")
-        time.sleep(LOG_POLL_S)
+    return poll_until(lambda: pattern.search(containers.logs(name), start), PHASE_TIMEOUT_S,
+                      lambda: f"{pattern.pattern!r} from {name}:\n{containers.logs(name)}", LOG_POLL_S,
+                      hopeless=lambda: not containers.running(name))
 
 
 def wait_for_exit(containers, name):
     """The container's exit code once it stops."""
-    deadline = time.monotonic() + PHASE_TIMEOUT_S
-    while containers.running(name):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{name} still running after {PHASE_TIMEOUT_S}s:\n{containers.logs(name)}")
-        time.sleep(LOG_POLL_S)
+    poll_until(lambda: not containers.running(name), PHASE_TIMEOUT_S,
+               lambda: f"{name} to exit:\n{containers.logs(name)}", LOG_POLL_S)
     return int(podman(["inspect", "--format", "{{.State.ExitCode}}", name]).stdout)
 
 

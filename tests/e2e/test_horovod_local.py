@@ -5,8 +5,8 @@ image (the host has no TensorFlow, Horovod or sshd), before any cluster exists:
 horovodrun trains with Gloo in one container (size, loss, rank-0 checkpoints, resume
 from a mounted checkpoint directory, failure exit code), and it launches ranks on
 another host over SSH exactly the way the chief reaches its workers. For that, the
-worker and chief pods are rendered by distributetrain.manifests with fresh keys from
-distributetrain.sshkeys: the worker container runs the pod's own command (WORKER_SCRIPT,
+worker and chief pods are rendered by distributetrain.core.manifests with fresh keys from
+distributetrain.core.sshkeys: the worker container runs the pod's own command (WORKER_SCRIPT,
 sshd from the command line) and both get the pod's SSH Secret files at the pod's paths,
 so a change to either breaks this test. Each "host" is a container in a network
 namespace of its own on a private bridge, with a pod's hostname and /etc/hosts.
@@ -18,17 +18,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from distributetrain import manifests
-from distributetrain.settings import DEFAULT_FILENAME, JobSettings
-from distributetrain.sshkeys import JobKeys
+from distributetrain.core import manifests
+from distributetrain.core.settings import DEFAULT_FILENAME, JobSettings
+from distributetrain.core.sshkeys import JobKeys
 from localcluster.podman import PODMAN, podman
+from polling import poll_until
+from prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -60,12 +61,12 @@ RANK_EXIT_LINE = re.compile(r"Exit code: (\d+)")
 
 @pytest.fixture(scope="module")
 def training_image():
-    """The image's name; skips the module when podman or the image is missing."""
+    """The image's name; skips the module when podman or the image is missing (fails on CI)."""
     if shutil.which(PODMAN) is None:
-        pytest.skip("podman is not installed: these tests run the training image")
+        unavailable("podman is not installed: these tests run the training image")
     exists = podman(["image", "exists", IMAGE], check=False)
     if exists.returncode == 1:
-        pytest.skip(f"{IMAGE} is not in the project's podman storage; build it: bash localcluster/images/build.sh")
+        unavailable(f"{IMAGE} is not in the project's podman storage; build it: bash localcluster/images/build.sh")
     # Anything else (not root, broken storage) is a failure, not a reason to skip.
     assert exists.returncode == 0, f"podman image exists {IMAGE} exited {exists.returncode}: {exists.stderr}"
     return IMAGE
@@ -371,14 +372,9 @@ def plain_env(pod):
 
 def wait_for_sshd(hosts, containers, worker):
     """Like the worker's readinessProbe: its port accepts connections (from the chief's host)."""
-    deadline = time.monotonic() + SSHD_READY_TIMEOUT_S
-    while not hosts.accepts_connection("chief", WORKER_ADDRESS, SSHD_PORT):
-        if not containers.running(worker):
-            raise AssertionError(f"the worker container exited:\n{containers.logs(worker)}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"sshd did not listen on {WORKER_ADDRESS}:{SSHD_PORT} within "
-                                 f"{SSHD_READY_TIMEOUT_S}s:\n{containers.logs(worker)}")
-        time.sleep(0.2)
+    poll_until(lambda: hosts.accepts_connection("chief", WORKER_ADDRESS, SSHD_PORT), SSHD_READY_TIMEOUT_S,
+               lambda: f"sshd listening on {WORKER_ADDRESS}:{SSHD_PORT}:\n{containers.logs(worker)}", 0.2,
+               hopeless=lambda: not containers.running(worker))
 
 
 def test_ranks_on_two_hosts_over_ssh(containers, two_hosts, workdir):

@@ -4,11 +4,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
 from jobharness import REPO, node_pool, script_volume
+from polling import poll_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -81,11 +81,8 @@ RESTART_PORT = 23456  # the workers' sshd, so the test can kill exactly this job
 
 
 def wait_for_match(jobs, pod, pattern, timeout_s=300.0):
-    give_up_at = time.monotonic() + timeout_s
-    while not (match := pattern.search(jobs.log_tail(pod, lines=100000))):
-        assert time.monotonic() < give_up_at, f"no {pattern.pattern!r} from {pod}:\n{jobs.log_tail(pod)}"
-        time.sleep(0.5)
-    return match
+    return poll_until(lambda: pattern.search(jobs.log_tail(pod, lines=100000)), timeout_s,
+                      lambda: f"{pattern.pattern!r} from {pod}:\n{jobs.log_tail(pod)}")
 
 
 def test_a_restart_resumes_training_from_the_last_checkpoint(cluster, api_client, namespace, jobs, tmp_path):

@@ -10,12 +10,15 @@ import time
 import pytest
 from kubernetes import client
 
-from distributetrain import events, inventory, names
-from distributetrain.discovery import HostList
-from distributetrain.elastic import ElasticFollower
-from distributetrain.kube import Kube
-from distributetrain.reporting import Reporter
-from distributetrain.settings import JobSettings
+from distributetrain.core import inventory, names
+from distributetrain.core.names import Attempt
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.kube.client import Kube
+from distributetrain.manager.discovery import HostList
+from distributetrain.manager.elastic import ElasticFollower
+from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.run import Run
 from jobharness import node_pool
 
 pytestmark = pytest.mark.cluster
@@ -45,7 +48,9 @@ def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(clust
                                    discovery_url="http://192.0.2.1:8470/hosts")
             kube = Kube(api_client)
             reporter = Reporter(kube, settings, events.EventRecorder(settings, None))
-            followers.append(ElasticFollower(kube, settings, reporter, HostList(), time.monotonic() + 120))
+            run = Run(settings, reporter, Attempt(settings.job_name), time.monotonic() + 120, time.monotonic(),
+                      HostList())
+            followers.append(ElasticFollower(kube, run))
         overbooked, stop = [], threading.Event()
 
         def check():

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes import client
 
-from distributetrain import inventory
+from distributetrain.core import inventory
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster

@@ -8,9 +8,9 @@ import time
 import pytest
 from kubernetes import client
 
-from distributetrain import errors
-from distributetrain.kube import Kube
-from distributetrain.lock import PlacementLock
+from distributetrain.core import errors
+from distributetrain.kube.client import Kube
+from distributetrain.kube.lock import PlacementLock
 from jobharness import SCRIPTS, Jobs, apply_rbac, delete_shared_bindings, job_args, node_pool, script_volume
 from localcluster.testing import TEST_NAMESPACE_LABEL, namespace_name
 

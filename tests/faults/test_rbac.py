@@ -5,14 +5,13 @@ Lease can be read or changed."""
 
 import copy
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client, utils
 
-from distributetrain.names import LOCK_LEASE_NAME
-from distributetrain.settings import DEFAULT_LOCK_NAMESPACE
+from distributetrain.core.names import LOCK_LEASE_NAME
+from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE
 from jobharness import REPO, SCRIPTS, Jobs, job_args, node_pool, rbac_documents, script_volume
 
 pytestmark = pytest.mark.cluster

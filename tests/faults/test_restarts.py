@@ -3,12 +3,12 @@ re-planned under fresh pod names; the restart is recorded on the manager pod."""
 
 import os
 import signal
-import time
 
 import pytest
 from kubernetes import client
 
 from jobharness import SCRIPTS, job_args, more_nodes, node_pool, script_volume
+from polling import poll_until
 
 pytestmark = pytest.mark.cluster
 
@@ -33,10 +33,8 @@ NODE_LOST_TIMEOUT_S = 240  # the node controller's verdict (50 s grace) plus a r
 
 
 def wait_for_first_start(jobs, job: str) -> None:
-    give_up_at = time.monotonic() + 180
-    while not all(f"rank={r} start=1" in jobs.log_tail(f"{job}-chief") for r in (0, 1)):
-        assert time.monotonic() < give_up_at, jobs.log_tail(job)
-        time.sleep(0.5)
+    poll_until(lambda: all(f"rank={r} start=1" in jobs.log_tail(f"{job}-chief") for r in (0, 1)), 180,
+               lambda: f"both ranks started; the manager's log:\n{jobs.log_tail(job)}")
 
 
 def test_a_worker_deleted_mid_training_restarts_the_job_which_finishes(cluster, api_client, namespace, jobs, tmp_path):

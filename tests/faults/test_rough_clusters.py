@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from distributetrain.placement import parse_plan
+from distributetrain.core.placement import parse_plan
 from jobharness import HOLD_UNTIL_RELEASED, REPO, SCRIPTS, job_args, more_nodes, node_pool, release_ranks, \
     script_volume
 from roughness import drain, other_tenants, uncordon

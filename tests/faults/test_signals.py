@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import exitcodes
+from distributetrain.core import exitcodes
 from jobharness import job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster

@@ -2,7 +2,6 @@
 (no passwords), and another job's pod cannot log into this job's workers."""
 
 import base64
-import random
 import subprocess
 import time
 

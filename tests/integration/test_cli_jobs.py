@@ -13,6 +13,7 @@ import yaml
 from kubernetes import client
 
 from jobharness import HELLO, LOCAL_NODE_SIZING, REPO, node_pool, script_volume
+from polling import poll_until
 
 pytestmark = pytest.mark.cluster
 
@@ -45,13 +46,13 @@ def status(cluster, namespace, name) -> dict:
 
 
 def wait_for_phase(cluster, namespace, name, phase) -> dict:
-    give_up_at = time.monotonic() + STATE_TIMEOUT_S
-    while time.monotonic() < give_up_at:
-        current = status(cluster, namespace, name)
-        if current["phase"] == phase:
-            return current
-        time.sleep(POLL_INTERVAL_S)
-    raise AssertionError(f"job {name} not {phase} within {STATE_TIMEOUT_S}s: {current}")
+    seen = {}
+
+    def reached():
+        seen.update(status(cluster, namespace, name))
+        return seen["phase"] == phase and dict(seen)
+
+    return poll_until(reached, STATE_TIMEOUT_S, lambda: f"job {name} {phase}: {seen}", POLL_INTERVAL_S)
 
 
 def objects(api_client, namespace) -> set[str]:

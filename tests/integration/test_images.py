@@ -7,12 +7,12 @@ base image, each in a root filesystem of its own (not the host's, not the checko
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
 from jobharness import SCRIPTS, job_args, node_pool, release_ranks, script_volume
+from polling import poll_until
 
 pytestmark = pytest.mark.cluster
 
@@ -35,13 +35,7 @@ def processes(pattern: str) -> list[int]:
 
 
 def wait_for_process(pattern: str) -> int:
-    give_up_at = time.monotonic() + FIND_TIMEOUT_S
-    while time.monotonic() < give_up_at:
-        pids = processes(pattern)
-        if pids:
-            return pids[0]
-        time.sleep(0.2)
-    raise AssertionError(f"no process matching {pattern!r} within {FIND_TIMEOUT_S}s")
+    return poll_until(lambda: processes(pattern), FIND_TIMEOUT_S, f"a process matching {pattern!r}", 0.2)[0]
 
 
 def uid_of(pid: int) -> int:

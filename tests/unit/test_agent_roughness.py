@@ -47,7 +47,7 @@ def test_bad_pull_delays_are_refused_with_the_format(text):
 
 
 @pytest.mark.parametrize(("flag", "value", "form"), [
-    ("--nodes", "gpu-a:4", "NAME[/HOSTNAME]=GPUS"), ("--pull-delays", "base=later", "IMAGE=SECONDS"),
+    ("--nodes", "gpu-a:4", "NAME[/HOSTNAME]=GPUS"), ("--slow-registry", "base=later", "IMAGE=SECONDS"),
     ("--labels", "pool", "key=value"),
 ])
 def test_up_refuses_bad_input_in_one_line_before_starting_anything(capsys, tmp_path, monkeypatch, flag, value, form):

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from distributetrain import errors, exitcodes, waits
-from distributetrain.kube import ApiTimeouts, Kube, make_api_client
+from distributetrain.core import errors, exitcodes
+from distributetrain.kube import waits
+from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
 from fakeapiserver import FakeApiServer, RudeServer, kubeconfig, pod
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +72,7 @@ def test_the_manager_exits_76_in_bounded_time_when_the_api_never_answers(tmp_pat
 
 @pytest.mark.parametrize("behaviour", ["silent", "close"])
 def test_each_attempt_is_one_connection_and_each_retry_one_log_line(caplog, behaviour):
-    caplog.set_level(logging.WARNING, logger="distributetrain.kube")
+    caplog.set_level(logging.WARNING, logger="distributetrain.kube.client")
     with RudeServer(behaviour) as server:
         started = time.monotonic()
         with pytest.raises(errors.TransientApiError):
@@ -100,7 +101,7 @@ def test_connections_have_tcp_keepalive():
 def test_a_lost_worker_is_noticed_within_10s_when_the_watch_connection_stalls(caplog):
     """The worst case, with the default timeouts: the watch connection goes silent right
     after its headers, and the worker is deleted at once."""
-    caplog.set_level(logging.INFO, logger="distributetrain.kube")
+    caplog.set_level(logging.INFO, logger="distributetrain.kube.client")
     deleted_at = []
 
     def delete_when_watched(server):
@@ -127,7 +128,7 @@ def test_a_lost_worker_is_noticed_within_10s_when_the_watch_connection_stalls(ca
 
 
 def test_an_idle_watch_is_renewed_by_short_requests_without_a_stall(caplog):
-    caplog.set_level(logging.DEBUG, logger="distributetrain.kube")
+    caplog.set_level(logging.DEBUG, logger="distributetrain.kube.client")
     with FakeApiServer(job_pods()) as server:
         started = time.monotonic()
         events = list(kube_for(server.url).watch_pods("ns", "3", 2.5, label_selector=SELECTOR))

@@ -2,7 +2,8 @@
 
 import pytest
 
-from distributetrain import cli, errors, jobflags
+from distributetrain.cli import main as cli, jobflags
+from distributetrain.core import errors
 
 BASE = ["render", "--nodes", "gpu-a=5,gpu-b=3,gpu-c=2", "--image", "reg/base:1", "--job-name", "demo"]
 

@@ -1,6 +1,5 @@
 """Elastic jobs: what discovery answers, when the manager acts, and the host list's server."""
 
-import copy
 import time
 import urllib.error
 import urllib.request
@@ -9,18 +8,25 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain import cli, elastic, errors, events, jobflags, manifests, names, placement, waits
-from distributetrain.discovery import DiscoveryServer, HostList, hosts_text
-from distributetrain.events import EventRecorder
-from distributetrain.reporting import Reporter
-from distributetrain.settings import JobSettings
+from distributetrain.cli import main as cli, jobflags
+from distributetrain.core import errors, manifests, names, placement
+from distributetrain.core.names import Attempt
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events, waits
+from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import booking, elastic
+from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text
+from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.run import Run
+from fakekube import FakeKube, node
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="img:1", min_gpus=2,
                        discovery_url="http://10.0.0.1:8470/hosts")
+FIRST = Attempt("j")
 
 
 def pod(name, role, gpus, phase="Running", ready=True, ip="", index=None, exit_code=None, deleting=False):
-    labels = {names.LABEL_ROLE: role}
+    labels = names.job_labels("j", role, "uid-1")  # as the manager of FOLLOWED created it
     if index is not None:
         labels[names.LABEL_WORKER_INDEX] = str(index)
     metadata = {"name": name, "labels": labels, "annotations": {names.ANNOTATION_GPUS: str(gpus)}}
@@ -48,39 +54,39 @@ def by_name(*pods):
 def test_hosts_are_the_ready_workers_with_their_shares():
     pods = by_name(chief(), worker(0, gpus=2), worker(1, ready=False), worker(2), worker(3, deleting=True),
                    worker(4, phase="Failed", exit_code=137))
-    assert elastic.ready_hosts(pods, SETTINGS) == (("10.0.2.0", 2), ("10.0.2.2", 1))
+    assert elastic.ready_hosts(pods, FIRST) == (("10.0.2.0", 2), ("10.0.2.2", 1))
 
 
 def test_workers_of_another_attempt_are_not_hosts():
     pods = by_name(chief(), worker(0), worker(1, attempt=1))
-    assert elastic.ready_hosts(pods, SETTINGS) == (("10.0.2.0", 1),)
+    assert elastic.ready_hosts(pods, FIRST) == (("10.0.2.0", 1),)
 
 
 def test_judge_reports_a_change_of_hosts_and_nothing_else():
     pods = by_name(chief(), worker(0), worker(1))
-    hosts = elastic.ready_hosts(pods, SETTINGS)
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == elastic.HostsChanged(hosts, 3)
-    assert elastic.judge_elastic(SETTINGS, hosts)(pods) is None
+    hosts = elastic.ready_hosts(pods, FIRST)
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == elastic.HostsChanged(hosts, 3)
+    assert elastic.judge_elastic(SETTINGS, FIRST, hosts)(pods) is None
     del pods[names.worker_name("j", 1, 0)]
-    assert elastic.judge_elastic(SETTINGS, hosts)(pods) == elastic.HostsChanged(hosts[:1], 2)
+    assert elastic.judge_elastic(SETTINGS, FIRST, hosts)(pods) == elastic.HostsChanged(hosts[:1], 2)
 
 
 def test_a_lost_worker_is_not_the_end_but_a_lost_chief_is():
     pods = by_name(chief(deleting=True), worker(0))
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == waits.PodLost("j-chief", "is being deleted")
-    assert elastic.judge_elastic(SETTINGS, ())(by_name(worker(0))) == waits.PodLost("j-chief", "was deleted")
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.PodLost("j-chief", "is being deleted")
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(by_name(worker(0))) == waits.PodLost("j-chief", "was deleted")
 
 
 def test_the_chief_exit_code_ends_the_job():
     pods = by_name(chief(phase="Succeeded", exit_code=0), worker(0))
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == waits.ChiefFinished(0)
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.ChiefFinished(0)
     pods = by_name(chief(phase="Failed", exit_code=1), worker(0), worker(1))  # 3 GPUs left >= min 2
-    assert elastic.judge_elastic(SETTINGS, ())(pods) == waits.ChiefFinished(1)
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.ChiefFinished(1)
 
 
 def test_a_chief_failing_below_min_gpus_is_blamed_on_the_lost_workers():
     pods = by_name(chief(phase="Failed", exit_code=1), worker(0, phase="Failed", exit_code=137))
-    outcome = elastic.judge_elastic(SETTINGS, ())(pods)
+    outcome = elastic.judge_elastic(SETTINGS, FIRST, ())(pods)
     assert isinstance(outcome, waits.PodLost) and "1 of --min-gpus 2" in outcome.reason
 
 
@@ -100,8 +106,8 @@ def test_an_elastic_plan_always_has_a_worker_and_the_same_gpus(free, gpus):
     assert len(split) >= 2
     assert sum(share for _, share in split) == gpus
     assert all(share >= 1 for _, share in split)
-    for node in {n for n, _ in split}:
-        assert sum(s for n, s in split if n == node) <= free[node]
+    for used in {n for n, _ in split}:
+        assert sum(s for n, s in split if n == used) <= free[used]
 
 
 def get(url):
@@ -171,86 +177,37 @@ def test_a_worker_not_ready_past_the_timeout_is_overdue_and_ready_again_is_forgo
     settings = SETTINGS.replace(worker_ready_timeout_s=60)
     since: dict[str, float] = {}
     pods = by_name(chief(), worker(0), worker(1, ready=False), worker(2, ready=False, deleting=True))
-    assert elastic.overdue_workers(pods, settings, since, now=100.0) == []
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=100.0) == []
     assert since == {"j-worker-1": 100.0}  # a terminating worker holds nothing to free
-    assert elastic.overdue_workers(pods, settings, since, now=160.0) == []
-    assert elastic.overdue_workers(pods, settings, since, now=160.5) == ["j-worker-1"]
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=160.0) == []
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=160.5) == ["j-worker-1"]
     pods["j-worker-1"] = worker(1)
-    assert elastic.overdue_workers(pods, settings, since, now=161.0) == [] and since == {}
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=161.0) == [] and since == {}
     pods["j-worker-1"] = worker(1, ready=False)
-    assert elastic.overdue_workers(pods, settings, since, now=200.0) == []  # a new wait starts now
+    assert elastic.overdue_workers(pods, settings, FIRST, since, now=200.0) == []  # a new wait starts now
 
 
 # -- growing back is best effort: the follower on an in-memory API -----------------------
 
 
-class FollowerKube:
-    """A job's pods, one GPU node and the placement Lease in memory. The chief ends when
-    ``chief_ends_when(kube)`` holds; ``failures`` are raised by the named call, in turn."""
+def follower_kube(pods, chief_ends_when=lambda kube: False):
+    """The job's pods and one 8-GPU node; the chief succeeds once ``chief_ends_when(kube)``."""
+    kube = FakeKube([node("n")], pods)
 
-    def __init__(self, pods, gpus=8):
-        self.pods = {p["metadata"]["name"]: p for p in pods}
-        self.node = {"metadata": {"name": "n", "labels": {}}, "spec": {},
-                     "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                                "allocatable": {"nvidia.com/gpu": str(gpus)}}}
-        self.lease = None
-        self.failures: dict[str, list[BaseException]] = {}
-        self.created: list[str] = []
-        self.deleted: list[str] = []
-        self.chief_ends_when = lambda kube: False
-        self.api_client = None
-
-    def _maybe_fail(self, call):
-        if self.failures.get(call):
-            raise self.failures[call].pop(0)
-
-    def list_all(self, kind, namespace=None, **selectors):
-        return copy.deepcopy(list(self.pods.values())), "1"
-
-    def list_pages(self, kind, namespace=None, **selectors):
-        self._maybe_fail("inventory")
-        yield copy.deepcopy([self.node] if kind == "nodes" else list(self.pods.values())), "1"
-
-    def watch_pods(self, namespace, resource_version, timeout_s, **selectors):
+    def chief_story(kube, timeout_s):
         ends_at = time.monotonic() + timeout_s
         while time.monotonic() < ends_at:
-            chief = self.pods["j-chief"]
-            if self.chief_ends_when(self) and chief["status"]["phase"] == "Running":
-                chief["status"] = pod("j-chief", names.ROLE_CHIEF, 1, phase="Succeeded", ip="10.0.1.1",
-                                      exit_code=0)["status"]
-                yield "MODIFIED", copy.deepcopy(chief)
+            if chief_ends_when(kube) and kube.pods["j-chief"]["status"]["phase"] == "Running":
+                yield kube.apply("j-chief", chief(phase="Succeeded", exit_code=0)["status"])
                 return
             time.sleep(0.01)
 
-    def create_all_owned(self, objs):
-        self._maybe_fail("create")
-        for obj in objs:
-            created = copy.deepcopy(obj)
-            created["status"] = {"phase": "Pending"}
-            self.pods[obj["metadata"]["name"]] = created
-            self.created.append(obj["metadata"]["name"])
-        return objs
+    kube.on_pod_watch = chief_story
+    return kube
 
-    def annotate_pod(self, namespace, name, annotations):
-        self._maybe_fail("delete")  # a deletion's first call: the cause, annotated
-        self.pods[name]["metadata"]["annotations"].update(annotations)
 
-    def delete(self, kind, namespace, name, grace_period_s=None):
-        self.pods.pop(name)
-        self.deleted.append(name)
-        return True
-
-    def get_lease(self, namespace, name):
-        return copy.deepcopy(self.lease)
-
-    def create_lease(self, lease):
-        self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
-        return self.lease
-
-    def replace_lease(self, lease):
-        version = int(self.lease["metadata"]["resourceVersion"]) + 1
-        self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
-        return self.lease
+def replacements(kube):
+    return kube.writes("create", "Pod")
 
 
 class RecordedEvents:
@@ -271,7 +228,8 @@ def follow(kube, settings=FOLLOWED):
     """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
     api = RecordedEvents()
     reporter = Reporter(kube, settings, EventRecorder(settings, api))
-    follower = elastic.ElasticFollower(kube, settings, reporter, HostList(), time.monotonic() + 30)
+    run = Run(settings, reporter, Attempt(settings.job_name), time.monotonic() + 30, time.monotonic(), HostList())
+    follower = elastic.ElasticFollower(kube, run)
     try:
         return follower.run(), api.created
     finally:
@@ -284,31 +242,30 @@ def quick(monkeypatch):
     monkeypatch.setattr(elastic, "REPLACE_BACKOFF_MAX_S", 0.2)
 
 
-def short_of_two_gpus():
+def short_of_two_gpus(chief_ends_when=lambda kube: False):
     """4 GPUs asked, 2 left (the chief and worker 0): replacements are due at once."""
-    return FollowerKube([chief(), worker(0)])
+    return follower_kube([chief(), worker(0)], chief_ends_when)
 
 
 @pytest.mark.parametrize("call, failure", [
-    ("create", errors.QuotaExceeded("exceeded quota: gpus, requested: requests.nvidia.com/gpu=2, used: 4, limited: 4")),
-    ("create", errors.Forbidden('pods is forbidden: User "system:serviceaccount:ns:dt" cannot create resource')),
-    ("create", errors.Invalid("Pod \"j-worker-1\" is invalid: spec.containers[0].image: Required value")),
-    ("inventory", errors.TransientApiError("the API server stayed unreachable for 30s: connection refused")),
+    ("create_all_owned", errors.QuotaExceeded("exceeded quota: gpus, requested: requests.nvidia.com/gpu=2, used: 4, limited: 4")),
+    ("create_all_owned", errors.Forbidden('pods is forbidden: User "system:serviceaccount:ns:dt" cannot create resource')),
+    ("create_all_owned", errors.Invalid("Pod \"j-worker-1\" is invalid: spec.containers[0].image: Required value")),
+    ("list_pages", errors.TransientApiError("the API server stayed unreachable for 30s: connection refused")),
 ], ids=["quota", "forbidden", "invalid", "apiserver-outage"])
 def test_a_failed_replacement_is_retried_and_the_job_goes_on(quick, call, failure):
-    kube = short_of_two_gpus()
+    kube = short_of_two_gpus(chief_ends_when=replacements)  # once the grow-back succeeds
     kube.failures = {call: [failure, failure]}
-    kube.chief_ends_when = lambda kube: bool(kube.created)  # once the grow-back succeeds
     outcome, recorded = follow(kube)
     assert outcome == waits.ChiefFinished(0)
-    assert kube.created == ["j-worker-1"]  # the missing 2 GPUs, on the one node, after two failures
+    assert replacements(kube) == ["j-worker-1"]  # the missing 2 GPUs, on the one node, after two failures
     failed = [note for reason, note in recorded if reason == events.REPLACE_FAILED]
     assert failed and all(str(failure) in note for note in failed)
 
 
 def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
-    monkeypatch.setattr(elastic, "LOCK_TIMEOUT_S", 0.1)
-    kube = short_of_two_gpus()
+    monkeypatch.setattr(booking, "LOCK_TIMEOUT_S", 0.1)
+    kube = short_of_two_gpus(chief_ends_when=replacements)
     # Another manager holds the Lease for half a second, then releases it.
     kube.lease = {"metadata": {"name": names.LOCK_LEASE_NAME, "namespace": "default", "resourceVersion": "5"},
                   "spec": {"holderIdentity": "ns/other", "leaseDurationSeconds": 30, "acquireTime": "x"}}
@@ -322,15 +279,14 @@ def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
         return read(namespace, name)
 
     kube.get_lease = get_lease
-    kube.chief_ends_when = lambda kube: bool(kube.created)
     outcome, recorded = follow(kube)
-    assert outcome == waits.ChiefFinished(0) and kube.created == ["j-worker-1"]
+    assert outcome == waits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
     assert any(reason == events.REPLACE_FAILED and "could not take the placement lock" in note
                for reason, note in recorded)
 
 
 def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job(quick):
-    kube = short_of_two_gpus()
+    kube = short_of_two_gpus(chief_ends_when=replacements)
     create = kube.create_all_owned
 
     def create_while_another_manager_takes_the_lease(objs):
@@ -339,7 +295,6 @@ def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job(quick):
         return create(objs)
 
     kube.create_all_owned = create_while_another_manager_takes_the_lease
-    kube.chief_ends_when = lambda kube: bool(kube.created)
     outcome, recorded = follow(kube)
     assert outcome == waits.ChiefFinished(0)
     assert any(reason == events.REPLACE_FAILED and "may have been held by another manager" in note
@@ -347,11 +302,12 @@ def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job(quick):
 
 
 def test_an_overdue_worker_not_deleted_for_an_outage_is_deleted_later(quick):
-    kube = FollowerKube([chief(), worker(0), worker(1, ready=False)])
-    kube.failures = {"delete": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
-    kube.chief_ends_when = lambda kube: bool(kube.deleted)
+    kube = follower_kube([chief(), worker(0), worker(1, ready=False)],
+                         chief_ends_when=lambda kube: bool(kube.writes("delete")))
+    # A deletion's first call annotates the pod with its cause.
+    kube.failures = {"annotate_pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
     outcome, recorded = follow(kube, FOLLOWED.replace(num_gpus=3, worker_ready_timeout_s=0.1))
-    assert outcome == waits.ChiefFinished(0) and kube.deleted == ["j-worker-1"]
+    assert outcome == waits.ChiefFinished(0) and kube.writes("delete") == ["j-worker-1"]
     assert any(reason == events.REPLACE_FAILED and "j-worker-1" in note for reason, note in recorded)
 
 
@@ -369,6 +325,6 @@ def test_growing_back_backs_off_after_failures_in_a_row_within_bounds(failures):
                          ids=["sigterm", "programming-error"])
 def test_sigterm_and_programming_errors_still_end_the_follower(quick, failure):
     kube = short_of_two_gpus()
-    kube.failures = {"create": [failure]}
+    kube.failures = {"create_all_owned": [failure]}
     with pytest.raises(type(failure)):
         follow(kube)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from distributetrain import envsecrets, errors, exitcodes
-from distributetrain.settings import JobSettings
+from distributetrain.core import envsecrets, errors, exitcodes
+from distributetrain.core.settings import JobSettings
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1",
                        env_from_secrets=("s3-creds", "wandb"))

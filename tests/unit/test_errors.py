@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 from kubernetes.client.rest import ApiException
 
-from distributetrain import errors, exitcodes
-from distributetrain.kube import translate
+from distributetrain.core import errors, exitcodes
+from distributetrain.kube.client import translate
 
 
 def api_403(message: str) -> ApiException:

@@ -5,9 +5,10 @@ import logging
 import threading
 import time
 
-from distributetrain import errors, events, names, validation
-from distributetrain.events import EventRecorder
-from distributetrain.settings import JobSettings
+from distributetrain.core import errors, names, validation
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.kube.events import EventRecorder
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="img", owner_uid="uid-1",
                        manager_namespace="team")

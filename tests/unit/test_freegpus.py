@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 from kubernetes import client
 
-from distributetrain import errors, freegpus
-from distributetrain.freegpus import FreeGpuWatch, LedgerParts, follow
-from distributetrain.inventory import ACTIVE_PODS_SELECTOR, GpuLedger
-from distributetrain.kube import ApiTimeouts, Kube, make_api_client
-from distributetrain.settings import JobSettings
+from distributetrain.core import errors
+from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
+from distributetrain.manager import freegpus
+from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts, follow
 from fakeapiserver import FakeApiServer
 
 GPU = "nvidia.com/gpu"

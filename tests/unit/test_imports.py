@@ -1,4 +1,5 @@
-"""The package's modules import one another without a circle.
+"""The package's modules import one another without a circle, and only downwards
+through its four layers: core (pure) <- kube (the API layer) <- manager <- cli.
 
 A circle works only while every module in it happens to be imported in a lucky order
 (or lazily, inside a function); the next import moved to the top breaks start-up. The
@@ -82,13 +83,49 @@ def test_the_package_has_no_import_circle():
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
+# Each layer may import its own modules and the layers before it, nothing after it.
+LAYERS = ("core", "kube", "manager", "cli")
+
+
+def layer_of(module: str) -> int | None:
+    """The module's place in LAYERS; None for the package itself and its __main__."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if layer_of(module) is not None and layer_of(target) is not None
+                  and layer_of(target) > layer_of(module))
+
+
+def test_every_module_lives_in_a_layer():
+    loose = [m for m in import_graph() if layer_of(m) is None and m not in (PACKAGE, f"{PACKAGE}.__main__")]
+    assert loose == []
+
+
+def test_no_layer_imports_a_layer_above_it():
+    assert upward_imports(import_graph()) == []
+
+
+def test_core_imports_nothing_but_core():
+    graph = import_graph()
+    assert [f"{m} -> {t}" for m in graph if layer_of(m) == 0 for t in graph[m] if layer_of(t) != 0] == []
+
+
+def test_an_upward_import_is_found():
+    assert upward_imports({f"{PACKAGE}.core.names": {f"{PACKAGE}.kube.client"},
+                           f"{PACKAGE}.cli.main": {f"{PACKAGE}.manager.job"}}) == [
+        f"{PACKAGE}.core.names -> {PACKAGE}.kube.client"]
+
+
 def test_the_graph_sees_every_kind_of_import():
     graph = import_graph()
-    assert "distributetrain.jobflags" in graph["distributetrain.cli"]  # from distributetrain.jobflags import ...
-    assert "distributetrain.jobs.commands" in graph["distributetrain.cli"]  # from distributetrain.jobs import commands
-    assert "distributetrain.errors" in graph["distributetrain.kube"]  # from distributetrain import errors
+    assert "distributetrain.cli.jobflags" in graph["distributetrain.cli.main"]  # from distributetrain.cli.jobflags import ...
+    assert "distributetrain.cli.jobs.commands" in graph["distributetrain.cli.main"]  # from distributetrain.cli.jobs import commands
+    assert "distributetrain.core.errors" in graph["distributetrain.kube.client"]  # from distributetrain.core import errors
     # imports inside functions count: cli.run_manager imports lifecycle only when it runs
-    assert "distributetrain.lifecycle" in graph["distributetrain.cli"]
+    assert "distributetrain.manager.lifecycle" in graph["distributetrain.cli.main"]
 
 
 def test_find_cycle_finds_one():

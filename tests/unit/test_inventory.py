@@ -1,14 +1,34 @@
 """Inventory: quantities, the Kubernetes request rule, and which nodes are candidates."""
 
+from collections.abc import Iterable, Mapping
+
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain import manifests
-from distributetrain.inventory import (
-    BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, free_gpus, gpu_count, node_gpus, node_refusal, pinned_node,
+from distributetrain.core import manifests
+from distributetrain.core.inventory import (
+    BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, gpu_count, node_gpus, node_refusal, pinned_node,
     pod_claim, pod_request, tolerates,
 )
-from distributetrain.settings import JobSettings
+from distributetrain.core.settings import JobSettings
+
+
+def free_gpus(
+    nodes: Iterable[Mapping],
+    pods: Iterable[Mapping],
+    resource: str,
+    tolerations: Iterable[Mapping] = (),
+    node_selector: Mapping[str, str] = {},
+) -> dict[str, int]:
+    """Free GPUs per candidate node, from one listing of nodes and pods."""
+    ledger = GpuLedger(resource)
+    tolerations = list(tolerations)
+    for node in nodes:
+        ledger.add_node(node, tolerations, node_selector)
+    for pod in pods:
+        ledger.add_pod(pod)
+    return ledger.free()
+
 
 GPU = "nvidia.com/gpu"
 A_JOB = JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i")

@@ -5,9 +5,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from distributetrain import cli, errors
-from distributetrain.jobs import commands, connection, manager_spec
-from distributetrain.jobs.api import JobsKube
+from distributetrain.cli import main as cli
+from distributetrain.cli.jobs import commands, connection, manager_spec
+from distributetrain.cli.jobs.api import JobsKube
+from distributetrain.core import errors
 
 UNREACHABLE = "https://127.0.0.1:9"  # the discard port: nothing answers
 SUBMIT = ["submit", "--num-gpus", "2", "--image", "reg/base:1", "--namespace", "ml"]

@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from distributetrain import cli, errors
-from distributetrain.jobs import commands, connection, follow, manager_spec
+from distributetrain.cli import main as cli
+from distributetrain.cli.jobs import commands, connection, follow, manager_spec
+from distributetrain.core import errors
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=timezone.utc)
 CREATED = "2026-01-02T11:55:00Z"
@@ -20,7 +21,7 @@ def matches(obj, namespace, label_selector):
         labels.get(key) == value for key, value in terms)
 
 
-class FakeKube:
+class FakeJobsKube:
     """Pods, Jobs and Secrets in memory; deleting a manager deletes what it owns, as the
     manager's teardown and the garbage collector would."""
 
@@ -138,7 +139,7 @@ PLANNED = {"distributetrain.io/phase": "Training", "distributetrain.io/plan": "a
 
 @pytest.fixture
 def kube(monkeypatch):
-    fake = FakeKube()
+    fake = FakeJobsKube()
     monkeypatch.setattr(connection, "connect", lambda args: fake)
     monkeypatch.setattr(commands, "_now", lambda: NOW)
     monkeypatch.setattr(follow.time, "sleep", lambda s: None)

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distributetrain import cli, jobflags, names
-from distributetrain.jobs import commands, manager_spec
-from distributetrain.jobs.manager_spec import ManagerOptions
+from distributetrain.cli import main as cli, jobflags
+from distributetrain.cli.jobs import commands, manager_spec
+from distributetrain.cli.jobs.manager_spec import ManagerOptions
+from distributetrain.core import names
 
 REPO = Path(__file__).resolve().parents[2]
 LABELS = {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/role": "manager",

@@ -5,8 +5,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from distributetrain.jobs import state, table
-from distributetrain.jobs.state import JobStatus, Progress
+from distributetrain.cli.jobs import state, table
+from distributetrain.cli.jobs.state import JobStatus, Progress
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=timezone.utc)
 CREATED = "2026-01-02T11:55:00Z"

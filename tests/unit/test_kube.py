@@ -9,8 +9,8 @@ from kubernetes import client
 from kubernetes.client import rest
 from kubernetes.client.rest import ApiException
 
-from distributetrain import errors
-from distributetrain.kube import ApiTimeouts, Kube, TimedRestClient, call, make_api_client
+from distributetrain.core import errors
+from distributetrain.kube.client import ApiTimeouts, Kube, TimedRestClient, call, make_api_client
 
 
 def forbidden() -> ApiException:

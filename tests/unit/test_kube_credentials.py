@@ -6,9 +6,10 @@ import pytest
 import yaml
 from kubernetes.config import incluster_config
 
-from distributetrain import cli, errors, jobflags
-from distributetrain.jobs import connection
-from distributetrain.kube import load_api_client
+from distributetrain.cli import main as cli, jobflags
+from distributetrain.cli.jobs import connection
+from distributetrain.core import errors
+from distributetrain.kube.client import load_api_client
 
 IN_CLUSTER_HOST = "https://10.96.0.1:443"
 

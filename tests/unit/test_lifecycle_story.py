@@ -1,15 +1,16 @@
 """A whole job (pre- and post-training) on an in-memory API: the Events it records on
 the manager pod, in order, and what it says about pods that wait."""
 
-import copy
 import json
 import socket
-import time
 
 import pytest
 
-from distributetrain import errors, events, inventory, lifecycle, names
-from distributetrain.settings import JobSettings
+from distributetrain.core import errors, inventory, names
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.manager import lifecycle
+from fakekube import FakeKube, node
 
 
 def free_port() -> int:
@@ -22,109 +23,6 @@ SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/b
                        worker_ready_timeout_s=30.0, discovery_url=f"http://127.0.0.1:{free_port()}/hosts")
 UNSCHEDULABLE = ("0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
                  "0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
-
-
-def gpu_node(name, gpus):
-    return {"metadata": {"name": name, "labels": {names.HOSTNAME_LABEL: name}}, "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                       "allocatable": {"nvidia.com/gpu": str(gpus)}}}
-
-
-class FakeKube:
-    """Nodes, pods, a Secret and a Lease in memory. Each watch plays one scripted list of
-    (pod name, new status); a watch with nothing scripted (or None) waits out its timeout."""
-
-    def __init__(self, nodes):
-        self.nodes = nodes
-        self.pods: dict[str, dict] = {}
-        self.secrets: dict[str, dict] = {}
-        self.lease = None
-        self.manager = {"metadata": {"name": "demo", "namespace": "ml", "uid": "uid-1", "annotations": {}},
-                        "spec": {"restartPolicy": "Never"}, "status": {"phase": "Running"}}
-        self.watches: list[list[tuple[str, dict]]] = []
-        self.pods_stay_terminating = False
-        self.api_client = None
-
-    # reads
-    def namespace_exists(self, name):
-        return True
-
-    def list_pages(self, kind, namespace=None, **selectors):
-        yield (copy.deepcopy(self.nodes) if kind == "nodes" else self._pods(namespace, selectors)), "1"
-
-    def list_all(self, kind, namespace=None, **selectors):
-        return (copy.deepcopy(self.nodes) if kind == "nodes" else self._pods(namespace, selectors)), "1"
-
-    def _pods(self, namespace, selectors):
-        terms = [term.partition("=")[::2] for term in filter(None, selectors.get("label_selector", "").split(","))]
-        return [copy.deepcopy(p) for p in self.pods.values()
-                if all(p["metadata"]["labels"].get(key) == value for key, value in terms)]
-
-    def get_pod(self, namespace, name):
-        return copy.deepcopy(self.manager) if name == "demo" else copy.deepcopy(self.pods.get(name))
-
-    def read(self, kind, namespace, name):
-        return copy.deepcopy((self.pods if kind == "Pod" else self.secrets).get(name))
-
-    # writes
-    def create_owned(self, obj, dry_run=False):
-        if dry_run:
-            return obj
-        created = copy.deepcopy(obj)
-        created["status"] = {"phase": "Pending"}
-        (self.pods if obj["kind"] == "Pod" else self.secrets)[obj["metadata"]["name"]] = created
-        return copy.deepcopy(created)
-
-    def create_all_owned(self, objs):
-        return [self.create_owned(obj) for obj in objs]
-
-    def delete(self, kind, namespace, name, grace_period_s=None):
-        if kind == "Pod" and self.pods_stay_terminating and name in self.pods:
-            # As on a dead node: the pod stays, terminating, for as long as the story runs.
-            first = "deletionTimestamp" not in self.pods[name]["metadata"]
-            self.pods[name]["metadata"]["deletionTimestamp"] = "2026-01-02T12:00:00Z"
-            return first
-        return (self.pods if kind == "Pod" else self.secrets).pop(name, None) is not None
-
-    def delete_all(self, kind, namespace, pod_names):
-        return [name for name in pod_names if self.delete(kind, namespace, name)]
-
-    def annotate_pod(self, namespace, name, annotations):
-        current = self.manager["metadata"]["annotations"]
-        for key, value in annotations.items():
-            if value is None:
-                current.pop(key, None)
-            else:
-                current[key] = value
-
-    def get_lease(self, namespace, name):
-        return copy.deepcopy(self.lease)
-
-    def create_lease(self, lease):
-        self.lease = copy.deepcopy(lease)
-        return lease
-
-    def replace_lease(self, lease):
-        self.lease = copy.deepcopy(lease)
-        return lease
-
-    # watches
-    def watch_pods(self, namespace, resource_version, timeout_s, **selectors):
-        script = self.watches.pop(0) if self.watches else None
-        if script is None:  # nothing (more) scripted: the watch waits out its timeout
-            time.sleep(timeout_s)
-            return
-        for name, status in script:
-            pod = self.pods[name]
-            pod["status"] = status
-            if any(c["type"] == "PodScheduled" and c["status"] == "True" for c in status.get("conditions", ())):
-                pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
-            yield "MODIFIED", copy.deepcopy(pod)
-
-
-    def watch_nodes(self, resource_version, timeout_s):
-        time.sleep(timeout_s)  # nodes never change in these stories
-        yield from ()
 
 
 class FakeEventsApi:
@@ -163,12 +61,14 @@ def story(monkeypatch, tmp_path):
     """Runs a job on nodes a=1, b=1; returns (reason, type, note) of every Event, in order."""
     api = FakeEventsApi()
     monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
-    monkeypatch.setattr("distributetrain.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
-            phases=("run",)):
-        kube = FakeKube([gpu_node(name, gpus) for name, gpus in nodes])
-        kube.watches = watches
+            phases=("run",), pods=(), record=None):
+        """``pods`` exist before the manager starts; ``record`` is on its pod already."""
+        kube = FakeKube([node(name, gpus) for name, gpus in nodes], pods)
+        kube.manager["metadata"]["annotations"].update(record or {})
+        kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
         for phase in phases:  # as manager.sh runs them, one process after the other
             code = lifecycle.execute(kube, settings, phase)
@@ -196,46 +96,29 @@ def test_a_successful_job_tells_its_story_in_order(story):
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
 
 
-def test_pre_and_post_training_tell_the_same_story_once(story, monkeypatch):
+def test_pre_and_post_training_tell_the_same_story_once(story):
     """manager.sh's two processes run the same loop: post-training adopts the attempt
     pre-training started, says nothing of it again, and serves the chief its hosts."""
-    phases = []
-    monkeypatch.setattr(FakeKube, "annotate_pod", _recording_phases(FakeKube.annotate_pod, phases))
-    code, recorded, _ = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+    code, recorded, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
                                [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]],
                               phases=("pre-training", "post-training"))
     assert code == 0
     assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted",
                                         "Succeeded"]
-    assert phases == ["Planning", "StartingWorkers", "Running", "Training", "Succeeded"]
-
-
-def _recording_phases(annotate, phases):
-    def recording(self, namespace, name, annotations):
-        if names.ANNOTATION_PHASE in annotations:
-            phases.append(annotations[names.ANNOTATION_PHASE])
-        annotate(self, namespace, name, annotations)
-    return recording
+    assert kube.annotation_history(names.ANNOTATION_PHASE) == [
+        "Planning", "StartingWorkers", "Running", "Training", "Succeeded"]
 
 
 def test_the_chief_holds_its_gpus_from_the_start(story):
     """Created in the same burst as the workers, before any of them is Ready: no other
     pod can take its GPUs while the workers start (or it pulls a multi-GB image)."""
-    created = []
-    original = FakeKube.create_all_owned
-
-    def create_all(self, objs):
-        created.append(sorted(obj["metadata"]["name"] for obj in objs))
-        return original(self, objs)
-
-    FakeKube.create_all_owned = create_all
-    try:
-        code, _, _ = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
-                            [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
-    finally:
-        FakeKube.create_all_owned = original
+    code, _, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+                           [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
     assert code == 0
-    assert created == [["demo-chief", "demo-worker-0"]]
+    creates_and_watches = [(verb, kind, name) for verb, kind, name in kube.actions if verb in ("create", "watch")]
+    assert creates_and_watches == [("create", "Lease", names.LOCK_LEASE_NAME), ("create", "Secret", "demo-ssh"),
+                                   ("create", "Pod", "demo-worker-0"), ("create", "Pod", "demo-chief"),
+                                   ("watch", "Pod", ""), ("watch", "Pod", ""), ("watch", "Pod", "")]
 
 
 def test_a_failed_job_ends_with_a_warning_naming_the_exit_code(story):
@@ -267,7 +150,7 @@ def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(stor
     """The released pods stay terminating (their nodes died): the next attempt waits for
     them only a bounded time, never adopts them, and plans around them under new names,
     recorded as attempt 1."""
-    monkeypatch.setattr("distributetrain.job.OLD_PODS_GONE_S", 0.2)
+    monkeypatch.setattr("distributetrain.manager.job.OLD_PODS_GONE_S", 0.2)
     code, recorded, kube = story(
         [[("demo-worker-0", UNSCHEDULED)], None, None,
          [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
@@ -291,7 +174,7 @@ WORKER_KILLED = {"phase": "Failed", "containerStatuses": [{"name": "worker", "st
 
 
 def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(story, monkeypatch):
-    monkeypatch.setattr("distributetrain.restarts.RESTART_BACKOFF_S", 0.01)
+    monkeypatch.setattr("distributetrain.core.restarts.RESTART_BACKOFF_S", 0.01)
     code, recorded, kube = story(
         [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
          [("demo-worker-0", WORKER_KILLED)],
@@ -311,12 +194,11 @@ def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(stor
 
 
 @pytest.mark.parametrize("used,allowed", [(0, 0), (1, 1)])
-def test_without_restarts_left_a_lost_worker_ends_the_job_with_71(story, monkeypatch, used, allowed):
-    monkeypatch.setattr(FakeKube, "__init__", _with_annotations(FakeKube.__init__, {names.ANNOTATION_RESTARTS: str(used)}))
+def test_without_restarts_left_a_lost_worker_ends_the_job_with_71(story, used, allowed):
     code, recorded, kube = story(
         [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
          [("demo-worker-0", WORKER_KILLED)]],
-        settings=SETTINGS.replace(max_restarts=allowed))
+        settings=SETTINGS.replace(max_restarts=allowed), record={names.ANNOTATION_RESTARTS: str(used)})
     assert code == 71
     assert "Restarting" not in [r[0] for r in recorded]
     assert kube.pods == {}
@@ -325,7 +207,7 @@ def test_without_restarts_left_a_lost_worker_ends_the_job_with_71(story, monkeyp
 @pytest.mark.parametrize("allowed", [0, 1])
 def test_a_worker_lost_while_starting_restarts_the_job_within_the_budget(story, monkeypatch, allowed):
     """Lost before training started (its node failed, say): the same budget as a loss mid-training."""
-    monkeypatch.setattr("distributetrain.restarts.RESTART_BACKOFF_S", 0.01)
+    monkeypatch.setattr("distributetrain.core.restarts.RESTART_BACKOFF_S", 0.01)
     code, recorded, kube = story(
         [[("demo-worker-0", WORKER_KILLED)],
          [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
@@ -356,26 +238,11 @@ def test_a_chief_that_fails_on_its_own_is_not_restarted(story):
     assert "Restarting" not in [r[0] for r in recorded]
 
 
-def _with_annotations(init, annotations):
-    def patched(self, nodes):
-        init(self, nodes)
-        self.manager["metadata"]["annotations"].update(annotations)
-    return patched
-
-
-def test_the_waiting_annotation_says_why_while_it_waits(story, monkeypatch):
-    seen = []
-    original = FakeKube.annotate_pod
-
-    def annotate(self, namespace, name, annotations):
-        if names.ANNOTATION_WAITING in annotations:
-            value = annotations[names.ANNOTATION_WAITING]
-            seen.append(None if value is None else json.loads(value))
-        original(self, namespace, name, annotations)
-
-    monkeypatch.setattr(FakeKube, "annotate_pod", annotate)
-    story([[("demo-worker-0", UNSCHEDULED), ("demo-worker-0", running()), ("demo-chief", PULLING)],
-           [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
+def test_the_waiting_annotation_says_why_while_it_waits(story):
+    _, _, kube = story([[("demo-worker-0", UNSCHEDULED), ("demo-worker-0", running()), ("demo-chief", PULLING)],
+                        [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
+    seen = [None if value is None else json.loads(value)
+            for value in kube.annotation_history(names.ANNOTATION_WAITING)]
     # Written in the background, so a state may be superseded before its turn, but never
     # out of order, and each wait ends with nothing waited on.
     states = iter([{"demo-worker-0": "waiting for the scheduler", "demo-chief": "waiting for the scheduler"},
@@ -394,7 +261,7 @@ def test_bad_input_found_by_the_manager_is_a_failed_event(story, monkeypatch):
     def refuse(kube, settings):
         raise errors.UsageError("--namespace", "namespace 'ml' does not exist")
 
-    monkeypatch.setattr("distributetrain.pretraining.preflight", refuse)
+    monkeypatch.setattr("distributetrain.manager.pretraining.preflight", refuse)
     code, recorded, _ = story([])
     assert code == 2
     assert recorded == [("Failed", "Warning", "--namespace: namespace 'ml' does not exist (exit code 2)")]
@@ -416,32 +283,22 @@ def earlier_run_pod(name, role, status, owner_references=True):
     return {"metadata": metadata, "spec": {}, "status": status}
 
 
-def test_an_earlier_runs_finished_chief_is_never_adopted(story, monkeypatch):
+def test_an_earlier_runs_finished_chief_is_never_adopted(story):
     """A manager re-applied under the same name (or an earlier job left in another
     namespace) finds the earlier chief, finished with exit 0: it is deleted, never taken
     for this run's outcome, and this run trains and reports its own exit code."""
-    def with_earlier_chief(self, nodes):
-        FakeKube_init(self, nodes)
-        self.pods["demo-chief"] = earlier_run_pod("demo-chief", names.ROLE_CHIEF, ended(0), owner_references=False)
-
-    FakeKube_init = FakeKube.__init__
-    monkeypatch.setattr(FakeKube, "__init__", with_earlier_chief)
+    earlier = earlier_run_pod("demo-chief", names.ROLE_CHIEF, ended(0), owner_references=False)
     code, recorded, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
-                                  [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(3))]])
+                                  [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(3))]],
+                                 pods=[earlier])
     assert code == 3
     assert [r[0] for r in recorded][:3] == ["Planned", "WorkersCreated", "ChiefCreated"]
     assert names.owner_uid_of(kube.pods["demo-chief"]) == "uid-1"
 
 
-def test_an_earlier_run_still_training_elsewhere_makes_the_name_bad_input(story, monkeypatch):
-    def with_earlier_worker(self, nodes):
-        FakeKube_init(self, nodes)
-        self.pods["demo-worker-0"] = earlier_run_pod("demo-worker-0", names.ROLE_WORKER, running(),
-                                                     owner_references=False)
-
-    FakeKube_init = FakeKube.__init__
-    monkeypatch.setattr(FakeKube, "__init__", with_earlier_worker)
-    code, recorded, kube = story([])
+def test_an_earlier_run_still_training_elsewhere_makes_the_name_bad_input(story):
+    earlier = earlier_run_pod("demo-worker-0", names.ROLE_WORKER, running(), owner_references=False)
+    code, recorded, kube = story([], pods=[earlier])
     assert code == 2
     assert recorded[-1][2].startswith("--job-name: job 'demo' already runs in namespace 'ml' under another "
                                       "manager (demo-worker-0)")

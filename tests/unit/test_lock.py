@@ -8,9 +8,9 @@ import time
 import pytest
 from kubernetes import client
 
-from distributetrain import errors, exitcodes
-from distributetrain.kube import ApiTimeouts, Kube, make_api_client
-from distributetrain.lock import PlacementLock
+from distributetrain.core import errors, exitcodes
+from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
+from distributetrain.kube.lock import PlacementLock
 from fakeapiserver import FakeApiServer
 
 NAMESPACE = "default"

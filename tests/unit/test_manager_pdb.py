@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distributetrain import manifests, names
-from distributetrain.jobs import manager_spec
-from distributetrain.settings import JobSettings
+from distributetrain.cli.jobs import manager_spec
+from distributetrain.core import manifests, names
+from distributetrain.core.settings import JobSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = JobSettings(job_name="demo", namespace="default", num_gpus=2, image="img:1", owner_uid="u")

@@ -1,21 +1,21 @@
 """A lost node's pods: when a node is lost (the node controller's rules), which pods go,
 the cause their loss names, and the watch thread acting on it with no node event."""
 
-import copy
-import queue
-import threading
 import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain import events, names, nodewatch, podstate
-from distributetrain.events import EventRecorder
-from distributetrain.inventory import node_not_ready
-from distributetrain.nodewatch import NodeClocks, NodeWatch, node_health, pods_to_delete, zone_disrupted
-from distributetrain.reporting import Reporter
-from distributetrain.settings import JobSettings
+from distributetrain.core import names, podstate
+from distributetrain.core.inventory import node_not_ready
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import nodewatch
+from distributetrain.manager.nodewatch import NodeClocks, NodeWatch, node_health, pods_to_delete, zone_disrupted
+from distributetrain.manager.reporting import Reporter
+from fakekube import FakeKube
 
 UNKNOWN = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
            "message": "Kubelet stopped posting node status."}
@@ -56,7 +56,7 @@ def clocks_with(*nodes, now=0.0):
 
 
 def job_pod(name, role, phase="Running", deleting=False, annotations=None, conditions=(), on=""):
-    metadata = {"name": name, "labels": {names.LABEL_ROLE: role}, "annotations": annotations or {}}
+    metadata = {"name": name, "labels": names.job_labels("demo", role, "uid-1"), "annotations": annotations or {}}
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-02T12:00:00Z"
     return {"metadata": metadata, "spec": {"nodeName": on}, "status": {"phase": phase, "conditions": list(conditions)}}
@@ -222,42 +222,18 @@ def test_a_pod_deleted_for_its_node_says_so_and_an_evicted_one_says_why():
 # -- the watch thread ------------------------------------------------------------------
 
 
-class NodesKube:
-    """Nodes and the job's pods in memory; node events are sent by the test as they happen."""
+def nodes_kube(nodes, pods):
+    """Nodes and the job's pods; a deleted pod stays, terminating, with its cause."""
+    kube = FakeKube(nodes, pods)
+    kube.pods_stay_terminating = True
+    return kube
 
-    def __init__(self, nodes, pods):
-        self.nodes = {n["metadata"]["name"]: n for n in nodes}
-        self.pods = {p["metadata"]["name"]: p for p in pods}
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
-        self.deleted: list[tuple[float, str, str]] = []  # (when, pod, cause)
-        self.lock = threading.Lock()
 
-    def send(self, *nodes):
-        for n in nodes:
-            self.events.put(("MODIFIED", copy.deepcopy(n)))
-
-    def list_all(self, kind, namespace=None, **selectors):
-        with self.lock:
-            return copy.deepcopy(list((self.nodes if kind == "nodes" else self.pods).values())), "1"
-
-    def watch_nodes(self, resource_version, timeout_s):
-        ends_at = time.monotonic() + timeout_s
-        while (left := ends_at - time.monotonic()) > 0:
-            try:
-                yield self.events.get(timeout=left)
-            except queue.Empty:
-                return
-
-    def annotate_pod(self, namespace, name, annotations):
-        with self.lock:
-            self.pods[name]["metadata"]["annotations"].update(annotations)
-
-    def delete(self, kind, namespace, name, grace_period_s=None):
-        with self.lock:
-            pod = self.pods[name]
-            pod["metadata"]["deletionTimestamp"] = "2026-01-02T12:01:00Z"
-            self.deleted.append((time.monotonic(), name, pod["metadata"]["annotations"][names.ANNOTATION_DELETED_BECAUSE]))
-        return True
+def deleted(kube):
+    """(when, pod, cause) of every pod deleted, in order."""
+    return [(kube.when("delete", "Pod", name), name,
+             kube.pods[name]["metadata"]["annotations"][names.ANNOTATION_DELETED_BECAUSE])
+            for name in kube.writes("delete", "Pod")]
 
 
 class RecordedEvents:
@@ -282,56 +258,56 @@ def worker_on(node_name):
 
 
 def test_the_watch_leaves_a_kubelet_restart_alone():
-    kube = NodesKube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, _, _ = watching(kube, toleration_s=2.0)
     with watch:
         time.sleep(0.2)
-        kube.send(node("a", restarting()))
+        kube.send_nodes(node("a", restarting()))
         time.sleep(0.3)  # the kubelet is back in well under the window
-        kube.send(node("a", ready(since="2026-01-02T12:00:04Z")))
+        kube.send_nodes(node("a", ready(since="2026-01-02T12:00:04Z")))
         time.sleep(2.5)
-    assert kube.deleted == []
+    assert deleted(kube) == []
 
 
 def test_the_watch_leaves_a_brownout_alone():
-    kube = NodesKube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, _, _ = watching(kube, toleration_s=0.3)
     with watch:
         time.sleep(0.2)
-        kube.send(*(node(n, silent()) for n in "abc"))
+        kube.send_nodes(*(node(n, silent()) for n in "abc"))
         time.sleep(1.5)
-    assert kube.deleted == []
+    assert deleted(kube) == []
 
 
 def test_the_watch_acts_when_the_window_runs_out_with_no_node_event():
-    kube = NodesKube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, reporter, api = watching(kube, toleration_s=1.0)
     with watch:
         time.sleep(0.2)
         sent_at = time.monotonic()
-        kube.send(node("a", restarting()))  # and nothing after: containerd stays down
+        kube.send_nodes(node("a", restarting()))  # and nothing after: containerd stays down
         time.sleep(0.6)
-        assert kube.deleted == [], "acted before the window ran out"
+        assert deleted(kube) == [], "acted before the window ran out"
         give_up_at = time.monotonic() + 5
-        while not kube.deleted and time.monotonic() < give_up_at:
+        while not deleted(kube) and time.monotonic() < give_up_at:
             time.sleep(0.05)
     reporter.events.close()
     cause = "its node a is not Ready (KubeletNotReady: PLEG is not healthy: pleg was last seen active 3m0s ago)"
-    assert [(pod, why) for _, pod, why in kube.deleted] == [("demo-worker-0", cause)]
+    assert [(pod, why) for _, pod, why in deleted(kube)] == [("demo-worker-0", cause)]
     # When the window ran out, not at the end of the watch call that saw the report (5 s).
-    assert 1.0 <= kube.deleted[0][0] - sent_at < 3.0
+    assert 1.0 <= deleted(kube)[0][0] - sent_at < 3.0
     assert api.created == [(events.NODE_LOST, f"node a {cause.removeprefix('its node a ')}: deleted demo-worker-0")]
 
 
 def test_the_watch_acts_on_the_unreachable_taint_long_before_the_window(monkeypatch):
     monkeypatch.setattr(nodewatch, "UNREACHABLE_STANDS_S", 0.3)
-    kube = NodesKube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, _, _ = watching(kube, toleration_s=60.0)
     with watch:
         time.sleep(0.2)
-        kube.send(node("a", silent()), node("a", silent(), taints=[UNREACHABLE]))
+        kube.send_nodes(node("a", silent()), node("a", silent(), taints=[UNREACHABLE]))
         give_up_at = time.monotonic() + 5
-        while not kube.deleted and time.monotonic() < give_up_at:
+        while not deleted(kube) and time.monotonic() < give_up_at:
             time.sleep(0.05)
-    assert [(pod, why) for _, pod, why in kube.deleted] == [
+    assert [(pod, why) for _, pod, why in deleted(kube)] == [
         ("demo-worker-0", "its node a is not Ready (NodeStatusUnknown: Kubelet stopped posting node status.)")]

@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from distributetrain.placement import InsufficientGPUs, format_plan, parse_plan, plan
+from distributetrain.core.placement import InsufficientGPUs, format_plan, parse_plan, plan, up_to
 
 free_maps = st.dictionaries(
     st.from_regex(r"node-[a-z0-9]{1,4}", fullmatch=True), st.integers(min_value=0, max_value=16), max_size=12
@@ -100,3 +100,15 @@ def test_plan_text_form(text, plan):
     assert parse_plan(text) == plan
     if plan:
         assert format_plan(plan) == text
+
+
+@given(free=free_maps, gpus=st.integers(min_value=1, max_value=80))
+def test_up_to_plans_as_many_as_are_free_and_no_more_than_asked(free, gpus):
+    available = sum(f for f in free.values() if f > 0)
+    if available == 0:
+        with pytest.raises(InsufficientGPUs):
+            up_to(free, gpus)
+        return
+    shares = up_to(free, gpus)
+    assert sum(share for _, share in shares) == min(gpus, available)
+    assert shares == plan(free, min(gpus, available))

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import cli
-from distributetrain.jobs import plugin
+from distributetrain.cli import main as cli
+from distributetrain.cli.jobs import plugin
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_both_console_scripts_run_the_same_main():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"distributetrain": "distributetrain.cli:main",
-                       "kubectl-distributetrain": "distributetrain.cli:main"}
+    assert scripts == {"distributetrain": "distributetrain.cli.main:main",
+                       "kubectl-distributetrain": "distributetrain.cli.main:main"}
 
 
 @pytest.mark.parametrize("argv0,program", [

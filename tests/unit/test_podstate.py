@@ -2,7 +2,7 @@
 
 import pytest
 
-from distributetrain import podstate
+from distributetrain.core import podstate
 
 UNSCHEDULABLE = ("0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
                  "0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
@@ -90,9 +90,9 @@ NOT_READY = condition("Ready", "False", "ContainersNotReady", "containers with u
     ({"metadata": {"name": "bare"}}, "waiting for the scheduler", False),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_why_a_pod_is_not_ready(given, reason, attention):
-    assert (podstate.pod_waiting_reason(given), podstate.needs_attention(given)) == (reason, attention)
+    assert (podstate.why_not_ready(given), podstate.needs_attention(given)) == (reason, attention)
 
 
-def test_waiting_reason_is_for_pods_known_not_to_be_ready():
-    assert podstate.waiting_reason(pod()) == "waiting for the scheduler"
-    assert podstate.waiting_reason(pod(phase="Running", node="n1", conditions=[READY])) == "Ready"
+def test_a_ready_pod_has_no_reason_to_wait():
+    assert podstate.why_not_ready(pod()) == "waiting for the scheduler"
+    assert podstate.why_not_ready(pod(phase="Running", node="n1", conditions=[READY])) is None

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain import quantity
+from distributetrain.core import quantity
 
 
 @pytest.mark.parametrize("text,millis", [("4", 4000), ("2.5", 2500), ("500m", 500), ("1", 1000), ("0.001", 1)])

@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from distributetrain.jobs import ranks
+from distributetrain.cli.jobs import ranks
 
 CHIEF_LOG = (
     "chief: checking SSH to 10.0.0.2:12345 (1 of 30)\n"

@@ -5,21 +5,18 @@ import json
 import logging
 import time
 
-from distributetrain import events
-from distributetrain.reporting import PodWaits, Reporter
-from distributetrain.settings import JobSettings
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.manager.reporting import PodWaits, Reporter
+from fakekube import FakeKube
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1")
 UNSCHEDULABLE = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
 
 
-class FakeKube:
-    def __init__(self):
-        self.annotations: list[dict] = []
-
-    def annotate_pod(self, namespace, name, annotations):
-        assert (namespace, name) == ("ml", "demo")
-        self.annotations.append(annotations)
+def patches(kube):
+    """The annotation patches of the manager pod, in order."""
+    return [patch for name, patch in kube.annotated if name == "demo"]
 
 
 class FakeRecorder:
@@ -42,7 +39,7 @@ def worker(name, phase="Pending", node="", scheduled_message="", ready=False, wa
 
 def waiting_annotations(kube):
     return [None if a["distributetrain.io/waiting"] is None else json.loads(a["distributetrain.io/waiting"])
-            for a in kube.annotations]
+            for a in patches(kube)]
 
 
 def in_order_within(written, states) -> bool:
@@ -66,7 +63,7 @@ def test_each_change_is_reported_once(caplog):
         {"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
          "demo-worker-1": worker("demo-worker-1", phase="Running", node="n2", ready=True)},
     ]
-    with caplog.at_level(logging.INFO, logger="distributetrain.reporting"):
+    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
         for view in views:
             waits.observe(view)
         waits.done()
@@ -99,7 +96,7 @@ def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_p
     waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1")})
     waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})})
     time.sleep(0.1)
-    assert len(kube.annotations) == 1  # within the interval: not yet
+    assert len(patches(kube)) == 1  # within the interval: not yet
     waits.done()  # the end of the wait writes its newest state at once: nothing waits any more
     assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}, None]
     assert time.monotonic() - started < 0.9
@@ -109,23 +106,23 @@ def test_pods_ready_when_first_seen_are_no_news(caplog):
     kube = FakeKube()
     waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-chief", "demo-worker-0"])
     judged = waits.watching(lambda pods: "outcome" if "demo-chief" in pods else None)
-    with caplog.at_level(logging.INFO, logger="distributetrain.reporting"):
+    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
         assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True)}) is None
         assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
                        "demo-chief": worker("demo-chief", phase="Running", node="n2", ready=True)}) == "outcome"
         waits.done()
-    assert caplog.records == [] and kube.annotations == []
+    assert caplog.records == [] and patches(kube) == []
 
 
 def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeypatch):
-    monkeypatch.setattr("distributetrain.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     kube, recorder = FakeKube(), FakeRecorder()
     reporter = Reporter(kube, SETTINGS, recorder)
     reporter.finished(1, "chief exited with code 1")
     reporter.finished(0, "training finished")
     assert recorder.recorded == [(events.FAILED, "chief exited with code 1 (exit code 1)"),
                                  (events.SUCCEEDED, "training finished (exit code 0)")]
-    assert kube.annotations[0] == {
+    assert patches(kube)[0] == {
         "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "1",
         "distributetrain.io/reason": "chief exited with code 1",
         "distributetrain.io/waiting": None}

@@ -5,7 +5,8 @@ import subprocess
 
 import pytest
 
-from distributetrain.sshkeys import JobKeys, keypair_from_seed
+from distributetrain.core.sshkeys import JobKeys, keypair_from_seed
+from prerequisites import unavailable
 
 SEED = bytes(range(32))
 # RFC 8032 test vector 1: secret key 9d61b1..., public key d75a98...
@@ -37,8 +38,9 @@ def test_private_key_never_in_repr():
     assert "PRIVATE" not in repr(keys) and "PRIVATE" not in repr(keys.client)
 
 
-@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen (openssh-client)")
 def test_ssh_keygen_reads_the_private_key(tmp_path):
+    if shutil.which("ssh-keygen") is None:
+        unavailable("needs ssh-keygen (openssh-client)")
     pair = keypair_from_seed(SEED, "job-comment")
     key_file = tmp_path / "id_ed25519"
     key_file.write_text(pair.private_openssh)

@@ -2,14 +2,16 @@
 
 import time
 
-from distributetrain import errors, waits
+from distributetrain.core import errors
+from distributetrain.kube import waits
+from fakekube import FakeKube
 
 
 def pod(name, phase="Running", ready=False, ip="10.0.0.2", exit_code=None, deleting=False, node="n1", gpus=1):
     status = {"phase": phase, "podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
     if exit_code is not None:
         status["containerStatuses"] = [{"state": {"terminated": {"exitCode": exit_code}}}]
-    metadata = {"name": name, "annotations": {"distributetrain.io/gpus": str(gpus)}}
+    metadata = {"name": name, "labels": {"job": "j"}, "annotations": {"distributetrain.io/gpus": str(gpus)}}
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"metadata": metadata, "spec": {"nodeName": node} if node else {}, "status": status}
@@ -77,45 +79,22 @@ def test_lost_worker_is_reported_over_the_chief_failure_it_caused():
     assert judge({"c": pod("c", phase="Succeeded", exit_code=0)}) == waits.ChiefFinished(0)
 
 
-class ScriptedKube:
-    """Lists return the pods as they are; each watch plays the next script: its events,
-    then an error if the script ends with one."""
-
-    def __init__(self, pods, *scripts):
-        self.pods = {p["metadata"]["name"]: p for p in pods}
-        self.scripts = list(scripts)
-        self.lists = 0
-
-    def list_all(self, kind, namespace=None, label_selector=""):
-        self.lists += 1
-        return list(self.pods.values()), "1"
-
-    def watch_pods(self, namespace, resource_version, timeout_s, label_selector=""):
-        assert self.scripts, "watched beyond the script"
-        for step in self.scripts.pop(0):
-            if isinstance(step, Exception):
-                raise step
-            kind, obj = step
-            if kind == "DELETED":
-                self.pods.pop(obj["metadata"]["name"])
-            yield kind, obj
-
-
 def test_a_watch_error_other_than_gone_lists_again_and_never_aborts(monkeypatch):
     monkeypatch.setattr(waits, "RELIST_DELAY_S", 0)
     worker = pod("w0", ready=True)
-    kube = ScriptedKube(
-        [pod("c"), worker],
+    kube = FakeKube(pods=[pod("c"), worker])
+    kube.pod_watches = [
         [("MODIFIED", pod("c")), errors.TransientApiError("the watch ended with an error (500): etcd leader changed")],
         [("DELETED", worker)],
-    )
+    ]
     outcome, _ = waits.watch_until(kube, "ns", "job=j", waits.chief_finished("c", ["w0"]), time.monotonic() + 10)
     assert outcome == waits.PodLost("w0", "was deleted")
-    assert kube.lists == 2
+    assert kube.pod_lists == 2
 
 
 def test_gone_lists_again():
     worker = pod("w0", ready=True)
-    kube = ScriptedKube([pod("c"), worker], [errors.Gone("too old resource version")], [("DELETED", worker)])
+    kube = FakeKube(pods=[pod("c"), worker])
+    kube.pod_watches = [[errors.Gone("too old resource version")], [("DELETED", worker)]]
     outcome, _ = waits.watch_until(kube, "ns", "job=j", waits.chief_finished("c", ["w0"]), time.monotonic() + 10)
-    assert outcome == waits.PodLost("w0", "was deleted") and kube.lists == 2
+    assert outcome == waits.PodLost("w0", "was deleted") and kube.pod_lists == 2

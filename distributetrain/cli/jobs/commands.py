@@ -1,0 +1,242 @@
+"""The user's commands: submit, list, status, logs, cancel.
+
+They run with the user's own credentials (kubeconfig or in-cluster), never the
+manager's ServiceAccount. ``submit`` validates every flag with the manager's own
+parser and validators before it connects, so bad input is one line naming the flag,
+exit code 2, and nothing is created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+
+import yaml
+
+from distributetrain.cli import jobflags
+from distributetrain.cli.jobs import cancel, connection, lookup, manager_spec, plugin, ranks, state, table
+from distributetrain.cli.jobs.follow import INTERRUPTED, Follower
+from distributetrain.cli.jobs.manager_spec import ManagerOptions
+from distributetrain.core import errors, exitcodes, names, validation
+from distributetrain.core.record import JobRecord
+from distributetrain.core.settings import JobSettings
+
+OUTPUT_FORMATS = ("table", "json")
+
+Handler = Callable[[argparse.Namespace, Sequence[str]], int]
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    program = plugin.program_name()
+
+    def add(name: str, summary: str) -> argparse.ArgumentParser:
+        # Usage and error hints say what the user typed, e.g. `kubectl distributetrain list`.
+        return commands.add_parser(name, prog=f"{program} {name}", help=summary)
+
+    submit = add("submit", "submit a training job: create its manager")
+    jobflags.add_job_flags(submit, manager_identity=False)  # the manager's own name is --name
+    manager = submit.add_argument_group("manager")
+    manager.add_argument("--name", help=f"the job's name (default: {manager_spec.GENERATED_NAME_PREFIX}"
+                                        f"<{manager_spec.GENERATED_NAME_RANDOM_CHARS} random characters>)")
+    manager.add_argument("--as-job", action="store_true", help="run the manager in a batch/v1 Job (default: a Pod)")
+    manager.add_argument("--ttl-after-finished", metavar="DURATION",
+                         help="with --as-job: delete the Job and the whole job this long after it ends (default 24h)")
+    manager.add_argument("--manager-image", default=manager_spec.DEFAULT_MANAGER_IMAGE,
+                         help=f"default {manager_spec.DEFAULT_MANAGER_IMAGE}")
+    manager.add_argument("--manager-service-account", default=manager_spec.DEFAULT_MANAGER_SERVICE_ACCOUNT,
+                         help=f"the manager's identity, bound by rbac/ "
+                              f"(default {manager_spec.DEFAULT_MANAGER_SERVICE_ACCOUNT})")
+    manager.add_argument("--manager-node-selector", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                         help="run the manager only on nodes with these labels (it needs no GPU)")
+    manager.add_argument("--dry-run", action="store_true", help="print the manager's YAML and create nothing")
+    manager.add_argument("-f", "--follow", action="store_true",
+                         help="show progress and the chief's output; exit with the job's exit code")
+    connection.add_connection_flags(submit, namespace=False)
+    submit.set_defaults(handler=_reported(run_submit))
+
+    listing = add("list", "list jobs")
+    connection.add_connection_flags(listing)
+    listing.add_argument("-A", "--all-namespaces", action="store_true", help="jobs in every namespace")
+    listing.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table")
+    listing.set_defaults(handler=_reported(run_list))
+
+    status = add("status", "one job's phase, GPUs, nodes, why its pods wait, exit code and reason")
+    status.add_argument("name", metavar="NAME")
+    connection.add_connection_flags(status)
+    status.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table")
+    status.set_defaults(handler=_reported(run_status))
+
+    logs = add("logs", "the chief's output (the training), or the manager's")
+    logs.add_argument("name", metavar="NAME")
+    logs.add_argument("-f", "--follow", action="store_true", help="stream until the container ends")
+    logs.add_argument("--manager", action="store_true", help="the manager's output instead of the chief's")
+    logs.add_argument("--rank", metavar="N",
+                      help="only Horovod rank N's lines of the chief's output, without their [N]<stdout>: prefix")
+    connection.add_connection_flags(logs)
+    logs.set_defaults(handler=_reported(run_logs))
+
+    cancelling = add("cancel", "delete a job: its manager and everything it created")
+    cancelling.add_argument("name", metavar="NAME")
+    cancelling.add_argument("--timeout", default=cancel.DEFAULT_CANCEL_TIMEOUT, metavar="DURATION",
+                            help=f"how long to wait for everything to be gone (default {cancel.DEFAULT_CANCEL_TIMEOUT})")
+    connection.add_connection_flags(cancelling)
+    cancelling.set_defaults(handler=_reported(run_cancel))
+
+
+def _reported(handler: Handler) -> Handler:
+    """API and lookup failures become one line on stderr and their exit code."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+        if script_args and args.command != "submit":
+            raise errors.UsageError("--", "only submit takes arguments for the training script")
+        try:
+            return handler(args, script_args)
+        except errors.UsageError:
+            raise  # cli.main prints it
+        except errors.DistributeTrainError as e:
+            print(f"distributetrain: error: {e}", file=sys.stderr)
+            return e.exit_code
+        except KeyboardInterrupt:
+            return INTERRUPTED
+
+    return run
+
+
+def _checked(flag: str, parse: Callable, text: str):
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise errors.UsageError(flag, str(e)) from None
+
+
+def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[JobSettings, ManagerOptions]:
+    """Every flag validated, before anything touches the cluster."""
+    if args.ttl_after_finished and not args.as_job:
+        raise errors.UsageError("--ttl-after-finished", "applies only with --as-job")
+    if args.follow and args.dry_run:
+        raise errors.UsageError("--follow", "a --dry-run creates nothing to follow")
+    name = args.name or manager_spec.generated_name()
+    _checked("--name", lambda t: validation.dns_label(t, manager_spec.max_name_length(args.as_job)), name)
+    job_args = argparse.Namespace(**vars(args))
+    job_args.job_name, job_args.owner_uid = name, ""
+    job_args.namespace = connection.namespace_of(args)
+    settings = jobflags.settings_from_args(job_args, script_args)
+    ttl_s = manager_spec.DEFAULT_JOB_TTL_S
+    if args.ttl_after_finished:
+        ttl_s = round(_checked("--ttl-after-finished", validation.duration_s, args.ttl_after_finished))
+    options = ManagerOptions(
+        image=_checked("--manager-image", validation.image, args.manager_image),
+        service_account=_checked("--manager-service-account", validation.dns_subdomain, args.manager_service_account),
+        as_job=args.as_job,
+        ttl_after_finished_s=ttl_s,
+        node_selector=tuple(_checked("--manager-node-selector", validation.key_value, term)
+                            for flag in args.manager_node_selector for term in flag.split(",") if term),
+    )
+    return settings, options
+
+
+def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+    settings, options = submission(args, script_args)
+    manager = manager_spec.manager_object(settings, options)
+    if args.dry_run:
+        print(yaml.safe_dump(manager, sort_keys=False), end="")
+        return exitcodes.OK
+    kube = connection.connect(args)
+    name, namespace = settings.job_name, settings.namespace
+    try:
+        lookup.find_job(kube, namespace, name)
+    except lookup.Missing:
+        pass
+    else:
+        raise errors.UsageError("--name", f"a job named {name!r} already exists in namespace {namespace!r}")
+    try:
+        kube.create(manager)
+    except errors.AlreadyExists:
+        raise errors.UsageError("--name", f"a {manager['kind']} named {name!r} already exists "
+                                          f"in namespace {namespace!r}") from None
+    except errors.NotFound as e:
+        raise errors.UsageError("--namespace", f"cannot create the manager in {namespace!r}: {e}") from None
+    print(name, flush=True)
+    if args.follow:
+        return Follower(kube, namespace, name, sys.stdout, sys.stderr).run()
+    return exitcodes.OK
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def run_list(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
+    kube = connection.connect(args)
+    namespace = None if args.all_namespaces else connection.namespace_of(args)
+    statuses = [found.status for found in lookup.list_jobs(kube, namespace)]
+    now = _now()
+    if args.output == "json":
+        print(table.dumps({"items": [table.status_json(s, None, now) for s in statuses]}), end="")
+    elif not statuses:
+        print(f"No jobs in {'any namespace' if namespace is None else f'namespace {namespace}'}.", file=sys.stderr)
+    else:
+        print(table.job_table(statuses, now, with_namespace=namespace is None), end="")
+    return exitcodes.OK
+
+
+def run_status(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
+    kube = connection.connect(args)
+    found = lookup.find_job(kube, connection.namespace_of(args), args.name)
+    progress = None
+    if found.manager is not None:
+        progress = state.progress_of(found.manager, lookup.children(found, lookup.job_pods(kube, found)))
+    now = _now()
+    if args.output == "json":
+        print(table.dumps(table.status_json(found.status, progress, now)), end="")
+    else:
+        print(table.status_text(found.status, progress, now), end="")
+    return exitcodes.OK
+
+
+def run_logs(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
+    rank = None if args.rank is None else _checked("--rank", ranks.parse_rank, args.rank)
+    if rank is not None and args.manager:
+        raise errors.UsageError("--rank", "selects lines of the chief's output (the training), not the manager's")
+    kube = connection.connect(args)
+    namespace = connection.namespace_of(args)
+    found = lookup.find_job(kube, namespace, args.name)
+    if not found.job_name:
+        raise lookup.Missing(f"job {args.name!r} has no manager pod yet ({found.status.phase})")
+    if args.manager:
+        pod, container = found.job_name, manager_spec.MANAGER_CONTAINER
+    else:
+        pod, container = names.chief_name(found.job_name, JobRecord.of(found.manager or {}).attempt), state.CHIEF_CONTAINER
+        if kube.get_pod(namespace, pod) is None:
+            raise lookup.Missing(f"job {args.name!r} has no chief pod ({found.status.phase}); "
+                                 f"see 'distributetrain logs --manager {args.name}'")
+    one_rank = None if rank is None else ranks.RankFilter(rank)
+    for text in kube.pod_log(namespace, pod, container, follow=args.follow):
+        _write(text if one_rank is None else one_rank.feed(text))
+    if one_rank is not None:
+        _write(one_rank.flush())
+    return exitcodes.OK
+
+
+def _write(text: str) -> None:
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def run_cancel(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
+    timeout_s = _checked("--timeout", validation.duration_s, args.timeout)
+    kube = connection.connect(args)
+    found = lookup.find_job(kube, connection.namespace_of(args), args.name)
+    result = cancel.cancel(kube, found, timeout_s)
+    for obj in result.deleted:
+        print(f"deleted {obj}")
+    if result.remaining:
+        print(f"distributetrain: error: still there after {args.timeout}: {', '.join(result.remaining)}",
+              file=sys.stderr)
+        return exitcodes.TIMED_OUT
+    return exitcodes.OK

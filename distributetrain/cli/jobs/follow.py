@@ -1,0 +1,170 @@
+"""`submit --follow`: a job's progress as it happens, then the chief's output, then
+the job's exit code (the manager container's) as the command's own.
+
+Progress goes to stderr and the training output to stdout, so a script can keep the
+training log apart. One watch over the namespace's distributetrain pods sees both
+the manager and the pods it creates (which, for a manager run by a batch/v1 Job, are
+labelled with the manager pod's generated name rather than the Job's).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+from distributetrain.cli.jobs import state
+from distributetrain.cli.jobs.api import JobsKube
+from distributetrain.core import errors, exitcodes, names, podstate
+from distributetrain.core.placement import format_plan
+from distributetrain.core.record import JobRecord
+from distributetrain.kube import waits
+
+MANAGER_START_TIMEOUT_S = 300.0  # pulling the manager image and scheduling it; beyond that, say why
+INTERRUPTED = 130  # 128 + SIGINT: the user stopped following, the job goes on
+UNKNOWN_EXIT = 1  # the manager pod ended without a container exit code (e.g. evicted)
+APP_SELECTOR = f"{names.LABEL_APP}={names.APP}"
+WAITING_FACT = "waiting "  # + pod name: why the manager says that pod is not Ready yet
+
+
+@dataclass(frozen=True)
+class ManagerStarted:
+    pass
+
+
+@dataclass(frozen=True)
+class ChiefHasOutput:
+    pod: str
+
+
+@dataclass(frozen=True)
+class ManagerEnded:
+    manager: dict
+
+
+@dataclass(frozen=True)
+class ManagerGone:
+    pass
+
+
+Outcome = ManagerStarted | ChiefHasOutput | ManagerEnded | ManagerGone
+
+
+class ProgressLines:
+    """Turns successive views of a job into the lines the user has not seen yet."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.shown: dict[str, str] = {}
+
+    def update(self, manager: Mapping | None, children: list[Mapping]) -> list[str]:
+        if manager is None:
+            return []
+        pending = podstate.phase(manager) == "Pending"
+        facts = {"manager": f"manager pod {manager['metadata']['name']}: "
+                            + ((podstate.why_not_ready(manager) or "Ready") if pending else podstate.phase(manager))}
+        record = JobRecord.of(manager)
+        if record.phase:
+            facts["phase"] = f"phase: {record.phase}"
+        plan = record.plan
+        if plan:
+            facts["plan"] = (f"plan: {sum(share for _, share in plan)} GPUs on {len(plan)} nodes "
+                             f"({format_plan(list(plan))}, the chief's share last)")
+        progress = state.progress_of(manager, children)
+        if plan or progress.workers:
+            facts["workers"] = f"workers Ready: {progress.workers_ready}/{progress.workers}"
+        if progress.chief:
+            facts["chief"] = f"chief {names.chief_name(manager['metadata']['name'], record.attempt)}: {progress.chief}"
+        for pod, why in state.waiting_of(manager):
+            facts[WAITING_FACT + pod] = f"{pod} waits: {why}"
+        new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != text]
+        # A pod that no longer waits is forgotten, so waiting again the same way is news.
+        self.shown = {key: text for key, text in self.shown.items() if not key.startswith(WAITING_FACT)}
+        self.shown.update(facts)
+        return new
+
+
+class Follower:
+    def __init__(self, kube: JobsKube, namespace: str, name: str, out: TextIO, err: TextIO):
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.out = out
+        self.err = err
+        self.lines = ProgressLines(name)
+        self.manager_seen = False
+
+    def run(self) -> int:
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            self._say(f"{self.name}: stopped following; the job goes on "
+                      f"(distributetrain status {self.name}, distributetrain cancel {self.name})")
+            return INTERRUPTED
+
+    def _say(self, line: str) -> None:
+        print(line, file=self.err, flush=True)
+
+    def _run(self) -> int:
+        outcome = self._watch(self._manager_started, time.monotonic() + MANAGER_START_TIMEOUT_S)
+        if outcome is None:
+            self._say(f"{self.name}: the manager did not start within {MANAGER_START_TIMEOUT_S:.0f}s; "
+                      f"the job is left as it is (distributetrain status {self.name})")
+            return exitcodes.TIMED_OUT
+        if isinstance(outcome, ManagerStarted):
+            outcome = self._watch(self._chief_has_output, math.inf)
+        if isinstance(outcome, ChiefHasOutput):
+            self._stream(outcome.pod)
+            outcome = self._watch(self._manager_ended, math.inf)
+        return self._finish(outcome)
+
+    def _watch(self, judge: Callable[[dict | None, list[dict]], Outcome | None], deadline: float) -> Outcome | None:
+        def judge_pods(pods: Mapping[str, dict]) -> Outcome | None:
+            manager = next((p for p in pods.values() if state.is_manager_of(p, self.name)), None)
+            children = [p for p in pods.values() if manager and state.is_child_of(p, manager)]
+            for line in self.lines.update(manager, children):
+                self._say(line)
+            if manager is None:
+                return ManagerGone() if self.manager_seen else None
+            self.manager_seen = True
+            if podstate.is_finished(manager):
+                return ManagerEnded(manager)
+            return judge(manager, children)
+
+        outcome, _ = waits.watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline)
+        return outcome
+
+    @staticmethod
+    def _manager_started(manager: dict, _children: list[dict]) -> Outcome | None:
+        return ManagerStarted() if podstate.phase(manager) == "Running" else None
+
+    @staticmethod
+    def _chief_has_output(manager: dict, children: list[dict]) -> Outcome | None:
+        chief = names.chief_name(manager["metadata"]["name"], JobRecord.of(manager).attempt)
+        for pod in children:
+            if pod["metadata"]["name"] == chief and podstate.phase(pod) != "Pending":
+                return ChiefHasOutput(chief)
+        return None
+
+    @staticmethod
+    def _manager_ended(_manager: dict, _children: list[dict]) -> Outcome | None:
+        return None  # only the manager's end (or deletion) ends this wait
+
+    def _stream(self, chief: str) -> None:
+        try:
+            for text in self.kube.pod_log(self.namespace, chief, state.CHIEF_CONTAINER, follow=True):
+                self.out.write(text)
+                self.out.flush()
+        except errors.DistributeTrainError as e:
+            self._say(f"{self.name}: cannot show the chief's output ({e}); waiting for the job to end")
+
+    def _finish(self, outcome: Outcome) -> int:
+        if isinstance(outcome, ManagerGone):
+            self._say(f"{self.name}: the manager pod was deleted: the job is cancelled")
+            return exitcodes.CANCELLED
+        status = state.from_manager(outcome.manager)
+        code = UNKNOWN_EXIT if status.exit_code is None else status.exit_code
+        self._say(f"{self.name}: {status.phase}, exit code {code}" + (f": {status.reason}" if status.reason else ""))
+        return code

@@ -1,0 +1,194 @@
+"""Pure builders of the manager: the Pod of manager.yaml, or the batch/v1 Job of
+manager-job.yaml, for validated settings.
+
+The job flags are re-serialised from the validated ``JobSettings`` (not copied from
+the command line), so what the manager parses is exactly what the CLI checked. No API
+calls: tests compare whole objects, and against the YAML files users apply by hand.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from dataclasses import dataclass
+
+from distributetrain.cli import jobflags
+from distributetrain.core import names, quantity
+from distributetrain.core.settings import JobSettings
+from distributetrain.manager import discovery
+
+DEFAULT_MANAGER_IMAGE = "distributetrain/manager:0.1.0"
+DEFAULT_MANAGER_SERVICE_ACCOUNT = "distributetrain-manager"  # rbac/serviceaccount.yaml
+DEFAULT_JOB_TTL_S = 24 * 3600  # a finished Job (and so its chief's logs) stays a day
+MANAGER_CONTAINER = "manager"
+MANAGER_COMMAND = "manager.sh"  # manager_image/manager.sh: pre-training, then post-training
+MANAGER_TERMINATION_GRACE_S = 60  # teardown on deletion needs a few seconds of API calls
+MANAGER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+# The manager is never restarted elsewhere: evicted, its job fails whatever --max-restarts
+# says. So neither the cluster autoscaler nor Karpenter may evict it to scale down or
+# consolidate its node (docs/manager-pdb.yaml covers kubectl drain).
+MANAGER_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true"}
+# The Job controller names its pod "<job>-<5 random characters>", and that pod's name is
+# the job name the manager uses: it must stay within names.MAX_JOB_NAME_LENGTH.
+JOB_POD_SUFFIX_CHARS = 6
+GENERATED_NAME_PREFIX = "dt-"
+GENERATED_NAME_RANDOM_CHARS = 6
+_NAME_ALPHABET = string.ascii_lowercase + string.digits
+
+# Settings nobody asked to change are left out of the manager's arguments.
+_DEFAULTS = JobSettings(job_name="", namespace="", num_gpus=1, image="")
+
+
+@dataclass(frozen=True)
+class ManagerOptions:
+    """How the manager itself runs (not the job it runs)."""
+
+    image: str = DEFAULT_MANAGER_IMAGE
+    service_account: str = DEFAULT_MANAGER_SERVICE_ACCOUNT  # bound by rbac/
+    as_job: bool = False  # wrap the pod in a batch/v1 Job
+    ttl_after_finished_s: int = DEFAULT_JOB_TTL_S  # as a Job: delete it (and so the job) this long after it ends
+    node_selector: tuple[tuple[str, str], ...] = ()  # where the manager runs, e.g. CPU nodes (it needs no GPU)
+
+
+def generated_name() -> str:
+    return GENERATED_NAME_PREFIX + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(GENERATED_NAME_RANDOM_CHARS))
+
+
+def max_name_length(as_job: bool) -> int:
+    return names.MAX_JOB_NAME_LENGTH - (JOB_POD_SUFFIX_CHARS if as_job else 0)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+
+
+def _toleration(toleration: dict) -> str:
+    text = toleration["key"]
+    if toleration["operator"] == "Equal":
+        text += f"={toleration['value']}"
+    if toleration.get("effect"):
+        text += f":{toleration['effect']}"
+    return text
+
+
+def _changed(settings: JobSettings, field: str) -> bool:
+    return getattr(settings, field) != getattr(_DEFAULTS, field)
+
+
+def manager_args(settings: JobSettings) -> list[str]:
+    """The job flags of ``jobflags.add_job_flags`` for these settings; job name, uid and
+    namespace are left to the manager pod's downward API."""
+    args = [
+        f"--num-gpus={settings.num_gpus}",
+        f"--image={settings.image}",
+        f"--port={settings.port}",
+        f"--filename={settings.filename}",
+        f"--host-network={str(settings.host_network).lower()}",
+    ]
+    if _changed(settings, "gpu_resource"):
+        args.append(f"--gpu-resource={settings.gpu_resource}")
+    if settings.node_selector:
+        args.append("--node-selector=" + ",".join(f"{key}={value}" for key, value in settings.node_selector))
+    args += [f"--toleration={_toleration(t)}" for t in settings.tolerations]
+    args += [f"--env={name}={value}" for name, value in settings.env]
+    args += [f"--env-from-secret={name}" for name in settings.env_from_secrets]
+    args += [f"--pvc={p.claim}:{p.mount_path}{':ro' if p.read_only else ''}" for p in settings.pvcs]
+    if _changed(settings, "worker_ready_timeout_s"):
+        args.append(f"--worker-ready-timeout={_duration(settings.worker_ready_timeout_s)}")
+    if settings.active_deadline_s:
+        args.append(f"--active-deadline={_duration(settings.active_deadline_s)}")
+    if _changed(settings, "orphan_timeout_s"):
+        args.append(f"--orphan-timeout={_duration(settings.orphan_timeout_s)}")
+    if _changed(settings, "wait_for_gpus_s"):
+        args.append(f"--wait-for-gpus={_duration(settings.wait_for_gpus_s)}")
+    if _changed(settings, "ssh_connect_attempts"):
+        args.append(f"--ssh-attempts={settings.ssh_connect_attempts}")
+    if settings.delete_chief:
+        args.append("--delete-chief")
+    if settings.max_restarts:
+        args.append(f"--max-restarts={settings.max_restarts}")
+    if settings.elastic:
+        args += ["--elastic", f"--min-gpus={settings.min_gpus}"]
+        if _changed(settings, "elastic_timeout_s"):
+            args.append(f"--elastic-timeout={settings.elastic_timeout_s:g}s")
+    if settings.lock_namespace:
+        args.append(f"--lock-namespace={settings.lock_namespace}")
+    if settings.service_account:
+        args.append(f"--service-account={settings.service_account}")
+    if _changed(settings, "cpu_per_gpu_m"):
+        args.append(f"--cpu-per-gpu={quantity.format_cpu(settings.cpu_per_gpu_m)}")
+    if _changed(settings, "memory_per_gpu_bytes"):
+        args.append(f"--memory-per-gpu={quantity.format_memory(settings.memory_per_gpu_bytes)}")
+    if settings.shm_size_bytes is not None:
+        args.append(f"--shm-size={quantity.format_memory(settings.shm_size_bytes)}")
+    if settings.script_args:
+        args += ["--", *settings.script_args]
+    return args
+
+
+def manager_labels(name: str) -> dict[str, str]:
+    return {names.LABEL_APP: names.APP, names.LABEL_ROLE: names.ROLE_MANAGER, names.LABEL_JOB: name}
+
+
+def _downward(variable: str, field_path: str) -> dict:
+    return {"name": variable, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
+    spec = {
+        "serviceAccountName": options.service_account,
+        # The manager's exit code is the job's outcome: never restart it.
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": MANAGER_TERMINATION_GRACE_S,
+        "containers": [
+            {
+                "name": MANAGER_CONTAINER,
+                "image": options.image,
+                "command": [MANAGER_COMMAND],
+                "args": manager_args(settings),
+                # The job's name, namespace and owner come from the manager pod itself.
+                "env": [
+                    _downward(jobflags.ENV_POD_NAME, "metadata.name"),
+                    _downward(jobflags.ENV_POD_NAMESPACE, "metadata.namespace"),
+                    _downward(jobflags.ENV_POD_UID, "metadata.uid"),
+                    # An elastic job's chief asks this address for its hosts.
+                    _downward(jobflags.ENV_POD_IP, "status.podIP"),
+                ],
+                "ports": [{"name": "discovery", "containerPort": discovery.DISCOVERY_PORT, "protocol": "TCP"}],
+                "resources": {kind: dict(amounts) for kind, amounts in MANAGER_RESOURCES.items()},
+            }
+        ],
+    }
+    if options.node_selector:
+        spec["nodeSelector"] = dict(options.node_selector)
+    return spec
+
+
+def _metadata(settings: JobSettings) -> dict:
+    return {"name": settings.job_name, "namespace": settings.namespace, "labels": manager_labels(settings.job_name)}
+
+
+def manager_pod(settings: JobSettings, options: ManagerOptions) -> dict:
+    metadata = _metadata(settings) | {"annotations": dict(MANAGER_ANNOTATIONS)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": manager_pod_spec(settings, options)}
+
+
+def manager_job(settings: JobSettings, options: ManagerOptions) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(settings),
+        "spec": {
+            # One attempt: a second manager would plan the job again from scratch.
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": options.ttl_after_finished_s,
+            "template": {
+                "metadata": {"labels": manager_labels(settings.job_name), "annotations": dict(MANAGER_ANNOTATIONS)},
+                "spec": manager_pod_spec(settings, options),
+            },
+        },
+    }
+
+
+def manager_object(settings: JobSettings, options: ManagerOptions) -> dict:
+    return manager_job(settings, options) if options.as_job else manager_pod(settings, options)

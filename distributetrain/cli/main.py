@@ -1,0 +1,94 @@
+"""Command line: parse and validate at the edge, then hand a JobSettings to the lifecycle.
+
+Users' commands come first (`submit`, `list`, `status`, `logs`, `cancel`, `render`,
+see ``cli.jobs``); the manager pod's commands, which manager.sh runs, are listed apart:
+
+    python -m distributetrain pre-training  --num-gpus 6 --image IMG [flags] [-- script args]
+    python -m distributetrain post-training --num-gpus 6 --image IMG [flags]
+    python -m distributetrain run           (both, in one process)
+    python -m distributetrain teardown      (delete what the job created)
+    python -m distributetrain render --num-gpus 6 --nodes gpu-a=5,gpu-b=3 --image IMG --job-name NAME
+
+Every bad input is one line on stderr naming the flag and the valid form, exit code 2,
+and nothing is created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from distributetrain.cli.jobflags import Parser, add_job_flags, settings_from_args, split_script_args
+from distributetrain.cli.jobs import commands as job_commands
+from distributetrain.cli.jobs import plugin
+from distributetrain.core import errors, exitcodes
+
+log = logging.getLogger(__name__)
+
+MANAGER_COMMANDS = ("pre-training", "post-training", "run", "teardown")
+MANAGER_COMMANDS_HELP = (f"manager pod commands (manager.sh runs them, see manager_image/): "
+                         f"{', '.join(MANAGER_COMMANDS)}")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog=plugin.program_name(), description="Horovod distributed training on Kubernetes.",
+                    epilog=MANAGER_COMMANDS_HELP)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+    job_commands.register(commands)
+    render = commands.add_parser("render", help="print the YAML of every object a job would create")
+    add_job_flags(render)
+    render.add_argument("--nodes", required=True, metavar="NODE=FREE[,NODE=FREE]",
+                        help="free GPUs per node to plan on, e.g. gpu-a=5,gpu-b=3")
+    for command in MANAGER_COMMANDS:
+        # No help: listed in the epilog, apart from the users' commands.
+        sub = commands.add_parser(command)
+        add_job_flags(sub)
+        sub.add_argument("--kubeconfig", help="outside a pod: kubeconfig file")
+        sub.add_argument("--context", help="outside a pod: kubeconfig context")
+        if command == "teardown":
+            sub.add_argument("--unless-restarting", action="store_true",
+                             help="do nothing if the manager's container will be restarted (it adopts the job)")
+            sub.add_argument("--failed-with", type=int, metavar="EXIT_CODE",
+                             help="record this exit code as the job's outcome, unless one is recorded already")
+    return parser
+
+
+def configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not verbose:
+        logging.getLogger("kubernetes").setLevel(logging.WARNING)
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    flags, script_args = split_script_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(flags)
+        configure_logging(args.verbose)
+        return args.handler(args, script_args) if hasattr(args, "handler") else run_manager(args, script_args)
+    except errors.UsageError as e:
+        print(f"distributetrain: error: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+
+
+def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
+    settings = settings_from_args(args, script_args)
+    if args.command == "render":
+        from distributetrain.cli.render import render
+
+        print(render(settings, args.nodes), end="")
+        return exitcodes.OK
+    from distributetrain.kube.client import Kube, load_api_client
+    from distributetrain.manager.lifecycle import execute
+
+    # The manager acts as its pod's ServiceAccount (rbac/), whatever kubeconfig its image holds.
+    kube = Kube(load_api_client(args.kubeconfig, args.context, in_cluster_first=True))
+    return execute(kube, settings, args.command, getattr(args, "unless_restarting", False),
+                   getattr(args, "failed_with", None))

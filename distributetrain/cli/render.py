@@ -1,0 +1,55 @@
+"""`render`: the YAML of every object a job would create, without any cluster.
+
+Free GPUs come from ``--nodes``; the manager's address is a placeholder (it exists only
+once its pod runs) and the Secret shows placeholders instead of keys (each job's keys are
+made by the manager at submission and never printed).
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from distributetrain.core import errors, manifests, placement
+from distributetrain.core.settings import JobSettings
+from distributetrain.core.sshkeys import JobKeys, KeyPair
+from distributetrain.manager import discovery
+
+PLACEHOLDER_KEYS = JobKeys(
+    client=KeyPair("<private key generated per job>", "<public key generated per job>"),
+    host=KeyPair("<host key generated per job>", "ssh-ed25519 <host public key generated per job> host"),
+)
+
+
+def parse_nodes(text: str) -> dict[str, int]:
+    free = {}
+    for term in filter(None, text.split(",")):
+        node, sep, count = term.partition("=")
+        if not sep or not node or not count.isdigit():
+            raise errors.UsageError("--nodes", f"must be NODE=FREE[,NODE=FREE...] like gpu-a=5,gpu-b=3, got {text!r}")
+        free[node] = int(count)
+    if not free:
+        raise errors.UsageError("--nodes", "must name at least one node, like gpu-a=5,gpu-b=3")
+    return free
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the pod scripts) as readable literal blocks."""
+
+
+_Dumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
+    ),
+)
+
+
+def render(settings: JobSettings, nodes: str) -> str:
+    try:
+        plan = placement.plan(parse_nodes(nodes), settings.num_gpus)
+    except placement.InsufficientGPUs as e:
+        raise errors.UsageError("--num-gpus", str(e)) from None
+    if not settings.discovery_url:
+        settings = settings.replace(discovery_url=discovery.hosts_url("<manager pod IP>"))
+    objects = manifests.job_objects(settings, plan, PLACEHOLDER_KEYS)
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

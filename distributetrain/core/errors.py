@@ -1,0 +1,119 @@
+"""The project's exception types. API errors are translated once, in ``kube``, into these."""
+
+from __future__ import annotations
+
+import re
+
+from distributetrain.core import exitcodes
+
+# Admission's refusals share RBAC's 403 but not its fix. As the apiserver words them:
+# ResourceQuota "exceeded quota: NAME, requested: ...", "failed quota: NAME: must specify
+# ...", "status unknown for quota: NAME"; LimitRange "maximum memory usage per Container
+# is 1Gi, but limit is 2Gi", "minimum cpu usage per Pod is ...", "cpu max limit to
+# request ratio per Container is ...".
+QUOTA_OR_LIMIT_REFUSAL = re.compile(
+    r"\b(exceeded quota|failed quota|status unknown for quota): "
+    r"|\b(minimum|maximum) \S+ usage per (Container|Pod|PersistentVolumeClaim) is "
+    r"|\bmax limit to request ratio per (Container|Pod) is ",
+    re.IGNORECASE,
+)
+
+
+class DistributeTrainError(Exception):
+    """Base class: carries the exit code that reports it."""
+
+    exit_code = exitcodes.INTERNAL_ERROR
+
+
+class UsageError(DistributeTrainError):
+    """Bad input, detected before anything is created. Names the flag and the valid form."""
+
+    exit_code = exitcodes.USAGE
+
+    def __init__(self, flag: str, message: str):
+        self.flag = flag
+        super().__init__(f"{flag}: {message}")
+
+
+class NotFound(DistributeTrainError):
+    exit_code = exitcodes.API_ERROR
+
+
+class AlreadyExists(DistributeTrainError):
+    exit_code = exitcodes.API_ERROR
+
+
+class Conflict(DistributeTrainError):
+    exit_code = exitcodes.API_ERROR
+
+
+class Gone(DistributeTrainError):
+    """A watch's resourceVersion is too old (HTTP 410): relist and watch again."""
+
+    exit_code = exitcodes.API_ERROR
+
+
+class Invalid(DistributeTrainError):
+    """The API server rejected an object (HTTP 422)."""
+
+    exit_code = exitcodes.USAGE
+
+
+class Forbidden(DistributeTrainError):
+    exit_code = exitcodes.PERMISSION_DENIED
+
+
+class QuotaExceeded(DistributeTrainError):
+    """A ResourceQuota or LimitRange of the namespace refused an object (a 403 from admission, not RBAC)."""
+
+    exit_code = exitcodes.QUOTA_EXCEEDED
+
+    def __init__(self, message: str):
+        super().__init__(
+            f"a ResourceQuota or LimitRange of the namespace refuses it: {message} (a job pod asks for "
+            f"--cpu-per-gpu and --memory-per-gpu times its GPUs: lower them or --num-gpus, or ask for more quota)"
+        )
+
+
+def forbidden(message: str) -> DistributeTrainError:
+    """An HTTP 403: a quota or limit refusal, else RBAC's."""
+    return QuotaExceeded(message) if QUOTA_OR_LIMIT_REFUSAL.search(message) else Forbidden(message)
+
+
+class TransientApiError(DistributeTrainError):
+    """Connection refused, timeouts, 429 and 5xx: worth retrying until a deadline."""
+
+    exit_code = exitcodes.API_ERROR
+
+
+class ApiError(DistributeTrainError):
+    exit_code = exitcodes.API_ERROR
+
+
+class NotOwned(DistributeTrainError):
+    """An object with the job's name exists but belongs to someone else."""
+
+    exit_code = exitcodes.API_ERROR
+
+
+class JobFailed(DistributeTrainError):
+    """The job cannot go on; ``exit_code`` says why."""
+
+    def __init__(self, message: str, exit_code: int):
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
+class PodLost(JobFailed):
+    """A pod of the job was lost for a reason outside the training script (deleted,
+    evicted, its node gone, its sshd dead): the case --max-restarts retries."""
+
+    def __init__(self, cause: str, exit_code: int):
+        self.cause = cause  # e.g. "pod demo-worker-0 was deleted"
+        super().__init__(f"{cause}; aborted the job", exit_code)
+
+
+class Cancelled(DistributeTrainError):
+    """SIGTERM or SIGINT: tear down and stop."""
+
+    exit_code = exitcodes.CANCELLED

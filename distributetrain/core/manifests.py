@@ -1,0 +1,293 @@
+"""Pure builders of every object a job creates: plain dicts, no API calls.
+
+Keys are generated outside and passed in, and worker addresses are inputs, so the
+output is deterministic and tests compare whole objects.
+"""
+
+from __future__ import annotations
+
+from distributetrain.core import names, podscripts, quantity
+from distributetrain.core.settings import JobSettings
+from distributetrain.core.sshkeys import JobKeys
+
+SSH_VOLUME = "ssh"
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
+SECRET_MODE = 0o400  # root-only: sshd and ssh refuse keys others can read
+CLIENT_KEY_FILE = "id_ed25519"
+HOST_KEY_FILE = "ssh_host_ed25519_key"
+WORKER_READINESS_PERIOD_S = 1  # the chief waits on this; a short period starts training sooner
+TERMINATION_GRACE_S = 10
+# The chief waits for the workers' addresses a little longer than the manager waits for
+# the workers to be Ready: it is the manager that gives up (and deletes the chief).
+HOSTS_WAIT_SLACK_S = 60
+ORPHAN_CHECK_MAX_S = 30
+
+# Client side of SSH, in the chief's ~/.ssh/config. Strict host checking against the
+# job's own host key: no fingerprint prompt, and no other host can pose as a worker.
+SSH_CLIENT_CONFIG = """\
+Host *
+  User root
+  IdentityFile ~/.ssh/id_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile ~/.ssh/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+  LogLevel ERROR
+"""
+
+# Every sshd setting of a worker, given on its command line with `-f /dev/null`, so no
+# sshd_config in the image (a user's image may ship any) can weaken it. StrictModes is
+# off because Secret volumes are world-traversable symlink trees; the key files
+# themselves are 0400 root.
+SSHD_OPTIONS = (
+    "PubkeyAuthentication=yes", "PasswordAuthentication=no", "KbdInteractiveAuthentication=no",
+    "PermitRootLogin=prohibit-password", "AllowUsers=root", "UsePAM=no", "StrictModes=no",
+    "PermitUserEnvironment=no",
+    # horovodrun only runs commands: no forwarding of any kind, so a job's key cannot
+    # turn a worker into a tunnel into the cluster. DisableForwarding (OpenSSH 7.4+)
+    # covers them all; the others say the same to anyone reading.
+    "DisableForwarding=yes", "AllowTcpForwarding=no", "AllowAgentForwarding=no",
+    "AllowStreamLocalForwarding=no", "PermitTunnel=no", "X11Forwarding=no",
+    # Several workers may share one /run (hostNetwork); every rank connects at once.
+    "PidFile=none", "MaxStartups=200", "MaxSessions=200",
+)
+
+WORKER_SCRIPT = podscripts.load(
+    "worker.sh",
+    HOST_KEY=f"{names.SSH_SERVER_DIR}/{HOST_KEY_FILE}",
+    AUTHORIZED_KEYS=f"{names.SSH_SERVER_DIR}/authorized_keys",
+    SSHD_OPTIONS=" ".join(f"-o {option}" for option in SSHD_OPTIONS),
+)
+# Run first by the chief: its ssh checks the job's host key whatever options horovodrun adds.
+SSH_WRAPPER_SCRIPT = podscripts.load("ssh-wrapper.sh")
+CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=podscripts.load("discover.py"), SSH_WRAPPER=SSH_WRAPPER_SCRIPT)
+
+
+def owner_references(settings: JobSettings) -> list[dict]:
+    if not settings.owns_objects:
+        return []
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": settings.job_name,
+            "uid": settings.owner_uid,
+            "controller": True,
+        }
+    ]
+
+
+def _metadata(settings: JobSettings, name: str, role: str, extra_labels: dict | None = None) -> dict:
+    labels = names.job_labels(settings.job_name, role, settings.owner_uid) | (extra_labels or {})
+    metadata = {"name": name, "namespace": settings.namespace, "labels": labels}
+    owners = owner_references(settings)
+    if owners:
+        metadata["ownerReferences"] = owners
+    return metadata
+
+
+def ssh_secret(settings: JobSettings, keys: JobKeys) -> dict:
+    host_public = keys.host.public_openssh.rsplit(" ", 1)[0]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(settings, names.secret_name(settings.job_name), "ssh"),
+        "type": "Opaque",
+        "stringData": {
+            CLIENT_KEY_FILE: keys.client.private_openssh,
+            "authorized_keys": keys.client.public_openssh + "\n",
+            HOST_KEY_FILE: keys.host.private_openssh,
+            # One pattern for every worker: they all present the job's host key.
+            "known_hosts": f"* {host_public}\n",
+            "config": SSH_CLIENT_CONFIG,
+        },
+    }
+
+
+def _ssh_volume(settings: JobSettings, files: list[str]) -> dict:
+    return {
+        "name": SSH_VOLUME,
+        "secret": {
+            "secretName": names.secret_name(settings.job_name),
+            "defaultMode": SECRET_MODE,
+            "items": [{"key": f, "path": f} for f in files],
+        },
+    }
+
+
+def _pvc_volumes(settings: JobSettings) -> tuple[list[dict], list[dict]]:
+    volumes, mounts = [], []
+    for index, pvc in enumerate(settings.pvcs):
+        volume = f"data-{index}"
+        volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": pvc.claim, "readOnly": pvc.read_only}})
+        mounts.append({"name": volume, "mountPath": pvc.mount_path, "readOnly": pvc.read_only})
+    return volumes, mounts
+
+
+def _pinned_to(node: str) -> dict:
+    # Required affinity, not nodeName: the scheduler still checks fit, taints and ports,
+    # so a plan that went stale stays Pending instead of overcommitting a node. By the
+    # Node's name (a field, as the DaemonSet controller pins), not its kubernetes.io/hostname
+    # label: the plan names nodes by metadata.name, and the two differ on EKS with
+    # Karpenter and on kops ("ip-10-0-1-7.ec2.internal" vs "ip-10-0-1-7").
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            }
+        }
+    }
+
+
+def _pod_spec(settings: JobSettings, node: str, container: dict, volumes: list[dict]) -> dict:
+    spec = {
+        "restartPolicy": "Never",
+        "affinity": _pinned_to(node),
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "enableServiceLinks": False,
+    }
+    if settings.service_account:
+        spec["serviceAccountName"] = settings.service_account
+    else:
+        spec["automountServiceAccountToken"] = False  # training needs no API access
+    if settings.host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    # Always: every job pod asks for GPUs, and GPU nodes are often tainted with their resource.
+    spec["tolerations"] = [dict(t) for t in settings.pod_tolerations]
+    if settings.active_deadline_s:
+        # Belt and braces: even if the manager dies hard, the pods release their GPUs.
+        spec["activeDeadlineSeconds"] = max(1, int(settings.active_deadline_s))
+    return spec
+
+
+def _resources(settings: JobSettings, share: int) -> dict:
+    """GPUs, and cpu and memory in proportion to them; memory is limited to its request,
+    so a rank that outgrows it is killed alone instead of starving the node."""
+    memory = quantity.format_memory(settings.memory_per_gpu_bytes * share)
+    return {
+        "requests": {"cpu": quantity.format_cpu(settings.cpu_per_gpu_m * share), "memory": memory},
+        "limits": {settings.gpu_resource: str(share), "memory": memory},
+    }
+
+
+def _shm_volume(settings: JobSettings, share: int) -> dict:
+    # NCCL's shared-memory transport and TensorFlow's input pipelines outgrow the
+    # container runtime's 64 MiB /dev/shm; a memory-backed emptyDir replaces it.
+    size = settings.shm_size_bytes or settings.memory_per_gpu_bytes * share
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": quantity.format_memory(size)}}
+
+
+def _job_pod(
+    settings: JobSettings, name: str, role: str, node: str, share: int, container: dict,
+    ssh_files: list[str], ssh_dir: str, extra_labels: dict | None = None,
+) -> dict:
+    """A worker or the chief: pinned to its node, its GPU share, SSH files, the job's volumes."""
+    pvc_volumes, pvc_mounts = _pvc_volumes(settings)
+    container = container | {
+        "image": settings.image,
+        "resources": _resources(settings, share),
+        "volumeMounts": [
+            {"name": SSH_VOLUME, "mountPath": ssh_dir, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+            *pvc_mounts,
+        ],
+    }
+    metadata = _metadata(settings, name, role, extra_labels)
+    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": _pod_spec(
+            settings, node, container,
+            [_ssh_volume(settings, ssh_files), _shm_volume(settings, share), *pvc_volumes],
+        ),
+    }
+
+
+def orphan_check_s(orphan_timeout_s: float) -> int:
+    """How often a worker asks whether its manager still answers: a few times per timeout,
+    at most every ORPHAN_CHECK_MAX_S (each check starts a Python)."""
+    return max(1, min(ORPHAN_CHECK_MAX_S, round(orphan_timeout_s / 4)))
+
+
+def worker_pod(settings: JobSettings, index: int, node: str, share: int, attempt: int = 0) -> dict:
+    port: dict = {"name": "ssh", "containerPort": settings.port, "protocol": "TCP"}
+    if settings.host_network:
+        port["hostPort"] = settings.port  # the scheduler then keeps two jobs' sshd apart
+    container = {
+        "name": names.ROLE_WORKER,
+        # args, not command: the image's ENTRYPOINT still runs first (see chief_pod).
+        "args": ["/bin/sh", "-c", WORKER_SCRIPT],
+        "env": [
+            {"name": "DT_PORT", "value": str(settings.port)},
+            {"name": "DT_MANAGER_URL", "value": settings.discovery_url},
+            {"name": "DT_ORPHAN_AFTER_S", "value": str(round(settings.orphan_timeout_s))},
+            {"name": "DT_ORPHAN_CHECK_S", "value": str(orphan_check_s(settings.orphan_timeout_s))},
+        ],
+        "ports": [port],
+        "readinessProbe": {
+            "tcpSocket": {"port": settings.port},
+            "periodSeconds": WORKER_READINESS_PERIOD_S,
+            "failureThreshold": 3,
+        },
+    }
+    return _job_pod(
+        settings, names.worker_name(settings.job_name, index, attempt), names.ROLE_WORKER, node, share, container,
+        ["authorized_keys", HOST_KEY_FILE], names.SSH_SERVER_DIR, {names.LABEL_WORKER_INDEX: str(index)},
+    )
+
+
+def _elastic_env(settings: JobSettings) -> list[dict]:
+    return [
+        {"name": "DT_MIN_PROCS", "value": str(settings.min_gpus)},
+        {"name": "DT_ELASTIC_TIMEOUT", "value": str(round(settings.elastic_timeout_s))},
+    ]
+
+
+def chief_pod(settings: JobSettings, node: str, share: int, attempt: int = 0) -> dict:
+    """Created with the workers; it learns their addresses from the manager (``discovery``)."""
+    env = [
+        {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "DT_CHIEF_SLOTS", "value": str(share)},
+        {"name": "DT_HOSTS_URL", "value": settings.discovery_url},
+        {"name": "DT_HOSTS_WAIT_S", "value": str(round(settings.worker_ready_timeout_s + HOSTS_WAIT_SLACK_S))},
+        {"name": "DT_NUM_PROCS", "value": str(settings.num_gpus)},
+        {"name": "DT_PORT", "value": str(settings.port)},
+        {"name": "DT_FILENAME", "value": settings.filename},
+        {"name": "DT_SSH_ATTEMPTS", "value": str(settings.ssh_connect_attempts)},
+        {"name": "DT_SAME_INTERFACES", "value": "false" if settings.host_network else "true"},
+        *(_elastic_env(settings) if settings.elastic else []),
+        *({"name": name, "value": value} for name, value in settings.env),
+    ]
+    container = {
+        "name": names.ROLE_CHIEF,
+        # args, not command, so the image's ENTRYPOINT runs first and then execs these:
+        # NGC's sets up CUDA (forward compatibility libraries on LD_LIBRARY_PATH) and
+        # exports what it found. horovodrun passes its whole environment on to every rank,
+        # those started over SSH on the workers included, so all ranks see the chief's.
+        # "$0" of `sh -c` is the script's name; the user's arguments follow as "$@".
+        "args": ["/bin/sh", "-c", CHIEF_SCRIPT, "distributetrain-chief", *settings.script_args],
+        "env": env,
+    }
+    if settings.env_from_secrets:
+        # The chief's alone, forwarded to every rank like env. A key also in env loses to
+        # it (Kubernetes' rule), so no Secret can change the job's own DT_ variables.
+        container["envFrom"] = [{"secretRef": {"name": name}} for name in settings.env_from_secrets]
+    return _job_pod(
+        settings, names.chief_name(settings.job_name, attempt), names.ROLE_CHIEF, node, share, container,
+        [CLIENT_KEY_FILE, "known_hosts", "config"], names.SSH_CLIENT_DIR,
+    )
+
+
+def job_objects(settings: JobSettings, plan: list[tuple[str, int]], keys: JobKeys, attempt: int = 0) -> list[dict]:
+    """Everything one attempt creates, in creation order: Secret, workers, chief."""
+    *worker_shares, (chief_node, chief_share) = plan
+    workers = [worker_pod(settings, i, node, share, attempt) for i, (node, share) in enumerate(worker_shares)]
+    return [ssh_secret(settings, keys), *workers, chief_pod(settings, chief_node, chief_share, attempt)]

@@ -1,0 +1,106 @@
+"""Every name and label the job uses, in one place (never string literals in logic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DOMAIN = "distributetrain.io"
+LABEL_APP = "app.kubernetes.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB = f"{DOMAIN}/job"
+LABEL_ROLE = f"{DOMAIN}/role"
+LABEL_WORKER_INDEX = f"{DOMAIN}/worker-index"
+# The manager pod's UID on every object of its job. The job label alone names a job, not
+# one run of it: a manager re-applied under the same name, or an earlier job's objects
+# left in another namespace (--namespace: no owner reference, no garbage collection),
+# carry the same job label, and must never be adopted, followed or counted as this job's.
+LABEL_OWNER_UID = f"{DOMAIN}/owner-uid"
+APP = "distributetrain"
+
+ROLE_WORKER = "worker"
+ROLE_CHIEF = "chief"
+ROLE_MANAGER = "manager"
+
+# Annotations the manager keeps on its own pod: what `distributetrain status` reads.
+ANNOTATION_PHASE = f"{DOMAIN}/phase"
+ANNOTATION_PLAN = f"{DOMAIN}/plan"
+ANNOTATION_EXIT_CODE = f"{DOMAIN}/exit-code"
+ANNOTATION_REASON = f"{DOMAIN}/reason"
+ANNOTATION_GPUS = f"{DOMAIN}/gpus"
+# Which start of the job's pods is current: every re-plan creates them under new names.
+ANNOTATION_ATTEMPT = f"{DOMAIN}/attempt"
+# Restarts used of --max-restarts, and why the last one happened: on the pod, so a
+# restarted manager container neither resets nor double-counts the budget.
+ANNOTATION_RESTARTS = f"{DOMAIN}/restarts"
+ANNOTATION_RESTART_REASON = f"{DOMAIN}/last-restart-reason"
+# Why each pod the manager waits on is not Ready yet (JSON: pod name -> reason).
+ANNOTATION_WAITING = f"{DOMAIN}/waiting"
+# On a job pod the manager deleted while the job ran (its node lost, never Ready): why,
+# read back as the cause of its loss.
+ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+SSH_CLIENT_DIR = "/root/.ssh"
+SSH_SERVER_DIR = "/etc/distributetrain/ssh"
+LOCK_LEASE_NAME = "distributetrain-placement"
+# The manager's Events name it as their reporting controller (a qualified name).
+EVENTS_CONTROLLER = f"{DOMAIN}/manager"
+
+# Longest job name whose derived names ("<job>-worker-<index>") stay valid label values.
+MAX_JOB_NAME_LENGTH = 50
+
+
+def _attempt_suffix(attempt: int) -> str:
+    # A re-plan never reuses a released pod's name: the old pod may still be terminating
+    # (on a dead node, for ever), and a same-named create would adopt it.
+    return f"-r{attempt}" if attempt else ""
+
+
+def worker_name(job: str, index: int, attempt: int = 0) -> str:
+    return f"{job}-worker-{index}{_attempt_suffix(attempt)}"
+
+
+def chief_name(job: str, attempt: int = 0) -> str:
+    return f"{job}-chief{_attempt_suffix(attempt)}"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start of a job's pods under one plan; only the job's loop moves to the next."""
+
+    job: str
+    number: int = 0
+
+    @property
+    def chief(self) -> str:
+        return chief_name(self.job, self.number)
+
+    def worker(self, index: int) -> str:
+        return worker_name(self.job, index, self.number)
+
+    def workers(self, count: int) -> list[str]:
+        return [self.worker(index) for index in range(count)]
+
+    def next(self) -> Attempt:
+        return Attempt(self.job, self.number + 1)
+
+
+def secret_name(job: str) -> str:
+    return f"{job}-ssh"
+
+
+def job_selector(job: str, owner_uid: str = "") -> str:
+    """The job's objects; with ``owner_uid``, only those of that manager's run of it."""
+    return f"{LABEL_JOB}={job}" + (f",{LABEL_OWNER_UID}={owner_uid}" if owner_uid else "")
+
+
+def job_labels(job: str, role: str, owner_uid: str = "") -> dict[str, str]:
+    labels = {LABEL_APP: APP, LABEL_MANAGED_BY: APP, LABEL_JOB: job, LABEL_ROLE: role}
+    if owner_uid:
+        labels[LABEL_OWNER_UID] = owner_uid
+    return labels
+
+
+def owner_uid_of(obj: dict) -> str:
+    """The UID of the manager that created a job object ("" if none is recorded)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_OWNER_UID, "")

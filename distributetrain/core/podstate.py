@@ -1,0 +1,172 @@
+"""Pure readings of pod objects: whose it is, is it ready, finished, why is it not Ready yet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from distributetrain.core.inventory import TERMINAL_PHASES
+from distributetrain.core import names
+from distributetrain.core.names import ANNOTATION_DELETED_BECAUSE
+
+
+def role(pod: Mapping) -> str | None:
+    """The job role a pod was created with (worker, chief, manager), if any."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ROLE)
+
+
+def is_training_pod(pod: Mapping) -> bool:
+    """A worker or the chief: what an attempt consists of (never the manager)."""
+    return role(pod) in (names.ROLE_WORKER, names.ROLE_CHIEF)
+
+
+def worker_index(pod: Mapping) -> int:
+    """A worker pod's index label; -1 for any other pod."""
+    return int(((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_WORKER_INDEX, "-1"))
+
+
+def is_worker_of(pod: Mapping, attempt: names.Attempt) -> bool:
+    """A worker of the job's given attempt: a worker of another attempt has another name."""
+    return role(pod) == names.ROLE_WORKER and (pod.get("metadata") or {}).get("name") == attempt.worker(worker_index(pod))
+
+
+def gpus_of(pod: Mapping) -> int:
+    """The GPUs a job pod holds, as its manifest recorded them."""
+    return int(((pod.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_GPUS, "0"))
+
+
+def phase(pod: Mapping) -> str:
+    return (pod.get("status") or {}).get("phase", "Pending")
+
+
+def is_ready(pod: Mapping) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def is_terminating(pod: Mapping) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def deletion_cause(pod: Mapping) -> str:
+    """Why a pod is being deleted, where someone said: the manager on a lost node's pods,
+    the taint eviction controller in its DisruptionTarget condition; "" if unknown."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if cause := annotations.get(ANNOTATION_DELETED_BECAUSE):
+        return cause
+    return _one_line(_condition(pod.get("status") or {}, "DisruptionTarget").get("message", ""))
+
+
+def gone(pod: Mapping | None) -> str | None:
+    """How a pod is lost to its job ("was deleted", "is being deleted (why)"); None if it is not."""
+    if pod is None:
+        return "was deleted"
+    if not is_terminating(pod):
+        return None
+    cause = deletion_cause(pod)
+    return f"is being deleted ({cause})" if cause else "is being deleted"
+
+
+def is_finished(pod: Mapping) -> bool:
+    return phase(pod) in TERMINAL_PHASES
+
+
+def exit_code(pod: Mapping) -> int | None:
+    """The first container's exit code once it has terminated."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is not None:
+            return int(terminated.get("exitCode", 1))
+    return None
+
+
+def address(pod: Mapping) -> str:
+    return (pod.get("status") or {}).get("podIP", "")
+
+
+def node(pod: Mapping) -> str:
+    return (pod.get("spec") or {}).get("nodeName", "")
+
+
+# Container waiting reasons that only take time; any other (ErrImagePull, ImagePullBackOff,
+# ErrImageNeverPull, CreateContainerConfigError, CrashLoopBackOff, ...) needs someone to act.
+PASSING_WAITING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+def _one_line(text: str) -> str:
+    # Log lines and annotations hold one line per pod; messages may span several.
+    return " ".join(text.split())
+
+
+def _condition(status: Mapping, kind: str) -> Mapping:
+    return next((c for c in status.get("conditions") or () if c.get("type") == kind), {})
+
+
+def _containers(status: Mapping) -> list[Mapping]:
+    """Init containers first: they run, and fail, before the others start."""
+    return [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+
+
+def _explained(label: str, reason: str, message: str) -> str:
+    return f"{label}: {reason}" + (f": {_one_line(message)}" if message else "")
+
+
+def _ended_container(status: Mapping) -> str:
+    """The first container that ended badly, e.g. "container worker: StartError: …"."""
+    for container in _containers(status):
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if terminated and (terminated.get("exitCode") or terminated.get("reason") == "StartError"):
+            reason = terminated.get("reason") or f"exit code {terminated.get('exitCode')}"
+            return _explained(f"container {container.get('name', '')}", reason, terminated.get("message", ""))
+    return ""
+
+
+def _why_not_ready(pod: Mapping) -> tuple[str, bool] | None:
+    """(why the pod is not Ready, whether someone must act), or None once it is Ready."""
+    if is_ready(pod):
+        return None
+    if is_terminating(pod):
+        return "being deleted", False
+    status = pod.get("status") or {}
+    if is_finished(pod):
+        ended = _ended_container(status)
+        return f"ended ({phase(pod)})" + (f": {ended}" if ended else ""), bool(ended)
+    scheduled = _condition(status, "PodScheduled")
+    if scheduled.get("status") == "False":
+        return f"not scheduled: {_one_line(scheduled.get('message') or scheduled.get('reason') or 'Unschedulable')}", True
+    if not node(pod):
+        return "waiting for the scheduler", False
+    for container in _containers(status):
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting is None:
+            continue
+        reason = waiting.get("reason") or "Waiting"
+        label = f"container {container.get('name', '')}"
+        if reason in PASSING_WAITING_REASONS:
+            return f"{label}: {reason}", False
+        last = ((container.get("lastState") or {}).get("terminated")) or {}
+        if last.get("reason") == "StartError":
+            # CrashLoopBackOff's own message only says it waits; the cause is the last start.
+            return _explained(label, f"{reason} after StartError", last.get("message", "")), True
+        return _explained(label, reason, waiting.get("message", "")), True
+    if phase(pod) == "Running":
+        ready = _condition(status, "Ready")
+        return "running, not Ready" + (f": {_one_line(ready['message'])}" if ready.get("message") else ""), False
+    if phase(pod) == "Pending":
+        return f"scheduled to {node(pod)}, starting", False
+    return f"phase {phase(pod)}", False
+
+
+def why_not_ready(pod: Mapping) -> str | None:
+    """Why the pod is not Ready yet, in one line; None once it is Ready.
+
+    The scheduler's message when it cannot place the pod, a container's error (image,
+    configuration, start), else how far it has come (scheduled, created, running).
+    """
+    found = _why_not_ready(pod)
+    return found[0] if found else None
+
+
+def needs_attention(pod: Mapping) -> bool:
+    """Whether the pod waits on something time will not fix (unschedulable, image or start errors)."""
+    found = _why_not_ready(pod)
+    return bool(found and found[1])

@@ -1,0 +1,96 @@
+"""The job's record: what the manager keeps in its own pod's annotations.
+
+One reading and one writing of those annotations for everyone: the manager (a restarted
+manager container, or post-training after pre-training, picks the job up from them) and
+the command line's ``status``, ``list`` and ``submit --follow``. A record read from a pod
+is lenient: a missing or mangled value reads as "not recorded".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distributetrain.core import names
+from distributetrain.core.inventory import TERMINAL_PHASES
+from distributetrain.core.placement import Plan, format_plan, parse_plan
+
+MAX_REASON_CHARS = 1000  # an annotation is no log: the whole text is in the manager's log
+MAX_WAITING_REASON_CHARS = 500  # per pod (all of a pod's annotations share 256 KiB)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    phase: str = ""  # the manager's own phase (Planning, StartingWorkers, Training, ...)
+    plan: tuple[tuple[str, int], ...] = ()  # the current attempt's shares, the chief's last
+    attempt: int = 0  # which start of the job's pods is current (their names' -r<k>)
+    restarts: int = 0  # used of --max-restarts
+    last_restart_reason: str = ""
+    exit_code: int | None = None
+    reason: str = ""  # the outcome in one line
+    waiting: tuple[tuple[str, str], ...] = ()  # (pod, why it is not Ready yet)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @classmethod
+    def of(cls, pod: Mapping) -> JobRecord:
+        """The record kept on a manager pod."""
+        annotations = ((pod.get("metadata") or {}).get("annotations")) or {}
+        return cls(
+            phase=annotations.get(names.ANNOTATION_PHASE, ""),
+            plan=tuple(parse_plan(annotations.get(names.ANNOTATION_PLAN, ""))),
+            attempt=_count(annotations.get(names.ANNOTATION_ATTEMPT)),
+            restarts=_count(annotations.get(names.ANNOTATION_RESTARTS)),
+            last_restart_reason=annotations.get(names.ANNOTATION_RESTART_REASON, ""),
+            exit_code=_exit_code(annotations.get(names.ANNOTATION_EXIT_CODE)),
+            reason=annotations.get(names.ANNOTATION_REASON, ""),
+            waiting=_waiting(annotations.get(names.ANNOTATION_WAITING)),
+        )
+
+
+def _count(text: str | None) -> int:
+    return int(text) if text and text.isdigit() else 0
+
+
+def _exit_code(text: str | None) -> int | None:
+    return int(text) if text and text.lstrip("-").isdigit() else None
+
+
+def _waiting(text: str | None) -> tuple[tuple[str, str], ...]:
+    try:
+        reasons = json.loads(text) if text else {}
+    except ValueError:
+        return ()
+    return tuple((str(pod), str(why)) for pod, why in reasons.items()) if isinstance(reasons, dict) else ()
+
+
+# What each change writes: merge-patch values, None removing the annotation.
+
+def phase(phase: str) -> dict[str, str | None]:
+    return {names.ANNOTATION_PHASE: phase}
+
+
+def planned(plan: Plan) -> dict[str, str | None]:
+    return {names.ANNOTATION_PLAN: format_plan(plan)}
+
+
+def attempt(attempt: int) -> dict[str, str | None]:
+    return {names.ANNOTATION_ATTEMPT: str(attempt)}
+
+
+def waiting(reasons: Mapping[str, str]) -> dict[str, str | None]:
+    text = json.dumps({pod: why[:MAX_WAITING_REASON_CHARS] for pod, why in reasons.items()}) if reasons else None
+    return {names.ANNOTATION_WAITING: text}
+
+
+def restarting(used: int, cause: str, next_attempt: int) -> dict[str, str | None]:
+    return {names.ANNOTATION_RESTARTS: str(used), names.ANNOTATION_RESTART_REASON: cause[:MAX_REASON_CHARS],
+            **attempt(next_attempt), **phase("Restarting")}
+
+
+def finished(exit_code: int, reason: str) -> dict[str, str | None]:
+    return {**phase("Succeeded" if exit_code == 0 else "Failed"), names.ANNOTATION_EXIT_CODE: str(exit_code),
+            names.ANNOTATION_REASON: reason[:MAX_REASON_CHARS], names.ANNOTATION_WAITING: None}

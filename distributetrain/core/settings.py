@@ -1,0 +1,140 @@
+"""One job's settings: a frozen value parsed and validated at the edge (the CLI).
+
+Everything downstream (placement, manifests, lifecycle) trusts these values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from distributetrain.core import names
+
+DEFAULT_PORT = 12345  # the seeds' sshd port
+DEFAULT_FILENAME = "/opt/distributetrain/train.py"  # where base_image/Dockerfile puts the example
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+# Requests per GPU of a pod (a pod with 4 GPUs asks for 4x), sized so that the smallest
+# common GPU nodes, 4 vCPU and 16 GB with one GPU (AWS g4dn.xlarge and g5.xlarge, GKE
+# g2-standard-4 or n1-standard-4 with a T4), still fit one rank after what the kubelet
+# reserves and DaemonSets take (about 3.5 CPU and 11 GiB are left on GKE's). Multi-GPU
+# nodes give far more per GPU (8-12 vCPU, 30-85 GiB). The CPU request has no limit, so
+# ranks still use idle cores; memory is also the limit, so raise it for big input pipelines.
+DEFAULT_CPU_PER_GPU_M = 2000  # millicores: 2 CPUs
+DEFAULT_MEMORY_PER_GPU_BYTES = 8 * 2**30  # 8Gi
+# Where the placement Lease lives unless --lock-namespace says otherwise: one namespace
+# for every manager, so jobs in different namespaces never book the same GPUs. `default`
+# exists on every cluster and cannot be deleted; rbac/lease-role.yaml grants the Lease there.
+DEFAULT_LOCK_NAMESPACE = "default"
+
+
+def gpu_toleration(resource: str) -> dict:
+    """The toleration every job pod carries for the taint keyed by its GPU resource.
+
+    GPU node pools are commonly tainted that way (GKE: ``nvidia.com/gpu=present:NoSchedule``)
+    so that only pods asking for GPUs land there; the ExtendedResourceToleration admission
+    plugin adds this toleration where it is enabled, but not every cluster enables it.
+    """
+    return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
+
+
+# How long a job pod stays on a node that stopped reporting (NotReady) or cannot be
+# reached. Kubernetes' default is 300 s: five minutes of a dead worker's GPUs booked and
+# its replacement not started. Short enough that the pod is evicted (and the manager
+# restarts or replaces it) in tens of seconds; long enough to ride out a kubelet restart.
+NODE_LOST_TOLERATION_S = 30
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def node_lost_tolerations() -> tuple[dict, ...]:
+    return tuple({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_LOST_TOLERATION_S}
+                 for key in NODE_LOST_TAINTS)
+
+
+@dataclass(frozen=True)
+class PvcMount:
+    claim: str
+    mount_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What one manager run needs to know. Times are seconds."""
+
+    job_name: str  # = the manager pod's name; prefixes every object the job creates
+    namespace: str  # where the job's pods and Secret live (default: the manager's own)
+    num_gpus: int  # total Horovod processes = GPUs, split over nodes by placement
+    image: str  # the training image (base_image/), run by workers and chief
+    owner_uid: str = ""  # the manager pod's uid: every object is owned by it (GC on delete)
+    port: int = DEFAULT_PORT  # sshd port on workers, and horovodrun -p
+    filename: str = DEFAULT_FILENAME  # the training script inside the image or a volume
+    host_network: bool = False  # run job pods on the node's network (port becomes a hostPort)
+    script_args: tuple[str, ...] = ()  # passed to the training script
+    env: tuple[tuple[str, str], ...] = ()  # set in the chief; horovodrun forwards them to every rank
+    # Secrets in the job's namespace whose keys become the chief's environment (envFrom),
+    # forwarded to every rank like env: credentials stay out of the manager's arguments
+    # and the chief's pod spec.
+    env_from_secrets: tuple[str, ...] = ()
+    pvcs: tuple[PvcMount, ...] = ()  # claims mounted in chief and workers (script, data, checkpoints)
+    gpu_resource: str = DEFAULT_GPU_RESOURCE  # extended resource name of the GPUs
+    node_selector: tuple[tuple[str, str], ...] = ()  # only nodes with all these labels are candidates
+    tolerations: tuple[dict, ...] = field(default=(), hash=False)  # taints the job may land on
+    worker_ready_timeout_s: float = 300.0  # workers not all Ready by then: release and re-plan or fail
+    active_deadline_s: float | None = None  # whole job, from manager start; also set on pods
+    wait_for_gpus_s: float = 0.0  # 0: fail fast when GPUs are short; else wait this long
+    ssh_connect_attempts: int = 30  # chief's checks of each worker before horovodrun, 1 s apart
+    max_restarts: int = 0  # new attempts allowed after a pod is lost (not after the script fails)
+    # Elastic Horovod (--elastic): training goes on while at least min_gpus of num_gpus
+    # remain, and lost workers are replaced as GPUs free up. 0: a static job.
+    min_gpus: int = 0
+    elastic_timeout_s: float = 600.0  # horovodrun waits this long for min_gpus after a loss (its default)
+    discovery_url: str = ""  # where the chief's discovery script reads the hosts (the manager pod)
+    # A worker whose manager has not answered for this long, with no chief connected,
+    # ends: a manager whose node hung stays Terminating and no garbage collector deletes
+    # its pods, which would otherwise hold their GPUs for ever.
+    orphan_timeout_s: float = 300.0
+    delete_chief: bool = False  # the chief is kept for its logs unless asked
+    lock_namespace: str = ""  # where the placement Lease lives (default: DEFAULT_LOCK_NAMESPACE)
+    manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
+    service_account: str = ""  # for job pods; empty = no API token mounted at all
+    # Requests of a job pod are these times its GPUs, so it is never BestEffort (evicted
+    # first) and passes a namespace's ResourceQuota or LimitRange that requires them.
+    cpu_per_gpu_m: int = DEFAULT_CPU_PER_GPU_M  # CPU request per GPU, millicores
+    memory_per_gpu_bytes: int = DEFAULT_MEMORY_PER_GPU_BYTES  # memory request and limit per GPU, bytes
+    # /dev/shm of each job pod, bytes. None: the pod's memory limit. What a memory-backed
+    # volume holds counts against that limit anyway, so a larger size would add nothing,
+    # and the runtime's default of 64 MiB makes NCCL and TensorFlow fail or crawl.
+    shm_size_bytes: int | None = None
+
+    @property
+    def pod_tolerations(self) -> tuple[dict, ...]:
+        """What job pods tolerate: their GPUs' taint, a lost node briefly, then the user's ``--toleration``s."""
+        own = (gpu_toleration(self.gpu_resource), *node_lost_tolerations())
+        return (*own, *(t for t in self.tolerations if t not in own))
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_gpus > 0
+
+    @property
+    def selector(self) -> str:
+        """The job's objects of this manager's run (never an earlier run's of the same name)."""
+        return names.job_selector(self.job_name, self.owner_uid)
+
+    @property
+    def own_namespace(self) -> str:
+        """Where the manager pod itself lives (its annotations, its Role)."""
+        return self.manager_namespace or self.namespace
+
+    @property
+    def lease_namespace(self) -> str:
+        return self.lock_namespace or DEFAULT_LOCK_NAMESPACE
+
+    @property
+    def owns_objects(self) -> bool:
+        # Owner references cannot cross namespaces: the garbage collector would treat
+        # the owner as absent and delete the job's pods at once.
+        return bool(self.owner_uid) and self.own_namespace == self.namespace
+
+    def replace(self, **changes) -> "JobSettings":
+        return dataclasses.replace(self, **changes)

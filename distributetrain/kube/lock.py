@@ -1,0 +1,214 @@
+"""Serialise inventory + plan + create across managers with a coordination Lease.
+
+Two managers started at the same moment would otherwise both see the same free GPUs.
+Every manager uses the same Lease by default (``settings.DEFAULT_LOCK_NAMESPACE``),
+whatever its job's namespace, because GPUs are a cluster-wide resource.
+
+- Taking it: a create, or an update carrying the resourceVersion just read, so exactly
+  one contender wins each round. A busy Lease is tried for ``LOCK_TIMEOUT_S``, or for as
+  long as the job may still wait for GPUs (``--wait-for-gpus``) if that is longer: a
+  manager allowed to wait an hour must not fail because others planned meanwhile.
+- Holding it: a daemon thread renews it every third of its duration while the
+  critical section runs (a large cluster's inventory plus the creates can outlast it).
+- Judging another holder's lease expired: as client-go's leader election does, on this
+  process's own monotonic clock. The lease counts as held until ``leaseDurationSeconds``
+  have passed since this process first saw its current version; the holder's
+  ``renewTime`` is never compared with the local clock, since nodes' clocks disagree.
+- Losing it: another manager can take it only by writing its own identity and
+  acquireTime. So reading the Lease back on exit, still naming this acquisition, proves
+  the section was exclusive, and then it is released. When it names another (or is gone),
+  or cannot be read and the last renewal is too old to be sure, leaving the section
+  raises ``JobFailed`` (exit 76): the caller's plan may have raced another manager's,
+  so the job fails and tears down rather than run on it. A renewal that reads another
+  holder stops renewing and makes the exit raise the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from distributetrain.core import errors, exitcodes
+from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
+
+log = logging.getLogger(__name__)
+
+# How long a busy Lease is tried at least before the job fails (exit 75). Holders keep it
+# seconds (a large cluster's inventory: up to 17 s at 150,000 pods), so this is many
+# managers' turns; a dead holder's Lease is taken after LEASE_DURATION_S.
+LOCK_TIMEOUT_S = 120.0
+LEASE_DURATION_S = 30  # a dead holder blocks every other manager this long at most
+RENEWALS_PER_DURATION = 3  # renew every third of the duration: two renewals may fail in a row
+# Renewals have short timeouts of their own, so a dead connection costs one renewal,
+# not the lease: a renewal (a read, then a write) gives up within twice its retry
+# deadline plus one request's timeouts, 15 s by default.
+RENEW_CONNECT_S = 2.0
+RENEW_READ_S = 3.0
+RENEW_RETRY_SHARE = 1 / 4  # of the interval: each call's retry deadline
+# Without a renewal for this share of the duration, a release that fails cannot prove
+# the section was exclusive: the rest is slack for the observers' clock rates and delays.
+SURE_WITHOUT_RENEWAL_SHARE = 2 / 3
+RETRY_MIN_S = 0.05
+RETRY_MAX_S = 0.5
+
+
+def _format(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _now() -> str:
+    """For people reading the Lease: no decision is made on these times."""
+    return _format(datetime.now(timezone.utc))
+
+
+class PlacementLock:
+    """Context manager: ``with PlacementLock(kube, ns, holder, timeout_s, name): ...``
+
+    A busy Lease is tried for ``timeout_s``, or until ``wait_until`` (monotonic: the end
+    of the job's wait for GPUs) if that is later. ``duration_s`` and ``clock`` (monotonic
+    seconds) are for tests.
+    """
+
+    def __init__(self, kube: Kube, namespace: str, holder: str, timeout_s: float, name: str,
+                 duration_s: float = LEASE_DURATION_S, clock: Callable[[], float] = time.monotonic,
+                 wait_until: float = -math.inf):
+        self.kube = kube
+        self.namespace = namespace
+        self.holder = holder
+        self.timeout_s = timeout_s
+        self.wait_until = wait_until
+        self.name = name
+        self.duration_s = duration_s
+        self.clock = clock
+        self._observed_version = ""  # resourceVersion of the Lease when this process last saw it change
+        self._observed_at = 0.0  # clock() at that moment
+        self._acquire_time = ""  # spec.acquireTime this holder wrote: names this acquisition
+        self._renewed_at = 0.0  # clock() just before the last successful write was sent
+        self._lost = ""  # why the renewer knows the lease was taken over
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    @property
+    def where(self) -> str:
+        return f"[{self.namespace}/{self.name}]"
+
+    def __enter__(self) -> "PlacementLock":
+        started = time.monotonic()
+        give_up_at = max(started + self.timeout_s, self.wait_until)
+        delay = RETRY_MIN_S
+        while not self._try_acquire():
+            if time.monotonic() > give_up_at:
+                raise errors.JobFailed(
+                    f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s",
+                    exitcodes.TIMED_OUT,
+                )
+            time.sleep(random.uniform(delay / 2, delay))
+            delay = min(delay * 2, RETRY_MAX_S)
+        log.info("took placement lock %s", self.where)
+        self._renewer = threading.Thread(target=self._renew_until_stopped, name="lease-renewer", daemon=True)
+        self._renewer.start()
+        return self
+
+    def _spec(self) -> dict:
+        now = _now()
+        return {"holderIdentity": self.holder, "leaseDurationSeconds": round(self.duration_s),
+                "acquireTime": now, "renewTime": now}
+
+    def _held_by_another(self, lease: dict) -> bool:
+        """Whether another holder's lease still counts, judged on this process's clock."""
+        spec = lease.get("spec") or {}
+        version = lease["metadata"].get("resourceVersion", "")
+        if version != self._observed_version:
+            self._observed_version, self._observed_at = version, self.clock()
+        if not spec.get("holderIdentity") or spec["holderIdentity"] == self.holder:
+            return False  # released, or this job's own (a restarted manager)
+        duration = spec.get("leaseDurationSeconds") or LEASE_DURATION_S
+        return self.clock() - self._observed_at < duration
+
+    def _try_acquire(self) -> bool:
+        lease = self.kube.get_lease(self.namespace, self.name)
+        if lease is not None and self._held_by_another(lease):
+            return False
+        spec = self._spec()
+        sent_at = self.clock()
+        try:
+            if lease is None:
+                self.kube.create_lease({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                        "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec})
+            else:
+                lease["spec"] = spec
+                self.kube.replace_lease(lease)
+        except (errors.AlreadyExists, errors.Conflict):
+            return False  # another manager won this round
+        self._acquire_time, self._renewed_at = spec["acquireTime"], sent_at
+        return True
+
+    def _ours(self, lease: dict | None) -> bool:
+        """Still this acquisition's: another manager's takeover would have replaced the spec."""
+        spec = (lease or {}).get("spec") or {}
+        return spec.get("holderIdentity") == self.holder and spec.get("acquireTime") == self._acquire_time
+
+    def _renew_until_stopped(self) -> None:
+        interval_s = self.duration_s / RENEWALS_PER_DURATION
+        renewals: Kube | None = None  # made at the first renewal: most sections end before it
+        while not self._stop.wait(interval_s):
+            if renewals is None:
+                timeouts = ApiTimeouts(connect_s=RENEW_CONNECT_S, read_s=RENEW_READ_S,
+                                       retry_deadline_s=interval_s * RENEW_RETRY_SHARE)
+                # A client of its own: the renewal's timeouts apply to every request it makes.
+                renewals = Kube(make_api_client(self.kube.api_client.configuration, timeouts), timeouts)
+            # Read, then write: ownership is judged on what the Lease says, never on a
+            # write's error (a retried write whose first attempt landed conflicts too).
+            sent_at = self.clock()
+            try:
+                lease = renewals.get_lease(self.namespace, self.name)
+                if not self._ours(lease):
+                    self._lost = f"it now reads {(lease or {}).get('spec')}"
+                    log.error("lost placement lock %s: %s", self.where, self._lost)
+                    return
+                lease["spec"]["renewTime"] = _now()
+                renewals.replace_lease(lease)
+            except errors.DistributeTrainError as e:
+                log.warning("could not renew placement lock %s (next try in %.0fs): %s", self.where, interval_s, e)
+                continue
+            self._renewed_at = sent_at
+            log.info("renewed placement lock %s", self.where)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._stop.set()
+        self._renewer.join()
+        lost = self._lost or self._release()
+        if not lost:
+            return
+        message = f"the placement lock Lease {self.where} may have been held by another manager meanwhile: {lost}"
+        if exc_type is not None:
+            log.error("%s", message)  # the section's own failure is what the job reports
+            return
+        raise errors.JobFailed(message, exitcodes.API_ERROR)
+
+    def _release(self) -> str:
+        """Why the section may not have been exclusive ("" if it was), releasing the Lease."""
+        try:
+            lease = self.kube.get_lease(self.namespace, self.name)
+        except errors.DistributeTrainError as e:
+            unrenewed_s = self.clock() - self._renewed_at
+            if unrenewed_s > self.duration_s * SURE_WITHOUT_RENEWAL_SHARE:
+                return f"neither renewed for {unrenewed_s:.0f}s nor read back ({e})"
+            log.warning("could not release placement lock %s (it expires by itself): %s", self.where, e)
+            return ""
+        if not self._ours(lease):
+            return f"it now reads {(lease or {}).get('spec')}"
+        lease["spec"] = {"holderIdentity": None, "leaseDurationSeconds": lease["spec"]["leaseDurationSeconds"]}
+        try:
+            self.kube.replace_lease(lease)
+        except errors.DistributeTrainError as e:
+            # Exclusive all along (just read back); the lease expires by itself.
+            log.warning("could not release placement lock %s (it expires by itself): %s", self.where, e)
+            return ""
+        log.info("released placement lock %s", self.where)
+        return ""

@@ -1,0 +1,200 @@
+"""Waiting on the job's pods: a watch (never a sleep loop), a deadline, a typed outcome.
+
+``watch_until`` lists the selected pods once, then follows a watch from that version,
+handing the current pods to a pure ``judge`` after every change. The watch itself
+resumes after dropped or stalled connections (``Kube.watch_pods``); here anything that
+ends it early ("410 Gone", a watch ERROR event, the API unreachable past the retry
+deadline) means listing again: a running job is never aborted for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from distributetrain.core import errors, exitcodes, podstate
+from distributetrain.kube.client import Kube
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RELIST_DELAY_S = 0.5  # after a failed watch or list: never a busy loop
+
+
+@dataclass(frozen=True)
+class AttemptStarted:
+    """Every worker Ready and the chief bound to its node: the attempt holds all its GPUs."""
+
+    hosts: tuple[tuple[str, int], ...]  # (address, GPUs) of each worker, in rank order
+
+
+@dataclass(frozen=True)
+class ChiefStarted:
+    pass
+
+
+@dataclass(frozen=True)
+class ChiefFinished:
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class PodLost:
+    pod: str
+    reason: str
+
+    def error(self, when: str = "") -> errors.PodLost:
+        """The lost attempt as the job's loop handles it (a restart, or exit 71)."""
+        return errors.PodLost(f"pod {self.pod} {self.reason}{when}", exitcodes.WORKER_LOST)
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    waiting_for: dict[str, str]  # pod name -> why it is not there yet
+
+
+Outcome = AttemptStarted | ChiefStarted | ChiefFinished | PodLost | TimedOut
+Judge = Callable[[Mapping[str, dict]], Outcome | None]
+
+
+def _lost(name: str, pod: dict | None) -> PodLost | None:
+    if (gone := podstate.gone(pod)) is not None:
+        return PodLost(name, gone)
+    if podstate.is_finished(pod):
+        code = podstate.exit_code(pod)
+        return PodLost(name, f"ended ({podstate.phase(pod)}, exit code {code})")
+    return None
+
+
+def attempt_started(chief: str, workers: list[str]) -> Judge:
+    """Done when every worker is Ready and the chief is bound (it may still pull its image:
+    it holds its GPUs from the start and waits for the hosts); lost when a pod ends or vanishes."""
+
+    def judge(pods: Mapping[str, dict]) -> Outcome | None:
+        for name in (*workers, chief):
+            lost = _lost(name, pods.get(name))
+            if lost:
+                return lost
+        if not podstate.node(pods[chief]):
+            return None
+        if all(podstate.is_ready(pods[name]) and podstate.address(pods[name]) for name in workers):
+            return AttemptStarted(tuple((podstate.address(pods[name]), podstate.gpus_of(pods[name])) for name in workers))
+        return None
+
+    return judge
+
+
+def chief_started(chief: str, workers: list[str]) -> Judge:
+    """Done once the chief runs (or already ended); lost when a pod vanishes first."""
+    finished = chief_finished(chief, workers)
+
+    def judge(pods: Mapping[str, dict]) -> Outcome | None:
+        outcome = finished(pods)
+        if outcome is None and podstate.phase(pods[chief]) == "Running":
+            return ChiefStarted()
+        return outcome
+
+    return judge
+
+
+def chief_finished(chief: str, workers: list[str]) -> Judge:
+    """Done when the chief ends; lost when a worker (or the chief) vanishes first."""
+
+    def judge(pods: Mapping[str, dict]) -> Outcome | None:
+        pod = pods.get(chief)
+        code = podstate.exit_code(pod) if pod is not None and podstate.is_finished(pod) else None
+        if code == 0:
+            return ChiefFinished(0)
+        # A lost worker is the root cause when the chief failed with it: report the worker.
+        for name in workers:
+            lost = _lost(name, pods.get(name))
+            if lost:
+                return lost
+        if pod is not None and podstate.is_finished(pod):
+            return ChiefFinished(1 if code is None else code)
+        if (gone := podstate.gone(pod)) is not None:
+            return PodLost(chief, gone)
+        return None
+
+    return judge
+
+
+def pending_reasons(pods: Mapping[str, dict], expected: list[str]) -> dict[str, str]:
+    reasons = {}
+    for name in expected:
+        pod = pods.get(name)
+        if pod is None:
+            reasons[name] = "does not exist"
+        elif not podstate.is_ready(pod):
+            reasons[name] = podstate.why_not_ready(pod) or "Ready"
+    return reasons
+
+
+def watch_until(
+    kube: Kube, namespace: str, selector: str, judge: Callable[[Mapping[str, dict]], T | None], deadline: float
+) -> tuple[T | None, dict[str, dict]]:
+    """List, then watch, the selected pods until ``judge`` returns an outcome or ``deadline``
+    (monotonic) passes; return the outcome (None at the deadline) and the last view of the pods.
+    """
+    pods: dict[str, dict] = {}
+    version = ""
+    while True:
+        try:
+            if not version:
+                items, version = kube.list_all("pods", namespace, label_selector=selector)
+                pods = {p["metadata"]["name"]: p for p in items}
+                if (outcome := judge(pods)) is not None:
+                    return outcome, pods
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None, pods
+            for kind, obj in kube.watch_pods(namespace, version, remaining, label_selector=selector):
+                version = obj["metadata"].get("resourceVersion", version)
+                if kind == "BOOKMARK":
+                    continue
+                name = obj["metadata"]["name"]
+                if kind == "DELETED":
+                    pods.pop(name, None)
+                else:
+                    pods[name] = obj
+                if (outcome := judge(pods)) is not None:
+                    return outcome, pods
+                if time.monotonic() >= deadline:
+                    break
+        except errors.Gone:
+            log.info("watch of pods %s expired (410 Gone); listing again", selector)
+            version = ""
+        except errors.TransientApiError as e:
+            log.warning("watch of pods %s failed (%s); listing again", selector, e)
+            version = ""
+            time.sleep(RELIST_DELAY_S)
+        if time.monotonic() >= deadline:
+            return None, pods
+
+
+def wait_until_gone(kube: Kube, namespace: str, selector: str, deadline: float,
+                    only: set[str] | None = None) -> set[str]:
+    """Wait until no selected worker or chief (of ``only``, if given) is left, each deleted,
+    its grace period over; return those still there at ``deadline`` (a pod on a dead node
+    may stay terminating for ever)."""
+
+    def job_pods_left(pods: Mapping[str, dict]) -> set[str]:
+        return {name for name, pod in pods.items()
+                if podstate.is_training_pod(pod)
+                and (only is None or name in only)}
+
+    outcome, pods = watch_until(kube, namespace, selector, lambda pods: True if not job_pods_left(pods) else None,
+                                deadline)
+    return set() if outcome else job_pods_left(pods)
+
+
+def watch_job(
+    kube: Kube, namespace: str, selector: str, judge: Judge, deadline: float, expected: list[str]
+) -> Outcome:
+    """Follow the job's pods (``selector``) until ``judge`` returns an outcome, or TimedOut at ``deadline``."""
+    outcome, pods = watch_until(kube, namespace, selector, judge, deadline)
+    return outcome if outcome is not None else TimedOut(pending_reasons(pods, expected))

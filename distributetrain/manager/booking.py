@@ -1,0 +1,71 @@
+"""Booking GPUs: plan and create a job's pods under the placement Lease.
+
+Every plan the job makes is made here: an attempt's placement (``pretraining``, first
+start and restarts alike) and an elastic job's replacements (``elastic``). Under the one
+cluster-wide Lease (``kube.lock``) the inventory is listed afresh, so every manager's
+pods count as used, this job's own included; the plan is chosen from what is free, and
+its pods are created before the Lease is let go. So no GPU is ever booked twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from distributetrain.core import inventory, names, placement
+from distributetrain.core.placement import Plan
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube.client import Kube
+from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
+
+# What a booking plans from the free GPUs per node: raises ``InsufficientGPUs`` when
+# nothing it would accept fits, ``UsageError`` when nothing ever could.
+Choose = Callable[[inventory.GpuLedger], Plan]
+
+
+@dataclass(frozen=True)
+class Short:
+    """No plan fits the free GPUs now."""
+
+    shortage: placement.InsufficientGPUs
+    ledger: inventory.GpuLedger
+
+    def __str__(self) -> str:
+        return f"{self.shortage}; unavailable: {self.ledger.unavailable()}"
+
+
+def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
+    """Free GPUs per candidate node, and the pod list's resourceVersion (to watch from)."""
+    ledger = inventory.GpuLedger(settings.gpu_resource)
+    selector = dict(settings.node_selector)
+    for page, _ in kube.list_pages("nodes"):
+        for node in page:
+            ledger.add_node(node, settings.tolerations, selector)
+    version = ""
+    for page, version in kube.list_pages("pods", field_selector=inventory.ACTIVE_PODS_SELECTOR):
+        for pod in page:
+            ledger.add_pod(pod)
+    return ledger, version
+
+
+def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
+         wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True) -> Plan | Short | None:
+    """Under the Lease: a fresh inventory, ``choose``'s plan, then ``create(plan)``.
+
+    A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (monotonic) if
+    later. ``still_wanted`` is asked once the Lease is held: False (the GPUs were taken
+    while this job waited for it) returns None without listing anything.
+    """
+    holder = f"{settings.namespace}/{settings.job_name}"
+    with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
+                       wait_until=wait_until):
+        if not still_wanted():
+            return None
+        ledger, _ = take_inventory(kube, settings)
+        try:
+            plan = choose(ledger)
+        except placement.InsufficientGPUs as shortage:
+            return Short(shortage, ledger)
+        create(plan)
+        return plan

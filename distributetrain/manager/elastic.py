@@ -1,0 +1,234 @@
+"""Following an elastic job (``--elastic``): workers come and go, training goes on.
+
+The chief runs ``horovodrun --min-np M --max-np N --host-discovery-script ...`` and the
+script asks the manager for the hosts (``discovery``). Here the manager keeps that
+answer true and the job whole:
+
+- the hosts served are the Ready workers only: every Ready, non-terminating worker of the
+  attempt, with its real GPU share as slots (shares differ by node), in worker order; the
+  chief's discovery script (``podscripts/discover.py``) puts the chief first. A change is
+  published at the watch event that shows it, so Horovod sees it within about a second;
+- a lost worker does not end the job. While the job has fewer GPUs than ``--num-gpus``
+  (counting workers still starting), the manager plans replacements on whatever GPUs are
+  free, under the placement Lease like any plan: at once after a loss, then every
+  ``REPLACE_RECHECK_S`` while still short (``booking``); replacements get fresh names (the next worker
+  index), hence fresh addresses, so no replacement waits on a pod stuck terminating and
+  Horovod's blacklist of a failed host never applies to it;
+- growing back is best effort: a replacement that fails (a quota refusing the new pod
+  while the lost one is still charged, the API server unreachable past its retries, the
+  placement Lease busy or taken over, a create refused) is a WARNING line and a
+  ``ReplaceFailed`` Event, and is tried again later (``REPLACE_RECHECK_S``, doubled per
+  failure in a row up to ``REPLACE_BACKOFF_MAX_S``); so is a failed deletion of a worker
+  never Ready. The training that runs goes on: only SIGTERM and programming errors end
+  the follower;
+- the chief deleted is lost (a restart, if allowed), as in a static job. The chief
+  failing while fewer than ``--min-gpus`` GPUs were left is blamed on the lost workers
+  (Horovod gave up after ``--elastic-timeout``): also a restart if allowed, never a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distributetrain.core import errors, manifests, placement, podstate
+from distributetrain.core.names import Attempt
+from distributetrain.core.placement import Plan, format_plan
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events, waits
+from distributetrain.kube.client import Kube
+from distributetrain.manager import booking
+from distributetrain.manager.run import Run
+from distributetrain.manager.teardown import delete_because
+
+log = logging.getLogger(__name__)
+
+REPLACE_RECHECK_S = 10.0  # while short of GPUs, plan replacements at least this often
+REPLACE_BACKOFF_MAX_S = 60.0  # after failures in a row, at least this often
+
+
+@dataclass(frozen=True)
+class HostsChanged:
+    hosts: tuple[tuple[str, int], ...]  # (address, slots) of each Ready worker
+    world: int  # GPUs trained on: the chief's and theirs
+
+
+def live_workers(pods: Mapping[str, dict], attempt: Attempt) -> list[dict]:
+    """Workers of the attempt that hold or will hold their GPUs: not ending, not ended."""
+    workers = [
+        pod for pod in pods.values()
+        if podstate.is_worker_of(pod, attempt)
+        and not podstate.is_terminating(pod) and not podstate.is_finished(pod)
+    ]
+    return sorted(workers, key=podstate.worker_index)
+
+
+def ready_hosts(pods: Mapping[str, dict], attempt: Attempt) -> tuple[tuple[str, int], ...]:
+    """What the manager serves the chief (``discovery``): (address, GPU share) of every Ready,
+    non-terminating worker of the attempt, in worker order. The chief is not among them:
+    its discovery script (``podscripts/discover.py``) puts it first."""
+    return tuple((podstate.address(w), podstate.gpus_of(w)) for w in live_workers(pods, attempt)
+                 if podstate.is_ready(w) and podstate.address(w))
+
+
+def judge_elastic(settings: JobSettings, attempt: Attempt, published: tuple[tuple[str, int], ...]) -> waits.Judge:
+    """The chief's end or loss, else the hosts differing from ``published``."""
+    chief = attempt.chief
+
+    def judge(pods: Mapping[str, dict]) -> waits.Outcome | HostsChanged | None:
+        pod = pods.get(chief)
+        if (gone := podstate.gone(pod)) is not None:
+            return waits.PodLost(chief, gone)
+        hosts = ready_hosts(pods, attempt)
+        world = podstate.gpus_of(pod) + sum(slots for _, slots in hosts)
+        if podstate.is_finished(pod):
+            code = podstate.exit_code(pod)
+            if code != 0 and world < settings.min_gpus:
+                return waits.PodLost(chief, f"failed (exit code {code}) with {world} of --min-gpus "
+                                            f"{settings.min_gpus} GPUs left: workers were lost")
+            return waits.ChiefFinished(1 if code is None else code)
+        if hosts != published:
+            return HostsChanged(hosts, world)
+        return None
+
+    return judge
+
+
+def overdue_workers(pods: Mapping[str, dict], settings: JobSettings, attempt: Attempt,
+                    not_ready_since: dict[str, float], now: float) -> list[str]:
+    """Live workers not Ready for longer than ``--worker-ready-timeout``: they hold GPUs and
+    train nothing. ``not_ready_since`` (name -> when first seen not Ready) is kept up to date."""
+    waiting = {pod["metadata"]["name"] for pod in live_workers(pods, attempt) if not podstate.is_ready(pod)}
+    for name in set(not_ready_since) - waiting:
+        del not_ready_since[name]
+    overdue = []
+    for name in sorted(waiting):
+        if now - not_ready_since.setdefault(name, now) > settings.worker_ready_timeout_s:
+            overdue.append(name)
+    return overdue
+
+
+def retry_delay(failures_in_a_row: int) -> float:
+    """How long growing back waits after failing that many times in a row."""
+    return min(REPLACE_RECHECK_S * 2 ** (failures_in_a_row - 1), REPLACE_BACKOFF_MAX_S)
+
+
+def next_worker_index(pods: Mapping[str, dict]) -> int:
+    """After every worker the job ever had in this attempt, terminating ones included."""
+    return max((podstate.worker_index(p) for p in pods.values()), default=-1) + 1
+
+
+class ElasticFollower:
+    """From the chief's start to its end: publish the hosts, replace lost workers."""
+
+    def __init__(self, kube: Kube, run: Run):
+        self.kube = kube
+        self.settings = run.settings
+        self.attempt = run.attempt  # an elastic attempt lasts as long as its chief
+        self.reporter = run.reporter
+        self.hosts = run.hosts
+        self.deadline = run.deadline
+        self.published: tuple[tuple[str, int], ...] = ()
+        self.world = 0  # GPUs of the published hosts and the chief
+        self.next_replace_at = 0.0
+        self.last_shortage = ""
+        self.not_ready_since: dict[str, float] = {}
+        self.failures_in_a_row = 0  # of growing back: the backoff before the next try
+
+    def run(self) -> waits.Outcome:
+        settings = self.settings
+        selector = settings.selector
+        while True:
+            wake_at = min(self.deadline, max(self.next_replace_at, time.monotonic() + 0.1))
+            outcome, pods = waits.watch_until(self.kube, settings.namespace, selector,
+                                              judge_elastic(settings, self.attempt, self.published), wake_at)
+            if isinstance(outcome, HostsChanged):
+                self._publish(outcome)
+            elif outcome is not None:
+                return outcome
+            elif time.monotonic() >= self.deadline:
+                return waits.TimedOut({})
+            try:
+                self._drop_overdue(pods)
+                self._replace_if_short(pods)
+            except errors.Cancelled:
+                raise  # SIGTERM: teardown
+            except errors.DistributeTrainError as e:
+                self._failed_to_grow_back(e)
+
+    def _failed_to_grow_back(self, error: errors.DistributeTrainError) -> None:
+        """Best effort: the job trains on what it has, and tries again later."""
+        self.failures_in_a_row += 1
+        delay = retry_delay(self.failures_in_a_row)
+        self.next_replace_at = time.monotonic() + delay
+        log.warning("job %s: could not replace lost workers (%s); training goes on, next try in %.0fs",
+                    self.settings.job_name, error, delay)
+        self.reporter.events.record(events.REPLACE_FAILED, f"{error}; training goes on, tried again later")
+
+    def _publish(self, change: HostsChanged) -> None:
+        before = self.world
+        self.published, self.world = change.hosts, change.world
+        self.hosts.publish(change.hosts)
+        if before and change.world != before:
+            text = f"{change.world} of {self.settings.num_gpus} GPUs on {len(change.hosts) + 1} hosts (was {before})"
+            log.info("job %s: elastic hosts: %s: %s", self.settings.job_name, text,
+                     " ".join(f"{a}:{s}" for a, s in change.hosts))
+            self.reporter.events.record(events.RESIZED, text)
+        if change.world < before:
+            self.next_replace_at = 0.0  # a loss: look for replacements at once
+
+    def _drop_overdue(self, pods: Mapping[str, dict]) -> None:
+        """A worker that never gets Ready (its image, its node, its sshd) would hold its GPUs
+        for the rest of the job: delete it, and its GPUs are planned again."""
+        settings = self.settings
+        for name in overdue_workers(pods, settings, self.attempt, self.not_ready_since, time.monotonic()):
+            why = f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s " \
+                  f"({podstate.why_not_ready(pods[name]) or 'Ready'})"
+            log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
+            try:
+                delete_because(self.kube, settings.namespace, name, why)
+            except errors.Cancelled:
+                raise
+            except errors.DistributeTrainError as e:
+                # Still overdue at the next pass: deleted then.
+                raise errors.ApiError(f"could not delete worker {name}: {e}") from e
+            self.next_replace_at = 0.0  # its GPUs: plan again at once
+
+    def _replace_if_short(self, pods: Mapping[str, dict]) -> None:
+        if time.monotonic() < self.next_replace_at:
+            return
+        self.next_replace_at = time.monotonic() + REPLACE_RECHECK_S
+        self._replace(pods)
+        self.failures_in_a_row = 0
+
+    def _replace(self, pods: Mapping[str, dict]) -> None:
+        settings = self.settings
+        chief = pods.get(self.attempt.chief)
+        held = (podstate.gpus_of(chief) if chief else 0) + sum(podstate.gpus_of(w) for w in live_workers(pods, self.attempt))
+        missing = settings.num_gpus - held
+        if missing <= 0:
+            return
+        first = next_worker_index(pods)
+        # From a fresh inventory under the Lease: the job's own pods count as used.
+        booked = booking.book(self.kube, settings, lambda ledger: placement.up_to(ledger.free(), missing),
+                              lambda plan: self.kube.create_all_owned(
+                                  [manifests.worker_pod(settings, first + i, node, share, self.attempt.number)
+                                   for i, (node, share) in enumerate(plan)]))
+        if isinstance(booked, booking.Short):
+            shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
+                       f"(unavailable: {booked.ledger.unavailable()})"
+            if shortage != self.last_shortage:  # once per change, not every recheck
+                log.info("job %s: %s", settings.job_name, shortage)
+                self.last_shortage = shortage
+            return
+        self._replaced(booked, missing, first)
+
+    def _replaced(self, plan: Plan, missing: int, first: int) -> None:
+        settings = self.settings
+        text = f"{sum(share for _, share in plan)} of {missing} missing GPUs: " + ", ".join(
+            f"{self.attempt.worker(first + i)} on {node} ({share} GPUs)"
+            for i, (node, share) in enumerate(plan))
+        log.info("job %s: replacing lost workers: %s (plan %s)", settings.job_name, text, format_plan(plan))
+        self.reporter.events.record(events.WORKERS_CREATED, "replacing lost workers: " + text)

@@ -1,0 +1,128 @@
+"""One job, one loop: attempts, one after another, until the job ends.
+
+An attempt is one set of the job's pods under one plan (``<job>-worker-<i>-r<k>``,
+``<job>-chief-r<k>``). Each pass of the loop starts the current attempt, or adopts it
+(``pretraining``), then follows it to the chief's end (``posttraining``). When the
+attempt is lost, the loop alone decides what comes next:
+
+- a pod lost for a reason outside the training script: another attempt while
+  ``--max-restarts`` and the deadline allow (``restarts``), else the job fails (71);
+- pods not started within ``--worker-ready-timeout`` (someone took the GPUs, a node
+  died): another attempt, re-planned, while ``--wait-for-gpus`` lasts, else 75.
+
+Either way the lost attempt is torn down and its pods are waited out before the next
+one plans: until they are gone the scheduler counts their GPUs as used, so a job that
+fills its cluster would otherwise find no room for itself. The attempt (``run``) is
+moved on here alone; it and the restarts used live on the manager pod (the job's
+``record``), the loop's only state across processes: ``manager.sh`` runs the loop
+twice, pre-training stopping once the current attempt has started, post-training
+picking it up and following it to the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import urllib.parse
+
+from distributetrain.core import errors, exitcodes, manifests, restarts
+from distributetrain.core.names import Attempt
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events, waits
+from distributetrain.kube.client import Kube
+from distributetrain.manager.discovery import DiscoveryServer, HostList
+from distributetrain.manager.kinds import kind_of
+from distributetrain.manager.posttraining import PostTraining
+from distributetrain.manager.pretraining import AttemptNotStarted, PreTraining
+from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.run import Run
+from distributetrain.manager.teardown import tear_down
+
+log = logging.getLogger(__name__)
+
+# How long a lost attempt's pods may take to go before the next attempt plans anyway:
+# their grace period, and time for the kubelet to confirm. One on a dead node may never
+# go; its node is not a candidate for the next plan either.
+OLD_PODS_GONE_S = manifests.TERMINATION_GRACE_S + 20.0
+
+
+class Job:
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float):
+        self.kube = kube
+        self.settings = settings
+        self.job_run = Run(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
+                        gpus_until=time.monotonic() + settings.wait_for_gpus_s, hosts=HostList())
+        self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
+
+    def run(self, until_started: bool = False) -> int:
+        """Follow the job to the chief's end and return its exit code, tearing the job
+        down; with ``until_started``, return 0 once the current attempt has started.
+        Failures raise, typed, with the exit code that reports them."""
+        keep_chief = False
+        try:
+            with self._serving_hosts():
+                while True:
+                    try:
+                        plan = PreTraining(self.kube, self.job_run, self.kind).run()
+                        if until_started:
+                            return exitcodes.OK
+                        code = PostTraining(self.kube, self.job_run, plan, self.kind).run()
+                        keep_chief = not self.settings.delete_chief
+                        return code
+                    except errors.PodLost as lost:
+                        self._restart(lost)
+                    except AttemptNotStarted as late:
+                        self._plan_again(late)
+        finally:
+            if not until_started:
+                deleted = tear_down(self.kube, self.settings, keep_chief=keep_chief)
+                log.info("job %s torn down: %s", self.settings.job_name, ", ".join(deleted) or "nothing left")
+
+    def _serving_hosts(self) -> contextlib.AbstractContextManager:
+        # Without an address nothing can ask (and pre-flight refuses to create a chief).
+        if not self.settings.discovery_url:
+            return contextlib.nullcontext()
+        return DiscoveryServer(self.job_run.hosts, port=urllib.parse.urlsplit(self.settings.discovery_url).port)
+
+    def _restart(self, lost: errors.PodLost) -> None:
+        """The next attempt after a lost one, if the budget and the deadline allow; else raise ``lost``."""
+        reporter = self.job_run.reporter
+        used = reporter.record().restarts
+        backoff_s = restarts.restart_backoff(used, self.settings.max_restarts, self.job_run.deadline - time.monotonic())
+        if backoff_s is None:
+            raise lost
+        self._end_attempt()
+        self.job_run.attempt = self.job_run.attempt.next()
+        # Recorded after the teardown: a manager restarted in between finds the lost
+        # attempt again and counts this restart once.
+        reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, self.job_run.attempt.number, backoff_s)
+        time.sleep(backoff_s)
+
+    def _plan_again(self, late: AttemptNotStarted) -> None:
+        """Release an attempt that did not start in time; plan anew while GPUs may be waited for."""
+        self._end_attempt()
+        give_up = time.monotonic() >= min(self.job_run.gpus_until, self.job_run.deadline)
+        timeout_s = self.settings.worker_ready_timeout_s
+        self.job_run.reporter.events.record(
+            events.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
+                             + ("" if give_up else " and planning again"))
+        if give_up:
+            raise errors.JobFailed(f"pods not Ready within {timeout_s:.0f}s; released them ({late})",
+                                   exitcodes.TIMED_OUT)
+        log.warning("job %s: pods not Ready in time (%s); released them and planning again",
+                    self.settings.job_name, late)
+        # The next plan's pods get new names: a released pod may still be terminating.
+        self.job_run.attempt = self.job_run.attempt.next()
+        self.job_run.reporter.record_attempt(self.job_run.attempt.number)
+
+    def _end_attempt(self) -> None:
+        """Delete the attempt's pods and wait (bounded) until they are gone."""
+        settings = self.settings
+        self.job_run.hosts.publish(None)
+        tear_down(self.kube, settings, keep_chief=False)
+        left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
+                                     time.monotonic() + OLD_PODS_GONE_S)
+        if left:
+            log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",
+                        settings.job_name, ", ".join(sorted(left)), OLD_PODS_GONE_S)

@@ -1,0 +1,41 @@
+"""What differs between a static job and an elastic one (``--elastic``), decided once,
+by the job's loop (``kind_of``): the shape of an attempt's plan, and how training is
+followed from the chief's start to its end."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from distributetrain.core import placement
+from distributetrain.core.placement import Plan
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import waits
+from distributetrain.kube.client import Kube
+from distributetrain.manager.elastic import ElasticFollower
+from distributetrain.manager.run import Run
+
+
+class StaticJob:
+    """Every worker is needed from the chief's start to its end: losing one loses the attempt."""
+
+    def plan(self, free: Mapping[str, int], gpus: int) -> Plan:
+        return placement.plan(free, gpus)
+
+    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str]) -> waits.Outcome:
+        settings = run.settings
+        return waits.watch_job(kube, settings.namespace, settings.selector, waits.chief_finished(chief, workers),
+                               run.deadline, [chief, *workers])
+
+
+class ElasticJob:
+    """Workers come and go while training goes on (``elastic``)."""
+
+    def plan(self, free: Mapping[str, int], gpus: int) -> Plan:
+        return placement.with_a_worker(placement.plan(free, gpus))
+
+    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str]) -> waits.Outcome:
+        return ElasticFollower(kube, run).run()
+
+
+def kind_of(settings: JobSettings) -> StaticJob | ElasticJob:
+    return ElasticJob() if settings.elastic else StaticJob()

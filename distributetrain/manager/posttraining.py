@@ -1,0 +1,72 @@
+"""Post-training: follow a started attempt to the chief's end.
+
+The port of the seeds' DistributeTrain_PostTraining.py, which polled every 20 s until
+the chief was Completed and deleted the workers. Here a watch sees every change at
+once: the chief ending (its exit code becomes the manager's), a worker failing or
+vanishing (the attempt is lost), the chief never starting, or the job's deadline; a node
+lost by the node lifecycle controller's verdict takes the job's pods on it along
+(``nodewatch``). How training is followed is the job's kind's (``kinds``): an elastic
+job's follower keeps the hosts current and replaces lost workers. What a lost attempt leads to (a restart, or
+the end) is the job loop's decision (``job``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from distributetrain.core import errors, exitcodes
+from distributetrain.core.placement import Plan
+from distributetrain.kube import events, waits
+from distributetrain.kube.client import Kube
+from distributetrain.manager.kinds import ElasticJob, StaticJob
+from distributetrain.manager.nodewatch import NodeWatch
+from distributetrain.manager.reporting import PodWaits
+from distributetrain.manager.run import Run
+
+log = logging.getLogger(__name__)
+
+
+class PostTraining:
+    def __init__(self, kube: Kube, run: Run, plan: Plan, kind: StaticJob | ElasticJob):
+        self.kube = kube
+        self.job_run = run
+        self.kind = kind  # how training is followed
+        self.plan = plan  # the attempt's shares, the chief's last
+        self.settings = run.settings
+        self.reporter = run.reporter
+        self.deadline = run.deadline
+
+    def run(self) -> int:
+        """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
+        settings = self.settings
+        chief, workers = self.job_run.attempt.chief, self.job_run.attempt.workers(len(self.plan) - 1)
+        start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
+        with NodeWatch(self.kube, settings, self.reporter):
+            outcome = self._follow(chief, workers, start_by)
+        if isinstance(outcome, waits.ChiefFinished):
+            return outcome.exit_code
+        if isinstance(outcome, waits.PodLost):
+            raise outcome.error()
+        if time.monotonic() >= self.deadline:
+            raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
+                                   exitcodes.TIMED_OUT)
+        reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
+        raise errors.JobFailed(f"chief did not start within {settings.worker_ready_timeout_s:.0f}s ({reasons})",
+                               exitcodes.TIMED_OUT)
+
+    def _follow(self, chief: str, workers: list[str], start_by: float) -> waits.Outcome:
+        """From the chief's creation to its end (or the attempt's loss, or a deadline)."""
+        settings = self.settings
+        expected = [chief, *workers]
+        pod_waits = PodWaits(self.reporter, expected)
+        try:
+            outcome = waits.watch_job(self.kube, settings.namespace, settings.selector,
+                                      pod_waits.watching(waits.chief_started(chief, workers)), start_by, expected)
+        finally:
+            pod_waits.done()
+        if not isinstance(outcome, waits.ChiefStarted):
+            return outcome
+        self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
+        self.reporter.phase("Training")
+        return self.kind.follow(self.kube, self.job_run, chief, workers)

@@ -1,0 +1,247 @@
+"""Pre-training: start one attempt of the job, or adopt the one that exists.
+
+The port of the seeds' DistributeTrain_PreTraining.py, in order:
+1. pre-flight: every object is validated by a server-side dry run, so bad input
+   (missing namespace, invalid image, no permission) fails before anything exists;
+2. under the placement Lease (``booking``): inventory, plan, then the SSH Secret, the
+   pinned workers and the chief in one burst, so every GPU of the plan is held from the
+   start (the chief's too, through a multi-GB image pull: no other pod can take it
+   meanwhile);
+3. wait (watch) until every worker is Ready and the chief is bound to its node, then
+   publish the workers' addresses, which the chief asks the manager for (``discovery``).
+
+What happens when the attempt does not start (a pod lost, not Ready in time) is the
+job loop's decision (``job``), not this module's: it raises, typed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, podstate
+from distributetrain.core.placement import Plan, format_plan
+from distributetrain.core.settings import JobSettings
+from distributetrain.core.sshkeys import JobKeys
+from distributetrain.kube import events, waits
+from distributetrain.kube.client import Kube
+from distributetrain.manager import booking, earlierruns
+from distributetrain.manager.freegpus import FreeGpuWatch
+from distributetrain.manager.kinds import ElasticJob, StaticJob
+from distributetrain.manager.nodewatch import NodeWatch
+from distributetrain.manager.reporting import PodWaits
+from distributetrain.manager.run import Run
+from distributetrain.manager.teardown import tear_down
+
+log = logging.getLogger(__name__)
+
+# While waiting for GPUs, plan at most this often, however often GPUs free up and are taken.
+REPLAN_MIN_INTERVAL_S = 1.0
+
+
+def job_pods(kube: Kube, settings: JobSettings) -> dict[str, dict]:
+    """This manager's pods of the job (never those of an earlier run of the same name)."""
+    items, _ = kube.list_all("pods", settings.namespace, label_selector=settings.selector)
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def preflight(kube: Kube, settings: JobSettings) -> None:
+    """Server-side dry run of every kind of object the job creates; nothing is persisted."""
+    if not settings.discovery_url:
+        raise errors.UsageError("MANAGER_POD_IP", "the chief asks the manager for its hosts: set it to the manager "
+                                                  "pod's address (downward API status.podIP, as manager.yaml does)")
+    if not kube.namespace_exists(settings.namespace):
+        raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
+    envsecrets.require_env_secrets(kube, settings)
+    keys = JobKeys.generate(settings.job_name)
+    probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
+    objects = manifests.job_objects(settings, probe_plan, keys)
+    for obj in objects:
+        try:
+            kube.create_owned(obj, dry_run=True)
+        except errors.NotFound as e:
+            raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
+        except errors.Invalid as e:
+            raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
+
+
+def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
+    """Requests no cluster state could ever satisfy are bad input, not a wait."""
+    if not ledger.advertised:
+        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
+    # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
+    # only more GPUs than every node the selector allows advertises is never satisfiable.
+    if settings.num_gpus > ledger.selectable:
+        where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
+        raise errors.UsageError(
+            "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
+
+
+class AttemptNotStarted(errors.DistributeTrainError):
+    """The attempt's pods did not all start within --worker-ready-timeout."""
+
+    def __init__(self, waiting_for: dict[str, str]):
+        self.waiting_for = waiting_for  # pod name -> why it is not there yet
+        super().__init__("; ".join(f"{pod}: {why}" for pod, why in waiting_for.items()))
+
+
+class PreTraining:
+    """Start the run's current attempt: adopt its pods, or plan and create them."""
+
+    def __init__(self, kube: Kube, run: Run, kind: StaticJob | ElasticJob):
+        self.kube = kube
+        self.job_run = run
+        self.kind = kind  # the plan's shape
+        self.settings = run.settings
+        self.reporter = run.reporter
+        self.attempt = run.attempt
+        self.last_shortage = ""  # logged once per change
+
+    def run(self) -> Plan:
+        """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
+        raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
+        settings = self.settings
+        pods = job_pods(self.kube, settings)
+        plan = self._adopt(pods)
+        if plan is None:
+            self.job_run.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
+            preflight(self.kube, settings)
+            earlierruns.clear(self.kube, settings)
+            plan = self._place(self.job_run.gpus_until)
+            pods = {}
+        chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
+        outcome = waits.attempt_started(chief, workers)(pods) if pods else None
+        if not isinstance(outcome, waits.AttemptStarted):  # else adopted, started already: no news
+            outcome = self._wait_until_started(chief, workers)
+            if workers:
+                self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
+                                            ", ".join(f"{name} ({address})"
+                                                      for name, (address, _) in zip(workers, outcome.hosts)))
+            self.reporter.phase("Running")
+        self.job_run.hosts.publish(outcome.hosts)
+        return plan
+
+    def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted:
+        settings = self.settings
+        self.reporter.phase("StartingWorkers")
+        ready_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.job_run.deadline)
+        pod_waits = PodWaits(self.reporter, [*workers, chief])
+        try:
+            # A worker's node lost while it starts: deleted at once, a loss like any other.
+            with NodeWatch(self.kube, settings, self.reporter):
+                outcome = waits.watch_job(self.kube, settings.namespace, settings.selector,
+                                          pod_waits.watching(waits.attempt_started(chief, workers)), ready_by,
+                                          [*workers, chief])
+        finally:
+            pod_waits.done()
+        if isinstance(outcome, waits.PodLost):
+            raise outcome.error(" before training started")
+        if isinstance(outcome, waits.TimedOut):
+            raise AttemptNotStarted(outcome.waiting_for)
+        return outcome
+
+    def _adopt(self, pods: dict[str, dict]) -> Plan | None:
+        """The plan of this attempt's pods if they all exist (a restarted manager, or
+        post-training after pre-training); None if there are none. Partial leftovers (a
+        manager killed while creating them) are deleted: the attempt starts over."""
+        settings = self.settings
+        chief = pods.get(self.attempt.chief)
+        workers = sorted((p for p in pods.values() if podstate.is_worker_of(p, self.attempt)), key=podstate.worker_index)
+        if chief is None and not workers:
+            return None
+        plan = [(inventory.pinned_node(pod["spec"]) or podstate.node(pod), podstate.gpus_of(pod)) for pod in workers]
+        if chief is not None:
+            plan.append((inventory.pinned_node(chief["spec"]) or podstate.node(chief), podstate.gpus_of(chief)))
+        complete = chief is not None and sum(share for _, share in plan) == settings.num_gpus \
+            and [podstate.worker_index(w) for w in workers] == list(range(len(workers)))
+        if not complete:
+            log.warning("job %s: the pods of attempt %d are incomplete; deleting them and starting over",
+                        settings.job_name, self.attempt.number)
+            tear_down(self.kube, settings, keep_chief=False)
+            return None
+        log.info("job %s: adopting attempt %d, plan %s", settings.job_name, self.attempt.number, format_plan(plan))
+        return plan
+
+    def _place(self, give_up_at: float) -> Plan:
+        """Book the attempt's GPUs (``booking``); wait for GPUs while allowed.
+
+        While it waits, the free GPUs are followed from one list and watches
+        (``FreeGpuWatch``): the Lease and a fresh inventory, which alone decide the plan,
+        are taken again only when those say the request fits, and once more when the
+        wait is over (for the reasons the job fails with).
+        """
+        wait_until = min(give_up_at, self.job_run.deadline)
+        next_plan_at = 0.0
+        with contextlib.ExitStack() as waiting:
+            watch: FreeGpuWatch | None = None  # from the first shortage on
+
+            def still_wanted() -> bool:
+                # The manager that held the Lease before may have taken the GPUs seen free:
+                # its pods are on the watch by then, so no list is needed to know.
+                return watch is None or watch.fits() is not False or time.monotonic() >= wait_until
+
+            while True:
+                time.sleep(max(0.0, next_plan_at - time.monotonic()))
+                next_plan_at = time.monotonic() + REPLAN_MIN_INTERVAL_S
+                seen = watch.generation if watch else 0
+                self.reporter.phase("Planning")
+                # A busy Lease is tried for as long as the job may wait for GPUs (LOCK_TIMEOUT_S at least).
+                booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, wait_until,
+                                      still_wanted)
+                if isinstance(booked, list):
+                    return booked
+                if isinstance(booked, booking.Short):
+                    self._short(booked, wait_until)
+                self.reporter.phase("WaitingForGPUs")
+                if watch is None:
+                    watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings))
+                self._wait_for_freed_gpus(watch, seen, wait_until)
+
+    def _choose(self, ledger: inventory.GpuLedger) -> Plan:
+        check_request(ledger, self.settings)
+        free = ledger.free()
+        plan = self.kind.plan(free, self.settings.num_gpus)
+        log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
+        return plan
+
+    def _short(self, short: booking.Short, wait_until: float) -> None:
+        """Fail once the wait is over; until then, say (once per change) what is missing."""
+        settings = self.settings
+        if time.monotonic() >= wait_until:
+            advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
+            raise errors.JobFailed(f"{short}{advice}", exitcodes.INSUFFICIENT_GPUS)
+        if str(short) != self.last_shortage:
+            log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, short,
+                     settings.wait_for_gpus_s)
+            self.last_shortage = str(short)
+        # The same shortage again adds to one Event's count (the recorder's series).
+        self.reporter.events.record(events.WAITING_FOR_GPUS, f"{short}; waiting up to "
+                                    f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
+
+    def _wait_for_freed_gpus(self, watch: FreeGpuWatch, seen: int, until: float) -> None:
+        """Return once the followed ledger changed since generation ``seen`` and the request
+        fits (GPUs freed, a node Ready, uncordoned or untainted), or at ``until``. Pods that
+        hold no GPU coming and going never wake it."""
+        if watch.wait_until_fits(seen, until):
+            log.info("job %s: %d GPUs may be free now; planning again", self.settings.job_name,
+                     self.settings.num_gpus)
+
+    def _create_pods(self, plan: Plan) -> None:
+        """The Secret, the workers and the chief, in one burst (all under the Lease)."""
+        settings = self.settings
+        self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: "
+                                                    f"{format_plan(plan)} (the chief's share last)")
+        self.reporter.planned(plan)
+        secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
+        self.kube.create_owned(secret)
+        self.kube.create_all_owned(pods)
+        if len(plan) > 1:
+            self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
+                f"{self.attempt.worker(index)} on {node} ({share} GPUs)"
+                for index, (node, share) in enumerate(plan[:-1])))
+        chief_node, chief_share = plan[-1]
+        self.reporter.events.record(
+            events.CHIEF_CREATED, f"{self.attempt.chief} on {chief_node} "
+                                  f"({chief_share} GPUs): horovodrun -np {settings.num_gpus} over {len(plan)} pods "
+                                  "once the workers are Ready")

@@ -1,0 +1,26 @@
+"""A run of the job: what one manager process holds while it runs the job.
+
+``JobSettings`` is what the user asked for and never changes. The run adds what does:
+the current attempt (moved on by the job's loop alone, recorded on the manager pod so
+that the next process, post-training or a restarted container, picks it up), and what
+belongs to this process: its deadlines and the hosts it serves the chief.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distributetrain.core.names import Attempt
+from distributetrain.core.settings import JobSettings
+from distributetrain.manager.discovery import HostList
+from distributetrain.manager.reporting import Reporter
+
+
+@dataclass
+class Run:
+    settings: JobSettings
+    reporter: Reporter  # the job's record and Events
+    attempt: Attempt
+    deadline: float  # monotonic; --active-deadline
+    gpus_until: float  # monotonic; how long plans may wait for GPUs (--wait-for-gpus)
+    hosts: HostList  # the current attempt's workers, as the chief is told them

@@ -1,0 +1,60 @@
+"""Delete everything a job created. Safe to run twice, and on any path out."""
+
+from __future__ import annotations
+
+import logging
+
+from distributetrain.core import errors, names, podstate
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube.client import Kube, owner_uids
+
+log = logging.getLogger(__name__)
+
+
+def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
+    """Delete the job's workers, Secret and chief; return what was deleted.
+
+    ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
+    left: each lost attempt is torn down whole); a chief still running (its manager died
+    mid-job) is deleted, or it would hold its GPUs to the end.
+    """
+    namespace, job = settings.namespace, settings.job_name
+    pods, _ = kube.list_all("pods", namespace, label_selector=settings.selector)
+    doomed = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        if not podstate.is_training_pod(pod):
+            continue
+        if keep_chief and podstate.role(pod) == names.ROLE_CHIEF and podstate.is_finished(pod):
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        doomed.append(name)
+    deleted = [f"pod/{name}" for name in kube.delete_all("Pod", namespace, sorted(doomed))]
+    if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
+        deleted.append(f"secret/{names.secret_name(job)}")
+    return deleted
+
+
+def _is_own_secret(kube: Kube, settings: JobSettings) -> bool:
+    """The job's Secret exists and is this manager's (an earlier run's of the same name is not)."""
+    secret = kube.read("Secret", settings.namespace, names.secret_name(settings.job_name))
+    return secret is not None and (not settings.owner_uid or settings.owner_uid in owner_uids(secret))
+
+
+def delete_because(kube: Kube, namespace: str, name: str, cause: str) -> bool:
+    """Delete one job pod with the reason on it (read back as its loss's cause); False if it was gone."""
+    try:
+        kube.annotate_pod(namespace, name, {names.ANNOTATION_DELETED_BECAUSE: cause})
+    except errors.NotFound:
+        return False
+    return kube.delete("Pod", namespace, name)
+
+
+def tear_down_quietly(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
+    """Teardown on a failure path: never let a second error hide the first."""
+    try:
+        return tear_down(kube, settings, keep_chief)
+    except errors.DistributeTrainError as e:
+        log.error("teardown of job %s incomplete: %s", settings.job_name, e)
+        return []

@@ -1,0 +1,235 @@
+"""The one in-memory stand-in for ``Kube`` in the manager's unit tests.
+
+It holds nodes, the job's pods, Secrets, the placement Lease and the manager's own pod,
+and keeps every write and every pod watch in ``actions`` as (verb, kind, name), in order,
+so a test can compare what the manager did as a whole list (as mpi-operator's controller
+tests compare action lists); ``annotated`` keeps each annotation patch, in order. It implements ``KubeApi``, the Protocol taken from ``Kube``;
+``test_fakekube`` holds both to its signatures, so a change to ``Kube`` breaks this fake
+instead of leaving the tests to pass against calls the manager no longer makes.
+
+What the tests script:
+- ``pod_watches``: each pod watch plays the next script: (event type, pod) pairs, or
+  (pod name, new status) for a pod it holds, or an exception to raise; a watch with no
+  script left (or None) waits out its timeout. ``on_pod_watch(fake)``, if set, runs
+  instead of the scripts (a story of its own: e.g. the chief ends once a replacement
+  exists);
+- ``send_nodes(...)``: node events, delivered to the running node watch as they are sent;
+- ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
+  ``create_owned``, ``annotate_pod``, ...);
+- ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node).
+
+No mock stands in for the API server where a test claims to test the manager against
+Kubernetes: those tests run on the local cluster. This fake is for the manager's logic.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from distributetrain.core import inventory, names
+from distributetrain.kube.client import KubeApi
+
+MANAGER_POD = "demo"
+DELETED_AT = "2026-01-02T12:00:00Z"
+
+
+def node(name: str, gpus: int = 8, ready: bool = True, labels: dict | None = None) -> dict:
+    """A GPU node as the kubelet reports it (hostname label = name)."""
+    return {"metadata": {"name": name, "labels": {names.HOSTNAME_LABEL: name, **(labels or {})}}, "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                       "allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def manager_pod(name: str = MANAGER_POD, namespace: str = "ml", uid: str = "uid-1",
+                restart_policy: str = "Never") -> dict:
+    return {"metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": {}},
+            "spec": {"restartPolicy": restart_policy}, "status": {"phase": "Running"}}
+
+
+class FakeKube(KubeApi):
+    def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None):
+        self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
+        self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
+        self.secrets: dict[str, dict] = {}
+        self.lease: dict | None = None
+        self.manager = manager if manager is not None else manager_pod()
+        self.actions: list[tuple[str, str, str]] = []
+        self.action_times: list[float] = []  # monotonic, one per action
+        self.annotated: list[tuple[str, dict]] = []  # (pod, patch)
+        self.failures: dict[str, list[BaseException]] = {}
+        self.pod_watches: list[list | None] = []
+        self.on_pod_watch: Callable[[FakeKube, float], Iterator[tuple[str, dict]]] | None = None
+        self.pods_stay_terminating = False
+        self.pod_lists = 0
+        self.api_client = None
+        self.lock = threading.RLock()  # the node watch runs in a thread of its own
+        self._node_events: queue.SimpleQueue = queue.SimpleQueue()
+
+    # -- what tests use to set the scene --------------------------------------------------
+    def send_nodes(self, *changed: dict) -> None:
+        for n in changed:
+            with self.lock:
+                self.nodes[n["metadata"]["name"]] = copy.deepcopy(n)
+            self._node_events.put(("MODIFIED", copy.deepcopy(n)))
+
+    def writes(self, verb: str | None = None, kind: str | None = None) -> list[str]:
+        """Names written, in order, optionally of one verb and kind."""
+        return [name for v, k, name in self.actions if verb in (None, v) and kind in (None, k)]
+
+    def _act(self, verb: str, kind: str, name: str) -> None:
+        self.actions.append((verb, kind, name))
+        self.action_times.append(time.monotonic())
+
+    def when(self, verb: str, kind: str, name: str) -> float:
+        """When (monotonic) that action was first taken."""
+        return self.action_times[self.actions.index((verb, kind, name))]
+
+    def annotation_history(self, key: str, pod: str = MANAGER_POD) -> list[str | None]:
+        """Every value ``key`` was given on ``pod``, in order (None: removed)."""
+        return [patch[key] for name, patch in self.annotated if name == pod and key in patch]
+
+    def _maybe_fail(self, call: str) -> None:
+        if self.failures.get(call):
+            raise self.failures[call].pop(0)
+
+    def _pods(self, selectors: dict[str, str]) -> list[dict]:
+        terms = [term.partition("=")[::2] for term in filter(None, selectors.get("label_selector", "").split(","))]
+        return [copy.deepcopy(p) for p in self.pods.values()
+                if all((p["metadata"].get("labels") or {}).get(key) == value for key, value in terms)]
+
+    def _store(self, kind: str) -> dict[str, dict]:
+        return self.pods if kind == "Pod" else self.secrets
+
+    # -- reads ----------------------------------------------------------------------------
+    def list_pages(self, kind: str, namespace: str | None = None, **selectors: str) -> Iterator[tuple[list[dict], str]]:
+        self._maybe_fail("list_pages")
+        yield self.list_all(kind, namespace, **selectors)
+
+    def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
+        self._maybe_fail("list_all")
+        with self.lock:
+            if kind == "nodes":
+                return copy.deepcopy(list(self.nodes.values())), "1"
+            self.pod_lists += 1
+            return self._pods(selectors), "1"
+
+    def namespace_exists(self, name: str) -> bool:
+        return True
+
+    def get_pod(self, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self.manager if name == self.manager["metadata"]["name"] else self.pods.get(name))
+
+    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self._store(kind).get(name))
+
+    # -- writes ---------------------------------------------------------------------------
+    def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
+        if dry_run:
+            return obj
+        self._maybe_fail("create_owned")
+        created = copy.deepcopy(obj)
+        if obj["kind"] == "Pod":
+            created["status"] = {"phase": "Pending"}
+        with self.lock:
+            self._store(obj["kind"])[obj["metadata"]["name"]] = created
+            self._act("create", obj["kind"], obj["metadata"]["name"])
+        return copy.deepcopy(created)
+
+    def create_all_owned(self, objs: list[dict]) -> list[dict]:
+        self._maybe_fail("create_all_owned")
+        return [self.create_owned(obj) for obj in objs]
+
+    def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
+        self._maybe_fail("delete")
+        with self.lock:
+            store = self._store(kind)
+            if name not in store:
+                return False
+            self._act("delete", kind, name)
+            if kind == "Pod" and self.pods_stay_terminating:
+                first = "deletionTimestamp" not in store[name]["metadata"]
+                store[name]["metadata"]["deletionTimestamp"] = DELETED_AT
+                return first
+            del store[name]
+            return True
+
+    def delete_all(self, kind: str, namespace: str, names: list[str]) -> list[str]:
+        return [name for name in names if self.delete(kind, namespace, name)]
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self._maybe_fail("annotate_pod")
+        with self.lock:
+            pod = self.manager if name == self.manager["metadata"]["name"] else self.pods[name]
+            current = pod["metadata"].setdefault("annotations", {})
+            for key, value in annotations.items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = value
+            self._act("annotate", "Pod", name)
+            self.annotated.append((name, dict(annotations)))
+
+    # -- watches --------------------------------------------------------------------------
+    def watch_pods(
+        self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
+    ) -> Iterator[tuple[str, dict]]:
+        with self.lock:
+            self._act("watch", "Pod", "")
+        if self.on_pod_watch is not None:
+            yield from self.on_pod_watch(self, timeout_s)
+            return
+        script = self.pod_watches.pop(0) if self.pod_watches else None
+        if script is None:  # nothing (more) scripted: the watch waits out its timeout
+            time.sleep(timeout_s)
+            return
+        for step in script:
+            if isinstance(step, BaseException):
+                raise step
+            yield self.apply(*step)
+
+    def apply(self, first: str, second: dict) -> tuple[str, dict]:
+        """(event type, pod) as given, or (pod name, status) applied to the pod held."""
+        with self.lock:
+            if first in ("ADDED", "MODIFIED", "DELETED"):
+                if first == "DELETED":
+                    self.pods.pop(second["metadata"]["name"], None)
+                else:
+                    self.pods[second["metadata"]["name"]] = copy.deepcopy(second)
+                return first, copy.deepcopy(second)
+            pod = self.pods[first]
+            pod["status"] = second
+            if any(c["type"] == "PodScheduled" and c["status"] == "True" for c in second.get("conditions", ())):
+                pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
+            return "MODIFIED", copy.deepcopy(pod)
+
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        ends_at = time.monotonic() + timeout_s
+        while (left := ends_at - time.monotonic()) > 0:
+            try:
+                yield self._node_events.get(timeout=left)
+            except queue.Empty:
+                return
+
+    # -- leases ---------------------------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self.lease)
+
+    def create_lease(self, lease: dict) -> dict:
+        with self.lock:
+            self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
+            self._act("create", "Lease", lease["metadata"]["name"])
+            return copy.deepcopy(self.lease)
+
+    def replace_lease(self, lease: dict) -> dict:
+        with self.lock:
+            version = int((self.lease or {}).get("metadata", {}).get("resourceVersion", "0")) + 1
+            self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
+            self._act("replace", "Lease", lease["metadata"]["name"])
+            return copy.deepcopy(self.lease)

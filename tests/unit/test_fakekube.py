@@ -1,0 +1,34 @@
+"""The unit tests' stand-in for Kube answers the same calls with the same signatures."""
+
+import inspect
+
+import pytest
+
+from distributetrain.kube.client import Kube, KubeApi
+from fakekube import FakeKube
+
+API = sorted(name for name, member in vars(KubeApi).items() if inspect.isfunction(member) and not name.startswith("_"))
+
+
+def test_the_protocol_is_every_public_call_of_kube():
+    public = sorted(name for name, member in vars(Kube).items() if inspect.isfunction(member) and not name.startswith("_"))
+    assert public == API
+
+
+@pytest.mark.parametrize("name", API)
+def test_kube_and_the_fake_match_the_protocol(name):
+    wanted = inspect.signature(getattr(KubeApi, name))
+    assert inspect.signature(getattr(Kube, name)) == wanted
+    assert inspect.signature(getattr(FakeKube, name)) == wanted
+
+
+def test_writes_are_recorded_in_order():
+    kube = FakeKube()
+    kube.create_all_owned([{"kind": "Secret", "metadata": {"name": "s"}}, {"kind": "Pod", "metadata": {"name": "p"}}])
+    kube.annotate_pod("ml", "demo", {"a": "1"})
+    kube.delete_all("Pod", "ml", ["p", "gone"])
+    kube.annotate_pod("ml", "demo", {"a": None})
+    assert kube.actions == [("create", "Secret", "s"), ("create", "Pod", "p"), ("annotate", "Pod", "demo"),
+                            ("delete", "Pod", "p"), ("annotate", "Pod", "demo")]
+    assert kube.writes("create") == ["s", "p"] and kube.manager["metadata"]["annotations"] == {}
+    assert kube.annotation_history("a") == ["1", None]
