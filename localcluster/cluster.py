@@ -387,8 +387,8 @@ class Cluster:
             yield NodeStatus(node["metadata"]["name"], ready, gpus)
 
     def _delete_orphan_nodes(self) -> None:
-        """Delete Nodes no agent serves any more (e.g. from an agent killed in an
-        earlier run), so they do not linger NotReady in etcd across restarts."""
+        """Delete Nodes no kubelet serves any more (e.g. one killed in an earlier run),
+        so they do not linger NotReady in etcd across restarts."""
         response = self.probe().get("/api/v1/nodes")
         if response is None or response.status != 200:
             return

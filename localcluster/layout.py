@@ -45,12 +45,8 @@ class RunLayout:
         return self.root / "etcd"
 
     @property
-    def agents(self) -> Path:
-        return self.root / "agents"
-
-    @property
     def kubeconfig(self) -> Path:
-        """The admin kubeconfig (system:masters), for users, tests and agents."""
+        """The admin kubeconfig (system:masters), for users and tests."""
         return self.root / "kubeconfig"
 
     @property
@@ -95,7 +91,7 @@ class RunLayout:
         return self.pki / f"{component}.kubeconfig"
 
     def make_dirs(self) -> None:
-        for directory in (self.root, self.pki, self.logs, self.pids, self.agents):
+        for directory in (self.root, self.pki, self.logs, self.pids):
             directory.mkdir(parents=True, exist_ok=True)
         self.pki.chmod(0o700)
 

@@ -1,6 +1,6 @@
 """What a cluster may leave on the host, and its removal.
 
-`down` first stops components and agents politely; this is the belt and braces
+`down` first stops components and nodes politely; this is the belt and braces
 after that, and also what tests use to prove nothing is left: the nodes' cgroup
 trees (with every process in them: containers, containerd's shims), processes
 tied to the run directory or inside the cluster's network namespaces, the

@@ -1,8 +1,8 @@
 """Cluster-wide bookkeeping of node groups: names and node indices.
 
 A node's index fixes its addresses (node netns 10.233.0.(10+index), pod CIDR
-10.233.index.0/24), so two agents must never get the same index, and node
-names must be unique across agents. Several processes (the CLI, test sessions)
+10.233.index.0/24), so two nodes must never get the same index, and node
+names must be unique. Several processes (the CLI, test sessions)
 may add nodes at once, so the record is a JSON file updated under an flock.
 """
 
