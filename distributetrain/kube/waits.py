@@ -58,6 +58,13 @@ class TimedOut:
 
 
 Outcome = AttemptStarted | ChiefStarted | ChiefFinished | PodLost | TimedOut
+
+# How long a chief's failure waits for its workers' status: a worker lost under the ranks
+# (its node, its sshd) often fails the chief at once, over the broken ssh connection,
+# while the kubelet reports the worker's own end only after its next relist and status
+# update (one to a few seconds; more under load). Without the wait, the job would read
+# as the training script's failure, which is never restarted.
+WORKER_STATUS_LAG_S = 15.0
 Judge = Callable[[Mapping[str, dict]], Outcome | None]
 
 
@@ -119,6 +126,15 @@ def chief_finished(chief: str, workers: list[str]) -> Judge:
         if (gone := podstate.gone(pod)) is not None:
             return PodLost(chief, gone)
         return None
+
+    return judge
+
+
+def worker_lost(workers: list[str]) -> Judge:
+    """The first of ``workers`` lost (ended, deleted or being deleted)."""
+
+    def judge(pods: Mapping[str, dict]) -> Outcome | None:
+        return next((lost for name in workers if (lost := _lost(name, pods.get(name)))), None)
 
     return judge
 

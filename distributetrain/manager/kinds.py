@@ -4,6 +4,7 @@ followed from the chief's start to its end."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from distributetrain.core import placement
@@ -23,8 +24,16 @@ class StaticJob:
 
     def follow(self, kube: Kube, run: Run, chief: str, workers: list[str]) -> waits.Outcome:
         settings = run.settings
-        return waits.watch_job(kube, settings.namespace, settings.selector, waits.chief_finished(chief, workers),
-                               run.deadline, [chief, *workers])
+        outcome = waits.watch_job(kube, settings.namespace, settings.selector, waits.chief_finished(chief, workers),
+                                  run.deadline, [chief, *workers])
+        if isinstance(outcome, waits.ChiefFinished) and outcome.exit_code != 0 and workers:
+            # A worker lost under the chief is the cause, if its status says so in time.
+            until = min(run.deadline, time.monotonic() + waits.WORKER_STATUS_LAG_S)
+            lost = waits.watch_job(kube, settings.namespace, settings.selector, waits.worker_lost(workers), until,
+                                   workers)
+            if isinstance(lost, waits.PodLost):
+                return lost
+        return outcome
 
 
 class ElasticJob:

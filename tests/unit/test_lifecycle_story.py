@@ -3,6 +3,7 @@ the manager pod, in order, and what it says about pods that wait."""
 
 import json
 import socket
+import time
 
 import pytest
 
@@ -62,6 +63,7 @@ def story(monkeypatch, tmp_path):
     api = FakeEventsApi()
     monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)  # the workers' statuses are scripted
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None):
@@ -191,6 +193,31 @@ def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(stor
     assert (annotations[names.ANNOTATION_RESTARTS], annotations[names.ANNOTATION_ATTEMPT]) == ("1", "1")
     assert annotations[names.ANNOTATION_RESTART_REASON] == "pod demo-worker-0 ended (Failed, exit code 137)"
     assert set(kube.pods) == {"demo-chief-r1"}  # the lost attempt torn down; the finished chief kept
+
+
+def test_a_worker_whose_end_is_reported_after_the_chief_s_failure_is_still_the_cause(story, monkeypatch):
+    """The chief fails over the broken ssh connection before the kubelet reports the
+    worker's end (it relists every second): the job restarts, as for a lost worker."""
+    monkeypatch.setattr("distributetrain.core.restarts.RESTART_BACKOFF_S", 0.01)
+    code, recorded, _ = story(
+        [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
+         [("demo-chief", ended(1))], [("demo-worker-0", WORKER_KILLED)],
+         [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
+         [("demo-chief-r1", ended(0))]],
+        settings=SETTINGS.replace(max_restarts=1))
+    assert code == 0
+    assert [r for r in recorded if r[0] == "Restarting"] == [
+        ("Restarting", "Warning", "pod demo-worker-0 ended (Failed, exit code 137); restart 1 of 1 (attempt 1) in 0s")]
+
+
+def test_a_chief_that_fails_alone_is_its_own_failure_once_the_workers_had_time_to_say(story):
+    started = time.monotonic()
+    code, recorded, _ = story(
+        [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
+         [("demo-chief", ended(3))]],
+        settings=SETTINGS.replace(max_restarts=1))
+    assert code == 3 and "Restarting" not in [r[0] for r in recorded]
+    assert time.monotonic() - started >= 0.3  # the story's WORKER_STATUS_LAG_S
 
 
 @pytest.mark.parametrize("used,allowed", [(0, 0), (1, 1)])
