@@ -3,7 +3,7 @@
 Why: the seeds slept 30 s before creating the chief and polled every 20 s for its end
 (DESIGN.md); the port watches instead. The targets: under 1 s of manager overhead at
 64 workers beyond the pods' own start-up, and teardown begun within 1 s of the chief's
-exit. Everything between is the cluster's (scheduling, the node agent starting pods)
+exit. Everything between is the cluster's (scheduling, the kubelets starting pods)
 or the training's (horovodrun), and is reported only for context.
 
 Setup: 65 one-GPU nodes of our own on the local cluster; a job of ``W`` workers asks for
@@ -18,7 +18,7 @@ Intervals, from the manager's log records and a watch on the namespace's pods:
 - last worker Ready -> chief created;
 - chief exit -> teardown begun / done: the chief's terminal phase seen on the watch, to
   the manager's first delete, and to its last teardown request;
-and, for context, worker start-up (last worker created -> last Ready, the node agent's
+and, for context, worker start-up (last worker created -> last Ready, the kubelets'
 work) and chief run (created -> exit: SSH checks and horovodrun).
 
 Each run also keeps a trace: every request's latency (``TracedKube``), and who had the
@@ -61,10 +61,11 @@ SEEDS_POLL_S = 20.0  # the seeds' polling period for the chief's end
 NOOP = '"""Stand-in training script: the benchmark measures everything around it."""\n'
 NAME = "control-plane"
 CPU_SAMPLE_S = 0.25  # /proc sampling period of the CPU account (cheap: a handful of files)
-# Long-lived processes whose CPU is accounted separately; everything else (conmon, the
+# Long-lived processes whose CPU is accounted separately; everything else (the
 # containers themselves, other engineers' tests) is "other".
 CPU_GROUPS = {"kube-apiserver": "apiserver", "etcd": "etcd", "kube-scheduler": "scheduler",
-              "kube-controller-manager": "controller-manager", "localcluster.agent": "node agent"}  # with its podman commands
+              "kube-controller-manager": "controller-manager", "kubelet": "kubelets",
+              "containerd": "containerd (and its shims)"}
 
 
 class TracedKube(Kube):
@@ -86,7 +87,7 @@ class TracedKube(Kube):
 
 
 class CpuAccount:
-    """Samples /proc: the machine's busy CPU, and the control plane's and agents' share."""
+    """Samples /proc: the machine's busy CPU, and the control plane's and nodes' share."""
 
     def __init__(self):
         self.samples: list[tuple[float, float, dict[str, float]]] = []  # (time, busy s, group -> s)
@@ -120,8 +121,6 @@ class CpuAccount:
             except OSError:
                 continue
             used = int(stat[11]) + int(stat[12])  # utime, stime
-            if group == "node agent":
-                used += int(stat[13]) + int(stat[14])  # and its podman commands' (children waited for)
             groups[group] = groups.get(group, 0.0) + used / ticks
         return time.time(), busy, groups
 
@@ -285,7 +284,7 @@ def plot(summary: dict, path) -> None:
 
     ax = axes[1]
     for key, label, style in (
-        ("worker_startup_s", "worker start-up (node agent)", "o-"),
+        ("worker_startup_s", "worker start-up (kubelets)", "o-"),
         ("chief_run_s", "chief run (SSH checks + horovodrun)", "s-"),
         ("exit_to_teardown_begun_s", "chief exit -> teardown begun", "^-"),
         ("exit_to_workers_gone_s", "chief exit -> workers gone", "v-"),
@@ -351,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
         with testbed.node_pool(cluster, prefix, nodes) as selector, \
                 testbed.namespace(api_client, "bench-control-plane") as namespace, \
                 testbed.script_volume(api_client, namespace, {testbed.NOOP_SCRIPT: NOOP}) as claim:
-            # The first pods on fresh nodes start slower (agent caches); not measured.
+            # The first pods on fresh nodes start slower (their image stores); not measured.
             run_job(cluster, api_client, namespace, "cp-warmup", 1, selector, claim)
             for repetition in range(args.repetitions):
                 for workers in args.counts:  # interleaved, so drift hits every size alike

@@ -17,7 +17,7 @@ if [ "${DT_BENCH_ISOLATED:-}" != 1 ]; then
         env DT_BENCH_ISOLATED=1 DT_RUN="$run_dir" bash "$0" "$@"
 fi
 mkdir -p /run/netns
-mount -t tmpfs -o mode=755 bench-netns /run/netns  # the agent's netns names, private
+mount -t tmpfs -o mode=755 bench-netns /run/netns  # the nodes' netns names, private
 # /sys/class/net must list this namespace's links, so /sys is a fresh sysfs; that hides
 # /sys/fs/cgroup, which runc (cgroupfs manager) needs to start the pods' containers, so
 # the host's cgroup tree is kept aside first and moved back on top. Nothing else podman

@@ -41,8 +41,8 @@ def _up(args: argparse.Namespace) -> int:
     # Every value is checked before anything starts, so bad input creates nothing.
     nodes, hostnames = _checked("--nodes", parse_node_spec, args.nodes) if args.nodes else (None, {})
     labels = _checked("--labels", _parse_labels, args.labels)
-    pull_delays = _checked("--pull-delays", parse_pull_delays, args.pull_delays) if args.pull_delays else None
-    cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=pull_delays)
+    slow = _checked("--slow-registry", parse_pull_delays, args.slow_registry) if args.slow_registry else None
+    cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=slow)
     print(f"cluster up in {time.monotonic() - started:.1f} s; export KUBECONFIG={cluster.kubeconfig}")
     return 0
 
@@ -112,9 +112,9 @@ def _parser() -> argparse.ArgumentParser:
         "label other than its name, as on EKS (Karpenter) or kops/OpenStack"))
     up.add_argument("--labels", default="", help="labels for those nodes, e.g. pool=a,zone=z1")
     up.add_argument("--gpu-resource", default=DEFAULT_GPU_RESOURCE)
-    up.add_argument("--pull-delays", default="", help=(
-        f"slow image pulls on every node: {PULL_DELAYS_FORMAT} (seconds per image, as pods name it; a node "
-        "pulls an image once, later pods there find it present). Replaces the delays set before"))
+    up.add_argument("--slow-registry", default="", metavar="DELAYS", help=(
+        f"make the registry slow to serve these images: {PULL_DELAYS_FORMAT} (seconds per image, as pods "
+        "name it; a node pulls an image once, later pods there find it present). Replaces the delays set before"))
     up.set_defaults(handler=_up)
     down = commands.add_parser("down", help="stop everything and remove what is left")
     down.add_argument("--purge", action="store_true", help="also delete the run directory ($DT_RUN)")

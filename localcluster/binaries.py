@@ -1,8 +1,10 @@
 """Finding (and, the first time, building or installing) the cluster's executables.
 
-The Kubernetes binaries come from localcluster/controlplane/build.sh, which
-returns at once when its cache entry exists; etcd comes from Debian's
-etcd-server, installed by install-system-deps.sh when missing.
+The Kubernetes binaries (control plane, kubelet, kube-proxy) come from
+localcluster/controlplane/build.sh and the registry from
+localcluster/registryserver/build.sh, each returning at once when its cache entry
+exists; etcd and containerd come from Debian, installed by install-system-deps.sh
+when missing.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import subprocess
 from pathlib import Path
 
 from localcluster.components import Binaries
-from localcluster.layout import CONTROLPLANE_SRC
+from localcluster.layout import CONTROLPLANE_SRC, REPO_ROOT
 
 log = logging.getLogger(__name__)
 
 BUILD_SCRIPT = CONTROLPLANE_SRC / "build.sh"
+REGISTRY_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "registryserver" / "build.sh"
 SYSTEM_DEPS_SCRIPT = CONTROLPLANE_SRC / "install-system-deps.sh"
-ETCD_PATH = Path("/usr/bin/etcd")
+# What real nodes need from Debian besides etcd: containerd and the CNI plugins.
+SYSTEM_PATHS = (Path("/usr/bin/etcd"), Path("/usr/bin/containerd"), Path("/usr/lib/cni/bridge"))
+ETCD_PATH = SYSTEM_PATHS[0]
 
 
 class BuildError(RuntimeError):
@@ -27,20 +32,20 @@ class BuildError(RuntimeError):
 
 
 def ensure() -> Binaries:
-    return Binaries(kubernetes_bin=kubernetes_bin_dir(), etcd=etcd_path())
+    install_system_deps()
+    return Binaries(kubernetes_bin=_built(BUILD_SCRIPT), etcd=ETCD_PATH, registry=_built(REGISTRY_BUILD_SCRIPT))
 
 
-def kubernetes_bin_dir() -> Path:
-    """The cached bin dir, building it first if needed (10-25 min on 2 cores)."""
-    result = subprocess.run([str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+def _built(script: Path) -> Path:
+    """What `script` builds (its last line of output), building it first if needed."""
+    result = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True, check=False)
     if result.returncode != 0:
-        raise BuildError(f"{BUILD_SCRIPT} failed with exit code {result.returncode}; see its output above")
+        raise BuildError(f"{script} failed with exit code {result.returncode}; see its output above")
     return Path(result.stdout.strip().splitlines()[-1])
 
 
-def etcd_path() -> Path:
-    if not (ETCD_PATH.exists() and shutil.which("ip")):
-        log.info("installing etcd and iproute2")
+def install_system_deps() -> None:
+    if not (all(path.exists() for path in SYSTEM_PATHS) and shutil.which("ip")):
+        log.info("installing etcd, containerd, the CNI plugins and iproute2")
         if subprocess.run([str(SYSTEM_DEPS_SCRIPT)], check=False).returncode != 0:
             raise BuildError(f"{SYSTEM_DEPS_SCRIPT} failed; see its output above")
-    return ETCD_PATH

@@ -54,6 +54,15 @@ APISERVER_KUBELET_CLIENT = ClientIdentity(
     "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
 )
 CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, APISERVER_KUBELET_CLIENT)
+# The kubelets' serving certificate, valid for every node address.
+KUBELET_SERVING_CERT = "kubelet"
+# Bound to ClusterRole system:node-proxier by the apiserver's bootstrap policy.
+KUBE_PROXY = ClientIdentity("kube-proxy", "system:kube-proxy")
+
+
+def node_identity(node_name: str) -> ClientIdentity:
+    """A kubelet's identity, as the Node authorizer and NodeRestriction know it."""
+    return ClientIdentity(f"node-{node_name}", f"system:node:{node_name}", ("system:nodes",))
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,8 @@ def ensure_pki(directory: Path) -> Pki:
     ca_key = _new_tls_key()
     ca_cert = _ca_certificate(ca_key)
     _write_pair(pki, "apiserver", *_issue(ca_cert, ca_key, "kube-apiserver", (), server_sans=_apiserver_sans()))
-    _write_pair(pki, "kubelet", *_issue(ca_cert, ca_key, "localcluster-kubelet", (), server_sans=_kubelet_sans()))
+    _write_pair(pki, KUBELET_SERVING_CERT,
+                *_issue(ca_cert, ca_key, "localcluster-kubelet", (), server_sans=_kubelet_sans()))
     for identity in CLIENT_IDENTITIES:
         _write_pair(pki, identity.name, *_issue(ca_cert, ca_key, identity.user, identity.groups))
     _write_service_account_keys(pki)
@@ -103,6 +113,17 @@ def ensure_pki(directory: Path) -> Pki:
     _write_private_key(pki.ca_key, ca_key)
     pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     return pki
+
+
+def ensure_client(pki: Pki, identity: ClientIdentity) -> None:
+    """Issue `identity`'s client certificate from the cluster CA, unless it exists."""
+    if pki.cert(identity.name).exists():
+        return
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key} is not the EC key this module writes")
+    _write_pair(pki, identity.name, *_issue(ca_cert, ca_key, identity.user, identity.groups))
 
 
 def _new_tls_key() -> ec.EllipticCurvePrivateKey:
@@ -144,7 +165,7 @@ def _apiserver_sans() -> list[x509.GeneralName]:
 
 
 def _kubelet_sans() -> list[x509.GeneralName]:
-    """Every address a node agent may serve the kubelet API on."""
+    """Every address a node may serve the kubelet API on."""
     return [x509.DNSName("localhost")] + _ip_sans(("127.0.0.1", *netsetup.all_node_ips()))
 
 

@@ -1,10 +1,12 @@
-"""The local Kubernetes cluster: lifecycle of the control plane and node agents.
+"""The local Kubernetes cluster: lifecycle of the control plane, the registry and the nodes.
 
 Tests, the demo and the CLI all go through `Cluster`: `up` starts (or attaches
-to) the real upstream control plane on this host, `add_nodes` starts one node
-agent for a group of fake-GPU nodes, and `down` removes everything, including
-what a crashed run left behind. All state lives in the run directory
-($DT_RUN), so separate processes (the CLI, test sessions) share one cluster.
+to) the real upstream control plane and the image registry on this host,
+`add_nodes` starts a group of real nodes (kubelet, containerd and kube-proxy
+each, with GPUs advertised), and `down` removes everything, including what a
+crashed run left behind, and restores what the nodes changed on the host. All
+state lives in the run directory ($DT_RUN), so separate processes (the CLI,
+test sessions) share one cluster.
 """
 
 from __future__ import annotations
@@ -20,27 +22,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import binaries, certs, components, kubeconfig, leftovers, netsetup, processes
-from localcluster.agent import controls
+from localcluster import binaries, certs, components, kubeconfig, leftovers, netsetup, processes, registry, slowpulls
 from localcluster.components import Binaries
-from localcluster.layout import REPO_ROOT, RunLayout, venv_dir
-from localcluster.nodegroups import NodeGroupRecord, NodeGroupRegistry, agent_pid_name, validate_hostnames
-from localcluster.probe import ApiProbe, WaitTimeout, wait_until
+from localcluster.layout import REPO_ROOT, RunLayout, cache_dir
+from localcluster.node import hostchanges
+from localcluster.node.config import NodePaths, NodeSpec
+from localcluster.node.realnode import RealNode
+from localcluster.nodegroups import NODE_DAEMONS, NodeGroupRecord, NodeGroupRegistry, validate_hostnames
+from localcluster.probe import ApiProbe, wait_until
 
 log = logging.getLogger(__name__)
 
 APISERVER_READY_TIMEOUT_S = 60.0
 DEFAULT_SERVICE_ACCOUNT_TIMEOUT_S = 30.0
 COMPONENT_STOP_TIMEOUT_S = 15.0
-AGENT_READY_TIMEOUT_S = 90.0
-AGENT_STOP_TIMEOUT_S = 60.0
+REGISTRY_READY_TIMEOUT_S = 30.0
 KUBECTL_TIMEOUT_S = 120.0
-# The agent looks for run-time requests (kubelet restarts) every 0.5 s.
-AGENT_PICKUP_TIMEOUT_S = 10.0
-LOG_TAIL_BYTES = 4000
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
-KUBELET_PORT = 10250
 DEFAULT_SERVICE_ACCOUNT_PATH = "/api/v1/namespaces/default/serviceaccounts/default"
 
 COMPONENT_IDENTITIES = {
@@ -55,10 +54,6 @@ class ClusterError(RuntimeError):
 
 class ClusterNotRunning(ClusterError):
     """attach() found no running control plane in the run directory."""
-
-
-class AgentFailed(ClusterError):
-    """A node agent exited before its nodes were Ready."""
 
 
 @dataclass(frozen=True)
@@ -103,12 +98,13 @@ class Cluster:
         hostnames: Mapping[str, str] | None = None,
         pull_delays: Mapping[str, float] | None = None,
     ) -> Cluster:
-        """Start the control plane (or attach to the running one); optionally add nodes.
+        """Start the control plane and the registry (or attach to the running ones), publish
+        the images podman built; optionally add nodes.
 
         `nodes` ({name: GPUs}) becomes one node group, unless a group with exactly
         these nodes is already running, so repeating `up` is harmless; `hostnames`
-        as for `add_nodes`. `pull_delays`, when given, replaces the cluster's slow
-        image pulls (see `set_pull_delays`).
+        as for `add_nodes`. `pull_delays`, when given, replaces the registry's slow
+        pulls (see `set_pull_delays`).
         """
         _require_root()
         layout = layout or RunLayout.from_env()
@@ -123,6 +119,9 @@ class Cluster:
             for group in dead_groups:
                 group.stop()  # its Nodes are in etcd still; the apiserver is up to delete them
         log.info("control plane ready in %.1f s (%s)", time.monotonic() - started, layout.root)
+        published = registry.publish()
+        if published:
+            log.info("published %s to the local registry", ", ".join(published))
         if pull_delays is not None:
             cluster.set_pull_delays(pull_delays)
         if nodes:
@@ -139,24 +138,22 @@ class Cluster:
         return cluster
 
     def down(self, purge: bool = False) -> leftovers.Leftovers:
-        """Stop agents, then the control plane, then remove whatever is left.
+        """Stop the nodes, then the control plane, then remove whatever is left and
+        restore what the nodes changed on the host.
 
         Returns what the final sweep had to remove (empty when everything
         stopped cleanly). With `purge`, the run directory is deleted too.
         """
         _require_root()
         with self._locked():
-            groups = self.node_groups()
-            # Agents clean up in parallel; stop() then waits for each in turn.
-            for group in groups:
-                group.request_stop()
-            for group in groups:
+            for group in self.node_groups():
                 group.stop()
             self._delete_orphan_nodes()
             for name in reversed(components.COMPONENTS):
                 self._stop_component(name)
             netsetup.delete_bridge()
             swept = leftovers.remove(self.layout)
+            hostchanges.restore(self.layout.host_state_file, self.layout.root)
             if purge:
                 self._purge()
         log.info("cluster in %s is down", self.layout.root)
@@ -191,7 +188,8 @@ class Cluster:
         taints: Sequence[str] = (),
         hostnames: Mapping[str, str] | None = None,
     ) -> NodeGroup:
-        """Start one agent for `spec` ({node name: GPUs}); returns once the nodes are Ready.
+        """Start a real node for each of `spec` ({node name: GPUs}); returns once they are Ready
+        and advertise their GPUs.
 
         `taints` ("key[=value]:Effect", as kubectl taint takes them) are on every node from
         its registration, like a cloud's GPU node pool (GKE: "nvidia.com/gpu=present:NoSchedule").
@@ -220,7 +218,7 @@ class Cluster:
         return [NodeGroup(self, record) for record in NodeGroupRegistry(self.layout).records()]
 
     def node_group(self, node: str) -> NodeGroup:
-        """The group whose agent runs `node`; ClusterError if none does."""
+        """The group `node` belongs to; ClusterError if none has it."""
         for group in self.node_groups():
             if node in group.names:
                 return group
@@ -228,9 +226,13 @@ class Cluster:
 
     # --- roughness: what real clusters do to their nodes ---------------------
 
-    def restart_kubelet(self, node: str, not_ready_s: float = 5.0) -> None:
-        """`node` goes through a kubelet restart: see NodeGroup.restart_kubelet."""
-        self.node_group(node).restart_kubelet(node, not_ready_s)
+    def restart_kubelet(self, node: str, down_s: float = 0.0) -> None:
+        """Kill `node`'s kubelet and start it again after `down_s`: see RealNode.restart_kubelet."""
+        self.node_group(node).restart_kubelet(node, down_s)
+
+    def restart_containerd(self, node: str, down_s: float = 0.0) -> None:
+        """`node`'s container runtime restarts: see RealNode.restart_containerd."""
+        self.node_group(node).restart_containerd(node, down_s)
 
     def set_pull_delays(self, delays: Mapping[str, float], nodes: Sequence[str] | None = None) -> None:
         """Pulling each image of `delays` ({image: seconds}, as pods name it) takes that long on a
@@ -239,11 +241,14 @@ class Cluster:
         On every node by default; with `nodes`, on those alone (over the cluster's delays, an
         image at 0 pulled at once there), so a test slows its own nodes and no one else's.
         """
+        current = slowpulls.read_delays(self.layout.pull_delays_file)
+        normalized = {slowpulls.normalize(image): seconds for image, seconds in delays.items()}
         if nodes is None:
-            controls.write_pull_delays(self.layout.pull_delays_file, delays)
-            return
-        for node in nodes:
-            self.node_group(node).set_pull_delays(delays, [node])
+            current["all"] = normalized
+        else:
+            for node in nodes:
+                current.setdefault("nodes", {})[self.node_group(node).node(node).spec.ip] = normalized
+        slowpulls.write_delays(self.layout.pull_delays_file, current)
 
     def forget_images(self, node: str) -> None:
         """`node` forgets the images it pulled: see NodeGroup.forget_images."""
@@ -294,24 +299,28 @@ class Cluster:
     # --- internals ---------------------------------------------------------
 
     def _prepare(self) -> None:
-        """PKI, kubeconfigs and the bridge; all idempotent."""
+        """PKI, kubeconfigs, the registry's config and the bridge; all idempotent."""
         self._pki = certs.ensure_pki(self.layout.pki)
         self._probe = None  # the PKI may be new (after `down --purge`)
+        # Every node's kube-proxy authenticates with this one.
+        certs.ensure_client(self._pki, certs.KUBE_PROXY)
         if not self.kubeconfig.exists():
             kubeconfig.write(self.kubeconfig, kubeconfig.render(self._pki, certs.ADMIN))
         for component, identity in COMPONENT_IDENTITIES.items():
             path = self.layout.component_kubeconfig(component)
             if not path.exists():
                 kubeconfig.write(path, kubeconfig.render(self._pki, identity))
+        registry.write_config(self.layout)
+        registry.storage_dir().mkdir(parents=True, exist_ok=True)
         netsetup.ensure_bridge()
 
     def _remove_what_a_killed_run_left(self) -> list[NodeGroup]:
         """Starting from nothing, first remove what a run killed outright left.
 
         A run killed without `down` (SIGKILL, the end of a CI job or of a sandbox's
-        session) leaves network namespaces, veths, mounts, containers and node-group
-        records whose agents are dead. Left there, they hold node indices and show up
-        as leftovers of the new run. Only when no component and no agent of this run
+        session) leaves nodes' processes and cgroups, network namespaces, veths, mounts
+        and node-group records. Left there, they hold node indices and show up as
+        leftovers of the new run. Only when no component and no node daemon of this run
         directory is alive: a live one means the cluster is up or being stopped, and
         is attached to or left alone. Returns the dead node groups, which still need
         their Nodes deleted once the apiserver is up.
@@ -319,7 +328,7 @@ class Cluster:
         if any(processes.read_pid(self.layout.pid_file(name)) for name in components.COMPONENTS):
             return []
         groups = self.node_groups()
-        if any(group.agent_pid for group in groups):
+        if any(group.alive() for group in groups):
             return []
         swept = leftovers.remove(self.layout)
         if not swept.empty() or groups:
@@ -336,12 +345,14 @@ class Cluster:
         """
         self._ensure_running(components.ETCD, components.APISERVER)
         wait_until(self.probe().ready, APISERVER_READY_TIMEOUT_S, "the apiserver's /readyz")
-        self._ensure_running(components.CONTROLLER_MANAGER, components.SCHEDULER)
+        self._ensure_running(components.CONTROLLER_MANAGER, components.SCHEDULER, components.REGISTRY,
+                             components.PULL_PROXY)
         wait_until(
             lambda: self.probe().exists(DEFAULT_SERVICE_ACCOUNT_PATH),
             DEFAULT_SERVICE_ACCOUNT_TIMEOUT_S,
             "the default ServiceAccount (controller-manager)",
         )
+        wait_until(registry.pullable, REGISTRY_READY_TIMEOUT_S, "the registry, through the nodes' pull proxy")
 
     def _ensure_running(self, *names: str) -> None:
         for name in names:
@@ -350,8 +361,10 @@ class Cluster:
 
     def _start_component(self, name: str) -> None:
         argv = components.commands(self.layout, self._pki, self.binaries())[name]
+        # The pull proxy is this package's own: python -m localcluster.slowpulls.
+        env = {**os.environ, "PYTHONPATH": _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH"))}
         processes.start_detached(
-            argv, self.layout.pid_file(name), self.layout.log_file(name), cwd=self.layout.root
+            argv, self.layout.pid_file(name), self.layout.log_file(name), cwd=self.layout.root, env=env
         )
 
     def _stop_component(self, name: str, graceful: bool = True) -> None:
@@ -374,8 +387,8 @@ class Cluster:
             yield NodeStatus(node["metadata"]["name"], ready, gpus)
 
     def _delete_orphan_nodes(self) -> None:
-        """Delete Nodes no agent serves any more (e.g. from an agent killed in an
-        earlier run), so they do not linger NotReady in etcd across restarts."""
+        """Delete Nodes no kubelet serves any more (e.g. one killed in an earlier run),
+        so they do not linger NotReady in etcd across restarts."""
         response = self.probe().get("/api/v1/nodes")
         if response is None or response.status != 200:
             return
@@ -402,7 +415,7 @@ class Cluster:
 
 
 class NodeGroup:
-    """One node agent and its nodes; a context manager that stops the agent on exit."""
+    """Nodes added together (one `add_nodes`); a context manager that stops them on exit."""
 
     def __init__(self, cluster: Cluster, record: NodeGroupRecord):
         self._cluster = cluster
@@ -412,81 +425,57 @@ class NodeGroup:
     def names(self) -> tuple[str, ...]:
         return self.record.names
 
-    @property
-    def state_dir(self) -> Path:
-        return self._cluster.layout.agents / self.record.group_id
-
-    @property
-    def log_file(self) -> Path:
-        return self._cluster.layout.log_file(self._pid_name)
-
-    @property
-    def _pid_name(self) -> str:
-        return agent_pid_name(self.record.group_id)
-
     def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
               taints: tuple[str, ...] = (), hostnames: Mapping[str, str] | None = None) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        argv = agent_command(self._cluster.layout, self.record, spec, labels, gpu_resource, self.state_dir, taints,
-                             hostnames or {})
-        env = {**os.environ, "PYTHONPATH": _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH"))}
-        pid = processes.start_detached(argv, self.pid_file, self.log_file, cwd=self.state_dir, env=env)
-        self._wait_ready(pid)
-        log.info("nodes %s are Ready (agent log %s)", ", ".join(self.names), self.log_file)
+        hostnames = hostnames or {}
+        for name, index in zip(self.names, self.record.indices()):
+            node_spec = NodeSpec(name=name, index=index, gpus=spec[name], gpu_resource=gpu_resource,
+                                 hostname=hostnames.get(name, name), labels=labels, taints=taints)
+            self._node(node_spec).start()
+        log.info("nodes %s are Ready", ", ".join(self.names))
 
     def stop(self) -> None:
-        """Stop the agent (it deletes its pods' processes and Node objects); idempotent.
-
-        If the agent had died (a fault test may SIGKILL it), what it would have
-        cleaned up is removed here instead.
-        """
-        pid = self.agent_pid
-        if pid is not None:
-            processes.stop(pid, f"agent {self.record.group_id}", AGENT_STOP_TIMEOUT_S)
-        swept = leftovers.remove_node_group(self.state_dir, self.record.indices())
-        if not swept.empty():
-            log.warning("removed what agent %s left: %s", self.record.group_id, swept)
+        """Stop every node of the group (what a killed one left included) and delete its Nodes."""
+        for node in self.nodes():
+            node.stop()
         self._delete_leftover_nodes()
-        self.pid_file.unlink(missing_ok=True)
         NodeGroupRegistry(self._cluster.layout).release(self.record.group_id)
 
-    def restart_kubelet(self, node: str, not_ready_s: float = 5.0) -> None:
-        """Play a kubelet restart on `node`: it reports Ready=False (KubeletNotReady, "PLEG is not
-        healthy: ...") for `not_ready_s`, then Ready again; its pods' containers run on untouched.
+    def nodes(self) -> list[RealNode]:
+        return [self.node(name) for name in self.names]
 
-        Returns once the agent has taken the request (the Node shows it within a second).
-        """
-        self._require_node(node)
-        request = controls.request_kubelet_restart(self.state_dir, node, not_ready_s)
-        wait_until(lambda: not request.exists(), AGENT_PICKUP_TIMEOUT_S,
-                   f"agent {self.record.group_id} to take the kubelet restart of {node}")
+    def node(self, name: str) -> RealNode:
+        """A handle on a running node (its spec is what stop and restarts need)."""
+        self._require_node(name)
+        index = self.record.indices()[self.names.index(name)]
+        return self._node(NodeSpec(name=name, index=index, gpus=0, gpu_resource=DEFAULT_GPU_RESOURCE, hostname=name))
 
-    def set_pull_delays(self, delays: Mapping[str, float], nodes: Sequence[str] | None = None) -> None:
-        """Slow pulls on these nodes (default: all of the group's), over the cluster's delays:
-        {image: seconds}, an image at 0 pulled at once; replaces what was set before for them."""
-        for node in self._require_nodes(nodes):
-            controls.write_pull_delays(controls.node_pull_delays_file(self.state_dir, node), delays)
+    def restart_kubelet(self, node: str, down_s: float = 0.0) -> None:
+        """Kill `node`'s kubelet and start it again after `down_s`: see RealNode.restart_kubelet."""
+        self.node(node).restart_kubelet(down_s)
+
+    def restart_containerd(self, node: str, down_s: float = 0.0) -> None:
+        """Kill `node`'s containerd and start it again after `down_s`: see RealNode.restart_containerd."""
+        self.node(node).restart_containerd(down_s)
 
     def forget_images(self, nodes: Sequence[str] | None = None) -> None:
         """These nodes (default: all of the group's) forget the images they pulled, so the
         next pod there pulls again, as on a fresh node or after image garbage collection."""
-        for node in self._require_nodes(nodes):
-            controls.pulled_images_file(self.state_dir, node).unlink(missing_ok=True)
+        for name in nodes or self.names:
+            self.node(name).forget_images()
 
-    def _require_nodes(self, nodes: Sequence[str] | None) -> Sequence[str]:
-        for node in nodes or ():
-            self._require_node(node)
-        return self.names if nodes is None else nodes
+    def kubelet_pid(self, node: str) -> int | None:
+        """The running kubelet's pid (fault tests stop or kill it), None once it has exited."""
+        return self.node(node).daemon_pid("kubelet")
 
-    def _require_node(self, node: str) -> None:
-        if node not in self.names:
-            raise ClusterError(f"node {node} is not in node group {self.record.group_id} ({', '.join(self.names)})")
+    def daemon_pids(self) -> list[int]:
+        """The pids of the group's running kubelets, containerds and kube-proxies."""
+        pids = (node.daemon_pid(daemon) for node in self.nodes() for daemon in NODE_DAEMONS)
+        return [pid for pid in pids if pid is not None]
 
-    def request_stop(self) -> None:
-        """Ask the agent to stop (SIGTERM) without waiting; stop() waits and cleans up."""
-        pid = self.agent_pid
-        if pid is not None:
-            processes.terminate(pid)
+    def alive(self) -> bool:
+        """Whether any daemon of the group's nodes runs."""
+        return bool(self.daemon_pids())
 
     def __enter__(self) -> NodeGroup:
         return self
@@ -494,84 +483,22 @@ class NodeGroup:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    @property
-    def agent_pid(self) -> int | None:
-        """The running agent's pid (fault tests kill it), None once it has exited."""
-        return processes.read_pid(self.pid_file)
+    def _node(self, spec: NodeSpec) -> RealNode:
+        cluster = self._cluster
+        paths = NodePaths(root=cluster.layout.node_dir(spec.index),
+                          image_store=cache_dir() / "node-images" / f"n{spec.index}")
+        return RealNode(spec, paths, cluster.layout, cluster.binaries(), registry.mirror(), cluster.probe())
 
-    @property
-    def pid_file(self) -> Path:
-        return self._cluster.layout.pid_file(self._pid_name)
+    def _require_node(self, node: str) -> None:
+        if node not in self.names:
+            raise ClusterError(f"node {node} is not in node group {self.record.group_id} ({', '.join(self.names)})")
 
     def _delete_leftover_nodes(self) -> None:
         probe = self._cluster.probe()
         for name in self.names:
             if probe.exists(f"/api/v1/nodes/{name}"):
-                log.warning("deleting Node %s left by agent %s", name, self.record.group_id)
+                log.info("deleting Node %s", name)
                 probe.delete(f"/api/v1/nodes/{name}")
-
-    def _wait_ready(self, pid: int) -> None:
-        ready_file = self.state_dir / "ready"
-        probe = self._cluster.probe()
-
-        def nodes_ready() -> bool:
-            if not processes.alive(pid):
-                raise AgentFailed(f"node agent for {', '.join(self.names)} exited:\n{self._log_tail()}")
-            return ready_file.exists() and all(probe.node_ready(name) for name in self.names)
-
-        try:
-            wait_until(nodes_ready, AGENT_READY_TIMEOUT_S, f"nodes {', '.join(self.names)} to be Ready")
-        except WaitTimeout as error:
-            raise AgentFailed(f"{error}; agent log:\n{self._log_tail()}") from error
-
-    def _log_tail(self) -> str:
-        try:
-            with open(self.log_file, "rb") as log_stream:
-                log_stream.seek(0, os.SEEK_END)
-                log_stream.seek(max(0, log_stream.tell() - LOG_TAIL_BYTES))
-                return log_stream.read().decode(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-
-
-def agent_command(
-    layout: RunLayout,
-    record: NodeGroupRecord,
-    spec: dict[str, int],
-    labels: dict[str, str],
-    gpu_resource: str,
-    state_dir: Path,
-    taints: tuple[str, ...] = (),
-    hostnames: Mapping[str, str] | None = None,
-) -> list[str]:
-    """The node agent's command line (contract in localcluster/agent/settings.py)."""
-    pki = certs.Pki(layout.pki)
-    venv = venv_dir()
-    hostnames = hostnames or {}
-    argv = [
-        str(venv / "bin" / "python"), "-m", "localcluster.agent",
-        f"--kubeconfig={layout.kubeconfig}",
-        "--nodes=" + ",".join(
-            f"{name}/{hostnames[name]}={spec[name]}" if name in hostnames else f"{name}={spec[name]}"
-            for name in record.names
-        ),
-        f"--first-index={record.first_index}",
-        f"--gpu-resource={gpu_resource}",
-        f"--state-dir={state_dir}",
-        f"--bridge={netsetup.BRIDGE_NAME}",
-        f"--apiserver-host={netsetup.HOST_IP}",
-        f"--apiserver-port={components.APISERVER_PORT}",
-        f"--ca-file={pki.ca_cert}",
-        f"--kubelet-cert={pki.cert('kubelet')}",
-        f"--kubelet-key={pki.key('kubelet')}",
-        f"--kubelet-port={KUBELET_PORT}",
-        f"--pull-delays-file={layout.pull_delays_file}",
-    ]
-    if labels:
-        argv.append("--labels=" + ",".join(f"{key}={value}" for key, value in labels.items()))
-    if taints:
-        argv.append("--taints=" + ",".join(taints))
-    return argv
 
 
 def _prepend_path(entry: str, path: str | None) -> str:

@@ -10,16 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import netsetup
+from localcluster import netsetup, registry
 from localcluster.certs import APISERVER_KUBELET_CLIENT, Pki
-from localcluster.layout import RunLayout
+from localcluster.layout import RunLayout, venv_dir
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
+REGISTRY = "registry"
+PULL_PROXY = "registry-pull-proxy"
 # Order of start-up; `down` stops them in reverse.
-COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER)
+COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, REGISTRY, PULL_PROXY)
 
 # Not etcd's default ports, so a system etcd cannot get in the way.
 ETCD_CLIENT_PORT = 12379
@@ -30,10 +32,11 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 @dataclass(frozen=True)
 class Binaries:
-    """Where the executables are: the built Kubernetes bin dir and etcd."""
+    """Where the executables are: the built Kubernetes bin dir, etcd and the registry."""
 
     kubernetes_bin: Path
     etcd: Path
+    registry: Path
 
     def kubernetes(self, name: str) -> Path:
         return self.kubernetes_bin / name
@@ -49,6 +52,8 @@ def commands(layout: RunLayout, pki: Pki, binaries: Binaries) -> dict[str, list[
         APISERVER: apiserver_command(pki, binaries),
         CONTROLLER_MANAGER: controller_manager_command(layout, pki, binaries),
         SCHEDULER: scheduler_command(layout, binaries),
+        REGISTRY: registry.command(binaries.registry, layout.registry_config),
+        PULL_PROXY: registry.pull_proxy_command(venv_dir() / "bin" / "python", layout.pull_delays_file),
     }
 
 

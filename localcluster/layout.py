@@ -45,12 +45,8 @@ class RunLayout:
         return self.root / "etcd"
 
     @property
-    def agents(self) -> Path:
-        return self.root / "agents"
-
-    @property
     def kubeconfig(self) -> Path:
-        """The admin kubeconfig (system:masters), for users, tests and agents."""
+        """The admin kubeconfig (system:masters), for users and tests."""
         return self.root / "kubeconfig"
 
     @property
@@ -60,8 +56,25 @@ class RunLayout:
 
     @property
     def pull_delays_file(self) -> Path:
-        """{image: seconds} of slow image pulls on every node (localcluster/agent/controls.py)."""
+        """Slow image pulls, for the whole cluster and per node (localcluster/slowpulls.py)."""
         return self.root / "image-pull-delays.json"
+
+    @property
+    def registry_config(self) -> Path:
+        return self.root / "registry.json"
+
+    @property
+    def nodes(self) -> Path:
+        """Real nodes' run-time files, `n<index>` each (localcluster/node/)."""
+        return self.root / "nodes"
+
+    def node_dir(self, index: int) -> Path:
+        return self.nodes / f"n{index}"
+
+    @property
+    def host_state_file(self) -> Path:
+        """The host's settings before the first node changed them (node/hostchanges.py)."""
+        return self.root / "host-before-nodes.json"
 
     @property
     def lock_file(self) -> Path:
@@ -78,7 +91,7 @@ class RunLayout:
         return self.pki / f"{component}.kubeconfig"
 
     def make_dirs(self) -> None:
-        for directory in (self.root, self.pki, self.logs, self.pids, self.agents):
+        for directory in (self.root, self.pki, self.logs, self.pids):
             directory.mkdir(parents=True, exist_ok=True)
         self.pki.chmod(0o700)
 

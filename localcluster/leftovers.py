@@ -1,10 +1,10 @@
 """What a cluster may leave on the host, and its removal.
 
-`down` first stops components and agents politely; this is the belt and braces
-after that, and also what tests use to prove nothing is left: processes tied
-to the run directory or inside the cluster's network namespaces, containers
-its node agents created, the `dt-*` namespaces, the bridge and its veths, and
-mounts under the run directory.
+`down` first stops components and nodes politely; this is the belt and braces
+after that, and also what tests use to prove nothing is left: the nodes' cgroup
+trees (with every process in them: containers, containerd's shims), processes
+tied to the run directory or inside the cluster's network namespaces, the
+`dt-*` namespaces, the bridge and its veths, and mounts under the run directory.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from localcluster import netsetup, processes
 from localcluster.layout import RunLayout
-from localcluster.podman import STATE_DIR_LABEL, labelled_containers, podman
+from localcluster.node import cgroups
 
 log = logging.getLogger(__name__)
 
@@ -30,24 +30,36 @@ class Leftovers:
     netns: tuple[str, ...]
     links: tuple[str, ...]
     mounts: tuple[str, ...]
-    containers: tuple[str, ...] = ()
+    cgroups: tuple[str, ...] = ()
 
     def empty(self) -> bool:
-        return not (self.pids or self.netns or self.links or self.mounts or self.containers)
+        return not (self.pids or self.netns or self.links or self.mounts or self.cgroups)
 
 
 def find(layout: RunLayout) -> Leftovers:
     """Everything the cluster of `layout` may have left."""
-    return _find(layout.root, netsetup.cluster_netns(), netsetup.cluster_links())
+    return _find(layout.root, netsetup.cluster_netns(), netsetup.cluster_links(), node_cgroups())
 
 
-def find_node_group(state_dir: Path, indices: Collection[int]) -> Leftovers:
-    """What one node agent (its state dir, its nodes' indices) may have left."""
-    return _find(
-        state_dir,
-        [name for name in netsetup.cluster_netns() if netsetup.node_index_of(name) in indices],
-        [name for name in netsetup.cluster_links() if netsetup.node_index_of(name) in indices],
-    )
+def find_nodes(layout: RunLayout, indices: Collection[int]) -> Leftovers:
+    """What the nodes of these indices may have left."""
+    found = [_find(
+        layout.node_dir(index),
+        [name for name in netsetup.cluster_netns() if netsetup.node_index_of(name) == index],
+        [name for name in netsetup.cluster_links() if netsetup.node_index_of(name) == index],
+        [name for name in node_cgroups() if netsetup.node_index_of(name) == index],
+    ) for index in indices]
+    return Leftovers(*(tuple(sorted({item for part in found for item in getattr(part, field)}))
+                       for field in ("pids", "netns", "links", "mounts", "cgroups")))
+
+
+def node_cgroups() -> list[str]:
+    """Cgroups named like a node's (`dt-n<index>`), in any hierarchy."""
+    names = set()
+    for hierarchy in cgroups.hierarchies():
+        names.update(entry.name for entry in hierarchy.iterdir()
+                     if entry.is_dir() and netsetup.node_index_of(entry.name) is not None)
+    return sorted(names)
 
 
 def remove(layout: RunLayout) -> Leftovers:
@@ -55,8 +67,6 @@ def remove(layout: RunLayout) -> Leftovers:
     return _remove(find(layout))
 
 
-def remove_node_group(state_dir: Path, indices: Collection[int]) -> Leftovers:
-    return _remove(find_node_group(state_dir, indices))
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -66,24 +76,26 @@ def mounts_under(root: Path) -> list[str]:
     return sorted(point for point in points if point == str(root) or point.startswith(f"{root}/"))
 
 
-def _find(root: Path, namespaces: list[str], links: list[str]) -> Leftovers:
+def _find(root: Path, namespaces: list[str], links: list[str], node_cgroup_names: list[str]) -> Leftovers:
     pids = set(processes.pids_under(root))
     for name in namespaces:
         pids.update(netsetup.netns_pids(name))
+    for name in node_cgroup_names:
+        pids.update(cgroups.pids(name))
     return Leftovers(
         pids=tuple(sorted(pids)),
         netns=tuple(namespaces),
         links=tuple(links),
         mounts=tuple(mounts_under(root)),
-        containers=tuple(sorted(cid for cid, state_dir in labelled_containers(STATE_DIR_LABEL).items()
-                                if state_dir == str(root) or state_dir.startswith(f"{root}/"))),
+        cgroups=tuple(node_cgroup_names),
     )
 
 
 def _remove(found: Leftovers) -> Leftovers:
-    if found.containers:
-        log.warning("removing %d leftover containers", len(found.containers))
-        podman(["rm", "--force", "--time", "0", *found.containers], check=False)
+    # A node's cgroup first: frozen, no process in it can fork away while it is emptied.
+    for name in found.cgroups:
+        log.warning("removing node cgroup %s and every process in it", name)
+        cgroups.remove(name)
     for pid in found.pids:
         log.warning("killing leftover process %d", pid)
         processes.kill_session(pid)

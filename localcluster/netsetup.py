@@ -1,7 +1,7 @@
 """The cluster's host network: the bridge every node and pod namespace joins.
 
-The node agent attaches node and pod network namespaces (named `dt-*`) to the
-bridge with veths; the host end of the bridge carries the apiserver's
+Each node (localcluster.node.network) attaches its network namespace (`dt-n<index>`)
+to the bridge with a veth; the host end of the bridge carries the apiserver's
 advertised address, so pods reach the apiserver at 10.233.0.1:6443. This module
 creates the bridge and, on `down`, removes every namespace and interface the
 cluster may have left.
@@ -25,8 +25,9 @@ KUBERNETES_SERVICE_IP = "10.96.0.1"
 NETNS_PREFIX = "dt-"
 # Host-side interfaces of the cluster (the bridge, veth ends) all start with this.
 LINK_PREFIX = "dt"
-# The agent's names (localcluster/agent/network.py): node netns dt-n<idx> with
-# host veth dtn<idx>, pod netns dt-p<idx>-<n> with host veth dtv<idx>-<n>.
+# The nodes' names (localcluster/node/network.py): node netns dt-n<idx> with host veth
+# dtn<idx>; the older pod names dt-p<idx>-<n> / dtv<idx>-<n> are still recognised, so
+# `down` clears what an earlier version left.
 _NODE_OWNED_NAME = re.compile(r"^dt-?[npv](\d+)(-\d+)?$")
 NODE_INDEX_MIN = 1
 NODE_INDEX_MAX = 240
@@ -40,8 +41,23 @@ def node_ip(index: int) -> str:
     return str(CLUSTER_CIDR.network_address + NODE_IP_OFFSET + index)
 
 
+def pod_subnet(index: int) -> str:
+    """Node `index`'s pods: 10.233.<index>.0/24, answered for on the bridge by the node."""
+    node_ip(index)  # validates the index
+    return f"10.233.{index}.0/24"
+
+
+def node_netns(index: int) -> str:
+    return f"{NETNS_PREFIX}n{index}"
+
+
+def node_host_veth(index: int) -> str:
+    """The host end of node `index`'s veth, on the bridge."""
+    return f"{LINK_PREFIX}n{index}"
+
+
 def node_index_of(name: str) -> int | None:
-    """The node index a netns or host veth named by the agent belongs to, if any."""
+    """The node index a netns or host veth named by a node belongs to, if any."""
     match = _NODE_OWNED_NAME.match(name)
     return int(match.group(1)) if match else None
 

@@ -1,8 +1,8 @@
 """Cluster-wide bookkeeping of node groups: names and node indices.
 
 A node's index fixes its addresses (node netns 10.233.0.(10+index), pod CIDR
-10.233.index.0/24), so two agents must never get the same index, and node
-names must be unique across agents. Several processes (the CLI, test sessions)
+10.233.index.0/24), so two nodes must never get the same index, and node
+names must be unique. Several processes (the CLI, test sessions)
 may add nodes at once, so the record is a JSON file updated under an flock.
 """
 
@@ -35,7 +35,7 @@ class NodeAllocationError(ValueError):
 
 @dataclass(frozen=True)
 class NodeGroupRecord:
-    """One agent's nodes: node i of `names` has index first_index + i."""
+    """One group of nodes added together: node i of `names` has index first_index + i."""
 
     group_id: str
     first_index: int
@@ -75,8 +75,13 @@ def validate_hostnames(spec: dict[str, int], hostnames: dict[str, str]) -> None:
         raise NodeAllocationError(f"two nodes with one hostname label in {labels}")
 
 
-def agent_pid_name(group_id: str) -> str:
-    return f"agent-{group_id}"
+# What runs a real node (localcluster/node/realnode.py), in order of start.
+NODE_DAEMONS = ("containerd", "kubelet", "kube-proxy")
+
+
+def daemon_pid_name(index: int, daemon: str) -> str:
+    """The pid file's name of one of node `index`'s daemons."""
+    return f"{netsetup.node_netns(index)}-{daemon}"
 
 
 class NodeGroupRegistry:
@@ -113,12 +118,15 @@ class NodeGroupRegistry:
             self._save([])
 
     def _reclaim_dead(self, records: list[NodeGroupRecord]) -> list[NodeGroupRecord]:
-        """Drop groups whose agent was started and has died (e.g. killed by a fault test)."""
+        """Drop groups whose nodes were started and whose every daemon has died (a run
+        killed outright, a fault test that killed the nodes)."""
         kept = []
         for record in records:
-            pid_file = self._layout.pid_file(agent_pid_name(record.group_id))
-            if pid_file.exists() and processes.read_pid(pid_file) is None:
-                log.warning("reclaiming node group %s: its agent is gone", record.group_id)
+            pid_files = [self._layout.pid_file(daemon_pid_name(index, daemon))
+                         for index in record.indices() for daemon in NODE_DAEMONS]
+            started = any(pid_file.exists() for pid_file in pid_files)
+            if started and all(processes.read_pid(pid_file) is None for pid_file in pid_files):
+                log.warning("reclaiming node group %s: its nodes are gone", record.group_id)
                 continue
             kept.append(record)
         return kept

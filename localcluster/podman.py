@@ -3,7 +3,7 @@
 Images are built and containers run with the files localcluster/images/podman-config.sh
 writes under the cache directory (overlay storage, runc with cgroupfs, no podman
 network, this machine's ulimits), named by the same CONTAINERS_* variables that
-scripts/env.sh exports, so the node agent, the tests and `make setup` share one store.
+scripts/env.sh exports, so `make setup` (which builds the images) and the tests share one store.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ from pathlib import Path
 from localcluster.layout import cache_dir
 
 PODMAN = "podman"
-# On every container a node agent creates: its state directory, so the agent (after a
-# crash) and `localcluster down` find the containers it left.
-STATE_DIR_LABEL = "io.distributetrain.agent-state-dir"
 COMMAND_TIMEOUT_S = 120.0
 
 

@@ -49,12 +49,18 @@ class ApiProbe:
     def delete(self, path: str) -> Response | None:
         return self._request("DELETE", path)
 
-    def _request(self, method: str, path: str) -> Response | None:
+    def json_patch(self, path: str, operations: list[dict]) -> Response | None:
+        """An RFC 6902 JSON patch (e.g. of a Node's status subresource)."""
+        return self._request("PATCH", path, json.dumps(operations).encode(), "application/json-patch+json")
+
+    def _request(self, method: str, path: str, body: bytes | None = None,
+                 content_type: str | None = None) -> Response | None:
         connection = http.client.HTTPSConnection(
             APISERVER_HOST, self._port, context=self._context, timeout=REQUEST_TIMEOUT_S
         )
+        headers = {"Content-Type": content_type} if content_type else {}
         try:
-            connection.request(method, path)
+            connection.request(method, path, body=body, headers=headers)
             reply = connection.getresponse()
             return Response(reply.status, reply.read())
         except (OSError, http.client.HTTPException):
@@ -71,11 +77,14 @@ class ApiProbe:
         return response is not None and response.status == 200
 
     def node_ready(self, name: str) -> bool:
-        response = self.get(f"/api/v1/nodes/{name}")
-        if response is None or response.status != 200:
-            return False
-        conditions = response.json().get("status", {}).get("conditions", [])
+        node = self.node(name)
+        conditions = (node or {}).get("status", {}).get("conditions", [])
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    def node(self, name: str) -> dict | None:
+        """The Node object, None if it does not exist or cannot be read."""
+        response = self.get(f"/api/v1/nodes/{name}")
+        return response.json() if response is not None and response.status == 200 else None
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -26,8 +26,12 @@ def start_detached(
     log_file: Path,
     cwd: Path,
     env: dict[str, str] | None = None,
+    program: str | None = None,
 ) -> int:
-    """Start `argv` in a new session, output appended to `log_file`; returns the pid."""
+    """Start `argv` in a new session, output appended to `log_file`; returns the pid.
+
+    `program` is what the process runs once started, when `argv[0]` execs it (nsenter).
+    """
     with open(log_file, "ab") as output:
         process = subprocess.Popen(
             argv,
@@ -38,7 +42,7 @@ def start_detached(
             env=env,
             start_new_session=True,
         )
-    pid_file.write_text(f"{process.pid}\n{argv[0]}\n")
+    pid_file.write_text(f"{process.pid}\n{program or argv[0]}\n")
     log.info("started %s (pid %d, log %s)", Path(argv[0]).name, process.pid, log_file)
     return process.pid
 

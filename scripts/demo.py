@@ -69,6 +69,9 @@ def demo_manager() -> str:
     pod["metadata"]["name"] = JOB
     pod["spec"]["containers"][0]["args"] = [
         "--num-gpus=3", "--image=distributetrain/base:0.1.0", "--port=12345",
+        # The local nodes are kubelets on this 2-core machine (2 CPUs each): the defaults,
+        # 2 CPUs and 8Gi per GPU, are sized for real GPU nodes.
+        "--cpu-per-gpu=250m", "--memory-per-gpu=2Gi",
         "--filename=/opt/distributetrain/train.py", "--host-network=false",
         f"--pvc={CLAIM}:/train", "--delete-chief", "--", *TRAIN_ARGS,
     ]

@@ -2,9 +2,9 @@
 # Everything `make demo` and `make test` need on a fresh machine, each step cached:
 # Debian packages, the project venv (manager package and test tools), the images the
 # local cluster runs (built with podman from the project's Dockerfiles on local
-# stand-ins for their upstream bases) and the upstream Kubernetes control plane (built
-# with Go). The two slow builds run side by side; a warm run takes seconds and prints
-# one line per step.
+# stand-ins for their upstream bases), the upstream Kubernetes control plane and node
+# components and the image registry (built with Go). The slow builds run side by side;
+# a warm run takes seconds and prints one line per step.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
@@ -17,16 +17,18 @@ fi
 
 bash "$here/localcluster/controlplane/install-system-deps.sh"
 
-control_plane_log="$DT_CACHE/logs/control-plane-build.log"
-bash "$here/localcluster/controlplane/build.sh" > "$control_plane_log.out" 2> "$control_plane_log" &
-control_plane_pid=$!
+# The Go builds share one build cache: the registry's waits for the control plane's.
+go_log="$DT_CACHE/logs/go-build.log"
+( bash "$here/localcluster/controlplane/build.sh" && bash "$here/localcluster/registryserver/build.sh" ) \
+  > "$go_log.out" 2> "$go_log" &
+go_pid=$!
 
 bash "$here/scripts/bootstrap-python.sh"
 bash "$here/localcluster/images/build.sh"
 
-if ! wait "$control_plane_pid"; then
-  echo "setup: building the control plane failed; the end of $control_plane_log:" >&2
-  tail -n 30 "$control_plane_log" >&2
+if ! wait "$go_pid"; then
+  echo "setup: building Kubernetes or the registry failed; the end of $go_log:" >&2
+  tail -n 30 "$go_log" >&2
   exit 1
 fi
-echo "setup: control plane in $(cat "$control_plane_log.out")"
+echo "setup: Kubernetes and the registry in $(paste -sd ' ' "$go_log.out")"

@@ -58,6 +58,9 @@ def job_args(pool: "NodePool", claim: str, gpus: int, *extra: str, script_args: 
             f"--pvc={claim}:/work", "--filename=/work/hello.py", "--worker-ready-timeout=60s", *extra,
             "--", *script_args]
 TEST_NODE_LABEL = "distributetrain.test/nodes"
+# The local nodes are kubelets on this 2-core machine: each has 2 CPUs, and the manager's
+# defaults (2 CPUs and 8Gi per GPU, sized for real GPU nodes) would not fit a 1-GPU pod.
+LOCAL_NODE_SIZING = ("--cpu-per-gpu=100m", "--memory-per-gpu=2Gi")
 MANAGER_FINISH_TIMEOUT_S = 240.0
 CLAIM_BOUND_TIMEOUT_S = 60.0
 # A log read goes apiserver -> node agent; on a loaded 2-core machine the agent once took
@@ -95,12 +98,13 @@ def rbac_documents(namespace: str, lease_namespace: str = DEFAULT_LOCK_NAMESPACE
 
 
 def manager_pod(namespace: str, name: str, args: list[str], restart_policy: str = "Never") -> dict:
-    """manager.yaml, renamed, with the test's arguments."""
+    """manager.yaml, renamed, with the test's arguments (after LOCAL_NODE_SIZING, which they
+    may override: the last of a flag wins)."""
     pod = yaml.safe_load((REPO / "manager.yaml").read_text())
     pod["metadata"].update(name=name, namespace=namespace)
     pod["metadata"]["labels"]["distributetrain.io/job"] = name
     pod["spec"]["restartPolicy"] = restart_policy
-    pod["spec"]["containers"][0]["args"] = args
+    pod["spec"]["containers"][0]["args"] = [*LOCAL_NODE_SIZING, *args]
     # The manager runs on the test's own nodes, so another test stopping its nodes
     # never takes this test's manager with it.
     for arg in args:
@@ -143,7 +147,7 @@ def node_pool(cluster, spec: dict[str, int], **kwargs) -> Iterator[NodePool]:
 
 @contextmanager
 def more_nodes(cluster, pool: NodePool, spec: dict[str, int], **kwargs) -> Iterator:
-    """Nodes added to ``pool`` under an agent of their own (yielded), which a test can stop alone.
+    """Nodes added to ``pool`` as a node group of their own (yielded), which a test can stop alone.
 
     The group's first node is named as on EKS (see NodePool)."""
     for position, logical in enumerate(spec):

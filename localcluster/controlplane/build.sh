@@ -11,7 +11,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../../scripts/env.sh
 source "$HERE/../../scripts/env.sh"
 
-COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
+COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy)
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$HERE/go.mod")"
 SOURCE_HASH="$(cat "$HERE/go.mod" "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-12)"
 OUT_DIR="$DT_CACHE/k8s/$K8S_VERSION-$SOURCE_HASH"

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the local cluster needs: etcd (the apiserver's
-# store), iproute2 (bridge, veths, netns), podman with runc (the node agent's
-# container runtime, and the image builder), mmdebstrap (the root filesystem
-# of the python base stand-in), openssh-client (the ssh-keygen the unit tests check
-# the job's keys with) and shellcheck (the tests lint every shell script). Idempotent. The cluster runs its
-# own etcd under $DT_RUN, so the package's system service must never be left
-# running: service starts are denied during the install and any etcd the
+# store), iproute2 (bridge, veths, netns), containerd with runc and the CNI
+# plugins (the nodes' container runtime), podman (the image builder),
+# mmdebstrap (the root filesystem of the python base stand-in), openssh-client
+# (the ssh-keygen the unit tests check the job's keys with) and shellcheck (the
+# tests lint every shell script). Idempotent. The cluster runs its own etcd under
+# $DT_RUN and one containerd per node, so the packages' system services must never
+# be left running: service starts are denied during the install and any etcd the
 # package started anyway is stopped.
 set -euo pipefail
 
-PACKAGES=(etcd-server iproute2 podman runc mmdebstrap openssh-client shellcheck)
+PACKAGES=(etcd-server iproute2 podman runc containerd containernetworking-plugins mmdebstrap openssh-client
+          shellcheck)
 POLICY_RC_D=/usr/sbin/policy-rc.d
 
 missing=()
@@ -40,8 +42,11 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # Belt and braces: a system etcd would hold the default ports and data dir,
 # now or after a reboot.
 if command -v systemctl >/dev/null; then
-    systemctl disable --now etcd >/dev/null 2>&1 \
-        || rm -f /etc/systemd/system/multi-user.target.wants/etcd.service /etc/systemd/system/etcd2.service
+    for service in etcd containerd; do
+        systemctl disable --now "$service" >/dev/null 2>&1 \
+            || rm -f "/etc/systemd/system/multi-user.target.wants/$service.service"
+    done
+    rm -f /etc/systemd/system/etcd2.service
 fi
 # The packaged daemon is configured through /etc/default/etcd, never with
 # --data-dir, which is how the clusters' own etcd processes are told apart.

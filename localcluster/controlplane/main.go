@@ -1,11 +1,13 @@
 // Command controlplane is a hyperkube-style multi-call binary holding the
-// upstream kube-apiserver, kube-scheduler, kube-controller-manager and kubectl.
+// upstream kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and
+// the node components: kubelet and kube-proxy.
 // One binary shares compilation and is linked once, which matters on small
 // build machines. The component is chosen by the basename of argv[0] (via
 // symlinks) or, failing that, by the first argument.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,14 +24,18 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 // servers maps a component name to the constructor of its cobra command.
 var servers = map[string]func() *cobra.Command{
 	"kube-apiserver":          apiserver.NewAPIServerCommand,
 	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
+	"kube-proxy":              proxy.NewProxyCommand,
 	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 }
 
 const kubectlName = "kubectl"

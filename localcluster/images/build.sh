@@ -6,6 +6,8 @@
 #        nvcr.io/nvidia/tensorflow:24.03-tf2-py3 <- tensorflow/Dockerfile
 #   2. the project's images from its two Dockerfiles, unchanged (what users build):
 #        distributetrain/manager:0.1.0, distributetrain/base:0.1.0
+#   3. the pod sandbox image every node's containerd pulls first:
+#        registry.k8s.io/pause:3.10 <- pause/ (a static Go binary, FROM scratch)
 # Layers are reused when nothing changed: a warm run takes seconds and prints one line
 # per image (built / reused). Full build output goes to $DT_CACHE/logs/images.log.
 set -euo pipefail
@@ -15,6 +17,7 @@ repo="$(cd "$here/../.." && pwd)"
 source "$repo/scripts/env.sh"
 bash "$here/podman-config.sh"
 
+PAUSE_IMAGE=registry.k8s.io/pause:3.10
 PYTHON_BASE=docker.io/library/python:3.11.10-slim-bookworm
 TENSORFLOW_BASE=nvcr.io/nvidia/tensorflow:24.03-tf2-py3
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")"
@@ -61,6 +64,13 @@ build() {  # what, tag, podman build arguments...
   fi
 }
 
+# The pause binary is built here, not in a Go image: no registry is reachable to pull one.
+pause_context="$DT_CACHE/pause-context"
+mkdir -p "$pause_context"
+(cd "$here/pause" && CGO_ENABLED=0 GOCACHE="$DT_CACHE/gocache" GOFLAGS=-mod=mod \
+  go build -trimpath -ldflags="-s -w" -o "$pause_context/pause" .) >> "$log" 2>&1
+cp "$here/pause/Dockerfile" "$pause_context/Dockerfile"
+build "" "$PAUSE_IMAGE" "$pause_context"
 build " (stand-in)" "$TENSORFLOW_BASE" "$here/tensorflow"
 build "" "$MANAGER_IMAGE" -f "$repo/manager_image/Dockerfile" "$repo"
 build "" "$BASE_IMAGE" "$repo/base_image"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the project's own podman configuration under $DT_CACHE/containers, so that
-# builds and the node agent's containers never touch the host's podman set-up:
+# builds and the tests' containers never touch the host's podman set-up:
 #   storage.conf    overlay storage in the cache (vfs copies every layer: 5x slower)
 #   containers.conf runc with cgroupfs (crun fails on hybrid cgroups), the ulimits this
 #                   machine allows, no network of podman's own (it would add a bridge and

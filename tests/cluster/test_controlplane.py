@@ -33,6 +33,7 @@ NODE_GROUP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
 CACHED_UP_BUDGET_S = 30.0
 CLI_TIMEOUT_S = 300.0
+SLEEPER_IMAGE = "python:3.11.10-slim-bookworm"
 
 
 def wait_for(condition, timeout_s: float, what: str) -> None:
@@ -148,14 +149,32 @@ def test_node_group_registers_ready_gpu_nodes_and_removes_them(cluster: Cluster,
 
 @pytest.mark.cluster
 @pytest.mark.cluster
-def test_stopping_a_killed_agents_group_removes_what_it_left(cluster: Cluster, api_client):
+def test_stopping_a_node_whose_daemons_were_killed_removes_what_it_left(cluster: Cluster, api_client, namespace):
+    """The machine's power cut: kubelet, containerd and kube-proxy SIGKILLed under a running
+    pod; its container and containerd's shim run on, and stopping the group kills them."""
     core = client.CoreV1Api(api_client)
     group = cluster.add_nodes({"cp-killed": 1})
-    os.kill(group.agent_pid, signal.SIGKILL)
+    run_sleeper(core, namespace, "cp-killed")
+    for pid in group.daemon_pids():
+        os.kill(pid, signal.SIGKILL)
+    left = leftovers.find_nodes(cluster.layout, group.record.indices())
+    assert left.cgroups and left.pids, f"nothing ran on the node: {left}"
     group.stop()
     assert not_found(lambda: core.read_node("cp-killed"))
-    left = leftovers.find_node_group(group.state_dir, group.record.indices())
-    assert left.empty(), f"left behind by the killed agent: {left}"
+    left = leftovers.find_nodes(cluster.layout, group.record.indices())
+    assert left.empty(), f"left behind by the killed node: {left}"
+
+
+def run_sleeper(core: client.CoreV1Api, namespace: str, node: str) -> None:
+    """A pod running on `node`, once it runs."""
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name=f"sleeper-{node}"),
+        spec=client.V1PodSpec(node_name=node, restart_policy="Never", termination_grace_period_seconds=0,
+                              containers=[client.V1Container(name="main", image=SLEEPER_IMAGE,
+                                                             command=["sleep", "3600"])]))
+    core.create_namespaced_pod(namespace, pod)
+    wait_for(lambda: core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Running",
+             SCHEDULING_TIMEOUT_S, f"pod {pod.metadata.name} to run")
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -169,13 +188,14 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client, capsys: pytest.CaptureFixture[str]):
     """Script level: `down` then `up` through the CLI; the session's cluster is up again after.
 
-    A node agent is killed first, as a crash would, and an orphan Node is left,
+    A node's daemons are killed first, as a crash would, and an orphan Node is left,
     so `down` has to clean up after both.
     """
     if SessionRegistry(cluster.layout).others_alive():
         pytest.skip("another pytest session is using this cluster; not taking it down under it")
     crashed = cluster.add_nodes({"cp-crashed": 1})
-    os.kill(crashed.agent_pid, signal.SIGKILL)
+    for pid in crashed.daemon_pids():
+        os.kill(pid, signal.SIGKILL)
     # A Node no agent knows of, as an agent killed in an earlier run leaves.
     client.CoreV1Api(api_client).create_node(client.V1Node(metadata=client.V1ObjectMeta(name="cp-orphan")))
 
@@ -204,23 +224,23 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
 @pytest.mark.cluster
 def test_up_after_a_run_killed_outright_removes_what_it_left(cluster: Cluster, api_client):
     """Every process of the run SIGKILLed, as the end of a CI job or a sandbox session
-    does: `up` removes the dead agent's namespaces, veths and Nodes before starting, so
-    the new run neither collides with them nor has `down` report them later."""
+    does: `up` removes the dead node's cgroups, namespaces, veths and Nodes before
+    starting, so the new run neither collides with them nor has `down` report them later."""
     if SessionRegistry(cluster.layout).others_alive():
         pytest.skip("another pytest session is using this cluster; not killing it under it")
     killed = cluster.add_nodes({"cp-killed": 1})
     indices = list(killed.record.indices())
     try:
-        for pid in [killed.agent_pid, *(processes.read_pid(cluster.layout.pid_file(name))
-                                        for name in components.COMPONENTS)]:
+        for pid in [*killed.daemon_pids(), *(processes.read_pid(cluster.layout.pid_file(name))
+                                             for name in components.COMPONENTS)]:
             processes.kill(pid, "a process of the run", 15.0)
-        assert not leftovers.find_node_group(killed.state_dir, indices).empty(), "the kill left nothing to remove"
+        assert not leftovers.find_nodes(cluster.layout, indices).empty(), "the kill left nothing to remove"
 
         up = run_cli("up")
         assert up.returncode == 0, cli_output(up)
         assert "removed what a killed earlier run left" in up.stderr, cli_output(up)
-        left = leftovers.find_node_group(killed.state_dir, indices)
-        assert left.empty(), f"the killed agent's leftovers survived `up`: {left}"
+        left = leftovers.find_nodes(cluster.layout, indices)
+        assert left.empty(), f"the killed node's leftovers survived `up`: {left}"
         assert [g.record.group_id for g in cluster.node_groups()].count(killed.record.group_id) == 0
         assert not_found(lambda: client.CoreV1Api(api_client).read_node("cp-killed"))
     finally:

@@ -1,7 +1,7 @@
-"""The local cluster made as rough as users' clusters: each rough edge shown on the real control plane.
+"""The local cluster made as rough as users' clusters: each rough edge shown on real nodes.
 
-One agent runs this module's nodes, one node per rough edge (so a cordon or a kubelet restart
-touches no other test's pods); they are tainted so other sessions' pods stay off them.
+One node group runs this module's nodes, one node per rough edge (so a cordon or a kubelet
+restart touches no other test's pods); they are tainted so other sessions' pods stay off them.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ pytestmark = pytest.mark.cluster
 IMAGE = "distributetrain/base:0.1.0"
 TAINT_KEY = "distributetrain.test/rough-nodes"
 START_TIMEOUT_S = 60
-CHANGE_TIMEOUT_S = 30
+CHANGE_TIMEOUT_S = 45
 POLL_S = 0.2
-NOT_READY_S = 4
+KUBELET_DOWN_S = 2
+# Shorter than the kubelet's patience (it calls the node not Ready after about 30 s).
+CONTAINERD_DOWN_S = 15
 PULL_DELAY_S = 3
-DRAIN_TIMEOUT_S = 5
+DRAIN_TIMEOUT_S = 15
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,6 @@ def processes_with(text: str) -> list[int]:
 def test_a_node_named_unlike_its_hostname_is_found_by_name_not_by_hostname_label(core, namespace, nodes):
     node = json.loads(core.read_node(nodes.eks, _preload_content=False).data)
     assert node["metadata"]["labels"]["kubernetes.io/hostname"] == nodes.eks_hostname
-    assert {"type": "Hostname", "address": nodes.eks_hostname} in node["status"]["addresses"]
 
     create_pod(core, namespace, pod_on("by-name", nodes, pinned_to_node(nodes.eks), sleeping("600")))
     create_pod(core, namespace, pod_on("by-node-name-as-hostname", nodes, hostname_is(nodes.eks), sleeping("600")))
@@ -147,39 +148,39 @@ def test_a_node_named_unlike_its_hostname_is_found_by_name_not_by_hostname_label
 # --- kubelet restart --------------------------------------------------------------------------
 
 
-def test_a_kubelet_restart_flips_ready_and_leaves_containers_running(cluster, core, namespace, nodes):
+def test_kubelet_and_containerd_restarts_leave_containers_running(cluster, core, namespace, nodes):
+    """The kubelet killed and started again, then containerd: the pod's container runs on
+    (same container, same process, no restart), and the node stays Ready."""
     tag = marker()
     create_pod(core, namespace, pod_on("survivor", nodes, pinned_to_node(nodes.restart), sleeping(tag)))
     before = wait_for(lambda: (pod := read_pod(core, namespace, "survivor")) and condition(pod, "Ready").get(
         "status") == "True" and pod, START_TIMEOUT_S, "survivor Ready")
     pids = wait_for(lambda: processes_with(tag), START_TIMEOUT_S, "the survivor's process")
+    group = cluster.node_group(nodes.restart)
+    kubelet = group.kubelet_pid(nodes.restart)
 
-    cluster.restart_kubelet(nodes.restart, not_ready_s=NOT_READY_S)
+    cluster.restart_kubelet(nodes.restart, down_s=KUBELET_DOWN_S)
+    assert group.kubelet_pid(nodes.restart) not in (None, kubelet)
 
     def ready() -> dict:
         return condition(json.loads(core.read_node(nodes.restart, _preload_content=False).data), "Ready")
 
-    not_ready = wait_for(lambda: (c := ready()).get("status") == "False" and c, CHANGE_TIMEOUT_S, "Ready=False")
-    assert not_ready["reason"] == "KubeletNotReady"
-    assert re.fullmatch(r"PLEG is not healthy: pleg was last seen active 3m\d+(\.\d+)?s ago; threshold is 3m0s",
-                        not_ready["message"]), not_ready["message"]
-    back = wait_for(lambda: (c := ready()).get("status") == "True" and c, CHANGE_TIMEOUT_S, "Ready again")
-    assert back["reason"] == "KubeletReady"
-    assert back["lastTransitionTime"] > not_ready["lastTransitionTime"]
-
+    cluster.restart_containerd(nodes.restart, down_s=CONTAINERD_DOWN_S)
+    wait_for(lambda: ready().get("status") == "True", CHANGE_TIMEOUT_S, "the node Ready")
+    wait_for(lambda: condition(read_pod(core, namespace, "survivor"), "Ready").get("status") == "True",
+             CHANGE_TIMEOUT_S, "the pod Ready after the restarts")
     after = read_pod(core, namespace, "survivor")
     status, status_before = after["status"]["containerStatuses"][0], before["status"]["containerStatuses"][0]
     assert (status["containerID"], status["restartCount"], status["state"]) == (
         status_before["containerID"], 0, status_before["state"])
     assert processes_with(tag) == pids, "the container's process was replaced"
-    wait_for(lambda: condition(read_pod(core, namespace, "survivor"), "Ready").get("status") == "True",
-             CHANGE_TIMEOUT_S, "the pod Ready after the restart")
 
 
 # --- slow image pulls -------------------------------------------------------------------------
 
 
 def test_a_slow_pull_waits_in_container_creating_once_per_node(cluster, core, namespace, nodes):
+    cluster.forget_images(nodes.pulls)  # the node slot's image store outlives clusters
     cluster.set_pull_delays({IMAGE: PULL_DELAY_S}, nodes=[nodes.pulls])
     on_node = pinned_to_node(nodes.pulls)
     started = time.monotonic()

@@ -60,7 +60,7 @@ def test_a_worker_deleted_mid_training_restarts_the_job_which_finishes(cluster, 
 
 def test_a_worker_node_lost_mid_training_restarts_the_job_on_a_ready_node(cluster, api_client, namespace, jobs,
                                                                           tmp_path):
-    """The worker's node stops reporting: its agent is frozen, as a hung kubelet or a node cut
+    """The worker's node stops reporting: its kubelet is frozen (SIGSTOP), as a hung kubelet or a node cut
     off from the control plane would be (its pods go on running). As soon as the node
     controller marks the node not Ready, the manager deletes the job's pods there itself (not
     30 s later, when the taint would evict them) and the next attempt trains on Ready nodes."""
@@ -75,7 +75,7 @@ def test_a_worker_node_lost_mid_training_restarts_the_job_on_a_ready_node(cluste
         wait_for_first_start(jobs, "nodelost")
         assert jobs.pod("nodelost-worker-0")["spec"]["nodeName"] == pool.node("a")
         core.patch_node(pool.node("c"), {"spec": {"unschedulable": False}})
-        os.kill(losable.agent_pid, signal.SIGSTOP)
+        os.kill(losable.kubelet_pid(pool.node("a")), signal.SIGSTOP)
         try:
             assert jobs.exit_code("nodelost", timeout_s=NODE_LOST_TIMEOUT_S) == 0, jobs.log_tail("nodelost")
             annotations = jobs.pod("nodelost")["metadata"]["annotations"]
@@ -90,20 +90,20 @@ def test_a_worker_node_lost_mid_training_restarts_the_job_on_a_ready_node(cluste
             chief_log = jobs.log_tail("nodelost-chief-r1")
             assert "rank=0 start=2" in chief_log and "rank=1 start=2" in chief_log
         finally:
-            os.kill(losable.agent_pid, signal.SIGCONT)
+            os.kill(losable.kubelet_pid(pool.node("a")), signal.SIGCONT)
         jobs.wait_gone(["nodelost-worker-0", "nodelost-chief", "nodelost-worker-0-r1"])
         assert jobs.secrets("nodelost") == []
 
 
 def test_a_worker_node_lost_while_the_worker_starts_restarts_the_job_on_a_ready_node(cluster, api_client, namespace,
                                                                                      jobs, tmp_path):
-    """The node agent is frozen before the job is planned, so its worker never starts: the
+    """The node's kubelet is frozen before the job is planned, so its worker never starts: the
     manager deletes it at the node controller's verdict, long before --worker-ready-timeout,
     and the restart trains on Ready nodes."""
     with node_pool(cluster, {"b": 1, "c": 1}) as pool, \
             more_nodes(cluster, pool, {"a": 1}, taints=[f"{LOSABLE}:NoSchedule"]) as losable, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
-        os.kill(losable.agent_pid, signal.SIGSTOP)
+        os.kill(losable.kubelet_pid(pool.node("a")), signal.SIGSTOP)
         try:
             jobs.submit("startlost", job_args(pool, claim, 2, "--max-restarts=1", "--worker-ready-timeout=5m",
                                               f"--toleration={LOSABLE}"))
@@ -117,6 +117,6 @@ def test_a_worker_node_lost_while_the_worker_starts_restarts_the_job_on_a_ready_
             manager_log = jobs.logs("startlost")
             assert f"plan {pool.node('b')}=1,{pool.node('c')}=1" in manager_log, manager_log  # not on the lost node
         finally:
-            os.kill(losable.agent_pid, signal.SIGCONT)
+            os.kill(losable.kubelet_pid(pool.node("a")), signal.SIGCONT)
         jobs.wait_gone(["startlost-worker-0", "startlost-chief", "startlost-worker-0-r1"])
         assert jobs.secrets("startlost") == []

@@ -1,0 +1,3 @@
+module distributetrain.local/localcluster/images/pause
+
+go 1.25.0

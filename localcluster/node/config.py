@@ -1,0 +1,324 @@
+"""Every file and command line of one real node, as pure functions of its spec and paths.
+
+Nothing here touches the host: `realnode` writes what these return. Kept in one place
+so the exact configuration of the kubelet, containerd, the CNI bridge and kube-proxy
+can be read (and is tested) as whole documents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localcluster import netsetup
+from localcluster.certs import KUBELET_SERVING_CERT, Pki
+
+# Each node has its own network namespace, so every node uses the standard ports.
+KUBELET_PORT = 10250
+KUBELET_HEALTHZ_PORT = 10248
+KUBE_PROXY_HEALTHZ_PORT = 10256
+KUBE_PROXY_METRICS_PORT = 10249
+# The sandbox ("pause") image, pulled from the local registry like any other image.
+SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
+CLUSTER_DOMAIN = "cluster.local"
+CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+NETWORK_PREFIX = "localcluster-"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What a node is: its name, its slot on the network, and what it advertises."""
+
+    name: str
+    index: int
+    gpus: int
+    gpu_resource: str
+    # The kubernetes.io/hostname label; differs from the name on EKS-style nodes.
+    hostname: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # "key[=value]:Effect", as kubectl taint takes them.
+    taints: tuple[str, ...] = ()
+
+    @property
+    def ip(self) -> str:
+        return netsetup.node_ip(self.index)
+
+    @property
+    def pod_subnet(self) -> str:
+        return netsetup.pod_subnet(self.index)
+
+    @property
+    def netns(self) -> str:
+        return netsetup.node_netns(self.index)
+
+    @property
+    def host_veth(self) -> str:
+        return netsetup.node_host_veth(self.index)
+
+    @property
+    def cgroup(self) -> str:
+        """The node's cgroup, under every controller's root: its pods and its daemons."""
+        return f"{netsetup.NETNS_PREFIX}n{self.index}"
+
+
+@dataclass(frozen=True)
+class NodePaths:
+    """Where a node keeps its files: `root` in the run directory, its images in the cache.
+
+    The image store outlives the cluster, as a real node's image cache survives a
+    reboot, so the 2 GB base image is unpacked once per node slot and machine.
+    """
+
+    root: Path
+    image_store: Path
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.root / "containerd.toml"
+
+    @property
+    def containerd_state(self) -> Path:
+        return self.root / "containerd"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.containerd_state / "containerd.sock"
+
+    @property
+    def runc_root(self) -> Path:
+        return self.root / "runc"
+
+    @property
+    def registry_hosts(self) -> Path:
+        """containerd's hosts directory: one hosts.toml per mirrored registry."""
+        return self.root / "registry-hosts"
+
+    @property
+    def cni_config_dir(self) -> Path:
+        return self.root / "cni" / "net.d"
+
+    @property
+    def cni_ipam_dir(self) -> Path:
+        return self.root / "cni" / "ipam"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.root / "kubelet.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubelet.kubeconfig"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.root / "pods"
+
+    @property
+    def kube_proxy_config(self) -> Path:
+        return self.root / "kube-proxy.yaml"
+
+    @property
+    def kube_proxy_kubeconfig(self) -> Path:
+        return self.root / "kube-proxy.kubeconfig"
+
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """The local registry standing in for the registries images name (docker.io, nvcr.io...)."""
+
+    url: str
+    registries: tuple[str, ...]
+
+
+def containerd_config(paths: NodePaths) -> str:
+    """containerd's config (TOML, version 2). `restrict_oom_score_adj` because this machine lacks
+    CAP_SYS_RESOURCE: without it every sandbox fails ("can't get final child's PID from pipe")."""
+    return f"""version = 2
+root = {_toml(paths.image_store)}
+state = {_toml(paths.containerd_state / "state")}
+
+[grpc]
+  address = {_toml(paths.containerd_socket)}
+
+[ttrpc]
+  address = {_toml(f"{paths.containerd_socket}.ttrpc")}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {_toml(paths.containerd_state / "opt")}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = {_toml(SANDBOX_IMAGE)}
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  netns_mounts_under_state_dir = true
+  restrict_oom_score_adj = true
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = {_toml(paths.runc_root)}
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = {_toml(CNI_BIN_DIR)}
+    conf_dir = {_toml(paths.cni_config_dir)}
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = {_toml(paths.registry_hosts)}
+"""
+
+
+def registry_hosts(mirror: Mirror) -> dict[str, str]:
+    """{registry: hosts.toml}: each registry's pulls go to the mirror, under a path of its own
+    (docker.io/library/python is <mirror>/v2/docker.io/library/python), so two registries'
+    repositories of one name never meet."""
+    return {
+        registry: f"""server = "https://{registry}"
+
+[host."{mirror.url}/v2/{registry}"]
+  capabilities = ["pull", "resolve"]
+  override_path = true
+"""
+        for registry in mirror.registries
+    }
+
+
+def cni_config(spec: NodeSpec, paths: NodePaths) -> dict:
+    """A bridge in the node's netns with the node's pod subnet; the node answers ARP for its
+    pods on the cluster bridge (see network.py), so pods reach every node and pod directly."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": network_name(spec),
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": spec.pod_subnet}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(paths.cni_ipam_dir),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def network_name(spec: NodeSpec) -> str:
+    """The node's CNI network; CNI's result cache in /var/lib/cni is named after it."""
+    return f"{NETWORK_PREFIX}{spec.netns}"
+
+
+def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
+    """The KubeletConfiguration: the upstream defaults but for what this machine needs.
+
+    cgroup v1 with the cgroupfs driver (no systemd here; a later Kubernetes needs cgroup v2),
+    no swap check, and the kernel defaults left to the kubelet to set (they are restored by
+    `down`). The kubelet API authenticates clients by the cluster CA and asks the apiserver
+    who may do what, as on a real cluster. Its serving certificate is the cluster's kubelet
+    certificate, valid for every node address.
+    """
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": spec.ip,
+        "port": KUBELET_PORT,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": KUBELET_HEALTHZ_PORT,
+        "tlsCertFile": str(pki.cert(KUBELET_SERVING_CERT)),
+        "tlsPrivateKeyFile": str(pki.key(KUBELET_SERVING_CERT)),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki.ca_cert)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": f"/{spec.cgroup}/pods",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "protectKernelDefaults": False,
+        "containerRuntimeEndpoint": f"unix://{paths.containerd_socket}",
+        "podLogsDir": str(paths.pod_logs),
+        "serializeImagePulls": False,
+        "registerNode": True,
+        "registerWithTaints": [_taint(taint) for taint in spec.taints],
+        "resolvConf": "/etc/resolv.conf",
+        "clusterDomain": CLUSTER_DOMAIN,
+    }
+
+
+def kubelet_command(kubelet: Path, spec: NodeSpec, paths: NodePaths) -> list[str]:
+    labels = {"kubernetes.io/hostname": spec.hostname, **spec.labels}
+    return [
+        str(kubelet),
+        f"--config={paths.kubelet_config}",
+        f"--kubeconfig={paths.kubeconfig}",
+        f"--root-dir={paths.kubelet_root}",
+        f"--hostname-override={spec.name}",
+        f"--node-ip={spec.ip}",
+        "--node-labels=" + ",".join(f"{key}={value}" for key, value in labels.items()),
+    ]
+
+
+def containerd_command(containerd: Path, paths: NodePaths) -> list[str]:
+    return [str(containerd), f"--config={paths.containerd_config}"]
+
+
+def kube_proxy_config(spec: NodeSpec, paths: NodePaths) -> dict:
+    """kube-proxy in iptables mode, in the node's netns: pods reach Services (the apiserver's
+    `kubernetes` Service above all) as on a real node. The conntrack settings are left as
+    the kernel has them: kube-proxy would otherwise raise the host's nf_conntrack_max."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(paths.kube_proxy_kubeconfig)},
+        "hostnameOverride": spec.name,
+        "bindAddress": spec.ip,
+        "healthzBindAddress": f"127.0.0.1:{KUBE_PROXY_HEALTHZ_PORT}",
+        "metricsBindAddress": f"127.0.0.1:{KUBE_PROXY_METRICS_PORT}",
+        "mode": "iptables",
+        "clusterCIDR": str(netsetup.CLUSTER_CIDR),
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+    }
+
+
+def kube_proxy_command(kube_proxy: Path, paths: NodePaths) -> list[str]:
+    return [str(kube_proxy), f"--config={paths.kube_proxy_config}"]
+
+
+def _taint(text: str) -> dict[str, str]:
+    """"key[=value]:Effect" as a Taint object."""
+    key_value, _, effect = text.rpartition(":")
+    key, _, value = key_value.partition("=")
+    taint = {"key": key, "effect": effect}
+    if value:
+        taint["value"] = value
+    return taint
+
+
+def _toml(value: object) -> str:
+    """A TOML basic string (JSON's string escapes are TOML's)."""
+    return json.dumps(str(value))

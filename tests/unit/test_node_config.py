@@ -1,0 +1,152 @@
+"""A real node's files and command lines, compared whole (localcluster/node/config.py)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from localcluster.certs import Pki
+from localcluster.node import config
+from localcluster.node.config import Mirror, NodePaths, NodeSpec
+
+SPEC = NodeSpec(name="ip-10-0-1-7.ec2.internal", index=3, gpus=2, gpu_resource="nvidia.com/gpu",
+                hostname="ip-10-0-1-7", labels={"pool": "a"}, taints=("nvidia.com/gpu=present:NoSchedule",))
+PATHS = NodePaths(root=Path("/run/dt/nodes/n3"), image_store=Path("/cache/node-images/n3"))
+PKI = Pki(Path("/run/dt/pki"))
+
+
+def test_a_node_has_the_addresses_and_names_of_its_index():
+    assert (SPEC.ip, SPEC.pod_subnet, SPEC.netns, SPEC.host_veth, SPEC.cgroup) == (
+        "10.233.0.13", "10.233.3.0/24", "dt-n3", "dtn3", "dt-n3")
+
+
+def test_containerd_keeps_its_images_in_the_cache_and_the_rest_in_the_run_directory():
+    assert tomllib.loads(config.containerd_config(PATHS)) == {
+        "version": 2,
+        "root": "/cache/node-images/n3",
+        "state": "/run/dt/nodes/n3/containerd/state",
+        "grpc": {"address": "/run/dt/nodes/n3/containerd/containerd.sock"},
+        "ttrpc": {"address": "/run/dt/nodes/n3/containerd/containerd.sock.ttrpc"},
+        "plugins": {
+            "io.containerd.internal.v1.opt": {"path": "/run/dt/nodes/n3/containerd/opt"},
+            "io.containerd.grpc.v1.cri": {
+                "sandbox_image": "registry.k8s.io/pause:3.10",
+                "stream_server_address": "127.0.0.1",
+                "stream_server_port": "0",
+                "netns_mounts_under_state_dir": True,
+                "restrict_oom_score_adj": True,
+                "containerd": {
+                    "snapshotter": "overlayfs",
+                    "default_runtime_name": "runc",
+                    "runtimes": {"runc": {
+                        "runtime_type": "io.containerd.runc.v2",
+                        "options": {"SystemdCgroup": False, "Root": "/run/dt/nodes/n3/runc"},
+                    }},
+                },
+                "cni": {"bin_dir": "/usr/lib/cni", "conf_dir": "/run/dt/nodes/n3/cni/net.d"},
+                "registry": {"config_path": "/run/dt/nodes/n3/registry-hosts"},
+            },
+        },
+    }
+
+
+def test_every_mirrored_registry_is_pulled_from_its_own_path_of_the_local_registry():
+    hosts = config.registry_hosts(Mirror("http://10.233.0.1:5000", ("docker.io", "nvcr.io")))
+    assert {registry: tomllib.loads(text) for registry, text in hosts.items()} == {
+        "docker.io": {
+            "server": "https://docker.io",
+            "host": {"http://10.233.0.1:5000/v2/docker.io": {"capabilities": ["pull", "resolve"],
+                                                             "override_path": True}},
+        },
+        "nvcr.io": {
+            "server": "https://nvcr.io",
+            "host": {"http://10.233.0.1:5000/v2/nvcr.io": {"capabilities": ["pull", "resolve"],
+                                                           "override_path": True}},
+        },
+    }
+
+
+def test_pods_get_addresses_from_the_nodes_subnet_behind_its_bridge():
+    assert config.cni_config(SPEC, PATHS) == {
+        "cniVersion": "0.4.0",
+        "name": "localcluster-dt-n3",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "10.233.3.0/24"}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": "/run/dt/nodes/n3/cni/ipam",
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def test_the_kubelet_authenticates_by_the_cluster_ca_and_authorizes_through_the_apiserver():
+    assert config.kubelet_config(SPEC, PATHS, PKI) == {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": "10.233.0.13",
+        "port": 10250,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": 10248,
+        "tlsCertFile": "/run/dt/pki/kubelet.crt",
+        "tlsPrivateKeyFile": "/run/dt/pki/kubelet.key",
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": "/run/dt/pki/ca.crt"},
+        },
+        "authorization": {"mode": "Webhook"},
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": "/dt-n3/pods",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "protectKernelDefaults": False,
+        "containerRuntimeEndpoint": "unix:///run/dt/nodes/n3/containerd/containerd.sock",
+        "podLogsDir": "/run/dt/nodes/n3/pods",
+        "serializeImagePulls": False,
+        "registerNode": True,
+        "registerWithTaints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        "resolvConf": "/etc/resolv.conf",
+        "clusterDomain": "cluster.local",
+    }
+
+
+def test_the_kubelet_registers_the_node_by_name_with_its_own_hostname_label():
+    assert config.kubelet_command(Path("/bin/kubelet"), SPEC, PATHS) == [
+        "/bin/kubelet",
+        "--config=/run/dt/nodes/n3/kubelet.yaml",
+        "--kubeconfig=/run/dt/nodes/n3/kubelet.kubeconfig",
+        "--root-dir=/run/dt/nodes/n3/kubelet",
+        "--hostname-override=ip-10-0-1-7.ec2.internal",
+        "--node-ip=10.233.0.13",
+        "--node-labels=kubernetes.io/hostname=ip-10-0-1-7,pool=a",
+    ]
+
+
+def test_kube_proxy_leaves_the_hosts_conntrack_settings_alone():
+    assert config.kube_proxy_config(SPEC, PATHS) == {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": "/run/dt/nodes/n3/kube-proxy.kubeconfig"},
+        "hostnameOverride": "ip-10-0-1-7.ec2.internal",
+        "bindAddress": "10.233.0.13",
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "mode": "iptables",
+        "clusterCIDR": "10.233.0.0/16",
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+    }
+    assert config.kube_proxy_command(Path("/bin/kube-proxy"), PATHS) == [
+        "/bin/kube-proxy", "--config=/run/dt/nodes/n3/kube-proxy.yaml"]
+    assert config.containerd_command(Path("/usr/bin/containerd"), PATHS) == [
+        "/usr/bin/containerd", "--config=/run/dt/nodes/n3/containerd.toml"]
