@@ -126,6 +126,18 @@ def ensure_client(pki: Pki, identity: ClientIdentity) -> None:
     _write_pair(pki, identity.name, *_issue(ca_cert, ca_key, identity.user, identity.groups))
 
 
+def ensure_server(pki: Pki, name: str, common_name: str, addresses: tuple[str, ...]) -> None:
+    """Issue a serving certificate for `addresses` from the cluster CA, unless it exists
+    (e.g. Kueue's webhooks on loopback, which the apiserver calls with the CA as caBundle)."""
+    if pki.cert(name).exists():
+        return
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key} is not the EC key this module writes")
+    _write_pair(pki, name, *_issue(ca_cert, ca_key, common_name, (), server_sans=_ip_sans(addresses)))
+
+
 def _new_tls_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 

@@ -1,0 +1,83 @@
+"""Kueue on the local cluster (`localcluster up --kueue`): its CRDs, its webhooks and its
+controller manager, as a cluster that runs Kueue has them.
+
+Kueue is built from its Go module (localcluster/kueuecontroller) and runs as a host
+process, like the control plane. Its webhooks are served on loopback with a certificate
+of the cluster's CA and registered by URL (no Service: nothing of Kueue's runs in a
+pod). Only the webhooks of Kueue's own objects and of plain pods are registered: the
+pod integration is the one distributetrain uses. What is read from the module (CRDs,
+webhook manifests) is Kueue's own, at the pinned version, unchanged but for the
+webhooks' address.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+WEBHOOK_PORT = 19443
+HEALTH_PORT = 18081
+NAMESPACE = "kueue-system"
+WEBHOOK_CERT = "kueue-webhook"  # tls.crt / tls.key in the certificate directory, as controller-runtime wants
+# Kueue's own objects and plain pods; not the other integrations' (Jobs, JobSets, Ray...).
+WEBHOOK_PATHS = re.compile(r"^/(mutate|validate)-(kueue-x-k8s-io-v1beta2-[a-z]+|-v1-pod)$")
+# For pods, namespaces outside Kueue's managedJobsNamespaceSelector are never managed,
+# queue name or not ("strong exemption"); inside it, only pods naming a queue are, unless
+# manageJobsWithoutQueueName (a platform team's choice, tried by a test of its own).
+NEVER_MANAGED = ("kube-system", NAMESPACE)
+
+
+def configuration(cert_dir: Path) -> dict:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for the local cluster."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{HEALTH_PORT}"},
+        # "0" turns the metrics server off: v0.19.2 reads its certificate from a fixed
+        # path under /etc, which the local cluster has no business writing.
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": WEBHOOK_PORT, "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": ["pod"]},
+        "managedJobsNamespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(NEVER_MANAGED)}]},
+    }
+
+
+def webhook_configurations(manifests: str, ca_pem: bytes) -> list[dict]:
+    """Kueue's webhook configurations with only its own and the pod webhooks, each
+    addressed by URL on loopback and trusting the cluster CA."""
+    selected = []
+    for document in yaml.safe_load_all(manifests):
+        if not document:
+            continue
+        configuration_ = copy.deepcopy(document)
+        configuration_["metadata"] = {"name": f"kueue-{document['kind'].removesuffix('Configuration').lower()}"}
+        configuration_["webhooks"] = [_local(webhook, ca_pem) for webhook in document["webhooks"]
+                                      if WEBHOOK_PATHS.match(webhook["clientConfig"]["service"]["path"])]
+        selected.append(configuration_)
+    return selected
+
+
+def _local(webhook: dict, ca_pem: bytes) -> dict:
+    local = copy.deepcopy(webhook)
+    path = webhook["clientConfig"]["service"]["path"]
+    local["clientConfig"] = {"url": f"https://127.0.0.1:{WEBHOOK_PORT}{path}",
+                             "caBundle": base64.b64encode(ca_pem).decode()}
+    local["namespaceSelector"] = {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(NEVER_MANAGED)}]}
+    return local
+
+
+def custom_resource_definitions(crd_files: Iterable[Path]) -> list[dict]:
+    return [yaml.safe_load(path.read_text()) for path in sorted(crd_files)]
+
+
+def command(binary: Path, config_file: Path, kubeconfig: Path) -> list[str]:
+    return [str(binary), f"--config={config_file}", f"--kubeconfig={kubeconfig}"]

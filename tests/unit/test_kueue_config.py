@@ -1,0 +1,49 @@
+"""Kueue's set-up on the local cluster, from Kueue's own manifests at the pinned version."""
+
+import base64
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from localcluster import kueue
+from prerequisites import unavailable
+
+GO_MOD = Path(__file__).resolve().parents[2] / "localcluster" / "kueuecontroller" / "go.mod"
+
+
+@pytest.fixture(scope="module")
+def module_dir():
+    version = re.search(r"^require sigs.k8s.io/kueue (\S+)$", GO_MOD.read_text(), re.M).group(1)
+    cache = Path(os.environ.get("DT_CACHE", Path.home() / ".cache" / "distributetrain"))
+    found = cache / "gomod" / f"sigs.k8s.io/kueue@{version}"
+    if not found.is_dir():
+        unavailable(f"Kueue's module source {found} is missing: make setup downloads it")
+    return found
+
+
+def test_only_kueue_s_own_and_the_pod_webhooks_are_registered_on_loopback(module_dir):
+    manifests = (module_dir / "config/components/webhook/manifests.yaml").read_text()
+    configurations = kueue.webhook_configurations(manifests, b"the CA")
+    assert [c["kind"] for c in configurations] == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    webhooks = {w["name"]: w for c in configurations for w in c["webhooks"]}
+    assert {"mpod.kb.io", "vpod.kb.io", "mworkload.kb.io", "vclusterqueue.kb.io"} <= set(webhooks)
+    assert not {name for name in webhooks if name.startswith(("mjob.", "mjobset.", "mraycluster."))}
+    for webhook in webhooks.values():
+        assert webhook["clientConfig"]["url"].startswith(f"https://127.0.0.1:{kueue.WEBHOOK_PORT}/")
+        assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == b"the CA"
+        assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "kueue-system"]
+    assert webhooks["mpod.kb.io"]["clientConfig"]["url"].endswith("/mutate--v1-pod")
+
+
+def test_every_crd_of_the_module_is_installed(module_dir):
+    crds = kueue.custom_resource_definitions((module_dir / "config/components/crd/bases").glob("*.yaml"))
+    kinds = {crd["spec"]["names"]["kind"] for crd in crds}
+    assert {"ClusterQueue", "LocalQueue", "Workload", "ResourceFlavor", "WorkloadPriorityClass"} <= kinds
+
+
+def test_the_configuration_serves_webhooks_on_loopback_and_no_metrics():
+    config = kueue.configuration(Path("/run/certs"))
+    assert config["webhook"] == {"host": "127.0.0.1", "port": kueue.WEBHOOK_PORT, "certDir": "/run/certs"}
+    assert config["metrics"] == {"bindAddress": "0"} and config["integrations"] == {"frameworks": ["pod"]}
