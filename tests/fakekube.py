@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from distributetrain.core import inventory, names
+from distributetrain.core import errors, inventory, names
 from distributetrain.kube.client import KubeApi
 
 MANAGER_POD = "demo"
@@ -175,6 +175,17 @@ class FakeKube(KubeApi):
             self._act("annotate", "Pod", name)
             self.annotated.append((name, dict(annotations)))
 
+    def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
+        self._maybe_fail("patch_pod")
+        with self.lock:
+            pod = self.pods[name]
+            if isinstance(patch, list):
+                _json_patch(pod, patch)
+            else:
+                _merge(pod, patch)
+            self._act("patch", "Pod", name)
+            return copy.deepcopy(pod)
+
     # -- watches --------------------------------------------------------------------------
     def watch_pods(
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
@@ -233,3 +244,35 @@ class FakeKube(KubeApi):
             self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
             self._act("replace", "Lease", lease["metadata"]["name"])
             return copy.deepcopy(self.lease)
+
+
+def _merge(target: dict, patch: dict) -> None:
+    """A merge patch: maps merged key by key, anything else replaced, None removing."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _json_patch(target: dict, operations: list[dict]) -> None:
+    """The ``test`` and ``remove`` operations of RFC 6902, all or nothing, as the apiserver
+    applies them (a failed test is its 422 Invalid)."""
+    trial = copy.deepcopy(target)
+    for operation in operations:
+        *parents, last = [int(p) if p.isdigit() else p for p in operation["path"].strip("/").split("/")]
+        holder = trial
+        for part in parents:
+            holder = holder[part]
+        if operation["op"] == "test":
+            if holder[last] != operation["value"]:
+                raise errors.Invalid(f"the server rejected our request due to an error in our request: "
+                                     f"testing value {operation['path']} failed")
+        elif operation["op"] == "remove":
+            del holder[last]
+        else:
+            raise NotImplementedError(operation["op"])
+    target.clear()
+    target.update(trial)

@@ -118,6 +118,9 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True, m
     job.add_argument("--min-gpus", metavar="M", help="with --elastic: fewest GPUs to train on (default 1)")
     job.add_argument("--elastic-timeout", default="10m", metavar="DURATION",
                      help="with --elastic: how long to wait for --min-gpus after a loss before failing (default 10m)")
+    job.add_argument("--queue", metavar="LOCALQUEUE",
+                     help="a Kueue LocalQueue of the job's namespace: each attempt waits there and is admitted "
+                          "all or nothing against its quota (default: none, no queue)")
     job.add_argument("--lock-namespace", metavar="NS",
                      help=f"namespace of the placement Lease, shared by every manager that plans on the same "
                           f"GPUs (default {DEFAULT_LOCK_NAMESPACE})")
@@ -155,6 +158,17 @@ def elastic_min_gpus(args: argparse.Namespace, num_gpus: int) -> int:
     if min_gpus > num_gpus:
         raise errors.UsageError("--min-gpus", f"must be 1 to --num-gpus ({num_gpus}), got {min_gpus}")
     return min_gpus
+
+
+def queue_name(args: argparse.Namespace, min_gpus: int) -> str:
+    """``--queue``: a LocalQueue's name (a label value), never with ``--elastic``: Kueue
+    admits a pod group as a whole, and a group does not grow or shrink."""
+    if not args.queue:
+        return ""
+    if min_gpus:
+        raise errors.UsageError("--queue", "cannot be used with --elastic: Kueue admits a job's pods as one group "
+                                           "of a fixed size")
+    return checked("--queue", validation.dns_label, args.queue)
 
 
 def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> JobSettings:
@@ -214,6 +228,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         discovery_url=discovery.hosts_url(pod_ip) if pod_ip else "",
         manager_namespace=checked("--namespace", validation.dns_label, own_namespace(None)),
         lock_namespace=checked("--lock-namespace", validation.dns_label, args.lock_namespace) if args.lock_namespace else "",
+        queue=queue_name(args, min_gpus),
         service_account=args.service_account,
         cpu_per_gpu_m=checked("--cpu-per-gpu", quantity.cpu_millis, args.cpu_per_gpu),
         memory_per_gpu_bytes=checked("--memory-per-gpu", quantity.memory_bytes, args.memory_per_gpu),

@@ -314,6 +314,7 @@ class KubeApi(Protocol):
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool: ...
     def delete_all(self, kind: str, namespace: str, names: list[str]) -> list[str]: ...
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None: ...
+    def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict: ...
     def watch_pods(
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]: ...
@@ -462,6 +463,15 @@ class Kube(KubeApi):
             # A dict body is sent as a strategic merge patch: null removes an annotation.
             lambda: drain(self.core.patch_namespaced_pod(name, namespace, patch, **REQUEST_OPTIONS)),
             f"annotate Pod [{namespace}/{name}]",
+        )
+
+    def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
+        """A strategic merge patch (a dict) or a JSON patch (a list of operations, whose
+        ``test`` makes it conditional); returns the pod as patched."""
+        return self._call(
+            # The client sends a list as application/json-patch+json, a dict as a merge patch.
+            lambda: read_json(self.core.patch_namespaced_pod(name, namespace, patch, **REQUEST_OPTIONS)),
+            f"patch Pod [{namespace}/{name}]",
         )
 
     # -- watches -----------------------------------------------------------------------

@@ -38,6 +38,8 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--env-from-secret", "Bad_Secret"], "--env-from-secret"),
         (["--num-gpus", "2", "--env-from-secret", "creds=x"], "--env-from-secret"),
         (["--num-gpus", "2", "--env-from-secret", ""], "--env-from-secret"),
+        (["--num-gpus", "2", "--queue", "Team_A"], "--queue"),
+        (["--num-gpus", "2", "--queue", "team-a", "--elastic"], "--queue"),
         (["--num-gpus", "2", "--env-from-secret", "a" * 254], "--env-from-secret"),
         (["--num-gpus", "2", "--pvc", "claim"], "--pvc"),
         (["--num-gpus", "2", "--pvc", "claim:relative"], "--pvc"),

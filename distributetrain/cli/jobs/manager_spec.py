@@ -111,6 +111,8 @@ def manager_args(settings: JobSettings) -> list[str]:
         args += ["--elastic", f"--min-gpus={settings.min_gpus}"]
         if _changed(settings, "elastic_timeout_s"):
             args.append(f"--elastic-timeout={settings.elastic_timeout_s:g}s")
+    if settings.queue:
+        args.append(f"--queue={settings.queue}")
     if settings.lock_namespace:
         args.append(f"--lock-namespace={settings.lock_namespace}")
     if settings.service_account:
