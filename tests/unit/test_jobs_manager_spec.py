@@ -134,7 +134,8 @@ def test_every_job_flag_reaches_the_manager_unchanged():
              "--env-from-secret", "s3-creds", "--env-from-secret", "wandb.key", "--pvc", "data:/data:ro",
              "--pvc", "ckpt:/ckpt", "--worker-ready-timeout", "90s", "--active-deadline", "2.5h",
              "--orphan-timeout", "90s",
-             "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--max-restarts", "2", "--queue", "team-a", "--lock-namespace", "locks",
+             "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--max-restarts", "2",
+             "--queue", "team-a", "--lock-namespace", "locks",
              "--service-account", "trainer", "--cpu-per-gpu", "1500m", "--memory-per-gpu", "20G",
              "--shm-size", "3Gi"]
     script_args = ["--epochs", "2", "--", "-x", "with space"]
