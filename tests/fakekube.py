@@ -16,7 +16,9 @@ What the tests script:
 - ``send_nodes(...)``: node events, delivered to the running node watch as they are sent;
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
   ``create_owned``, ``annotate_pod``, ...);
-- ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node).
+- ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node);
+- ``on_create``: functions that change each object created, as mutating webhooks do
+  (Kueue's adds its scheduling gates to the pods of a queue).
 
 No mock stands in for the API server where a test claims to test the manager against
 Kubernetes: those tests run on the local cluster. This fake is for the manager's logic.
@@ -64,6 +66,7 @@ class FakeKube(KubeApi):
         self.pod_watches: list[list | None] = []
         self.on_pod_watch: Callable[[FakeKube, float], Iterator[tuple[str, dict]]] | None = None
         self.pods_stay_terminating = False
+        self.on_create: list[Callable[[dict], None]] = []
         self.pod_lists = 0
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
@@ -134,6 +137,8 @@ class FakeKube(KubeApi):
             return obj
         self._maybe_fail("create_owned")
         created = copy.deepcopy(obj)
+        for mutate in self.on_create:
+            mutate(created)
         if obj["kind"] == "Pod":
             created["status"] = {"phase": "Pending"}
         with self.lock:

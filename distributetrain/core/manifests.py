@@ -142,10 +142,11 @@ def _pinned_to(node: str) -> dict:
     }
 
 
-def _pod_spec(settings: JobSettings, node: str, container: dict, volumes: list[dict]) -> dict:
+def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes: list[dict]) -> dict:
     spec = {
         "restartPolicy": "Never",
-        "affinity": _pinned_to(node),
+        # No node: a queued attempt's pod, pinned once Kueue admits it (``podgroup``).
+        **({"affinity": _pinned_to(node)} if node is not None else {}),
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
@@ -217,7 +218,7 @@ def orphan_check_s(orphan_timeout_s: float) -> int:
     return max(1, min(ORPHAN_CHECK_MAX_S, round(orphan_timeout_s / 4)))
 
 
-def worker_pod(settings: JobSettings, index: int, node: str, share: int, attempt: int = 0) -> dict:
+def worker_pod(settings: JobSettings, index: int, node: str | None, share: int, attempt: int = 0) -> dict:
     port: dict = {"name": "ssh", "containerPort": settings.port, "protocol": "TCP"}
     if settings.host_network:
         port["hostPort"] = settings.port  # the scheduler then keeps two jobs' sshd apart
@@ -251,7 +252,7 @@ def _elastic_env(settings: JobSettings) -> list[dict]:
     ]
 
 
-def chief_pod(settings: JobSettings, node: str, share: int, attempt: int = 0) -> dict:
+def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int = 0) -> dict:
     """Created with the workers; it learns their addresses from the manager (``discovery``)."""
     env = [
         {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -286,7 +287,7 @@ def chief_pod(settings: JobSettings, node: str, share: int, attempt: int = 0) ->
     )
 
 
-def job_objects(settings: JobSettings, plan: list[tuple[str, int]], keys: JobKeys, attempt: int = 0) -> list[dict]:
+def job_objects(settings: JobSettings, plan: list[tuple[str | None, int]], keys: JobKeys, attempt: int = 0) -> list[dict]:
     """Everything one attempt creates, in creation order: Secret, workers, chief."""
     *worker_shares, (chief_node, chief_share) = plan
     workers = [worker_pod(settings, i, node, share, attempt) for i, (node, share) in enumerate(worker_shares)]

@@ -33,14 +33,15 @@ def group_name(job: str, attempt: int) -> str:
 
 
 def queued(pod: dict, queue: str, group: str, group_size: int) -> dict:
-    """The pod as a member of its attempt's pod group: unpinned, gated until placed."""
+    """The (unpinned) pod as a member of its attempt's pod group, gated until placed."""
+    if "affinity" in pod["spec"]:
+        # Kueue accepts affinity added to a gated pod only if it had none.
+        raise ValueError(f"pod {pod['metadata']['name']} is pinned: a queued pod gets its node at admission")
     metadata = dict(pod["metadata"])
     metadata["labels"] = {**metadata.get("labels", {}), QUEUE_LABEL: queue, GROUP_LABEL: group}
     metadata["annotations"] = {**metadata.get("annotations", {}), GROUP_COUNT_ANNOTATION: str(group_size),
                                RETRIABLE_ANNOTATION: "false"}
-    # Affinity may only be added to a gated pod that has none: the node comes at admission.
-    spec = {key: value for key, value in pod["spec"].items() if key != "affinity"}
-    spec["schedulingGates"] = [{"name": PLACEMENT_GATE}]
+    spec = {**pod["spec"], "schedulingGates": [{"name": PLACEMENT_GATE}]}
     return {**pod, "metadata": metadata, "spec": spec}
 
 

@@ -35,6 +35,7 @@ WARNING = "Warning"
 
 # Reasons: what happened (the REASON column of `kubectl describe`).
 PLANNED = "Planned"
+QUEUED = "Queued"  # the attempt's pods wait in a Kueue queue as one workload
 WORKERS_CREATED = "WorkersCreated"
 WORKERS_READY = "WorkersReady"
 CHIEF_CREATED = "ChiefCreated"
@@ -51,6 +52,7 @@ FAILED = "Failed"
 # reason -> (type, action): the action is what the manager did, or does, about it.
 KINDS = {
     PLANNED: (NORMAL, "Plan"),
+    QUEUED: (NORMAL, "Queue"),
     WORKERS_CREATED: (NORMAL, "Create"),
     WORKERS_READY: (NORMAL, "Wait"),
     CHIEF_CREATED: (NORMAL, "Create"),

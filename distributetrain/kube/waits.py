@@ -68,7 +68,8 @@ WORKER_STATUS_LAG_S = 15.0
 Judge = Callable[[Mapping[str, dict]], Outcome | None]
 
 
-def _lost(name: str, pod: dict | None) -> PodLost | None:
+def lost(name: str, pod: dict | None) -> PodLost | None:
+    """The pod ``name`` lost: ended, deleted or being deleted."""
     if (gone := podstate.gone(pod)) is not None:
         return PodLost(name, gone)
     if podstate.is_finished(pod):
@@ -83,9 +84,8 @@ def attempt_started(chief: str, workers: list[str]) -> Judge:
 
     def judge(pods: Mapping[str, dict]) -> Outcome | None:
         for name in (*workers, chief):
-            lost = _lost(name, pods.get(name))
-            if lost:
-                return lost
+            if found := lost(name, pods.get(name)):
+                return found
         if not podstate.node(pods[chief]):
             return None
         if all(podstate.is_ready(pods[name]) and podstate.address(pods[name]) for name in workers):
@@ -118,9 +118,8 @@ def chief_finished(chief: str, workers: list[str]) -> Judge:
             return ChiefFinished(0)
         # A lost worker is the root cause when the chief failed with it: report the worker.
         for name in workers:
-            lost = _lost(name, pods.get(name))
-            if lost:
-                return lost
+            if found := lost(name, pods.get(name)):
+                return found
         if pod is not None and podstate.is_finished(pod):
             return ChiefFinished(1 if code is None else code)
         if (gone := podstate.gone(pod)) is not None:
@@ -134,7 +133,7 @@ def worker_lost(workers: list[str]) -> Judge:
     """The first of ``workers`` lost (ended, deleted or being deleted)."""
 
     def judge(pods: Mapping[str, dict]) -> Outcome | None:
-        return next((lost for name in workers if (lost := _lost(name, pods.get(name)))), None)
+        return next((found for name in workers if (found := lost(name, pods.get(name)))), None)
 
     return judge
 

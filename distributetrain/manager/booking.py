@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from distributetrain.core import inventory, names, placement
+from distributetrain.core import errors, inventory, names, placement
 from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
@@ -47,6 +47,18 @@ def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedg
         for pod in page:
             ledger.add_pod(pod)
     return ledger, version
+
+
+def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
+    """Requests no cluster state could ever satisfy are bad input, not a wait."""
+    if not ledger.advertised:
+        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
+    # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
+    # only more GPUs than every node the selector allows advertises is never satisfiable.
+    if settings.num_gpus > ledger.selectable:
+        where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
+        raise errors.UsageError(
+            "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
 
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],

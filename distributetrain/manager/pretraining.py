@@ -30,6 +30,7 @@ from distributetrain.manager import booking, earlierruns
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
+from distributetrain.manager.queueing import QueuedPlacement
 from distributetrain.manager.reporting import PodWaits
 from distributetrain.manager.run import Run
 from distributetrain.manager.teardown import tear_down
@@ -66,18 +67,6 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
             raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
 
 
-def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
-    """Requests no cluster state could ever satisfy are bad input, not a wait."""
-    if not ledger.advertised:
-        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
-    # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
-    # only more GPUs than every node the selector allows advertises is never satisfiable.
-    if settings.num_gpus > ledger.selectable:
-        where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
-        raise errors.UsageError(
-            "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
-
-
 class AttemptNotStarted(errors.DistributeTrainError):
     """The attempt's pods did not all start within --worker-ready-timeout."""
 
@@ -108,7 +97,8 @@ class PreTraining:
             self.job_run.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
             preflight(self.kube, settings)
             earlierruns.clear(self.kube, settings)
-            plan = self._place(self.job_run.gpus_until)
+            plan = (QueuedPlacement(self.kube, self.job_run, self.kind).place() if settings.queue
+                    else self._place(self.job_run.gpus_until))
             pods = {}
         chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
         outcome = waits.attempt_started(chief, workers)(pods) if pods else None
@@ -199,7 +189,7 @@ class PreTraining:
                 self._wait_for_freed_gpus(watch, seen, wait_until)
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
-        check_request(ledger, self.settings)
+        booking.check_request(ledger, self.settings)
         free = ledger.free()
         plan = self.kind.plan(free, self.settings.num_gpus)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))

@@ -3,6 +3,7 @@ shares chosen at admission (compared with every possible assignment)."""
 
 import itertools
 
+import pytest
 from hypothesis import given, strategies as st
 
 from distributetrain.core import inventory, manifests, podgroup
@@ -13,21 +14,22 @@ free_maps = st.dictionaries(st.from_regex(r"n[a-z0-9]{1,3}", fullmatch=True), st
 
 
 def test_a_member_is_unpinned_gated_and_labelled_for_its_group():
-    pod = manifests.worker_pod(SETTINGS, 0, "a", 4)
+    pod = manifests.worker_pod(SETTINGS, 0, None, 4)
     member = podgroup.queued(pod, "team-a", podgroup.group_name("j", 2), 3)
     assert inventory.pinned_node(member["spec"]) is None and "affinity" not in member["spec"]
+    with pytest.raises(ValueError, match="pinned"):
+        podgroup.queued(manifests.worker_pod(SETTINGS, 0, "a", 4), "team-a", "j-r2", 3)
     assert member["spec"]["schedulingGates"] == [{"name": "distributetrain.io/placement"}]
     assert member["metadata"]["labels"] == pod["metadata"]["labels"] | {
         "kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/pod-group-name": "j-r2"}
     assert member["metadata"]["annotations"] == pod["metadata"]["annotations"] | {
         "kueue.x-k8s.io/pod-group-total-count": "3", "kueue.x-k8s.io/retriable-in-group": "false"}
-    assert {k: v for k, v in member["spec"].items() if k != "schedulingGates"} == \
-        {k: v for k, v in pod["spec"].items() if k != "affinity"}
+    assert {k: v for k, v in member["spec"].items() if k != "schedulingGates"} == pod["spec"]
     assert "schedulingGates" not in pod["spec"]  # the manifest itself is left alone
 
 
 def test_admitted_once_kueue_s_gates_are_gone_and_only_then():
-    member = podgroup.queued(manifests.chief_pod(SETTINGS, "a", 1), "q", "j-r0", 2)
+    member = podgroup.queued(manifests.chief_pod(SETTINGS, None, 1), "q", "j-r0", 2)
     member["spec"]["schedulingGates"] += [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
     assert not podgroup.is_admitted(member)
     member["spec"]["schedulingGates"] = [{"name": "distributetrain.io/placement"}]

@@ -1,0 +1,130 @@
+"""Jobs submitted with ``--queue``: each attempt waits in a Kueue queue as one pod group.
+
+Kueue admits the group all or nothing against the LocalQueue's ClusterQueue quota
+(``core.podgroup``). So the attempt's pods are created in one burst, unpinned and gated by
+the job, and the job is Queued while Kueue holds its own gates on them. Once they are
+admitted, the pods are placed from the inventory at that moment (a plan made before
+hours in a queue is stale), under the placement Lease like every plan (``booking``):
+each pinned by its node's name, then un-gated, so the scheduler binds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distributetrain.core import errors, exitcodes, inventory, manifests, placement, podgroup
+from distributetrain.core.placement import Plan, format_plan
+from distributetrain.core.sshkeys import JobKeys
+from distributetrain.kube import events, waits
+from distributetrain.kube.client import Kube
+from distributetrain.manager import booking
+from distributetrain.manager.kinds import ElasticJob, StaticJob
+from distributetrain.manager.run import Run
+
+log = logging.getLogger(__name__)
+
+PLACE_RETRY_S = 1.0  # admitted but no node has the GPUs free yet: look again this often
+
+
+@dataclass(frozen=True)
+class Admitted:
+    pass
+
+
+def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | ElasticJob) -> list[int]:
+    """The pods' GPU counts, fixed at creation (a pod's requests never change): planned on
+    the GPUs free now if they fit, else on every candidate node's allocatable GPUs (what
+    the cluster gives the job once the queue ahead of it has drained)."""
+    try:
+        plan = kind.plan(ledger.free(), num_gpus)
+    except placement.InsufficientGPUs:
+        plan = kind.plan(ledger.allocatable, num_gpus)
+    return [share for _, share in plan]
+
+
+def admission(pods_of_group: list[str]) -> waits.Judge:
+    """Admitted once Kueue's gates are gone from every pod; lost when one ends or vanishes
+    first (Kueue deletes a preempted group's pods)."""
+
+    def judge(pods: Mapping[str, dict]) -> waits.Outcome | Admitted | None:
+        for name in pods_of_group:
+            if lost := waits.lost(name, pods.get(name)):
+                return lost
+        return Admitted() if all(podgroup.is_admitted(pods[name]) for name in pods_of_group) else None
+
+    return judge
+
+
+class QueuedPlacement:
+    """The attempt's GPUs through a Kueue queue: create the group, wait, then place it."""
+
+    def __init__(self, kube: Kube, run: Run, kind: StaticJob | ElasticJob):
+        self.kube = kube
+        self.run = run
+        self.kind = kind
+
+    def place(self) -> Plan:
+        settings, attempt = self.run.settings, self.run.attempt
+        ledger, _ = booking.take_inventory(self.kube, settings)
+        booking.check_request(ledger, settings)
+        wanted = shares(ledger, settings.num_gpus, self.kind)
+        pods = [*attempt.workers(len(wanted) - 1), attempt.chief]
+        self._create(wanted)
+        self._wait_for_admission(pods)
+        return self._pin(pods, wanted)
+
+    def _create(self, wanted: list[int]) -> None:
+        settings, attempt = self.run.settings, self.run.attempt
+        secret, *pods = manifests.job_objects(settings, [(None, share) for share in wanted],
+                                              JobKeys.generate(settings.job_name), attempt.number)
+        group = podgroup.group_name(settings.job_name, attempt.number)
+        self.kube.create_owned(secret)
+        self.kube.create_all_owned([podgroup.queued(pod, settings.queue, group, len(pods)) for pod in pods])
+        self.run.reporter.events.record(
+            events.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
+                           f"({', '.join(map(str, wanted))} GPUs) in queue {settings.queue}")
+        self.run.reporter.phase("Queued")
+
+    def _wait_for_admission(self, pods: list[str]) -> None:
+        settings = self.run.settings
+        outcome, _ = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
+                                       self.run.deadline)
+        if isinstance(outcome, waits.PodLost):
+            raise outcome.error(" while queued")
+        if outcome is None:
+            raise errors.JobFailed(f"not admitted by queue {settings.queue} within --active-deadline "
+                                   f"{settings.active_deadline_s:.0f}s", exitcodes.TIMED_OUT)
+        log.info("job %s: admitted by queue %s", settings.job_name, settings.queue)
+
+    def _pin(self, pods: list[str], wanted: list[int]) -> Plan:
+        """Nodes for the admitted pods, from a fresh inventory under the Lease."""
+        settings = self.run.settings
+        give_up_at = min(time.monotonic() + settings.worker_ready_timeout_s, self.run.deadline)
+
+        def choose(ledger: inventory.GpuLedger) -> Plan:
+            free = ledger.free()
+            nodes = podgroup.assign(wanted, free)
+            if nodes is None:
+                raise placement.InsufficientGPUs(sum(wanted), sum(free.values()))
+            return list(zip(nodes, wanted))
+
+        while True:
+            booked = booking.book(self.kube, settings, choose, lambda plan: self._place_pods(pods, plan))
+            if isinstance(booked, list):
+                self.run.reporter.planned(booked)
+                self.run.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
+                                                                f"{format_plan(booked)} (the chief's share last)")
+                return booked
+            if time.monotonic() >= give_up_at:
+                raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now: {booked}",
+                                       exitcodes.INSUFFICIENT_GPUS)
+            time.sleep(PLACE_RETRY_S)
+
+    def _place_pods(self, pods: list[str], plan: Plan) -> None:
+        namespace = self.run.settings.namespace
+        for name, (node, _) in zip(pods, plan):
+            placed = self.kube.patch_pod(namespace, name, podgroup.pin_patch(node))
+            self.kube.patch_pod(namespace, name, podgroup.ungate_patch(placed))

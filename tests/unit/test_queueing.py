@@ -1,0 +1,103 @@
+"""A job with --queue on an in-memory API: its attempt created as one gated pod group,
+Queued until Kueue's gates go, then placed from the inventory at admission."""
+
+import pytest
+
+from distributetrain.core import inventory, names, podgroup
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.manager import lifecycle
+from fakekube import FakeKube, node
+from test_lifecycle_story import FakeEventsApi, ended, free_port, running
+
+KUEUE_GATES = [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
+SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=3, image="reg/base:1", owner_uid="uid-1",
+                       queue="team-a", worker_ready_timeout_s=30.0,
+                       discovery_url=f"http://127.0.0.1:{free_port()}/hosts")
+
+
+def kueue_gates(obj):
+    """Kueue's mutating webhook on a pod that names a queue."""
+    if obj["kind"] == "Pod" and podgroup.QUEUE_LABEL in obj["metadata"].get("labels", {}):
+        obj["spec"]["schedulingGates"] = obj["spec"].get("schedulingGates", []) + KUEUE_GATES
+
+
+def admitted(kube, name):
+    """The pod once Kueue admitted its group: Kueue's gates removed, the job's left."""
+    pod = kube.pods[name]
+    return "MODIFIED", pod | {"spec": pod["spec"] | {"schedulingGates": [{"name": podgroup.PLACEMENT_GATE}]}}
+
+
+@pytest.fixture
+def queued_story(monkeypatch, tmp_path):
+    api = FakeEventsApi()
+    monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
+    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)
+    kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)])
+    kube.on_create.append(kueue_gates)
+    return kube, api
+
+
+def other_team_on(node_name, gpus):
+    return {"metadata": {"name": f"other-team-{node_name}", "uid": node_name, "labels": {}},
+            "spec": {"nodeName": node_name,
+                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
+    kube, api = queued_story
+    kube.pods["other-team-c"] = other_team_on("c", 4)  # the pods' shares: 2 and 1, on the GPUs free now
+
+    def admission_watch(kube, timeout_s):
+        kube.on_pod_watch = None  # once: later watches play the scripts
+        # While queued, node c frees up and node a fills; then Kueue admits the group.
+        del kube.pods["other-team-c"]
+        kube.pods["other-team-a"] = other_team_on("a", 2)
+        for name in ("demo-worker-0", "demo-chief"):
+            yield admitted(kube, name)
+
+    kube.on_pod_watch = admission_watch
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    code = lifecycle.execute(kube, SETTINGS, "run")
+    assert code == 0, [e["note"] for e in api.created]
+    reasons = [e["reason"] for e in api.created]
+    assert reasons[:2] == ["Queued", "Planned"] and reasons[-1] == "Succeeded"
+    assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
+    # Placed at admission, from the inventory then: a is full, so the 2-GPU pod goes to c.
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=2,b=1"]
+    assert kube.annotation_history(names.ANNOTATION_PHASE)[0] == "Queued"
+    creates = [(verb, name) for verb, kind, name in kube.actions if kind == "Pod" and verb in ("create", "patch")]
+    assert creates == [("create", "demo-worker-0"), ("create", "demo-chief"),
+                       ("patch", "demo-worker-0"), ("patch", "demo-worker-0"),
+                       ("patch", "demo-chief"), ("patch", "demo-chief")]
+
+
+def test_queued_pods_are_created_unpinned_and_placed_pinned(queued_story):
+    kube, _ = queued_story
+    kube.pods["other-team-c"] = other_team_on("c", 4)
+    snapshots = {}
+    create = kube.create_all_owned
+
+    def remember(objs):
+        created = create(objs)
+        snapshots.update({o["metadata"]["name"]: o for o in created})
+        return created
+
+    kube.create_all_owned = remember
+
+    def admission_watch(kube, timeout_s):
+        kube.on_pod_watch = None
+        for name in ("demo-worker-0", "demo-chief"):
+            yield admitted(kube, name)
+
+    kube.on_pod_watch = admission_watch
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    assert lifecycle.execute(kube, SETTINGS, "run") == 0
+    first = snapshots["demo-worker-0"]
+    assert inventory.pinned_node(first["spec"]) is None
+    assert [g["name"] for g in first["spec"]["schedulingGates"]] == [podgroup.PLACEMENT_GATE, *(g["name"] for g in KUEUE_GATES)]
+    assert first["metadata"]["labels"][podgroup.GROUP_LABEL] == "demo-r0"
