@@ -57,6 +57,7 @@ class FakeKube(KubeApi):
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
+        self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
         self.lease: dict | None = None
         self.manager = manager if manager is not None else manager_pod()
         self.actions: list[tuple[str, str, str]] = []
@@ -130,6 +131,11 @@ class FakeKube(KubeApi):
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         with self.lock:
             return copy.deepcopy(self._store(kind).get(name))
+
+    def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
+        self._maybe_fail("read_custom")
+        with self.lock:
+            return copy.deepcopy(self.custom.get((plural, namespace, name)))
 
     # -- writes ---------------------------------------------------------------------------
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict:

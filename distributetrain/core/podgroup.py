@@ -27,6 +27,29 @@ KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
 PLACEMENT_GATE = f"{names.DOMAIN}/placement"
 
 
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+
+
+def gpu_quota(cluster_queue: Mapping, resource: str) -> int | None:
+    """The most of ``resource`` a ClusterQueue can ever admit at once: its nominal quota
+    and what it may borrow, over all flavors. None when no bound is known: it sets no
+    quota for the resource, or it is in a cohort and may borrow without a limit."""
+    spec = cluster_queue.get("spec") or {}
+    in_cohort = bool(spec.get("cohortName") or spec.get("cohort"))
+    quotas = [quota for group in spec.get("resourceGroups") or () for flavor in group.get("flavors") or ()
+              for quota in flavor.get("resources") or () if quota.get("name") == resource]
+    if not quotas or (in_cohort and any("borrowingLimit" not in quota for quota in quotas)):
+        return None
+    return sum(_count(quota.get("nominalQuota")) + (_count(quota.get("borrowingLimit")) if in_cohort else 0)
+               for quota in quotas)
+
+
+def _count(quantity: object) -> int:
+    text = str(quantity or "0")
+    return int(text) if text.isdigit() else 0
+
+
 def group_name(job: str, attempt: int) -> str:
     """One Workload per attempt: a later attempt's pods never join a lost one's group."""
     return f"{job}-r{attempt}"

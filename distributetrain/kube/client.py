@@ -309,6 +309,7 @@ class KubeApi(Protocol):
     def namespace_exists(self, name: str) -> bool: ...
     def get_pod(self, namespace: str, name: str) -> dict | None: ...
     def read(self, kind: str, namespace: str, name: str) -> dict | None: ...
+    def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None: ...
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict: ...
     def create_all_owned(self, objs: list[dict]) -> list[dict]: ...
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool: ...
@@ -332,6 +333,7 @@ class Kube(KubeApi):
         self.timeouts = timeouts or ApiTimeouts.from_environment()
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
         self.requests = 0  # API requests made, for the benchmarks
         self._requests_lock = threading.Lock()
         self._unreachable_at = float("-inf")  # monotonic time the API last failed transiently
@@ -434,6 +436,20 @@ class Kube(KubeApi):
             return self._call(
                 lambda: read_json(read(name, namespace, **REQUEST_OPTIONS)), f"read {kind} [{namespace}/{name}]"
             )
+        except errors.NotFound:
+            return None
+
+    def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
+        """A custom resource (a Kueue LocalQueue, a ClusterQueue when ``namespace`` is None); None if absent."""
+        if namespace is None:
+            def read() -> dict:
+                return read_json(self.custom.get_cluster_custom_object(group, version, plural, name, **REQUEST_OPTIONS))
+        else:
+            def read() -> dict:
+                return read_json(self.custom.get_namespaced_custom_object(group, version, namespace, plural, name,
+                                                                          **REQUEST_OPTIONS))
+        try:
+            return self._call(read, f"read {plural}.{group} [{namespace or ''}/{name}]")
         except errors.NotFound:
             return None
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from distributetrain.core import errors, exitcodes, inventory, manifests, placement, podgroup
 from distributetrain.core.placement import Plan, format_plan
+from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
@@ -58,6 +59,23 @@ def admission(pods_of_group: list[str]) -> waits.Judge:
     return judge
 
 
+def check_queue(kube: Kube, settings: JobSettings) -> None:
+    """Bad input, before anything is created: a queue that does not exist, or a request
+    its ClusterQueue could never admit (under StrictFIFO it would block every job behind
+    it for ever)."""
+    local = kube.read_custom(podgroup.KUEUE_GROUP, podgroup.KUEUE_VERSION, "localqueues", settings.namespace,
+                             settings.queue)
+    if local is None:
+        raise errors.UsageError("--queue", f"no LocalQueue {settings.queue!r} in namespace {settings.namespace!r}")
+    cluster_queue_name = (local.get("spec") or {}).get("clusterQueue", "")
+    cluster_queue = kube.read_custom(podgroup.KUEUE_GROUP, podgroup.KUEUE_VERSION, "clusterqueues", None,
+                                     cluster_queue_name)
+    quota = podgroup.gpu_quota(cluster_queue or {}, settings.gpu_resource)
+    if quota is not None and settings.num_gpus > quota:
+        raise errors.UsageError("--num-gpus", f"requested {settings.num_gpus} GPUs but queue {settings.queue}'s "
+                                              f"ClusterQueue {cluster_queue_name} admits {quota} at most")
+
+
 class QueuedPlacement:
     """The attempt's GPUs through a Kueue queue: create the group, wait, then place it."""
 
@@ -68,6 +86,7 @@ class QueuedPlacement:
 
     def place(self) -> Plan:
         settings, attempt = self.run.settings, self.run.attempt
+        check_queue(self.kube, settings)
         ledger, _ = booking.take_inventory(self.kube, settings)
         booking.check_request(ledger, settings)
         wanted = shares(ledger, settings.num_gpus, self.kind)

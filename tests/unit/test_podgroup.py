@@ -63,3 +63,21 @@ def test_assign_finds_nodes_whenever_any_assignment_exists(shares, free):
 def test_assign_takes_the_tightest_fit_first_for_the_largest_share():
     assert podgroup.assign([4, 2], {"big": 8, "four": 4, "two": 2}) == ["four", "two"]
     assert podgroup.assign([4, 4], {"big": 8, "three": 3}) is None
+
+
+def cluster_queue(*quotas, cohort=""):
+    return {"spec": {"cohortName": cohort, "resourceGroups": [
+        {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": f"f{i}", "resources": [q]}]}
+        for i, q in enumerate(quotas)]}}
+
+
+def test_a_cluster_queue_s_gpu_quota_is_its_flavors_and_what_it_may_borrow():
+    gpu = "nvidia.com/gpu"
+    assert podgroup.gpu_quota(cluster_queue({"name": gpu, "nominalQuota": 4}), gpu) == 4
+    assert podgroup.gpu_quota(cluster_queue({"name": gpu, "nominalQuota": 4}, {"name": gpu, "nominalQuota": "2"}),
+                              gpu) == 6
+    assert podgroup.gpu_quota(cluster_queue({"name": gpu, "nominalQuota": 4, "borrowingLimit": 2}, cohort="all"),
+                              gpu) == 6
+    assert podgroup.gpu_quota(cluster_queue({"name": gpu, "nominalQuota": 4}, cohort="all"), gpu) is None
+    assert podgroup.gpu_quota(cluster_queue({"name": "cpu", "nominalQuota": 4}), gpu) is None
+    assert podgroup.gpu_quota({}, gpu) is None

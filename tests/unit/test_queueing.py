@@ -36,6 +36,9 @@ def queued_story(monkeypatch, tmp_path):
     monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)
     kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)])
     kube.on_create.append(kueue_gates)
+    kube.custom[("localqueues", "ml", "team-a")] = {"spec": {"clusterQueue": "gpus"}}
+    kube.custom[("clusterqueues", None, "gpus")] = {"spec": {"resourceGroups": [{"flavors": [
+        {"name": "default", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}}
     return kube, api
 
 
@@ -101,3 +104,14 @@ def test_queued_pods_are_created_unpinned_and_placed_pinned(queued_story):
     assert inventory.pinned_node(first["spec"]) is None
     assert [g["name"] for g in first["spec"]["schedulingGates"]] == [podgroup.PLACEMENT_GATE, *(g["name"] for g in KUEUE_GATES)]
     assert first["metadata"]["labels"][podgroup.GROUP_LABEL] == "demo-r0"
+
+
+@pytest.mark.parametrize("settings, flag, says", [
+    (SETTINGS.replace(queue="team-b"), "--queue", "no LocalQueue 'team-b' in namespace 'ml'"),
+    (SETTINGS.replace(num_gpus=5), "--num-gpus", "requested 5 GPUs but queue team-a's ClusterQueue gpus admits 4 at most"),
+])
+def test_a_queue_that_could_never_admit_the_job_is_bad_input_and_nothing_is_created(queued_story, settings, flag, says):
+    kube, api = queued_story
+    assert lifecycle.execute(kube, settings, "run") == 2
+    assert api.created[-1]["note"] == f"{flag}: {says} (exit code 2)"
+    assert kube.writes("create", "Pod") == [] and kube.writes("create", "Secret") == []
