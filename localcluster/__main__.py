@@ -42,7 +42,7 @@ def _up(args: argparse.Namespace) -> int:
     nodes, hostnames = _checked("--nodes", parse_node_spec, args.nodes) if args.nodes else (None, {})
     labels = _checked("--labels", _parse_labels, args.labels)
     slow = _checked("--slow-registry", parse_pull_delays, args.slow_registry) if args.slow_registry else None
-    cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=slow)
+    cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=slow, kueue=args.kueue)
     print(f"cluster up in {time.monotonic() - started:.1f} s; export KUBECONFIG={cluster.kubeconfig}")
     return 0
 
@@ -112,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
         "label other than its name, as on EKS (Karpenter) or kops/OpenStack"))
     up.add_argument("--labels", default="", help="labels for those nodes, e.g. pool=a,zone=z1")
     up.add_argument("--gpu-resource", default=DEFAULT_GPU_RESOURCE)
+    up.add_argument("--kueue", action="store_true",
+                    help="run Kueue too (its CRDs, webhooks and controller manager): batch queueing for --queue")
     up.add_argument("--slow-registry", default="", metavar="DELAYS", help=(
         f"make the registry slow to serve these images: {PULL_DELAYS_FORMAT} (seconds per image, as pods "
         "name it; a node pulls an image once, later pods there find it present). Replaces the delays set before"))

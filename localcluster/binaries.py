@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 BUILD_SCRIPT = CONTROLPLANE_SRC / "build.sh"
 REGISTRY_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "registryserver" / "build.sh"
+KUEUE_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "kueuecontroller" / "build.sh"
 SYSTEM_DEPS_SCRIPT = CONTROLPLANE_SRC / "install-system-deps.sh"
 # What real nodes need from Debian besides etcd: containerd and the CNI plugins.
 SYSTEM_PATHS = (Path("/usr/bin/etcd"), Path("/usr/bin/containerd"), Path("/usr/lib/cni/bridge"))
@@ -34,6 +35,11 @@ class BuildError(RuntimeError):
 def ensure() -> Binaries:
     install_system_deps()
     return Binaries(kubernetes_bin=_built(BUILD_SCRIPT), etcd=ETCD_PATH, registry=_built(REGISTRY_BUILD_SCRIPT))
+
+
+def kueue() -> Path:
+    """Kueue's controller manager, built from its Go module on first use (about 7 minutes)."""
+    return _built(KUEUE_BUILD_SCRIPT)
 
 
 def _built(script: Path) -> Path:

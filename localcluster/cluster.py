@@ -22,7 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import binaries, certs, components, kubeconfig, leftovers, netsetup, processes, registry, slowpulls
+import yaml
+
+from localcluster import (
+    binaries, certs, components, kubeconfig, kueue, leftovers, netsetup, processes, registry, slowpulls,
+)
 from localcluster.components import Binaries
 from localcluster.layout import REPO_ROOT, RunLayout, cache_dir
 from localcluster.node import hostchanges
@@ -32,6 +36,9 @@ from localcluster.nodegroups import NODE_DAEMONS, NodeGroupRecord, NodeGroupRegi
 from localcluster.probe import ApiProbe, wait_until
 
 log = logging.getLogger(__name__)
+
+KUEUE = "kueue"  # optional: started by `up --kueue` or start_kueue, stopped first by `down`
+KUEUE_READY_TIMEOUT_S = 60.0
 
 APISERVER_READY_TIMEOUT_S = 60.0
 DEFAULT_SERVICE_ACCOUNT_TIMEOUT_S = 30.0
@@ -97,6 +104,7 @@ class Cluster:
         layout: RunLayout | None = None,
         hostnames: Mapping[str, str] | None = None,
         pull_delays: Mapping[str, float] | None = None,
+        kueue: bool = False,
     ) -> Cluster:
         """Start the control plane and the registry (or attach to the running ones), publish
         the images podman built; optionally add nodes.
@@ -104,7 +112,7 @@ class Cluster:
         `nodes` ({name: GPUs}) becomes one node group, unless a group with exactly
         these nodes is already running, so repeating `up` is harmless; `hostnames`
         as for `add_nodes`. `pull_delays`, when given, replaces the registry's slow
-        pulls (see `set_pull_delays`).
+        pulls (see `set_pull_delays`). `kueue` starts Kueue too (`start_kueue`).
         """
         _require_root()
         layout = layout or RunLayout.from_env()
@@ -126,6 +134,8 @@ class Cluster:
             cluster.set_pull_delays(pull_delays)
         if nodes:
             cluster._add_missing_nodes(nodes, labels or {}, gpu_resource, dict(hostnames or {}))
+        if kueue:
+            cluster.start_kueue()
         return cluster
 
     @classmethod
@@ -146,6 +156,7 @@ class Cluster:
         """
         _require_root()
         with self._locked():
+            self.stop_kueue()
             for group in self.node_groups():
                 group.stop()
             self._delete_orphan_nodes()
@@ -169,6 +180,34 @@ class Cluster:
         self._stop_component(components.APISERVER, graceful)
         self._start_component(components.APISERVER)
         wait_until(self.probe().ready, APISERVER_READY_TIMEOUT_S, "the restarted apiserver's /readyz")
+
+    # --- Kueue --------------------------------------------------------------
+
+    def start_kueue(self) -> None:
+        """Kueue's CRDs, its controller manager (a host process, like the control plane)
+        and then its webhooks; idempotent. Returns once Kueue answers /readyz."""
+        binary = binaries.kueue()
+        module = kueue.module_dir(binaries.KUEUE_BUILD_SCRIPT.parent / "go.mod", cache_dir() / "gomod")
+        certs.ensure_server(self._pki, kueue.WEBHOOK_CERT, "kueue-webhook", ("127.0.0.1",))
+        cert_dir = self.layout.root / "kueue-certs"  # tls.crt and tls.key, as controller-runtime reads them
+        cert_dir.mkdir(exist_ok=True)
+        shutil.copyfile(self._pki.cert(kueue.WEBHOOK_CERT), cert_dir / "tls.crt")
+        shutil.copyfile(self._pki.key(kueue.WEBHOOK_CERT), cert_dir / "tls.key")
+        config_file = self.layout.root / "kueue-config.yaml"
+        config_file.write_text(yaml.safe_dump(kueue.configuration(cert_dir)))
+        api = self.api_client()
+        kueue.install(api, module, self._pki.ca_cert.read_bytes())
+        if processes.read_pid(self.layout.pid_file(KUEUE)) is None:
+            processes.start_detached(kueue.command(binary, config_file, self.kubeconfig), self.layout.pid_file(KUEUE),
+                                     self.layout.log_file(KUEUE), cwd=self.layout.root)
+        wait_until(kueue.ready, KUEUE_READY_TIMEOUT_S, "Kueue's /readyz")
+        kueue.register_webhooks(api, module, self._pki.ca_cert.read_bytes())
+
+    def stop_kueue(self) -> None:
+        """Its webhooks first (they fail closed: without Kueue no pod could be created)."""
+        if self.is_up():
+            kueue.unregister_webhooks(self.api_client())
+        self._stop_component(KUEUE)
 
     def stop_component(self, name: str) -> None:
         """Stop one control-plane component (e.g. the scheduler, to freeze binding in a fault test)."""

@@ -81,3 +81,91 @@ def custom_resource_definitions(crd_files: Iterable[Path]) -> list[dict]:
 
 def command(binary: Path, config_file: Path, kubeconfig: Path) -> list[str]:
     return [str(binary), f"--config={config_file}", f"--kubeconfig={kubeconfig}"]
+
+
+def module_dir(binary_go_mod: Path, gomodcache: Path) -> Path:
+    """Kueue's module source at the version the wrapper pins (its CRDs and webhooks)."""
+    version = re.search(r"^require sigs.k8s.io/kueue (\S+)$", binary_go_mod.read_text(), re.M).group(1)
+    return gomodcache / f"sigs.k8s.io/kueue@{version}"
+
+
+def install(api_client, module: Path, ca_pem: bytes) -> None:
+    """Kueue's namespace and CRDs (created or replaced), idempotently."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+    extensions = client.ApiextensionsV1Api(api_client)
+    for crd in custom_resource_definitions((module / "config/components/crd/bases").glob("*.yaml")):
+        _create_or_replace(lambda: extensions.create_custom_resource_definition(crd),
+                           lambda version: extensions.replace_custom_resource_definition(
+                               crd["metadata"]["name"], _with_version(crd, version)),
+                           lambda: extensions.read_custom_resource_definition(crd["metadata"]["name"]))
+
+
+def register_webhooks(api_client, module: Path, ca_pem: bytes) -> None:
+    """Once Kueue serves them: its webhooks fail closed, so registered before it answers
+    they would refuse every pod of every namespace."""
+    from kubernetes import client
+
+    admission = client.AdmissionregistrationV1Api(api_client)
+    calls = {
+        "MutatingWebhookConfiguration": (admission.create_mutating_webhook_configuration,
+                                         admission.replace_mutating_webhook_configuration,
+                                         admission.read_mutating_webhook_configuration),
+        "ValidatingWebhookConfiguration": (admission.create_validating_webhook_configuration,
+                                           admission.replace_validating_webhook_configuration,
+                                           admission.read_validating_webhook_configuration),
+    }
+    manifests = (module / "config/components/webhook/manifests.yaml").read_text()
+    for configuration_ in webhook_configurations(manifests, ca_pem):
+        create, replace, read = calls[configuration_["kind"]]
+        name = configuration_["metadata"]["name"]
+        _create_or_replace(lambda: create(configuration_),
+                           lambda version: replace(name, _with_version(configuration_, version)),
+                           lambda: read(name))
+
+
+def unregister_webhooks(api_client) -> None:
+    """Without Kueue running, its fail-closed pod webhooks would refuse every pod."""
+    from kubernetes import client
+
+    admission = client.AdmissionregistrationV1Api(api_client)
+    for delete, name in ((admission.delete_mutating_webhook_configuration, "kueue-mutatingwebhook"),
+                         (admission.delete_validating_webhook_configuration, "kueue-validatingwebhook")):
+        try:
+            delete(name)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def _with_version(obj: dict, resource_version: str) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": resource_version}}
+
+
+def _create_or_replace(create, replace, read) -> None:
+    from kubernetes import client
+
+    try:
+        create()
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+        replace(read().metadata.resource_version)
+
+
+def ready() -> bool:
+    """Kueue's health endpoint answers /readyz with 200."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{HEALTH_PORT}/readyz", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
