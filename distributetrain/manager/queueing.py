@@ -68,8 +68,13 @@ def check_queue(kube: Kube, settings: JobSettings) -> None:
     if local is None:
         raise errors.UsageError("--queue", f"no LocalQueue {settings.queue!r} in namespace {settings.namespace!r}")
     cluster_queue_name = (local.get("spec") or {}).get("clusterQueue", "")
-    cluster_queue = kube.read_custom(podgroup.KUEUE_GROUP, podgroup.KUEUE_VERSION, "clusterqueues", None,
-                                     cluster_queue_name)
+    try:
+        cluster_queue = kube.read_custom(podgroup.KUEUE_GROUP, podgroup.KUEUE_VERSION, "clusterqueues", None,
+                                         cluster_queue_name)
+    except errors.Forbidden as e:  # rbac/kueue/clusterrole.yaml not applied: queue it unchecked
+        log.warning("job %s: cannot read ClusterQueue %s (%s); its quota is not checked", settings.job_name,
+                    cluster_queue_name, e)
+        cluster_queue = None
     quota = podgroup.gpu_quota(cluster_queue or {}, settings.gpu_resource)
     if quota is not None and settings.num_gpus > quota:
         raise errors.UsageError("--num-gpus", f"requested {settings.num_gpus} GPUs but queue {settings.queue}'s "
