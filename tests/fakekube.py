@@ -9,7 +9,8 @@ instead of leaving the tests to pass against calls the manager no longer makes.
 
 What the tests script:
 - ``pod_watches``: each pod watch plays the next script: (event type, pod) pairs, or
-  (pod name, new status) for a pod it holds, or an exception to raise; a watch with no
+  (pod name, new status) for a pod it holds, or a function of the fake returning either
+  (for pods that exist only once the manager created them), or an exception to raise; a watch with no
   script left (or None) waits out its timeout. ``on_pod_watch(fake)``, if set, runs
   instead of the scripts (a story of its own: e.g. the chief ends once a replacement
   exists);
@@ -206,6 +207,10 @@ class FakeKube(KubeApi):
         if self.on_pod_watch is not None:
             yield from self.on_pod_watch(self, timeout_s)
             return
+        yield from self.play_next_script(timeout_s)
+
+    def play_next_script(self, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """The next of ``pod_watches``, as a watch plays it (also for an ``on_pod_watch``)."""
         script = self.pod_watches.pop(0) if self.pod_watches else None
         if script is None:  # nothing (more) scripted: the watch waits out its timeout
             time.sleep(timeout_s)
@@ -213,7 +218,7 @@ class FakeKube(KubeApi):
         for step in script:
             if isinstance(step, BaseException):
                 raise step
-            yield self.apply(*step)
+            yield self.apply(*(step(self) if callable(step) else step))
 
     def apply(self, first: str, second: dict) -> tuple[str, dict]:
         """(event type, pod) as given, or (pod name, status) applied to the pod held."""

@@ -10,6 +10,7 @@ USAGE = 2  # bad input: nothing was created
 INSUFFICIENT_GPUS = 69  # EX_UNAVAILABLE: the cluster cannot supply the GPUs (within --wait-for-gpus)
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug; everything created was still deleted
 WORKER_LOST = 71  # a worker failed, was deleted or vanished mid-job
+PREEMPTED = 72  # Kueue evicted the job's workload (a higher priority, or quota reclaimed): --queue only
 QUOTA_EXCEEDED = 73  # EX_CANTCREAT: a ResourceQuota or LimitRange of the namespace refused the job's pods
 TIMED_OUT = 75  # EX_TEMPFAIL: workers not ready in time, or --active-deadline passed
 API_ERROR = 76  # EX_PROTOCOL: the Kubernetes API kept failing

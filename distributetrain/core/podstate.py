@@ -47,13 +47,28 @@ def is_terminating(pod: Mapping) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
+# Kueue's mark on the pods of a workload it stops, before it deletes them (its pod
+# integration, pkg/controller/jobs/pod): the reason says why, the message by whom.
+KUEUE_STOPPED = "TerminationTarget"
+KUEUE_EVICTED = "WorkloadEvicted"  # preempted, or its ClusterQueue reclaimed borrowed quota
+
+
 def deletion_cause(pod: Mapping) -> str:
     """Why a pod is being deleted, where someone said: the manager on a lost node's pods,
-    the taint eviction controller in its DisruptionTarget condition; "" if unknown."""
+    the taint eviction controller in its DisruptionTarget condition, Kueue in its own;
+    "" if unknown."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if cause := annotations.get(ANNOTATION_DELETED_BECAUSE):
         return cause
-    return _one_line(_condition(pod.get("status") or {}, "DisruptionTarget").get("message", ""))
+    status = pod.get("status") or {}
+    if stopped := _condition(status, KUEUE_STOPPED):
+        return _one_line(f"Kueue: {stopped.get('message') or stopped.get('reason', '')}")
+    return _one_line(_condition(status, "DisruptionTarget").get("message", ""))
+
+
+def evicted_by_kueue(pod: Mapping | None) -> bool:
+    """Kueue stopped the pod because its workload was evicted (preempted, quota reclaimed)."""
+    return pod is not None and _condition(pod.get("status") or {}, KUEUE_STOPPED).get("reason") == KUEUE_EVICTED
 
 
 def gone(pod: Mapping | None) -> str | None:

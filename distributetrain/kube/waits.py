@@ -46,10 +46,12 @@ class ChiefFinished:
 class PodLost:
     pod: str
     reason: str
+    preempted: bool = False  # Kueue evicted the job's workload
 
     def error(self, when: str = "") -> errors.PodLost:
-        """The lost attempt as the job's loop handles it (a restart, or exit 71)."""
-        return errors.PodLost(f"pod {self.pod} {self.reason}{when}", exitcodes.WORKER_LOST)
+        """The lost attempt as the job's loop handles it (a restart, or exit 71; 72 when preempted)."""
+        return errors.PodLost(f"pod {self.pod} {self.reason}{when}",
+                              exitcodes.PREEMPTED if self.preempted else exitcodes.WORKER_LOST)
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ Judge = Callable[[Mapping[str, dict]], Outcome | None]
 def lost(name: str, pod: dict | None) -> PodLost | None:
     """The pod ``name`` lost: ended, deleted or being deleted."""
     if (gone := podstate.gone(pod)) is not None:
-        return PodLost(name, gone)
+        return PodLost(name, gone, podstate.evicted_by_kueue(pod))
     if podstate.is_finished(pod):
         code = podstate.exit_code(pod)
         return PodLost(name, f"ended ({podstate.phase(pod)}, exit code {code})")
@@ -122,8 +124,8 @@ def chief_finished(chief: str, workers: list[str]) -> Judge:
                 return found
         if pod is not None and podstate.is_finished(pod):
             return ChiefFinished(1 if code is None else code)
-        if (gone := podstate.gone(pod)) is not None:
-            return PodLost(chief, gone)
+        if podstate.gone(pod) is not None:
+            return lost(chief, pod)
         return None
 
     return judge

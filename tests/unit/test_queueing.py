@@ -3,7 +3,7 @@ Queued until Kueue's gates go, then placed from the inventory at admission."""
 
 import pytest
 
-from distributetrain.core import inventory, names, podgroup
+from distributetrain.core import inventory, names, podgroup, podstate
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import lifecycle
@@ -14,6 +14,22 @@ KUEUE_GATES = [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/to
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=3, image="reg/base:1", owner_uid="uid-1",
                        queue="team-a", worker_ready_timeout_s=30.0,
                        discovery_url=f"http://127.0.0.1:{free_port()}/hosts")
+
+
+def kueue(kube, timeout_s):
+    """Kueue, as far as these stories need it, at each pod watch: the pods of an evicted
+    workload go (it deleted them), a complete group waiting for admission is admitted;
+    otherwise the watch plays the story's next script."""
+    stopped = [name for name, pod in kube.pods.items() if podstate.evicted_by_kueue(pod)]
+    gated = sorted(name for name, pod in kube.pods.items() if not podgroup.is_admitted(pod))
+    if stopped:
+        for name in stopped:
+            yield kube.apply("DELETED", kube.pods[name])
+    elif gated:
+        for name in gated:
+            yield kube.apply(*admitted(kube, name))
+    else:
+        yield from kube.play_next_script(timeout_s)
 
 
 def kueue_gates(obj):
@@ -36,6 +52,7 @@ def queued_story(monkeypatch, tmp_path):
     monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)
     kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)])
     kube.on_create.append(kueue_gates)
+    kube.on_pod_watch = kueue
     kube.custom[("localqueues", "ml", "team-a")] = {"spec": {"clusterQueue": "gpus"}}
     kube.custom[("clusterqueues", None, "gpus")] = {"spec": {"resourceGroups": [{"flavors": [
         {"name": "default", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}}
@@ -53,15 +70,14 @@ def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
     kube, api = queued_story
     kube.pods["other-team-c"] = other_team_on("c", 4)  # the pods' shares: 2 and 1, on the GPUs free now
 
-    def admission_watch(kube, timeout_s):
-        kube.on_pod_watch = None  # once: later watches play the scripts
+    def meanwhile(kube, timeout_s):
         # While queued, node c frees up and node a fills; then Kueue admits the group.
+        kube.on_pod_watch = kueue
         del kube.pods["other-team-c"]
         kube.pods["other-team-a"] = other_team_on("a", 2)
-        for name in ("demo-worker-0", "demo-chief"):
-            yield admitted(kube, name)
+        yield from kueue(kube, timeout_s)
 
-    kube.on_pod_watch = admission_watch
+    kube.on_pod_watch = meanwhile
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
     code = lifecycle.execute(kube, SETTINGS, "run")
@@ -91,12 +107,6 @@ def test_queued_pods_are_created_unpinned_and_placed_pinned(queued_story):
 
     kube.create_all_owned = remember
 
-    def admission_watch(kube, timeout_s):
-        kube.on_pod_watch = None
-        for name in ("demo-worker-0", "demo-chief"):
-            yield admitted(kube, name)
-
-    kube.on_pod_watch = admission_watch
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
     assert lifecycle.execute(kube, SETTINGS, "run") == 0
@@ -115,3 +125,43 @@ def test_a_queue_that_could_never_admit_the_job_is_bad_input_and_nothing_is_crea
     assert lifecycle.execute(kube, settings, "run") == 2
     assert api.created[-1]["note"] == f"{flag}: {says} (exit code 2)"
     assert kube.writes("create", "Pod") == [] and kube.writes("create", "Secret") == []
+
+
+PREEMPTED = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvicted",
+             "message": "Preempted to accommodate a workload (UID: u) due to prioritization in the ClusterQueue"}
+
+
+def preempted(kube, name):
+    """Kueue's stop of an evicted workload's pod: its condition, then the deletion."""
+    pod = kube.pods[name]
+    status = pod["status"] | {"conditions": [*pod["status"].get("conditions", []), PREEMPTED]}
+    return "MODIFIED", pod | {"status": status,
+                              "metadata": pod["metadata"] | {"deletionTimestamp": "2026-01-02T12:00:00Z"}}
+
+
+STARTED = [("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))]
+
+
+def test_a_preempted_job_without_restarts_ends_with_its_own_exit_code(queued_story):
+    kube, api = queued_story
+    kube.pods["other-team-c"] = other_team_on("c", 4)
+    kube.pod_watches = [STARTED, [lambda kube: preempted(kube, "demo-chief")]]
+    assert lifecycle.execute(kube, SETTINGS, "run") == 72
+    failed = api.created[-1]
+    assert failed["reason"] == "Failed" and "Kueue: Preempted to accommodate a workload" in failed["note"], failed
+    # Nothing of the job's is left but what Kueue is deleting.
+    assert {name for name, pod in kube.pods.items() if "deletionTimestamp" not in pod["metadata"]} == {"other-team-c"}
+
+
+def test_a_preempted_job_with_a_restart_goes_back_to_the_queue(queued_story, monkeypatch):
+    monkeypatch.setattr("distributetrain.core.restarts.RESTART_BACKOFF_S", 0.01)
+    kube, api = queued_story
+
+    # The first attempt: the chief alone on c; preempted while it trains.
+    kube.pod_watches = [[("demo-chief", running(ip="10.0.0.3"))], [lambda kube: preempted(kube, "demo-chief")],
+                        [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]]
+    assert lifecycle.execute(kube, SETTINGS.replace(max_restarts=1), "run") == 0
+    reasons = [e["reason"] for e in api.created]
+    assert reasons.count("Queued") == 2 and "Restarting" in reasons and reasons[-1] == "Succeeded", reasons
+    # Queued again as a new group, placed at its own admission.
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=3", "c=3"]
