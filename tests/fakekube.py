@@ -140,12 +140,12 @@ class FakeKube(KubeApi):
 
     # -- writes ---------------------------------------------------------------------------
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
-        if dry_run:
-            return obj
-        self._maybe_fail("create_owned")
         created = copy.deepcopy(obj)
-        for mutate in self.on_create:
+        for mutate in self.on_create:  # webhooks see dry runs too
             mutate(created)
+        if dry_run:
+            return created
+        self._maybe_fail("create_owned")
         if obj["kind"] == "Pod":
             created["status"] = {"phase": "Pending"}
         with self.lock:

@@ -65,17 +65,13 @@ CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=podscripts.load("discover
 
 
 def owner_references(settings: JobSettings) -> list[dict]:
+    """The manager pod owns what its job creates (the garbage collector deletes it with
+    the manager), but does not control it: Kueue takes a pod whose controller it manages
+    for part of that parent's workload, which would let a queued job's pods past the
+    queue (and, where Kueue manages pods without a queue name, every job's)."""
     if not settings.owns_objects:
         return []
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": settings.job_name,
-            "uid": settings.owner_uid,
-            "controller": True,
-        }
-    ]
+    return [{"apiVersion": "v1", "kind": "Pod", "name": settings.job_name, "uid": settings.owner_uid}]
 
 
 def _metadata(settings: JobSettings, name: str, role: str, extra_labels: dict | None = None) -> dict:

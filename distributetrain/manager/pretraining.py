@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 
-from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, podstate
+from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -60,11 +60,16 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     objects = manifests.job_objects(settings, probe_plan, keys)
     for obj in objects:
         try:
-            kube.create_owned(obj, dry_run=True)
+            admitted_as = kube.create_owned(obj, dry_run=True)
         except errors.NotFound as e:
             raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
         except errors.Invalid as e:
             raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
+        if obj["kind"] == "Pod" and not settings.queue and not podgroup.is_admitted(admitted_as):
+            # Kueue's webhook gated a pod that names no queue: it manages every pod here.
+            raise errors.UsageError("--queue", f"Kueue manages every pod of namespace {settings.namespace!r}: "
+                                               "name its LocalQueue with --queue, so the job is admitted as one "
+                                               "workload")
 
 
 class AttemptNotStarted(errors.DistributeTrainError):

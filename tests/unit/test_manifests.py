@@ -10,7 +10,7 @@ KEYS = JobKeys(client=keypair_from_seed(b"c" * 32, "distributetrain-demo"),
                host=keypair_from_seed(b"h" * 32, "distributetrain-demo-host"))
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="reg.example.com/base:1", owner_uid="uid-1",
                        discovery_url="http://10.0.0.9:8470/hosts")
-OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-1", "controller": True}]
+OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-1"}]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # A pod on a node that stops answering is evicted after 30 s, not Kubernetes' 300 s.
 NODE_LOST = [{"key": f"node.kubernetes.io/{why}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}

@@ -165,3 +165,16 @@ def test_a_preempted_job_with_a_restart_goes_back_to_the_queue(queued_story, mon
     assert reasons.count("Queued") == 2 and "Restarting" in reasons and reasons[-1] == "Succeeded", reasons
     # Queued again as a new group, placed at its own admission.
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=3", "c=3"]
+
+
+def test_where_kueue_manages_every_pod_a_job_without_a_queue_is_refused_naming_the_flag(queued_story):
+    kube, api = queued_story
+
+    def kueue_manages_every_pod(obj):  # manageJobsWithoutQueueName, for this namespace
+        if obj["kind"] == "Pod":
+            obj["spec"]["schedulingGates"] = obj["spec"].get("schedulingGates", []) + KUEUE_GATES
+
+    kube.on_create = [kueue_manages_every_pod]
+    assert lifecycle.execute(kube, SETTINGS.replace(queue=""), "run") == 2
+    assert api.created[-1]["note"].startswith("--queue: Kueue manages every pod of namespace 'ml': name its LocalQueue")
+    assert kube.writes("create") == []
