@@ -1,7 +1,5 @@
 """Manifest builders, compared as whole objects."""
 
-
-import pytest
 from hypothesis import given, strategies as st
 
 from distributetrain import manifests, quantity
