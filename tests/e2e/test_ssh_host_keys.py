@@ -20,7 +20,7 @@ import pytest
 from distributetrain import manifests, names
 from distributetrain.settings import JobSettings
 from distributetrain.sshkeys import JobKeys
-from localcluster.podman import PODMAN, podman
+from localcluster.podman import PODMAN, labelled_containers, podman
 from prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e
@@ -87,7 +87,12 @@ def containers(image):
     try:
         yield run
     finally:
-        podman(["rm", "--force", "--ignore", "--time", "0", *names], check=False)
+        # Newest first: a container that joined another's network namespace holds it,
+        # and podman refuses to remove the holder before it (the holder would leak).
+        for name in reversed(names):
+            podman(["rm", "--force", "--ignore", "--time", "0", name], check=False)
+        left = labelled_containers(RUN_LABEL)
+        assert suffix not in left.values(), f"containers of this test left behind: {left}"
 
 
 def secret_files(directory, secret, files, mount_path):
