@@ -315,7 +315,8 @@ class Cluster:
         netsetup.ensure_bridge()
 
     def _remove_what_a_killed_run_left(self) -> list[NodeGroup]:
-        """Starting from nothing, first remove what a run killed outright left.
+        """Starting from nothing, first remove what a run killed outright left, and the
+        slow image pulls of any earlier run.
 
         A run killed without `down` (SIGKILL, the end of a CI job or of a sandbox's
         session) leaves nodes' processes and cgroups, network namespaces, veths, mounts
@@ -331,6 +332,9 @@ class Cluster:
         if any(group.alive() for group in groups):
             return []
         swept = leftovers.remove(self.layout)
+        # A new cluster pulls at full speed: slow pulls set for an earlier run (perhaps by
+        # another version of this code, in another form) are not this run's.
+        self.layout.pull_delays_file.unlink(missing_ok=True)
         if not swept.empty() or groups:
             log.warning("removed what a killed earlier run left: %s; node groups %s", swept,
                         ", ".join(group.record.group_id for group in groups) or "none")
