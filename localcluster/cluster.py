@@ -17,7 +17,8 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,9 @@ class Cluster:
         published = registry.publish()
         if published:
             log.info("published %s to the local registry", ", ".join(published))
+            for group in cluster.node_groups():
+                if group.alive():  # nodes starting later forget replaced images as they start
+                    group.forget_replaced_images()
         if pull_delays is not None:
             cluster.set_pull_delays(pull_delays)
         if nodes:
@@ -269,9 +273,9 @@ class Cluster:
         """Kill `node`'s kubelet and start it again after `down_s`: see RealNode.restart_kubelet."""
         self.node_group(node).restart_kubelet(node, down_s)
 
-    def restart_containerd(self, node: str, down_s: float = 0.0) -> None:
+    def restart_containerd(self, node: str, down_s: float = 0.0, until: Callable[[], bool] | None = None) -> None:
         """`node`'s container runtime restarts: see RealNode.restart_containerd."""
-        self.node_group(node).restart_containerd(node, down_s)
+        self.node_group(node).restart_containerd(node, down_s, until)
 
     def set_pull_delays(self, delays: Mapping[str, float], nodes: Sequence[str] | None = None) -> None:
         """Pulling each image of `delays` ({image: seconds}, as pods name it) takes that long on a
@@ -354,7 +358,8 @@ class Cluster:
         netsetup.ensure_bridge()
 
     def _remove_what_a_killed_run_left(self) -> list[NodeGroup]:
-        """Starting from nothing, first remove what a run killed outright left.
+        """Starting from nothing, first remove what a run killed outright left, and the
+        slow image pulls of any earlier run.
 
         A run killed without `down` (SIGKILL, the end of a CI job or of a sandbox's
         session) leaves nodes' processes and cgroups, network namespaces, veths, mounts
@@ -370,6 +375,9 @@ class Cluster:
         if any(group.alive() for group in groups):
             return []
         swept = leftovers.remove(self.layout)
+        # A new cluster pulls at full speed: slow pulls set for an earlier run (perhaps by
+        # another version of this code, in another form) are not this run's.
+        self.layout.pull_delays_file.unlink(missing_ok=True)
         if not swept.empty() or groups:
             log.warning("removed what a killed earlier run left: %s; node groups %s", swept,
                         ", ".join(group.record.group_id for group in groups) or "none")
@@ -467,10 +475,16 @@ class NodeGroup:
     def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
               taints: tuple[str, ...] = (), hostnames: Mapping[str, str] | None = None) -> None:
         hostnames = hostnames or {}
-        for name, index in zip(self.names, self.record.indices()):
-            node_spec = NodeSpec(name=name, index=index, gpus=spec[name], gpu_resource=gpu_resource,
-                                 hostname=hostnames.get(name, name), labels=labels, taints=taints)
-            self._node(node_spec).start()
+        nodes = [self._node(NodeSpec(name=name, index=index, gpus=spec[name], gpu_resource=gpu_resource,
+                                     hostname=hostnames.get(name, name), labels=labels, taints=taints))
+                 for name, index in zip(self.names, self.record.indices())]
+        for node in nodes:
+            node.launch()
+        # Registration and the node lifecycle controller's first passes take seconds a node:
+        # the group's nodes go through them together.
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as waits:
+            for waited in [waits.submit(node.become_ready) for node in nodes]:
+                waited.result()
         log.info("nodes %s are Ready", ", ".join(self.names))
 
     def stop(self) -> None:
@@ -493,15 +507,20 @@ class NodeGroup:
         """Kill `node`'s kubelet and start it again after `down_s`: see RealNode.restart_kubelet."""
         self.node(node).restart_kubelet(down_s)
 
-    def restart_containerd(self, node: str, down_s: float = 0.0) -> None:
-        """Kill `node`'s containerd and start it again after `down_s`: see RealNode.restart_containerd."""
-        self.node(node).restart_containerd(down_s)
+    def restart_containerd(self, node: str, down_s: float = 0.0, until: Callable[[], bool] | None = None) -> None:
+        """Kill `node`'s containerd and start it again after `down_s` and `until`: see RealNode.restart_containerd."""
+        self.node(node).restart_containerd(down_s, until)
 
     def forget_images(self, nodes: Sequence[str] | None = None) -> None:
         """These nodes (default: all of the group's) forget the images they pulled, so the
         next pod there pulls again, as on a fresh node or after image garbage collection."""
         for name in nodes or self.names:
             self.node(name).forget_images()
+
+    def forget_replaced_images(self) -> None:
+        """The group's nodes untag images the registry has replaced: see RealNode.forget_replaced_images."""
+        for node in self.nodes():
+            node.forget_replaced_images()
 
     def kubelet_pid(self, node: str) -> int | None:
         """The running kubelet's pid (fault tests stop or kill it), None once it has exited."""

@@ -117,6 +117,10 @@ def controller_manager_command(layout: RunLayout, pki: Pki, binaries: Binaries) 
         # A claim made just before its pod binds in a second, not at the next 15 s resync
         # (a pod on an unbound claim is unschedulable meanwhile).
         "--pvclaimbinder-sync-period=1s",
+        # A new node is schedulable once the node lifecycle controller has seen it Ready and
+        # lifted the not-ready taint it may have added in the kubelet's first second: at its
+        # next pass, up to 5 s later by default. Tests start some 150 nodes.
+        "--node-monitor-period=1s",
         "--profiling=false",
     ]
 

@@ -66,6 +66,43 @@ def pullable() -> bool:
         connection.close()
 
 
+# Every manifest form podman pushes; the registry answers a tag's digest in the form stored.
+MANIFEST_TYPES = ", ".join((
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+))
+
+
+def digest_of(reference: str) -> str | None:
+    """The manifest digest the registry holds for `reference` (as containerd names it:
+    docker.io/distributetrain/base:0.1.0); None when it holds none or does not answer."""
+    repository, tag = split_reference(reference)
+    if tag is None:
+        return None
+    connection = http.client.HTTPConnection(REGISTRY_HOST, REGISTRY_PORT, timeout=PROBE_TIMEOUT_S)
+    try:
+        connection.request("HEAD", f"/v2/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES})
+        response = connection.getresponse()
+        response.read()
+        return response.getheader("Docker-Content-Digest") if response.status == 200 else None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+
+
+def split_reference(reference: str) -> tuple[str, str | None]:
+    """(repository, tag) of a tagged reference; (reference, None) for a digest or no tag."""
+    if "@" in reference or "/" not in reference:  # a digest, or an image ID (sha256:...)
+        return reference, None
+    repository, colon, tag = reference.rpartition(":")
+    if not colon or "/" in tag:  # the colon was a registry's port
+        return reference, None
+    return repository, tag
+
+
 def storage_dir() -> Path:
     return cache_dir() / "registry" / "storage"
 
@@ -103,8 +140,7 @@ def qualified(podman_name: str) -> str:
 def publish() -> list[str]:
     """Push every tagged image of the project's podman store that changed since it was
     pushed; returns the names pushed. Layers the registry has are not sent again."""
-    stamps_file = storage_dir() / "published.json"
-    stamps = json.loads(stamps_file.read_text()) if stamps_file.exists() else {}
+    stamps = _read_stamps()
     pushed = []
     for name, image_id in _podman_images().items():
         target = qualified(name)
@@ -117,9 +153,42 @@ def publish() -> list[str]:
             raise PublishError(f"pushing {name} to the local registry: {result.stderr.strip()}")
         log.info("published %s in %.1f s", target, time.monotonic() - started)
         stamps[target] = image_id
-        stamps_file.write_text(json.dumps(stamps, indent=2, sort_keys=True) + "\n")
+        _write_stamps(stamps)
         pushed.append(target)
     return pushed
+
+
+def unpublish(reference: str) -> None:
+    """Delete `reference`'s manifest from the registry (its layers stay until a garbage
+    collection) and forget it was pushed."""
+    digest = digest_of(reference)
+    if digest is not None:
+        repository, _ = split_reference(reference)
+        connection = http.client.HTTPConnection(REGISTRY_HOST, REGISTRY_PORT, timeout=PROBE_TIMEOUT_S)
+        try:
+            connection.request("DELETE", f"/v2/{repository}/manifests/{digest}")
+            response = connection.getresponse()
+            response.read()
+            if response.status not in (202, 404):
+                raise PublishError(f"deleting {reference} from the local registry: HTTP {response.status}")
+        finally:
+            connection.close()
+    stamps = _read_stamps()
+    if stamps.pop(reference, None) is not None:
+        _write_stamps(stamps)
+
+
+def _stamps_file() -> Path:
+    """{name: podman image ID} of what was pushed, so an unchanged image is not pushed again."""
+    return storage_dir() / "published.json"
+
+
+def _read_stamps() -> dict[str, str]:
+    return json.loads(_stamps_file().read_text()) if _stamps_file().exists() else {}
+
+
+def _write_stamps(stamps: dict[str, str]) -> None:
+    _stamps_file().write_text(json.dumps(stamps, indent=2, sort_keys=True) + "\n")
 
 
 def _podman_images() -> dict[str, str]:

@@ -16,10 +16,11 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import certs, kubeconfig, leftovers, netsetup, processes
+from localcluster import certs, kubeconfig, leftovers, netsetup, processes, registry
 from localcluster.components import APISERVER_PORT, Binaries
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_DAEMONS as DAEMONS
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 CONTAINERD = Path("/usr/bin/containerd")
 CTR = Path("/usr/bin/ctr")
 CONTAINERD_READY_TIMEOUT_S = 30.0
+CRI_STARTED = b"Start streaming server"
 NODE_READY_TIMEOUT_S = 60.0
 DAEMON_STOP_TIMEOUT_S = 15.0
 CTR_TIMEOUT_S = 60.0
@@ -58,16 +60,24 @@ class RealNode:
 
     def start(self) -> None:
         """Bring the node up from nothing (after sweeping what an earlier one left)."""
+        self.launch()
+        self.become_ready()
+
+    def launch(self) -> None:
+        """Start the node's daemons from nothing (after sweeping what an earlier one left);
+        `become_ready` waits for the rest, so the nodes of a group can wait together."""
         self.stop()
         hostchanges.record(self.layout.host_state_file)
         cgroups.create(self.spec.cgroup)
         network.create(self.spec)
         self._write_files()
-        self._start_daemon("containerd", config.containerd_command(CONTAINERD, self.paths))
-        wait_until(self.paths.containerd_socket.exists, CONTAINERD_READY_TIMEOUT_S,
-                   f"node {self.spec.name}'s containerd socket")
+        self._start_containerd(config.containerd_command(CONTAINERD, self.paths))
+        self.forget_replaced_images()
         self._start_daemon("kubelet", config.kubelet_command(self.binaries.kubernetes("kubelet"), self.spec, self.paths))
         self._start_daemon("kube-proxy", config.kube_proxy_command(self.binaries.kubernetes("kube-proxy"), self.paths))
+
+    def become_ready(self) -> None:
+        """Return once the launched node is Ready, advertises its GPUs and is schedulable."""
         self._wait(self._registered_and_ready, "to be Ready")
         self._advertise_gpus()
         self._wait(self._schedulable, f"to advertise {self.spec.gpus} {self.spec.gpu_resource} and be schedulable")
@@ -97,20 +107,27 @@ class RealNode:
         `down_s`; its pods run on meanwhile. Returns once the node is Ready again."""
         self._restart("kubelet", down_s)
 
-    def restart_containerd(self, down_s: float = 0.0) -> None:
-        """Kill containerd and start it again after `down_s`, as an upgrade or a crash would:
-        the containers run on under their shims, and the kubelet reports the node not Ready
-        ("container runtime is down") until containerd answers again."""
-        self._restart("containerd", down_s)
+    def restart_containerd(self, down_s: float = 0.0, until: Callable[[], bool] | None = None) -> None:
+        """Kill containerd and start it again after `down_s` (and, with `until`, once it holds),
+        as an upgrade or a crash would: the containers run on under their shims, and the
+        kubelet reports the node not Ready ("container runtime is down") until containerd
+        answers again."""
+        self._restart("containerd", down_s, until)
 
-    def _restart(self, daemon: str, down_s: float) -> None:
+    def _restart(self, daemon: str, down_s: float, until: Callable[[], bool] | None = None) -> None:
         pid = self.daemon_pid(daemon)
         if pid is not None:
             processes.kill(pid, f"{daemon} of {self.spec.name}", DAEMON_STOP_TIMEOUT_S)
         time.sleep(down_s)
+        if until is not None:
+            wait_until(until, NODE_READY_TIMEOUT_S, f"what node {self.spec.name}'s {daemon} stays down for")
         started = datetime.datetime.now(datetime.timezone.utc)
         # As first started: a handle on a running node does not know its labels and taints.
-        self._start_daemon(daemon, json.loads((self.paths.root / f"{daemon}.argv").read_text()))
+        argv = json.loads((self.paths.root / f"{daemon}.argv").read_text())
+        if daemon == "containerd":
+            self._start_containerd(argv)
+        else:
+            self._start_daemon(daemon, argv)
         if daemon == "kubelet":
             # Ready is the old kubelet's word until the new one has renewed the node's Lease.
             self._wait(lambda: self._lease_renewed_since(started), "to have its kubelet back")
@@ -122,6 +139,40 @@ class RealNode:
             return False
         renewed = response.json().get("spec", {}).get("renewTime")
         return renewed is not None and datetime.datetime.fromisoformat(renewed.replace("Z", "+00:00")) >= moment
+
+    def _start_containerd(self, argv: list[str]) -> None:
+        """Start containerd; return once its CRI service answers. The socket comes first: the
+        CRI plugin then recovers its state (longer the more images the node keeps), and a
+        kubelet asking meanwhile exits ("server is not initialized yet")."""
+        log_file = self.log_file("containerd")
+        offset = log_file.stat().st_size if log_file.exists() else 0
+        self._start_daemon("containerd", argv)
+
+        def cri_serving() -> bool:
+            if not self._daemon_alive("containerd"):
+                raise NodeFailed(f"containerd of node {self.spec.name} exited:\n{self._log_tail('containerd')}")
+            with open(log_file, "rb") as stream:
+                stream.seek(offset)
+                # containerd 1.6's CRI service logs this last, then marks itself initialized.
+                return self.paths.containerd_socket.exists() and CRI_STARTED in stream.read()
+
+        wait_until(cri_serving, CONTAINERD_READY_TIMEOUT_S, f"node {self.spec.name}'s containerd CRI service")
+
+    def forget_replaced_images(self) -> None:
+        """Untag each image whose tag the registry now gives another image, so the node pulls
+        the new one. A node's image store outlives the node (pulls are slow), and the images
+        of this project are rebuilt under the same tag; with IfNotPresent a kept tag would run
+        the old build. Tags the registry lacks, or cannot tell about, are kept."""
+        listed = self._ctr("images", "list").splitlines()[1:]
+        replaced = []
+        for line in listed:
+            reference, _, digest = (line.split() + ["", "", ""])[:3]
+            current = registry.digest_of(reference)
+            if current is not None and current != digest:
+                replaced.append(reference)
+        if replaced:
+            log.info("node %s: forgetting images rebuilt since it pulled them: %s", self.spec.name, ", ".join(replaced))
+            self._ctr("images", "remove", *replaced)
 
     def forget_images(self) -> None:
         """Remove the node's images but the sandbox's, as image garbage collection does, so the
@@ -146,9 +197,9 @@ class RealNode:
                           paths.cni_config_dir, paths.cni_ipam_dir, paths.kubelet_root, paths.pod_logs):
             directory.mkdir(parents=True, exist_ok=True)
         paths.containerd_config.write_text(config.containerd_config(paths))
-        for registry, hosts in config.registry_hosts(self.mirror).items():
-            (paths.registry_hosts / registry).mkdir(parents=True, exist_ok=True)
-            (paths.registry_hosts / registry / "hosts.toml").write_text(hosts)
+        for mirrored, hosts in config.registry_hosts(self.mirror).items():
+            (paths.registry_hosts / mirrored).mkdir(parents=True, exist_ok=True)
+            (paths.registry_hosts / mirrored / "hosts.toml").write_text(hosts)
         _write_json(paths.cni_config_dir / "10-bridge.conflist", config.cni_config(self.spec, paths))
         pki = certs.Pki(self.layout.pki)
         _write_json(paths.kubelet_config, config.kubelet_config(self.spec, paths, pki))

@@ -10,6 +10,7 @@ need neither root nor a cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -230,6 +231,8 @@ def test_up_after_a_run_killed_outright_removes_what_it_left(cluster: Cluster, a
         pytest.skip("another pytest session is using this cluster; not killing it under it")
     killed = cluster.add_nodes({"cp-killed": 1})
     indices = list(killed.record.indices())
+    # Slow pulls in a form this version does not read (another version's run wrote it).
+    cluster.layout.pull_delays_file.write_text(json.dumps({"example/image:1": {"cp-killed": 30}}))
     try:
         for pid in [*killed.daemon_pids(), *(processes.read_pid(cluster.layout.pid_file(name))
                                              for name in components.COMPONENTS)]:
@@ -243,6 +246,7 @@ def test_up_after_a_run_killed_outright_removes_what_it_left(cluster: Cluster, a
         assert left.empty(), f"the killed node's leftovers survived `up`: {left}"
         assert [g.record.group_id for g in cluster.node_groups()].count(killed.record.group_id) == 0
         assert not_found(lambda: client.CoreV1Api(api_client).read_node("cp-killed"))
+        assert not cluster.layout.pull_delays_file.exists(), "the earlier run's slow pulls outlived `up`"
     finally:
         Cluster.up(layout=cluster.layout)
 

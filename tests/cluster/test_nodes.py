@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from localcluster import leftovers, netsetup
+from localcluster import leftovers, netsetup, registry
+from localcluster.cluster import Cluster
+from localcluster.podman import podman
 
 pytestmark = pytest.mark.cluster
 
@@ -620,3 +622,32 @@ def test_memory_emptydir_is_a_tmpfs_of_its_size_limit(core, namespace, nodes):
     usage, mount = logs(core, namespace, "shm").splitlines()
     assert usage.split()[1] == str(96 * 1024)
     assert mount.split()[2] == "tmpfs"
+
+
+def test_a_node_runs_the_image_its_tag_names_now(cluster, core, namespace, nodes):
+    """An image rebuilt under the same tag, as `make setup` rebuilds this project's: a node
+    that pulled the old build runs the new one once it is published (IfNotPresent, the
+    default for a tag, would otherwise keep running the old build from the node's store,
+    which outlives the node)."""
+    reference = f"distributetrain/retag-{uuid.uuid4().hex[:6]}:1"
+    qualified = registry.qualified(f"localhost/{reference}")
+    node = nodes.names[0]
+
+    def run_on_node(name: str) -> str:
+        create(core, namespace, pod_manifest(name, node, ["sh", "-c", "true"], container={"image": reference}))
+        return container_status(wait_phase(core, namespace, name, ("Succeeded",), POD_FINISH_TIMEOUT_S))["imageID"]
+
+    try:
+        podman(["tag", IMAGE, reference], check=True)
+        Cluster.up(layout=cluster.layout)  # publishes
+        first_digest = registry.digest_of(qualified)
+        assert run_on_node("first").endswith(f"@{first_digest}")
+
+        podman(["tag", MANAGER_IMAGE, reference], check=True)  # the tag now names another image
+        Cluster.up(layout=cluster.layout)
+        rebuilt_digest = registry.digest_of(qualified)
+        assert rebuilt_digest not in (None, first_digest)
+        assert run_on_node("rebuilt").endswith(f"@{rebuilt_digest}")
+    finally:
+        podman(["rmi", "--ignore", reference], check=False)
+        registry.unpublish(qualified)

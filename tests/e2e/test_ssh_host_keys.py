@@ -20,7 +20,7 @@ import pytest
 from distributetrain.core import manifests, names
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from localcluster.podman import PODMAN, podman
+from localcluster.podman import PODMAN, labelled_containers, podman
 from prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e
@@ -28,6 +28,7 @@ pytestmark = pytest.mark.e2e
 IMAGE = "distributetrain/base:0.1.0"
 IMPOSTOR_PORT = 12345
 GENUINE_PORT = 12346
+CHECKED_PORT = 12347  # `sshd -t` only parses its options: nothing listens
 SSHD_READY_TIMEOUT_S = 30
 CHIEF_TIMEOUT_S = 120
 NAME_PREFIX = "hkt"  # not "dt": the local cluster's teardown owns dt-* names
@@ -86,7 +87,12 @@ def containers(image):
     try:
         yield run
     finally:
-        podman(["rm", "--force", "--ignore", "--time", "0", *names], check=False)
+        # Newest first: a container that joined another's network namespace holds it,
+        # and podman refuses to remove the holder before it (the holder would leak).
+        for name in reversed(names):
+            podman(["rm", "--force", "--ignore", "--time", "0", name], check=False)
+        left = labelled_containers(RUN_LABEL)
+        assert suffix not in left.values(), f"containers of this test left behind: {left}"
 
 
 def secret_files(directory, secret, files, mount_path):
@@ -110,7 +116,7 @@ def test_the_images_sshd_accepts_the_worker_s_options(containers):
     result, _ = containers("options", ["--network=none"], ["/bin/sh", "-c", f"""set -eu
 ssh-keygen -q -t ed25519 -N '' -f /tmp/host_key
 mkdir -p /run/sshd
-/usr/sbin/sshd -t -f /dev/null -p {IMPOSTOR_PORT} -h /tmp/host_key -o AuthorizedKeysFile=/tmp/authorized_keys \\
+/usr/sbin/sshd -t -f /dev/null -p {CHECKED_PORT} -h /tmp/host_key -o AuthorizedKeysFile=/tmp/authorized_keys \\
     {" ".join(f"-o {option}" for option in manifests.SSHD_OPTIONS)}
 echo options-accepted"""])
     assert result.returncode == 0 and "options-accepted" in result.stdout, result.stdout + result.stderr
