@@ -72,9 +72,14 @@ def gates(pod: Mapping) -> list[str]:
     return [gate["name"] for gate in (pod.get("spec") or {}).get("schedulingGates") or ()]
 
 
+def kueue_gated(pod: Mapping) -> bool:
+    """Whether Kueue holds the pod (its webhook added a gate of its own)."""
+    return any(gate.startswith(KUEUE_GATE_PREFIX) for gate in gates(pod))
+
+
 def is_admitted(pod: Mapping) -> bool:
     """Kueue has admitted the pod's group: none of its gates is left on the pod."""
-    return not any(gate.startswith(KUEUE_GATE_PREFIX) for gate in gates(pod))
+    return not kueue_gated(pod)
 
 
 def assign(shares: Sequence[int], free: Mapping[str, int]) -> list[str] | None:

@@ -34,6 +34,8 @@ class FakeJobsKube:
         self.logs: dict[tuple[str, str], str] = {}
         self.stuck: set[str] = set()  # pods that never go away
         self.requests = 0
+        self.dry_runs = []
+        self.admission = lambda obj: obj  # what the cluster's admission webhooks make of an object
 
     def put(self, obj):
         self.store[obj["kind"]][(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
@@ -56,9 +58,12 @@ class FakeJobsKube:
     def list_secrets(self, namespace, label_selector):
         return self._select("Secret", namespace, label_selector)
 
-    def create(self, obj):
+    def create(self, obj, dry_run=False):
         if (obj["metadata"]["namespace"], obj["metadata"]["name"]) in self.store[obj["kind"]]:
             raise errors.AlreadyExists("exists")
+        if dry_run:
+            self.dry_runs.append(obj)
+            return self.admission(copy.deepcopy(obj))
         self.created.append(obj)
         self.put(obj)
         return obj
@@ -305,7 +310,7 @@ def test_follow_shows_progress_streams_the_chief_and_exits_with_the_jobs_code(ca
              "distributetrain.io/phase": "Failed", "distributetrain.io/reason": "chief exited with code 3"}))],
     ]
     kube.logs = {("demo-chief", "chief"): "epoch 1\nTraceback\n"}
-    kube.create = lambda obj: kube.put(job)
+    kube.create = lambda obj, dry_run=False: obj if dry_run else kube.put(job)
     code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--follow")
     assert (code, out) == (3, "demo\nepoch 1\nTraceback\n")
     assert err.splitlines() == [
@@ -365,3 +370,54 @@ class FakeStream:
 
     def flush(self):
         pass
+
+
+def kueue_queues_every_pod(obj):
+    """Kueue's pod webhook under manageJobsWithoutQueueName: every pod gets its gate."""
+    if obj["kind"] == "Pod":
+        obj["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    return obj
+
+
+@pytest.mark.parametrize("as_job", [[], ["--as-job"]])
+def test_where_kueue_queues_every_pod_the_manager_joins_the_jobs_queue_asking_no_quota(capsys, kube, as_job):
+    kube.admission = kueue_queues_every_pod
+    argv = ["submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--queue", "team", *as_job]
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (0, "demo\n"), err
+    settings, options = commands.submission(cli.build_parser().parse_args([*argv, "--namespace", "ml"]), [])
+    assert kube.created == [manager_spec.in_queue(manager_spec.manager_object(settings, options), "team")]
+    # The probe is always the manager's pod, which Kueue's pod webhook judges.
+    assert kube.dry_runs == [manager_spec.manager_pod(settings, options)]
+
+
+def test_the_manager_in_a_queue_asks_for_no_quota_and_is_labelled_with_the_queue():
+    args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--name", "demo",
+                                          "--namespace", "ml", "--queue", "team", "--as-job"])
+    settings, options = commands.submission(args, [])
+    job = manager_spec.manager_object(settings, options)
+    queued = manager_spec.in_queue(job, "team")
+    expected = copy.deepcopy(job)
+    expected["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team"
+    template = expected["spec"]["template"]
+    template["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team"
+    template["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "0", "memory": "0"},
+                                                      "limits": {"memory": "512Mi"}}
+    assert queued == expected
+    assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"], "in_queue changed its argument"
+
+
+def test_where_kueue_queues_every_pod_a_job_without_a_queue_is_refused(capsys, kube):
+    kube.admission = kueue_queues_every_pod
+    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
+    assert (code, out, kube.created) == (2, "", [])
+    assert err == ("distributetrain: error: --queue: Kueue queues every pod in namespace 'ml': "
+                   "name the job's LocalQueue, --queue=NAME\n")
+
+
+def test_outside_kueue_the_manager_is_unchanged_queue_or_not(capsys, kube):
+    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--queue", "team")
+    assert code == 0, err
+    args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--name", "demo",
+                                          "--queue", "team", "--namespace", "ml"])
+    assert kube.created == [manager_spec.manager_pod(*commands.submission(args, []))]

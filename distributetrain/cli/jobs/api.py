@@ -27,12 +27,15 @@ class JobsKube(Kube):
         super().__init__(api_client)
         self.batch = client.BatchV1Api(api_client)
 
-    def create(self, obj: dict) -> dict:
-        """Create a Pod or a batch/v1 Job; ``errors.AlreadyExists`` if the name is taken."""
+    def create(self, obj: dict, dry_run: bool = False) -> dict:
+        """Create a Pod or a batch/v1 Job (with `dry_run`, as admission would: mutated and
+        validated, nothing stored); ``errors.AlreadyExists`` if the name is taken."""
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
         create = self.batch.create_namespaced_job if kind == "Job" else self.core.create_namespaced_pod
-        created = self._call(lambda: read_json(create(namespace, obj, _preload_content=False)))
-        log.info("created %s [%s/%s]", kind, namespace, name)
+        options = {"dry_run": "All"} if dry_run else {}
+        created = self._call(lambda: read_json(create(namespace, obj, _preload_content=False, **options)))
+        if not dry_run:
+            log.info("created %s [%s/%s]", kind, namespace, name)
         return created
 
     def get_batch_job(self, namespace: str, name: str) -> dict | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -18,15 +19,17 @@ import yaml
 
 from distributetrain.cli import jobflags
 from distributetrain.cli.jobs import cancel, connection, lookup, manager_spec, plugin, ranks, state, table
+from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.cli.jobs.follow import INTERRUPTED, Follower
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
-from distributetrain.core import errors, exitcodes, names, validation
+from distributetrain.core import errors, exitcodes, names, podgroup, validation
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 
 OUTPUT_FORMATS = ("table", "json")
 
 Handler = Callable[[argparse.Namespace, Sequence[str]], int]
+log = logging.getLogger(__name__)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -153,6 +156,7 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
         pass
     else:
         raise errors.UsageError("--name", f"a job named {name!r} already exists in namespace {namespace!r}")
+    manager = _through_kueue(kube, settings, options, manager)
     try:
         kube.create(manager)
     except errors.AlreadyExists:
@@ -164,6 +168,24 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
     if args.follow:
         return Follower(kube, namespace, name, sys.stdout, sys.stderr).run()
     return exitcodes.OK
+
+
+def _through_kueue(kube: JobsKube, settings: JobSettings, options: ManagerOptions, manager: dict) -> dict:
+    """The manager as this namespace lets it run. Where Kueue queues every pod, queue name or
+    not (``manageJobsWithoutQueueName``: its webhook gates even the manager's dry run), the
+    manager goes through the job's queue (``manager_spec.in_queue``), and a job without
+    ``--queue`` is refused: its manager would wait for ever."""
+    try:
+        probe = kube.create(manager_spec.manager_pod(settings, options), dry_run=True)
+    except errors.ApiError as e:  # a webhook of the cluster that cannot dry-run: Kueue's can
+        log.debug("dry run of the manager refused (%s): taken as outside Kueue", e)
+        return manager
+    if not podgroup.kueue_gated(probe):
+        return manager
+    if not settings.queue:
+        raise errors.UsageError("--queue", f"Kueue queues every pod in namespace {settings.namespace!r}: "
+                                           f"name the job's LocalQueue, --queue=NAME")
+    return manager_spec.in_queue(manager, settings.queue)
 
 
 def _now() -> datetime:

@@ -8,12 +8,13 @@ calls: tests compare whole objects, and against the YAML files users apply by ha
 
 from __future__ import annotations
 
+import copy
 import secrets
 import string
 from dataclasses import dataclass
 
 from distributetrain.cli import jobflags
-from distributetrain.core import names, quantity
+from distributetrain.core import names, podgroup, quantity
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import discovery
 
@@ -24,6 +25,7 @@ MANAGER_CONTAINER = "manager"
 MANAGER_COMMAND = "manager.sh"  # manager_image/manager.sh: pre-training, then post-training
 MANAGER_TERMINATION_GRACE_S = 60  # teardown on deletion needs a few seconds of API calls
 MANAGER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+QUEUED_MANAGER_REQUESTS = {"cpu": "0", "memory": "0"}  # see in_queue
 # The manager is never restarted elsewhere: evicted, its job fails whatever --max-restarts
 # says. So neither the cluster autoscaler nor Karpenter may evict it to scale down or
 # consolidate its node (docs/manager-pdb.yaml covers kubectl drain).
@@ -190,6 +192,22 @@ def manager_job(settings: JobSettings, options: ManagerOptions) -> dict:
             },
         },
     }
+
+
+def in_queue(manager: dict, queue: str) -> dict:
+    """The manager (a Pod, or a Job's pod template) for a namespace where Kueue queues every
+    pod, queue name or not (``manageJobsWithoutQueueName``): in the job's queue, as a
+    workload of its own that asks for no quota (requests of 0), so managers waiting for
+    their jobs never hold quota those jobs wait for, and never count against GPUs."""
+    queued = copy.deepcopy(manager)
+    queued["metadata"]["labels"][podgroup.QUEUE_LABEL] = queue
+    pod = queued
+    if queued["kind"] == "Job":  # Kueue's Job integration reads the Job's label, its Pod one the pod's
+        pod = queued["spec"]["template"]
+        pod["metadata"]["labels"][podgroup.QUEUE_LABEL] = queue
+    for container in pod["spec"]["containers"]:
+        container["resources"]["requests"] = dict(QUEUED_MANAGER_REQUESTS)
+    return queued
 
 
 def manager_object(settings: JobSettings, options: ManagerOptions) -> dict:
