@@ -50,9 +50,16 @@ def _count(quantity: object) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def group_name(job: str, attempt: int) -> str:
-    """One Workload per attempt: a later attempt's pods never join a lost one's group."""
-    return f"{job}-r{attempt}"
+def group_name(job: str, attempt: int, token: str) -> str:
+    """One Workload per group created: a later attempt's pods, or an attempt's started over,
+    never join a group that has ended (Kueue keeps a finished Workload under its name).
+    `token` (a few random characters) tells groups of the same attempt apart."""
+    return f"{job}-r{attempt}-{token}"
+
+
+def is_placed(pod: Mapping) -> bool:
+    """The job no longer holds the pod: it has been given its node."""
+    return PLACEMENT_GATE not in gates(pod)
 
 
 def queued(pod: dict, queue: str, group: str, group_size: int) -> dict:

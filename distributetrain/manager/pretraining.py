@@ -150,11 +150,17 @@ class PreTraining:
             plan.append((inventory.pinned_node(chief["spec"]) or podstate.node(chief), podstate.gpus_of(chief)))
         complete = chief is not None and sum(share for _, share in plan) == settings.num_gpus \
             and [podstate.worker_index(w) for w in workers] == list(range(len(workers)))
+        placed = [podgroup.is_placed(pod) for pod in [*workers, *([chief] if chief else [])]]
+        if complete and not all(placed) and any(placed):
+            complete = False  # a queued group the manager was killed while placing
         if not complete:
             log.warning("job %s: the pods of attempt %d are incomplete; deleting them and starting over",
                         settings.job_name, self.attempt.number)
             tear_down(self.kube, settings, keep_chief=False)
             return None
+        if not any(placed):
+            log.info("job %s: adopting attempt %d, queued", settings.job_name, self.attempt.number)
+            return QueuedPlacement(self.kube, self.job_run, self.kind).resume([share for _, share in plan])
         log.info("job %s: adopting attempt %d, plan %s", settings.job_name, self.attempt.number, format_plan(plan))
         return plan
 

@@ -11,6 +11,7 @@ each pinned by its node's name, then un-gated, so the scheduler binds it.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from distributetrain.manager.run import Run
 log = logging.getLogger(__name__)
 
 PLACE_RETRY_S = 1.0  # admitted but no node has the GPUs free yet: look again this often
+GROUP_TOKEN_BYTES = 2  # podgroup.group_name's token: 4 hex characters
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,15 @@ class QueuedPlacement:
         ledger, _ = booking.take_inventory(self.kube, settings)
         booking.check_request(ledger, settings)
         wanted = shares(ledger, settings.num_gpus, self.kind)
-        pods = [*attempt.workers(len(wanted) - 1), attempt.chief]
         self._create(wanted)
+        return self.resume(wanted)
+
+    def resume(self, wanted: list[int]) -> Plan:
+        """Wait for the attempt's group (pods of `wanted` GPUs, workers first, the chief last)
+        to be admitted, then place it: after `place` created it, or for a manager restarted
+        while it was queued."""
+        attempt = self.run.attempt
+        pods = [*attempt.workers(len(wanted) - 1), attempt.chief]
         self._wait_for_admission(pods)
         return self._pin(pods, wanted)
 
@@ -104,7 +113,7 @@ class QueuedPlacement:
         settings, attempt = self.run.settings, self.run.attempt
         secret, *pods = manifests.job_objects(settings, [(None, share) for share in wanted],
                                               JobKeys.generate(settings.job_name), attempt.number)
-        group = podgroup.group_name(settings.job_name, attempt.number)
+        group = podgroup.group_name(settings.job_name, attempt.number, secrets.token_hex(GROUP_TOKEN_BYTES))
         self.kube.create_owned(secret)
         self.kube.create_all_owned([podgroup.queued(pod, settings.queue, group, len(pods)) for pod in pods])
         self.run.reporter.events.record(

@@ -6,7 +6,7 @@ import itertools
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain.core import inventory, manifests, podgroup
+from distributetrain.core import inventory, manifests, names, podgroup, validation
 from distributetrain.core.settings import JobSettings
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=6, image="img:1")
@@ -15,17 +15,29 @@ free_maps = st.dictionaries(st.from_regex(r"n[a-z0-9]{1,3}", fullmatch=True), st
 
 def test_a_member_is_unpinned_gated_and_labelled_for_its_group():
     pod = manifests.worker_pod(SETTINGS, 0, None, 4)
-    member = podgroup.queued(pod, "team-a", podgroup.group_name("j", 2), 3)
+    member = podgroup.queued(pod, "team-a", podgroup.group_name("j", 2, "f00d"), 3)
     assert inventory.pinned_node(member["spec"]) is None and "affinity" not in member["spec"]
     with pytest.raises(ValueError, match="pinned"):
         podgroup.queued(manifests.worker_pod(SETTINGS, 0, "a", 4), "team-a", "j-r2", 3)
     assert member["spec"]["schedulingGates"] == [{"name": "distributetrain.io/placement"}]
     assert member["metadata"]["labels"] == pod["metadata"]["labels"] | {
-        "kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/pod-group-name": "j-r2"}
+        "kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/pod-group-name": "j-r2-f00d"}
     assert member["metadata"]["annotations"] == pod["metadata"]["annotations"] | {
         "kueue.x-k8s.io/pod-group-total-count": "3", "kueue.x-k8s.io/retriable-in-group": "false"}
     assert {k: v for k, v in member["spec"].items() if k != "schedulingGates"} == pod["spec"]
     assert "schedulingGates" not in pod["spec"]  # the manifest itself is left alone
+
+
+def test_a_group_name_is_a_label_value_for_the_longest_job_name():
+    name = podgroup.group_name("j" * names.MAX_JOB_NAME_LENGTH, 99, "f00d")
+    assert len(name) <= 63 and validation.dns_label(name) == name
+
+
+def test_a_member_is_placed_once_the_job_s_gate_is_gone():
+    member = podgroup.queued(manifests.chief_pod(SETTINGS, None, 1), "q", "j-r0-f00d", 2)
+    assert not podgroup.is_placed(member)
+    member["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    assert podgroup.is_placed(member)
 
 
 def test_admitted_once_kueue_s_gates_are_gone_and_only_then():

@@ -1,6 +1,8 @@
 """A job with --queue on an in-memory API: its attempt created as one gated pod group,
 Queued until Kueue's gates go, then placed from the inventory at admission."""
 
+import re
+
 import pytest
 
 from distributetrain.core import inventory, names, podgroup, podstate
@@ -113,7 +115,7 @@ def test_queued_pods_are_created_unpinned_and_placed_pinned(queued_story):
     first = snapshots["demo-worker-0"]
     assert inventory.pinned_node(first["spec"]) is None
     assert [g["name"] for g in first["spec"]["schedulingGates"]] == [podgroup.PLACEMENT_GATE, *(g["name"] for g in KUEUE_GATES)]
-    assert first["metadata"]["labels"][podgroup.GROUP_LABEL] == "demo-r0"
+    assert re.fullmatch(r"demo-r0-[0-9a-f]{4}", first["metadata"]["labels"][podgroup.GROUP_LABEL])
 
 
 @pytest.mark.parametrize("settings, flag, says", [
@@ -178,3 +180,29 @@ def test_where_kueue_manages_every_pod_a_job_without_a_queue_is_refused_naming_t
     assert lifecycle.execute(kube, SETTINGS.replace(queue=""), "run") == 2
     assert api.created[-1]["note"].startswith("--queue: Kueue manages every pod of namespace 'ml': name its LocalQueue")
     assert kube.writes("create") == []
+
+
+def test_a_manager_restarted_while_queued_adopts_its_group_and_places_it_at_admission(queued_story):
+    kube, api = queued_story
+    kube.pods["other-team-c"] = other_team_on("c", 4)
+
+    def killed_while_queued(kube, timeout_s):
+        raise KeyboardInterrupt  # the manager's process ends while the group waits
+        yield
+
+    kube.on_pod_watch = killed_while_queued
+    with pytest.raises(KeyboardInterrupt):
+        lifecycle.execute(kube, SETTINGS, "pre-training")
+    group = {name: pod["metadata"]["labels"][podgroup.GROUP_LABEL] for name, pod in kube.pods.items()
+             if name.startswith("demo-")}
+    assert sorted(group) == ["demo-chief", "demo-worker-0"] and len(set(group.values())) == 1
+
+    # The manager again (its container restarted): the same group, admitted now, placed then.
+    kube.on_pod_watch = kueue
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    before = len(kube.writes("create", "Pod"))
+    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    assert len(kube.writes("create", "Pod")) == before, "the queued group was created again"
+    assert kube.pods["demo-chief"]["metadata"]["labels"][podgroup.GROUP_LABEL] == group["demo-chief"]
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["a=2,b=1"]
