@@ -92,7 +92,7 @@ class QueuedPlacement:
         self.kind = kind
 
     def place(self) -> Plan:
-        settings, attempt = self.run.settings, self.run.attempt
+        settings = self.run.settings
         check_queue(self.kube, settings)
         ledger, _ = booking.take_inventory(self.kube, settings)
         booking.check_request(ledger, settings)
