@@ -121,6 +121,9 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True, m
     job.add_argument("--queue", metavar="LOCALQUEUE",
                      help="a Kueue LocalQueue of the job's namespace: each attempt waits there and is admitted "
                           "all or nothing against its quota (default: none, no queue)")
+    job.add_argument("--priority-class", metavar="NAME",
+                     help="with --queue: a Kueue WorkloadPriorityClass for the job's workload, which may preempt "
+                          "workloads of lower priority (default: none, Kueue's default)")
     job.add_argument("--lock-namespace", metavar="NS",
                      help=f"namespace of the placement Lease, shared by every manager that plans on the same "
                           f"GPUs (default {DEFAULT_LOCK_NAMESPACE})")
@@ -169,6 +172,15 @@ def queue_name(args: argparse.Namespace, min_gpus: int) -> str:
         raise errors.UsageError("--queue", "cannot be used with --elastic: Kueue admits a job's pods as one group "
                                            "of a fixed size")
     return checked("--queue", validation.dns_label, args.queue)
+
+
+def priority_class(args: argparse.Namespace) -> str:
+    """``--priority-class``: a WorkloadPriorityClass's name, which only a queue reads."""
+    if not args.priority_class:
+        return ""
+    if not args.queue:
+        raise errors.UsageError("--priority-class", "only applies with --queue (a Kueue WorkloadPriorityClass)")
+    return checked("--priority-class", validation.dns_subdomain, args.priority_class)
 
 
 def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> JobSettings:
@@ -229,6 +241,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         manager_namespace=checked("--namespace", validation.dns_label, own_namespace(None)),
         lock_namespace=checked("--lock-namespace", validation.dns_label, args.lock_namespace) if args.lock_namespace else "",
         queue=queue_name(args, min_gpus),
+        priority_class=priority_class(args),
         service_account=args.service_account,
         cpu_per_gpu_m=checked("--cpu-per-gpu", quantity.cpu_millis, args.cpu_per_gpu),
         memory_per_gpu_bytes=checked("--memory-per-gpu", quantity.memory_bytes, args.memory_per_gpu),

@@ -20,6 +20,7 @@ from distributetrain.core import names
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass's name
 # A failed or deleted pod would otherwise leave the Workload admitted, holding its quota
 # while it waits for a replacement; with "false" the group ends with its first loss.
 RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
@@ -62,13 +63,15 @@ def is_placed(pod: Mapping) -> bool:
     return PLACEMENT_GATE not in gates(pod)
 
 
-def queued(pod: dict, queue: str, group: str, group_size: int) -> dict:
-    """The (unpinned) pod as a member of its attempt's pod group, gated until placed."""
+def queued(pod: dict, queue: str, group: str, group_size: int, priority_class: str = "") -> dict:
+    """The (unpinned) pod as a member of its attempt's pod group, gated until placed;
+    with `priority_class`, of that WorkloadPriorityClass."""
     if "affinity" in pod["spec"]:
         # Kueue accepts affinity added to a gated pod only if it had none.
         raise ValueError(f"pod {pod['metadata']['name']} is pinned: a queued pod gets its node at admission")
     metadata = dict(pod["metadata"])
-    metadata["labels"] = {**metadata.get("labels", {}), QUEUE_LABEL: queue, GROUP_LABEL: group}
+    metadata["labels"] = {**metadata.get("labels", {}), QUEUE_LABEL: queue, GROUP_LABEL: group,
+                          **({PRIORITY_CLASS_LABEL: priority_class} if priority_class else {})}
     metadata["annotations"] = {**metadata.get("annotations", {}), GROUP_COUNT_ANNOTATION: str(group_size),
                                RETRIABLE_ANNOTATION: "false"}
     spec = {**pod["spec"], "schedulingGates": [{"name": PLACEMENT_GATE}]}

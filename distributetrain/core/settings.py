@@ -96,6 +96,7 @@ class JobSettings:
     delete_chief: bool = False  # the chief is kept for its logs unless asked
     lock_namespace: str = ""  # where the placement Lease lives (default: DEFAULT_LOCK_NAMESPACE)
     queue: str = ""  # a Kueue LocalQueue (--queue): each attempt is admitted by Kueue as one pod group
+    priority_class: str = ""  # with queue: the Kueue WorkloadPriorityClass of the job's workloads
     manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
     service_account: str = ""  # for job pods; empty = no API token mounted at all
     # Requests of a job pod are these times its GPUs, so it is never BestEffort (evicted

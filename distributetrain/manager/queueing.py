@@ -115,7 +115,8 @@ class QueuedPlacement:
                                               JobKeys.generate(settings.job_name), attempt.number)
         group = podgroup.group_name(settings.job_name, attempt.number, secrets.token_hex(GROUP_TOKEN_BYTES))
         self.kube.create_owned(secret)
-        self.kube.create_all_owned([podgroup.queued(pod, settings.queue, group, len(pods)) for pod in pods])
+        self.kube.create_all_owned([podgroup.queued(pod, settings.queue, group, len(pods), settings.priority_class)
+                                    for pod in pods])
         self.run.reporter.events.record(
             events.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
                            f"({', '.join(map(str, wanted))} GPUs) in queue {settings.queue}")

@@ -40,6 +40,8 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--env-from-secret", ""], "--env-from-secret"),
         (["--num-gpus", "2", "--queue", "Team_A"], "--queue"),
         (["--num-gpus", "2", "--queue", "team-a", "--elastic"], "--queue"),
+        (["--num-gpus", "2", "--priority-class", "high"], "--priority-class"),
+        (["--num-gpus", "2", "--queue", "team-a", "--priority-class", "High_1"], "--priority-class"),
         (["--num-gpus", "2", "--env-from-secret", "a" * 254], "--env-from-secret"),
         (["--num-gpus", "2", "--pvc", "claim"], "--pvc"),
         (["--num-gpus", "2", "--pvc", "claim:relative"], "--pvc"),

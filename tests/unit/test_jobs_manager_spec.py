@@ -135,7 +135,7 @@ def test_every_job_flag_reaches_the_manager_unchanged():
              "--pvc", "ckpt:/ckpt", "--worker-ready-timeout", "90s", "--active-deadline", "2.5h",
              "--orphan-timeout", "90s",
              "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--max-restarts", "2",
-             "--queue", "team-a", "--lock-namespace", "locks",
+             "--queue", "team-a", "--priority-class", "high", "--lock-namespace", "locks",
              "--service-account", "trainer", "--cpu-per-gpu", "1500m", "--memory-per-gpu", "20G",
              "--shm-size", "3Gi"]
     script_args = ["--epochs", "2", "--", "-x", "with space"]

@@ -33,6 +33,13 @@ def test_a_group_name_is_a_label_value_for_the_longest_job_name():
     assert len(name) <= 63 and validation.dns_label(name) == name
 
 
+def test_a_member_of_a_priority_class_says_so_and_one_of_none_does_not():
+    pod = manifests.worker_pod(SETTINGS, 0, None, 4)
+    assert podgroup.queued(pod, "q", "j-r0-f00d", 2, "high")["metadata"]["labels"][
+        "kueue.x-k8s.io/priority-class"] == "high"
+    assert "kueue.x-k8s.io/priority-class" not in podgroup.queued(pod, "q", "j-r0-f00d", 2)["metadata"]["labels"]
+
+
 def test_a_member_is_placed_once_the_job_s_gate_is_gone():
     member = podgroup.queued(manifests.chief_pod(SETTINGS, None, 1), "q", "j-r0-f00d", 2)
     assert not podgroup.is_placed(member)

@@ -115,6 +115,8 @@ def manager_args(settings: JobSettings) -> list[str]:
             args.append(f"--elastic-timeout={settings.elastic_timeout_s:g}s")
     if settings.queue:
         args.append(f"--queue={settings.queue}")
+    if settings.priority_class:
+        args.append(f"--priority-class={settings.priority_class}")
     if settings.lock_namespace:
         args.append(f"--lock-namespace={settings.lock_namespace}")
     if settings.service_account:
