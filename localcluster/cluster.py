@@ -187,9 +187,11 @@ class Cluster:
 
     # --- Kueue --------------------------------------------------------------
 
-    def start_kueue(self) -> None:
+    def start_kueue(self, every_pod_of: Mapping[str, str] | None = None) -> None:
         """Kueue's CRDs, its controller manager (a host process, like the control plane)
-        and then its webhooks; idempotent. Returns once Kueue answers /readyz."""
+        and then its webhooks; idempotent. Returns once Kueue answers /readyz. With
+        `every_pod_of`, see kueue.configuration (a running Kueue keeps its configuration:
+        stop it first)."""
         binary = binaries.kueue()
         module = kueue.module_dir(binaries.KUEUE_BUILD_SCRIPT.parent / "go.mod", cache_dir() / "gomod")
         certs.ensure_server(self._pki, kueue.WEBHOOK_CERT, "kueue-webhook", ("127.0.0.1",))
@@ -198,7 +200,7 @@ class Cluster:
         shutil.copyfile(self._pki.cert(kueue.WEBHOOK_CERT), cert_dir / "tls.crt")
         shutil.copyfile(self._pki.key(kueue.WEBHOOK_CERT), cert_dir / "tls.key")
         config_file = self.layout.root / "kueue-config.yaml"
-        config_file.write_text(yaml.safe_dump(kueue.configuration(cert_dir)))
+        config_file.write_text(yaml.safe_dump(kueue.configuration(cert_dir, every_pod_of)))
         api = self.api_client()
         kueue.install(api, module, self._pki.ca_cert.read_bytes())
         if processes.read_pid(self.layout.pid_file(KUEUE)) is None:
@@ -208,10 +210,15 @@ class Cluster:
         kueue.register_webhooks(api, module, self._pki.ca_cert.read_bytes())
 
     def stop_kueue(self) -> None:
-        """Its webhooks first (they fail closed: without Kueue no pod could be created)."""
+        """Its webhooks first (they fail closed: without Kueue no pod could be created);
+        then its finalizers, which no one would remove any more, off what still has them."""
         if self.is_up():
             kueue.unregister_webhooks(self.api_client())
         self._stop_component(KUEUE)
+        if self.is_up():
+            released = kueue.release_finalizers(self.api_client())
+            if released:
+                log.info("Kueue stopped: released its finalizers from %s", ", ".join(released))
 
     def stop_component(self, name: str) -> None:
         """Stop one control-plane component (e.g. the scheduler, to freeze binding in a fault test)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import copy
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
@@ -23,6 +23,9 @@ import yaml
 WEBHOOK_PORT = 19443
 HEALTH_PORT = 18081
 NAMESPACE = "kueue-system"
+API_GROUP = "kueue.x-k8s.io"
+API_VERSION = "v1beta2"
+KUEUE_FINALIZER_PREFIX = "kueue.x-k8s.io/"
 WEBHOOK_CERT = "kueue-webhook"  # tls.crt / tls.key in the certificate directory, as controller-runtime wants
 # Kueue's own objects and plain pods; not the other integrations' (Jobs, JobSets, Ray...).
 WEBHOOK_PATHS = re.compile(r"^/(mutate|validate)-(kueue-x-k8s-io-v1beta2-[a-z]+|-v1-pod)$")
@@ -32,8 +35,13 @@ WEBHOOK_PATHS = re.compile(r"^/(mutate|validate)-(kueue-x-k8s-io-v1beta2-[a-z]+|
 NEVER_MANAGED = ("kube-system", NAMESPACE)
 
 
-def configuration(cert_dir: Path) -> dict:
-    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for the local cluster."""
+def configuration(cert_dir: Path, every_pod_of: Mapping[str, str] | None = None) -> dict:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for the local cluster. With
+    `every_pod_of` (namespace labels), Kueue manages only the namespaces that have them,
+    and there every pod, queue name or not (manageJobsWithoutQueueName), as a platform
+    team that makes every workload go through a queue configures it."""
+    namespaces = ({"matchLabels": dict(every_pod_of)} if every_pod_of is not None else {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(NEVER_MANAGED)}]})
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -45,8 +53,8 @@ def configuration(cert_dir: Path) -> dict:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": ["pod"]},
-        "managedJobsNamespaceSelector": {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(NEVER_MANAGED)}]},
+        "manageJobsWithoutQueueName": every_pod_of is not None,
+        "managedJobsNamespaceSelector": namespaces,
     }
 
 
@@ -157,6 +165,47 @@ def _create_or_replace(create, replace, read) -> None:
         if error.status != 409:
             raise
         replace(read().metadata.resource_version)
+
+
+def release_finalizers(api_client) -> list[str]:
+    """Once Kueue is stopped: take its finalizers off the pods and Workloads that still
+    carry them, which nothing would remove any more (their namespaces could never be
+    deleted). Returns what was released, as kind/namespace/name."""
+    from kubernetes import client
+
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    released = []
+    for pod in core.list_pod_for_all_namespaces().items:
+        kept = [f for f in pod.metadata.finalizers or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
+        if len(kept) != len(pod.metadata.finalizers or ()):
+            _ignore_gone(lambda: core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                                           {"metadata": {"finalizers": kept or None}}))
+            released.append(f"pod/{pod.metadata.namespace}/{pod.metadata.name}")
+    try:
+        listed = custom.list_cluster_custom_object(API_GROUP, API_VERSION, "workloads")["items"]
+    except client.ApiException as error:
+        if error.status != 404:  # Kueue's CRDs were never installed
+            raise
+        listed = []
+    for workload in listed:
+        metadata = workload["metadata"]
+        kept = [f for f in metadata.get("finalizers") or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
+        if len(kept) != len(metadata.get("finalizers") or ()):
+            _ignore_gone(lambda: custom.patch_namespaced_custom_object(
+                API_GROUP, API_VERSION, metadata["namespace"], "workloads", metadata["name"],
+                {"metadata": {"finalizers": kept or None}}))
+            released.append(f"workload/{metadata['namespace']}/{metadata['name']}")
+    return released
+
+
+def _ignore_gone(call) -> None:
+    from kubernetes import client
+
+    try:
+        call()
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
 
 
 def ready() -> bool:

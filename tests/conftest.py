@@ -27,3 +27,14 @@ def rbac(api_client, namespace):  # noqa: F811
 @pytest.fixture
 def jobs(api_client, namespace, rbac):  # noqa: F811
     return Jobs(api_client, namespace)
+
+
+@pytest.fixture(scope="module")
+def kueue_running(cluster):  # noqa: F811
+    """Kueue, for one module: stopped after it (its webhooks fail closed, and no other
+    test's pods should go through it)."""
+    cluster.start_kueue()
+    try:
+        yield cluster
+    finally:
+        cluster.stop_kueue()

@@ -74,14 +74,15 @@ def is_lease_grant(doc: dict) -> bool:
     return doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["name"] == LOCK_LEASE_NAME
 
 
-def rbac_documents(namespace: str, lease_namespace: str = DEFAULT_LOCK_NAMESPACE) -> list[dict]:
-    """rbac/ with every namespaced object (and the binding's subject) in ``namespace``,
-    but the placement Lease's grant, which goes to ``lease_namespace``.
+def rbac_documents(namespace: str, lease_namespace: str = DEFAULT_LOCK_NAMESPACE, folder: str = "rbac") -> list[dict]:
+    """rbac/ (or another folder of it: rbac/kueue) with every namespaced object (and the
+    binding's subject) in ``namespace``, but the placement Lease's grant, which goes to
+    ``lease_namespace``.
 
     Bindings outside the test's namespace are named after it: tests in many namespaces
     share the cluster-wide ones and the Lease namespace, and each removes its own."""
     documents = []
-    for path in sorted((REPO / "rbac").glob("*.yaml")):
+    for path in sorted((REPO / folder).glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc or doc.get("kind") == "Kustomization":
                 continue
@@ -260,10 +261,10 @@ class Jobs:
         raise AssertionError(f"pods still present after {timeout_s}s: {left}")
 
 
-def apply_rbac(api_client, namespace: str) -> list[dict]:
+def apply_rbac(api_client, namespace: str, folder: str = "rbac") -> list[dict]:
     from kubernetes import utils
 
-    documents = rbac_documents(namespace)
+    documents = rbac_documents(namespace, folder=folder)
     for doc in documents:
         try:
             utils.create_from_dict(api_client, doc)

@@ -3,56 +3,25 @@ group as one workload against the ClusterQueue's quota, and pods outside a queue
 left alone. Kueue is started for this module and stopped after it (its webhooks go
 first: they fail closed)."""
 
-import uuid
-
 import pytest
 from kubernetes import client
 
 from distributetrain.core import podgroup
 from localcluster import kueue
+from kueueharness import gpu_queue
 from polling import poll_until
 
 pytestmark = pytest.mark.cluster
 
 ADMISSION_TIMEOUT_S = 60
-GROUP = "kueue.x-k8s.io"
-VERSION = "v1beta2"
-
-
-@pytest.fixture(scope="module")
-def kueue_running(cluster):
-    cluster.start_kueue()
-    try:
-        yield cluster
-    finally:
-        cluster.stop_kueue()
+DELETED_TIMEOUT_S = 30
 
 
 @pytest.fixture
 def queue(kueue_running, api_client, namespace):
     """A LocalQueue in the test's namespace, on a ClusterQueue of 2 GPUs of its own."""
-    custom = client.CustomObjectsApi(api_client)
-    name = f"cq-{uuid.uuid4().hex[:6]}"
-    flavor = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": name}}
-    cluster_queue = {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": name},
-        "spec": {"namespaceSelector": {}, "queueingStrategy": "StrictFIFO", "resourceGroups": [{
-            "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-            "flavors": [{"name": name, "resources": [{"name": "cpu", "nominalQuota": 100},
-                                                     {"name": "memory", "nominalQuota": "100Gi"},
-                                                     {"name": "nvidia.com/gpu", "nominalQuota": 2}]}]}]}}
-    local = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
-             "metadata": {"name": "team", "namespace": namespace}, "spec": {"clusterQueue": name}}
-    custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", flavor)
-    custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue)
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
-    try:
-        yield "team"
-    finally:
-        client.CoreV1Api(api_client).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", "team")
-        custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", name)
-        custom.delete_cluster_custom_object(GROUP, VERSION, "resourceflavors", name)
+    with gpu_queue(api_client, namespace, 2) as made:
+        yield made.name
 
 
 def member(name, queue, group, size, gpus):
@@ -90,3 +59,18 @@ def test_a_pod_outside_any_queue_is_left_alone(kueue_running, api_client, namesp
     core.create_namespaced_pod(namespace, pod)
     assert gate_names(core, namespace, "alone") == [podgroup.PLACEMENT_GATE]
     assert kueue.ready()
+
+
+def test_a_stopped_kueue_leaves_no_pod_undeletable(kueue_running, queue, api_client, namespace):
+    """Kueue's finalizer on a queued pod, with Kueue gone, would keep the pod (and its
+    namespace) for ever: stopping Kueue takes it off."""
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_pod(namespace, member("held", queue, "held", 1, 1))
+    assert any(f.startswith("kueue.x-k8s.io/") for f in core.read_namespaced_pod("held", namespace).metadata.finalizers)
+    try:
+        kueue_running.stop_kueue()
+        core.delete_namespaced_pod("held", namespace, grace_period_seconds=0)
+        poll_until(lambda: "held" not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items},
+                   DELETED_TIMEOUT_S, lambda: "the held pod to be deleted")
+    finally:
+        kueue_running.start_kueue()

@@ -47,3 +47,16 @@ def test_the_configuration_serves_webhooks_on_loopback_and_no_metrics():
     config = kueue.configuration(Path("/run/certs"))
     assert config["webhook"] == {"host": "127.0.0.1", "port": kueue.WEBHOOK_PORT, "certDir": "/run/certs"}
     assert config["metrics"] == {"bindAddress": "0"} and config["integrations"] == {"frameworks": ["pod"]}
+
+
+def test_by_default_kueue_manages_pods_that_name_a_queue_outside_its_own_namespaces():
+    config = kueue.configuration(Path("/run/certs"))
+    assert config["manageJobsWithoutQueueName"] is False
+    assert config["managedJobsNamespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kueue-system"]}]}
+
+
+def test_a_platform_that_queues_every_pod_of_its_namespaces():
+    config = kueue.configuration(Path("/run/certs"), every_pod_of={"team": "ml"})
+    assert config["manageJobsWithoutQueueName"] is True
+    assert config["managedJobsNamespaceSelector"] == {"matchLabels": {"team": "ml"}}

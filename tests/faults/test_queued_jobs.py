@@ -1,0 +1,168 @@
+"""Jobs through a Kueue queue (--queue) on the local cluster, the manager under exactly
+rbac/ plus rbac/kueue/: quota never exceeded and queue order kept with several jobs at
+once, one workload for a job split over two nodes, and preemption (restart from the
+checkpoint, or exit 72)."""
+
+import json
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from distributetrain.core import names, podgroup, podstate
+from jobharness import HOLD_UNTIL_RELEASED, SCRIPTS, job_args, node_pool, release_ranks, script_volume
+from kueueharness import gpu_queue, gpus_reserved, is_admitted, priority_classes, workloads
+from polling import poll_until
+
+pytestmark = pytest.mark.cluster
+
+SAMPLE_S = 0.5
+QUEUED_TIMEOUT_S = 120.0
+JOB_TIMEOUT_S = 600.0
+# Rank 0 counts the steps done in a file of the volume (the job's checkpoint) and goes on
+# from it; every rank then holds until the test releases it.
+CHECKPOINTED = HOLD_UNTIL_RELEASED + """\
+import os, sys
+step_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), sys.argv[1] + ".step")
+if os.environ.get("HOROVOD_RANK") == "0":
+    start = int(open(step_file).read()) if os.path.exists(step_file) else 0
+    print(f"start at step {start}", flush=True)
+    with open(step_file, "w") as out:
+        out.write(str(start + 1))
+hold_until_released()
+"""
+
+
+def phase(pod: dict) -> str:
+    return (pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_PHASE, "")
+
+
+def job_pods_holding_gpus(core, namespace) -> list[dict]:
+    """The job pods bound to a node and not finished: what holds GPUs on nodes."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_APP}={names.APP}",
+                                    _preload_content=False)
+    return [p for p in json.loads(pods.data)["items"] if podstate.is_training_pod(p)
+            and p["spec"].get("nodeName") and not podstate.is_finished(p)]
+
+
+class Sampler:
+    """Samples, every half second while jobs run: the GPUs the ClusterQueue has admitted,
+    the GPUs bound job pods hold on each node, and when each workload was first seen
+    admitted."""
+
+    def __init__(self, api_client, namespace: str, cluster_queue: str):
+        self.api_client, self.namespace, self.cluster_queue = api_client, namespace, cluster_queue
+        self.core = client.CoreV1Api(api_client)
+        self.reserved: list[int] = []
+        self.bound: list[dict[str, int]] = []
+        self.created: dict[str, str] = {}  # workload: creationTimestamp
+        self.admitted_at: dict[str, int] = {}  # workload: index of the first sample it was admitted in
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            index = len(self.reserved)
+            self.reserved.append(gpus_reserved(self.api_client, self.cluster_queue))
+            per_node: dict[str, int] = {}
+            for pod in job_pods_holding_gpus(self.core, self.namespace):
+                per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + podstate.gpus_of(pod)
+            self.bound.append(per_node)
+            for workload in workloads(self.api_client, self.namespace):
+                name = workload["metadata"]["name"]
+                self.created.setdefault(name, workload["metadata"]["creationTimestamp"])
+                if is_admitted(workload):
+                    self.admitted_at.setdefault(name, index)
+            self._stop.wait(SAMPLE_S)
+
+
+def test_jobs_at_once_through_a_4_gpu_queue_never_exceed_it_and_keep_its_order(kueue_running, api_client,
+                                                                               namespace, jobs, tmp_path):
+    sizes = {"q3": 3, "q2a": 2, "q2b": 2, "q1": 1, "q4": 4}
+    with node_pool(kueue_running, {"a": 4, "b": 2}) as pool, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
+            gpu_queue(api_client, namespace, 4) as queue, \
+            Sampler(api_client, namespace, queue.cluster_queue) as sampler:
+        capacity = {pool.node("a"): 4, pool.node("b"): 2}
+        for name, gpus in sizes.items():
+            jobs.submit(name, job_args(pool, claim, gpus, f"--queue={queue.name}", script_args=("0", "4")))
+        codes = {name: jobs.exit_code(name, JOB_TIMEOUT_S) for name in sizes}
+    assert codes == dict.fromkeys(sizes, 0), {name: jobs.log_tail(name) for name, code in codes.items() if code}
+    assert max(sampler.reserved) <= 4, sampler.reserved
+    for per_node in sampler.bound:
+        assert sum(per_node.values()) <= 4, sampler.bound
+        assert all(gpus <= capacity[node] for node, gpus in per_node.items()), per_node
+    # Each job was one workload, and Kueue admitted them in the order they were created
+    # (StrictFIFO; creation times have a resolution of one second).
+    ours = {w: next(job for job in sizes if w.startswith(f"{job}-r0-")) for w in sampler.created}
+    assert sorted(ours.values()) == sorted(sizes), sampler.created
+    by_creation = sorted(sampler.created, key=sampler.created.get)
+    for earlier, later in zip(by_creation, by_creation[1:]):
+        if sampler.created[earlier] < sampler.created[later]:
+            assert sampler.admitted_at[earlier] <= sampler.admitted_at[later], (sampler.created, sampler.admitted_at)
+
+
+def test_a_job_split_over_two_nodes_is_one_workload_that_starts_only_when_all_of_it_fits(
+        kueue_running, api_client, namespace, jobs, tmp_path):
+    core = client.CoreV1Api(api_client)
+    with node_pool(kueue_running, {"a": 2, "b": 1}) as pool, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
+            gpu_queue(api_client, namespace, 3) as queue:
+        jobs.submit("holder", job_args(pool, claim, 1, f"--queue={queue.name}", script_args=("0", "hold")))
+        jobs.wait_for("holder", lambda p: phase(p) == "Training", QUEUED_TIMEOUT_S)
+        # 2 GPUs free on a, 3 wanted: shares 2 and 1 over both nodes; 2 of 3 GPUs of quota left.
+        jobs.submit("split", job_args(pool, claim, 3, f"--queue={queue.name}", script_args=("0",)))
+        jobs.wait_for("split", lambda p: phase(p) == "Queued", QUEUED_TIMEOUT_S)
+        time.sleep(3)  # Kueue has had its chance to admit it, and must not have
+        split_pods = {name: pod for name, pod in jobs.pods().items() if name.startswith("split-")}
+        assert sorted(split_pods) == ["split-chief", "split-worker-0"]
+        assert all(not p["spec"].get("nodeName") and podgroup.kueue_gated(p) for p in split_pods.values()), split_pods
+        [workload] = [w for w in workloads(api_client, namespace) if w["metadata"]["name"].startswith("split-r0-")]
+        assert not is_admitted(workload)
+        gpus = sorted(int(ps["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+                      for ps in workload["spec"]["podSets"] for _ in range(ps["count"]))
+        assert gpus == [1, 2], workload["spec"]["podSets"]
+
+        release_ranks(tmp_path)  # the holder ends, its quota and GPU go back
+        assert jobs.exit_code("holder") == 0
+        assert jobs.exit_code("split", JOB_TIMEOUT_S) == 0, jobs.logs("split")
+        plan = (jobs.pod("split")["metadata"].get("annotations") or {})[names.ANNOTATION_PLAN]
+        assert plan == f"{pool.node('a')}=2,{pool.node('b')}=1"
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=split").items
+        reasons = [e.reason for e in sorted(events, key=lambda e: e.metadata.creation_timestamp)]
+        assert reasons.index("Queued") < reasons.index("Planned"), reasons
+
+
+@pytest.mark.parametrize("restarts, code", [(1, 0), (0, 72)])
+def test_a_higher_priority_job_preempts_a_running_one(kueue_running, api_client, namespace, jobs, tmp_path,
+                                                       restarts, code):
+    """With a restart left, the preempted job goes back to the queue and resumes from its
+    checkpoint once the other is done; without, it ends with the preempted exit code."""
+    with node_pool(kueue_running, {"a": 2}) as pool, \
+            script_volume(api_client, namespace, SCRIPTS | {"ckpt.py": CHECKPOINTED}, tmp_path) as claim, \
+            priority_classes(api_client, low=100, high=1000) as classes, \
+            gpu_queue(api_client, namespace, 2, preemption={"withinClusterQueue": "LowerPriority"}) as queue:
+        jobs.submit("low", job_args(pool, claim, 2, f"--queue={queue.name}", f"--priority-class={classes['low']}",
+                                    f"--max-restarts={restarts}", "--filename=/work/ckpt.py", script_args=("low",)))
+        poll_until(lambda: "start at step 0" in jobs.log_tail("low-chief"), QUEUED_TIMEOUT_S,
+                   lambda: f"low training: {jobs.log_tail('low')}")
+        jobs.submit("high", job_args(pool, claim, 2, f"--queue={queue.name}", f"--priority-class={classes['high']}",
+                                     script_args=("0",)))
+        assert jobs.exit_code("high", JOB_TIMEOUT_S) == 0, jobs.logs("high")
+        if restarts:
+            poll_until(lambda: "start at step 1" in jobs.log_tail("low-chief-r1"), QUEUED_TIMEOUT_S,
+                       lambda: f"low resumed: {jobs.log_tail('low')}")
+            release_ranks(tmp_path)
+        assert jobs.exit_code("low", JOB_TIMEOUT_S) == code, jobs.logs("low")
+        annotations = jobs.pod("low")["metadata"].get("annotations") or {}
+        assert annotations.get(names.ANNOTATION_RESTARTS, "0") == str(restarts)
+        assert "preempted" in jobs.logs("low").lower()
