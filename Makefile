@@ -7,13 +7,17 @@ PYTHON := $(DT_VENV)/bin/python
 PYTEST := $(PYTHON) -m pytest -ra --durations=15
 export DT_CACHE DT_VENV
 
-.PHONY: setup demo test test-unit test-cluster bench cluster-up cluster-down clean-cluster
+.PHONY: setup demo demo-queue test test-unit test-cluster bench cluster-up cluster-down clean-cluster
 
 setup:
 	bash scripts/setup.sh
 
 demo: setup
 	$(PYTHON) scripts/demo.py
+
+# Three jobs through one Kueue queue (Kueue built by setup, started for the demo).
+demo-queue: setup
+	$(PYTHON) scripts/demo_queue.py
 
 # Every tier: unit, the local cluster itself, the manager against it (RBAC enforced),
 # real Horovod training across pods, and the fault catalogue.
