@@ -450,8 +450,10 @@ class NodeGroup:
 
     def stop(self) -> None:
         """Stop every node of the group (what a killed one left included) and delete its Nodes."""
-        for node in self.nodes():
-            node.stop()
+        nodes = self.nodes()
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as stops:  # each waits for its daemons to exit
+            for stopped in [stops.submit(node.stop) for node in nodes]:
+                stopped.result()
         self._delete_leftover_nodes()
         NodeGroupRegistry(self._cluster.layout).release(self.record.group_id)
 
