@@ -26,7 +26,7 @@ from pathlib import Path
 from localcluster import binaries, certs, components, kubeconfig, leftovers, netsetup, processes, registry, slowpulls
 from localcluster.components import Binaries
 from localcluster.layout import REPO_ROOT, RunLayout, cache_dir
-from localcluster.node import hostchanges
+from localcluster.node import hostchanges, imagecache
 from localcluster.node.config import NodePaths, NodeSpec
 from localcluster.node.realnode import RealNode
 from localcluster.nodegroups import NODE_DAEMONS, NodeGroupRecord, NodeGroupRegistry, validate_hostnames
@@ -121,6 +121,7 @@ class Cluster:
                 group.stop()  # its Nodes are in etcd still; the apiserver is up to delete them
         log.info("control plane ready in %.1f s (%s)", time.monotonic() - started, layout.root)
         published = registry.publish()
+        imagecache.refresh(layout, registry.published())
         if published:
             log.info("published %s to the local registry", ", ".join(published))
             for group in cluster.node_groups():

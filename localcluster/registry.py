@@ -158,6 +158,11 @@ def publish() -> list[str]:
     return pushed
 
 
+def published() -> list[str]:
+    """The references pushed to the registry by `publish` (as containerd names them)."""
+    return sorted(_read_stamps())
+
+
 def unpublish(reference: str) -> None:
     """Delete `reference`'s manifest from the registry (its layers stay until a garbage
     collection) and forget it was pushed."""

@@ -180,6 +180,24 @@ state = {_toml(paths.containerd_state / "state")}
 """
 
 
+def seed_containerd_config(root: Path, state: Path, socket: Path) -> str:
+    """containerd for the machine's image cache (imagecache.py): images only, so no CRI."""
+    return f"""version = 2
+root = {_toml(root)}
+state = {_toml(state / "state")}
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = {_toml(socket)}
+
+[ttrpc]
+  address = {_toml(f"{socket}.ttrpc")}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {_toml(state / "opt")}
+"""
+
+
 def registry_hosts(mirror: Mirror) -> dict[str, str]:
     """{registry: hosts.toml}: each registry's pulls go to the mirror, under a path of its own
     (docker.io/library/python is <mirror>/v2/docker.io/library/python), so two registries'

@@ -25,7 +25,7 @@ from localcluster.components import APISERVER_PORT, Binaries
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_DAEMONS as DAEMONS
 from localcluster.nodegroups import daemon_pid_name
-from localcluster.node import cgroups, config, hostchanges, network
+from localcluster.node import cgroups, config, hostchanges, imagecache, network
 from localcluster.node.config import Mirror, NodePaths, NodeSpec
 from localcluster.probe import ApiProbe, WaitTimeout, wait_until
 
@@ -70,6 +70,7 @@ class RealNode:
         hostchanges.record(self.layout.host_state_file)
         cgroups.create(self.spec.cgroup)
         network.create(self.spec)
+        imagecache.prepare(self.paths.image_store)
         self._write_files()
         self._start_containerd(config.containerd_command(CONTAINERD, self.paths))
         self.forget_replaced_images()
@@ -182,6 +183,7 @@ class RealNode:
                   and not name.endswith(f"@{config.SANDBOX_IMAGE}")]
         if doomed:
             self._ctr("images", "remove", *doomed)
+        imagecache.mark_for_reseeding(self.paths.image_store)
 
     def daemon_pid(self, daemon: str) -> int | None:
         return processes.read_pid(self._pid_file(daemon))
