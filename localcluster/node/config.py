@@ -68,7 +68,7 @@ class NodePaths:
     """Where a node keeps its files: `root` in the run directory, its images in the cache.
 
     The image store outlives the cluster, as a real node's image cache survives a
-    reboot, so the 2 GB base image is unpacked once per node slot and machine.
+    reboot; it starts as a hard-linked copy of the machine's image cache (imagecache.py).
     """
 
     root: Path
