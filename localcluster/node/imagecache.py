@@ -140,13 +140,15 @@ def _seed_containerd(layout: RunLayout) -> Iterator[tuple[Callable[..., str], Pa
     config_file.write_text(config.seed_containerd_config(seed_dir(), state, socket))
     pid_file = layout.pid_file("seed-containerd")
     pid = processes.start_detached([str(CONTAINERD), f"--config={config_file}"], pid_file,
-                                   layout.log_file("seed-containerd"), cwd=state)
+                                   layout.log_file("seed-containerd"), cwd=state,
+                                   env=processes.environment_without_proxy())
     try:
         wait_until(socket.exists, READY_TIMEOUT_S, "the image cache's containerd socket")
 
         def ctr(*args: str) -> str:
             result = subprocess.run([str(CTR), f"--address={socket}", f"--namespace={NAMESPACE}", *args],
-                                    capture_output=True, text=True, timeout=PULL_TIMEOUT_S, check=False)
+                                    capture_output=True, text=True, timeout=PULL_TIMEOUT_S, check=False,
+                                    env=processes.environment_without_proxy())
             if result.returncode != 0:
                 raise RuntimeError(f"ctr {' '.join(args)} (node image cache): {result.stderr.strip()}")
             return result.stdout

@@ -40,7 +40,6 @@ DAEMON_STOP_TIMEOUT_S = 15.0
 CTR_TIMEOUT_S = 60.0
 LOG_TAIL_BYTES = 3000
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
 class NodeFailed(RuntimeError):
@@ -224,7 +223,7 @@ class RealNode:
                        self._hostname(), *entered]
         (self.paths.root / f"{daemon}.argv").write_text(json.dumps(argv))
         pid = processes.start_detached(entered, self._pid_file(daemon), self.log_file(daemon),
-                                       cwd=self.paths.root, env=_node_environment(), program=argv[0])
+                                       cwd=self.paths.root, env=processes.environment_without_proxy(), program=argv[0])
         cgroups.join_daemons(self.spec.cgroup, pid)
 
     def _hostname(self) -> str:
@@ -294,12 +293,6 @@ class RealNode:
                 return stream.read().decode(errors="replace")
         except FileNotFoundError:
             return "(no log)"
-
-
-def _node_environment() -> dict[str, str]:
-    """The host's environment without its HTTP proxy: a node reaches the registry and the
-    apiserver on the cluster network, never through a proxy meant for the internet."""
-    return {key: value for key, value in os.environ.items() if key.lower() not in PROXY_VARIABLES}
 
 
 def _apiserver_url() -> str:
