@@ -46,6 +46,7 @@ STOP_TIMEOUT_S = 15.0
 NAMESPACE = "k8s.io"  # the CRI plugin's
 # What the CRI plugin sets on the images it pulls; the seed's look the same to it.
 CRI_IMAGE_LABEL = "io.cri-containerd.image=managed"
+SEED_FORM = 2  # what a seed holds of an image changed: tag, digest and ID (2), tag and digest (1)
 GENERATION_FILE = "generation"  # in the seed: which images it holds
 SEEDED_FILE = ".seeded-from"  # in a node's store: the seed generation it was copied from
 DATABASES = "*.db"  # bolt: written in place, so copied, never linked
@@ -56,8 +57,8 @@ def seed_dir() -> Path:
 
 
 def generation_of(digests: dict[str, str]) -> str:
-    """A name for a set of images ({reference: manifest digest})."""
-    text = "\n".join(f"{reference}@{digest}" for reference, digest in sorted(digests.items()))
+    """A name for a set of images ({reference: manifest digest}) in this module's form of a seed."""
+    text = "\n".join([f"form {SEED_FORM}", *(f"{reference}@{digest}" for reference, digest in sorted(digests.items()))])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -73,12 +74,17 @@ def refresh(layout: RunLayout, references: list[str]) -> bool:
             return False
         started = time.monotonic()
         with _seed_containerd(layout) as (ctr, hosts):
+            kept = set()
             for reference, digest in sorted(wanted.items()):
                 ctr("images", "pull", f"--hosts-dir={hosts}", f"--label={CRI_IMAGE_LABEL}", reference)
-                # The name the CRI plugin adds to an image it pulls: the pods' imageID.
-                repository, _ = registry.split_reference(reference)
-                ctr("images", "tag", "--force", reference, f"{repository}@{digest}")
-            kept = set(wanted) | {f"{registry.split_reference(r)[0]}@{d}" for r, d in wanted.items()}
+                # The names the CRI plugin gives an image it pulls besides its tag: by digest
+                # (the pods' imageID) and by ID (which keeps its layers while tags come and go).
+                names = [f"{registry.split_reference(reference)[0]}@{digest}"]
+                if config_digest := registry.config_digest_of(reference):
+                    names.append(config_digest)
+                for name in names:
+                    ctr("images", "tag", "--force", reference, name)
+                kept.update([reference, *names])
             stale = [name for name in ctr("images", "list", "--quiet").split() if name not in kept]
             if stale:
                 ctr("images", "remove", "--sync", *stale)
