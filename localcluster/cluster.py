@@ -30,7 +30,7 @@ from localcluster import (
 )
 from localcluster.components import Binaries
 from localcluster.layout import REPO_ROOT, RunLayout, cache_dir
-from localcluster.node import hostchanges
+from localcluster.node import hostchanges, imagecache
 from localcluster.node.config import NodePaths, NodeSpec
 from localcluster.node.realnode import RealNode
 from localcluster.nodegroups import NODE_DAEMONS, NodeGroupRecord, NodeGroupRegistry, validate_hostnames
@@ -129,6 +129,7 @@ class Cluster:
                 group.stop()  # its Nodes are in etcd still; the apiserver is up to delete them
         log.info("control plane ready in %.1f s (%s)", time.monotonic() - started, layout.root)
         published = registry.publish()
+        imagecache.refresh(layout, registry.published())
         if published:
             log.info("published %s to the local registry", ", ".join(published))
             for group in cluster.node_groups():
@@ -496,8 +497,10 @@ class NodeGroup:
 
     def stop(self) -> None:
         """Stop every node of the group (what a killed one left included) and delete its Nodes."""
-        for node in self.nodes():
-            node.stop()
+        nodes = self.nodes()
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as stops:  # each waits for its daemons to exit
+            for stopped in [stops.submit(node.stop) for node in nodes]:
+                stopped.result()
         self._delete_leftover_nodes()
         NodeGroupRegistry(self._cluster.layout).release(self.record.group_id)
 

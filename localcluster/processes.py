@@ -20,6 +20,16 @@ log = logging.getLogger(__name__)
 STOP_POLL_INTERVAL_S = 0.05
 
 
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+def environment_without_proxy() -> dict[str, str]:
+    """The host's environment without its HTTP proxy: the nodes and the image cache reach the
+    registry and the apiserver on the cluster's own network, never through a proxy meant
+    for the internet."""
+    return {key: value for key, value in os.environ.items() if key.lower() not in PROXY_VARIABLES}
+
+
 def start_detached(
     argv: list[str],
     pid_file: Path,

@@ -93,6 +93,26 @@ def digest_of(reference: str) -> str | None:
         connection.close()
 
 
+def config_digest_of(reference: str) -> str | None:
+    """The digest of `reference`'s image config (the image's ID, as the CRI plugin names
+    it: sha256:...); None when the registry holds no single-image manifest for it."""
+    repository, tag = split_reference(reference)
+    if tag is None:
+        return None
+    connection = http.client.HTTPConnection(REGISTRY_HOST, REGISTRY_PORT, timeout=PROBE_TIMEOUT_S)
+    try:
+        connection.request("GET", f"/v2/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES})
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            return None
+        return (json.loads(body).get("config") or {}).get("digest")
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        connection.close()
+
+
 def split_reference(reference: str) -> tuple[str, str | None]:
     """(repository, tag) of a tagged reference; (reference, None) for a digest or no tag."""
     if "@" in reference or "/" not in reference:  # a digest, or an image ID (sha256:...)
@@ -156,6 +176,11 @@ def publish() -> list[str]:
         _write_stamps(stamps)
         pushed.append(target)
     return pushed
+
+
+def published() -> list[str]:
+    """The references pushed to the registry by `publish` (as containerd names them)."""
+    return sorted(_read_stamps())
 
 
 def unpublish(reference: str) -> None:

@@ -68,7 +68,7 @@ class NodePaths:
     """Where a node keeps its files: `root` in the run directory, its images in the cache.
 
     The image store outlives the cluster, as a real node's image cache survives a
-    reboot, so the 2 GB base image is unpacked once per node slot and machine.
+    reboot; it starts as a hard-linked copy of the machine's image cache (imagecache.py).
     """
 
     root: Path
@@ -177,6 +177,24 @@ state = {_toml(paths.containerd_state / "state")}
 
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = {_toml(paths.registry_hosts)}
+"""
+
+
+def seed_containerd_config(root: Path, state: Path, socket: Path) -> str:
+    """containerd for the machine's image cache (imagecache.py): images only, so no CRI."""
+    return f"""version = 2
+root = {_toml(root)}
+state = {_toml(state / "state")}
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = {_toml(socket)}
+
+[ttrpc]
+  address = {_toml(f"{socket}.ttrpc")}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {_toml(state / "opt")}
 """
 
 

@@ -88,8 +88,11 @@ def remove_entries(root: Path, network_prefix: str) -> None:
     `network_prefix`... (one node's network, or all of the cluster's)."""
     if CONTAINER_LOG_LINKS.is_dir():
         for link in CONTAINER_LOG_LINKS.iterdir():
-            if link.is_symlink() and str(link.readlink()).startswith(f"{root}/"):
-                link.unlink(missing_ok=True)
+            try:
+                if link.is_symlink() and str(link.readlink()).startswith(f"{root}/"):
+                    link.unlink(missing_ok=True)
+            except FileNotFoundError:  # removed meanwhile (the group's nodes stop together)
+                continue
     results = CNI_CACHE / "results"
     if not results.is_dir():
         return

@@ -25,7 +25,7 @@ from localcluster.components import APISERVER_PORT, Binaries
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_DAEMONS as DAEMONS
 from localcluster.nodegroups import daemon_pid_name
-from localcluster.node import cgroups, config, hostchanges, network
+from localcluster.node import cgroups, config, hostchanges, imagecache, network
 from localcluster.node.config import Mirror, NodePaths, NodeSpec
 from localcluster.probe import ApiProbe, WaitTimeout, wait_until
 
@@ -40,7 +40,6 @@ DAEMON_STOP_TIMEOUT_S = 15.0
 CTR_TIMEOUT_S = 60.0
 LOG_TAIL_BYTES = 3000
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
 class NodeFailed(RuntimeError):
@@ -70,6 +69,7 @@ class RealNode:
         hostchanges.record(self.layout.host_state_file)
         cgroups.create(self.spec.cgroup)
         network.create(self.spec)
+        imagecache.prepare(self.paths.image_store)
         self._write_files()
         self._start_containerd(config.containerd_command(CONTAINERD, self.paths))
         self.forget_replaced_images()
@@ -182,6 +182,7 @@ class RealNode:
                   and not name.endswith(f"@{config.SANDBOX_IMAGE}")]
         if doomed:
             self._ctr("images", "remove", *doomed)
+        imagecache.mark_for_reseeding(self.paths.image_store)
 
     def daemon_pid(self, daemon: str) -> int | None:
         return processes.read_pid(self._pid_file(daemon))
@@ -222,7 +223,7 @@ class RealNode:
                        self._hostname(), *entered]
         (self.paths.root / f"{daemon}.argv").write_text(json.dumps(argv))
         pid = processes.start_detached(entered, self._pid_file(daemon), self.log_file(daemon),
-                                       cwd=self.paths.root, env=_node_environment(), program=argv[0])
+                                       cwd=self.paths.root, env=processes.environment_without_proxy(), program=argv[0])
         cgroups.join_daemons(self.spec.cgroup, pid)
 
     def _hostname(self) -> str:
@@ -292,12 +293,6 @@ class RealNode:
                 return stream.read().decode(errors="replace")
         except FileNotFoundError:
             return "(no log)"
-
-
-def _node_environment() -> dict[str, str]:
-    """The host's environment without its HTTP proxy: a node reaches the registry and the
-    apiserver on the cluster network, never through a proxy meant for the internet."""
-    return {key: value for key, value in os.environ.items() if key.lower() not in PROXY_VARIABLES}
 
 
 def _apiserver_url() -> str:

@@ -18,7 +18,7 @@ import subprocess
 import textwrap
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,8 @@ import pytest
 from kubernetes import client
 
 from localcluster import leftovers, netsetup, registry
+from polling import poll_until
+from roughness import create_pod, read_pod
 from localcluster.cluster import Cluster
 from localcluster.podman import podman
 
@@ -40,8 +42,6 @@ PROBE_TIMEOUT_S = 60
 RESTART_TIMEOUT_S = 60
 MANY_PODS = 64
 MANY_PODS_TIMEOUT_S = 180
-POLL_S = 0.2
-SERVICE_ACCOUNT_TIMEOUT_S = 10
 # The training image has a shell, Python, sleep and iproute2; the manager image has the
 # Kubernetes client and runs as 65532.
 IMAGE = "distributetrain/base:0.1.0"
@@ -86,16 +86,6 @@ def core(api_client) -> client.CoreV1Api:
 # --- helpers -------------------------------------------------------------------
 
 
-def wait_for(check: Callable[[], object], timeout_s: float, what: str) -> object:
-    """Poll until check() returns something truthy; fail with what was last seen."""
-    give_up_at = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < give_up_at:
-        last = check()
-        if last:
-            return last
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
 
 
 def marker() -> str:
@@ -126,39 +116,20 @@ def pod_manifest(name: str, node: str, command: list[str], restart_policy: str =
     }
 
 
-def create(core: client.CoreV1Api, namespace: str, manifest: dict) -> None:
-    """Create a pod; in a brand-new namespace, wait for its default ServiceAccount first."""
-    give_up_at = time.monotonic() + SERVICE_ACCOUNT_TIMEOUT_S
-    while True:
-        try:
-            core.create_namespaced_pod(namespace, manifest)
-            return
-        except client.ApiException as error:
-            missing_account = error.status == 403 and "serviceaccount" in (error.body or "")
-            if not missing_account or time.monotonic() > give_up_at:
-                raise
-            time.sleep(POLL_S)
 
 
-def get_pod(core: client.CoreV1Api, namespace: str, name: str) -> dict | None:
-    try:
-        return json.loads(core.read_namespaced_pod(name, namespace, _preload_content=False).data)
-    except client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
 
 
 def wait_phase(core, namespace: str, name: str, phases: tuple[str, ...], timeout_s: float = POD_START_TIMEOUT_S) -> dict:
     def reached():
-        pod = get_pod(core, namespace, name)
+        pod = read_pod(core, namespace, name)
         return pod if pod and pod.get("status", {}).get("phase") in phases else None
 
-    return wait_for(reached, timeout_s, f"pod {namespace}/{name} to be {'/'.join(phases)}")
+    return poll_until(reached, timeout_s, f"pod {namespace}/{name} to be {'/'.join(phases)}")
 
 
 def wait_gone(core, namespace: str, name: str, timeout_s: float = POD_GONE_TIMEOUT_S) -> None:
-    wait_for(lambda: get_pod(core, namespace, name) is None, timeout_s, f"pod {namespace}/{name} to be deleted")
+    poll_until(lambda: read_pod(core, namespace, name) is None, timeout_s, f"pod {namespace}/{name} to be deleted")
 
 
 def condition(pod: dict, kind: str) -> str | None:
@@ -195,7 +166,7 @@ def test_nodes_are_registered_like_kubelets(core, nodes):
 def test_exit_codes_and_reasons_are_reported(core, namespace, nodes):
     manifest = pod_manifest("exits", nodes.names[0], sh("echo bye; exit 3"))
     manifest["spec"]["containers"].append({"name": "fine", "image": IMAGE, "command": ["true"]})
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
     pod = wait_phase(core, namespace, "exits", ("Failed", "Succeeded"), POD_FINISH_TIMEOUT_S)
     assert pod["status"]["phase"] == "Failed"
     failed = container_status(pod)["state"]["terminated"]
@@ -211,11 +182,11 @@ def test_tcp_readiness_probe_flips_ready(core, namespace, nodes):
         "web", nodes.names[0], sh("sleep 3; exec python -m http.server 8080"),
         container={"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}},
     )
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
     pod = wait_phase(core, namespace, "web", ("Running",))
     assert condition(pod, "Ready") == "False", "ready before anything listened"
-    wait_for(lambda: condition(get_pod(core, namespace, "web"), "Ready") == "True", PROBE_TIMEOUT_S, "web Ready")
-    assert container_status(get_pod(core, namespace, "web"))["ready"] is True
+    poll_until(lambda: condition(read_pod(core, namespace, "web"), "Ready") == "True", PROBE_TIMEOUT_S, "web Ready")
+    assert container_status(read_pod(core, namespace, "web"))["ready"] is True
 
 
 def test_exec_readiness_probe_runs_inside_the_pod(core, namespace, nodes):
@@ -225,9 +196,9 @@ def test_exec_readiness_probe_runs_inside_the_pod(core, namespace, nodes):
         container={"readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]},
                                       "periodSeconds": 1, "failureThreshold": 1}},
     )
-    create(core, namespace, manifest)
-    wait_for(lambda: condition(get_pod(core, namespace, "flag"), "Ready") == "True", PROBE_TIMEOUT_S, "Ready")
-    wait_for(lambda: condition(get_pod(core, namespace, "flag"), "Ready") == "False", PROBE_TIMEOUT_S, "not Ready")
+    create_pod(core, namespace, manifest)
+    poll_until(lambda: condition(read_pod(core, namespace, "flag"), "Ready") == "True", PROBE_TIMEOUT_S, "Ready")
+    poll_until(lambda: condition(read_pod(core, namespace, "flag"), "Ready") == "False", PROBE_TIMEOUT_S, "not Ready")
 
 
 def test_failing_liveness_probe_restarts_the_container(core, namespace, nodes):
@@ -241,11 +212,11 @@ def test_failing_liveness_probe_restarts_the_container(core, namespace, nodes):
             "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
         },
     )
-    create(core, namespace, manifest)
-    wait_for(lambda: condition(get_pod(core, namespace, "lively"), "Ready") == "True", PROBE_TIMEOUT_S, "Ready")
-    wait_for(lambda: container_status(get_pod(core, namespace, "lively"))["restartCount"] >= 1, RESTART_TIMEOUT_S,
+    create_pod(core, namespace, manifest)
+    poll_until(lambda: condition(read_pod(core, namespace, "lively"), "Ready") == "True", PROBE_TIMEOUT_S, "Ready")
+    poll_until(lambda: container_status(read_pod(core, namespace, "lively"))["restartCount"] >= 1, RESTART_TIMEOUT_S,
              "a restart after the liveness probe failed")
-    last = container_status(get_pod(core, namespace, "lively"))["lastState"]["terminated"]
+    last = container_status(read_pod(core, namespace, "lively"))["lastState"]["terminated"]
     assert last["exitCode"] in (137, 143)
 
 
@@ -266,7 +237,7 @@ def test_secret_files_have_their_modes_inside_the_pod(core, namespace, nodes):
                                              "items": [{"key": "id_rsa", "path": "id_rsa", "mode": 0o600},
                                                        {"key": "authorized_keys", "path": "authorized_keys"}]}}],
     )
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
     wait_phase(core, namespace, "keys", ("Succeeded",), POD_FINISH_TIMEOUT_S)
     assert logs(core, namespace, "keys").splitlines() == [
         "id_rsa 600 root", "authorized_keys 400 root", "PRIVATE", "read-only",
@@ -279,15 +250,15 @@ def test_pod_waits_for_a_missing_secret_and_says_why(core, namespace, nodes):
         container={"volumeMounts": [{"name": "creds", "mountPath": "/etc/creds"}]},
         volumes=[{"name": "creds", "secret": {"secretName": "late"}}],
     )
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
 
     def failed_mount_event():
         events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=patient").items
         return [e for e in events if e.reason == "FailedMount" and e.source.component == "kubelet"]
 
-    (event,) = wait_for(failed_mount_event, POD_START_TIMEOUT_S, "a FailedMount event")
+    (event,) = poll_until(failed_mount_event, POD_START_TIMEOUT_S, "a FailedMount event")
     assert 'secret "late" not found' in event.message
-    pod = get_pod(core, namespace, "patient")
+    pod = read_pod(core, namespace, "patient")
     assert pod["status"]["phase"] == "Pending"
     assert container_status(pod)["state"]["waiting"]["reason"] == "ContainerCreating"
     core.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="late"),
@@ -302,9 +273,9 @@ def test_deleting_a_pod_kills_all_its_processes(core, namespace, nodes):
     # the setsid'd sleep leaves the process group, as sshd's sessions do.
     script = f"trap '' TERM; setsid sleep {escaped} & while true; do sleep 1; done"
     manifest = pod_manifest("stubborn", nodes.names[1], sh(script), terminationGracePeriodSeconds=grace_s)
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
     wait_phase(core, namespace, "stubborn", ("Running",))
-    wait_for(lambda: processes_with(escaped), POD_START_TIMEOUT_S, "the escaped sleep to start")
+    poll_until(lambda: processes_with(escaped), POD_START_TIMEOUT_S, "the escaped sleep to start")
     started = time.monotonic()
     core.delete_namespaced_pod("stubborn", namespace)
     wait_gone(core, namespace, "stubborn")
@@ -313,12 +284,12 @@ def test_deleting_a_pod_kills_all_its_processes(core, namespace, nodes):
 
 
 def test_pods_on_two_nodes_reach_each_other(core, namespace, nodes):
-    create(core, namespace, pod_manifest(
+    create_pod(core, namespace, pod_manifest(
         "server", nodes.names[0], ["python", "-m", "http.server", "8080"],
         container={"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}},
     ))
-    server = wait_for(
-        lambda: (p := get_pod(core, namespace, "server")) and condition(p, "Ready") == "True" and p,
+    server = poll_until(
+        lambda: (p := read_pod(core, namespace, "server")) and condition(p, "Ready") == "True" and p,
         PROBE_TIMEOUT_S, "server Ready",
     )
     address = server["status"]["podIP"]
@@ -327,7 +298,7 @@ def test_pods_on_two_nodes_reach_each_other(core, namespace, nodes):
         print(socket.gethostname())
         print(urllib.request.urlopen("http://{address}:8080/", timeout=5).status)
     """
-    create(core, namespace, pod_manifest("client", nodes.names[1], ["python", "-c", textwrap.dedent(script)]))
+    create_pod(core, namespace, pod_manifest("client", nodes.names[1], ["python", "-c", textwrap.dedent(script)]))
     wait_phase(core, namespace, "client", ("Succeeded",), POD_FINISH_TIMEOUT_S)
     assert logs(core, namespace, "client").split() == ["client", "200"]
 
@@ -363,7 +334,7 @@ def test_in_cluster_config_works_with_the_projected_token(core, namespace, nodes
     env = [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
     for account in ("reader", "nobody"):
-        create(core, namespace, pod_manifest(
+        create_pod(core, namespace, pod_manifest(
             account, nodes.names[0], ["python", "-c", IN_CLUSTER_SCRIPT], serviceAccountName=account,
             container={"env": env, "image": MANAGER_IMAGE},
         ))
@@ -374,7 +345,7 @@ def test_in_cluster_config_works_with_the_projected_token(core, namespace, nodes
 
 
 def test_kubectl_logs_returns_the_output(cluster, core, namespace, nodes):
-    create(core, namespace, pod_manifest("talker", nodes.names[1], sh("echo line-1; echo line-2 >&2; sleep 2; echo line-3")))
+    create_pod(core, namespace, pod_manifest("talker", nodes.names[1], sh("echo line-1; echo line-2 >&2; sleep 2; echo line-3")))
     wait_phase(core, namespace, "talker", ("Running",))
     followed = cluster.kubectl("logs", "-f", "-n", namespace, "talker")
     assert followed.returncode == 0, followed.stderr
@@ -393,10 +364,10 @@ def test_garbage_collector_deletes_pods_of_a_deleted_owner(core, namespace, node
     running = marker()
     manifest = pod_manifest("owned", nodes.names[0], ["sleep", running], metadata={"ownerReferences": [
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}]})
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
     wait_phase(core, namespace, "owned", ("Running",))
     # Running is reported once runc started the process, an instant before it execs `sleep`.
-    wait_for(lambda: processes_with(running), POD_START_TIMEOUT_S, "the container's process")
+    poll_until(lambda: processes_with(running), POD_START_TIMEOUT_S, "the container's process")
     core.delete_namespaced_config_map("owner", namespace)
     wait_gone(core, namespace, "owned")
     assert processes_with(running) == []
@@ -406,24 +377,24 @@ def test_killed_container_restarts_under_on_failure(cluster, core, namespace, no
     running = marker()
     # The emptyDir outlives the container, so each run can tell which one it is.
     script = f'echo "attempt $(ls /data | wc -l)"; touch /data/$$; exec sleep {running}'
-    create(core, namespace, pod_manifest(
+    create_pod(core, namespace, pod_manifest(
         "manager", nodes.names[0], sh(script), restart_policy="OnFailure",
         container={"volumeMounts": [{"name": "data", "mountPath": "/data"}]}, volumes=[{"name": "data", "emptyDir": {}}],
     ))
     wait_phase(core, namespace, "manager", ("Running",))
-    (pid,) = wait_for(lambda: processes_with(running), POD_START_TIMEOUT_S, "the container's process")
+    (pid,) = poll_until(lambda: processes_with(running), POD_START_TIMEOUT_S, "the container's process")
     os.kill(pid, signal.SIGKILL)
 
     def restarted():
-        pod = get_pod(core, namespace, "manager")
+        pod = read_pod(core, namespace, "manager")
         status = container_status(pod)
         return status if status["restartCount"] == 1 and "running" in status["state"] else None
 
-    status = wait_for(restarted, RESTART_TIMEOUT_S, "the container to run again")
+    status = poll_until(restarted, RESTART_TIMEOUT_S, "the container to run again")
     assert status["lastState"]["terminated"]["exitCode"] == 137
-    assert get_pod(core, namespace, "manager")["status"]["phase"] == "Running"
-    wait_for(lambda: len(processes_with(running)) == 1, POD_START_TIMEOUT_S, "the new run's process")
-    wait_for(lambda: logs(core, namespace, "manager") == "attempt 1\n", POD_START_TIMEOUT_S, "the new run's log")
+    assert read_pod(core, namespace, "manager")["status"]["phase"] == "Running"
+    poll_until(lambda: len(processes_with(running)) == 1, POD_START_TIMEOUT_S, "the new run's process")
+    poll_until(lambda: logs(core, namespace, "manager") == "attempt 1\n", POD_START_TIMEOUT_S, "the new run's log")
     previous = cluster.kubectl("logs", "--previous", "-n", namespace, "manager")
     assert previous.stdout == "attempt 0\n", previous.stderr
 
@@ -431,7 +402,7 @@ def test_killed_container_restarts_under_on_failure(cluster, core, namespace, no
 def test_failing_init_container_fails_the_pod(core, namespace, nodes):
     manifest = pod_manifest("init-fails", nodes.names[1], ["true"],
                             initContainers=[{"name": "fetch", "image": IMAGE, "command": ["sh", "-c", "exit 7"]}])
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
     pod = wait_phase(core, namespace, "init-fails", ("Failed", "Succeeded"), POD_FINISH_TIMEOUT_S)
     assert pod["status"]["phase"] == "Failed"
     assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 7
@@ -440,7 +411,7 @@ def test_failing_init_container_fails_the_pod(core, namespace, nodes):
 
 def test_active_deadline_fails_the_pod(core, namespace, nodes):
     running = marker()
-    create(core, namespace, pod_manifest("slow", nodes.names[1], ["sleep", running], activeDeadlineSeconds=2))
+    create_pod(core, namespace, pod_manifest("slow", nodes.names[1], ["sleep", running], activeDeadlineSeconds=2))
     pod = wait_phase(core, namespace, "slow", ("Failed",), POD_FINISH_TIMEOUT_S)
     assert pod["status"]["reason"] == "DeadlineExceeded"
     assert processes_with(running) == []
@@ -462,7 +433,7 @@ def test_environment_and_downward_api(core, namespace, nodes):
         volumes=[{"name": "info", "downwardAPI": {"items": [
             {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}],
     )
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
     wait_phase(core, namespace, "env", ("Succeeded",), POD_FINISH_TIMEOUT_S)
     assert logs(core, namespace, "env").splitlines() == [
         f"env {nodes.names[0]} fast env {netsetup.KUBERNETES_SERVICE_IP}", 'role="worker"', "env-fast",
@@ -471,7 +442,7 @@ def test_environment_and_downward_api(core, namespace, nodes):
 
 def test_host_network_pod_uses_the_node_address(core, namespace, nodes):
     node = nodes.names[1]
-    create(core, namespace, pod_manifest("hostnet", node, sh("hostname; ip -4 -o addr show eth0"), hostNetwork=True))
+    create_pod(core, namespace, pod_manifest("hostnet", node, sh("hostname; ip -4 -o addr show eth0"), hostNetwork=True))
     pod = wait_phase(core, namespace, "hostnet", ("Succeeded",), POD_FINISH_TIMEOUT_S)
     assert pod["status"]["podIP"] == pod["status"]["hostIP"] == nodes.ips[node]
     name, address = logs(core, namespace, "hostnet").splitlines()
@@ -480,12 +451,12 @@ def test_host_network_pod_uses_the_node_address(core, namespace, nodes):
 
 def test_pods_keep_running_across_an_apiserver_restart(cluster, core, namespace, nodes):
     before = marker()
-    create(core, namespace, pod_manifest("before", nodes.names[0], ["sleep", before]))
+    create_pod(core, namespace, pod_manifest("before", nodes.names[0], ["sleep", before]))
     wait_phase(core, namespace, "before", ("Running",))
     cluster.restart_apiserver()
-    create(core, namespace, pod_manifest("after", nodes.names[1], ["true"]))
+    create_pod(core, namespace, pod_manifest("after", nodes.names[1], ["true"]))
     wait_phase(core, namespace, "after", ("Succeeded",), POD_FINISH_TIMEOUT_S)
-    assert get_pod(core, namespace, "before")["status"]["phase"] == "Running"
+    assert read_pod(core, namespace, "before")["status"]["phase"] == "Running"
     core.delete_namespaced_pod("before", namespace)
     wait_gone(core, namespace, "before")
     assert processes_with(before) == []
@@ -496,7 +467,7 @@ def test_sixty_four_pods_run_at_once_and_are_cleaned_up(cluster, core, namespace
     running = marker()
     started = time.monotonic()
     for number in range(MANY_PODS):
-        create(core, namespace, pod_manifest(f"many-{number}", nodes.names[number % 2], ["sleep", running]))
+        create_pod(core, namespace, pod_manifest(f"many-{number}", nodes.names[number % 2], ["sleep", running]))
     created_s = time.monotonic() - started
 
     def phases() -> dict[str, int]:
@@ -507,16 +478,16 @@ def test_sixty_four_pods_run_at_once_and_are_cleaned_up(cluster, core, namespace
             counts[phase] = counts.get(phase, 0) + 1
         return counts
 
-    wait_for(lambda: phases().get("Running") == MANY_PODS, MANY_PODS_TIMEOUT_S, f"{MANY_PODS} pods Running")
+    poll_until(lambda: phases().get("Running") == MANY_PODS, MANY_PODS_TIMEOUT_S, f"{MANY_PODS} pods Running")
     running_s = time.monotonic() - started
     items = json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]
     addresses = {pod["status"]["podIP"] for pod in items}
     assert len(addresses) == MANY_PODS
-    wait_for(lambda: len(processes_with(running)) == MANY_PODS, POD_START_TIMEOUT_S, "every pod's process")
+    poll_until(lambda: len(processes_with(running)) == MANY_PODS, POD_START_TIMEOUT_S, "every pod's process")
 
     deleting = time.monotonic()
     core.delete_collection_namespaced_pod(namespace)
-    wait_for(lambda: not phases(), MANY_PODS_TIMEOUT_S, "every pod to be deleted")
+    poll_until(lambda: not phases(), MANY_PODS_TIMEOUT_S, "every pod to be deleted")
     deleted_s = time.monotonic() - deleting
     assert processes_with(running) == []
     # containerd keeps a pod's network namespace mounted under the node's state while it runs.
@@ -535,7 +506,7 @@ def test_stopping_a_node_kills_its_pods_and_removes_it(cluster, core, namespace,
         running = marker()
         manifest = pod_manifest("orphan", name, ["sleep", running])
         manifest["spec"]["tolerations"] = []
-        create(core, namespace, manifest)
+        create_pod(core, namespace, manifest)
         wait_phase(core, namespace, "orphan", ("Running",))
     finally:
         group.stop()
@@ -562,9 +533,9 @@ def waiting(pod: dict) -> dict:
     ("IfNotPresent", "ErrImagePull", 'failed to pull and unpack image "docker.io/distributetrain/absent:1"'),
 ])
 def test_absent_image_leaves_the_container_waiting(core, namespace, nodes, policy, reason, message):
-    create(core, namespace, pod_manifest("absent", nodes.names[0], ["true"],
+    create_pod(core, namespace, pod_manifest("absent", nodes.names[0], ["true"],
                                          container={"image": "distributetrain/absent:1", "imagePullPolicy": policy}))
-    pod = wait_for(lambda: (p := get_pod(core, namespace, "absent")) and p.get("status", {}).get("containerStatuses")
+    pod = poll_until(lambda: (p := read_pod(core, namespace, "absent")) and p.get("status", {}).get("containerStatuses")
                    and waiting(p).get("reason") in (reason, "ImagePullBackOff") and p, POD_START_TIMEOUT_S, reason)
     assert pod["status"]["phase"] == "Pending"
     if waiting(pod)["reason"] == reason:
@@ -572,7 +543,7 @@ def test_absent_image_leaves_the_container_waiting(core, namespace, nodes, polic
 
 
 def test_missing_executable_is_a_start_error(core, namespace, nodes):
-    create(core, namespace, pod_manifest("noexec", nodes.names[1], ["no-such-command"]))
+    create_pod(core, namespace, pod_manifest("noexec", nodes.names[1], ["no-such-command"]))
     pod = wait_phase(core, namespace, "noexec", ("Failed",), POD_FINISH_TIMEOUT_S)
     terminated = container_status(pod)["state"]["terminated"]
     assert (terminated["reason"], terminated["exitCode"]) == ("StartError", 128)
@@ -584,14 +555,14 @@ def test_missing_executable_is_a_start_error(core, namespace, nodes):
 def test_image_entrypoint_user_env_and_workdir_apply(core, namespace, nodes):
     # The manager image: ENTRYPOINT manager.sh, USER 65532, python on the image's PATH.
     script = "id -u; id -g; pwd; echo $PATH; echo $FROM_POD"
-    create(core, namespace, pod_manifest("as-image", nodes.names[0], ["sh", "-c", script], container={
+    create_pod(core, namespace, pod_manifest("as-image", nodes.names[0], ["sh", "-c", script], container={
         "image": MANAGER_IMAGE, "workingDir": "/tmp", "env": [{"name": "FROM_POD", "value": "pod"}]}))
-    create(core, namespace, pod_manifest("as-asked", nodes.names[0], ["id", "-u"], container={
+    create_pod(core, namespace, pod_manifest("as-asked", nodes.names[0], ["id", "-u"], container={
         "image": MANAGER_IMAGE, "securityContext": {"runAsUser": 4242}}))
     # args alone keep the image's ENTRYPOINT (manager.sh prints pre-training's help).
     manifest = pod_manifest("entrypoint", nodes.names[1], [], container={"image": MANAGER_IMAGE, "args": ["--help"]})
     del manifest["spec"]["containers"][0]["command"]
-    create(core, namespace, manifest)
+    create_pod(core, namespace, manifest)
     for name in ("as-image", "as-asked", "entrypoint"):
         wait_phase(core, namespace, name, ("Succeeded",), POD_FINISH_TIMEOUT_S)
     uid, gid, workdir, path, from_pod = logs(core, namespace, "as-image").splitlines()
@@ -607,13 +578,13 @@ def test_pods_see_their_image_not_the_host(core, namespace, nodes):
     # Neither the checkout nor the host's virtualenv exist inside a container.
     script = f"test -e {REPO}/pyproject.toml && echo checkout; test -e {os.environ.get('DT_VENV', '/nonexistent')} " \
              "&& echo venv; test -e /opt/distributetrain/train.py && echo image; cat /etc/os-release | head -1"
-    create(core, namespace, pod_manifest("isolated", nodes.names[1], ["sh", "-c", script]))
+    create_pod(core, namespace, pod_manifest("isolated", nodes.names[1], ["sh", "-c", script]))
     wait_phase(core, namespace, "isolated", ("Succeeded",), POD_FINISH_TIMEOUT_S)
     assert logs(core, namespace, "isolated").splitlines()[0] == "image"
 
 
 def test_memory_emptydir_is_a_tmpfs_of_its_size_limit(core, namespace, nodes):
-    create(core, namespace, pod_manifest(
+    create_pod(core, namespace, pod_manifest(
         "shm", nodes.names[0], ["sh", "-c", "df -k /dev/shm | tail -1; grep ' /dev/shm ' /proc/mounts"],
         container={"volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]},
         volumes=[{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "96Mi"}}],
@@ -634,7 +605,7 @@ def test_a_node_runs_the_image_its_tag_names_now(cluster, core, namespace, nodes
     node = nodes.names[0]
 
     def run_on_node(name: str) -> str:
-        create(core, namespace, pod_manifest(name, node, ["sh", "-c", "true"], container={"image": reference}))
+        create_pod(core, namespace, pod_manifest(name, node, ["sh", "-c", "true"], container={"image": reference}))
         return container_status(wait_phase(core, namespace, name, ("Succeeded",), POD_FINISH_TIMEOUT_S))["imageID"]
 
     try:

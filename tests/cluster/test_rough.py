@@ -11,13 +11,14 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 from kubernetes import client
 
 from jobharness import node_pool
+from polling import poll_until
 from roughness import (
     create_pod, drain, eks_nodes, gpu_pod, gpu_quota, other_tenants, pinned_to_node, read_pod, uncordon,
 )
@@ -28,7 +29,6 @@ IMAGE = "distributetrain/base:0.1.0"
 TAINT_KEY = "distributetrain.test/rough-nodes"
 START_TIMEOUT_S = 60
 CHANGE_TIMEOUT_S = 45
-POLL_S = 0.2
 KUBELET_DOWN_S = 2
 # Shorter than the kubelet's patience (it calls the node not Ready after about 30 s).
 CONTAINERD_DOWN_S = 15
@@ -68,15 +68,6 @@ def core(api_client) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
 
 
-def wait_for(check: Callable[[], object], timeout_s: float, what: str) -> object:
-    give_up_at = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < give_up_at:
-        last = check()
-        if last:
-            return last
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
 
 
 def pod_on(name: str, nodes: RoughNodes, affinity: dict, command: list[str], **spec) -> dict:
@@ -133,15 +124,15 @@ def test_a_node_named_unlike_its_hostname_is_found_by_name_not_by_hostname_label
     create_pod(core, namespace, pod_on("host-network", nodes, hostname_is(nodes.eks_hostname), ["hostname"],
                                        hostNetwork=True))
 
-    wait_for(lambda: phase(core, namespace, "by-name") == "Running", START_TIMEOUT_S, "by-name Running")
+    poll_until(lambda: phase(core, namespace, "by-name") == "Running", START_TIMEOUT_S, "by-name Running")
     assert read_pod(core, namespace, "by-name")["spec"]["nodeName"] == nodes.eks
-    unschedulable = wait_for(
+    unschedulable = poll_until(
         lambda: condition(read_pod(core, namespace, "by-node-name-as-hostname"), "PodScheduled").get("message"),
         START_TIMEOUT_S, "the scheduler's verdict on the pod pinned by hostname label = node name")
     assert "didn't match Pod's node affinity/selector" in unschedulable
     assert phase(core, namespace, "by-node-name-as-hostname") == "Pending"
     # A hostNetwork pod sees the machine's hostname: the label, not the Node's name.
-    wait_for(lambda: phase(core, namespace, "host-network") == "Succeeded", START_TIMEOUT_S, "host-network done")
+    poll_until(lambda: phase(core, namespace, "host-network") == "Succeeded", START_TIMEOUT_S, "host-network done")
     assert core.read_namespaced_pod_log("host-network", namespace).strip() == nodes.eks_hostname
 
 
@@ -153,9 +144,9 @@ def test_kubelet_and_containerd_restarts_leave_containers_running(cluster, core,
     (same container, same process, no restart), and the node stays Ready."""
     tag = marker()
     create_pod(core, namespace, pod_on("survivor", nodes, pinned_to_node(nodes.restart), sleeping(tag)))
-    before = wait_for(lambda: (pod := read_pod(core, namespace, "survivor")) and condition(pod, "Ready").get(
+    before = poll_until(lambda: (pod := read_pod(core, namespace, "survivor")) and condition(pod, "Ready").get(
         "status") == "True" and pod, START_TIMEOUT_S, "survivor Ready")
-    pids = wait_for(lambda: processes_with(tag), START_TIMEOUT_S, "the survivor's process")
+    pids = poll_until(lambda: processes_with(tag), START_TIMEOUT_S, "the survivor's process")
     group = cluster.node_group(nodes.restart)
     kubelet = group.kubelet_pid(nodes.restart)
 
@@ -166,8 +157,8 @@ def test_kubelet_and_containerd_restarts_leave_containers_running(cluster, core,
         return condition(json.loads(core.read_node(nodes.restart, _preload_content=False).data), "Ready")
 
     cluster.restart_containerd(nodes.restart, down_s=CONTAINERD_DOWN_S)
-    wait_for(lambda: ready().get("status") == "True", CHANGE_TIMEOUT_S, "the node Ready")
-    wait_for(lambda: condition(read_pod(core, namespace, "survivor"), "Ready").get("status") == "True",
+    poll_until(lambda: ready().get("status") == "True", CHANGE_TIMEOUT_S, "the node Ready")
+    poll_until(lambda: condition(read_pod(core, namespace, "survivor"), "Ready").get("status") == "True",
              CHANGE_TIMEOUT_S, "the pod Ready after the restarts")
     after = read_pod(core, namespace, "survivor")
     status, status_before = after["status"]["containerStatuses"][0], before["status"]["containerStatuses"][0]
@@ -185,10 +176,10 @@ def test_a_slow_pull_waits_in_container_creating_once_per_node(cluster, core, na
     on_node = pinned_to_node(nodes.pulls)
     started = time.monotonic()
     create_pod(core, namespace, pod_on("first", nodes, on_node, ["true"]))
-    waiting = wait_for(lambda: (pod := read_pod(core, namespace, "first")) and pod["status"].get(
+    waiting = poll_until(lambda: (pod := read_pod(core, namespace, "first")) and pod["status"].get(
         "containerStatuses") and pod, START_TIMEOUT_S, "first's container status")
     assert waiting["status"]["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
-    wait_for(lambda: phase(core, namespace, "first") == "Succeeded", START_TIMEOUT_S, "first done")
+    poll_until(lambda: phase(core, namespace, "first") == "Succeeded", START_TIMEOUT_S, "first done")
     assert time.monotonic() - started >= PULL_DELAY_S
     pulling, pulled = [(e.reason, e.message) for e in events(core, namespace, "first")
                        if e.reason in ("Pulling", "Pulled")]
@@ -199,7 +190,7 @@ def test_a_slow_pull_waits_in_container_creating_once_per_node(cluster, core, na
     # The node has it now, like a node's image cache.
     started = time.monotonic()
     create_pod(core, namespace, pod_on("second", nodes, on_node, ["true"]))
-    wait_for(lambda: phase(core, namespace, "second") == "Succeeded", START_TIMEOUT_S, "second done")
+    poll_until(lambda: phase(core, namespace, "second") == "Succeeded", START_TIMEOUT_S, "second done")
     assert time.monotonic() - started < PULL_DELAY_S + 10
     assert [(e.reason, e.message) for e in events(core, namespace, "second") if e.reason.startswith("Pull")] == [
         ("Pulled", f'Container image "{IMAGE}" already present on machine')]
@@ -207,7 +198,7 @@ def test_a_slow_pull_waits_in_container_creating_once_per_node(cluster, core, na
     # Until it forgets it.
     cluster.forget_images(nodes.pulls)
     create_pod(core, namespace, pod_on("third", nodes, on_node, ["true"]))
-    wait_for(lambda: phase(core, namespace, "third") == "Succeeded", START_TIMEOUT_S, "third done")
+    poll_until(lambda: phase(core, namespace, "third") == "Succeeded", START_TIMEOUT_S, "third done")
     assert [e.reason for e in events(core, namespace, "third") if e.reason.startswith("Pull")] == [
         "Pulling", "Pulled"]
 
@@ -220,7 +211,7 @@ def test_other_tenants_take_gpus_on_a_chosen_node(api_client, core, nodes):
         first = tenants.take(nodes.tenant, 2, tolerations=[nodes.toleration])
         assert tenants.wait_running(first)["spec"]["nodeName"] == nodes.tenant
         late = tenants.take(nodes.tenant, 1, tolerations=[nodes.toleration])
-        verdict = wait_for(lambda: condition(read_pod(core, tenants.namespace, late), "PodScheduled").get("message"),
+        verdict = poll_until(lambda: condition(read_pod(core, tenants.namespace, late), "PodScheduled").get("message"),
                            START_TIMEOUT_S, "the late tenant unschedulable")
         assert "Insufficient nvidia.com/gpu" in verdict
         tenants.release(first)
@@ -251,9 +242,9 @@ def test_drain_evicts_pods_but_a_disruption_budget_refuses(api_client, core, nam
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
     })
     for name in ("free", "guarded"):
-        wait_for(lambda: phase(core, namespace, name) == "Running", START_TIMEOUT_S, f"{name} Running")
+        poll_until(lambda: phase(core, namespace, name) == "Running", START_TIMEOUT_S, f"{name} Running")
     # The disruption controller must have counted the guarded pod healthy: the refusal is the budget's.
-    wait_for(lambda: (client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget("guarded", namespace)
+    poll_until(lambda: (client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget("guarded", namespace)
                       .status.current_healthy == 1), CHANGE_TIMEOUT_S, "the budget to count the guarded pod")
     try:
         outcome = drain(api_client, nodes.drain, timeout_s=DRAIN_TIMEOUT_S)

@@ -51,7 +51,8 @@ def test_a_refusal_by_quota_or_limit_range_is_its_own_exit_code(cluster, api_cli
             "spec": {"limits": [{"type": "Container", "max": {"memory": "4Gi"}}]}})
         refusal = "maximum memory usage per Container is 4Gi, but limit is 8Gi"
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
-        jobs.submit("refused", ["--num-gpus=2", "--image=distributetrain/base:0.1.0",
+        # The manager's default memory per GPU (8Gi), over the harness's smaller one for local nodes.
+        jobs.submit("refused", ["--num-gpus=2", "--image=distributetrain/base:0.1.0", "--memory-per-gpu=8Gi",
                                 f"--node-selector={pool.selector}"])
         code = jobs.exit_code("refused", timeout_s=90)
         log = jobs.logs("refused")
