@@ -13,7 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from jobharness import Jobs, apply_rbac, delete_shared_bindings  # noqa: E402
+from jobharness import Jobs  # noqa: E402
+from localcluster.projectrbac import apply_rbac, delete_shared_bindings  # noqa: E402
 from localcluster.testing import api_client, cluster, namespace  # noqa: E402,F401
 
 

@@ -20,8 +20,6 @@ import urllib3
 import yaml
 from kubernetes import client, watch
 
-from distributetrain.core.names import LOCK_LEASE_NAME
-from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,33 +67,8 @@ CLAIM_BOUND_TIMEOUT_S = 60.0
 LOG_READ_RETRY_S = 60.0
 
 
-def is_lease_grant(doc: dict) -> bool:
-    """rbac/lease-role*.yaml: the placement Lease's Role and binding, named after it."""
-    return doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["name"] == LOCK_LEASE_NAME
 
 
-def rbac_documents(namespace: str, lease_namespace: str = DEFAULT_LOCK_NAMESPACE, folder: str = "rbac") -> list[dict]:
-    """rbac/ (or another folder of it: rbac/kueue) with every namespaced object (and the
-    binding's subject) in ``namespace``, but the placement Lease's grant, which goes to
-    ``lease_namespace``.
-
-    Bindings outside the test's namespace are named after it: tests in many namespaces
-    share the cluster-wide ones and the Lease namespace, and each removes its own."""
-    documents = []
-    for path in sorted((REPO / folder).glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc or doc.get("kind") == "Kustomization":
-                continue
-            if is_lease_grant(doc):
-                doc["metadata"]["namespace"] = lease_namespace
-            elif doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
-                doc["metadata"]["namespace"] = namespace
-            if doc["kind"] == "ClusterRoleBinding" or (is_lease_grant(doc) and doc["kind"] == "RoleBinding"):
-                doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
-            for subject in doc.get("subjects", []):
-                subject["namespace"] = namespace
-            documents.append(doc)
-    return documents
 
 
 def manager_pod(namespace: str, name: str, args: list[str], restart_policy: str = "Never") -> dict:
@@ -261,39 +234,8 @@ class Jobs:
         raise AssertionError(f"pods still present after {timeout_s}s: {left}")
 
 
-def apply_rbac(api_client, namespace: str, folder: str = "rbac") -> list[dict]:
-    from kubernetes import utils
-
-    documents = rbac_documents(namespace, folder=folder)
-    for doc in documents:
-        try:
-            utils.create_from_dict(api_client, doc)
-        except utils.FailToCreateError as e:
-            if not all(getattr(x, "status", None) == 409 for x in e.api_exceptions):
-                raise
-            # Shared by every test and left on the cluster: one from an older checkout must
-            # not hold back rules added since (a patch replaces the whole list of rules).
-            rbac = client.RbacAuthorizationV1Api(api_client)
-            if doc["kind"] == "ClusterRole":
-                rbac.patch_cluster_role(doc["metadata"]["name"], {"rules": doc["rules"]})
-            elif doc["kind"] == "Role":
-                rbac.patch_namespaced_role(doc["metadata"]["name"], doc["metadata"]["namespace"], {"rules": doc["rules"]})
-    return documents
 
 
-def delete_shared_bindings(api_client, documents: list[dict]) -> None:
-    """The test's bindings that its namespace's deletion would not take with it. The
-    ClusterRole and the Lease's Role stay: every test applies the same ones."""
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    for doc in documents:
-        try:
-            if doc["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(doc["metadata"]["name"])
-            elif doc["kind"] == "RoleBinding" and doc["roleRef"]["name"] == LOCK_LEASE_NAME:
-                rbac.delete_namespaced_role_binding(doc["metadata"]["name"], doc["metadata"]["namespace"])
-        except client.ApiException as e:
-            if e.status != 404:
-                raise
 
 
 def release_ranks(tmp_path: Path) -> None:

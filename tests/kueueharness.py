@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from jobharness import apply_rbac, delete_shared_bindings
+from localcluster.projectrbac import apply_rbac, delete_shared_bindings
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"

@@ -11,7 +11,8 @@ from kubernetes import client
 from distributetrain.core import errors
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import PlacementLock
-from jobharness import SCRIPTS, Jobs, apply_rbac, delete_shared_bindings, job_args, node_pool, script_volume
+from jobharness import SCRIPTS, Jobs, job_args, node_pool, script_volume
+from localcluster.projectrbac import apply_rbac, delete_shared_bindings
 from localcluster.testing import TEST_NAMESPACE_LABEL, namespace_name
 
 pytestmark = pytest.mark.cluster
