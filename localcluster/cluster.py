@@ -204,9 +204,16 @@ class Cluster:
         config_file.write_text(yaml.safe_dump(kueue.configuration(cert_dir, every_pod_of)))
         api = self.api_client()
         kueue.install(api, module, self._pki.ca_cert.read_bytes())
+        etc_overlay = self.layout.root / "kueue-etc"
+        metrics_certs = etc_overlay / "upper" / kueue.METRICS_CERT_DIR
+        metrics_certs.mkdir(parents=True, exist_ok=True)
+        (etc_overlay / "work").mkdir(exist_ok=True)
+        for name in ("tls.crt", "tls.key"):
+            shutil.copyfile(cert_dir / name, metrics_certs / name)
         if processes.read_pid(self.layout.pid_file(KUEUE)) is None:
-            processes.start_detached(kueue.command(binary, config_file, self.kubeconfig), self.layout.pid_file(KUEUE),
-                                     self.layout.log_file(KUEUE), cwd=self.layout.root)
+            processes.start_detached(kueue.command(binary, config_file, self.kubeconfig, etc_overlay),
+                                     self.layout.pid_file(KUEUE), self.layout.log_file(KUEUE), cwd=self.layout.root,
+                                     program=str(binary))
         wait_until(kueue.ready, KUEUE_READY_TIMEOUT_S, "Kueue's /readyz")
         kueue.register_webhooks(api, module, self._pki.ca_cert.read_bytes())
 

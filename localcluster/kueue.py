@@ -53,6 +53,9 @@ def configuration(cert_dir: Path, every_pod_of: Mapping[str, str] | None = None)
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": ["pod"]},
+        # The visibility API (pending workloads and their positions) is an aggregated API
+        # server whose certificate Kueue reads from /visibility: not set up here.
+        "featureGates": {"VisibilityOnDemand": False},
         "manageJobsWithoutQueueName": every_pod_of is not None,
         "managedJobsNamespaceSelector": namespaces,
     }
@@ -87,8 +90,20 @@ def custom_resource_definitions(crd_files: Iterable[Path]) -> list[dict]:
     return [yaml.safe_load(path.read_text()) for path in sorted(crd_files)]
 
 
-def command(binary: Path, config_file: Path, kubeconfig: Path) -> list[str]:
-    return [str(binary), f"--config={config_file}", f"--kubeconfig={kubeconfig}"]
+# Without internal certificate management, Kueue v0.19.2 reads its metrics server's
+# certificate from this fixed path at start-up, even with the metrics server off.
+METRICS_CERT_DIR = "kueue/metrics/certs"  # under /etc
+
+
+def command(binary: Path, config_file: Path, kubeconfig: Path, etc_overlay: Path) -> list[str]:
+    """Kueue in a mount namespace of its own where /etc has an overlay from `etc_overlay`
+    (``upper`` holding kueue/metrics/certs, ``work``): Kueue finds the certificate it wants
+    at /etc/kueue/metrics/certs, and the host's /etc is left alone."""
+    script = ('mount -t overlay localcluster-kueue-etc -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc '
+              '&& shift 2 && exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh",
+            str(etc_overlay / "upper"), str(etc_overlay / "work"),
+            str(binary), f"--config={config_file}", f"--kubeconfig={kubeconfig}"]
 
 
 def module_dir(binary_go_mod: Path, gomodcache: Path) -> Path:
