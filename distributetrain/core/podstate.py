@@ -50,7 +50,9 @@ def is_terminating(pod: Mapping) -> bool:
 # Kueue's mark on the pods of a workload it stops, before it deletes them (its pod
 # integration, pkg/controller/jobs/pod): the reason says why, the message by whom.
 KUEUE_STOPPED = "TerminationTarget"
-KUEUE_EVICTED = "WorkloadEvicted"  # preempted, or its ClusterQueue reclaimed borrowed quota
+# Kueue's reason for stopping the pods of an evicted workload: "WorkloadEvicted", or
+# "WorkloadEvictedDueTo<why>" (Preempted, reclaimed quota...) when the eviction says why.
+KUEUE_EVICTED = "WorkloadEvicted"
 
 
 def deletion_cause(pod: Mapping) -> str:
@@ -68,7 +70,8 @@ def deletion_cause(pod: Mapping) -> str:
 
 def evicted_by_kueue(pod: Mapping | None) -> bool:
     """Kueue stopped the pod because its workload was evicted (preempted, quota reclaimed)."""
-    return pod is not None and _condition(pod.get("status") or {}, KUEUE_STOPPED).get("reason") == KUEUE_EVICTED
+    return pod is not None and (_condition(pod.get("status") or {}, KUEUE_STOPPED).get("reason") or "").startswith(
+        KUEUE_EVICTED)
 
 
 def gone(pod: Mapping | None) -> str | None:

@@ -56,6 +56,7 @@ def test_a_pod_outside_any_queue_is_left_alone(kueue_running, api_client, namesp
     pod = member("alone", "", "", 1, 1)
     del pod["metadata"]["labels"][podgroup.QUEUE_LABEL]
     del pod["metadata"]["labels"][podgroup.GROUP_LABEL]
+    del pod["metadata"]["annotations"][podgroup.GROUP_COUNT_ANNOTATION]
     core.create_namespaced_pod(namespace, pod)
     assert gate_names(core, namespace, "alone") == [podgroup.PLACEMENT_GATE]
     assert kueue.ready()

@@ -39,7 +39,7 @@ def managed_namespace(kueue_queues_every_pod, api_client, namespace, rbac):
 def submit(cluster, namespace, *args):
     """`distributetrain submit` with the user's (admin) kubeconfig."""
     return subprocess.run([sys.executable, "-m", "distributetrain", "submit", "--kubeconfig", str(cluster.kubeconfig),
-                           "-n", namespace, *args], capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=REPO)
+                           "--namespace", namespace, *args], capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=REPO)
 
 
 def test_the_manager_runs_through_the_queue_asking_no_quota_and_the_job_is_one_workload(

@@ -129,7 +129,7 @@ def test_a_queue_that_could_never_admit_the_job_is_bad_input_and_nothing_is_crea
     assert kube.writes("create", "Pod") == [] and kube.writes("create", "Secret") == []
 
 
-PREEMPTED = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvicted",
+PREEMPTED = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
              "message": "Preempted to accommodate a workload (UID: u) due to prioritization in the ClusterQueue"}
 
 
