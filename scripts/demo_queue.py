@@ -50,8 +50,9 @@ def kubectl(cluster: Cluster, *args: str, input: str | None = None, check: bool 
 
 def distributetrain(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
     print(f"$ distributetrain {' '.join(args)}", flush=True)
-    return subprocess.run([sys.executable, "-m", "distributetrain", *args, "--kubeconfig", str(cluster.kubeconfig)],
-                          capture_output=True, text=True, timeout=60)
+    command, *rest = args  # the kubeconfig before a job's `--`, after which all is the script's
+    return subprocess.run([sys.executable, "-m", "distributetrain", command, "--kubeconfig", str(cluster.kubeconfig),
+                           *rest], capture_output=True, text=True, timeout=60)
 
 
 def queue_objects() -> str:
@@ -70,7 +71,7 @@ def queue_objects() -> str:
 
 
 def job_states(cluster: Cluster) -> dict[str, dict]:
-    listed = distributetrain(cluster, "list", "-n", NAMESPACE, "-o", "json")
+    listed = distributetrain(cluster, "list", "--namespace", NAMESPACE, "-o", "json")
     return {item["name"]: item for item in json.loads(listed.stdout or '{"items": []}')["items"]}
 
 
@@ -91,7 +92,7 @@ def main() -> int:
 
         step(f"Three jobs at once: {', '.join(f'{name} ({gpus} GPUs)' for name, gpus in JOBS.items())}")
         for name, gpus in JOBS.items():
-            submitted = distributetrain(cluster, "submit", "--name", name, "-n", NAMESPACE, "--queue", QUEUE,
+            submitted = distributetrain(cluster, "submit", "--name", name, "--namespace", NAMESPACE, "--queue", QUEUE,
                                         "--num-gpus", str(gpus), "--image", "distributetrain/base:0.1.0",
                                         "--cpu-per-gpu=250m", "--memory-per-gpu=2Gi", "--delete-chief",
                                         "--", *TRAIN_ARGS)
@@ -116,16 +117,16 @@ def main() -> int:
             raise SystemExit(f"the jobs did not finish within {JOBS_TIMEOUT_S:.0f}s")
 
         step("What happened")
-        print(distributetrain(cluster, "list", "-n", NAMESPACE).stdout)
+        print(distributetrain(cluster, "list", "--namespace", NAMESPACE).stdout)
         for name in JOBS:
-            print(distributetrain(cluster, "status", name, "-n", NAMESPACE).stdout)
-        print(kubectl(cluster, "get", "workloads.kueue.x-k8s.io", "-n", NAMESPACE, check=False))
+            print(distributetrain(cluster, "status", name, "--namespace", NAMESPACE).stdout)
+        print(kubectl(cluster, "get", "workloads.kueue.x-k8s.io", "--namespace", NAMESPACE, check=False))
         failed = any(seen[name] != "Succeeded" for name in JOBS)
 
         step("Nothing of the jobs is left but their managers")
         for name in JOBS:
-            kubectl(cluster, "delete", "pod", name, "-n", NAMESPACE, "--wait=true")
-        print(kubectl(cluster, "get", "pods,secrets", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=distributetrain"))
+            kubectl(cluster, "delete", "pod", name, "--namespace", NAMESPACE, "--wait=true")
+        print(kubectl(cluster, "get", "pods,secrets", "--namespace", NAMESPACE, "-l", "app.kubernetes.io/name=distributetrain"))
         kubectl(cluster, "delete", "-f", "-", input=queue_objects(), check=False)
     finally:
         if options.keep_cluster:
