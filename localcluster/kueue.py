@@ -112,8 +112,8 @@ def module_dir(binary_go_mod: Path, gomodcache: Path) -> Path:
     return gomodcache / f"sigs.k8s.io/kueue@{version}"
 
 
-def install(api_client, module: Path, ca_pem: bytes) -> None:
-    """Kueue's namespace and CRDs (created or replaced), idempotently."""
+def install(api_client, module: Path, ca_pem: bytes) -> list[str]:
+    """Kueue's namespace and CRDs (created or replaced), idempotently; returns the CRDs' names."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
@@ -123,11 +123,26 @@ def install(api_client, module: Path, ca_pem: bytes) -> None:
         if error.status != 409:
             raise
     extensions = client.ApiextensionsV1Api(api_client)
-    for crd in custom_resource_definitions((module / "config/components/crd/bases").glob("*.yaml")):
+    crds = custom_resource_definitions((module / "config/components/crd/bases").glob("*.yaml"))
+    for crd in crds:
         _create_or_replace(lambda: extensions.create_custom_resource_definition(crd),
                            lambda version: extensions.replace_custom_resource_definition(
                                crd["metadata"]["name"], _with_version(crd, version)),
                            lambda: extensions.read_custom_resource_definition(crd["metadata"]["name"]))
+    return [crd["metadata"]["name"] for crd in crds]
+
+
+def established(api_client, crd_names: Iterable[str]) -> bool:
+    """Whether the API server serves every one of these CRDs: Kueue exits at start-up when
+    one of its kinds is not served yet (a cluster's first start)."""
+    from kubernetes import client
+
+    extensions = client.ApiextensionsV1Api(api_client)
+    for name in crd_names:
+        conditions = extensions.read_custom_resource_definition(name).status.conditions or ()
+        if not any(c.type == "Established" and c.status == "True" for c in conditions):
+            return False
+    return True
 
 
 def register_webhooks(api_client, module: Path, ca_pem: bytes) -> None:
