@@ -20,9 +20,10 @@ demo-queue: setup
 	$(PYTHON) scripts/demo_queue.py
 
 # Every tier: unit, the local cluster itself, the manager against it (RBAC enforced),
-# real Horovod training across pods, and the fault catalogue.
+# real Horovod training across pods, and the fault catalogue (scripts/test.sh says
+# which run two at a time).
 test: setup
-	$(PYTEST) tests/unit tests/cluster tests/integration tests/e2e tests/faults
+	bash scripts/test.sh
 
 test-unit:
 	$(PYTEST) tests/unit

@@ -139,6 +139,7 @@ def test_manager_process_killed_without_restart_still_tears_down(cluster, jobs, 
         wait_nothing_left(jobs, "killed")
 
 
+@pytest.mark.exclusive
 def test_unschedulable_workers_are_released_within_the_timeout(cluster, api_client, jobs, scripts):
     """Someone takes the GPUs between plan and create. The test holds the placement
     Lease until the manager runs, stops the scheduler, lets the manager plan and create
@@ -209,6 +210,7 @@ def test_ten_managers_at_once_room_for_three(cluster, api_client, jobs, scripts)
             jobs.wait_gone([f"{name}-worker-0"])
 
 
+@pytest.mark.exclusive
 def test_apiserver_restart_while_the_manager_waits(cluster, jobs, scripts):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         jobs.submit("restart", job_args(pool, scripts, 2, script_args=("0", "20")))

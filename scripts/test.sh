@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every test tier, as `make test` runs them. Tests on the local cluster mostly wait on
+# pods (starts, grace periods, node-loss verdicts), so the manager's tiers run two tests
+# at a time, each on nodes and in a namespace of its own. Alone: the local cluster's own
+# tests (they take it down and up) and the tests marked `exclusive` (they stop or restart
+# a control-plane component every test shares). The cluster stays up between the steps
+# and goes down after the last one. Every step runs; the exit code is 1 if any failed.
+set -uo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+source "$here/scripts/env.sh"
+cd "$here" || exit 1
+pytest=("$DT_VENV/bin/python" -m pytest -ra --durations=15)
+manager_tiers=(tests/integration tests/e2e tests/faults)
+failed=0
+# Interrupted between steps: the cluster the steps kept up goes down as the last step's would.
+take_down() {
+  if [ "${DT_KEEP_CLUSTER:-}" != 1 ] && [ -e "$DT_RUN/test-sessions/started-by-tests" ]; then
+    "$DT_VENV/bin/python" -m localcluster down
+  fi
+  exit 130
+}
+trap take_down INT TERM
+DT_KEEP_CLUSTER=1 "${pytest[@]}" tests/unit tests/cluster || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" -n 2 --dist loadfile -m "not exclusive" "${manager_tiers[@]}" || failed=1
+"${pytest[@]}" -m exclusive "${manager_tiers[@]}" || failed=1
+exit "$failed"
