@@ -21,6 +21,6 @@ take_down() {
 }
 trap take_down INT TERM
 DT_KEEP_CLUSTER=1 "${pytest[@]}" tests/unit tests/cluster || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" -n 2 --dist loadfile -m "not exclusive" "${manager_tiers[@]}" || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" -n 2 --dist loadgroup -m "not exclusive" "${manager_tiers[@]}" || failed=1
 "${pytest[@]}" -m exclusive "${manager_tiers[@]}" || failed=1
 exit "$failed"

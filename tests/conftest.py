@@ -18,6 +18,15 @@ from localcluster.projectrbac import apply_rbac, delete_shared_bindings  # noqa:
 from localcluster.testing import api_client, cluster, namespace  # noqa: E402,F401
 
 
+def pytest_collection_modifyitems(items):
+    """For scripts/test.sh's two-at-a-time step (pytest-xdist, ``--dist loadgroup``): a
+    module's tests run on one worker, in order (its module fixtures, its fixed ports),
+    unless the module names a group of its own (the modules that run Kueue share one)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 @pytest.fixture
 def rbac(api_client, namespace):  # noqa: F811
     documents = apply_rbac(api_client, namespace)

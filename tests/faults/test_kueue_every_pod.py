@@ -13,7 +13,8 @@ from distributetrain.core import names, podgroup
 from jobharness import LOCAL_NODE_SIZING, REPO, SCRIPTS, job_args, node_pool, script_volume
 from kueueharness import gpu_queue, workloads
 
-pytestmark = pytest.mark.cluster
+# Kueue is started per module, configured its own way: its modules share a worker (conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("kueue")]
 
 EVERY_POD = {"distributetrain.test/kueue": "every-pod"}
 CLI_TIMEOUT_S = 60.0

@@ -15,7 +15,8 @@ from jobharness import HOLD_UNTIL_RELEASED, SCRIPTS, job_args, node_pool, releas
 from kueueharness import gpu_queue, gpus_reserved, is_admitted, priority_classes, workloads
 from polling import poll_until
 
-pytestmark = pytest.mark.cluster
+# Kueue is started per module, configured its own way: its modules share a worker (conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("kueue")]
 
 SAMPLE_S = 0.5
 QUEUED_TIMEOUT_S = 120.0
