@@ -3,8 +3,9 @@
 The kubelet sets kernel tunables at start (`protectKernelDefaults: false`: it would
 otherwise refuse to start on a machine that has other values), writes symlinks to
 container logs in /var/log/containers, and the CNI plugins cache results in
-/var/lib/cni; containerd's shims put sockets in /run/containerd/s. Before the first
-node starts, `record` notes how the host was; `restore`, at `down`, puts it back:
+/var/lib/cni; containerd's shims put sockets in /run/containerd/s. And the nodes need
+more inotify instances than a host allows by default (`raise_inotify_limits`). Before
+the first node starts, `record` notes how the host was; `restore`, at `down`, puts it back:
 the sysctls to their values, the directories gone if they were not there, and in any
 case the entries of this cluster's nodes removed.
 """
@@ -25,6 +26,12 @@ log = logging.getLogger(__name__)
 
 # What the kubelet's container manager sets (pkg/kubelet/cm, setupKernelTunables).
 KERNEL_TUNABLES = ("kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory")
+# Every kubelet and containerd holds inotify instances (the kubelet's file watchers, the
+# CRI plugin's CNI config monitor); the host's default of 128 per user ran out at the
+# 17th node ("failed to create fsnotify watcher: too many open files": containerd then
+# serves no CRI). Raised, never lowered, to what kind documents for many nodes on a host.
+INOTIFY_MINIMUMS = {"fs.inotify.max_user_instances": 8192, "fs.inotify.max_user_watches": 524288}
+RECORDED_SYSCTLS = (*KERNEL_TUNABLES, *INOTIFY_MINIMUMS)
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
 CNI_CACHE = Path("/var/lib/cni")
 SHIM_SOCKETS = Path("/run/containerd")
@@ -39,7 +46,7 @@ class HostState:
 
 def read() -> HostState:
     return HostState(
-        sysctls={name: _sysctl(name) for name in KERNEL_TUNABLES},
+        sysctls={name: _sysctl(name) for name in RECORDED_SYSCTLS},
         directories={str(path): path.exists() for path in HOST_DIRECTORIES},
     )
 
@@ -48,6 +55,13 @@ def record(state_file: Path) -> None:
     """Note the host as it is, unless a node of this cluster already changed it."""
     if not state_file.exists():
         state_file.write_text(json.dumps(asdict(read()), indent=2) + "\n")
+
+
+def raise_inotify_limits() -> None:
+    """At least INOTIFY_MINIMUMS (after `record`, so `restore` puts the host's values back)."""
+    for name, minimum in INOTIFY_MINIMUMS.items():
+        if int(_sysctl(name)) < minimum:
+            subprocess.run(["sysctl", "-q", "-w", f"{name}={minimum}"], check=True)
 
 
 def restore(state_file: Path, run_root: Path) -> None:

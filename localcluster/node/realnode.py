@@ -67,6 +67,7 @@ class RealNode:
         `become_ready` waits for the rest, so the nodes of a group can wait together."""
         self.stop()
         hostchanges.record(self.layout.host_state_file)
+        hostchanges.raise_inotify_limits()
         cgroups.create(self.spec.cgroup)
         network.create(self.spec)
         imagecache.prepare(self.paths.image_store)

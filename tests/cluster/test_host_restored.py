@@ -21,7 +21,8 @@ from localcluster.testing import SessionRegistry
 from test_controlplane import cli_output, run_cli, run_sleeper
 
 SYSCTLS = ("kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory", "net.ipv4.ip_forward",
-           "net.ipv4.conf.all.forwarding", "net.ipv4.conf.all.route_localnet", "net.netfilter.nf_conntrack_max")
+           "net.ipv4.conf.all.forwarding", "net.ipv4.conf.all.route_localnet", "net.netfilter.nf_conntrack_max",
+           "fs.inotify.max_user_instances", "fs.inotify.max_user_watches")
 HOST_PATHS = (Path("/var/log/containers"), Path("/var/lib/cni"), Path("/run/containerd"), Path("/var/log/pods"))
 
 
