@@ -15,11 +15,13 @@ so every API request of the real manager happens. The training script exits at o
 Intervals, from the manager's log records and a watch on the namespace's pods:
 - start -> workers created: manager start to the last worker's create request returned
   (pre-flight dry runs, Lease, inventory, plan, Secret, workers);
-- last worker Ready -> chief created;
+- last worker Ready -> hosts published: the chief, created with the workers (holding
+  its GPUs from the start), asks the manager for their addresses, which it publishes
+  once every worker is Ready;
 - chief exit -> teardown begun / done: the chief's terminal phase seen on the watch, to
   the manager's first delete, and to its last teardown request;
 and, for context, worker start-up (last worker created -> last Ready, the kubelets'
-work) and chief run (created -> exit: SSH checks and horovodrun).
+work) and chief run (hosts published -> exit: SSH checks and horovodrun).
 
 Each run also keeps a trace: every request's latency (``TracedKube``), and who had the
 CPU while the workers were created and while the job was torn down (``CpuAccount``).
@@ -185,7 +187,9 @@ def run_job(cluster, api_client, namespace: str, job: str, workers: int, selecto
     pods = timeline.pods
     workers_created = max(clock.first(f"created Pod [{namespace}/{w}]") for w in worker_names)
     last_ready = max(pods[w].ready for w in worker_names)
-    chief_created = clock.first(f"created Pod [{namespace}/{chief}]")
+    # The chief is created with the workers (it holds its GPUs from the start) and asks
+    # the manager for their addresses.
+    hosts_published = clock.first(f"job {job}: the chief has its")
     chief_exit = pods[chief].finished
     teardown_begun = clock.first("deleted Pod")
     teardown_done = clock.last("torn down")
@@ -201,8 +205,8 @@ def run_job(cluster, api_client, namespace: str, job: str, workers: int, selecto
         / max(1, workers - 1),
         "delete_request_s": (deletes[-1] - deletes[0]) / max(1, len(deletes) - 1),
         "worker_startup_s": last_ready - workers_created,
-        "ready_to_chief_created_s": chief_created - last_ready,
-        "chief_run_s": chief_exit - chief_created,
+        "ready_to_hosts_published_s": hosts_published - last_ready,
+        "chief_run_s": chief_exit - hosts_published,
         "exit_to_teardown_begun_s": teardown_begun - chief_exit,
         "exit_to_teardown_done_s": teardown_done - chief_exit,
         "exit_to_workers_gone_s": workers_gone - chief_exit,
@@ -210,11 +214,11 @@ def run_job(cluster, api_client, namespace: str, job: str, workers: int, selecto
         "api_requests": kube.requests,
         "disturbed": timeline.disturbed,
     }
-    result["manager_overhead_s"] = (result["start_to_workers_created_s"] + result["ready_to_chief_created_s"]
+    result["manager_overhead_s"] = (result["start_to_workers_created_s"] + result["ready_to_hosts_published_s"]
                                     + result["exit_to_teardown_done_s"])
     # Where the manager's time goes: each request's own latency, and who had the CPU meanwhile.
     creates = kube.latencies("create Pod", since=planned)
-    deletes_s = kube.latencies("delete Pod", since=chief_created)
+    deletes_s = kube.latencies("delete Pod", since=hosts_published)
     result["trace"] = {
         "create_latency_s": _spread(creates),
         "delete_latency_s": _spread(deletes_s),
@@ -262,7 +266,7 @@ def summarise(runs: dict[int, list[dict]]) -> dict:
 
 OVERHEAD_PARTS = (
     ("start_to_workers_created_s", "start -> workers created", "tab:blue"),
-    ("ready_to_chief_created_s", "last worker Ready -> chief created", "tab:orange"),
+    ("ready_to_hosts_published_s", "last worker Ready -> hosts published", "tab:orange"),
     ("exit_to_teardown_done_s", "chief exit -> teardown done", "tab:green"),
 )
 
@@ -307,7 +311,7 @@ def plot(summary: dict, path) -> None:
 def table(summary: dict) -> str:
     columns = (
         ("start_to_workers_created_s", "start -> workers created"),
-        ("ready_to_chief_created_s", "last Ready -> chief created"),
+        ("ready_to_hosts_published_s", "last Ready -> hosts published"),
         ("exit_to_teardown_begun_s", "chief exit -> teardown begun"),
         ("exit_to_teardown_done_s", "chief exit -> teardown done"),
         ("manager_overhead_s", "manager overhead"),

@@ -115,6 +115,7 @@ class PreTraining:
                                                       for name, (address, _) in zip(workers, outcome.hosts)))
             self.reporter.phase("Running")
         self.job_run.hosts.publish(outcome.hosts)
+        log.info("job %s: the chief has its %d hosts", settings.job_name, len(outcome.hosts))
         return plan
 
     def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted:
