@@ -59,6 +59,8 @@ class FakeKube(KubeApi):
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
         self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
+        # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
+        self.pending: dict[tuple[str, str], list[dict]] | None = None
         self.lease: dict | None = None
         self.manager = manager if manager is not None else manager_pod()
         self.actions: list[tuple[str, str, str]] = []
@@ -137,6 +139,13 @@ class FakeKube(KubeApi):
         self._maybe_fail("read_custom")
         with self.lock:
             return copy.deepcopy(self.custom.get((plural, namespace, name)))
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> list[dict]:
+        self._maybe_fail("pending_workloads")
+        with self.lock:
+            if self.pending is None:
+                raise errors.NotFound("the server could not find the requested resource")  # not served
+            return copy.deepcopy(self.pending.get((namespace, local_queue), []))
 
     # -- writes ---------------------------------------------------------------------------
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict:

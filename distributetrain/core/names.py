@@ -35,6 +35,9 @@ ANNOTATION_RESTARTS = f"{DOMAIN}/restarts"
 ANNOTATION_RESTART_REASON = f"{DOMAIN}/last-restart-reason"
 # Why each pod the manager waits on is not Ready yet (JSON: pod name -> reason).
 ANNOTATION_WAITING = f"{DOMAIN}/waiting"
+# While the job waits in a Kueue queue: its workload's place in the LocalQueue, 1 for the
+# next one admitted (from Kueue's visibility API, where the cluster serves it).
+ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"
 # On a job pod the manager deleted while the job ran (its node lost, never Ready): why,
 # read back as the cause of its loss.
 ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"

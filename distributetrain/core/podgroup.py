@@ -58,6 +58,11 @@ def group_name(job: str, attempt: int, token: str) -> str:
     return f"{job}-r{attempt}-{token}"
 
 
+def group_of(pod: Mapping) -> str:
+    """The group a queued pod belongs to: Kueue names the group's Workload so."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(GROUP_LABEL, "")
+
+
 def is_placed(pod: Mapping) -> bool:
     """The job no longer holds the pod: it has been given its node."""
     return PLACEMENT_GATE not in gates(pod)

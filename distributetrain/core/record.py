@@ -18,6 +18,7 @@ from distributetrain.core.placement import Plan, format_plan, parse_plan
 
 MAX_REASON_CHARS = 1000  # an annotation is no log: the whole text is in the manager's log
 MAX_WAITING_REASON_CHARS = 500  # per pod (all of a pod's annotations share 256 KiB)
+QUEUED = "Queued"  # the phase of a job whose pods wait in a Kueue queue
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class JobRecord:
     exit_code: int | None = None
     reason: str = ""  # the outcome in one line
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why it is not Ready yet)
+    queue_position: int | None = None  # 1: next in its LocalQueue; meaningful while Queued
 
     @property
     def finished(self) -> bool:
@@ -48,6 +50,7 @@ class JobRecord:
             exit_code=_exit_code(annotations.get(names.ANNOTATION_EXIT_CODE)),
             reason=annotations.get(names.ANNOTATION_REASON, ""),
             waiting=_waiting(annotations.get(names.ANNOTATION_WAITING)),
+            queue_position=_position(annotations.get(names.ANNOTATION_QUEUE_POSITION)),
         )
 
 
@@ -57,6 +60,10 @@ def _count(text: str | None) -> int:
 
 def _exit_code(text: str | None) -> int | None:
     return int(text) if text and text.lstrip("-").isdigit() else None
+
+
+def _position(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() and int(text) > 0 else None
 
 
 def _waiting(text: str | None) -> tuple[tuple[str, str], ...]:
@@ -70,7 +77,8 @@ def _waiting(text: str | None) -> tuple[tuple[str, str], ...]:
 # What each change writes: merge-patch values, None removing the annotation.
 
 def phase(phase: str) -> dict[str, str | None]:
-    return {names.ANNOTATION_PHASE: phase}
+    # A place in the queue is news only while queued.
+    return {names.ANNOTATION_PHASE: phase, **({} if phase == QUEUED else queue_position(None))}
 
 
 def planned(plan: Plan) -> dict[str, str | None]:
@@ -84,6 +92,10 @@ def attempt(attempt: int) -> dict[str, str | None]:
 def waiting(reasons: Mapping[str, str]) -> dict[str, str | None]:
     text = json.dumps({pod: why[:MAX_WAITING_REASON_CHARS] for pod, why in reasons.items()}) if reasons else None
     return {names.ANNOTATION_WAITING: text}
+
+
+def queue_position(position: int | None) -> dict[str, str | None]:
+    return {names.ANNOTATION_QUEUE_POSITION: str(position) if position is not None else None}
 
 
 def restarting(used: int, cause: str, next_attempt: int) -> dict[str, str | None]:

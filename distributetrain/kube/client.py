@@ -103,6 +103,8 @@ LIST_PAGE_SIZE = 500
 WATCH_RECONNECT_DELAY_S = 0.2  # after a broken watch stream: never a busy loop
 # Objects come back as plain JSON (see the module docstring).
 REQUEST_OPTIONS = {"_preload_content": False}
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"  # Kueue's aggregated API: pending workloads
+VISIBILITY_VERSION = "v1beta1"  # served by Kueue since v0.9, and still by v0.19
 # Creates and deletes of a job's pods are sent this many at a time: each is one round trip
 # waiting mostly on etcd, so overlapping them is what makes 64 workers cost about 16.
 API_CONCURRENCY = 8
@@ -310,6 +312,7 @@ class KubeApi(Protocol):
     def get_pod(self, namespace: str, name: str) -> dict | None: ...
     def read(self, kind: str, namespace: str, name: str) -> dict | None: ...
     def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None: ...
+    def pending_workloads(self, namespace: str, local_queue: str) -> list[dict]: ...
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict: ...
     def create_all_owned(self, objs: list[dict]) -> list[dict]: ...
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool: ...
@@ -452,6 +455,22 @@ class Kube(KubeApi):
             return self._call(read, f"read {plural}.{group} [{namespace or ''}/{name}]")
         except errors.NotFound:
             return None
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> list[dict]:
+        """The workloads waiting in a Kueue LocalQueue, in queue order, from Kueue's
+        visibility API (an aggregated API a cluster may not serve: NotFound then). One
+        attempt, no retries: the answer is news, and the next one comes soon."""
+        path = (f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/namespaces/{namespace}/localqueues/"
+                f"{local_queue}/pendingworkloads")
+
+        def read() -> dict:
+            return read_json(self.api_client.call_api(path, "GET", header_params={"Accept": "application/json"},
+                                                      auth_settings=["BearerToken"], _return_http_data_only=True,
+                                                      **REQUEST_OPTIONS))
+
+        with self._requests_lock:
+            self.requests += 1
+        return call(read, 0, what=f"read pending workloads of [{namespace}/{local_queue}]").get("items") or []
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
         """Delete in the background; True if it was there. 'Not found' is a state, not an error."""

@@ -161,7 +161,8 @@ class PreTraining:
             return None
         if not any(placed):
             log.info("job %s: adopting attempt %d, queued", settings.job_name, self.attempt.number)
-            return QueuedPlacement(self.kube, self.job_run, self.kind).resume([share for _, share in plan])
+            return QueuedPlacement(self.kube, self.job_run, self.kind).resume([share for _, share in plan],
+                                                                              podgroup.group_of(chief))
         log.info("job %s: adopting attempt %d, plan %s", settings.job_name, self.attempt.number, format_plan(plan))
         return plan
 

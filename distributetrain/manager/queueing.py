@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, exitcodes, inventory, manifests, placement, podgroup
+from distributetrain.core import errors, exitcodes, inventory, manifests, placement, podgroup, record
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -24,6 +24,7 @@ from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking
 from distributetrain.manager.kinds import ElasticJob, StaticJob
+from distributetrain.manager.queuepositions import QueuePositions
 from distributetrain.manager.run import Run
 
 log = logging.getLogger(__name__)
@@ -97,19 +98,19 @@ class QueuedPlacement:
         ledger, _ = booking.take_inventory(self.kube, settings)
         booking.check_request(ledger, settings)
         wanted = shares(ledger, settings.num_gpus, self.kind)
-        self._create(wanted)
-        return self.resume(wanted)
+        return self.resume(wanted, self._create(wanted))
 
-    def resume(self, wanted: list[int]) -> Plan:
-        """Wait for the attempt's group (pods of `wanted` GPUs, workers first, the chief last)
-        to be admitted, then place it: after `place` created it, or for a manager restarted
-        while it was queued."""
+    def resume(self, wanted: list[int], group: str) -> Plan:
+        """Wait for the attempt's group `group` (pods of `wanted` GPUs, workers first, the
+        chief last) to be admitted, then place it: after `place` created it, or for a
+        manager restarted while it was queued."""
         attempt = self.run.attempt
         pods = [*attempt.workers(len(wanted) - 1), attempt.chief]
-        self._wait_for_admission(pods)
+        with QueuePositions(self.kube, self.run.reporter, workload=group):  # a group's Workload is named so
+            self._wait_for_admission(pods)
         return self._pin(pods, wanted)
 
-    def _create(self, wanted: list[int]) -> None:
+    def _create(self, wanted: list[int]) -> str:
         settings, attempt = self.run.settings, self.run.attempt
         secret, *pods = manifests.job_objects(settings, [(None, share) for share in wanted],
                                               JobKeys.generate(settings.job_name), attempt.number)
@@ -120,7 +121,8 @@ class QueuedPlacement:
         self.run.reporter.events.record(
             events.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
                            f"({', '.join(map(str, wanted))} GPUs) in queue {settings.queue}")
-        self.run.reporter.phase("Queued")
+        self.run.reporter.phase(record.QUEUED)
+        return group
 
     def _wait_for_admission(self, pods: list[str]) -> None:
         settings = self.run.settings

@@ -63,6 +63,16 @@ class Reporter:
         except errors.DistributeTrainError as e:
             log.warning("could not record why pods wait: %s", e)
 
+    def queue_position(self, position: int | None) -> bool:
+        """The job's place in its Kueue queue (None: not known now). Best effort: whether
+        it was recorded."""
+        try:
+            self._annotate(record.queue_position(position))
+        except errors.DistributeTrainError as e:
+            log.warning("could not record the queue position: %s", e)
+            return False
+        return True
+
     def record(self) -> JobRecord:
         """The job's record as the manager pod holds it now (written by this process, an
         earlier container of it, or pre-training); empty outside a manager pod."""

@@ -174,6 +174,7 @@ def test_status_json():
         "name": "old", "namespace": "ml", "kind": "Pod", "managerPod": "old", "phase": "Failed", "gpus": 6,
         "plan": [], "created": "2026-01-02T11:55:00+00:00", "ageSeconds": 300, "exitCode": 69,
         "reason": STATUSES[1].reason, "waiting": {}, "restarts": 0, "lastRestartReason": None,
+        "queuePosition": None,
     }
     assert table.status_json(STATUSES[0], Progress(0, 1, ""), NOW)["plan"] == [
         {"node": "gpu-a", "gpus": 5}, {"node": "gpu-b", "gpus": 1}]
@@ -224,3 +225,17 @@ def test_restarts_are_shown_when_there_were_some():
     assert "Restarts:      1 (last: pod demo-worker-0 was deleted)\n" in table.status_text(status, None, NOW)
     assert table.status_json(status, None, NOW)["restarts"] == 1
     assert "Restarts" not in table.status_text(state.from_manager(manager()), None, NOW)
+
+
+def test_a_queued_job_shows_its_place_in_the_queue_and_only_while_queued():
+    queued = state.from_manager(manager(annotations={"distributetrain.io/phase": "Queued",
+                                                     "distributetrain.io/queue-position": "2"}))
+    started = state.from_manager(manager(annotations={"distributetrain.io/phase": "StartingWorkers",
+                                                      "distributetrain.io/queue-position": "2"}))  # a late write
+    assert (queued.queue_position, started.queue_position) == (2, None)
+    assert table.job_table([queued, started], NOW, with_namespace=False).splitlines()[1:] == [
+        "demo   Queued #2         6      -       5m    -      -",
+        "demo   StartingWorkers   6      -       5m    -      -"]
+    assert "Phase:          Queued (number 2 in its queue)\n" in table.status_text(queued, None, NOW)
+    assert table.status_json(queued, None, NOW)["queuePosition"] == 2
+    assert table.status_json(started, None, NOW)["queuePosition"] is None

@@ -125,4 +125,4 @@ def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeyp
     assert patches(kube)[0] == {
         "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "1",
         "distributetrain.io/reason": "chief exited with code 1",
-        "distributetrain.io/waiting": None}
+        "distributetrain.io/waiting": None, "distributetrain.io/queue-position": None}

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from distributetrain.cli import jobflags
 from distributetrain.core import errors, names, podstate, validation
 from distributetrain.core.inventory import TERMINAL_PHASES
-from distributetrain.core.record import JobRecord
+from distributetrain.core.record import QUEUED, JobRecord
 
 CHIEF_CONTAINER = names.ROLE_CHIEF  # manifests.chief_pod names its container after the role
 KIND_POD = "Pod"
@@ -40,6 +40,7 @@ class JobStatus:
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why it is not Ready yet), as the manager last said
     restarts: int = 0  # of --max-restarts, used so far
     last_restart_reason: str = ""  # why the last restart happened
+    queue_position: int | None = None  # while Queued, where Kueue's visibility API tells it: 1 is next
 
     @property
     def finished(self) -> bool:
@@ -154,12 +155,13 @@ def from_manager(manager: Mapping) -> JobStatus:
     record = JobRecord.of(manager)
     plan = record.plan
     metadata = _metadata(manager)
+    phase = phase_of(manager)
     return JobStatus(
         name=user_name(manager),
         namespace=metadata.get("namespace", ""),
         kind=kind_of(manager),
         manager_pod=metadata["name"],
-        phase=phase_of(manager),
+        phase=phase,
         gpus=sum(share for _, share in plan) if plan else requested_gpus(manager),
         plan=plan,
         created=parse_time(metadata.get("creationTimestamp")),
@@ -168,6 +170,7 @@ def from_manager(manager: Mapping) -> JobStatus:
         waiting=waiting_of(manager),
         restarts=record.restarts,
         last_restart_reason=record.last_restart_reason,
+        queue_position=record.queue_position if phase == QUEUED else None,
     )
 
 

@@ -25,6 +25,10 @@ def _age(status: JobStatus, now: datetime) -> str:
     return format_age((now - status.created).total_seconds()) if status.created else NONE
 
 
+def _phase(status: JobStatus) -> str:
+    return f"{status.phase} #{status.queue_position}" if status.queue_position else status.phase
+
+
 def _one_line(text: str, limit: int) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
@@ -41,7 +45,7 @@ def job_table(statuses: list[JobStatus], now: datetime, with_namespace: bool) ->
     header = (["NAMESPACE"] if with_namespace else []) + list(LIST_COLUMNS)
     rows = [header]
     for s in statuses:
-        cells = [s.name, s.phase, _text(s.gpus), _text(format_plan(list(s.plan))), _age(s, now),
+        cells = [s.name, _phase(s), _text(s.gpus), _text(format_plan(list(s.plan))), _age(s, now),
                  _text(s.exit_code), _text(_one_line(s.reason, MAX_REASON_CHARS))]
         rows.append(([s.namespace] if with_namespace else []) + cells)
     return table(rows)
@@ -54,7 +58,8 @@ def status_text(status: JobStatus, progress: Progress | None, now: datetime) -> 
         ("Namespace", status.namespace),
         ("Submitted as", status.kind),
         ("Manager pod", _text(status.manager_pod)),
-        ("Phase", status.phase),
+        ("Phase", status.phase + (f" (number {status.queue_position} in its queue)"
+                                  if status.queue_position else "")),
         ("GPUs", _text(status.gpus) + nodes),
         ("Age", _age(status, now)),
     ]
@@ -92,6 +97,7 @@ def status_json(status: JobStatus, progress: Progress | None, now: datetime) -> 
         "waiting": dict(status.waiting),
         "restarts": status.restarts,
         "lastRestartReason": status.last_restart_reason or None,
+        "queuePosition": status.queue_position,
     }
     if progress is not None:
         document["workersReady"] = progress.workers_ready
