@@ -236,6 +236,6 @@ def test_a_queued_job_shows_its_place_in_the_queue_and_only_while_queued():
     assert table.job_table([queued, started], NOW, with_namespace=False).splitlines()[1:] == [
         "demo   Queued #2         6      -       5m    -      -",
         "demo   StartingWorkers   6      -       5m    -      -"]
-    assert "Phase:          Queued (number 2 in its queue)\n" in table.status_text(queued, None, NOW)
+    assert "Phase:         Queued (number 2 in its queue)\n" in table.status_text(queued, None, NOW)
     assert table.status_json(queued, None, NOW)["queuePosition"] == 2
     assert table.status_json(started, None, NOW)["queuePosition"] is None
