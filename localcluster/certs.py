@@ -58,6 +58,9 @@ CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, APISERVER_KUBELET_CLI
 KUBELET_SERVING_CERT = "kubelet"
 # Bound to ClusterRole system:node-proxier by the apiserver's bootstrap policy.
 KUBE_PROXY = ClientIdentity("kube-proxy", "system:kube-proxy")
+# The apiserver's identity towards aggregated API servers (Kueue's visibility API), which
+# trust the user it names in request headers only from this certificate's name.
+FRONT_PROXY_CLIENT = ClientIdentity("front-proxy-client", "front-proxy-client")
 
 
 def node_identity(node_name: str) -> ClientIdentity:
@@ -126,16 +129,19 @@ def ensure_client(pki: Pki, identity: ClientIdentity) -> None:
     _write_pair(pki, identity.name, *_issue(ca_cert, ca_key, identity.user, identity.groups))
 
 
-def ensure_server(pki: Pki, name: str, common_name: str, addresses: tuple[str, ...]) -> None:
-    """Issue a serving certificate for `addresses` from the cluster CA, unless it exists
-    (e.g. Kueue's webhooks on loopback, which the apiserver calls with the CA as caBundle)."""
+def ensure_server(pki: Pki, name: str, common_name: str, addresses: tuple[str, ...],
+                  dns_names: tuple[str, ...] = ()) -> None:
+    """Issue a serving certificate for `addresses` and `dns_names` from the cluster CA,
+    unless it exists (e.g. Kueue's webhooks on loopback, which the apiserver calls with
+    the CA as caBundle)."""
     if pki.cert(name).exists():
         return
     ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError(f"{pki.ca_key} is not the EC key this module writes")
-    _write_pair(pki, name, *_issue(ca_cert, ca_key, common_name, (), server_sans=_ip_sans(addresses)))
+    sans = [x509.DNSName(dns_name) for dns_name in dns_names] + _ip_sans(addresses)
+    _write_pair(pki, name, *_issue(ca_cert, ca_key, common_name, (), server_sans=sans))
 
 
 def _new_tls_key() -> ec.EllipticCurvePrivateKey:

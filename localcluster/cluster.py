@@ -196,10 +196,14 @@ class Cluster:
         binary = binaries.kueue()
         module = kueue.module_dir(binaries.KUEUE_BUILD_SCRIPT.parent / "go.mod", cache_dir() / "gomod")
         certs.ensure_server(self._pki, kueue.WEBHOOK_CERT, "kueue-webhook", ("127.0.0.1",))
-        cert_dir = self.layout.root / "kueue-certs"  # tls.crt and tls.key, as controller-runtime reads them
-        cert_dir.mkdir(exist_ok=True)
-        shutil.copyfile(self._pki.cert(kueue.WEBHOOK_CERT), cert_dir / "tls.crt")
-        shutil.copyfile(self._pki.key(kueue.WEBHOOK_CERT), cert_dir / "tls.key")
+        certs.ensure_server(self._pki, kueue.VISIBILITY_CERT, "kueue-visibility", (netsetup.HOST_IP,),
+                            (kueue.visibility_dns_name(),))
+        # tls.crt and tls.key in each directory, as controller-runtime and Kueue read them
+        cert_dir, visibility_certs = self.layout.root / "kueue-certs", self.layout.root / "kueue-visibility-certs"
+        for directory, cert in ((cert_dir, kueue.WEBHOOK_CERT), (visibility_certs, kueue.VISIBILITY_CERT)):
+            directory.mkdir(exist_ok=True)
+            shutil.copyfile(self._pki.cert(cert), directory / "tls.crt")
+            shutil.copyfile(self._pki.key(cert), directory / "tls.key")
         config_file = self.layout.root / "kueue-config.yaml"
         config_file.write_text(yaml.safe_dump(kueue.configuration(cert_dir, every_pod_of)))
         api = self.api_client()
@@ -211,18 +215,25 @@ class Cluster:
         (etc_overlay / "work").mkdir(exist_ok=True)
         for name in ("tls.crt", "tls.key"):
             shutil.copyfile(cert_dir / name, metrics_certs / name)
+        root = self.layout.root / "kueue-root"  # a mount point, inside Kueue's mount namespace only
+        root.mkdir(exist_ok=True)
         if processes.read_pid(self.layout.pid_file(KUEUE)) is None:
-            processes.start_detached(kueue.command(binary, config_file, self.kubeconfig, etc_overlay),
+            processes.start_detached(kueue.command(binary, config_file, self.kubeconfig, root, visibility_certs,
+                                                   etc_overlay),
                                      self.layout.pid_file(KUEUE), self.layout.log_file(KUEUE), cwd=self.layout.root,
                                      program=str(binary))
         wait_until(kueue.ready, KUEUE_READY_TIMEOUT_S, "Kueue's /readyz")
         kueue.register_webhooks(api, module, self._pki.ca_cert.read_bytes())
+        api_services = kueue.register_visibility(api, module, self._pki.ca_cert.read_bytes())
+        wait_until(lambda: kueue.visibility_available(api, api_services), KUEUE_READY_TIMEOUT_S,
+                   "Kueue's visibility API to be available")
 
     def stop_kueue(self) -> None:
-        """Its webhooks first (they fail closed: without Kueue no pod could be created);
-        then its finalizers, which no one would remove any more, off what still has them."""
+        """Its webhooks and APIServices first (the webhooks fail closed: without Kueue no
+        pod could be created; see unregister_visibility); then its finalizers, which no one would remove any more, off what still has them."""
         if self.is_up():
             kueue.unregister_webhooks(self.api_client())
+            kueue.unregister_visibility(self.api_client())
         self._stop_component(KUEUE)
         if self.is_up():
             released = kueue.release_finalizers(self.api_client())
@@ -363,6 +374,7 @@ class Cluster:
         self._probe = None  # the PKI may be new (after `down --purge`)
         # Every node's kube-proxy authenticates with this one.
         certs.ensure_client(self._pki, certs.KUBE_PROXY)
+        certs.ensure_client(self._pki, certs.FRONT_PROXY_CLIENT)
         if not self.kubeconfig.exists():
             kubeconfig.write(self.kubeconfig, kubeconfig.render(self._pki, certs.ADMIN))
         for component, identity in COMPONENT_IDENTITIES.items():

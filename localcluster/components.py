@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import netsetup, registry
-from localcluster.certs import APISERVER_KUBELET_CLIENT, Pki
+from localcluster.certs import APISERVER_KUBELET_CLIENT, FRONT_PROXY_CLIENT, Pki
 from localcluster.layout import RunLayout, venv_dir
 
 ETCD = "etcd"
@@ -96,6 +96,17 @@ def apiserver_command(pki: Pki, binaries: Binaries) -> list[str]:
         f"--kubelet-client-key={pki.key(kubelet_client)}",
         f"--kubelet-certificate-authority={pki.ca_cert}",
         "--kubelet-preferred-address-types=InternalIP,Hostname",
+        # The aggregation layer, for aggregated APIs such as Kueue's visibility API: the
+        # apiserver proxies their requests as FRONT_PROXY_CLIENT, naming the user in
+        # headers, and dials the service's endpoint itself (no kube-proxy on the host).
+        f"--requestheader-client-ca-file={pki.ca_cert}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT.user}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki.cert(FRONT_PROXY_CLIENT.name)}",
+        f"--proxy-client-key-file={pki.key(FRONT_PROXY_CLIENT.name)}",
+        "--enable-aggregator-routing=true",
         "--profiling=false",
     ]
 

@@ -5,9 +5,11 @@ Kueue is built from its Go module (localcluster/kueuecontroller) and runs as a h
 process, like the control plane. Its webhooks are served on loopback with a certificate
 of the cluster's CA and registered by URL (no Service: nothing of Kueue's runs in a
 pod). Only the webhooks of Kueue's own objects and of plain pods are registered: the
-pod integration is the one distributetrain uses. What is read from the module (CRDs,
-webhook manifests) is Kueue's own, at the pinned version, unchanged but for the
-webhooks' address.
+pod integration is the one distributetrain uses. Its visibility API (pending workloads
+and their positions) is an aggregated API: served on the host's bridge address, behind
+a Service without selector whose endpoint is that address, as the apiserver's
+aggregation layer reaches it. What is read from the module (CRDs, webhook and APIService
+manifests) is Kueue's own, at the pinned version, unchanged but for addresses and trust.
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ from pathlib import Path
 
 import yaml
 
+from localcluster import netsetup
+
 WEBHOOK_PORT = 19443
+VISIBILITY_PORT = 18082  # not Kueue's default 8082: a host port this cluster claims
+VISIBILITY_SERVICE = "visibility-server"  # the name Kueue's APIService manifests give
+VISIBILITY_CERT = "kueue-visibility"
+# Kueue v0.19.2 reads its visibility server's certificate from this fixed directory.
+VISIBILITY_CERT_DIR = "/visibility"
 HEALTH_PORT = 18081
 NAMESPACE = "kueue-system"
 API_GROUP = "kueue.x-k8s.io"
 API_VERSION = "v1beta2"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 KUEUE_FINALIZER_PREFIX = "kueue.x-k8s.io/"
 WEBHOOK_CERT = "kueue-webhook"  # tls.crt / tls.key in the certificate directory, as controller-runtime wants
 # Kueue's own objects and plain pods; not the other integrations' (Jobs, JobSets, Ray...).
@@ -53,9 +63,7 @@ def configuration(cert_dir: Path, every_pod_of: Mapping[str, str] | None = None)
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": ["pod"]},
-        # The visibility API (pending workloads and their positions) is an aggregated API
-        # server whose certificate Kueue reads from /visibility: not set up here.
-        "featureGates": {"VisibilityOnDemand": False},
+        "visibilityServer": {"bindAddress": netsetup.HOST_IP, "bindPort": VISIBILITY_PORT},
         "manageJobsWithoutQueueName": every_pod_of is not None,
         "managedJobsNamespaceSelector": namespaces,
     }
@@ -86,6 +94,93 @@ def _local(webhook: dict, ca_pem: bytes) -> dict:
     return local
 
 
+def visibility_api_services(manifests: Iterable[str], ca_pem: bytes) -> list[dict]:
+    """Kueue's APIServices of its visibility API, trusting the cluster CA (its manifests
+    skip verification, with the self-signed certificate Kueue makes when it manages its
+    own)."""
+    services = []
+    for manifest in manifests:
+        api_service = copy.deepcopy(yaml.safe_load(manifest))
+        spec = api_service["spec"]
+        spec.pop("insecureSkipTLSVerify", None)
+        spec["caBundle"] = base64.b64encode(ca_pem).decode()
+        spec["service"] = {"namespace": NAMESPACE, "name": VISIBILITY_SERVICE, "port": 443}
+        services.append(api_service)
+    return services
+
+
+def visibility_service() -> tuple[dict, dict]:
+    """The Service the APIServices name, without selector, and its one endpoint: the
+    visibility server on the host's bridge address (an endpoint may not be loopback)."""
+    metadata = {"name": VISIBILITY_SERVICE, "namespace": NAMESPACE}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": metadata,
+               "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                   "targetPort": VISIBILITY_PORT}]}}
+    endpoints = {"apiVersion": "v1", "kind": "Endpoints", "metadata": metadata,
+                 "subsets": [{"addresses": [{"ip": netsetup.HOST_IP}],
+                              "ports": [{"name": "https", "port": VISIBILITY_PORT, "protocol": "TCP"}]}]}
+    return service, endpoints
+
+
+def visibility_dns_name() -> str:
+    """The name the aggregation layer checks the visibility server's certificate for."""
+    return f"{VISIBILITY_SERVICE}.{NAMESPACE}.svc"
+
+
+def register_visibility(api_client, module: Path, ca_pem: bytes) -> list[str]:
+    """The visibility API's Service, endpoint and APIServices, idempotently; returns the
+    APIServices' names."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    registration = client.ApiregistrationV1Api(api_client)
+    service, endpoints = visibility_service()
+    try:
+        core.create_namespaced_service(NAMESPACE, service)
+    except client.ApiException as error:
+        if error.status != 409:  # the same Service, from an earlier start
+            raise
+    _create_or_replace(lambda: core.create_namespaced_endpoints(NAMESPACE, endpoints),
+                       lambda version: core.replace_namespaced_endpoints(
+                           VISIBILITY_SERVICE, NAMESPACE, _with_version(endpoints, version)),
+                       lambda: core.read_namespaced_endpoints(VISIBILITY_SERVICE, NAMESPACE))
+    manifests = [path.read_text() for path in sorted((module / "config/components/visibility").glob("apiservice_*.yaml"))]
+    api_services = visibility_api_services(manifests, ca_pem)
+    for api_service in api_services:
+        name = api_service["metadata"]["name"]
+        _create_or_replace(lambda: registration.create_api_service(api_service),
+                           lambda version: registration.replace_api_service(name, _with_version(api_service, version)),
+                           lambda: registration.read_api_service(name))
+    return [api_service["metadata"]["name"] for api_service in api_services]
+
+
+def visibility_available(api_client, names: Iterable[str]) -> bool:
+    """Whether the aggregation layer reaches Kueue's visibility API (each APIService Available)."""
+    from kubernetes import client
+
+    registration = client.ApiregistrationV1Api(api_client)
+    for name in names:
+        conditions = registration.read_api_service(name).status.conditions or ()
+        if not any(c.type == "Available" and c.status == "True" for c in conditions):
+            return False
+    return True
+
+
+def unregister_visibility(api_client) -> None:
+    """Without Kueue running, its APIServices would be unavailable, and the namespace
+    controller cannot delete any namespace while an aggregated API fails discovery."""
+    from kubernetes import client
+
+    registration = client.ApiregistrationV1Api(api_client)
+    for api_service in registration.list_api_service().items:
+        if api_service.spec.group == VISIBILITY_GROUP:
+            try:
+                registration.delete_api_service(api_service.metadata.name)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+
+
 def custom_resource_definitions(crd_files: Iterable[Path]) -> list[dict]:
     return [yaml.safe_load(path.read_text()) for path in sorted(crd_files)]
 
@@ -94,15 +189,34 @@ def custom_resource_definitions(crd_files: Iterable[Path]) -> list[dict]:
 # certificate from this fixed path at start-up, even with the metrics server off.
 METRICS_CERT_DIR = "kueue/metrics/certs"  # under /etc
 
+# Kueue runs in a mount namespace of its own, chrooted into a root on a tmpfs that holds
+# a bind mount of each of the host's top-level entries (symlinks copied) and the two
+# fixed paths Kueue reads: /visibility, and /etc with an overlay adding the metrics
+# certificate. The host's / and /etc are left alone.
+ROOT_SCRIPT = r"""
+root=$1 visibility=$2 etc_upper=$3 etc_work=$4; shift 4
+mount -t tmpfs localcluster-kueue-root "$root"
+for entry in /*; do
+  target="$root/${entry#/}"
+  if [ -L "$entry" ]; then ln -s "$(readlink "$entry")" "$target"
+  elif [ -d "$entry" ]; then mkdir "$target" && mount --rbind "$entry" "$target"
+  else : > "$target" && mount --bind "$entry" "$target"
+  fi || exit 1
+done
+mkdir "$root/visibility" && mount --bind "$visibility" "$root/visibility" &&
+mount -t overlay localcluster-kueue-etc -o "lowerdir=/etc,upperdir=$etc_upper,workdir=$etc_work" "$root/etc" &&
+exec chroot "$root" "$@"
+"""
 
-def command(binary: Path, config_file: Path, kubeconfig: Path, etc_overlay: Path) -> list[str]:
-    """Kueue in a mount namespace of its own where /etc has an overlay from `etc_overlay`
-    (``upper`` holding kueue/metrics/certs, ``work``): Kueue finds the certificate it wants
-    at /etc/kueue/metrics/certs, and the host's /etc is left alone."""
-    script = ('mount -t overlay localcluster-kueue-etc -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc '
-              '&& shift 2 && exec "$@"')
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh",
-            str(etc_overlay / "upper"), str(etc_overlay / "work"),
+
+def command(binary: Path, config_file: Path, kubeconfig: Path, root: Path, visibility_certs: Path,
+            etc_overlay: Path) -> list[str]:
+    """Kueue in its own root (ROOT_SCRIPT) on the empty directory `root`, with
+    `visibility_certs` at /visibility and /etc overlaid from `etc_overlay` (``upper``
+    holding kueue/metrics/certs, ``work``). Paths are absolute: the host's are the same
+    inside."""
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", ROOT_SCRIPT, "sh",
+            str(root), str(visibility_certs), str(etc_overlay / "upper"), str(etc_overlay / "work"),
             str(binary), f"--config={config_file}", f"--kubeconfig={kubeconfig}"]
 
 

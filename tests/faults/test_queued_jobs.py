@@ -4,6 +4,8 @@ once, one workload for a job split over two nodes, and preemption (restart from 
 checkpoint, or exit 72)."""
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -20,6 +22,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("kueue")]
 
 SAMPLE_S = 0.5
 QUEUED_TIMEOUT_S = 120.0
+POSITION_TIMEOUT_S = 60.0  # the manager reads positions every 10 s
+CLI_TIMEOUT_S = 60.0
 JOB_TIMEOUT_S = 600.0
 # Rank 0 counts the steps done in a file of the volume (the job's checkpoint) and goes on
 # from it; every rank then holds until the test releases it.
@@ -37,6 +41,10 @@ hold_until_released()
 
 def phase(pod: dict) -> str:
     return (pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_PHASE, "")
+
+
+def position(pod: dict) -> str:
+    return (pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_QUEUE_POSITION, "")
 
 
 def job_pods_holding_gpus(core, namespace) -> list[dict]:
@@ -167,3 +175,34 @@ def test_a_higher_priority_job_preempts_a_running_one(kueue_running, api_client,
         annotations = jobs.pod("low")["metadata"].get("annotations") or {}
         assert annotations.get(names.ANNOTATION_RESTARTS, "0") == str(restarts)
         assert "preempted" in jobs.logs("low").lower()
+
+
+def test_queued_jobs_show_their_place_in_the_queue_from_kueue_s_visibility_api(
+        kueue_running, api_client, namespace, jobs, tmp_path):
+    with node_pool(kueue_running, {"a": 2}) as pool, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
+            gpu_queue(api_client, namespace, 2) as queue:
+        jobs.submit("holder", job_args(pool, claim, 2, f"--queue={queue.name}", script_args=("0", "hold")))
+        jobs.wait_for("holder", lambda p: phase(p) == "Training", QUEUED_TIMEOUT_S)
+        for name in ("first", "second"):
+            jobs.submit(name, job_args(pool, claim, 1, f"--queue={queue.name}", script_args=("0",)))
+            jobs.wait_for(name, lambda p: phase(p) == "Queued", QUEUED_TIMEOUT_S)
+            time.sleep(1.1)  # workloads are ordered by creation time, to the second
+        jobs.wait_for("first", lambda p: position(p) == "1", POSITION_TIMEOUT_S)
+        jobs.wait_for("second", lambda p: position(p) == "2", POSITION_TIMEOUT_S)
+
+        def cli(*args: str) -> str:
+            result = subprocess.run([sys.executable, "-m", "distributetrain", *args, "-n", namespace,
+                                     "--kubeconfig", str(kueue_running.kubeconfig)],
+                                    capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+            assert result.returncode == 0, result.stderr
+            return result.stdout
+
+        listed = {line.split()[0]: line.split()[1:3] for line in cli("list").splitlines()[1:]}
+        assert listed == {"holder": ["Training", "2"], "first": ["Queued", "#1"], "second": ["Queued", "#2"]}, listed
+        assert json.loads(cli("status", "second", "-o", "json"))["queuePosition"] == 2
+
+        release_ranks(tmp_path)  # the holder ends; both fit in its quota
+        assert [jobs.exit_code(name, JOB_TIMEOUT_S) for name in ("holder", "first", "second")] == [0, 0, 0]
+        assert json.loads(cli("status", "second", "-o", "json"))["queuePosition"] is None
+        assert not position(jobs.pod("second"))  # cleared once admitted

@@ -60,3 +60,24 @@ def test_a_platform_that_queues_every_pod_of_its_namespaces():
     config = kueue.configuration(Path("/run/certs"), every_pod_of={"team": "ml"})
     assert config["manageJobsWithoutQueueName"] is True
     assert config["managedJobsNamespaceSelector"] == {"matchLabels": {"team": "ml"}}
+
+
+def test_the_visibility_api_is_served_on_the_bridge_behind_kueue_s_api_services_trusting_the_cluster_ca(module_dir):
+    config = kueue.configuration(Path("/run/certs"))
+    assert config["visibilityServer"] == {"bindAddress": "10.233.0.1", "bindPort": kueue.VISIBILITY_PORT}
+    assert "featureGates" not in config  # VisibilityOnDemand stays on
+    manifests = [p.read_text() for p in sorted((module_dir / "config/components/visibility").glob("apiservice_*.yaml"))]
+    assert kueue.visibility_api_services(manifests, b"the CA") == [
+        {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+         "metadata": {"name": f"{version}.visibility.kueue.x-k8s.io"},
+         "spec": {"group": "visibility.kueue.x-k8s.io", "groupPriorityMinimum": 100, "version": version,
+                  "versionPriority": 100, "caBundle": base64.b64encode(b"the CA").decode(),
+                  "service": {"namespace": "kueue-system", "name": "visibility-server", "port": 443}}}
+        for version in ("v1beta1", "v1beta2")]
+    service, endpoints = kueue.visibility_service()
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "protocol": "TCP",
+                                         "targetPort": kueue.VISIBILITY_PORT}]
+    assert "selector" not in service["spec"]
+    assert endpoints["subsets"] == [{"addresses": [{"ip": "10.233.0.1"}],
+                                     "ports": [{"name": "https", "port": kueue.VISIBILITY_PORT, "protocol": "TCP"}]}]
+    assert kueue.visibility_dns_name() == "visibility-server.kueue-system.svc"
