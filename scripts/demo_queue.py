@@ -4,8 +4,8 @@ What a team on a cluster that runs Kueue sees: the local cluster with Kueue and 
 fake-GPU nodes (2 + 1 GPUs), rbac/ and rbac/kueue/, a ClusterQueue of 3 GPUs behind the
 LocalQueue `team`, then three jobs of 2, 3 and 1 GPUs submitted at once with
 `distributetrain submit --queue team`. Kueue admits them in their order, each as one
-workload, all or nothing: the 3-GPU job waits Queued while the 2-GPU one trains, and
-the 1-GPU one waits behind it (StrictFIFO). Each is planned when admitted. Then what
+workload, all or nothing: the 3-GPU job waits Queued (#1) while the 2-GPU one trains,
+and the 1-GPU one waits behind it (#2, StrictFIFO). Each is planned when admitted. Then what
 happened, that nothing is left, and the cluster goes down.
 """
 
@@ -106,7 +106,8 @@ def main() -> int:
         while time.monotonic() < give_up_at:
             states = job_states(cluster)
             for name in JOBS:
-                phase = states.get(name, {}).get("phase", "?")
+                state = states.get(name, {})
+                phase = state.get("phase", "?") + (f" #{state['queuePosition']}" if state.get("queuePosition") else "")
                 if seen.get(name) != phase:
                     print(f"{time.strftime('%H:%M:%S')}  {name:<12} {phase}", flush=True)
                     seen[name] = phase
