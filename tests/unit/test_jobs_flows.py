@@ -421,3 +421,20 @@ def test_outside_kueue_the_manager_is_unchanged_queue_or_not(capsys, kube):
     args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--name", "demo",
                                           "--queue", "team", "--namespace", "ml"])
     assert kube.created == [manager_spec.manager_pod(*commands.submission(args, []))]
+
+
+def test_follow_says_where_a_queued_job_is_in_its_queue_as_it_moves():
+    lines = follow.ProgressLines("demo")
+
+    def manager(phase, position=None):
+        annotations = {"distributetrain.io/phase": phase}
+        if position is not None:
+            annotations["distributetrain.io/queue-position"] = str(position)
+        return {"metadata": {"name": "demo", "annotations": annotations}, "status": {"phase": "Running"}}
+
+    assert lines.update(manager("Queued"), []) == ["demo: manager pod demo: Running", "demo: phase: Queued"]
+    assert lines.update(manager("Queued", 3), []) == ["demo: number 3 in its queue"]
+    assert lines.update(manager("Queued", 3), []) == []
+    assert lines.update(manager("Queued", 1), []) == ["demo: number 1 in its queue"]
+    assert lines.update(manager("StartingWorkers", 1), []) == ["demo: phase: StartingWorkers"]  # a late write
+    assert lines.update(manager("Queued", 1), []) == ["demo: phase: Queued", "demo: number 1 in its queue"]  # again

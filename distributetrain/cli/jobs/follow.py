@@ -19,7 +19,7 @@ from distributetrain.cli.jobs import state
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import errors, exitcodes, names, podstate
 from distributetrain.core.placement import format_plan
-from distributetrain.core.record import JobRecord
+from distributetrain.core.record import QUEUED, JobRecord
 from distributetrain.kube import waits
 
 MANAGER_START_TIMEOUT_S = 300.0  # pulling the manager image and scheduling it; beyond that, say why
@@ -27,6 +27,7 @@ INTERRUPTED = 130  # 128 + SIGINT: the user stopped following, the job goes on
 UNKNOWN_EXIT = 1  # the manager pod ended without a container exit code (e.g. evicted)
 APP_SELECTOR = f"{names.LABEL_APP}={names.APP}"
 WAITING_FACT = "waiting "  # + pod name: why the manager says that pod is not Ready yet
+QUEUE_FACT = "queue"  # the job's place in its Kueue queue, while Queued
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class ProgressLines:
         record = JobRecord.of(manager)
         if record.phase:
             facts["phase"] = f"phase: {record.phase}"
+        if record.phase == QUEUED and record.queue_position:
+            facts[QUEUE_FACT] = f"number {record.queue_position} in its queue"
         plan = record.plan
         if plan:
             facts["plan"] = (f"plan: {sum(share for _, share in plan)} GPUs on {len(plan)} nodes "
@@ -80,8 +83,10 @@ class ProgressLines:
         for pod, why in state.waiting_of(manager):
             facts[WAITING_FACT + pod] = f"{pod} waits: {why}"
         new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != text]
-        # A pod that no longer waits is forgotten, so waiting again the same way is news.
-        self.shown = {key: text for key, text in self.shown.items() if not key.startswith(WAITING_FACT)}
+        # A pod that no longer waits is forgotten, so waiting again the same way is news;
+        # so is a place in the queue, for a job queued again after a restart.
+        self.shown = {key: text for key, text in self.shown.items()
+                      if not key.startswith(WAITING_FACT) and key != QUEUE_FACT}
         self.shown.update(facts)
         return new
 
