@@ -20,6 +20,9 @@ from distributetrain.manager.reporting import Reporter
 log = logging.getLogger(__name__)
 
 POLL_S = 10.0  # positions move when Kueue admits something: seconds matter, not milliseconds
+# Until the first position is known (Kueue makes the group's Workload a moment after its
+# pods), look again this often.
+FIRST_POLL_S = 2.0
 STOP_TIMEOUT_S = 5.0  # how long leaving the wait waits for a read in flight
 
 
@@ -36,11 +39,13 @@ def position_of(pending: Iterable[Mapping], workload: str) -> int | None:
 class QueuePositions:
     """Within ``with``: polls the workload's position and records each change."""
 
-    def __init__(self, kube: KubeApi, reporter: Reporter, workload: str, poll_s: float = POLL_S):
+    def __init__(self, kube: KubeApi, reporter: Reporter, workload: str, poll_s: float = POLL_S,
+                 first_poll_s: float = FIRST_POLL_S):
         self.kube = kube
         self.reporter = reporter
         self.workload = workload
         self.poll_s = poll_s
+        self.first_poll_s = min(first_poll_s, poll_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="queue-positions", daemon=True)
 
@@ -69,4 +74,4 @@ class QueuePositions:
                         log.info("job %s: number %d in queue %s", settings.job_name, position, settings.queue)
                     if self.reporter.queue_position(position):
                         recorded = position
-            self._stop.wait(self.poll_s)
+            self._stop.wait(self.poll_s if recorded is not None else self.first_poll_s)

@@ -56,6 +56,21 @@ def test_each_change_of_position_is_recorded_once_and_none_after_the_wait():
     assert JobRecord.of(kube.manager).queue_position is None
 
 
+def test_until_the_workload_is_pending_it_is_looked_for_sooner():
+    kube = FakeKube()
+    kube.pending = {("ml", "team-a"): []}  # Kueue has not made the group's Workload yet
+    reads = []
+    real = kube.pending_workloads
+    kube.pending_workloads = lambda *args: reads.append(time.monotonic()) or real(*args)
+    with QueuePositions(kube, Reporter(kube, SETTINGS, FakeRecorder()), "demo-r1-ab12", poll_s=60, first_poll_s=POLL_S):
+        wait_for(lambda: len(reads) >= 3)
+        kube.pending = {("ml", "team-a"): pending("demo-r1-ab12")}
+        wait_for(lambda: positions(kube) == ["1"])
+        known = len(reads)
+        time.sleep(5 * POLL_S)
+        assert len(reads) == known  # known now: the next look is a minute away
+
+
 def test_a_cluster_without_the_visibility_api_is_asked_once():
     kube = FakeKube()  # kube.pending None: the API is not served (404)
     with QueuePositions(kube, Reporter(kube, SETTINGS, FakeRecorder()), "demo-r1-ab12", poll_s=POLL_S):
