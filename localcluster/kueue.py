@@ -159,11 +159,7 @@ def visibility_available(api_client, names: Iterable[str]) -> bool:
     from kubernetes import client
 
     registration = client.ApiregistrationV1Api(api_client)
-    for name in names:
-        conditions = registration.read_api_service(name).status.conditions or ()
-        if not any(c.type == "Available" and c.status == "True" for c in conditions):
-            return False
-    return True
+    return _all_have_condition(registration.read_api_service, names, "Available")
 
 
 def unregister_visibility(api_client) -> None:
@@ -252,9 +248,14 @@ def established(api_client, crd_names: Iterable[str]) -> bool:
     from kubernetes import client
 
     extensions = client.ApiextensionsV1Api(api_client)
-    for name in crd_names:
-        conditions = extensions.read_custom_resource_definition(name).status.conditions or ()
-        if not any(c.type == "Established" and c.status == "True" for c in conditions):
+    return _all_have_condition(extensions.read_custom_resource_definition, crd_names, "Established")
+
+
+def _all_have_condition(read, names: Iterable[str], condition: str) -> bool:
+    """Whether each object `read(name)` returns has `condition` True."""
+    for name in names:
+        conditions = read(name).status.conditions or ()
+        if not any(c.type == condition and c.status == "True" for c in conditions):
             return False
     return True
 
