@@ -18,6 +18,11 @@ import subprocess
 log = logging.getLogger(__name__)
 
 BRIDGE_NAME = "dtbr0"
+# A bridge left to itself takes the lowest MAC among its ports, so it changes address as
+# nodes come and go. Nodes that learnt the old one (the node group started together)
+# then lose the apiserver until their ARP entry expires: kubelets missed heartbeats and
+# went NotReady. A fixed, locally administered address never changes.
+BRIDGE_MAC = "02:64:74:00:00:01"
 CLUSTER_CIDR = ipaddress.ip_network("10.233.0.0/16")
 HOST_IP = "10.233.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -32,6 +37,7 @@ _NODE_OWNED_NAME = re.compile(r"^dt-?[npv](\d+)(-\d+)?$")
 NODE_INDEX_MIN = 1
 NODE_INDEX_MAX = 240
 NODE_IP_OFFSET = 10
+IP_TIMEOUT_S = 30
 
 
 def node_ip(index: int) -> str:
@@ -70,11 +76,18 @@ def ensure_bridge() -> None:
     """Create the bridge with the host address, if it is not there yet."""
     if not _link_exists(BRIDGE_NAME):
         log.info("creating bridge %s with %s", BRIDGE_NAME, HOST_IP)
-        _ip("link", "add", BRIDGE_NAME, "type", "bridge")
+        _ip("link", "add", BRIDGE_NAME, "address", BRIDGE_MAC, "type", "bridge")
+    if bridge_mac() != BRIDGE_MAC:  # made by an earlier version
+        _ip("link", "set", BRIDGE_NAME, "address", BRIDGE_MAC)
     prefix = f"{HOST_IP}/{CLUSTER_CIDR.prefixlen}"
     if prefix not in _addresses(BRIDGE_NAME):
         _ip("addr", "add", prefix, "dev", BRIDGE_NAME)
     _ip("link", "set", BRIDGE_NAME, "up")
+
+
+def bridge_mac() -> str:
+    result = _ip("-json", "link", "show", BRIDGE_NAME)
+    return json.loads(result.stdout)[0]["address"]
 
 
 def delete_bridge() -> None:
@@ -130,4 +143,4 @@ def _addresses(name: str) -> set[str]:
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=IP_TIMEOUT_S)

@@ -32,6 +32,10 @@ def create(spec: NodeSpec) -> None:
         f"netns add {spec.netns}",
         f"link add {spec.host_veth} type veth peer name eth0 netns {spec.netns}",
         f"link set {spec.host_veth} master {netsetup.BRIDGE_NAME} up",
+        # The host may still map this index's addresses to the MAC of the node that had
+        # it before; it would try that one first.
+        f"neigh flush to {spec.ip} dev {netsetup.BRIDGE_NAME}",
+        f"neigh flush to {spec.pod_subnet} dev {netsetup.BRIDGE_NAME}",
     ])
     prefix = netsetup.CLUSTER_CIDR.prefixlen
     _ip_batch([f"addr add {spec.ip}/{prefix} dev eth0", "link set eth0 up", "link set lo up"], netns=spec.netns)

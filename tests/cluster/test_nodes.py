@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 import uuid
@@ -26,6 +27,7 @@ import pytest
 from kubernetes import client
 
 from localcluster import leftovers, netsetup, registry
+from localcluster.components import APISERVER_PORT
 from polling import poll_until
 from roughness import create_pod, read_pod
 from localcluster.cluster import Cluster
@@ -301,6 +303,36 @@ def test_pods_on_two_nodes_reach_each_other(core, namespace, nodes):
     create_pod(core, namespace, pod_manifest("client", nodes.names[1], ["python", "-c", textwrap.dedent(script)]))
     wait_phase(core, namespace, "client", ("Succeeded",), POD_FINISH_TIMEOUT_S)
     assert logs(core, namespace, "client").split() == ["client", "200"]
+
+
+# Lower than any MAC the kernel gives a veth (those are locally administered: 02 and up).
+LOW_MAC = "00:00:5e:00:53:01"
+REACH_TIMEOUT_S = 3
+
+
+def test_a_node_keeps_reaching_the_apiserver_when_another_node_leaves_the_bridge(nodes):
+    """A node that joins with the lowest MAC, then leaves, must not take the host's address
+    with it. A Linux bridge left to itself takes its lowest port's MAC: the nodes that
+    learnt it lost the apiserver until their ARP entry expired, and went NotReady."""
+    netns = netsetup.node_netns(nodes.index(nodes.names[0]))
+    ip("link", "add", "dtlow", "address", LOW_MAC, "type", "veth", "peer", "name", "dtlowpeer")
+    try:
+        ip("link", "set", "dtlow", "master", netsetup.BRIDGE_NAME, "up")
+        ip("-n", netns, "neigh", "flush", "to", netsetup.HOST_IP)  # the node learns the host's MAC now
+        assert reaches_the_apiserver(netns)
+    finally:
+        ip("link", "delete", "dtlow")
+    assert reaches_the_apiserver(netns), f"{netns} lost {netsetup.HOST_IP}: {ip('-n', netns, 'neigh').stdout}"
+
+
+def ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=True, timeout=30)
+
+
+def reaches_the_apiserver(netns: str) -> bool:
+    connect = f"import socket; socket.create_connection(({netsetup.HOST_IP!r}, {APISERVER_PORT}), timeout={REACH_TIMEOUT_S})"
+    return subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", connect],
+                          capture_output=True, timeout=30).returncode == 0
 
 
 IN_CLUSTER_SCRIPT = """
