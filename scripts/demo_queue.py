@@ -89,6 +89,10 @@ def main() -> int:
         print(kubectl(cluster, "apply", "-f", str(REPO / "rbac")))
         print(kubectl(cluster, "apply", "-f", str(REPO / "rbac" / "kueue")))
         print(kubectl(cluster, "apply", "-f", "-", input=queue_objects()))
+        # Kueue admits from a queue once it is Active (in Kueue's caches, its flavor known).
+        print(kubectl(cluster, "wait", "--for=condition=Active", "--timeout=30s", f"clusterqueue/{CLUSTER_QUEUE}"))
+        print(kubectl(cluster, "wait", "--for=condition=Active", "--timeout=30s", f"localqueue/{QUEUE}",
+                      "--namespace", NAMESPACE))
 
         step(f"Three jobs at once: {', '.join(f'{name} ({gpus} GPUs)' for name, gpus in JOBS.items())}")
         for name, gpus in JOBS.items():

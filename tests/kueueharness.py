@@ -16,11 +16,15 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from localcluster.projectrbac import apply_rbac, delete_shared_bindings
+from polling import poll_until
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 GPU = "nvidia.com/gpu"
 LOCAL_QUEUE = "team"
+# Kueue marks a queue Active once its caches hold it. On a Kueue just started, pods queued
+# before that were once left unadmitted past a test's minute.
+ACTIVE_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ def gpu_queue(api_client, namespace: str, gpus: int, preemption: dict | None = N
     api.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
     documents = apply_rbac(api_client, namespace, folder="rbac/kueue")
     try:
+        poll_until(lambda: _active(api.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name))
+                   and _active(api.get_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", LOCAL_QUEUE)),
+                   ACTIVE_TIMEOUT_S, f"ClusterQueue {name} and LocalQueue {LOCAL_QUEUE} Active")
         yield Queue(LOCAL_QUEUE, name)
     finally:
         delete_shared_bindings(api_client, documents)
@@ -87,8 +94,7 @@ def workloads(api_client, namespace: str) -> list[dict]:
 
 
 def is_admitted(workload: dict) -> bool:
-    return any(c["type"] == "Admitted" and c["status"] == "True"
-               for c in (workload.get("status") or {}).get("conditions") or ())
+    return _condition_true(workload, "Admitted")
 
 
 def gpus_reserved(api_client, cluster_queue: str) -> int:
@@ -97,6 +103,14 @@ def gpus_reserved(api_client, cluster_queue: str) -> int:
         "status") or {}
     return sum(int(resource.get("total", "0")) for flavor in status.get("flavorsReservation") or ()
                for resource in flavor.get("resources") or () if resource["name"] == GPU)
+
+
+def _active(queue: dict) -> bool:
+    return _condition_true(queue, "Active")
+
+
+def _condition_true(obj: dict, condition: str) -> bool:
+    return any(c["type"] == condition and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions") or ())
 
 
 def _delete(call) -> None:
