@@ -77,17 +77,12 @@ def ensure_bridge() -> None:
     if not _link_exists(BRIDGE_NAME):
         log.info("creating bridge %s with %s", BRIDGE_NAME, HOST_IP)
         _ip("link", "add", BRIDGE_NAME, "address", BRIDGE_MAC, "type", "bridge")
-    if bridge_mac() != BRIDGE_MAC:  # made by an earlier version
+    if _bridge_mac() != BRIDGE_MAC:  # made by an earlier version
         _ip("link", "set", BRIDGE_NAME, "address", BRIDGE_MAC)
     prefix = f"{HOST_IP}/{CLUSTER_CIDR.prefixlen}"
     if prefix not in _addresses(BRIDGE_NAME):
         _ip("addr", "add", prefix, "dev", BRIDGE_NAME)
     _ip("link", "set", BRIDGE_NAME, "up")
-
-
-def bridge_mac() -> str:
-    result = _ip("-json", "link", "show", BRIDGE_NAME)
-    return json.loads(result.stdout)[0]["address"]
 
 
 def delete_bridge() -> None:
@@ -131,6 +126,10 @@ def delete_link(name: str) -> None:
 
 def _link_exists(name: str) -> bool:
     return _ip("link", "show", name, check=False).returncode == 0
+
+
+def _bridge_mac() -> str:
+    return json.loads(_ip("-json", "link", "show", BRIDGE_NAME).stdout)[0]["address"]
 
 
 def _addresses(name: str) -> set[str]:

@@ -60,8 +60,9 @@ def gpu_queue(api_client, namespace: str, gpus: int, preemption: dict | None = N
     api.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
     documents = apply_rbac(api_client, namespace, folder="rbac/kueue")
     try:
-        poll_until(lambda: _active(api.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name))
-                   and _active(api.get_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", LOCAL_QUEUE)),
+        poll_until(lambda: _condition_true(api.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name), "Active")
+                   and _condition_true(api.get_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues",
+                                                                        LOCAL_QUEUE), "Active"),
                    ACTIVE_TIMEOUT_S, f"ClusterQueue {name} and LocalQueue {LOCAL_QUEUE} Active")
         yield Queue(LOCAL_QUEUE, name)
     finally:
@@ -103,10 +104,6 @@ def gpus_reserved(api_client, cluster_queue: str) -> int:
         "status") or {}
     return sum(int(resource.get("total", "0")) for flavor in status.get("flavorsReservation") or ()
                for resource in flavor.get("resources") or () if resource["name"] == GPU)
-
-
-def _active(queue: dict) -> bool:
-    return _condition_true(queue, "Active")
 
 
 def _condition_true(obj: dict, condition: str) -> bool:
