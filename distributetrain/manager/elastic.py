@@ -13,7 +13,9 @@ answer true and the job whole:
   free, under the placement Lease like any plan: at once after a loss, then every
   ``REPLACE_RECHECK_S`` while still short (``booking``); replacements get fresh names (the next worker
   index), hence fresh addresses, so no replacement waits on a pod stuck terminating and
-  Horovod's blacklist of a failed host never applies to it;
+  Horovod's blacklist of a failed host never applies to it. A rank that dies on a pod that
+  stays is Horovod's to retry (``chief.sh``: ``--blacklist-cooldown-range``): the pod is
+  live, so nothing here replaces it;
 - growing back is best effort: a replacement that fails (a quota refusing the new pod
   while the lost one is still charged, the API server unreachable past its retries, the
   placement Lease busy or taken over, a create refused) is a WARNING line and a

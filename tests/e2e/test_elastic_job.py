@@ -4,11 +4,16 @@ elastic horovodrun in the chief, hosts served by the manager pod.
 A worker deleted mid-training does not end the job: the world shrinks and training goes
 on. Its node is cordoned first, so no GPU is free and the smaller world is visible; once
 the node is uncordoned, the manager adds a replacement worker (a fresh name) and the
-world grows back. The job ends with exit 0 and everything it created is deleted.
+world grows back. A training process that dies on a pod that stays (a crash, an
+out-of-memory kill) costs its GPUs only for Horovod's cooldown: the world grows back on
+the same pod. The job ends with exit 0 and everything it created is deleted.
 """
 
+import os
 import re
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +41,22 @@ def wait_for_line(jobs, pod, pattern, after=0, timeout_s=PHASE_TIMEOUT_S):
                       lambda: f"{pattern.pattern!r} in {pod}'s log:\n{jobs.log_tail(pod, lines=100000)[-4000:]}",
                       POLL_S, hopeless=lambda: (jobs.pod(pod) or {}).get("status", {}).get("phase")
                       in ("Succeeded", "Failed"))
+
+
+def kill_training_processes(address: str) -> int:
+    """SIGKILL the training processes Horovod started for host ``address`` (their
+    HOROVOD_HOSTNAME), leaving their pod as it is; how many there were."""
+    wanted = f"HOROVOD_HOSTNAME={address}".encode()
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            if b"train.py" in (proc / "cmdline").read_bytes() and wanted in environ:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ValueError):  # not a process, or gone meanwhile
+            continue
+    return killed
 
 
 def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees_up(cluster, api_client, jobs):
@@ -98,3 +119,29 @@ def test_an_elastic_job_below_min_gpus_fails_within_the_elastic_timeout(cluster,
         assert took_s < elastic_timeout_s + GLOO_TIMEOUT_S + 60, f"took {took_s:.0f} s\n{manager_log}"
         jobs.wait_gone(["few-chief", "few-worker-0"])
         assert jobs.secrets("few") == []
+
+
+def test_a_rank_killed_on_the_chief_s_own_pod_rejoins_after_horovod_s_cooldown(cluster, api_client, jobs):
+    """The chief's own rank dies while its pod stays Ready (the way a surviving rank can die
+    of a Gloo error when a peer is lost). Horovod blacklists the chief's host and goes on
+    with the workers; the manager has nothing to replace, the chief pod holding its GPU.
+    Without a cooldown that GPU would sit idle for the rest of the job (and with one more
+    loss the job would fall below --min-gpus); with chief.sh's --blacklist-cooldown-range
+    the host is tried again and the world grows back to 3."""
+    with node_pool(cluster, {"a": 1, "b": 1, "c": 1}) as pool:
+        jobs.submit("crash", ["--num-gpus=3", "--elastic", "--min-gpus=2", "--image=distributetrain/base:0.1.0",
+                              f"--node-selector={pool.selector}", "--worker-ready-timeout=90s",
+                              "--elastic-timeout=120s", "--", *TRAIN_ARGS])
+        first_epoch = wait_for_line(jobs, "crash-chief", EPOCH_LINE)
+        assert first_epoch.group(2) == "3", jobs.log_tail("crash-chief")
+        chief_address = jobs.pod("crash-chief")["status"]["podIP"]
+        assert kill_training_processes(chief_address) >= 1, f"no training process for {chief_address}"
+        shrunk = wait_for_line(jobs, "crash-chief", WORLD_SIZE_LINE, first_epoch.end())
+        assert shrunk.group(1, 2) == ("3", "2"), jobs.log_tail("crash-chief")
+        grown = wait_for_line(jobs, "crash-chief", WORLD_SIZE_LINE, shrunk.end())
+        assert grown.group(1, 2) == ("2", "3"), jobs.log_tail("crash-chief")
+        assert jobs.exit_code("crash", timeout_s=PHASE_TIMEOUT_S) == 0, jobs.log_tail("crash")
+        manager_log = jobs.logs("crash")
+        assert "replacing lost workers" not in manager_log, manager_log
+        jobs.wait_gone(["crash-worker-0", "crash-worker-1"])  # the chief is kept for its logs
+        assert jobs.secrets("crash") == []

@@ -48,8 +48,12 @@ fi
 # its answer changes.
 echo "distributetrain: elastic horovodrun, $DT_MIN_PROCS to $DT_NUM_PROCS processes, hosts from $DT_HOSTS_URL"
 # New hosts get new names and addresses (the manager never reuses a worker's), so
-# Horovod's blacklist of a failed host never blocks its replacement.
+# Horovod's blacklist of a failed host never blocks its replacement. A host whose rank
+# died while its pod lives on (a crash, an OOM kill, a Gloo error at a peer's loss; the
+# chief's own pod among them) is not blacklisted for good, which would leave its GPUs
+# idle for the rest of the job: it is tried again after 10-15 s, then after twice as
+# long at each new failure, at most 300 s.
 exec horovodrun --gloo ${interface:+--network-interface "$interface"} -np "$DT_NUM_PROCS" \
   --min-np "$DT_MIN_PROCS" --max-np "$DT_NUM_PROCS" --host-discovery-script "$discover" \
-  --elastic-timeout "$DT_ELASTIC_TIMEOUT" --gloo-timeout-seconds 120 \
+  --elastic-timeout "$DT_ELASTIC_TIMEOUT" --gloo-timeout-seconds 120 --blacklist-cooldown-range 5 300 \
   -p "$DT_PORT" --start-timeout 120 python "$DT_FILENAME" "$@"
