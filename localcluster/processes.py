@@ -69,14 +69,18 @@ def read_pid(pid_file: Path) -> int | None:
 
 
 def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie waiting to be reaped does not count)."""
+    """Whether `pid` runs. A zombie waiting to be reaped does not count, unless other
+    threads of it still run: a killed multi-threaded process (the apiserver) shows its
+    leader as a zombie at once, while its other threads still exit and hold its files,
+    a listening port among them, until the last one has."""
     _reap(pid)
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":" in line)
+        state, threads = fields["State"].split()[0], int(fields["Threads"])
+    except (FileNotFoundError, ProcessLookupError, KeyError, IndexError, ValueError):
         return False
-    return state not in ("Z", "X")
+    return state not in ("Z", "X") or threads > 1
 
 
 def stop(pid: int, name: str, timeout_s: float) -> None:
