@@ -107,6 +107,8 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append(f"--ssh-attempts={settings.ssh_connect_attempts}")
     if settings.delete_chief:
         args.append("--delete-chief")
+    if settings.allow_shared_gpus:
+        args.append("--allow-shared-gpus")
     if settings.max_restarts:
         args.append(f"--max-restarts={settings.max_restarts}")
     if settings.elastic:
