@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from distributetrain.core import names
 from distributetrain.core.gpusharing import shared_units
 from distributetrain.core.podfit import SHARED, JobFit
-from distributetrain.core.podrequests import Amounts, amount, node_allocatable, pod_request, pod_requests
+from distributetrain.core.podrequests import amount, node_allocatable, pod_request, pod_requests
 from distributetrain.core.settings import gpu_toleration
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -175,16 +175,6 @@ def pod_claim(pod: Mapping, resource: str) -> PodClaim | None:
     return PodClaim(metadata.get("uid", ""), node, gpus) if gpus else None
 
 
-def pod_usage(pod: Mapping) -> tuple[str, Amounts] | None:
-    """The node a pod is on or pinned to, and what it takes of it besides GPUs; None if
-    it takes nothing (finished, or on no node yet)."""
-    spec = pod.get("spec") or {}
-    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-        return None
-    node = spec.get("nodeName") or pinned_node(spec)
-    return (node, pod_requests(spec)) if node else None
-
-
 @dataclass
 class GpuLedger:
     """Allocatable GPUs of candidate nodes, minus what pods hold; with a job's ``fit``,
@@ -221,12 +211,19 @@ class GpuLedger:
         claim = pod_claim(pod, self.resource)
         if claim:
             self.count_claim(claim)
-        usage = pod_usage(pod) if self.fit else None
-        if usage and usage[0] in self.allocatable:  # nodes listed first: only candidates matter
-            node, requests = usage
-            self.requested.setdefault(node, Counter()).update(requests)
-            if self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
-                self.own_nodes.add(node)
+        if self.fit:
+            self._count_requests(pod)
+
+    def _count_requests(self, pod: Mapping) -> None:
+        """What a pod takes of its node besides GPUs, on candidates only (nodes are
+        listed first); finished pods take nothing."""
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName") or pinned_node(spec)
+        if node not in self.allocatable or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return
+        self.requested.setdefault(node, Counter()).update(pod_requests(spec))
+        if self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
+            self.own_nodes.add(node)
 
     def count_claim(self, claim: PodClaim) -> None:
         self.used[claim.node] += claim.gpus
