@@ -6,6 +6,7 @@ from distributetrain.core.podfit import JobFit
 from distributetrain.core.settings import JobSettings
 
 GPU = "nvidia.com/gpu"
+GIB = 2**30
 JOB = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="i", owner_uid="uid-1")
 TIME_SLICED = {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4",
                "nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "Tesla-T4-SHARED"}

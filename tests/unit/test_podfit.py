@@ -7,7 +7,7 @@ from distributetrain.core import manifests, placement
 from distributetrain.core.inventory import GpuLedger
 from distributetrain.core.podfit import SHARED, JobFit, PodShape
 from distributetrain.core.podrequests import FIT_RESOURCES, pod_requests
-from fitnodes import GPU, JOB, TIME_SLICED, ledger_of, node, tenant
+from fitnodes import GIB, GPU, JOB, TIME_SLICED, ledger_of, node, tenant
 
 
 @given(st.integers(1, 64), st.integers(1, 16_000), st.integers(64, 64 * 1024))
@@ -83,20 +83,24 @@ def test_without_a_fit_gpus_alone_count():
     assert ledger.free() == {"a": 4}
 
 
-free_nodes = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 40), st.booleans()), min_size=1, max_size=8)
+# Per node: GPUs, CPUs, GiB of memory, pod slots, whether GFD says its GPUs are time-sliced.
+sized_nodes = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 40), st.integers(0, 100), st.integers(0, 3),
+                                 st.booleans()), min_size=1, max_size=8)
 
 
-@given(free_nodes, st.integers(1, 20), st.booleans())
+@given(sized_nodes, st.integers(1, 20), st.booleans())
 def test_every_planned_share_fits_its_node_and_shared_nodes_take_one_rank_unless_allowed(nodes, gpus, allowed):
     settings = JOB.replace(num_gpus=gpus, allow_shared_gpus=allowed)
-    ledger = ledger_of([node(f"n{i}", g, cpu=str(cpu), labels=TIME_SLICED if shared else None)
-                        for i, (g, cpu, shared) in enumerate(nodes)], settings=settings)
+    ledger = ledger_of([node(f"n{i}", g, cpu=str(cpu), memory=f"{memory}Gi", pods=str(pods),
+                             labels=TIME_SLICED if shared else None)
+                        for i, (g, cpu, memory, pods, shared) in enumerate(nodes)], settings=settings)
     try:
         plan = placement.plan(ledger.free(), gpus)
     except placement.InsufficientGPUs:
         return
     shape = PodShape.of_job(settings)
     for name, share in plan:
-        g, cpu, shared = nodes[int(name[1:])]
-        assert share <= g and shape.requests(share)["cpu"] <= cpu * 1000
+        g, cpu, memory, pods, shared = nodes[int(name[1:])]
+        asks = shape.requests(share)
+        assert share <= g and asks["cpu"] <= cpu * 1000 and asks["memory"] <= memory * GIB and pods >= 1
         assert share == 1 or not shared or allowed
