@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from distributetrain.core import errors, inventory, names, placement, quantity
+from distributetrain.core.placement import Plan
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import CPU, MEMORY
-from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
