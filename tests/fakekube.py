@@ -59,6 +59,7 @@ class FakeKube(KubeApi):
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
         self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
+        self.quotas: list[dict] = []  # the job namespace's ResourceQuotas
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
         self.pending: dict[tuple[str, str], list[dict]] | None = None
         self.lease: dict | None = None
@@ -126,6 +127,10 @@ class FakeKube(KubeApi):
 
     def namespace_exists(self, name: str) -> bool:
         return True
+
+    def resource_quotas(self, namespace: str) -> list[dict]:
+        self._maybe_fail("resource_quotas")
+        return copy.deepcopy(self.quotas)
 
     def get_pod(self, namespace: str, name: str) -> dict | None:
         with self.lock:

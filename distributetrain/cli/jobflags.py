@@ -109,6 +109,9 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True, m
                      help="wait this long for free GPUs instead of failing at once (default 0s)")
     job.add_argument("--ssh-attempts", default="30", metavar="N", help="chief's SSH checks per worker (default 30)")
     job.add_argument("--delete-chief", action="store_true", help="delete the chief too when it finishes")
+    job.add_argument("--allow-shared-gpus", action="store_true",
+                     help="let a node whose GPUs are time-sliced, shared by MPS or MIG slices take more than one "
+                          "rank of the job (by default one: Horovod pins one device per local rank)")
     job.add_argument("--max-restarts", default="0", metavar="N",
                      help="start the job again (re-planned, fresh pods) up to N times when a pod is lost for a "
                           "reason outside the training script (default 0)")
@@ -234,6 +237,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         wait_for_gpus_s=checked("--wait-for-gpus", validation.duration_s, args.wait_for_gpus),
         ssh_connect_attempts=checked("--ssh-attempts", validation.positive_int, args.ssh_attempts),
         delete_chief=args.delete_chief,
+        allow_shared_gpus=args.allow_shared_gpus,
         max_restarts=checked("--max-restarts", validation.non_negative_int, args.max_restarts),
         min_gpus=min_gpus,
         elastic_timeout_s=checked("--elastic-timeout", validation.duration_s, args.elastic_timeout),

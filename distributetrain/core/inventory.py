@@ -7,6 +7,11 @@ every container and init container counted by the Kubernetes rule; terminal pods
 their GPUs. Pods are folded in one at a time (``GpuLedger.add_pod``) so a paginated
 list of 150,000 pods never has to sit in memory.
 
+Given the job's pods (``podfit.JobFit``), a node offers only as many GPUs as one pod of
+the job with that share fits besides them: its CPU, memory, ephemeral storage and pod
+slots left, as the scheduler counts them (``podrequests``), and on a node of shared GPU
+units one rank of the job (``gpusharing``).
+
 Pods not yet bound but pinned to one node by required affinity (a job's workers and
 chief between creation and binding) are counted too: the scheduler does not see their
 claim yet, and two managers must not plan on the same GPUs. Accepted mid-upgrade: a
@@ -16,14 +21,13 @@ more) for the seconds between creating its workers and its chief.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import InvalidOperation
-
-from kubernetes.utils.quantity import parse_quantity
-
 from distributetrain.core import names
+from distributetrain.core.gpusharing import shared_units
+from distributetrain.core.podfit import SHARED, JobFit
+from distributetrain.core.podrequests import amount, node_allocatable, pod_request, pod_requests
 from distributetrain.core.settings import gpu_toleration
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -32,45 +36,14 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 ACTIVE_PODS_SELECTOR = ",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 NOT_SELECTED = "does not match the node selector"
+DEVICES = "devices"  # any extended resource: counted in whole units
 MAX_NODES_NAMED = 10  # in messages: a large cluster's node list would drown the reason
 
 
 def gpu_count(quantity: object) -> int:
-    """A resource quantity as a whole number of devices ("4", "4000m" and 4 are 4)."""
-    try:
-        value = parse_quantity(quantity)
-    except (ValueError, InvalidOperation, TypeError) as e:
-        raise ValueError(f"not a resource quantity: {quantity!r}") from e
-    if value < 0:
-        raise ValueError(f"negative resource quantity: {quantity!r}")
-    # Devices are indivisible: a fractional request still occupies a whole one.
-    return int(value.to_integral_value(rounding="ROUND_CEILING"))
-
-
-def _container_request(container: Mapping, resource: str) -> int:
-    resources = container.get("resources") or {}
-    # Extended resources may set only limits; the request then defaults to the limit.
-    for kind in ("requests", "limits"):
-        amounts = resources.get(kind) or {}
-        if resource in amounts:
-            return gpu_count(amounts[resource])
-    return 0
-
-
-def pod_request(spec: Mapping, resource: str) -> int:
-    """Effective request of a pod, by the Kubernetes rule (sidecar init containers included)."""
-    app = sum(_container_request(c, resource) for c in spec.get("containers") or ())
-    sidecars = 0
-    init_peak = 0
-    for init in spec.get("initContainers") or ():
-        request = _container_request(init, resource)
-        if init.get("restartPolicy") == "Always":  # a sidecar keeps running beside the app
-            sidecars += request
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + request)
-    overhead = gpu_count(((spec.get("overhead") or {}).get(resource, 0)))
-    return max(app + sidecars, init_peak) + overhead
+    """A resource quantity as a whole number of devices ("4", "4000m" and 4 are 4):
+    devices are indivisible, so a fractional request still occupies a whole one."""
+    return amount(DEVICES, quantity)
 
 
 def pinned_node(spec: Mapping) -> str | None:
@@ -162,6 +135,8 @@ class NodeGpus:
     gpus: int | None  # allocatable GPUs; None: the node does not advertise the resource
     selected: bool  # its labels match the job's node selector
     refusal: str | None  # why the job's pods cannot go there now; None: a candidate
+    room: tuple[tuple[str, int], ...] = ()  # allocatable cpu, memory, ephemeral storage, pods (``podrequests``)
+    shared: str | None = None  # why its GPU units are not devices of their own (``gpusharing``)
 
 
 def node_gpus(
@@ -175,6 +150,8 @@ def node_gpus(
         gpus=gpu_count(amounts[resource]) if resource in amounts else None,
         selected=all(labels.get(k) == v for k, v in node_selector.items()),
         refusal=node_refusal(node, resource, tolerations, node_selector),
+        room=tuple(node_allocatable(node.get("status") or {}).items()),
+        shared=shared_units(labels, resource),
     )
 
 
@@ -200,7 +177,8 @@ def pod_claim(pod: Mapping, resource: str) -> PodClaim | None:
 
 @dataclass
 class GpuLedger:
-    """Allocatable GPUs of candidate nodes, minus what pods hold."""
+    """Allocatable GPUs of candidate nodes, minus what pods hold; with a job's ``fit``,
+    also each candidate's room besides GPUs, so ``free`` says what the job can use."""
 
     resource: str
     allocatable: dict[str, int] = field(default_factory=dict)
@@ -210,6 +188,10 @@ class GpuLedger:
     # GPUs of every node the node selector allows, whatever its state: cordoned, NotReady
     # or tainted nodes may come back, so only a request beyond this is bad input.
     selectable: int = 0
+    fit: JobFit | None = None  # the job's pods; None: GPUs alone count
+    selected: dict[str, NodeGpus] = field(default_factory=dict)  # those nodes' parts, by name
+    requested: dict[str, Counter] = field(default_factory=dict)  # by candidate node: what pods take besides GPUs
+    own_nodes: set[str] = field(default_factory=set)  # candidates holding a pod of this run of the job
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
         self.count_node(node_gpus(node, self.resource, tolerations, node_selector))
@@ -219,6 +201,7 @@ class GpuLedger:
             self.advertised = True
             if part.selected:
                 self.selectable += part.gpus
+                self.selected[part.name] = part
         if part.refusal:
             self.refused[part.name] = part.refusal
         else:
@@ -228,20 +211,79 @@ class GpuLedger:
         claim = pod_claim(pod, self.resource)
         if claim:
             self.count_claim(claim)
+        if self.fit:
+            self._count_requests(pod)
+
+    def _count_requests(self, pod: Mapping) -> None:
+        """What a pod takes of its node besides GPUs, on candidates only (nodes are
+        listed first); finished pods take nothing."""
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName") or pinned_node(spec)
+        if node not in self.allocatable or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return
+        self.requested.setdefault(node, Counter()).update(pod_requests(spec))
+        if self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
+            self.own_nodes.add(node)
 
     def count_claim(self, claim: PodClaim) -> None:
         self.used[claim.node] += claim.gpus
 
-    def unavailable(self) -> str:
-        """Why GPU nodes the job may use are not candidates now (cordoned, NotReady, a
-        taint), bounded; nodes it may never use (the selector, no GPUs) are only counted."""
-        never = (NOT_SELECTED, f"has no {self.resource}")
-        now = [f"{node} {why}" for node, why in sorted(self.refused.items()) if why not in never]
-        shown = now[:MAX_NODES_NAMED] + ([f"{len(now) - MAX_NODES_NAMED} more"] if len(now) > MAX_NODES_NAMED else [])
-        others = len(self.refused) - len(now)
-        return "; ".join(shown or ["no node unavailable"]) + (
-            f" ({others} other nodes are not selected or have no {self.resource})" if others else "")
+    def usable(self, node: str) -> tuple[int, int, str | None]:
+        """A candidate's free GPUs, how many of them one pod of the job can take, and what
+        caps that (a resource, or ``podfit.SHARED``; None: nothing)."""
+        gpus = max(0, self.allocatable[node] - self.used.get(node, 0))
+        if self.fit is None:
+            return gpus, gpus, None
+        part, requested = self.selected[node], self.requested.get(node, {})
+        room = {resource: left - requested.get(resource, 0) for resource, left in part.room}
+        return (gpus, *self.fit.usable(gpus, room, part.shared, node in self.own_nodes))
 
     def free(self) -> dict[str, int]:
-        return {node: max(0, count - self.used.get(node, 0)) for node, count in self.allocatable.items()}
+        """GPUs free per candidate node: with a ``fit``, as many as one pod of the job takes there."""
+        return {node: self.usable(node)[1] for node in self.allocatable}
 
+    def idle(self) -> dict[str, int]:
+        """What each candidate would give the job with no other pod on it (``when_idle``)."""
+        return {node: self.when_idle(self.selected[node])[0] for node in self.allocatable}
+
+    def when_idle(self, part: NodeGpus) -> tuple[int, str | None]:
+        """The most of a node's GPUs one pod of the job could ever take, and what caps it."""
+        if self.fit is None:
+            return part.gpus, None
+        return self.fit.usable(part.gpus, dict(part.room), part.shared, False)
+
+    def most_for_job(self) -> tuple[int, str | None]:
+        """The most GPUs the job's pods could ever take on the nodes the selector allows,
+        one pod per node, and what holds back the most of the rest (None: nothing)."""
+        held_back: Counter = Counter()
+        most = 0
+        for part in self.selected.values():
+            share, limit = self.when_idle(part)
+            most += share
+            if limit:
+                held_back[limit] += part.gpus - share
+        return most, (held_back.most_common(1)[0][0] if held_back else None)
+
+    def _capped(self) -> list[str]:
+        """Candidates with GPUs free that the job's pod cannot take all of, and why."""
+        reasons = []
+        for node in sorted(self.allocatable):
+            gpus, share, limit = self.usable(node)
+            if limit == SHARED:
+                reasons.append(f"{node} has {gpus} GPUs free but shares them ({self.selected[node].shared}): "
+                               f"{share} for one rank of the job (--allow-shared-gpus)")
+            elif limit:
+                reasons.append(f"{node} has {gpus} GPUs free but {limit} for {share}")
+        return reasons
+
+    def unavailable(self) -> str:
+        """Why GPU nodes the job may use are not candidates now (cordoned, NotReady, a
+        taint) or offer fewer GPUs than they have free (cpu, memory, shared GPUs), bounded;
+        nodes it may never use (the selector, no GPUs) are only counted."""
+        never = (NOT_SELECTED, f"has no {self.resource}")
+        refused_now = [f"{node} {why}" for node, why in sorted(self.refused.items()) if why not in never]
+        now = refused_now + self._capped()
+        shown = now[:MAX_NODES_NAMED] + ([f"{len(now) - MAX_NODES_NAMED} more"] if len(now) > MAX_NODES_NAMED else [])
+        others = len(self.refused) - len(refused_now)
+        return "; ".join(shown or ["no node unavailable"]) + (
+            f" ({others} other nodes are not selected or have no {self.resource})" if others else "")

@@ -196,7 +196,8 @@ def _job_pod(
         ],
     }
     metadata = _metadata(settings, name, role, extra_labels)
-    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share)}
+    # Not disrupted while the job runs (names.NO_DISRUPTION_ANNOTATIONS).
+    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share), **names.NO_DISRUPTION_ANNOTATIONS}
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -42,6 +42,13 @@ ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"
 # read back as the cause of its loss.
 ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"
 
+# On every pod of a running job and on the manager: neither the cluster autoscaler nor
+# Karpenter (consolidation, drift, expiry) evicts them to scale down or replace their
+# node. A lost pod ends a static job and costs an elastic one a worker; once the pods are
+# gone, nothing holds their nodes.
+NO_DISRUPTION_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                             "karpenter.sh/do-not-disrupt": "true"}
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SSH_CLIENT_DIR = "/root/.ssh"
 SSH_SERVER_DIR = "/etc/distributetrain/ssh"

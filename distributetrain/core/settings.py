@@ -107,6 +107,10 @@ class JobSettings:
     # volume holds counts against that limit anyway, so a larger size would add nothing,
     # and the runtime's default of 64 MiB makes NCCL and TensorFlow fail or crawl.
     shm_size_bytes: int | None = None
+    # A node whose GPU units share devices (time-slicing, MPS) or are MIG slices takes one
+    # rank of the job at most (``gpusharing``): Horovod pins one device per local rank.
+    # True (--allow-shared-gpus): any share there, for scripts that place ranks themselves.
+    allow_shared_gpus: bool = False
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

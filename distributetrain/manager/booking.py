@@ -13,8 +13,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from distributetrain.core import errors, inventory, names, placement
+from distributetrain.core import errors, inventory, names, placement, quantity
 from distributetrain.core.placement import Plan
+from distributetrain.core.podfit import SHARED, JobFit
+from distributetrain.core.podrequests import CPU, MEMORY
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
@@ -36,8 +38,9 @@ class Short:
 
 
 def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
-    """Free GPUs per candidate node, and the pod list's resourceVersion (to watch from)."""
-    ledger = inventory.GpuLedger(settings.gpu_resource)
+    """GPUs free per candidate node for the job's pods, and the pod list's resourceVersion
+    (to watch from)."""
+    ledger = inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings))
     selector = dict(settings.node_selector)
     for page, _ in kube.list_pages("nodes"):
         for node in page:
@@ -54,11 +57,30 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
     if not ledger.advertised:
         raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
     # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
-    # only more GPUs than every node the selector allows advertises is never satisfiable.
+    # only more GPUs than every node the selector allows advertises is never satisfiable,
+    # or more than the job's pods could take there with nothing else on those nodes.
+    where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
     if settings.num_gpus > ledger.selectable:
-        where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
         raise errors.UsageError(
             "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
+    most, limit = ledger.most_for_job()
+    if settings.num_gpus > most:
+        flag, why = _held_back_by(limit, settings)
+        raise errors.UsageError(flag, f"requested {settings.num_gpus} GPUs but the job's pods, one per node, fit "
+                                      f"{most} of the {ledger.selectable} GPUs {where} advertise: {why}")
+
+
+def _held_back_by(limit: str | None, settings: JobSettings) -> tuple[str, str]:
+    """The flag to change when ``limit`` keeps the job off GPUs the cluster has, and why."""
+    if limit == CPU:
+        per_gpu = quantity.format_cpu(settings.cpu_per_gpu_m)
+        return "--cpu-per-gpu", f"their allocatable CPU holds too few pods of {per_gpu} CPU per GPU"
+    if limit == MEMORY:
+        per_gpu = quantity.format_memory(settings.memory_per_gpu_bytes)
+        return "--memory-per-gpu", f"their allocatable memory holds too few pods of {per_gpu} per GPU"
+    if limit == SHARED:
+        return "--allow-shared-gpus", "their GPUs are shared or MIG slices: one rank of the job per node"
+    return "--num-gpus", f"their allocatable {limit} holds too few of the job's pods"
 
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],

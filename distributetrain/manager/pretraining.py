@@ -26,7 +26,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns
+from distributetrain.manager import booking, earlierruns, quotacheck
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -55,6 +55,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     if not kube.namespace_exists(settings.namespace):
         raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
     envsecrets.require_env_secrets(kube, settings)
+    quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
     probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
     objects = manifests.job_objects(settings, probe_plan, keys)

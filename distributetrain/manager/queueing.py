@@ -40,12 +40,13 @@ class Admitted:
 
 def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | ElasticJob) -> list[int]:
     """The pods' GPU counts, fixed at creation (a pod's requests never change): planned on
-    the GPUs free now if they fit, else on every candidate node's allocatable GPUs (what
-    the cluster gives the job once the queue ahead of it has drained)."""
+    the GPUs free now for the job's pods if they fit, else on what each candidate node
+    could give them with nothing else on it (what the cluster gives the job once the
+    queue ahead of it has drained): its GPUs, as far as its CPU, memory and GPU sharing allow."""
     try:
         plan = kind.plan(ledger.free(), num_gpus)
     except placement.InsufficientGPUs:
-        plan = kind.plan(ledger.allocatable, num_gpus)
+        plan = kind.plan(ledger.idle(), num_gpus)
     return [share for _, share in plan]
 
 

@@ -134,13 +134,14 @@ def test_every_job_flag_reaches_the_manager_unchanged():
              "--env-from-secret", "s3-creds", "--env-from-secret", "wandb.key", "--pvc", "data:/data:ro",
              "--pvc", "ckpt:/ckpt", "--worker-ready-timeout", "90s", "--active-deadline", "2.5h",
              "--orphan-timeout", "90s",
-             "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--max-restarts", "2",
+             "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--allow-shared-gpus", "--max-restarts", "2",
              "--queue", "team-a", "--priority-class", "high", "--lock-namespace", "locks",
              "--service-account", "trainer", "--cpu-per-gpu", "1500m", "--memory-per-gpu", "20G",
              "--shm-size", "3Gi"]
     script_args = ["--epochs", "2", "--", "-x", "with space"]
     args = cli.build_parser().parse_args(["submit", *flags, "--namespace", "ml", "--name", "demo"])
     settings, _ = commands.submission(args, script_args)
+    assert settings.allow_shared_gpus and settings.delete_chief  # switches are read, not only passed on
 
     manager_flags, manager_script_args = jobflags.split_script_args(manager_spec.manager_args(settings))
     parsed = cli.build_parser().parse_args(["pre-training", *manager_flags, "--job-name", "demo",

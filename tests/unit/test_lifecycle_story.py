@@ -67,8 +67,9 @@ def story(monkeypatch, tmp_path):
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None):
-        """``pods`` exist before the manager starts; ``record`` is on its pod already."""
-        kube = FakeKube([node(name, gpus) for name, gpus in nodes], pods)
+        """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
+        ``record`` is on its pod already."""
+        kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods)
         kube.manager["metadata"]["annotations"].update(record or {})
         kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
@@ -292,6 +293,20 @@ def test_bad_input_found_by_the_manager_is_a_failed_event(story, monkeypatch):
     code, recorded, _ = story([])
     assert code == 2
     assert recorded == [("Failed", "Warning", "--namespace: namespace 'ml' does not exist (exit code 2)")]
+
+
+def test_a_node_whose_cpu_another_pod_holds_is_left_out_and_the_shortage_says_so(story):
+    def two_cores(name):
+        two = node(name, 1)
+        two["status"]["allocatable"].update(cpu="2", memory="16Gi", pods="110")
+        return two
+
+    tenant = {"metadata": {"name": "tenant", "namespace": "other", "uid": "t"}, "status": {"phase": "Running"},
+              "spec": {"nodeName": "b", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    code, recorded, kube = story([], nodes=(two_cores("a"), two_cores("b")), pods=[tenant])
+    assert code == 69 and kube.writes("create", "Pod") == []
+    assert recorded[-1] == ("Failed", "Warning", "requested 2 GPUs but only 1 are free in the cluster; unavailable: "
+                            "b has 1 GPUs free but cpu for 0 (use --wait-for-gpus to wait for them) (exit code 69)")
 
 
 @pytest.mark.parametrize("code,says", [

@@ -13,6 +13,8 @@ SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="reg.e
 OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-1"}]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # A pod on a node that stops answering is evicted after 30 s, not Kubernetes' 300 s.
+# Neither the cluster autoscaler nor Karpenter evicts a job pod to scale down or replace its node.
+NO_DISRUPTION = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true"}
 NODE_LOST = [{"key": f"node.kubernetes.io/{why}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
              for why in ("not-ready", "unreachable")]
 
@@ -56,7 +58,7 @@ def test_worker():
             "namespace": "ml",
             "labels": labels("worker", **{"distributetrain.io/worker-index": "0"}),
             "ownerReferences": OWNER,
-            "annotations": {"distributetrain.io/gpus": "5"},
+            "annotations": {"distributetrain.io/gpus": "5", **NO_DISRUPTION},
         },
         "spec": {
             "restartPolicy": "Never",
@@ -94,7 +96,7 @@ def test_chief():
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "demo-chief", "namespace": "ml", "labels": labels("chief"), "ownerReferences": OWNER,
-                     "annotations": {"distributetrain.io/gpus": "1"}},
+                     "annotations": {"distributetrain.io/gpus": "1", **NO_DISRUPTION}},
         "spec": {
             "restartPolicy": "Never",
             "affinity": pinned("gpu-c"),
@@ -266,3 +268,11 @@ def test_worker_sshd_ignores_the_image_s_config_and_forwards_nothing():
                  "X11Forwarding", "PasswordAuthentication", "KbdInteractiveAuthentication", "PermitUserEnvironment"):
         assert options[kind] == "no", kind
     assert all(f"-o {option}" in manifests.WORKER_SCRIPT for option in manifests.SSHD_OPTIONS)
+
+
+def test_every_job_pod_queued_or_not_keeps_its_node_from_consolidation():
+    queued_plan = [(None, 2), (None, 1)]
+    for plan in ([("gpu-a", 2), ("gpu-b", 1)], queued_plan):
+        _, *pods = manifests.job_objects(SETTINGS.replace(num_gpus=3), plan, KEYS, attempt=2)
+        assert [pod["metadata"]["annotations"] for pod in pods] == [
+            {"distributetrain.io/gpus": "2", **NO_DISRUPTION}, {"distributetrain.io/gpus": "1", **NO_DISRUPTION}]

@@ -5,11 +5,14 @@ import re
 
 import pytest
 
-from distributetrain.core import inventory, names, podgroup, podstate
+from distributetrain.core import inventory, names, placement, podgroup, podstate
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
-from distributetrain.manager import lifecycle
+from distributetrain.manager import lifecycle, queueing
+from distributetrain.manager.kinds import StaticJob
 from fakekube import FakeKube, node
+from fitnodes import TIME_SLICED, ledger_of, tenant
+from fitnodes import node as sized_node
 from test_lifecycle_story import FakeEventsApi, ended, free_port, running
 
 KUEUE_GATES = [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
@@ -206,3 +209,16 @@ def test_a_manager_restarted_while_queued_adopts_its_group_and_places_it_at_admi
     assert len(kube.writes("create", "Pod")) == before, "the queued group was created again"
     assert kube.pods["demo-chief"]["metadata"]["labels"][podgroup.GROUP_LABEL] == group["demo-chief"]
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["a=2,b=1"]
+
+
+
+def test_queued_shares_are_what_each_node_could_give_the_job_s_pods_once_the_queue_drains():
+    nodes = [sized_node("a", 4, cpu="4"), sized_node("b", 4), sized_node("s", 8, labels=TIME_SLICED)]
+    everything_taken = [tenant(name, gpus=gpus) for name, gpus in (("a", 4), ("b", 4), ("s", 8))]
+    ledger = ledger_of(nodes, everything_taken)
+    assert ledger.free() == {"a": 0, "b": 0, "s": 0}
+    # a's 4 CPUs hold a pod of 2 GPUs at 2 CPUs each; the time-sliced node one rank.
+    assert queueing.shares(ledger, 7, StaticJob()) == [4, 2, 1]
+    assert queueing.shares(ledger_of(nodes), 7, StaticJob()) == [4, 2, 1]
+    with pytest.raises(placement.InsufficientGPUs, match="requested 8 GPUs but only 7"):
+        queueing.shares(ledger, 8, StaticJob())

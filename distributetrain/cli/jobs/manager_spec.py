@@ -29,7 +29,7 @@ QUEUED_MANAGER_REQUESTS = {"cpu": "0", "memory": "0"}  # see in_queue
 # The manager is never restarted elsewhere: evicted, its job fails whatever --max-restarts
 # says. So neither the cluster autoscaler nor Karpenter may evict it to scale down or
 # consolidate its node (docs/manager-pdb.yaml covers kubectl drain).
-MANAGER_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true"}
+MANAGER_ANNOTATIONS = names.NO_DISRUPTION_ANNOTATIONS
 # The Job controller names its pod "<job>-<5 random characters>", and that pod's name is
 # the job name the manager uses: it must stay within names.MAX_JOB_NAME_LENGTH.
 JOB_POD_SUFFIX_CHARS = 6
@@ -107,6 +107,8 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append(f"--ssh-attempts={settings.ssh_connect_attempts}")
     if settings.delete_chief:
         args.append("--delete-chief")
+    if settings.allow_shared_gpus:
+        args.append("--allow-shared-gpus")
     if settings.max_restarts:
         args.append(f"--max-restarts={settings.max_restarts}")
     if settings.elastic:

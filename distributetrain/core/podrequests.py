@@ -1,0 +1,87 @@
+"""What a pod asks of its node, counted as the scheduler's NodeResourcesFit counts it.
+
+A node takes a pod only if every resource the pod requests fits what is left of the
+node's allocatable: its GPUs, but also its CPU, memory, ephemeral storage and pod slots.
+Counting GPUs alone planned workers on nodes whose CPU other pods held, where they stayed
+Pending ("Insufficient cpu") until the job timed out. So every pod's request is read by
+the scheduler's rule: the larger of its containers (with sidecars) and its init
+containers' peak, plus the pod's overhead; a pod-level request, where set, instead of
+its containers'.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from decimal import InvalidOperation
+
+from kubernetes.utils.quantity import parse_quantity
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+PODS = "pods"
+# What NodeResourcesFit checks besides extended resources (GPUs). CPU in millicores,
+# memory and ephemeral storage in bytes, pods in pods: whole numbers all.
+FIT_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
+
+Amounts = dict[str, int]  # resource -> amount in its whole unit (millicores for cpu)
+
+
+@functools.lru_cache(maxsize=4096)  # a cluster's pods repeat a few quantities ("100m", "128Mi") many times
+def amount(resource: str, quantity: object) -> int:
+    """A quantity of ``resource`` in whole units, rounded up as the scheduler rounds it:
+    millicores for cpu ("1.5" is 1500), bytes or devices otherwise ("4000m" GPUs are 4)."""
+    try:
+        value = parse_quantity(quantity)
+    except (ValueError, InvalidOperation, TypeError) as e:
+        raise ValueError(f"not a resource quantity: {quantity!r}") from e
+    if value < 0:
+        raise ValueError(f"negative resource quantity: {quantity!r}")
+    if resource == CPU:
+        value *= 1000
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _requested(owner: Mapping, resource: str) -> int | None:
+    """What a container (or a pod's own ``resources``) requests of ``resource``; None if unset."""
+    resources = owner.get("resources") or {}
+    # A request left out defaults to its limit (the API server's defaulting, per resource).
+    for kind in ("requests", "limits"):
+        amounts = resources.get(kind) or {}
+        if resource in amounts:
+            return amount(resource, amounts[resource])
+    return None
+
+
+def pod_request(spec: Mapping, resource: str) -> int:
+    """Effective request of a pod, by the Kubernetes rule (sidecar init containers included)."""
+    overhead = (spec.get("overhead") or {}).get(resource)
+    extra = amount(resource, overhead) if overhead is not None else 0
+    pod_level = _requested(spec, resource)  # PodLevelResources: the pod's own request wins
+    if pod_level is not None:
+        return pod_level + extra
+    app = sum(_requested(c, resource) or 0 for c in spec.get("containers") or ())
+    sidecars = 0
+    init_peak = 0
+    for init in spec.get("initContainers") or ():
+        request = _requested(init, resource) or 0
+        if init.get("restartPolicy") == "Always":  # a sidecar keeps running beside the app
+            sidecars += request
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + request)
+    return max(app + sidecars, init_peak) + extra
+
+
+def pod_requests(spec: Mapping) -> Amounts:
+    """What a pod takes of its node's FIT_RESOURCES: its requests, and one pod slot."""
+    return {**{resource: pod_request(spec, resource) for resource in (CPU, MEMORY, EPHEMERAL_STORAGE)}, PODS: 1}
+
+
+def node_allocatable(status: Mapping) -> Amounts:
+    """A node's allocatable FIT_RESOURCES. A resource it does not report is left out, and
+    so not a limit: every kubelet reports all four, but hand-made Node objects (tests,
+    simulators) may carry only their GPUs, and the scheduler keeps the last word anyway."""
+    allocatable = status.get("allocatable") or {}
+    return {resource: amount(resource, allocatable[resource]) for resource in FIT_RESOURCES if resource in allocatable}

@@ -1,0 +1,82 @@
+"""ResourceQuotas whose hard limit can never hold the job: bad input, not a refusal later.
+
+A quota refuses a pod at creation (exit 73) whatever ``--wait-for-gpus`` says. Where its
+hard limit is below what the whole job requests, no wait and no other tenant leaving
+would help: the job is bad input, named by the flag that makes it too large. What the
+quota has used so far is not counted here: that may free up. The job is counted at its
+smallest: all its GPUs in one pod (``podfit.PodShape``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distributetrain.core import quantity
+from distributetrain.core.podfit import PodShape
+from distributetrain.core.podrequests import CPU, MEMORY, PODS, amount
+from distributetrain.core.settings import JobSettings
+
+
+@dataclass(frozen=True)
+class QuotaExceeded:
+    """One hard limit the job's pods exceed on their own."""
+
+    flag: str  # what to change
+    quota: str  # the ResourceQuota's name
+    key: str  # the hard limit's name, e.g. "requests.cpu"
+    hard: int  # in the resource's whole unit (millicores for cpu)
+    needed: int
+
+    def __str__(self) -> str:
+        unit = quantity.format_cpu if self.key.endswith(CPU) else (
+            quantity.format_memory if self.key.endswith(MEMORY) else str)
+        return (f"the job's pods request {self.key} {unit(self.needed)} at least, but ResourceQuota {self.quota!r} "
+                f"allows {unit(self.hard)}")
+
+
+def job_totals(settings: JobSettings) -> dict[str, tuple[str, str, int]]:
+    """Each quota key the job's pods count against: (resource, flag, the least they request)."""
+    requests = PodShape.of_job(settings).requests(settings.num_gpus)  # one pod: the least the job can be
+    cpu, memory = ("--cpu-per-gpu", requests[CPU]), ("--memory-per-gpu", requests[MEMORY])
+    return {
+        "pods": (PODS, "--num-gpus", requests[PODS]), "count/pods": (PODS, "--num-gpus", requests[PODS]),
+        "cpu": (CPU, *cpu), "requests.cpu": (CPU, *cpu),
+        # Memory is each pod's limit too (manifests).
+        "memory": (MEMORY, *memory), "requests.memory": (MEMORY, *memory), "limits.memory": (MEMORY, *memory),
+        f"requests.{settings.gpu_resource}": (settings.gpu_resource, "--num-gpus", settings.num_gpus),
+    }
+
+
+def applies_to_job_pods(quota: Mapping, settings: JobSettings) -> bool:
+    """Whether the quota's scopes select the job's pods: Burstable, with no priority class,
+    terminating (activeDeadlineSeconds) only with ``--active-deadline``. A scope not known
+    here selects nothing, so an unknown quota is never taken for a limit."""
+    spec = quota.get("spec") or {}
+    scopes = [(scope, "Exists") for scope in spec.get("scopes") or ()] + [
+        (term.get("scopeName"), term.get("operator")) for term in (spec.get("scopeSelector") or {}).get(
+            "matchExpressions") or ()]
+    matches = {"Terminating": bool(settings.active_deadline_s), "NotTerminating": not settings.active_deadline_s,
+               "BestEffort": False, "NotBestEffort": True}
+    for scope, operator in scopes:
+        if scope == "PriorityClass":  # no priorityClassName: only "not one of these classes" selects it
+            if operator != "NotIn":
+                return False
+        elif scope not in matches or matches[scope] != (operator != "DoesNotExist"):
+            return False
+    return True
+
+
+def exceeded(quotas: list[Mapping], settings: JobSettings) -> QuotaExceeded | None:
+    """The first hard limit the job's pods could never fit in, if any."""
+    totals = job_totals(settings)
+    for quota in quotas:
+        if not applies_to_job_pods(quota, settings):
+            continue
+        for key, limit in sorted(((quota.get("spec") or {}).get("hard") or {}).items()):
+            if key in totals:
+                resource, flag, needed = totals[key]
+                hard = amount(resource, limit)
+                if needed > hard:
+                    return QuotaExceeded(flag, quota["metadata"]["name"], key, hard, needed)
+    return None

@@ -1,0 +1,29 @@
+"""Requests no cluster state could ever satisfy are bad input, naming the flag to change."""
+
+import pytest
+
+from distributetrain.core import errors
+from distributetrain.manager import booking
+from fitnodes import JOB, TIME_SLICED, ledger_of, node
+
+
+@pytest.mark.parametrize("nodes,settings,flag,says", [
+    ([node("a", 4)], JOB.replace(num_gpus=5), "--num-gpus", "the cluster's nodes advertise 4 in all"),
+    ([node("a", 2, cpu="2"), node("b", 2, cpu="2")], JOB, "--cpu-per-gpu",
+     "fit 2 of the 4 GPUs the cluster's nodes advertise: their allocatable CPU holds too few pods of 2 CPU per GPU"),
+    ([node("a", 4, memory="16Gi")], JOB, "--memory-per-gpu", "too few pods of 8Gi per GPU"),
+    ([node("s", 8, labels=TIME_SLICED)], JOB, "--allow-shared-gpus", "one rank of the job per node"),
+    ([node("a", 4, pods="0")], JOB, "--num-gpus", "their allocatable pods holds too few of the job's pods"),
+])
+def test_a_job_the_nodes_could_never_hold_is_bad_input(nodes, settings, flag, says):
+    with pytest.raises(errors.UsageError, match=flag) as refused:
+        booking.check_request(ledger_of(nodes, settings=settings), settings)
+    assert says in str(refused.value)
+
+
+def test_a_job_that_fits_once_other_pods_leave_is_not_bad_input():
+    busy = {"metadata": {"name": "t", "uid": "t"}, "status": {"phase": "Running"},
+            "spec": {"nodeName": "a", "containers": [{"name": "c", "resources": {"requests": {"cpu": "64"}}}]}}
+    booking.check_request(ledger_of([node("a", 4)], [busy]), JOB)
+    booking.check_request(ledger_of([node("s", 8, labels=TIME_SLICED)], settings=JOB.replace(allow_shared_gpus=True)),
+                          JOB)
