@@ -40,10 +40,26 @@ def test_a_job_runs_in_a_namespace_whose_quota_requires_requests(cluster, api_cl
         assert chief["limits"] == {"nvidia.com/gpu": "1", "memory": "256Mi"}
 
 
+# A quota the job fits in only while nobody else uses it: 2 GPUs x 8Gi = 16Gi of 20Gi.
+ROOMY_QUOTA_HARD = {"requests.cpu": "2", "requests.memory": "20Gi", "limits.memory": "20Gi"}
+
+
+def hold_quota(api_client, namespace: str, memory: str) -> None:
+    """A pod of another team that the quota charges: Pending for ever (no node matches),
+    as a pod waiting for its node still counts against the quota."""
+    client.CoreV1Api(api_client).create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other-team"},
+        "spec": {"nodeSelector": {"distributetrain.test/no-such-node": "true"},
+                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {"requests": {"cpu": "10m", "memory": memory},
+                                               "limits": {"memory": memory}}}]}})
+
+
 @pytest.mark.parametrize("policy", ["resource-quota", "limit-range"])
 def test_a_refusal_by_quota_or_limit_range_is_its_own_exit_code(cluster, api_client, namespace, jobs, policy):
     if policy == "resource-quota":
-        create_quota(api_client, namespace, QUOTA_HARD)  # the default 8Gi per GPU exceeds 2Gi
+        create_quota(api_client, namespace, ROOMY_QUOTA_HARD)
+        hold_quota(api_client, namespace, "6Gi")  # 16Gi of the 14Gi left: refused at creation
         refusal = "exceeded quota: compute"
     else:
         client.CoreV1Api(api_client).create_namespaced_limit_range(namespace, {
@@ -53,7 +69,7 @@ def test_a_refusal_by_quota_or_limit_range_is_its_own_exit_code(cluster, api_cli
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         # The manager's default memory per GPU (8Gi), over the harness's smaller one for local nodes.
         jobs.submit("refused", ["--num-gpus=2", "--image=distributetrain/base:0.1.0", "--memory-per-gpu=8Gi",
-                                f"--node-selector={pool.selector}"])
+                                "--cpu-per-gpu=250m", f"--node-selector={pool.selector}"])
         code = jobs.exit_code("refused", timeout_s=90)
         log = jobs.logs("refused")
         assert code == QUOTA_EXIT_CODE, log
@@ -63,3 +79,16 @@ def test_a_refusal_by_quota_or_limit_range_is_its_own_exit_code(cluster, api_cli
         # Refused by the server-side dry run before anything existed, or torn down: nothing is left.
         jobs.wait_gone(["refused-worker-0", "refused-chief"])
         assert jobs.secrets("refused") == []
+
+
+def test_a_quota_that_can_never_hold_the_job_is_bad_input(cluster, api_client, namespace, jobs):
+    create_quota(api_client, namespace, QUOTA_HARD)  # 2 GPUs x 8Gi can never fit in 2Gi
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        jobs.submit("never", ["--num-gpus=2", "--image=distributetrain/base:0.1.0", "--memory-per-gpu=8Gi",
+                              "--cpu-per-gpu=250m", f"--node-selector={pool.selector}"])
+        code = jobs.exit_code("never", timeout_s=90)
+        log = jobs.logs("never")
+        assert code == 2, log
+        assert "--memory-per-gpu" in log and "ResourceQuota 'compute'" in log and "can never admit" in log, log
+        assert [name for name in jobs.pods() if name.startswith("never-")] == []
+        assert jobs.secrets("never") == []
