@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from distributetrain.core import errors, inventory, names
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import KubeApi
 
 MANAGER_POD = "demo"
@@ -54,7 +55,9 @@ def manager_pod(name: str = MANAGER_POD, namespace: str = "ml", uid: str = "uid-
 
 
 class FakeKube(KubeApi):
-    def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None):
+    def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None,
+                 clock: Clock = REAL_CLOCK):
+        self.clock = clock  # what a watch with nothing scripted waits out its timeout on
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
@@ -72,6 +75,7 @@ class FakeKube(KubeApi):
         self.pods_stay_terminating = False
         self.on_create: list[Callable[[dict], None]] = []
         self.pod_lists = 0
+        self.node_lists = 0
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
         self._node_events: queue.SimpleQueue = queue.SimpleQueue()
@@ -89,7 +93,7 @@ class FakeKube(KubeApi):
 
     def _act(self, verb: str, kind: str, name: str) -> None:
         self.actions.append((verb, kind, name))
-        self.action_times.append(time.monotonic())
+        self.action_times.append(self.clock.monotonic())
 
     def when(self, verb: str, kind: str, name: str) -> float:
         """When (monotonic) that action was first taken."""
@@ -120,6 +124,7 @@ class FakeKube(KubeApi):
         self._maybe_fail("list_all")
         with self.lock:
             if kind == "nodes":
+                self.node_lists += 1
                 return copy.deepcopy(list(self.nodes.values())), "1"
             self.pod_lists += 1
             return self._pods(selectors), "1"
@@ -222,7 +227,7 @@ class FakeKube(KubeApi):
         """The next of ``pod_watches``, as a watch plays it (also for an ``on_pod_watch``)."""
         script = self.pod_watches.pop(0) if self.pod_watches else None
         if script is None:  # nothing (more) scripted: the watch waits out its timeout
-            time.sleep(timeout_s)
+            self.clock.sleep(timeout_s)
             return
         for step in script:
             if isinstance(step, BaseException):
@@ -230,8 +235,10 @@ class FakeKube(KubeApi):
             yield self.apply(*(step(self) if callable(step) else step))
 
     def apply(self, first: str, second: dict) -> tuple[str, dict]:
-        """(event type, pod) as given, or (pod name, status) applied to the pod held."""
+        """(event type, pod) as given (a BOOKMARK changes nothing), or (pod name, status) applied to the pod held."""
         with self.lock:
+            if first == "BOOKMARK":
+                return first, copy.deepcopy(second)
             if first in ("ADDED", "MODIFIED", "DELETED"):
                 if first == "DELETED":
                     self.pods.pop(second["metadata"]["name"], None)

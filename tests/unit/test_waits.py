@@ -3,7 +3,7 @@
 import time
 
 from distributetrain.core import errors
-from distributetrain.kube import waits
+from distributetrain.kube import informer, waits
 from fakekube import FakeKube
 
 
@@ -80,7 +80,7 @@ def test_lost_worker_is_reported_over_the_chief_failure_it_caused():
 
 
 def test_a_watch_error_other_than_gone_lists_again_and_never_aborts(monkeypatch):
-    monkeypatch.setattr(waits, "RELIST_DELAY_S", 0)
+    monkeypatch.setattr(informer, "RELIST_DELAY_S", 0)
     worker = pod("w0", ready=True)
     kube = FakeKube(pods=[pod("c"), worker])
     kube.pod_watches = [
