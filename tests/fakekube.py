@@ -14,7 +14,8 @@ What the tests script:
   script left (or None) waits out its timeout. ``on_pod_watch(fake)``, if set, runs
   instead of the scripts (a story of its own: e.g. the chief ends once a replacement
   exists);
-- ``send_nodes(...)``: node events, delivered to the running node watch as they are sent;
+- ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
+  (``break_node_watch(error)`` ends it with an error);
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
   ``create_owned``, ``annotate_pod``, ...);
 - ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node);
@@ -30,7 +31,6 @@ from __future__ import annotations
 import copy
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 from distributetrain.core import errors, inventory, names
@@ -251,13 +251,23 @@ class FakeKube(KubeApi):
                 pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
             return "MODIFIED", copy.deepcopy(pod)
 
+    def break_node_watch(self, error: BaseException) -> None:
+        """The running node watch ends with ``error`` (after the events sent before)."""
+        self._node_events.put(error)
+
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
-        ends_at = time.monotonic() + timeout_s
-        while (left := ends_at - time.monotonic()) > 0:
+        ends_at = self.clock.monotonic() + timeout_s
+        while (left := ends_at - self.clock.monotonic()) > 0:
             try:
-                yield self._node_events.get(timeout=left)
+                # On a fake clock nothing else moves time: with no event sent, the watch
+                # waits out its time at once.
+                event = self._node_events.get(block=self.clock is REAL_CLOCK, timeout=left)
             except queue.Empty:
+                self.clock.sleep(ends_at - self.clock.monotonic())
                 return
+            if isinstance(event, BaseException):
+                raise event
+            yield event
 
     # -- leases ---------------------------------------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict | None:
