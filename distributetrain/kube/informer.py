@@ -100,8 +100,15 @@ class Informer:
         where = self.namespace or "all namespaces"
         return f"{self.kind} in {where}" + "".join(f" {value}" for value in self.selectors.values())
 
+    @property
+    def failure(self) -> errors.DistributeTrainError | None:
+        """What ended its thread (a missing permission); None while it follows."""
+        return self._failure
+
     def add_handler(self, handler: Handler) -> None:
-        """``handler`` gets each batch of changes, in the thread that follows, holding ``changed``."""
+        """``handler`` gets each batch of changes, in the thread that follows, holding ``changed``
+        (an empty batch too: a list that changed nothing, an event for an object not kept,
+        the informer's thread ending with ``failure``)."""
         self._handlers.append(handler)
 
     # -- on a thread of its own ------------------------------------------------------------
@@ -123,7 +130,7 @@ class Informer:
             log.error("cannot follow %r: %s", self, e)
             with self.changed:
                 self._failure = e
-                self.changed.notify_all()
+                self._hand_on([])  # wakes whoever waits on a handler's state: it reads the failure
 
     # -- waiting ---------------------------------------------------------------------------
     def wait_until(self, predicate: Predicate[T], deadline: float) -> Satisfied[T] | DeadlineReached:
