@@ -14,6 +14,8 @@ What the tests script:
   script left (or None) waits out its timeout. ``on_pod_watch(fake)``, if set, runs
   instead of the scripts (a story of its own: e.g. the chief ends once a replacement
   exists);
+- ``send_cluster_pods(...)``: events of every namespace's pods (a watch with no
+  namespace: free GPUs followed), delivered as they are sent;
 - ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
   (``break_node_watch(error)`` ends it with an error);
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
@@ -79,6 +81,7 @@ class FakeKube(KubeApi):
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
         self._node_events: queue.SimpleQueue = queue.SimpleQueue()
+        self._cluster_pod_events: queue.SimpleQueue = queue.SimpleQueue()
 
     # -- what tests use to set the scene --------------------------------------------------
     def send_nodes(self, *changed: dict) -> None:
@@ -216,6 +219,9 @@ class FakeKube(KubeApi):
     def watch_pods(
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]:
+        if namespace is None:  # the cluster's pods (free GPUs followed), not the job's scripts
+            yield from self._sent(self._cluster_pod_events, timeout_s)
+            return
         with self.lock:
             self._act("watch", "Pod", "")
         if self.on_pod_watch is not None:
@@ -251,17 +257,32 @@ class FakeKube(KubeApi):
                 pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
             return "MODIFIED", copy.deepcopy(pod)
 
+    def send_cluster_pods(self, *changes: tuple[str, dict]) -> None:
+        """(event type, pod) events of pods outside the job's scripts (other tenants'),
+        delivered to the running watch of every namespace's pods as they are sent."""
+        for event_type, pod in changes:
+            with self.lock:
+                if event_type == "DELETED":
+                    self.pods.pop(pod["metadata"]["name"], None)
+                else:
+                    self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
+            self._cluster_pod_events.put((event_type, copy.deepcopy(pod)))
+
     def break_node_watch(self, error: BaseException) -> None:
         """The running node watch ends with ``error`` (after the events sent before)."""
         self._node_events.put(error)
 
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        return self._sent(self._node_events, timeout_s)
+
+    def _sent(self, events: queue.SimpleQueue, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """A watch of what is sent to ``events``, until ``timeout_s`` passes."""
         ends_at = self.clock.monotonic() + timeout_s
         while (left := ends_at - self.clock.monotonic()) > 0:
             try:
                 # On a fake clock nothing else moves time: with no event sent, the watch
                 # waits out its time at once.
-                event = self._node_events.get(block=self.clock is REAL_CLOCK, timeout=left)
+                event = events.get(block=self.clock is REAL_CLOCK, timeout=left)
             except queue.Empty:
                 self.clock.sleep(ends_at - self.clock.monotonic())
                 return

@@ -159,13 +159,22 @@ class FreeGpuWatch:
         with self._changed:
             return self._fits()
 
-    def _fits(self) -> bool | None:
+    def free(self) -> dict[str, int] | None:
+        """Free GPUs per candidate node, as followed; None until both lists are in."""
+        with self._changed:
+            return self._free()
+
+    def _free(self) -> dict[str, int] | None:
         for informer in self._informers:
             if informer.failure is not None:
                 raise informer.failure
         if not all(informer.synced for informer in self._informers):
             return None
-        return plannable(self.parts.free(), self.num_gpus)
+        return self.parts.free()
+
+    def _fits(self) -> bool | None:
+        free = self._free()
+        return None if free is None else plannable(free, self.num_gpus)
 
     def wait_until_fits(self, after: int, until: float) -> bool:
         """Wait until a change after generation ``after`` makes the request fit (True), or

@@ -138,9 +138,14 @@ def test_the_store_keeps_only_what_keep_returns_keyed_by_namespace_across_namesp
     kube = FakeKube(pods=[pod("a", namespace="x"), pod("b", phase="Succeeded", namespace="y")], clock=clock)
     informer = Informer(kube, "pods", None, clock=clock,
                         keep=lambda p: p["status"]["phase"] if p["status"]["phase"] == "Running" else None)
-    kube.pod_watches = [[("MODIFIED", pod("a", "3", "Succeeded", namespace="x"))]]
     changes = []
-    informer.add_handler(changes.extend)
+
+    def record(batch):
+        changes.extend(batch)
+        if len(changes) == 1:  # listed: then a ends
+            kube.send_cluster_pods(("MODIFIED", pod("a", "3", "Succeeded", namespace="x")))
+
+    informer.add_handler(record)
     informer.wait_until(lambda pods: None if pods else True, clock.monotonic() + 60)
     assert changes == [Change("ADDED", "x/a", None, "Running"), Change("DELETED", "x/a", "Running", None)]
 
