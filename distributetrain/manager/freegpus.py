@@ -28,7 +28,8 @@ from distributetrain.core import placement
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim, node_gpus, pod_claim
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube, make_api_client
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import make_api_client
 from distributetrain.kube.informer import Change, Informer
 
 # Each watch request of a waiting manager lasts this long (the manager's own watches: 4 s,

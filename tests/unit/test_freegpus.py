@@ -13,7 +13,8 @@ from distributetrain.core import errors
 from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from distributetrain.kube.informer import Informer
 from distributetrain.manager import freegpus
 from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
