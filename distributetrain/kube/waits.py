@@ -153,8 +153,13 @@ def watch_until(
     """List, then watch, the selected pods until ``judge`` returns an outcome or ``deadline``
     (monotonic) passes; return the outcome (None at the deadline) and the last view of the pods.
     """
-    informer = Informer(kube, "pods", namespace, selectors={"label_selector": selector}, clock=clock)
-    return judged(informer, judge, deadline)
+    return judged(job_pods(kube, namespace, selector, clock), judge, deadline)
+
+
+def job_pods(kube: KubeApi, namespace: str, selector: str, clock: Clock = REAL_CLOCK) -> Informer:
+    """The selected pods, followed: listed at the first wait, then watched, so each later
+    wait of a phase reads the same live store instead of listing again."""
+    return Informer(kube, "pods", namespace, selectors={"label_selector": selector}, clock=clock)
 
 
 def judged(informer: Informer, judge: Callable[[Mapping[str, dict]], T | None],
@@ -182,9 +187,7 @@ def wait_until_gone(kube: KubeApi, namespace: str, selector: str, deadline: floa
     return set() if outcome else job_pods_left(pods)
 
 
-def watch_job(
-    kube: KubeApi, namespace: str, selector: str, judge: Judge, deadline: float, expected: list[str]
-) -> Outcome:
-    """Follow the job's pods (``selector``) until ``judge`` returns an outcome, or TimedOut at ``deadline``."""
-    outcome, pods = watch_until(kube, namespace, selector, judge, deadline)
-    return outcome if outcome is not None else TimedOut(pending_reasons(pods, expected))
+def watch_job(pods: Informer, judge: Judge, deadline: float, expected: list[str]) -> Outcome:
+    """Follow the job's pods (``job_pods``) until ``judge`` returns an outcome, or TimedOut at ``deadline``."""
+    outcome, view = judged(pods, judge, deadline)
+    return outcome if outcome is not None else TimedOut(pending_reasons(view, expected))

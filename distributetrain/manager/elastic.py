@@ -134,12 +134,13 @@ class ElasticFollower:
     fit; only then does it take the Lease and list afresh, so a job left short lists
     nothing while nothing changes."""
 
-    def __init__(self, kube: Kube, run: Run, clock: Clock = REAL_CLOCK,
+    def __init__(self, kube: Kube, run: Run, pods: Informer | None = None, clock: Clock = REAL_CLOCK,
                  free_gpus_client: Callable[[Kube], Kube] = waiting_client):
         self.kube = kube
         self.clock = clock
-        self.pods = Informer(kube, "pods", run.settings.namespace, selectors={"label_selector": run.settings.selector},
-                             clock=clock)
+        # The job's pods as post-training follows them (its own when not given).
+        self.pods = pods if pods is not None else waits.job_pods(kube, run.settings.namespace, run.settings.selector,
+                                                                 clock)
         self.free_gpus: FreeGpuWatch | None = None  # open while short of GPUs, after a booking found none
         self.free_gpus_client = free_gpus_client
         self.settings = run.settings

@@ -98,3 +98,18 @@ def test_gone_lists_again():
     kube.pod_watches = [[errors.Gone("too old resource version")], [("DELETED", worker)]]
     outcome, _ = waits.watch_until(kube, "ns", "job=j", waits.chief_finished("c", ["w0"]), time.monotonic() + 10)
     assert outcome == waits.PodLost("w0", "was deleted") and kube.pod_lists == 2
+
+
+def test_waits_of_one_phase_share_one_list_of_the_job_pods():
+    worker = pod("w0", ready=True)
+    kube = FakeKube(pods=[pod("c"), worker])
+    kube.pod_watches = [[("c", {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]})],
+                        [("DELETED", worker)]]
+    pods = waits.job_pods(kube, "ns", "job=j")
+    assert waits.watch_job(pods, waits.chief_started("c", ["w0"]), time.monotonic() + 10, ["c", "w0"]) == \
+        waits.ChiefStarted()
+    assert waits.watch_job(pods, waits.chief_finished("c", ["w0"]), time.monotonic() + 10, ["c", "w0"]) == \
+        waits.ChiefFinished(1)
+    assert waits.watch_job(pods, waits.worker_lost(["w0"]), time.monotonic() + 10, ["w0"]) == \
+        waits.PodLost("w0", "was deleted")
+    assert kube.pod_lists == 1  # the later waits read the live store, resumed from its version
