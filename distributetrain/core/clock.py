@@ -43,15 +43,12 @@ REAL_CLOCK = RealClock()
 
 class FakeClock:
     """A clock that moves only when told: ``advance``, or a ``sleep`` (which returns at
-    once, the time slept having passed). A timed wait ends when notified, or once the
-    clock has been advanced past its timeout (by another thread, or by ``auto_advance``)."""
+    once, the time slept having passed). A timed wait ends when notified, or once another
+    thread has advanced the clock past its timeout."""
 
-    def __init__(self, start: float = 1000.0, auto_advance: bool = False):
+    def __init__(self, start: float = 1000.0):
         self._now = start
         self._lock = threading.Lock()
-        # Set: a timed wait that nothing notifies advances the clock to its end itself,
-        # as if the time had passed (for code driven inline, with no other thread to step it).
-        self.auto_advance = auto_advance
 
     def monotonic(self) -> float:
         with self._lock:
@@ -69,6 +66,4 @@ class FakeClock:
         while self.monotonic() < ends_at:
             if condition.wait(FAKE_WAIT_POLL_S):
                 return True
-            if self.auto_advance:
-                self.advance(ends_at - self.monotonic())
         return False
