@@ -5,11 +5,11 @@ list every node and every pod at least every 10 s, to catch GPUs freed and nodes
 back: with many managers waiting, the API server listed the whole cluster for each of
 them over and over, and the Lease went from one to the next only for each to find
 nothing. Here a waiting manager lists nodes and pods once, then follows a watch of each
-(an informer of each kind),
-keeping every node's and every GPU pod's part of the ledger (``inventory.node_gpus``,
-``inventory.pod_claim``: the rules of a fresh inventory), so it learns without asking
-when its request would fit: a pod holding GPUs ended, a node became Ready, was
-uncordoned or lost a taint.
+(an informer of each kind), keeping every node's and every GPU pod's part of the ledger
+(``inventory.node_gpus``, ``inventory.pod_claim``: the rules of a fresh inventory), so it
+learns without asking when its request would fit: a pod holding GPUs ended, a node
+became Ready, was uncordoned or lost a taint. An elastic job short of GPUs follows them
+the same way (``elastic``).
 
 That answer only says when to try. The plan is still made under the Lease from a fresh
 inventory (``pretraining``): a watch lags the cluster, and only a list taken while
