@@ -47,7 +47,8 @@ import matplotlib.pyplot as plt
 
 from bench import report, testbed
 from distributetrain.core import names
-from distributetrain.kube.client import Kube, load_api_client
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import load_api_client
 from distributetrain.manager import lifecycle
 
 WORKER_COUNTS = (1, 4, 16, 64)

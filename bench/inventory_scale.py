@@ -43,7 +43,7 @@ from kubernetes import client
 from bench import report, testbed
 from bench.inventory_probe import GPU_RESOURCE, admin_client
 from distributetrain.core import errors
-from distributetrain.kube.client import call
+from distributetrain.kube.calls import call
 
 NODES = 5_000
 GPUS_PER_NODE = 8

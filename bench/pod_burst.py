@@ -25,7 +25,7 @@ from pathlib import Path
 from bench import control_plane, testbed
 from distributetrain.core import manifests, names
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import client as kube_module
+from distributetrain.kube import client as kube_module, connection
 from distributetrain.kube import waits
 from distributetrain.manager.teardown import tear_down
 
@@ -68,10 +68,10 @@ def burst(cluster, api_client, namespace: str, job: str, workers: int, prefix: s
     owner_uid = testbed.stand_in_manager(api_client, namespace, job)
     settings = control_plane.manager_settings(job, namespace, owner_uid, workers, selector, claim)
     kube_module.API_CONCURRENCY = in_flight
-    kube_module.API_CONNECTIONS = in_flight + 3
+    connection.API_CONNECTIONS = in_flight + 3
     if not drained:
         kube_module.drain = lambda response: None
-    manager_client = kube_module.load_api_client(kubeconfig=str(cluster.kubeconfig))
+    manager_client = connection.load_api_client(kubeconfig=str(cluster.kubeconfig))
     kube = control_plane.TracedKube(manager_client)
     node = f"{prefix}-{{:02d}}" if containers else f"{prefix}-absent-{{:02d}}"
     pods = [manifests.worker_pod(settings, i, node.format(i), 1) for i in range(workers)]

@@ -102,7 +102,8 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     """One manager waiting for GPUs: ``PreTraining._place`` until its wait ends."""
     from distributetrain.core import errors
     from distributetrain.kube.events import EventRecorder
-    from distributetrain.kube.client import Kube, load_api_client
+    from distributetrain.kube.client import Kube
+    from distributetrain.kube.connection import load_api_client
     from distributetrain.manager.discovery import HostList
     from distributetrain.core.names import Attempt
     from distributetrain.manager.kinds import kind_of

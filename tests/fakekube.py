@@ -14,7 +14,10 @@ What the tests script:
   script left (or None) waits out its timeout. ``on_pod_watch(fake)``, if set, runs
   instead of the scripts (a story of its own: e.g. the chief ends once a replacement
   exists);
-- ``send_nodes(...)``: node events, delivered to the running node watch as they are sent;
+- ``send_cluster_pods(...)``: events of every namespace's pods (a watch with no
+  namespace: free GPUs followed), delivered as they are sent;
+- ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
+  (``break_node_watch(error)`` ends it with an error);
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
   ``create_owned``, ``annotate_pod``, ...);
 - ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node);
@@ -30,10 +33,10 @@ from __future__ import annotations
 import copy
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 from distributetrain.core import errors, inventory, names
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import KubeApi
 
 MANAGER_POD = "demo"
@@ -54,7 +57,9 @@ def manager_pod(name: str = MANAGER_POD, namespace: str = "ml", uid: str = "uid-
 
 
 class FakeKube(KubeApi):
-    def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None):
+    def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None,
+                 clock: Clock = REAL_CLOCK):
+        self.clock = clock  # what a watch with nothing scripted waits out its timeout on
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
@@ -73,9 +78,11 @@ class FakeKube(KubeApi):
         self.pods_stay_terminating = False
         self.on_create: list[Callable[[dict], None]] = []
         self.pod_lists = 0
+        self.node_lists = 0
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
         self._node_events: queue.SimpleQueue = queue.SimpleQueue()
+        self._cluster_pod_events: queue.SimpleQueue = queue.SimpleQueue()
 
     # -- what tests use to set the scene --------------------------------------------------
     def send_nodes(self, *changed: dict) -> None:
@@ -90,7 +97,7 @@ class FakeKube(KubeApi):
 
     def _act(self, verb: str, kind: str, name: str) -> None:
         self.actions.append((verb, kind, name))
-        self.action_times.append(time.monotonic())
+        self.action_times.append(self.clock.monotonic())
 
     def when(self, verb: str, kind: str, name: str) -> float:
         """When (monotonic) that action was first taken."""
@@ -121,6 +128,7 @@ class FakeKube(KubeApi):
         self._maybe_fail("list_all")
         with self.lock:
             if kind == "nodes":
+                self.node_lists += 1
                 return copy.deepcopy(list(self.nodes.values())), "1"
             self.pod_lists += 1
             return self._pods(selectors), "1"
@@ -216,6 +224,9 @@ class FakeKube(KubeApi):
     def watch_pods(
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]:
+        if namespace is None:  # the cluster's pods (free GPUs followed), not the job's scripts
+            yield from self._sent(self._cluster_pod_events, timeout_s)
+            return
         with self.lock:
             self._act("watch", "Pod", "")
         if self.on_pod_watch is not None:
@@ -227,7 +238,7 @@ class FakeKube(KubeApi):
         """The next of ``pod_watches``, as a watch plays it (also for an ``on_pod_watch``)."""
         script = self.pod_watches.pop(0) if self.pod_watches else None
         if script is None:  # nothing (more) scripted: the watch waits out its timeout
-            time.sleep(timeout_s)
+            self.clock.sleep(timeout_s)
             return
         for step in script:
             if isinstance(step, BaseException):
@@ -235,8 +246,10 @@ class FakeKube(KubeApi):
             yield self.apply(*(step(self) if callable(step) else step))
 
     def apply(self, first: str, second: dict) -> tuple[str, dict]:
-        """(event type, pod) as given, or (pod name, status) applied to the pod held."""
+        """(event type, pod) as given (a BOOKMARK changes nothing), or (pod name, status) applied to the pod held."""
         with self.lock:
+            if first == "BOOKMARK":
+                return first, copy.deepcopy(second)
             if first in ("ADDED", "MODIFIED", "DELETED"):
                 if first == "DELETED":
                     self.pods.pop(second["metadata"]["name"], None)
@@ -249,13 +262,38 @@ class FakeKube(KubeApi):
                 pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
             return "MODIFIED", copy.deepcopy(pod)
 
+    def send_cluster_pods(self, *changes: tuple[str, dict]) -> None:
+        """(event type, pod) events of pods outside the job's scripts (other tenants'),
+        delivered to the running watch of every namespace's pods as they are sent."""
+        for event_type, pod in changes:
+            with self.lock:
+                if event_type == "DELETED":
+                    self.pods.pop(pod["metadata"]["name"], None)
+                else:
+                    self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
+            self._cluster_pod_events.put((event_type, copy.deepcopy(pod)))
+
+    def break_node_watch(self, error: BaseException) -> None:
+        """The running node watch ends with ``error`` (after the events sent before)."""
+        self._node_events.put(error)
+
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
-        ends_at = time.monotonic() + timeout_s
-        while (left := ends_at - time.monotonic()) > 0:
+        return self._sent(self._node_events, timeout_s)
+
+    def _sent(self, events: queue.SimpleQueue, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """A watch of what is sent to ``events``, until ``timeout_s`` passes."""
+        ends_at = self.clock.monotonic() + timeout_s
+        while (left := ends_at - self.clock.monotonic()) > 0:
             try:
-                yield self._node_events.get(timeout=left)
+                # On a fake clock nothing else moves time: with no event sent, the watch
+                # waits out its time at once.
+                event = events.get(block=self.clock is REAL_CLOCK, timeout=left)
             except queue.Empty:
+                self.clock.sleep(ends_at - self.clock.monotonic())
                 return
+            if isinstance(event, BaseException):
+                raise event
+            yield event
 
     # -- leases ---------------------------------------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict | None:

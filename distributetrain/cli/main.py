@@ -85,7 +85,8 @@ def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
 
         print(render(settings, args.nodes), end="")
         return exitcodes.OK
-    from distributetrain.kube.client import Kube, load_api_client
+    from distributetrain.kube.client import Kube
+    from distributetrain.kube.connection import load_api_client
     from distributetrain.manager.lifecycle import execute
 
     # The manager acts as its pod's ServiceAccount (rbac/), whatever kubeconfig its image holds.

@@ -2,20 +2,16 @@
 
 - Objects travel as plain JSON dicts (``_preload_content=False``): the builders make
   dicts, and listing 150,000 pods as dicts is far cheaper than as client models.
-- API errors are translated here, once, into ``distributetrain.core.errors`` types.
+- Every call goes through ``calls.call``: errors translated once, transient failures
+  retried until the retry deadline, every request with its timeouts (``connection``). So
+  is "forbidden" for a while after such a failure: a restarted apiserver serves requests
+  before its RBAC caches are synced and denies them meanwhile (kubernetes/kubernetes#121635).
 - Creating an object that already exists is fine if the job owns it (a restarted
   manager adopts its job); deleting one that is gone is fine too.
-- Every request has a connect and a read timeout (``ApiTimeouts``), applied in the REST
-  layer so no call can go without, and urllib3's own retries are off: ``call`` is the
-  one retry loop, and it logs every retry. Transient failures (connection refused while
-  the apiserver restarts, timeouts, 429, 5xx) are retried with backoff until the retry
-  deadline. So is "forbidden" for a while after such a failure: a restarted apiserver
-  serves requests before its RBAC caches are synced and denies them meanwhile
-  (kubernetes/kubernetes#121635).
 - A watch is a chain of short watch requests, each resumed from the last
   resourceVersion. The server ends each one after ``watch_chunk_s``, so a read timeout a
   little longer than that means the connection went silent: a stalled connection hides
-  an event for seconds, not until the server's watch timeout.
+  an event for seconds, not until the server's watch timeout. Only ``informer`` calls it.
 """
 
 from __future__ import annotations
@@ -23,268 +19,31 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
 from typing import Protocol, TypeVar
 
 import urllib3
-from kubernetes import client, config
-from kubernetes.client import rest
-from kubernetes.client.rest import ApiException
-from kubernetes.config import incluster_config
+from kubernetes import client
 
 from distributetrain.core import errors, names
+from distributetrain.kube.calls import call, drain, is_transient, read_json
+from distributetrain.kube.connection import API_CONCURRENCY, ApiTimeouts
 
 log = logging.getLogger(__name__)
 
-ENV_PREFIX = "DISTRIBUTETRAIN_API_"  # + an ApiTimeouts field in capitals overrides it
-
-
-@dataclass(frozen=True)
-class ApiTimeouts:
-    """How long the manager waits on the Kubernetes API. Seconds.
-
-    ``DISTRIBUTETRAIN_API_<FIELD>`` in the environment overrides a field (e.g.
-    ``DISTRIBUTETRAIN_API_RETRY_DEADLINE_S=2``): the black-box tests use short ones to
-    show an unresponsive apiserver costs a bounded time.
-    """
-
-    # TCP connect plus TLS handshake. A lost SYN is resent after 1 s and 3 s; beyond that
-    # a fresh connection (call retries) is quicker than the kernel's next resend at 7 s.
-    connect_s: float = 5.0
-    # Longest silence within one non-watch response; the apiserver gives up on its own
-    # requests after 60 s, but a page of 500 pods or a create answers in well under 1 s.
-    read_s: float = 30.0
-    # Transient failures are retried this long: it rides out an apiserver restart.
-    retry_deadline_s: float = 90.0
-    # Each watch request asks the server to end it after this (timeoutSeconds, whole
-    # seconds); the apiserver sends a bookmark 2 s before, and the watch resumes at once.
-    watch_chunk_s: float = 4.0
-    # A watch silent this long past its chunk's end is stalled: reconnect. Chunk plus
-    # slack (6 s) bounds how late an event can be seen on a stalled connection.
-    watch_read_slack_s: float = 2.0
-
-    @property
-    def request(self) -> tuple[float, float]:
-        """The (connect, read) pair urllib3 honours for a non-watch request."""
-        return self.connect_s, self.read_s
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> ApiTimeouts:
-        changes = {}
-        for field in fields(cls):
-            name = ENV_PREFIX + field.name.upper()
-            if name in environ:
-                changes[field.name] = _positive_seconds(name, environ[name])
-        return cls(**changes)
-
-
-def _positive_seconds(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < math.inf:
-        raise errors.UsageError(name, f"must be a positive number of seconds, e.g. 2.5, got {text!r}")
-    return value
-
-
-API_BACKOFF_FIRST_S = 0.1
-API_BACKOFF_MAX_S = 2.0
-# jobs.api passes this as its read timeout; the REST layer applies it anyway.
-API_REQUEST_TIMEOUT_S = ApiTimeouts.read_s
 LIST_PAGE_SIZE = 500
 WATCH_RECONNECT_DELAY_S = 0.2  # after a broken watch stream: never a busy loop
 # Objects come back as plain JSON (see the module docstring).
 REQUEST_OPTIONS = {"_preload_content": False}
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"  # Kueue's aggregated API: pending workloads
 VISIBILITY_VERSION = "v1beta1"  # served by Kueue since v0.9, and still by v0.19
-# Creates and deletes of a job's pods are sent this many at a time: each is one round trip
-# waiting mostly on etcd, so overlapping them is what makes 64 workers cost about 16.
-API_CONCURRENCY = 8
-# Connections kept open to the API server: the creates or deletes in flight, plus the pod
-# watch, the Event sender and the annotation writer. urllib3 closes a connection returned
-# to a full pool, and the next request pays a new TCP and TLS handshake.
-API_CONNECTIONS = API_CONCURRENCY + 3
 AUTHZ_SETTLE_S = 30.0  # after the API was unreachable, "forbidden" is retried this long
-# Keepalive probes on idle connections: a pooled connection whose peer vanished without a
-# FIN (node or netns gone) is reset after about 30 s, and so never reused to wait out a
-# read timeout. Socket options missing on this platform are skipped.
-TCP_KEEPALIVE_IDLE_S = 15
-TCP_KEEPALIVE_INTERVAL_S = 5
-TCP_KEEPALIVE_PROBES = 3
-KEEPALIVE_SOCKET_OPTIONS = urllib3.connection.HTTPConnection.default_socket_options + [
-    (level, getattr(socket, name), value)
-    for level, name, value in (
-        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
-        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", TCP_KEEPALIVE_IDLE_S),
-        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", TCP_KEEPALIVE_INTERVAL_S),
-        (socket.IPPROTO_TCP, "TCP_KEEPCNT", TCP_KEEPALIVE_PROBES),
-    )
-    if hasattr(socket, name)
-]
 
 T = TypeVar("T")
 A = TypeVar("A")
-
-
-class TimedRestClient(rest.RESTClientObject):
-    """The client's REST layer with a timeout on every request, and TCP keepalive.
-
-    The generated client turns ``_request_timeout`` into a urllib3 timeout only for an
-    int or a (connect, read) tuple; anything else, a float included, silently means no
-    timeout at all. Here a tuple passes as it is, a number is the read timeout, and no
-    timeout gets ``timeouts.request``.
-    """
-
-    def __init__(self, configuration: client.Configuration, timeouts: ApiTimeouts):
-        super().__init__(configuration)
-        self.timeouts = timeouts
-        # Pools are created on first use, each from these keyword arguments.
-        self.pool_manager.connection_pool_kw["socket_options"] = KEEPALIVE_SOCKET_OPTIONS
-
-    def request(self, method, url, *args, _request_timeout=None, **kwargs):
-        if isinstance(_request_timeout, tuple):
-            timeout = _request_timeout
-        elif _request_timeout:
-            timeout = (self.timeouts.connect_s, float(_request_timeout))
-        else:
-            timeout = self.timeouts.request
-        return super().request(method, url, *args, _request_timeout=timeout, **kwargs)
-
-
-def make_api_client(configuration: client.Configuration, timeouts: ApiTimeouts | None = None) -> client.ApiClient:
-    """An ApiClient whose every request has a timeout and is tried once (``call`` retries)."""
-    # urllib3 would otherwise retry 3 times on its own: unlogged, each costing a timeout.
-    configuration.retries = False
-    configuration.connection_pool_maxsize = API_CONNECTIONS
-    api_client = client.ApiClient(configuration)
-    api_client.rest_client = TimedRestClient(configuration, timeouts or ApiTimeouts.from_environment())
-    return api_client
-
-
-def kubeconfig_path() -> str:
-    """kubectl's default: ``$KUBECONFIG`` (files joined by ':'), else ~/.kube/config. Read
-    at each call: the client library reads ``$KUBECONFIG`` once, when it is imported."""
-    return os.environ.get("KUBECONFIG") or "~/.kube/config"
-
-
-def uses_in_cluster(kubeconfig: str | None, context: str | None, *, in_cluster_first: bool) -> bool:
-    """Whether ``load_api_client`` acts as the pod's ServiceAccount rather than a kubeconfig.
-
-    ``in_cluster_first``: the manager, whose pod acts as its own ServiceAccount whatever
-    files its image holds. Otherwise kubectl's order, for the user's commands (the CLI
-    and the kubectl plugin in a notebook pod act as its user): ``--kubeconfig``,
-    ``$KUBECONFIG``, ~/.kube/config, and the ServiceAccount only when none exists.
-    """
-    if kubeconfig is not None or context is not None:
-        return False
-    # client-go's InClusterConfig.Possible(): the service's env and the token file.
-    in_a_pod = all(os.environ.get(name) for name in (incluster_config.SERVICE_HOST_ENV_NAME,
-                                                     incluster_config.SERVICE_PORT_ENV_NAME))
-    if not in_a_pod or not os.path.isfile(incluster_config.SERVICE_TOKEN_FILENAME):
-        return False
-    return in_cluster_first or not any(
-        os.path.exists(os.path.expanduser(path)) for path in kubeconfig_path().split(os.pathsep) if path)
-
-
-def load_api_client(
-    kubeconfig: str | None = None, context: str | None = None, *, in_cluster_first: bool = False
-) -> client.ApiClient:
-    """The pod's ServiceAccount or a kubeconfig, as ``uses_in_cluster`` decides."""
-    configuration = client.Configuration()
-    if uses_in_cluster(kubeconfig, context, in_cluster_first=in_cluster_first):
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(config_file=kubeconfig or kubeconfig_path(), context=context,
-                                client_configuration=configuration)
-    return make_api_client(configuration)
-
-
-def translate(error: Exception) -> errors.DistributeTrainError:
-    """Map a client exception onto the project's error types."""
-    if isinstance(error, ApiException):
-        message = _api_message(error)
-        if error.status == 404:
-            return errors.NotFound(message)
-        if error.status == 409:
-            reason = _api_reason(error)
-            return errors.AlreadyExists(message) if reason == "AlreadyExists" else errors.Conflict(message)
-        if error.status == 410:
-            return errors.Gone(message)
-        if error.status == 403:
-            return errors.forbidden(message)
-        if error.status == 422:
-            return errors.Invalid(message)
-        if error.status in (429, 500, 502, 503, 504) or error.status == 0:
-            return errors.TransientApiError(message)
-        return errors.ApiError(message)
-    if isinstance(error, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError)):
-        return errors.TransientApiError(f"cannot reach the Kubernetes API: {error}")
-    return errors.ApiError(str(error))
-
-
-def _api_body(error: ApiException) -> dict:
-    try:
-        return json.loads(error.body or "{}")
-    except (TypeError, ValueError):
-        return {}
-
-
-def _api_message(error: ApiException) -> str:
-    return _api_body(error).get("message") or f"HTTP {error.status} {error.reason}"
-
-
-def _api_reason(error: ApiException) -> str:
-    return _api_body(error).get("reason", "")
-
-
-def is_transient(error: errors.DistributeTrainError) -> bool:
-    return isinstance(error, errors.TransientApiError)
-
-
-def call(
-    operation: Callable[[], T],
-    deadline_s: float = ApiTimeouts.retry_deadline_s,
-    retryable: Callable[[errors.DistributeTrainError], bool] = is_transient,
-    what: str = "API call",
-) -> T:
-    """Run one API call, translating errors and retrying ``retryable`` ones until the deadline.
-
-    No attempt starts after the deadline, so the whole costs at most the deadline plus one
-    request's timeouts. Every retry is one WARNING line: what failed, the attempt, the delay.
-    """
-    give_up_at = time.monotonic() + deadline_s
-    delay = API_BACKOFF_FIRST_S
-    attempt = 1
-    while True:
-        try:
-            return operation()
-        except Exception as e:  # noqa: BLE001 - every client error is translated here
-            translated = translate(e)
-            pause = delay * random.uniform(0.5, 1.0) + delay / 2
-            if not retryable(translated) or time.monotonic() + pause > give_up_at:
-                raise translated from e
-            log.warning("%s failed (attempt %d), retrying in %.1fs: %s", what, attempt, pause, translated)
-            time.sleep(pause)
-            delay = min(delay * 2, API_BACKOFF_MAX_S)
-            attempt += 1
-
-
-def read_json(response) -> dict:
-    return json.loads(response.data)
-
-
-def drain(response) -> None:
-    """Read and drop a body the manager does not need. A response left unread keeps its
-    connection out of the pool for good, so the next request opens a new one (TCP and TLS)."""
-    response.drain_conn()
 
 
 def owner_uids(obj: dict) -> set[str]:

@@ -26,7 +26,8 @@ from kubernetes import client
 
 from distributetrain.core import errors, names
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube, call, read_json
+from distributetrain.kube.calls import call, read_json
+from distributetrain.kube.client import Kube
 
 log = logging.getLogger(__name__)
 

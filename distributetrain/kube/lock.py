@@ -34,7 +34,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from distributetrain.core import errors, exitcodes
-from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import ApiTimeouts, make_api_client
 
 log = logging.getLogger(__name__)
 

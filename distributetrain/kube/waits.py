@@ -1,28 +1,23 @@
 """Waiting on the job's pods: a watch (never a sleep loop), a deadline, a typed outcome.
 
-``watch_until`` lists the selected pods once, then follows a watch from that version,
-handing the current pods to a pure ``judge`` after every change. The watch itself
-resumes after dropped or stalled connections (``Kube.watch_pods``); here anything that
-ends it early ("410 Gone", a watch ERROR event, the API unreachable past the retry
-deadline) means listing again: a running job is never aborted for it.
+``watch_until`` follows the selected pods with an ``Informer`` (one list, then a watch
+from that version), handing the current pods to a pure ``judge`` after every change.
+Anything that ends the watch early ("410 Gone", a watch ERROR event, the API unreachable
+past the retry deadline) means listing again: a running job is never aborted for it.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 from distributetrain.core import errors, exitcodes, podstate
-from distributetrain.kube.client import Kube
-
-log = logging.getLogger(__name__)
+from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.kube.client import KubeApi
+from distributetrain.kube.informer import Informer, Satisfied
 
 T = TypeVar("T")
-
-RELIST_DELAY_S = 0.5  # after a failed watch or list: never a busy loop
 
 
 @dataclass(frozen=True)
@@ -152,48 +147,31 @@ def pending_reasons(pods: Mapping[str, dict], expected: list[str]) -> dict[str, 
 
 
 def watch_until(
-    kube: Kube, namespace: str, selector: str, judge: Callable[[Mapping[str, dict]], T | None], deadline: float
-) -> tuple[T | None, dict[str, dict]]:
+    kube: KubeApi, namespace: str, selector: str, judge: Callable[[Mapping[str, dict]], T | None], deadline: float,
+    clock: Clock = REAL_CLOCK,
+) -> tuple[T | None, Mapping[str, dict]]:
     """List, then watch, the selected pods until ``judge`` returns an outcome or ``deadline``
     (monotonic) passes; return the outcome (None at the deadline) and the last view of the pods.
     """
-    pods: dict[str, dict] = {}
-    version = ""
-    while True:
-        try:
-            if not version:
-                items, version = kube.list_all("pods", namespace, label_selector=selector)
-                pods = {p["metadata"]["name"]: p for p in items}
-                if (outcome := judge(pods)) is not None:
-                    return outcome, pods
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None, pods
-            for kind, obj in kube.watch_pods(namespace, version, remaining, label_selector=selector):
-                version = obj["metadata"].get("resourceVersion", version)
-                if kind == "BOOKMARK":
-                    continue
-                name = obj["metadata"]["name"]
-                if kind == "DELETED":
-                    pods.pop(name, None)
-                else:
-                    pods[name] = obj
-                if (outcome := judge(pods)) is not None:
-                    return outcome, pods
-                if time.monotonic() >= deadline:
-                    break
-        except errors.Gone:
-            log.info("watch of pods %s expired (410 Gone); listing again", selector)
-            version = ""
-        except errors.TransientApiError as e:
-            log.warning("watch of pods %s failed (%s); listing again", selector, e)
-            version = ""
-            time.sleep(RELIST_DELAY_S)
-        if time.monotonic() >= deadline:
-            return None, pods
+    return judged(job_pods(kube, namespace, selector, clock), judge, deadline)
 
 
-def wait_until_gone(kube: Kube, namespace: str, selector: str, deadline: float,
+def job_pods(kube: KubeApi, namespace: str, selector: str, clock: Clock = REAL_CLOCK) -> Informer:
+    """The selected pods, followed: listed at the first wait, then watched, so each later
+    wait of a phase reads the same live store instead of listing again."""
+    return Informer(kube, "pods", namespace, selectors={"label_selector": selector}, clock=clock)
+
+
+def judged(informer: Informer, judge: Callable[[Mapping[str, dict]], T | None],
+           deadline: float) -> tuple[T | None, Mapping[str, dict]]:
+    """``judge``'s outcome on the informer's pods (None at ``deadline``), and the last view of them."""
+    result = informer.wait_until(judge, deadline)
+    if isinstance(result, Satisfied):
+        return result.value, dict(informer.store)
+    return None, result.last_view
+
+
+def wait_until_gone(kube: KubeApi, namespace: str, selector: str, deadline: float,
                     only: set[str] | None = None) -> set[str]:
     """Wait until no selected worker or chief (of ``only``, if given) is left, each deleted,
     its grace period over; return those still there at ``deadline`` (a pod on a dead node
@@ -209,9 +187,7 @@ def wait_until_gone(kube: Kube, namespace: str, selector: str, deadline: float,
     return set() if outcome else job_pods_left(pods)
 
 
-def watch_job(
-    kube: Kube, namespace: str, selector: str, judge: Judge, deadline: float, expected: list[str]
-) -> Outcome:
-    """Follow the job's pods (``selector``) until ``judge`` returns an outcome, or TimedOut at ``deadline``."""
-    outcome, pods = watch_until(kube, namespace, selector, judge, deadline)
-    return outcome if outcome is not None else TimedOut(pending_reasons(pods, expected))
+def watch_job(pods: Informer, judge: Judge, deadline: float, expected: list[str]) -> Outcome:
+    """Follow the job's pods (``job_pods``) until ``judge`` returns an outcome, or TimedOut at ``deadline``."""
+    outcome, view = judged(pods, judge, deadline)
+    return outcome if outcome is not None else TimedOut(pending_reasons(view, expected))

@@ -11,9 +11,11 @@ answer true and the job whole:
 - a lost worker does not end the job. While the job has fewer GPUs than ``--num-gpus``
   (counting workers still starting), the manager plans replacements on whatever GPUs are
   free, under the placement Lease like any plan: at once after a loss, then every
-  ``REPLACE_RECHECK_S`` while still short (``booking``); replacements get fresh names (the next worker
-  index), hence fresh addresses, so no replacement waits on a pod stuck terminating and
-  Horovod's blacklist of a failed host never applies to it. A rank that dies on a pod that
+  ``REPLACE_RECHECK_S`` while still short (``booking``) if the free GPUs it follows
+  meanwhile (``freegpus``: no list while nothing changes) show a replacement could fit;
+  replacements get fresh names (the next worker index), hence fresh addresses, so no
+  replacement waits on a pod stuck terminating and Horovod's blacklist of a failed host
+  never applies to it. A rank that dies on a pod that
   stays is Horovod's to retry (``chief.sh``: ``--blacklist-cooldown-range``): the pod is
   live, so nothing here replaces it;
 - growing back is best effort: a replacement that fails (a quota refusing the new pod
@@ -31,17 +33,19 @@ answer true and the job whole:
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, manifests, placement, podstate
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
+from distributetrain.kube.informer import Informer
 from distributetrain.manager import booking
+from distributetrain.manager.freegpus import FreeGpuWatch, waiting_client
 from distributetrain.manager.run import Run
 from distributetrain.manager.teardown import delete_because
 
@@ -123,10 +127,22 @@ def next_worker_index(pods: Mapping[str, dict]) -> int:
 
 
 class ElasticFollower:
-    """From the chief's start to its end: publish the hosts, replace lost workers."""
+    """From the chief's start to its end: publish the hosts, replace lost workers.
 
-    def __init__(self, kube: Kube, run: Run):
+    The job's pods are an informer's, listed once. While short of GPUs, informers of the
+    nodes and of the pods holding GPUs (``FreeGpuWatch``) say when a replacement could
+    fit; only then does it take the Lease and list afresh, so a job left short lists
+    nothing while nothing changes."""
+
+    def __init__(self, kube: Kube, run: Run, pods: Informer | None = None, clock: Clock = REAL_CLOCK,
+                 free_gpus_client: Callable[[Kube], Kube] = waiting_client):
         self.kube = kube
+        self.clock = clock
+        # The job's pods as post-training follows them (its own when not given).
+        self.pods = pods if pods is not None else waits.job_pods(kube, run.settings.namespace, run.settings.selector,
+                                                                 clock)
+        self.free_gpus: FreeGpuWatch | None = None  # open while short of GPUs, after a booking found none
+        self.free_gpus_client = free_gpus_client
         self.settings = run.settings
         self.attempt = run.attempt  # an elastic attempt lasts as long as its chief
         self.reporter = run.reporter
@@ -140,17 +156,21 @@ class ElasticFollower:
         self.failures_in_a_row = 0  # of growing back: the backoff before the next try
 
     def run(self) -> waits.Outcome:
+        try:
+            return self._follow()
+        finally:
+            self._stop_following_free_gpus()
+
+    def _follow(self) -> waits.Outcome:
         settings = self.settings
-        selector = settings.selector
         while True:
-            wake_at = min(self.deadline, max(self.next_replace_at, time.monotonic() + 0.1))
-            outcome, pods = waits.watch_until(self.kube, settings.namespace, selector,
-                                              judge_elastic(settings, self.attempt, self.published), wake_at)
+            wake_at = min(self.deadline, max(self.next_replace_at, self.clock.monotonic() + 0.1))
+            outcome, pods = waits.judged(self.pods, judge_elastic(settings, self.attempt, self.published), wake_at)
             if isinstance(outcome, HostsChanged):
                 self._publish(outcome)
             elif outcome is not None:
                 return outcome
-            elif time.monotonic() >= self.deadline:
+            elif self.clock.monotonic() >= self.deadline:
                 return waits.TimedOut({})
             try:
                 self._drop_overdue(pods)
@@ -164,7 +184,7 @@ class ElasticFollower:
         """Best effort: the job trains on what it has, and tries again later."""
         self.failures_in_a_row += 1
         delay = retry_delay(self.failures_in_a_row)
-        self.next_replace_at = time.monotonic() + delay
+        self.next_replace_at = self.clock.monotonic() + delay
         log.warning("job %s: could not replace lost workers (%s); training goes on, next try in %.0fs",
                     self.settings.job_name, error, delay)
         self.reporter.events.record(events.REPLACE_FAILED, f"{error}; training goes on, tried again later")
@@ -185,7 +205,7 @@ class ElasticFollower:
         """A worker that never gets Ready (its image, its node, its sshd) would hold its GPUs
         for the rest of the job: delete it, and its GPUs are planned again."""
         settings = self.settings
-        for name in overdue_workers(pods, settings, self.attempt, self.not_ready_since, time.monotonic()):
+        for name in overdue_workers(pods, settings, self.attempt, self.not_ready_since, self.clock.monotonic()):
             why = f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s " \
                   f"({podstate.why_not_ready(pods[name]) or 'Ready'})"
             log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
@@ -199,9 +219,9 @@ class ElasticFollower:
             self.next_replace_at = 0.0  # its GPUs: plan again at once
 
     def _replace_if_short(self, pods: Mapping[str, dict]) -> None:
-        if time.monotonic() < self.next_replace_at:
+        if self.clock.monotonic() < self.next_replace_at:
             return
-        self.next_replace_at = time.monotonic() + REPLACE_RECHECK_S
+        self.next_replace_at = self.clock.monotonic() + REPLACE_RECHECK_S
         self._replace(pods)
         self.failures_in_a_row = 0
 
@@ -211,7 +231,10 @@ class ElasticFollower:
         held = (podstate.gpus_of(chief) if chief else 0) + sum(podstate.gpus_of(w) for w in live_workers(pods, self.attempt))
         missing = settings.num_gpus - held
         if missing <= 0:
+            self._stop_following_free_gpus()
             return
+        if not self._could_fit(missing):
+            return  # nothing freed since the last fresh inventory: no Lease, no list
         first = next_worker_index(pods)
         # From a fresh inventory under the Lease: the job's own pods count as used.
         booked = booking.book(self.kube, settings, lambda ledger: placement.up_to(ledger.free(), missing),
@@ -224,8 +247,34 @@ class ElasticFollower:
             if shortage != self.last_shortage:  # once per change, not every recheck
                 log.info("job %s: %s", settings.job_name, shortage)
                 self.last_shortage = shortage
+            if self.free_gpus is None:
+                self.free_gpus = FreeGpuWatch(self.kube, settings, self.free_gpus_client, self.clock).__enter__()
             return
+        self._stop_following_free_gpus()
         self._replaced(booked, missing, first)
+
+    def _could_fit(self, missing: int) -> bool:
+        """Whether the followed free GPUs could take a replacement (as the booking would
+        plan it); True when they cannot say (not listed yet, or not followed): the fresh
+        inventory under the Lease decides then, as it always does."""
+        if self.free_gpus is None:
+            return True
+        try:
+            free = self.free_gpus.free()
+        except errors.DistributeTrainError:
+            return True  # cannot be followed (logged once, by its informer)
+        if free is None:
+            return True
+        try:
+            placement.up_to(free, missing)
+        except placement.InsufficientGPUs:
+            return False
+        return True
+
+    def _stop_following_free_gpus(self) -> None:
+        if self.free_gpus is not None:
+            self.free_gpus.__exit__(None, None, None)
+            self.free_gpus = None
 
     def _replaced(self, plan: Plan, missing: int, first: int) -> None:
         settings = self.settings

@@ -12,6 +12,7 @@ from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
+from distributetrain.kube.informer import Informer
 from distributetrain.manager.elastic import ElasticFollower
 from distributetrain.manager.run import Run
 
@@ -22,15 +23,12 @@ class StaticJob:
     def plan(self, free: Mapping[str, int], gpus: int) -> Plan:
         return placement.plan(free, gpus)
 
-    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str]) -> waits.Outcome:
-        settings = run.settings
-        outcome = waits.watch_job(kube, settings.namespace, settings.selector, waits.chief_finished(chief, workers),
-                                  run.deadline, [chief, *workers])
+    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
+        outcome = waits.watch_job(pods, waits.chief_finished(chief, workers), run.deadline, [chief, *workers])
         if isinstance(outcome, waits.ChiefFinished) and outcome.exit_code != 0 and workers:
             # A worker lost under the chief is the cause, if its status says so in time.
             until = min(run.deadline, time.monotonic() + waits.WORKER_STATUS_LAG_S)
-            lost = waits.watch_job(kube, settings.namespace, settings.selector, waits.worker_lost(workers), until,
-                                   workers)
+            lost = waits.watch_job(pods, waits.worker_lost(workers), until, workers)
             if isinstance(lost, waits.PodLost):
                 return lost
         return outcome
@@ -42,8 +40,8 @@ class ElasticJob:
     def plan(self, free: Mapping[str, int], gpus: int) -> Plan:
         return placement.with_a_worker(placement.plan(free, gpus))
 
-    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str]) -> waits.Outcome:
-        return ElasticFollower(kube, run).run()
+    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
+        return ElasticFollower(kube, run, pods).run()
 
 
 def kind_of(settings: JobSettings) -> StaticJob | ElasticJob:

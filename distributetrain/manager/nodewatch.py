@@ -44,17 +44,19 @@ a second.
 from __future__ import annotations
 
 import logging
+import math
 import threading
-import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from distributetrain.core import errors, podstate
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.inventory import node_not_ready
 from distributetrain.core.settings import NODE_LOST_TOLERATION_S, JobSettings
 from distributetrain.kube import events
-from distributetrain.kube.client import Kube
+from distributetrain.kube.client import KubeApi
+from distributetrain.kube.informer import Change, Informer
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import delete_because
 
@@ -62,7 +64,7 @@ log = logging.getLogger(__name__)
 
 WATCH_SPAN_S = 5.0  # one watch call: how soon the thread notices it was told to stop
 RECHECK_MIN_S = 0.2  # a watch call shortened for a verdict due: never a busy loop
-RELIST_DELAY_S = 1.0  # after a failed list or watch: never a busy loop
+RELIST_DELAY_S = 1.0  # after a failed list, watch or deletion: never a busy loop
 
 # The node lifecycle controller's vocabulary and defaults.
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
@@ -138,14 +140,11 @@ class NodeClocks:
         self._zone_not_ready: Counter[str] = Counter()
         self._calm_since: dict[str, float] = {}  # zone -> since when it is not in disruption
 
-    def seen(self, nodes: Mapping[str, Mapping | None], now: float, complete: bool = False) -> None:
-        """Nodes as listed or watched (None: deleted). ``complete``: a full list, so a node
-        known before and missing from it was deleted."""
-        changes = dict(nodes)
-        if complete:
-            changes.update({name: None for name in set(self._health) - set(nodes)})
+    def seen(self, nodes: Mapping[str, Mapping | None], now: float) -> None:
+        """Nodes changed, as an event or a relist shows them (None: deleted; a node missing
+        from a relist comes as deleted, from the informer)."""
         zones = set()
-        for name, node in changes.items():
+        for name, node in nodes.items():
             before = self._health.pop(name, None)
             if before is not None:
                 self._count(before, -1)
@@ -219,14 +218,21 @@ def pods_to_delete(pods: list[dict]) -> list[str]:
 
 
 class NodeWatch:
-    """While open, deletes the job's pods on any node that is lost (a context manager)."""
+    """While open, deletes the job's pods on any node that is lost (a context manager).
 
-    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter,
-                 toleration_s: float = NODE_LOST_TOLERATION_S):
+    An informer of the Nodes feeds ``clocks``; its thread (or ``run_until``, inline) also
+    wakes when a verdict falls due with no node event."""
+
+    def __init__(self, kube: KubeApi, settings: JobSettings, reporter: Reporter,
+                 toleration_s: float = NODE_LOST_TOLERATION_S, clock: Clock = REAL_CLOCK):
         self.kube = kube
         self.settings = settings
         self.reporter = reporter
+        self.clock = clock
         self.clocks = NodeClocks(toleration_s)
+        self.nodes = Informer(kube, "nodes", clock=clock, relist_delay_s=RELIST_DELAY_S)
+        self.nodes.add_handler(self._seen)
+        self._recheck_at: float | None = None  # when a verdict falls due with no node event
         self._stop = threading.Event()
         self._handled: set[str] = set()  # lost nodes already acted on; forgotten when no longer lost
         self._thread = threading.Thread(target=self._run, name="node-watch", daemon=True)
@@ -241,46 +247,40 @@ class NodeWatch:
         self._stop.set()
 
     def _run(self) -> None:
-        version = ""
-        recheck_at = None
-        while not self._stop.is_set():
+        try:
+            self.run_until(math.inf)
+        except errors.DistributeTrainError as e:
+            # Without it (RBAC from an older release: list but not watch nodes) the
+            # job still runs; a lost node's pods go when the taint evicts them.
+            log.error("cannot watch nodes (%s): a lost node is noticed only when its pods are evicted", e)
+
+    def run_until(self, until: float) -> None:
+        """Follow the nodes and act on their verdicts until ``until`` (of the clock) or told to stop."""
+        while not self._stop.is_set() and (now := self.clock.monotonic()) < until:
+            wake_at = min(until, now + WATCH_SPAN_S)
+            if self._recheck_at is not None:  # a verdict falls due with no node event: wake for it
+                wake_at = min(wake_at, max(self._recheck_at, now + RECHECK_MIN_S))
+
+            def woken(_: object) -> bool | None:
+                # A verdict due before this watch call ends: watch again, shorter.
+                due_sooner = self._recheck_at is not None and self._recheck_at < wake_at
+                return True if self._stop.is_set() or due_sooner else None
+
+            self.nodes.drive(wake_at, woken)
             try:
-                if not version:
-                    items, version = self.kube.list_all("nodes")
-                    self.clocks.seen({node["metadata"]["name"]: node for node in items}, time.monotonic(),
-                                     complete=True)
-                    recheck_at = self._act()
-                span = WATCH_SPAN_S
-                if recheck_at is not None:  # a verdict falls due with no node event: wake for it
-                    span = min(span, max(recheck_at - time.monotonic(), RECHECK_MIN_S))
-                ends_at = time.monotonic() + span
-                for kind, node in self.kube.watch_nodes(version, span):
-                    version = node["metadata"].get("resourceVersion", version)
-                    if kind == "BOOKMARK":
-                        continue
-                    self.clocks.seen({node["metadata"]["name"]: None if kind == "DELETED" else node},
-                                     time.monotonic())
-                    recheck_at = self._act()
-                    if self._stop.is_set():
-                        return
-                    if recheck_at is not None and recheck_at < ends_at:
-                        break  # a verdict falls due before this watch call ends: watch again, shorter
-                recheck_at = self._act()
-            except errors.Gone:
-                version = ""
+                self._recheck_at = self._act()
             except errors.TransientApiError as e:
-                log.warning("watch of nodes failed (%s); listing again", e)
-                version = ""
-                time.sleep(RELIST_DELAY_S)
-            except errors.DistributeTrainError as e:
-                # Without it (RBAC from an older release: list but not watch nodes) the
-                # job still runs; a lost node's pods go when the taint evicts them.
-                log.error("cannot watch nodes (%s): a lost node is noticed only when its pods are evicted", e)
-                return
+                log.warning("could not act on a lost node (%s); trying again", e)
+                self.clock.sleep(RELIST_DELAY_S)
+
+    def _seen(self, changes: Sequence[Change]) -> None:
+        """A list's differences or one event (None: deleted); then act on what is due."""
+        self.clocks.seen({change.key: change.new for change in changes}, self.clock.monotonic())
+        self._recheck_at = self._act()
 
     def _act(self) -> float | None:
         """Delete the job's pods on nodes newly lost; when to look again."""
-        verdicts = self.clocks.lost(time.monotonic())
+        verdicts = self.clocks.lost(self.clock.monotonic())
         self._handled &= set(verdicts.lost)  # no longer lost: a later loss is acted on anew
         new = {name: why for name, why in verdicts.lost.items() if name not in self._handled}
         if not new or self._stop.is_set():
@@ -294,7 +294,7 @@ class NodeWatch:
                 if doomed:
                     self._delete(node, why, doomed)
             except errors.TransientApiError:
-                raise  # not marked handled: tried again after the list that follows
+                raise  # not marked handled: tried again at the next pass
             except errors.DistributeTrainError as e:
                 log.error("job %s: could not delete the pods on lost node %s: %s", settings.job_name, node, e)
             self._handled.add(node)

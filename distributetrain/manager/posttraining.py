@@ -36,6 +36,8 @@ class PostTraining:
         self.settings = run.settings
         self.reporter = run.reporter
         self.deadline = run.deadline
+        # One list of the job's pods for the whole of post-training: each wait reads it live.
+        self.pods = waits.job_pods(kube, run.settings.namespace, run.settings.selector)
 
     def run(self) -> int:
         """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
@@ -61,7 +63,7 @@ class PostTraining:
         expected = [chief, *workers]
         pod_waits = PodWaits(self.reporter, expected)
         try:
-            outcome = waits.watch_job(self.kube, settings.namespace, settings.selector,
+            outcome = waits.watch_job(self.pods,
                                       pod_waits.watching(waits.chief_started(chief, workers)), start_by, expected)
         finally:
             pod_waits.done()
@@ -69,4 +71,4 @@ class PostTraining:
             return outcome
         self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")
-        return self.kind.follow(self.kube, self.job_run, chief, workers)
+        return self.kind.follow(self.kube, self.job_run, chief, workers, self.pods)

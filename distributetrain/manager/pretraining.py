@@ -127,7 +127,7 @@ class PreTraining:
         try:
             # A worker's node lost while it starts: deleted at once, a loss like any other.
             with NodeWatch(self.kube, settings, self.reporter):
-                outcome = waits.watch_job(self.kube, settings.namespace, settings.selector,
+                outcome = waits.watch_job(waits.job_pods(self.kube, settings.namespace, settings.selector),
                                           pod_waits.watching(waits.attempt_started(chief, workers)), ready_by,
                                           [*workers, chief])
         finally:

@@ -18,7 +18,8 @@ from kubernetes import client
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.kube import waits
-from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from fakeapiserver import FakeApiServer, RudeServer, kubeconfig, pod
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,6 @@
 """Elastic jobs: what discovery answers, when the manager acts, and the host list's server."""
 
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -229,7 +230,8 @@ def follow(kube, settings=FOLLOWED):
     api = RecordedEvents()
     reporter = Reporter(kube, settings, EventRecorder(settings, api))
     run = Run(settings, reporter, Attempt(settings.job_name), time.monotonic() + 30, time.monotonic(), HostList())
-    follower = elastic.ElasticFollower(kube, run)
+    # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
+    follower = elastic.ElasticFollower(kube, run, free_gpus_client=lambda same: same)
     try:
         return follower.run(), api.created
     finally:
@@ -328,3 +330,31 @@ def test_sigterm_and_programming_errors_still_end_the_follower(quick, failure):
     kube.failures = {"create_all_owned": [failure]}
     with pytest.raises(type(failure)):
         follow(kube)
+
+
+def tenant_pod(gpus=8):
+    """Another tenant's pod holding the node's GPUs."""
+    return {"metadata": {"name": "other", "namespace": "team-b", "uid": "uid-other", "labels": {}},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes(quick):
+    ends_at = time.monotonic() + 0.6  # a dozen rechecks (REPLACE_RECHECK_S is 0.05 here)
+    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=lambda kube: time.monotonic() > ends_at)
+    outcome, _ = follow(kube)
+    assert outcome == waits.ChiefFinished(0) and replacements(kube) == []
+    # One fresh inventory under the Lease (nodes, pods) found nothing free; then the job's
+    # pods' informer and the free GPUs' informers listed once each, and nothing after.
+    assert (kube.node_lists, kube.pod_lists) == (2, 3)
+    assert kube.writes(kind="Lease") == [names.LOCK_LEASE_NAME] * 2  # the Lease taken once, let go once
+
+
+def test_a_job_short_of_gpus_books_again_once_gpus_are_freed(quick):
+    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements)
+    freed = threading.Timer(0.3, kube.send_cluster_pods, (("DELETED", tenant_pod()),))
+    freed.start()
+    outcome, _ = follow(kube)
+    freed.join()
+    assert outcome == waits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
+    assert kube.node_lists == 3  # the fresh inventory, the informer's list, the fresh inventory once freed

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors, exitcodes
-from distributetrain.kube.client import translate
+from distributetrain.kube.calls import translate
 
 
 def api_403(message: str) -> ApiException:

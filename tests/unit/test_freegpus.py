@@ -1,6 +1,6 @@
 """Free GPUs followed while waiting: watch events applied one object at a time give the
-ledger a fresh list would, only changes that matter wake the wait, and the follower
-lists once, then only when the watch cannot resume."""
+ledger a fresh list would, only changes that matter wake the wait, and the informers
+list once, then only when the watch cannot resume."""
 
 import threading
 import time
@@ -10,11 +10,14 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 from kubernetes import client
 
 from distributetrain.core import errors
+from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import ApiTimeouts, make_api_client
+from distributetrain.kube.informer import Informer
 from distributetrain.manager import freegpus
-from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts, follow
+from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
 from fakeapiserver import FakeApiServer
 
 GPU = "nvidia.com/gpu"
@@ -41,9 +44,12 @@ def pod(uid, node_name=None, gpus=0, phase="Running", pinned=None):
 
 
 def parts_of(nodes, pods) -> LedgerParts:
+    """The parts after a first list: each object listed comes to them as added."""
     parts = LedgerParts(GPU, node_selector={"pool": "x"})
-    parts.set_nodes(parts.nodes_of(nodes))
-    parts.set_claims(parts.claims_of(pods))
+    for n in nodes:
+        parts.apply_node("ADDED", n)
+    for p in pods:
+        parts.apply_pod("ADDED", p)
     return parts
 
 
@@ -154,47 +160,45 @@ def kube_for(server: FakeApiServer) -> Kube:
 
 
 class Followed:
-    """What ``follow`` handed on, in order: ("list", uids) and (event type, uid)."""
+    """What the informer handed on, in order: each batch of (change, key)."""
 
     def __init__(self):
-        self.calls: list[tuple] = []
+        self.calls: list[list[tuple]] = []
         self.changed = threading.Condition()
 
-    def replace(self, objects):
-        uids = sorted(o["metadata"]["uid"] for o in objects)
+    def handle(self, changes):
         with self.changed:
-            self.calls.append(("list", uids))
+            self.calls.append([(change.type, change.key) for change in changes])
             self.changed.notify_all()
 
-    def apply(self, event_type, obj):
-        with self.changed:
-            self.calls.append((event_type, obj["metadata"]["uid"]))
-            self.changed.notify_all()
-
-    def wait_for(self, count: int, timeout_s: float = 10.0) -> list[tuple]:
+    def wait_for(self, count: int, timeout_s: float = 10.0) -> list[list[tuple]]:
         with self.changed:
             assert self.changed.wait_for(lambda: len(self.calls) >= count, timeout_s), self.calls
             return list(self.calls)
 
 
+def gpu_pods_informer(server, clock=REAL_CLOCK) -> Informer:
+    """What a waiting manager follows of the pods (``FreeGpuWatch``), one watch call a second."""
+    return Informer(kube_for(server), "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
+                    clock=clock, relist_delay_s=freegpus.RELIST_DELAY_S, thread_span_s=1.0)
+
+
 @pytest.fixture
 def following(server):
     followed = Followed()
-    stop = threading.Event()
-    thread = threading.Thread(target=follow, args=(kube_for(server), "pods", followed.replace, followed.apply, stop),
-                              kwargs={"span_s": 1.0})
-    thread.start()
-    yield followed
-    stop.set()
-    thread.join(5)
-    assert not thread.is_alive()
+    informer = gpu_pods_informer(server)
+    informer.add_handler(followed.handle)
+    with informer:
+        yield followed
+    informer._thread.join(5)
+    assert not informer._thread.is_alive()
 
 
 def test_one_list_then_only_the_watch_whatever_the_wait(server, following):
     following.wait_for(1)
     server.put(pod("p2", "b", gpus=1))
     server.delete("p1")
-    assert following.wait_for(3) == [("list", ["p1"]), ("ADDED", "p2"), ("DELETED", "p1")]
+    assert following.wait_for(3) == [[("ADDED", "ns/p1")], [("ADDED", "ns/p2")], [("DELETED", "ns/p1")]]
     time.sleep(3 * TIMEOUTS.watch_chunk_s)  # watch requests end and resume meanwhile
     assert server.list_requests == 1
     versions = [int(q["resourceVersion"]) for q in server.watch_requests]
@@ -208,22 +212,22 @@ def test_a_version_too_old_lists_again_at_once(server, following, monkeypatch):
     server.put(pod("p2", "b", gpus=1))
     following.wait_for(2)
     server.error_watches = [410]
-    assert following.wait_for(3) == [("list", ["p1"]), ("ADDED", "p2"), ("list", ["p1", "p2"])]
+    # The list that follows finds nothing new: an empty batch.
+    assert following.wait_for(3) == [[("ADDED", "ns/p1")], [("ADDED", "ns/p2")], []]
     assert server.list_requests == 2
 
 
 def test_a_watch_that_fails_lists_again_after_a_delay(server, monkeypatch):
     monkeypatch.setattr(freegpus, "RELIST_DELAY_S", 0.5)
     server.error_watches = [500]
-    followed, stop = Followed(), threading.Event()
-    thread = threading.Thread(target=follow, args=(kube_for(server), "pods", followed.replace, followed.apply, stop),
-                              kwargs={"span_s": 1.0})
-    started = time.monotonic()
-    thread.start()
-    assert followed.wait_for(2) == [("list", ["p1"]), ("list", ["p1"])]
-    assert time.monotonic() - started >= 0.5
-    stop.set()
-    thread.join(5)
+    followed, clock = Followed(), FakeClock()
+    informer = gpu_pods_informer(server, clock)
+    informer.add_handler(followed.handle)
+    started = clock.monotonic()
+    with informer:
+        assert followed.wait_for(2) == [[("ADDED", "ns/p1")], []]
+    assert clock.monotonic() - started == 0.5
+    assert server.list_requests == 2
 
 
 def test_what_cannot_be_followed_fails_the_wait_in_the_managers_thread(server):

@@ -46,6 +46,9 @@ class FakeJobsKube:
     def list_all(self, kind, namespace=None, label_selector=""):
         return copy.deepcopy(self._select("Pod", namespace, label_selector)), "1"
 
+    def list_pages(self, kind, namespace=None, label_selector=""):
+        yield self.list_all(kind, namespace, label_selector)
+
     def get_pod(self, namespace, name):
         return copy.deepcopy(self.store["Pod"].get((namespace, name)))
 

@@ -10,7 +10,9 @@ from kubernetes.client import rest
 from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors
-from distributetrain.kube.client import ApiTimeouts, Kube, TimedRestClient, call, make_api_client
+from distributetrain.kube.calls import call
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import ApiTimeouts, TimedRestClient, make_api_client
 
 
 def forbidden() -> ApiException:

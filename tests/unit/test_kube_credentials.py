@@ -9,7 +9,7 @@ from kubernetes.config import incluster_config
 from distributetrain.cli import main as cli, jobflags
 from distributetrain.cli.jobs import connection
 from distributetrain.core import errors
-from distributetrain.kube.client import load_api_client
+from distributetrain.kube.connection import load_api_client
 
 IN_CLUSTER_HOST = "https://10.96.0.1:443"
 

@@ -9,7 +9,8 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import errors, exitcodes
-from distributetrain.kube.client import ApiTimeouts, Kube, make_api_client
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from distributetrain.kube.lock import PlacementLock
 from fakeapiserver import FakeApiServer
 

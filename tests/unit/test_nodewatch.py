@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain.core import names, podstate
+from distributetrain.core import errors, names, podstate
+from distributetrain.core.clock import FakeClock
 from distributetrain.core.inventory import node_not_ready
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
@@ -51,7 +52,7 @@ def fine(name, zone=None):
 
 def clocks_with(*nodes, now=0.0):
     clocks = NodeClocks(WINDOW_S)
-    clocks.seen({n["metadata"]["name"]: n for n in nodes}, now, complete=True)
+    clocks.seen({n["metadata"]["name"]: n for n in nodes}, now)
     return clocks
 
 
@@ -77,12 +78,6 @@ def test_a_deleted_node_is_lost_at_once_a_not_ready_one_only_past_the_window():
     }
     clocks.forget("a")
     assert "a" not in clocks.lost(WINDOW_S).lost
-
-
-def test_a_node_missing_from_a_relist_was_deleted():
-    clocks = clocks_with(fine("a"), fine("b"))
-    clocks.seen({"b": fine("b")}, now=5.0, complete=True)
-    assert clocks.lost(5.0).lost == {"a": "was deleted"}
 
 
 @given(st.lists(st.floats(0.0, WINDOW_S - 0.01), min_size=1, max_size=8), st.floats(0.0, 600.0),
@@ -219,12 +214,13 @@ def test_a_pod_deleted_for_its_node_says_so_and_an_evicted_one_says_why():
     assert podstate.gone(evicted) == "is being deleted (Taint manager: deleting due to NoExecute taint)"
 
 
-# -- the watch thread ------------------------------------------------------------------
+# -- the watch, driven inline on a fake clock ------------------------------------------
 
 
 def nodes_kube(nodes, pods):
-    """Nodes and the job's pods; a deleted pod stays, terminating, with its cause."""
-    kube = FakeKube(nodes, pods)
+    """Nodes and the job's pods; a deleted pod stays, terminating, with its cause. Time is
+    a fake clock's: a watch with no event sent waits out its time at once."""
+    kube = FakeKube(nodes, pods, clock=FakeClock())
     kube.pods_stay_terminating = True
     return kube
 
@@ -250,7 +246,12 @@ class RecordedEvents:
 def watching(kube, toleration_s):
     api = RecordedEvents()
     reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api))
-    return NodeWatch(kube, SETTINGS, reporter, toleration_s=toleration_s), reporter, api
+    return NodeWatch(kube, SETTINGS, reporter, toleration_s=toleration_s, clock=kube.clock), reporter, api
+
+
+def run_for(watch, seconds):
+    """The watch's thread for ``seconds`` of its clock: watching, waking for verdicts, acting."""
+    watch.run_until(watch.clock.monotonic() + seconds)
 
 
 def worker_on(node_name):
@@ -260,37 +261,32 @@ def worker_on(node_name):
 def test_the_watch_leaves_a_kubelet_restart_alone():
     kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, _, _ = watching(kube, toleration_s=2.0)
-    with watch:
-        time.sleep(0.2)
-        kube.send_nodes(node("a", restarting()))
-        time.sleep(0.3)  # the kubelet is back in well under the window
-        kube.send_nodes(node("a", ready(since="2026-01-02T12:00:04Z")))
-        time.sleep(2.5)
+    run_for(watch, 0.2)
+    kube.send_nodes(node("a", restarting()))
+    run_for(watch, 0.3)  # the kubelet is back in well under the window
+    kube.send_nodes(node("a", ready(since="2026-01-02T12:00:04Z")))
+    run_for(watch, 2.5)
     assert deleted(kube) == []
 
 
 def test_the_watch_leaves_a_brownout_alone():
     kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, _, _ = watching(kube, toleration_s=0.3)
-    with watch:
-        time.sleep(0.2)
-        kube.send_nodes(*(node(n, silent()) for n in "abc"))
-        time.sleep(1.5)
+    run_for(watch, 0.2)
+    kube.send_nodes(*(node(n, silent()) for n in "abc"))
+    run_for(watch, 1.5)
     assert deleted(kube) == []
 
 
 def test_the_watch_acts_when_the_window_runs_out_with_no_node_event():
     kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, reporter, api = watching(kube, toleration_s=1.0)
-    with watch:
-        time.sleep(0.2)
-        sent_at = time.monotonic()
-        kube.send_nodes(node("a", restarting()))  # and nothing after: containerd stays down
-        time.sleep(0.6)
-        assert deleted(kube) == [], "acted before the window ran out"
-        give_up_at = time.monotonic() + 5
-        while not deleted(kube) and time.monotonic() < give_up_at:
-            time.sleep(0.05)
+    run_for(watch, 0.2)
+    sent_at = kube.clock.monotonic()
+    kube.send_nodes(node("a", restarting()))  # and nothing after: containerd stays down
+    run_for(watch, 0.6)
+    assert deleted(kube) == [], "acted before the window ran out"
+    run_for(watch, 5)
     reporter.events.close()
     cause = "its node a is not Ready (KubeletNotReady: PLEG is not healthy: pleg was last seen active 3m0s ago)"
     assert [(pod, why) for _, pod, why in deleted(kube)] == [("demo-worker-0", cause)]
@@ -303,11 +299,33 @@ def test_the_watch_acts_on_the_unreachable_taint_long_before_the_window(monkeypa
     monkeypatch.setattr(nodewatch, "UNREACHABLE_STANDS_S", 0.3)
     kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, _, _ = watching(kube, toleration_s=60.0)
-    with watch:
-        time.sleep(0.2)
-        kube.send_nodes(node("a", silent()), node("a", silent(), taints=[UNREACHABLE]))
-        give_up_at = time.monotonic() + 5
-        while not deleted(kube) and time.monotonic() < give_up_at:
-            time.sleep(0.05)
+    run_for(watch, 0.2)
+    kube.send_nodes(node("a", silent()), node("a", silent(), taints=[UNREACHABLE]))
+    run_for(watch, 5)
     assert [(pod, why) for _, pod, why in deleted(kube)] == [
         ("demo-worker-0", "its node a is not Ready (NodeStatusUnknown: Kubelet stopped posting node status.)")]
+
+
+def test_a_node_missing_from_a_relist_was_deleted():
+    kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
+    watch, _, _ = watching(kube, toleration_s=60.0)
+    run_for(watch, 0.2)
+    del kube.nodes["a"]  # while the watch could not resume: seen only by the list that follows
+    kube.break_node_watch(errors.Gone("too old resource version"))
+    run_for(watch, 0.2)
+    assert [(pod, why) for _, pod, why in deleted(kube)] == [("demo-worker-0", "its node a was deleted")]
+    assert kube.node_lists == 2
+
+
+def test_on_its_thread_the_watch_acts():
+    kube = FakeKube([fine("a"), fine("b")], [worker_on("a")])  # on the real clock: a deletion acts at once
+    kube.pods_stay_terminating = True
+    api = RecordedEvents()
+    watch = NodeWatch(kube, SETTINGS, Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api)))
+    with watch:
+        del kube.nodes["a"]
+        kube.break_node_watch(errors.Gone("too old resource version"))
+        give_up_at = time.monotonic() + 5
+        while not deleted(kube) and time.monotonic() < give_up_at:
+            time.sleep(0.01)
+    assert [(pod, why) for _, pod, why in deleted(kube)] == [("demo-worker-0", "its node a was deleted")]

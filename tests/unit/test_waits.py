@@ -3,7 +3,7 @@
 import time
 
 from distributetrain.core import errors
-from distributetrain.kube import waits
+from distributetrain.kube import informer, waits
 from fakekube import FakeKube
 
 
@@ -80,7 +80,7 @@ def test_lost_worker_is_reported_over_the_chief_failure_it_caused():
 
 
 def test_a_watch_error_other_than_gone_lists_again_and_never_aborts(monkeypatch):
-    monkeypatch.setattr(waits, "RELIST_DELAY_S", 0)
+    monkeypatch.setattr(informer, "RELIST_DELAY_S", 0)
     worker = pod("w0", ready=True)
     kube = FakeKube(pods=[pod("c"), worker])
     kube.pod_watches = [
@@ -98,3 +98,18 @@ def test_gone_lists_again():
     kube.pod_watches = [[errors.Gone("too old resource version")], [("DELETED", worker)]]
     outcome, _ = waits.watch_until(kube, "ns", "job=j", waits.chief_finished("c", ["w0"]), time.monotonic() + 10)
     assert outcome == waits.PodLost("w0", "was deleted") and kube.pod_lists == 2
+
+
+def test_waits_of_one_phase_share_one_list_of_the_job_pods():
+    worker = pod("w0", ready=True)
+    kube = FakeKube(pods=[pod("c"), worker])
+    kube.pod_watches = [[("c", {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]})],
+                        [("DELETED", worker)]]
+    pods = waits.job_pods(kube, "ns", "job=j")
+    assert waits.watch_job(pods, waits.chief_started("c", ["w0"]), time.monotonic() + 10, ["c", "w0"]) == \
+        waits.ChiefStarted()
+    assert waits.watch_job(pods, waits.chief_finished("c", ["w0"]), time.monotonic() + 10, ["c", "w0"]) == \
+        waits.ChiefFinished(1)
+    assert waits.watch_job(pods, waits.worker_lost(["w0"]), time.monotonic() + 10, ["w0"]) == \
+        waits.PodLost("w0", "was deleted")
+    assert kube.pod_lists == 1  # the later waits read the live store, resumed from its version

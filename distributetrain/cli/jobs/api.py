@@ -15,7 +15,9 @@ import urllib3
 from kubernetes import client
 
 from distributetrain.core import errors
-from distributetrain.kube.client import API_REQUEST_TIMEOUT_S, Kube, read_json
+from distributetrain.kube.calls import read_json
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import API_REQUEST_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from kubernetes import config
 from distributetrain.cli import jobflags
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import errors
-from distributetrain.kube import client as kube
+from distributetrain.kube import connection as kube
 
 DEFAULT_NAMESPACE = "default"
 

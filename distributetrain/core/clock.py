@@ -1,0 +1,69 @@
+"""The one clock of the manager: monotonic time, sleeps and timed waits, injected.
+
+Every window and deadline the manager keeps (a watch's deadline, a node's not-Ready
+window, a retry's delay) reads this clock rather than ``time``, so a test steps a
+``FakeClock`` through a 30 s window instead of sleeping it out (as client-go's
+``k8s.io/utils/clock/testing`` does).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+# A FakeClock's timed wait checks this often (real seconds) whether the test advanced it.
+FAKE_WAIT_POLL_S = 0.01
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def wait(self, condition: threading.Condition, seconds: float) -> bool:
+        """``condition.wait`` (the caller holds it) for at most ``seconds`` of this clock;
+        whether it was notified."""
+        ...
+
+
+class RealClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+    def wait(self, condition: threading.Condition, seconds: float) -> bool:
+        return condition.wait(max(0.0, seconds))
+
+
+REAL_CLOCK = RealClock()
+
+
+class FakeClock:
+    """A clock that moves only when told: ``advance``, or a ``sleep`` (which returns at
+    once, the time slept having passed). A timed wait ends when notified, or once another
+    thread has advanced the clock past its timeout."""
+
+    def __init__(self, start: float = 1000.0):
+        self._now = start
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += max(0.0, seconds)
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def wait(self, condition: threading.Condition, seconds: float) -> bool:
+        ends_at = self.monotonic() + max(0.0, seconds)
+        while self.monotonic() < ends_at:
+            if condition.wait(FAKE_WAIT_POLL_S):
+                return True
+        return False
