@@ -15,7 +15,7 @@ from distributetrain.cli.jobs import manager_spec
 from distributetrain.core import errors
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import translate
-from jobharness import REPO, manager_pod
+from jobharness import REPO, SCRIPTS, job_args, manager_pod, node_pool, script_volume
 from localcluster.projectrbac import POLICY
 
 pytestmark = pytest.mark.cluster
@@ -147,10 +147,11 @@ def test_an_admitted_manager_cannot_be_changed_into_something_else(api_client, n
     with pytest.raises(client.ApiException) as refused:
         tenant.patch_namespaced_pod("mgr", namespace, image_change)
     assert_refused_by_the_policy(refused.value, "runs only the manager image")
-    # `kubectl debug`: an ephemeral container in the manager's pod.
+    # `kubectl debug`: an ephemeral container in the manager's pod, refused even to one who
+    # may add them (`edit` may not; the cluster's admin here).
     debug = {"spec": {"ephemeralContainers": [{"name": "debugger", "image": OTHER_IMAGE, "command": ["sh"]}]}}
     with pytest.raises(client.ApiException) as refused:
-        tenant.patch_namespaced_pod_ephemeralcontainers("mgr", namespace, debug)
+        client.CoreV1Api(api_client).patch_namespaced_pod_ephemeralcontainers("mgr", namespace, debug)
     assert_refused_by_the_policy(refused.value, "runs the manager alone")
     # What the manager itself changes on its pod (its record) still goes through.
     tenant.patch_namespaced_pod("mgr", namespace, {"metadata": {"annotations": {"distributetrain.io/phase": "x"}}})
@@ -191,3 +192,11 @@ def test_every_manager_users_apply_is_admitted(api_client, namespace, rbac):
             tenant.create_namespaced_pod(namespace, pod, dry_run="All")
         except client.ApiException as e:
             raise AssertionError(f"{form} refused: {e.body}") from None
+
+
+def test_a_manager_runs_its_job_under_the_policy(cluster, api_client, namespace, rbac, jobs, tmp_path):
+    wait_until_active(as_tenant(api_client, namespace), namespace)
+    with node_pool(cluster, {"a": 1, "b": 1}) as pool, script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
+        jobs.submit("admitted", job_args(pool, claim, 2))
+        assert jobs.exit_code("admitted", timeout_s=180) == 0, jobs.logs("admitted")
+        assert [name for name in jobs.pods() if name.startswith("admitted-")] == ["admitted-chief"]
