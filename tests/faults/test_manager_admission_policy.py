@@ -21,6 +21,7 @@ from localcluster.projectrbac import POLICY
 pytestmark = pytest.mark.cluster
 
 POLICY_NAME = "distributetrain-manager-only"
+TOKENS_POLICY_NAME = "distributetrain-manager-tokens"
 ACCOUNT = "distributetrain-manager"
 OTHER_IMAGE = "python:3.11.10-slim-bookworm"  # published in the local registry: any image will do
 TENANT = "tenant@example.com"
@@ -60,29 +61,32 @@ def refusal(create) -> client.ApiException:
         time.sleep(0.5)
 
 
-def assert_refused_by_the_policy(error: client.ApiException, words: str):
+def assert_refused_by_the_policy(error: client.ApiException, words: str, policy: str = POLICY_NAME):
     message = json.loads(error.body)["message"]
     assert error.status == 403, message
-    assert f"ValidatingAdmissionPolicy '{POLICY_NAME}'" in message and words in message, message
+    assert f"ValidatingAdmissionPolicy '{policy}'" in message and words in message, message
     # What the manager makes of it: admission's refusal (exit 78), not RBAC's (77).
     assert isinstance(translate(error), errors.AdmissionRefused)
 
 
-def wait_until_type_checked(api_client) -> dict:
+def wait_until_type_checked(api_client, name) -> dict:
     admission = client.AdmissionregistrationV1Api(api_client)
     give_up_at = time.monotonic() + POLICY_ACTIVE_TIMEOUT_S
     while True:
-        policy = json.loads(admission.read_validating_admission_policy(POLICY_NAME, _preload_content=False).data)
+        policy = json.loads(admission.read_validating_admission_policy(name, _preload_content=False).data)
         status = policy.get("status") or {}
         if status.get("observedGeneration") == policy["metadata"]["generation"] or time.monotonic() > give_up_at:
             return status
         time.sleep(0.5)
 
 
-def test_rbac_ships_the_policy_and_it_type_checks(api_client, namespace, rbac):
-    assert [d["metadata"]["name"] for d in rbac if d["kind"] == POLICY] == [POLICY_NAME]
-    status = wait_until_type_checked(api_client)
-    assert status.get("typeChecking", {}).get("expressionWarnings") in (None, []), status
+def test_rbac_ships_the_policies_and_they_type_check(api_client, namespace, rbac):
+    names = [d["metadata"]["name"] for d in rbac if d["kind"] == POLICY]
+    assert names == [POLICY_NAME, TOKENS_POLICY_NAME]
+    for name in names:
+        status = wait_until_type_checked(api_client, name)
+        assert status.get("observedGeneration") and not status.get("typeChecking", {}).get("expressionWarnings"), \
+            status
 
 
 @pytest.mark.parametrize("change, words", [
@@ -200,3 +204,16 @@ def test_a_manager_runs_its_job_under_the_policy(cluster, api_client, namespace,
         jobs.submit("admitted", job_args(pool, claim, 2))
         assert jobs.exit_code("admitted", timeout_s=180) == 0, jobs.logs("admitted")
         assert [name for name in jobs.pods() if name.startswith("admitted-")] == ["admitted-chief"]
+
+
+def test_a_tenant_cannot_get_a_token_of_the_managers_serviceaccount(api_client, namespace, rbac):
+    tenant = as_tenant(api_client, namespace)  # `edit` may request tokens and create Secrets
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": []}}
+    error = refusal(lambda: tenant.create_namespaced_service_account_token(ACCOUNT, namespace, request))
+    assert_refused_by_the_policy(error, "no TokenRequest by anyone else", TOKENS_POLICY_NAME)
+    token_secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+                    "metadata": {"name": "manager-token", "annotations": {"kubernetes.io/service-account.name": ACCOUNT}}}
+    error = refusal(lambda: tenant.create_namespaced_secret(namespace, token_secret))
+    assert_refused_by_the_policy(error, "no Secret holding one", TOKENS_POLICY_NAME)
+    # Other ServiceAccounts' tokens are none of its business.
+    assert tenant.create_namespaced_service_account_token("default", namespace, request).status.token

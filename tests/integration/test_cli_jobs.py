@@ -168,7 +168,8 @@ def test_kustomization_and_yaml_retarget_and_pass_the_api_server(cluster, namesp
     documents = list(yaml.safe_load_all(rendered))
     assert sorted(d["kind"] for d in documents) == [
         "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Pod", "Role", "Role", "RoleBinding", "RoleBinding",
-        "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicyBinding"]
     for document in documents:
         lease_grant = document["metadata"]["name"].startswith("distributetrain-placement")
         if document["kind"] == "ConfigMap":  # the manager images, where tenants cannot change them
