@@ -30,6 +30,9 @@ POLICY_OR_WEBHOOK_REFUSAL = re.compile(
 # the one "is forbidden" whose WHY is 'User "NAME" cannot VERB ...' (the apiserver's
 # forbiddenMessage); a 403 without a message is taken for RBAC's too.
 BUILT_IN_ADMISSION_REFUSAL = re.compile(r'\bis forbidden: (?!User ")')
+# An admission plugin of a restarted API server whose caches have not synced yet (the
+# policy and webhook plugins wait 10 s for them, then answer this 403): try again.
+ADMISSION_NOT_READY = "is forbidden: not yet ready to handle request"
 
 
 class DistributeTrainError(Exception):
@@ -102,10 +105,12 @@ class AdmissionRefused(DistributeTrainError):
 
 
 def forbidden(message: str) -> DistributeTrainError:
-    """An HTTP 403 but a policy's or webhook's: a quota or limit refusal, another built-in
-    plugin's, else RBAC's."""
+    """An HTTP 403 but a policy's or webhook's: a quota or limit refusal, admission not
+    ready yet (transient), another built-in plugin's refusal, else RBAC's."""
     if QUOTA_OR_LIMIT_REFUSAL.search(message):
         return QuotaExceeded(message)
+    if ADMISSION_NOT_READY in message:
+        return TransientApiError(message)
     return AdmissionRefused(message) if BUILT_IN_ADMISSION_REFUSAL.search(message) else Forbidden(message)
 
 

@@ -117,3 +117,9 @@ def test_the_api_servers_own_validation_stays_invalid():
 def test_exit_codes_are_distinct():
     codes = [value for name, value in vars(exitcodes).items() if name.isupper()]
     assert len(codes) == len(set(codes))
+
+
+def test_admission_not_ready_after_a_restart_is_tried_again():
+    # A restarted apiserver's policy or webhook plugin before its caches synced.
+    error = translate(api_error(403, "Forbidden", 'pods "demo-chief" is forbidden: not yet ready to handle request'))
+    assert type(error) is errors.TransientApiError
