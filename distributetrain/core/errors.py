@@ -93,7 +93,8 @@ class QuotaExceeded(DistributeTrainError):
 
 class AdmissionRefused(DistributeTrainError):
     """The cluster's admission control refused an object: PodSecurity, an admission policy,
-    a webhook (a 403, or the 422 of a policy or webhook that says so; not RBAC)."""
+    a webhook (a 403, or whatever 4xx a policy or webhook chose). Not RBAC: no rule of
+    rbac/ cures it."""
 
     exit_code = exitcodes.ADMISSION_REFUSED
 
