@@ -112,12 +112,9 @@ def self_signed(directory) -> tuple[str, str, bytes]:
     return str(directory / "tls.crt"), str(directory / "tls.key"), pem
 
 
-@contextmanager
-def mesh_injector(api_client, namespace, directory, native: bool):
-    """A mutating webhook that injects a proxy into the chief pods of ``namespace``."""
-    proxy = {"name": "istio-proxy", "image": IMAGE, "command": ["sleep", "infinity"]}
-    patch = ([{"op": "add", "path": "/spec/initContainers", "value": [proxy | {"restartPolicy": "Always"}]}] if native
-             else [{"op": "add", "path": "/spec/containers/-", "value": proxy}])
+def patching_webhook(patch: list[dict], directory) -> tuple[ThreadingHTTPServer, bytes]:
+    """An HTTPS admission webhook on 127.0.0.1 that answers every review with ``patch``;
+    (the server, running, and its certificate PEM)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 (the http.server interface)
@@ -140,6 +137,16 @@ def mesh_injector(api_client, namespace, directory, native: bool):
     context.load_cert_chain(certificate, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, pem
+
+
+@contextmanager
+def mesh_injector(api_client, namespace, directory, native: bool):
+    """A mutating webhook that injects a proxy into the chief pods of ``namespace``."""
+    proxy = {"name": "istio-proxy", "image": IMAGE, "command": ["sleep", "infinity"]}
+    patch = ([{"op": "add", "path": "/spec/initContainers", "value": [proxy | {"restartPolicy": "Always"}]}] if native
+             else [{"op": "add", "path": "/spec/containers/-", "value": proxy}])
+    server, pem = patching_webhook(patch, directory)
     admission = client.AdmissionregistrationV1Api(api_client)
     name = f"mesh-injector-{namespace}"
     admission.create_mutating_webhook_configuration({
