@@ -65,8 +65,8 @@ WORKER_SCRIPT = podscripts.load(
 )
 # Run first by the chief: its ssh checks the job's host key whatever options horovodrun adds.
 SSH_WRAPPER_SCRIPT = podscripts.load("ssh-wrapper.sh")
-CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=podscripts.load("discover.py", SSH_HOSTS_CONFIG=SSH_HOSTS_CONFIG),
-                               SSH_WRAPPER=SSH_WRAPPER_SCRIPT)
+DISCOVER_SCRIPT = podscripts.load("discover.py", SSH_HOSTS_CONFIG=SSH_HOSTS_CONFIG)
+CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=DISCOVER_SCRIPT, SSH_WRAPPER=SSH_WRAPPER_SCRIPT)
 
 
 def owner_references(settings: JobSettings) -> list[dict]:

@@ -174,8 +174,8 @@ def every_form_of_the_manager(namespace) -> dict[str, dict]:
     timeouts["spec"]["containers"][0]["env"].append({"name": "DISTRIBUTETRAIN_API_READ_S", "value": "10"})
     return {
         "manager.yaml": yaml.safe_load((REPO / "manager.yaml").read_text()),
-        "manager-job.yaml": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "from-job", **template["metadata"]},
-                             "spec": template["spec"]},
+        "manager-job.yaml": {"apiVersion": "v1", "kind": "Pod",
+                             "metadata": {"name": "from-job", **template["metadata"]}, "spec": template["spec"]},
         "submit": manager_spec.manager_pod(settings, manager_spec.ManagerOptions()),
         "submit --as-job": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "from-submitted-job",
                                                                             **as_job["metadata"]},
@@ -212,7 +212,8 @@ def test_a_tenant_cannot_get_a_token_of_the_managers_serviceaccount(api_client, 
     error = refusal(lambda: tenant.create_namespaced_service_account_token(ACCOUNT, namespace, request))
     assert_refused_by_the_policy(error, "no TokenRequest by anyone else", TOKENS_POLICY_NAME)
     token_secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-                    "metadata": {"name": "manager-token", "annotations": {"kubernetes.io/service-account.name": ACCOUNT}}}
+                    "metadata": {"name": "manager-token",
+                                 "annotations": {"kubernetes.io/service-account.name": ACCOUNT}}}
     error = refusal(lambda: tenant.create_namespaced_secret(namespace, token_secret))
     assert_refused_by_the_policy(error, "no Secret holding one", TOKENS_POLICY_NAME)
     # Other ServiceAccounts' tokens are none of its business.
