@@ -2,9 +2,11 @@
 cluster admin applies it for a team: for the tests' namespaces and the benchmarks'.
 
 Every namespaced object and every binding's subject goes to the namespace, but the
-placement Lease's grant, which goes to the Lease's namespace. Bindings outside the
-namespace are named after it: many namespaces share the cluster-wide ones and the
-Lease's namespace, and each removes its own.
+placement Lease's grant, which goes to the Lease's namespace, and the manager's admission
+policy's allowed images, which stay where the platform team keeps them. Bindings outside
+the namespace are named after it: many namespaces share the cluster-wide ones and the
+Lease's namespace, and each removes its own; the admission policy's binding applies to the
+namespace alone.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from kubernetes import client, utils
 REPO = Path(__file__).resolve().parents[1]
 LEASE_GRANT_FILES = "lease-role*.yaml"  # the placement Lease's Role and binding
 DEFAULT_LEASE_NAMESPACE = "default"  # the manager's --lock-namespace default
+POLICY = "ValidatingAdmissionPolicy"  # rbac/manager-admission-policy.yaml: one for the cluster
+POLICY_BINDING = "ValidatingAdmissionPolicyBinding"  # one per namespace here
 
 
 def rbac_documents(namespace: str, lease_namespace: str = DEFAULT_LEASE_NAMESPACE, folder: str = "rbac") -> list[dict]:
@@ -33,6 +37,10 @@ def rbac_documents(namespace: str, lease_namespace: str = DEFAULT_LEASE_NAMESPAC
                 doc["metadata"]["namespace"] = namespace
             if doc["kind"] == "ClusterRoleBinding" or (lease_grant and doc["kind"] == "RoleBinding"):
                 doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
+            if doc["kind"] == POLICY_BINDING:
+                doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
+                doc["spec"]["matchResources"]["namespaceSelector"] = {
+                    "matchLabels": {"kubernetes.io/metadata.name": namespace}}
             for subject in doc.get("subjects", []):
                 subject["namespace"] = namespace
             documents.append(doc)
@@ -50,22 +58,35 @@ def apply_rbac(api_client, namespace: str, folder: str = "rbac") -> list[dict]:
                 raise
             # Shared by every namespace and left on the cluster: one from an older checkout must
             # not hold back rules added since (a patch replaces the whole list of rules).
-            rbac = client.RbacAuthorizationV1Api(api_client)
-            if doc["kind"] == "ClusterRole":
-                rbac.patch_cluster_role(doc["metadata"]["name"], {"rules": doc["rules"]})
-            elif doc["kind"] == "Role":
-                rbac.patch_namespaced_role(doc["metadata"]["name"], doc["metadata"]["namespace"], {"rules": doc["rules"]})
+            _update_shared(api_client, doc)
     return documents
 
 
+def _update_shared(api_client, doc: dict) -> None:
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    name = doc["metadata"]["name"]
+    if doc["kind"] == "ClusterRole":
+        rbac.patch_cluster_role(name, {"rules": doc["rules"]})
+    elif doc["kind"] == "Role":
+        rbac.patch_namespaced_role(name, doc["metadata"]["namespace"], {"rules": doc["rules"]})
+    elif doc["kind"] == POLICY:
+        client.AdmissionregistrationV1Api(api_client).patch_validating_admission_policy(name, {"spec": doc["spec"]})
+    elif doc["kind"] == "ConfigMap":
+        client.CoreV1Api(api_client).patch_namespaced_config_map(name, doc["metadata"]["namespace"],
+                                                                 {"data": doc["data"]})
+
+
 def delete_shared_bindings(api_client, documents: list[dict]) -> None:
-    """The namespace's bindings that its deletion would not take with it. The ClusterRole
-    and the Lease's Role stay: every namespace applies the same ones."""
+    """The namespace's bindings that its deletion would not take with it. The ClusterRole,
+    the Lease's Role and the admission policy stay: every namespace applies the same ones."""
     rbac = client.RbacAuthorizationV1Api(api_client)
     for doc in documents:
         try:
             if doc["kind"] == "ClusterRoleBinding":
                 rbac.delete_cluster_role_binding(doc["metadata"]["name"])
+            elif doc["kind"] == POLICY_BINDING:
+                client.AdmissionregistrationV1Api(api_client).delete_validating_admission_policy_binding(
+                    doc["metadata"]["name"])
             elif doc["kind"] == "RoleBinding" and doc["metadata"]["namespace"] != doc["subjects"][0]["namespace"]:
                 rbac.delete_namespaced_role_binding(doc["metadata"]["name"], doc["metadata"]["namespace"])
         except client.ApiException as e:

@@ -17,6 +17,22 @@ QUOTA_OR_LIMIT_REFUSAL = re.compile(
     r"|\bmax limit to request ratio per (Container|Pod) is ",
     re.IGNORECASE,
 )
+# The other refusals of admission, which RBAC's fix does not cure either. A webhook's or a
+# ValidatingAdmissionPolicy's, as the apiserver words them ("admission webhook "NAME"
+# denied the request: ...", "ValidatingAdmissionPolicy 'P' with binding 'B' denied request:
+# ..."), whatever code they chose (403; 422 by default for a policy; a webhook's own):
+POLICY_OR_WEBHOOK_REFUSAL = re.compile(
+    r"\badmission webhook \"[^\"]*\" denied the request"
+    r"|\bValidatingAdmissionPolicy '[^']*' with binding '[^']*' denied request"
+)
+# and any built-in plugin's 403, "KIND "NAME" is forbidden: WHY" (PodSecurity's "violates
+# PodSecurity ...", a terminating namespace, a missing ServiceAccount...). RBAC's own is
+# the one "is forbidden" whose WHY is 'User "NAME" cannot VERB ...' (the apiserver's
+# forbiddenMessage); a 403 without a message is taken for RBAC's too.
+BUILT_IN_ADMISSION_REFUSAL = re.compile(r'\bis forbidden: (?!User ")')
+# An admission plugin of a restarted API server whose caches have not synced yet (the
+# policy and webhook plugins wait 10 s for them, then answer this 403): try again.
+ADMISSION_NOT_READY = "is forbidden: not yet ready to handle request"
 
 
 class DistributeTrainError(Exception):
@@ -75,9 +91,28 @@ class QuotaExceeded(DistributeTrainError):
         )
 
 
+class AdmissionRefused(DistributeTrainError):
+    """The cluster's admission control refused an object: PodSecurity, an admission policy,
+    a webhook (a 403, or whatever 4xx a policy or webhook chose). Not RBAC: no rule of
+    rbac/ cures it."""
+
+    exit_code = exitcodes.ADMISSION_REFUSED
+
+    def __init__(self, message: str):
+        super().__init__(
+            f"the cluster's admission control refuses it: {message} (not a missing RBAC permission: a PodSecurity "
+            f"level, an admission policy or a webhook of the cluster; its administrators say what it allows)"
+        )
+
+
 def forbidden(message: str) -> DistributeTrainError:
-    """An HTTP 403: a quota or limit refusal, else RBAC's."""
-    return QuotaExceeded(message) if QUOTA_OR_LIMIT_REFUSAL.search(message) else Forbidden(message)
+    """An HTTP 403 but a policy's or webhook's: a quota or limit refusal, admission not
+    ready yet (transient), another built-in plugin's refusal, else RBAC's."""
+    if QUOTA_OR_LIMIT_REFUSAL.search(message):
+        return QuotaExceeded(message)
+    if ADMISSION_NOT_READY in message:
+        return TransientApiError(message)
+    return AdmissionRefused(message) if BUILT_IN_ADMISSION_REFUSAL.search(message) else Forbidden(message)
 
 
 class TransientApiError(DistributeTrainError):

@@ -15,4 +15,5 @@ QUOTA_EXCEEDED = 73  # EX_CANTCREAT: a ResourceQuota or LimitRange of the namesp
 TIMED_OUT = 75  # EX_TEMPFAIL: workers not ready in time, or --active-deadline passed
 API_ERROR = 76  # EX_PROTOCOL: the Kubernetes API kept failing
 PERMISSION_DENIED = 77  # EX_NOPERM: RBAC refused a call; the message names the permission
+ADMISSION_REFUSED = 78  # EX_CONFIG: the cluster's admission control (PodSecurity, a policy, a webhook) refused it
 CANCELLED = 143  # 128 + SIGTERM: the manager was asked to stop

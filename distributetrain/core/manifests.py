@@ -23,9 +23,13 @@ TERMINATION_GRACE_S = 10
 HOSTS_WAIT_SLACK_S = 60
 ORPHAN_CHECK_MAX_S = 30
 
+# The chief's names for IPv6 hosts (Horovod cannot take a colon in a host), written by
+# discover.py; ssh ignores an Include that matches no file.
+SSH_HOSTS_CONFIG = "/tmp/distributetrain-ssh-hosts"
 # Client side of SSH, in the chief's ~/.ssh/config. Strict host checking against the
 # job's own host key: no fingerprint prompt, and no other host can pose as a worker.
-SSH_CLIENT_CONFIG = """\
+SSH_CLIENT_CONFIG = f"""\
+Include {SSH_HOSTS_CONFIG}
 Host *
   User root
   IdentityFile ~/.ssh/id_ed25519
@@ -61,7 +65,8 @@ WORKER_SCRIPT = podscripts.load(
 )
 # Run first by the chief: its ssh checks the job's host key whatever options horovodrun adds.
 SSH_WRAPPER_SCRIPT = podscripts.load("ssh-wrapper.sh")
-CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=podscripts.load("discover.py"), SSH_WRAPPER=SSH_WRAPPER_SCRIPT)
+DISCOVER_SCRIPT = podscripts.load("discover.py", SSH_HOSTS_CONFIG=SSH_HOSTS_CONFIG)
+CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=DISCOVER_SCRIPT, SSH_WRAPPER=SSH_WRAPPER_SCRIPT)
 
 
 def owner_references(settings: JobSettings) -> list[dict]:

@@ -84,17 +84,63 @@ def gone(pod: Mapping | None) -> str | None:
     return f"is being deleted ({cause})" if cause else "is being deleted"
 
 
-def is_finished(pod: Mapping) -> bool:
+def has_ended(pod: Mapping) -> bool:
+    """The whole pod ended (Succeeded or Failed): every container, sidecars included, and it
+    holds nothing any more."""
     return phase(pod) in TERMINAL_PHASES
 
 
+def is_finished(pod: Mapping) -> bool:
+    """The pod's own work ended: its main container terminated for good, or the pod ended.
+
+    A sidecar a service mesh injects (Istio without native sidecars, Linkerd by default)
+    runs on after the main container, and the pod stays Running for ever; a native sidecar
+    (an init container with restartPolicy Always) is stopped only after it, so the pod
+    ends a little later. Either way the main container's end is the pod's.
+    """
+    return has_ended(pod) or _main_container_ended(pod) is not None
+
+
 def exit_code(pod: Mapping) -> int | None:
-    """The first container's exit code once it has terminated."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or ():
-        terminated = (status.get("state") or {}).get("terminated")
-        if terminated is not None:
-            return int(terminated.get("exitCode", 1))
-    return None
+    """The main container's exit code once it has terminated for good (see ``is_finished``)."""
+    terminated = _main_container_ended(pod)
+    if terminated is None and has_ended(pod):
+        terminated = ((main_container_status(pod) or {}).get("state") or {}).get("terminated")
+    return None if terminated is None else int(terminated.get("exitCode", 1))
+
+
+def ends_on_its_own(pod: Mapping) -> bool:
+    """It ended, or every regular container did: the kubelet then stops its native sidecars
+    and the pod ends. A classic sidecar still running keeps it (and its GPUs) for ever."""
+    if has_ended(pod):
+        return True
+    statuses = {status.get("name"): status for status in (pod.get("status") or {}).get("containerStatuses") or ()}
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    return bool(containers) and all(
+        ((statuses.get(c.get("name")) or {}).get("state") or {}).get("terminated") is not None for c in containers)
+
+
+def main_container_status(pod: Mapping) -> Mapping | None:
+    """The status of the container that does the pod's work: the one named as its role
+    (chief, worker, manager: see ``manifests``), whatever the sidecars injected beside it,
+    before or after; a pod without one has its first container."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
+    named = role(pod)
+    if named and any(c.get("name") == named for c in ((pod.get("spec") or {}).get("containers") or ())):
+        return next((status for status in statuses if status.get("name") == named), None)
+    return next(iter(statuses), None)
+
+
+def _main_container_ended(pod: Mapping) -> Mapping | None:
+    """The main container's terminated state, if it will not be restarted."""
+    terminated = ((main_container_status(pod) or {}).get("state") or {}).get("terminated")
+    if terminated is None:
+        return None
+    # The kubelet restarts it (restartPolicy OnFailure, as a manager pod may have, or Always).
+    restart_policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+    if restart_policy == "Always" or (restart_policy == "OnFailure" and terminated.get("exitCode") != 0):
+        return None
+    return terminated
 
 
 def address(pod: Mapping) -> str:

@@ -33,6 +33,8 @@ def translate(error: Exception) -> errors.DistributeTrainError:
     """Map a client exception onto the project's error types."""
     if isinstance(error, ApiException):
         message = _api_message(error)
+        if 400 <= error.status < 500 and errors.POLICY_OR_WEBHOOK_REFUSAL.search(message):
+            return errors.AdmissionRefused(message)
         if error.status == 404:
             return errors.NotFound(message)
         if error.status == 409:

@@ -10,12 +10,15 @@ so a lost or added worker is seen within about a second of the manager seeing it
 answer is Horovod's format: one ``address:slots`` line per worker, in rank order.
 
 The list is not secret (pod addresses and GPU counts) and is read-only; the server
-answers GET /hosts and nothing else.
+answers GET /hosts and nothing else. On an IPv6 pod network an address holds colons
+itself: the slots are what follows the last one, and the chief names such hosts for
+Horovod, which splits on every colon (``podscripts/discover.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,8 +30,9 @@ HOSTS_PATH = "/hosts"
 
 
 def hosts_url(manager_address: str) -> str:
-    """Where the chief asks the manager for its hosts."""
-    return f"http://{manager_address}:{DISCOVERY_PORT}{HOSTS_PATH}"
+    """Where the chief asks the manager for its hosts; an IPv6 address in brackets (RFC 3986)."""
+    host = f"[{manager_address}]" if ":" in manager_address else manager_address
+    return f"http://{host}:{DISCOVERY_PORT}{HOSTS_PATH}"
 
 
 def hosts_text(hosts: list[tuple[str, int]]) -> str:
@@ -55,8 +59,34 @@ class HostList:
             return self._text
 
 
+class _DualStackServer(ThreadingHTTPServer):
+    """Listens on IPv6 and IPv4 alike: the manager's pod address may be either."""
+
+    address_family = socket.AF_INET6
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+def _ipv6_available() -> bool:
+    """False on a kernel booted without IPv6 (ipv6.disable=1), where only IPv4 listens."""
+    try:
+        socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close()
+    except OSError:
+        return False
+    return True
+
+
+def _server_class(address: str) -> type[ThreadingHTTPServer]:
+    if address:
+        return _DualStackServer if ":" in address else ThreadingHTTPServer
+    return _DualStackServer if _ipv6_available() else ThreadingHTTPServer
+
+
 class DiscoveryServer:
-    """``HostList`` over HTTP on ``port`` (0: any free port), in a daemon thread; a context manager."""
+    """``HostList`` over HTTP on ``port`` (0: any free port), in a daemon thread; a context manager.
+    ``address`` "" listens on every address, IPv6 and IPv4."""
 
     def __init__(self, hosts: HostList, port: int = DISCOVERY_PORT, address: str = ""):
         class Handler(BaseHTTPRequestHandler):
@@ -78,7 +108,7 @@ class DiscoveryServer:
             def log_message(self, format, *args):  # one request a second: not worth a log line
                 pass
 
-        self._server = ThreadingHTTPServer((address, port), Handler)
+        self._server = _server_class(address)((address, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="discovery", daemon=True)
 

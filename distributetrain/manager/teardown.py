@@ -16,7 +16,8 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
 
     ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
     left: each lost attempt is torn down whole); a chief still running (its manager died
-    mid-job) is deleted, or it would hold its GPUs to the end.
+    mid-job), or one whose training ended beside a classic sidecar that runs on (a service
+    mesh's proxy), is deleted, or it would hold its GPUs to the end.
     """
     namespace, job = settings.namespace, settings.job_name
     pods, _ = kube.list_all("pods", namespace, label_selector=settings.selector)
@@ -25,7 +26,7 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
         name = pod["metadata"]["name"]
         if not podstate.is_training_pod(pod):
             continue
-        if keep_chief and podstate.role(pod) == names.ROLE_CHIEF and podstate.is_finished(pod):
+        if keep_chief and podstate.role(pod) == names.ROLE_CHIEF and podstate.ends_on_its_own(pod):
             continue
         if pod["metadata"].get("deletionTimestamp"):
             continue

@@ -167,10 +167,17 @@ def test_kustomization_and_yaml_retarget_and_pass_the_api_server(cluster, namesp
     rendered = cluster.kubectl("kustomize", str(tmp_path), check=True).stdout
     documents = list(yaml.safe_load_all(rendered))
     assert sorted(d["kind"] for d in documents) == [
-        "ClusterRole", "ClusterRoleBinding", "Pod", "Role", "Role", "RoleBinding", "RoleBinding", "ServiceAccount"]
+        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Pod", "Role", "Role", "RoleBinding", "RoleBinding",
+        "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicyBinding"]
     for document in documents:
         lease_grant = document["metadata"]["name"].startswith("distributetrain-placement")
-        if not document["kind"].startswith("Cluster"):
+        if document["kind"] == "ConfigMap":  # the manager images, where tenants cannot change them
+            assert document["metadata"]["namespace"] == "kube-system"
+        elif document["kind"] == "ValidatingAdmissionPolicyBinding":
+            assert document["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+                namespace]
+        elif not document["kind"].startswith(("Cluster", "ValidatingAdmissionPolicy")):
             assert document["metadata"]["namespace"] == ("default" if lease_grant else namespace)
         for subject in document.get("subjects", []):
             assert subject["namespace"] == namespace

@@ -1,4 +1,4 @@
-"""A 403 is RBAC's refusal or a quota's, told apart by the apiserver's own wording."""
+"""A 403 is RBAC's refusal, a quota's or admission's, told apart by the apiserver's own wording."""
 
 import json
 
@@ -69,3 +69,57 @@ def test_no_rbac_refusal_reads_as_a_quota(resource, verb, user, namespace):
     message = (f'{resource} "x" is forbidden: User "{user}" cannot {verb} resource "{resource}" '
                f'in API group "" in the namespace "{namespace}"')
     assert type(errors.forbidden(message)) is errors.Forbidden
+
+
+def api_error(status: int, reason: str, message: str) -> ApiException:
+    error = ApiException(status=status, reason=reason)
+    error.body = json.dumps({"kind": "Status", "status": "Failure", "reason": reason, "code": status,
+                             "message": message})
+    return error
+
+
+# Answers of a v1.34 apiserver to a pod create: PodSecurity, a ValidatingAdmissionPolicy
+# (with reason Forbidden, and with none: 422 Invalid), a webhook, and built-in plugins.
+ADMISSION_REFUSALS = [
+    (403, "Forbidden", 'pods "demo-worker-0" is forbidden: violates PodSecurity "restricted:latest": '
+     'allowPrivilegeEscalation != false (container "worker" must set securityContext.allowPrivilegeEscalation'
+     '=false), unrestricted capabilities (container "worker" must set securityContext.capabilities.drop=["ALL"]), '
+     'runAsNonRoot != true (pod or container "worker" must set securityContext.runAsNonRoot=true)'),
+    (403, "Forbidden", "pods \"intruder\" is forbidden: ValidatingAdmissionPolicy 'distributetrain-manager-only' "
+     "with binding 'distributetrain-manager-only-ml' denied request: the ServiceAccount distributetrain-manager "
+     "runs only the manager's image"),
+    (422, "Invalid", "pods \"demo-chief\" is invalid: : ValidatingAdmissionPolicy 'require-team-label' with "
+     "binding 'require-team-label' denied request: failed expression: has(object.metadata.labels.team)"),
+    (403, "Forbidden", 'admission webhook "validate.gatekeeper.sh" denied the request: [allowed-repos] container '
+     '<worker> has an invalid image repo <distributetrain/base:0.1.0>, allowed repos are ["registry.corp/"]'),
+    (400, "BadRequest", 'admission webhook "pod-policy.example.com" denied the request without explanation'),
+    (403, "Forbidden", 'pods "demo-worker-0" is forbidden: unable to create new content in namespace ml because '
+     "it is being terminated"),
+    (403, "Forbidden", 'pods "demo-chief" is forbidden: error looking up service account ml/trainer: '
+     'serviceaccount "trainer" not found'),
+]
+
+
+@pytest.mark.parametrize("status,reason,message", ADMISSION_REFUSALS)
+def test_admission_refusals_have_their_own_error_and_exit_code(status, reason, message):
+    error = translate(api_error(status, reason, message))
+    assert type(error) is errors.AdmissionRefused
+    assert error.exit_code == exitcodes.ADMISSION_REFUSED
+    assert exitcodes.ADMISSION_REFUSED not in (exitcodes.PERMISSION_DENIED, exitcodes.QUOTA_EXCEEDED, exitcodes.USAGE)
+    assert message in str(error) and "not a missing RBAC permission" in str(error)
+
+
+def test_the_api_servers_own_validation_stays_invalid():
+    message = 'Pod "j-worker-1" is invalid: spec.containers[0].image: Required value'
+    assert type(translate(api_error(422, "Invalid", message))) is errors.Invalid
+
+
+def test_exit_codes_are_distinct():
+    codes = [value for name, value in vars(exitcodes).items() if name.isupper()]
+    assert len(codes) == len(set(codes))
+
+
+def test_admission_not_ready_after_a_restart_is_tried_again():
+    # A restarted apiserver's policy or webhook plugin before its caches synced.
+    error = translate(api_error(403, "Forbidden", 'pods "demo-chief" is forbidden: not yet ready to handle request'))
+    assert type(error) is errors.TransientApiError

@@ -23,7 +23,9 @@ DOWNWARD_ENV = [
 ]
 PORTS = [{"name": "discovery", "containerPort": 8470, "protocol": "TCP"}]
 # The manager pod is never evicted to scale down or consolidate its node: the job would fail.
-NOT_DISRUPTED = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true"}
+# Never evicted to scale down, and no mesh's sidecar (the admission policy admits the manager alone).
+MANAGER_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true",
+                       "sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 
 
@@ -69,7 +71,7 @@ def test_submit_creates_a_pod_like_manager_yaml():
                       "--pvc", "data:/train", "--namespace", "ml", "--name", "demo", "--", "--epochs", "3"]) == {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "demo", "namespace": "ml", "labels": LABELS, "annotations": NOT_DISRUPTED},
+        "metadata": {"name": "demo", "namespace": "ml", "labels": LABELS, "annotations": MANAGER_ANNOTATIONS},
         "spec": {
             "serviceAccountName": "distributetrain-manager",
             "restartPolicy": "Never",
@@ -116,7 +118,7 @@ def test_submit_as_job():
         "spec": {
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": 3600,
-            "template": {"metadata": {"labels": LABELS, "annotations": NOT_DISRUPTED}, "spec": pod_spec},
+            "template": {"metadata": {"labels": LABELS, "annotations": MANAGER_ANNOTATIONS}, "spec": pod_spec},
         },
     }
 

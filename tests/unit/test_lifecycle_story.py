@@ -66,10 +66,12 @@ def story(monkeypatch, tmp_path):
     monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)  # the workers' statuses are scripted
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
-            phases=("run",), pods=(), record=None):
+            phases=("run",), pods=(), record=None, on_create=()):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
-        ``record`` is on its pod already."""
+        ``record`` is on its pod already; ``on_create`` change each object created, as
+        mutating webhooks do."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods)
+        kube.on_create = list(on_create)
         kube.manager["metadata"]["annotations"].update(record or {})
         kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
@@ -345,3 +347,46 @@ def test_an_earlier_run_still_training_elsewhere_makes_the_name_bad_input(story)
     assert recorded[-1][2].startswith("--job-name: job 'demo' already runs in namespace 'ml' under another "
                                       "manager (demo-worker-0)")
     assert set(kube.pods) == {"demo-worker-0"} and names.owner_uid_of(kube.pods["demo-worker-0"]) == "uid-0"
+
+
+def inject_proxy(native: bool):
+    """A service mesh's injector: its proxy in every pod, as a classic sidecar (a second
+    container) or a native one (an init container with restartPolicy Always)."""
+    proxy = {"name": "istio-proxy", "image": "istio/proxyv2:1.24.0"}
+
+    def inject(obj):
+        if obj["kind"] != "Pod":
+            return
+        if native:
+            obj["spec"].setdefault("initContainers", []).append(proxy | {"restartPolicy": "Always"})
+        else:
+            obj["spec"]["containers"].append(proxy)
+
+    return inject
+
+
+def trained_beside_a_proxy(code, native):
+    """The chief's training container terminated; its proxy runs on, so the pod stays Running."""
+    proxy = {"name": "istio-proxy", "state": {"running": {"startedAt": "2026-01-02T12:00:00Z"}}}
+    status = {"phase": "Running", "podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "False"}],
+              "containerStatuses": [{"name": "chief", "state": {"terminated": {"exitCode": code}}}]}
+    if native:
+        status["initContainerStatuses"] = [proxy]
+    else:
+        status["containerStatuses"].append(proxy)
+    return status
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["classic-sidecar", "native-sidecar"])
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_chief_with_a_sidecar_ends_the_job_with_its_trainings_exit_code(story, native, code):
+    code_seen, recorded, kube = story([
+        [("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+        [("demo-chief", trained_beside_a_proxy(code, native))],
+    ], on_create=[inject_proxy(native)])
+    assert code_seen == code
+    assert recorded[-1][0] == ("Succeeded" if code == 0 else "Failed")
+    # A classic proxy would hold the chief's GPUs for ever: the chief goes too. A native one
+    # is stopped by the kubelet, so the chief is kept for its logs, as without a mesh.
+    assert sorted(kube.pods) == ([] if not native else ["demo-chief"])
+    assert kube.secrets == {}

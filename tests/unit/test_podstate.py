@@ -96,3 +96,68 @@ def test_why_a_pod_is_not_ready(given, reason, attention):
 def test_a_ready_pod_has_no_reason_to_wait():
     assert podstate.why_not_ready(pod()) == "waiting for the scheduler"
     assert podstate.why_not_ready(pod(phase="Running", node="n1", conditions=[READY])) is None
+
+
+# A chief as a service mesh leaves it: Istio's proxy injected as a classic sidecar (a
+# second container, before or after the chief's), or as a native one (an init container
+# with restartPolicy Always, Istio with native sidecars on 1.29+). Status as the kubelet
+# writes it.
+def chief(code=None, sidecar="classic", proxy_running=True, restart_policy="Never", phase="Running", proxy_first=False):
+    main = container("chief", terminated={"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+                     if code is not None else None, running=code is None)
+    proxy = container("istio-proxy", running=proxy_running,
+                      terminated=None if proxy_running else {"exitCode": 0, "reason": "Completed"})
+    spec_containers = [{"name": "chief", "image": "distributetrain/base:0.1.0"}]
+    spec = {"restartPolicy": restart_policy, "nodeName": "n1", "containers": spec_containers}
+    status = {"phase": phase, "containerStatuses": [main]}
+    if sidecar == "classic":
+        proxy_spec = {"name": "istio-proxy", "image": "istio/proxyv2:1.24.0"}
+        spec_containers.insert(0 if proxy_first else 1, proxy_spec)
+        status["containerStatuses"].insert(0 if proxy_first else 1, proxy)
+    elif sidecar == "native":
+        spec["initContainers"] = [{"name": "istio-proxy", "image": "istio/proxyv2:1.24.0", "restartPolicy": "Always"}]
+        status["initContainerStatuses"] = [proxy]
+    metadata = {"name": "demo-chief", "labels": {"distributetrain.io/role": "chief"}}
+    return {"metadata": metadata, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize("sidecar", ["classic", "native", None])
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_chief_ends_with_its_training_container_whatever_its_sidecars(sidecar, code):
+    ended = chief(code, sidecar)
+    assert podstate.phase(ended) == "Running"  # the proxy runs on
+    assert podstate.is_finished(ended) and not podstate.has_ended(ended)
+    assert podstate.exit_code(ended) == code
+
+
+@pytest.mark.parametrize("proxy_first", [False, True])
+def test_a_sidecars_state_is_never_the_chiefs(proxy_first):
+    training = chief(None, "classic", proxy_running=False, proxy_first=proxy_first)  # the proxy ended first
+    assert not podstate.is_finished(training) and podstate.exit_code(training) is None
+    ended = chief(5, "classic", proxy_running=False, phase="Failed", proxy_first=proxy_first)
+    assert podstate.exit_code(ended) == 5
+
+
+def test_a_chief_still_training_beside_its_sidecar_is_not_finished():
+    for sidecar in ("classic", "native"):
+        assert not podstate.is_finished(chief(None, sidecar)) and podstate.exit_code(chief(None, sidecar)) is None
+
+
+def test_a_container_the_kubelet_restarts_has_not_finished():
+    manager = chief(1, None, restart_policy="OnFailure")
+    assert not podstate.is_finished(manager) and podstate.exit_code(manager) is None
+    assert podstate.is_finished(chief(0, None, restart_policy="OnFailure"))
+    assert not podstate.is_finished(chief(0, None, restart_policy="Always"))
+
+
+def test_only_a_classic_sidecar_keeps_a_finished_chief_from_ending():
+    assert not podstate.ends_on_its_own(chief(0, "classic"))  # its GPUs would be held for ever
+    assert podstate.ends_on_its_own(chief(0, "native"))  # the kubelet stops it next
+    assert podstate.ends_on_its_own(chief(0, None))
+    assert podstate.ends_on_its_own(chief(0, "classic", proxy_running=False, phase="Succeeded"))
+    assert not podstate.ends_on_its_own(chief(None, "native"))
+
+
+def test_a_pod_without_a_role_reads_its_first_container():
+    plain = pod(phase="Failed", node="n1", containers=[container("c", terminated={"exitCode": 9})])
+    assert podstate.is_finished(plain) and podstate.exit_code(plain) == 9

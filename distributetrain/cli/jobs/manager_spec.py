@@ -29,7 +29,10 @@ QUEUED_MANAGER_REQUESTS = {"cpu": "0", "memory": "0"}  # see in_queue
 # The manager is never restarted elsewhere: evicted, its job fails whatever --max-restarts
 # says. So neither the cluster autoscaler nor Karpenter may evict it to scale down or
 # consolidate its node (docs/manager-pdb.yaml covers kubectl drain).
-MANAGER_ANNOTATIONS = names.NO_DISRUPTION_ANNOTATIONS
+# And no service mesh injects a sidecar into it: rbac/manager-admission-policy.yaml admits
+# the manager's ServiceAccount with one container, the manager's.
+MANAGER_ANNOTATIONS = {**names.NO_DISRUPTION_ANNOTATIONS, "sidecar.istio.io/inject": "false",
+                       "linkerd.io/inject": "disabled"}
 # The Job controller names its pod "<job>-<5 random characters>", and that pod's name is
 # the job name the manager uses: it must stay within names.MAX_JOB_NAME_LENGTH.
 JOB_POD_SUFFIX_CHARS = 6

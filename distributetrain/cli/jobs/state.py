@@ -103,11 +103,7 @@ def requested_gpus(manager: Mapping) -> int | None:
 
 
 def _terminated(pod: Mapping) -> Mapping | None:
-    for status in (pod.get("status") or {}).get("containerStatuses") or ():
-        terminated = (status.get("state") or {}).get("terminated")
-        if terminated is not None:
-            return terminated
-    return None
+    return ((podstate.main_container_status(pod) or {}).get("state") or {}).get("terminated")
 
 
 def phase_of(manager: Mapping) -> str:

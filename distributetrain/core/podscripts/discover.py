@@ -5,10 +5,16 @@
 #   discover                  ask once (horovodrun --host-discovery-script, every second);
 #                             the last good answer while the manager is unreachable, so
 #                             Horovod never sees every host gone for a manager's brief absence
+# Horovod 0.28.1 splits each `host:slots` (hostfile and discovery lines alike) on every
+# colon, so an IPv6 address cannot be a host: such a host is named `ipv6-fd00--a` for
+# Horovod and ssh, and the chief's ssh config maps that name to the address (HostName)
+# in @SSH_HOSTS_CONFIG@, which its ~/.ssh/config includes.
 #!/usr/bin/env python
 import os, sys, time, urllib.request
 url = os.environ["DT_HOSTS_URL"]
 last = "/tmp/distributetrain-workers"
+def named(address):
+    return "ipv6-" + address.replace(":", "-") if ":" in address else address
 def ask():
     with urllib.request.urlopen(url, timeout=2) as response:
         return response.read().decode()
@@ -31,4 +37,9 @@ else:
 with open(last + ".partial", "w") as partial:
     partial.write(workers)
 os.replace(last + ".partial", last)
-sys.stdout.write(f"{os.environ['DT_CHIEF_ADDRESS']}:{os.environ['DT_CHIEF_SLOTS']}\n{workers}")
+hosts = [(os.environ["DT_CHIEF_ADDRESS"], os.environ["DT_CHIEF_SLOTS"])]
+hosts += [line.rsplit(":", 1) for line in workers.splitlines() if line.strip()]
+with open("@SSH_HOSTS_CONFIG@.partial", "w") as config:
+    config.writelines(f"Host {named(address)}\n  HostName {address}\n" for address, _ in hosts if ":" in address)
+os.replace("@SSH_HOSTS_CONFIG@.partial", "@SSH_HOSTS_CONFIG@")
+sys.stdout.write("".join(f"{named(address)}:{slots}\n" for address, slots in hosts))
