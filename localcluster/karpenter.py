@@ -66,7 +66,7 @@ def validate_instance_types(types: Sequence[Mapping], host: HostCapacity) -> Non
 
 def module_dir(binary_go_mod: Path, gomodcache: Path) -> Path:
     """Karpenter's module source at the version the wrapper pins (its CRDs)."""
-    version = re.search(r"^require sigs.k8s.io/karpenter (\S+)$", binary_go_mod.read_text(), re.M).group(1)
+    version = re.search(r"^\s*(?:require\s+)?sigs\.k8s\.io/karpenter (v\S+)", binary_go_mod.read_text(), re.M).group(1)
     return gomodcache / f"sigs.k8s.io/karpenter@{version}"
 
 

@@ -9,7 +9,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../../scripts/env.sh
 source "$HERE/../../scripts/env.sh"
 
-VERSION="$(awk '$1 == "require" && $2 == "sigs.k8s.io/karpenter" {print $3}' "$HERE/go.mod")"
+VERSION="$(awk '{for (i = 1; i < NF; i++) if ($i == "sigs.k8s.io/karpenter") {print $(i + 1); exit}}' "$HERE/go.mod")"
 SOURCE_HASH="$(cd "$HERE" && cat go.mod go.sum main.go cloudprovider/*.go build.sh | sha256sum | cut -c1-12)"
 OUT="$DT_CACHE/karpenter/bin/karpenter-$VERSION-$SOURCE_HASH"
 

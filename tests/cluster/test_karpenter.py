@@ -96,7 +96,7 @@ def claims_of(custom: client.CustomObjectsApi, pool: str) -> list[dict]:
 
 
 @contextmanager
-def pool_of(api_client, layout, namespace: str, gpu_limit: int) -> Iterator[str]:
+def pool_of(cluster, api_client, namespace: str, gpu_limit: int) -> Iterator[str]:
     """A KWOKNodeClass and a NodePool named for the test's namespace; deleted after, and every
     node of the pool gone (Karpenter terminates them; the local cloud, if it did not)."""
     custom = client.CustomObjectsApi(api_client)
@@ -117,8 +117,13 @@ def pool_of(api_client, layout, namespace: str, gpu_limit: int) -> Iterator[str]
             except client.ApiException as error:
                 if error.status != 404:
                     raise
-        poll_until(lambda: not claims_of(custom, name), CLEANUP_TIMEOUT_S, f"NodePool {name}'s NodeClaims to go")
-        assert not [n for n in claimed if nodeclaims.Instances(layout).get(n)], "instances outlived their claims"
+        try:
+            poll_until(lambda: not claims_of(custom, name) and not any(
+                           nodeclaims.Instances(cluster.layout).get(claim) for claim in claimed),
+                       CLEANUP_TIMEOUT_S, f"NodePool {name}'s NodeClaims and their nodes to go")
+        finally:
+            for claim in claimed:  # what Karpenter did not terminate, the local cloud does
+                nodeclaims.delete(cluster, claim)
 
 
 def node_index(layout, name: str) -> int | None:
@@ -135,7 +140,7 @@ def quantity(text: str) -> Decimal:
 def test_a_pending_gpu_pod_gets_a_real_node_that_goes_once_it_is_empty(karpenter_running, api_client, namespace):
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     layout = karpenter_running.layout
-    with pool_of(api_client, layout, namespace, gpu_limit=16) as pool:
+    with pool_of(karpenter_running, api_client, namespace, gpu_limit=16) as pool:
         core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
         claim = poll_until(lambda: claims_of(custom, pool), CLAIM_TIMEOUT_S, "a NodeClaim for the pending pod")[0]
         name = claim["metadata"]["name"]
@@ -183,7 +188,7 @@ def test_a_pending_gpu_pod_gets_a_real_node_that_goes_once_it_is_empty(karpenter
 
 def test_a_node_pool_at_its_limits_launches_no_node(karpenter_running, api_client, namespace):
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
-    with pool_of(api_client, karpenter_running.layout, namespace, gpu_limit=4) as pool:
+    with pool_of(karpenter_running, api_client, namespace, gpu_limit=4) as pool:
         core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
 
         def refused():
