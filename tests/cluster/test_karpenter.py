@@ -19,6 +19,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from localcluster import binaries, karpenter, netsetup, nodeclaims
 from localcluster.nodegroups import NodeGroupRegistry
+from localcluster.testing import NAMESPACE_SUFFIX_HEX_CHARS
 from polling import poll_until
 from prerequisites import unavailable
 
@@ -100,7 +101,7 @@ def pool_of(cluster, api_client, namespace: str, gpu_limit: int) -> Iterator[str
     """A KWOKNodeClass and a NodePool named for the test's namespace; deleted after, and every
     node of the pool gone (Karpenter terminates them; the local cloud, if it did not)."""
     custom = client.CustomObjectsApi(api_client)
-    name = namespace
+    name = f"gpu-{namespace[-NAMESPACE_SUFFIX_HEX_CHARS:]}"  # short: NodeClaims and nodes are named after it
     custom.create_cluster_custom_object(karpenter.NODE_CLASS_GROUP, karpenter.NODE_CLASS_VERSION, "kwoknodeclasses",
                                         node_class(name))
     try:
@@ -142,9 +143,13 @@ def test_a_pending_gpu_pod_gets_a_real_node_that_goes_once_it_is_empty(karpenter
     layout = karpenter_running.layout
     with pool_of(karpenter_running, api_client, namespace, gpu_limit=16) as pool:
         core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
-        claim = poll_until(lambda: claims_of(custom, pool), CLAIM_TIMEOUT_S, "a NodeClaim for the pending pod")[0]
+        launched = poll_until(lambda: [claim for claim in claims_of(custom, pool)
+                                       if claim.get("status", {}).get("providerID")],
+                              CLAIM_TIMEOUT_S, "a NodeClaim for the pending pod, launched")
+        claim = launched[0]
         name = claim["metadata"]["name"]
-        assert claim["metadata"]["labels"]["node.kubernetes.io/instance-type"] == INSTANCE_TYPE
+        assert (claim["status"]["providerID"], claim["metadata"]["labels"]["node.kubernetes.io/instance-type"]) == (
+            f"localcluster://{name}", INSTANCE_TYPE)
 
         def initialized_node():
             node = next((n for n in core.list_node(label_selector=f"karpenter.sh/nodepool={pool}").items
