@@ -191,10 +191,22 @@ class Instances:
             return None
 
     def list(self) -> list[Instance]:
+        """The instances that exist: a record whose node group is gone (stopped by a `down` that
+        did not know of Karpenter, or reclaimed after a killed run) is forgotten, not reported."""
         if not self.directory.exists():
             return []
-        instances = (self.get(path.stem) for path in sorted(self.directory.glob("*.json")))
-        return [instance for instance in instances if instance is not None]
+        grouped = {name for record in NodeGroupRegistry(self.layout).records() for name in record.names}
+        instances = []
+        for path in sorted(self.directory.glob("*.json")):
+            instance = self.get(path.stem)
+            if instance is None:
+                continue
+            if instance.name not in grouped:  # launch allocates before it records; delete forgets first
+                log.warning("forgetting instance %s: its node is gone", instance.name)
+                self.forget(instance.name)
+                continue
+            instances.append(instance)
+        return instances
 
     def launch(self, document: Mapping, python: str) -> Instance:
         """Reserve the node's index, record the instance and start its booter; idempotent by

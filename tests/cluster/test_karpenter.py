@@ -127,6 +127,23 @@ def pool_of(cluster, api_client, namespace: str, gpu_limit: int) -> Iterator[str
                 nodeclaims.delete(cluster, claim)
 
 
+def launched_claim(custom: client.CustomObjectsApi, pool: str) -> dict:
+    """The pool's first NodeClaim once Karpenter has launched it (the provider gave its providerID)."""
+    return poll_until(lambda: [claim for claim in claims_of(custom, pool) if claim.get("status", {}).get("providerID")],
+                      CLAIM_TIMEOUT_S, "a NodeClaim for the pending pod, launched")[0]
+
+
+def initialized_node(core: client.CoreV1Api, custom: client.CustomObjectsApi, pool: str, name: str):
+    """Node `name` once its kubelet has registered it and Karpenter has initialized it."""
+    def initialized():
+        nodes = core.list_node(field_selector=f"metadata.name={name}").items
+        return nodes[0] if nodes and (nodes[0].metadata.labels or {}).get("karpenter.sh/initialized") == "true" else None
+
+    return poll_until(initialized, NODE_UP_TIMEOUT_S,
+                      lambda: f"node {name} registered and initialized by Karpenter; claim status "
+                              f"{[claim.get('status', {}).get('conditions') for claim in claims_of(custom, pool)]}")
+
+
 def node_index(layout, name: str) -> int | None:
     for record in NodeGroupRegistry(layout).records():
         if name in record.names:
@@ -143,22 +160,11 @@ def test_a_pending_gpu_pod_gets_a_real_node_that_goes_once_it_is_empty(karpenter
     layout = karpenter_running.layout
     with pool_of(karpenter_running, api_client, namespace, gpu_limit=16) as pool:
         core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
-        launched = poll_until(lambda: [claim for claim in claims_of(custom, pool)
-                                       if claim.get("status", {}).get("providerID")],
-                              CLAIM_TIMEOUT_S, "a NodeClaim for the pending pod, launched")
-        claim = launched[0]
+        claim = launched_claim(custom, pool)
         name = claim["metadata"]["name"]
         assert (claim["status"]["providerID"], claim["metadata"]["labels"]["node.kubernetes.io/instance-type"]) == (
             f"localcluster://{name}", INSTANCE_TYPE)
-
-        def initialized_node():
-            node = next((n for n in core.list_node(label_selector=f"karpenter.sh/nodepool={pool}").items
-                         if n.metadata.name == name), None)
-            return node if node and (node.metadata.labels or {}).get("karpenter.sh/initialized") == "true" else None
-
-        node = poll_until(initialized_node, NODE_UP_TIMEOUT_S,
-                          lambda: f"node {name} registered and initialized by Karpenter; claim status "
-                                  f"{claims_of(custom, pool)[0].get('status', {}).get('conditions')}")
+        node = initialized_node(core, custom, pool, name)
         assert node.spec.provider_id == f"localcluster://{name}"
         labels = node.metadata.labels
         assert (labels["node.kubernetes.io/instance-type"], labels["topology.kubernetes.io/zone"],
@@ -203,3 +209,25 @@ def test_a_node_pool_at_its_limits_launches_no_node(karpenter_running, api_clien
         poll_until(refused, LIMIT_EVENT_TIMEOUT_S, "Karpenter to say the NodePool's limits leave no instance type")
         assert claims_of(custom, pool) == []
         assert core.read_namespaced_pod("trainer", namespace).status.phase == "Pending"
+
+
+def test_stopping_karpenter_terminates_every_node_it_launched(karpenter_running, api_client, namespace):
+    """What `down` does first: no node of Karpenter's outlives it, nor its NodeClaims."""
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    layout = karpenter_running.layout
+    with pool_of(karpenter_running, api_client, namespace, gpu_limit=8) as pool:
+        core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
+        name = launched_claim(custom, pool)["metadata"]["name"]
+        initialized_node(core, custom, pool, name)
+        index = node_index(layout, name)
+        kubelet = karpenter_running.node_group(name).kubelet_pid(name)
+        try:
+            karpenter_running.stop_karpenter()
+            assert not karpenter.ready()
+            assert claims_of(custom, pool) == [] and nodeclaims.Instances(layout).list() == []
+            assert netsetup.node_netns(index) not in netsetup.cluster_netns() and not nodeclaims.processes.alive(kubelet)
+            poll_until(lambda: not core.list_node(field_selector=f"metadata.name={name}").items, CLEANUP_TIMEOUT_S,
+                       f"Node {name} deleted, Karpenter's finalizer released")
+        finally:
+            core.delete_namespaced_pod("trainer", namespace, grace_period_seconds=0)  # or it gets a node again
+            karpenter_running.start_karpenter()

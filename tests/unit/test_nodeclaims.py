@@ -10,6 +10,7 @@ import pytest
 from localcluster import karpenter, nodeclaims
 from localcluster.layout import RunLayout
 from localcluster.nodeclaims import HostCapacity, Instance, InstanceError
+from localcluster.nodegroups import NodeGroupRegistry
 
 GIB = 2**30
 MIB = 2**20
@@ -101,3 +102,14 @@ def test_karpenter_runs_outside_the_cluster_without_leader_election_and_with_the
                    "SYSTEM_NAMESPACE": "karpenter", "METRICS_PORT": "18090", "HEALTH_PROBE_PORT": "18091",
                    "INSTANCE_TYPES_FILE_PATH": f"{tmp_path}/types.json", "FEATURE_GATES": "NodeRepair=true",
                    "LOCALCLUSTER_PYTHON": "/venv/bin/python", "PYTHONPATH": "/repo"}
+
+
+def test_an_instance_whose_node_group_is_gone_is_forgotten(tmp_path, monkeypatch):
+    layout = RunLayout(tmp_path)
+    layout.make_dirs()
+    monkeypatch.setattr(HostCapacity, "of_this_host", classmethod(lambda cls: HOST))
+    monkeypatch.setattr(nodeclaims.processes, "start_detached", lambda *args, **kwargs: None)
+    instances = nodeclaims.Instances(layout)
+    instances.launch(LAUNCH, "/venv/bin/python")
+    NodeGroupRegistry(layout).clear()  # a `down` that knew nothing of Karpenter
+    assert instances.list() == [] and instances.get(LAUNCH["name"]) is None
