@@ -1,6 +1,6 @@
 """Karpenter on the local cluster: a Pending GPU pod makes it launch a real node (kubelet and
-containerd of their own), which registers, runs the pod and goes once it is empty; a
-NodePool's limits keep it from launching past them. Karpenter is started for this module
+containerd of their own), which registers, runs the pod and goes once it is empty (unless
+marked do-not-disrupt); a NodePool's limits keep it from launching past them. Karpenter is started for this module
 and stopped after it (with every node it launched).
 
 Each test's NodePool is tainted for the test's namespace and its pods select the pool, so
@@ -9,6 +9,7 @@ no other test's pods get Karpenter nodes and these pods get no other test's node
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -36,6 +37,10 @@ POD_RUNNING_TIMEOUT_S = 60
 # then the node's stop
 CONSOLIDATED_TIMEOUT_S = 180
 LIMIT_EVENT_TIMEOUT_S = 60
+# Two of Karpenter's 10 s disruption passes and its 15 s validation of a command: an empty,
+# consolidatable node that outlives them was held.
+DISRUPTION_PASSES_S = 40
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 CLEANUP_TIMEOUT_S = 120
 
 
@@ -231,3 +236,28 @@ def test_stopping_karpenter_terminates_every_node_it_launched(karpenter_running,
         finally:
             core.delete_namespaced_pod("trainer", namespace, grace_period_seconds=0)  # or it gets a node again
             karpenter_running.start_karpenter()
+
+
+def test_a_node_marked_do_not_disrupt_outlives_its_emptiness(karpenter_running, api_client, namespace):
+    """Emptied and consolidatable, the node stays while `karpenter.sh/do-not-disrupt` is on it
+    (past Karpenter's disruption passes), and goes once the annotation is taken off."""
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    with pool_of(karpenter_running, api_client, namespace, gpu_limit=8) as pool:
+        core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
+        name = launched_claim(custom, pool)["metadata"]["name"]
+        initialized_node(core, custom, pool, name)
+        core.patch_node(name, {"metadata": {"annotations": {DO_NOT_DISRUPT: "true"}}})
+        core.delete_namespaced_pod("trainer", namespace, grace_period_seconds=0)
+
+        def consolidatable():
+            conditions = claims_of(custom, pool)[0].get("status", {}).get("conditions", [])
+            return any(c["type"] == "Consolidatable" and c["status"] == "True" for c in conditions)
+
+        poll_until(consolidatable, CONSOLIDATED_TIMEOUT_S, f"NodeClaim {name} consolidatable once empty")
+        held_until = time.monotonic() + DISRUPTION_PASSES_S
+        while time.monotonic() < held_until:
+            assert [claim["metadata"]["name"] for claim in claims_of(custom, pool)] == [name]
+            time.sleep(1)
+        core.patch_node(name, {"metadata": {"annotations": {DO_NOT_DISRUPT: None}}})
+        poll_until(lambda: not claims_of(custom, pool), CONSOLIDATED_TIMEOUT_S,
+                   f"Karpenter to consolidate node {name} once it may")
