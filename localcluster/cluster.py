@@ -410,7 +410,7 @@ class Cluster:
         return ClusterStatus(
             components=tuple(
                 ComponentStatus(name, processes.read_pid(self.layout.pid_file(name)))
-                for name in components.COMPONENTS
+                for name in (*components.COMPONENTS, KUEUE, KARPENTER)
             ),
             apiserver_ready=ready,
             node_groups=tuple(NodeGroupRegistry(self.layout).records()),
