@@ -254,12 +254,13 @@ class Cluster:
     # --- Karpenter ------------------------------------------------------------
 
     def start_karpenter(self, instance_types: Sequence[Mapping] | None = None,
-                        boot_delay_s: float | None = None) -> None:
+                        boot_delay_s: float | None = None, repair_toleration_s: float | None = None) -> None:
         """Karpenter's CRDs and its controller (a host process, like the control plane), with the
         local cloud provider: a real node per NodeClaim. Idempotent: a running Karpenter keeps
-        its instance types (stop it first). `instance_types` in kwok's format, each with a
-        `bootDelay` (default: karpenter.instance_types(boot_delay_s)). Returns once Karpenter
-        answers /readyz."""
+        its settings (stop it first). `instance_types` in kwok's format, each with a
+        `bootDelay` (default: karpenter.instance_types(boot_delay_s)); `repair_toleration_s`,
+        how long a node may be NotReady before node repair replaces it (default 10 minutes).
+        Returns once Karpenter answers /readyz."""
         types = list(instance_types) if instance_types is not None else karpenter.instance_types(
             karpenter.DEFAULT_BOOT_DELAY_S if boot_delay_s is None else boot_delay_s)
         karpenter.validate_instance_types(types, nodeclaims.HostCapacity.of_this_host())
@@ -274,7 +275,7 @@ class Cluster:
             types_file.write_text(json.dumps(types, indent=2) + "\n")
             env = karpenter.environment(self.kubeconfig, types_file, nodeclaims.python_executable(),
                                         _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH")),
-                                        processes.environment_without_proxy())
+                                        processes.environment_without_proxy(), repair_toleration_s)
             processes.start_detached([str(binary)], self.layout.pid_file(KARPENTER), self.layout.log_file(KARPENTER),
                                      cwd=self.layout.root, env=env)
         wait_until(karpenter.ready, KARPENTER_READY_TIMEOUT_S, "Karpenter's /readyz")

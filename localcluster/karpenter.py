@@ -32,6 +32,7 @@ NODE_FINALIZER = "karpenter.sh/termination"
 FINALIZER_PREFIX = "karpenter.sh/"
 # Node repair (replace a node NotReady for long) is a feature gate, off by default upstream.
 FEATURE_GATES = "NodeRepair=true"
+REPAIR_TOLERATION_ENV = "LOCALCLUSTER_REPAIR_TOLERATION"  # the provider's (karpentercontroller/cloudprovider)
 # A cloud GPU node takes minutes to boot and join; `up --karpenter-boot-delay` changes it.
 DEFAULT_BOOT_DELAY_S = 120.0
 ON_DEMAND_ZONE_A = [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
@@ -75,9 +76,11 @@ def crd_files(module: Path) -> list[Path]:
 
 
 def environment(kubeconfig: Path, instance_types_file: Path, python: str, python_path: str,
-                base: Mapping[str, str]) -> dict[str, str]:
+                base: Mapping[str, str], repair_toleration_s: float | None = None) -> dict[str, str]:
     """Karpenter's settings (its environment variables), and what its cloud provider needs to
-    run `python -m localcluster nodeclaim` (the interpreter and this package's path)."""
+    run `python -m localcluster nodeclaim` (the interpreter and this package's path; how long
+    a node may be NotReady before node repair replaces it, kwok's 10 minutes by default)."""
+    repair = {} if repair_toleration_s is None else {REPAIR_TOLERATION_ENV: f"{repair_toleration_s:g}s"}
     return {
         **base,
         "KUBECONFIG": str(kubeconfig),
@@ -89,6 +92,7 @@ def environment(kubeconfig: Path, instance_types_file: Path, python: str, python
         "FEATURE_GATES": FEATURE_GATES,
         "LOCALCLUSTER_PYTHON": python,
         "PYTHONPATH": python_path,
+        **repair,
     }
 
 

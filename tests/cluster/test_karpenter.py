@@ -41,6 +41,10 @@ LIMIT_EVENT_TIMEOUT_S = 60
 # consolidatable node that outlives them was held.
 DISRUPTION_PASSES_S = 40
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+REPAIR_TOLERATION_S = 20  # node repair's: kwok's 10 minutes, in seconds
+# the controller-manager's node-monitor grace period (the Node goes Unknown), the toleration,
+# then the NodeClaim's termination
+REPAIR_TIMEOUT_S = 240
 CLEANUP_TIMEOUT_S = 120
 
 
@@ -53,7 +57,7 @@ def karpenter_running(cluster):
         if shutil.which("go") is None:
             unavailable("Karpenter is not built and there is no Go toolchain to build it (make setup)")
         raise
-    cluster.start_karpenter()
+    cluster.start_karpenter(repair_toleration_s=REPAIR_TOLERATION_S)
     try:
         yield cluster
     finally:
@@ -235,7 +239,7 @@ def test_stopping_karpenter_terminates_every_node_it_launched(karpenter_running,
                        f"Node {name} deleted, Karpenter's finalizer released")
         finally:
             core.delete_namespaced_pod("trainer", namespace, grace_period_seconds=0)  # or it gets a node again
-            karpenter_running.start_karpenter()
+            karpenter_running.start_karpenter(repair_toleration_s=REPAIR_TOLERATION_S)
 
 
 def test_a_node_marked_do_not_disrupt_outlives_its_emptiness(karpenter_running, api_client, namespace):
@@ -261,3 +265,21 @@ def test_a_node_marked_do_not_disrupt_outlives_its_emptiness(karpenter_running, 
         core.patch_node(name, {"metadata": {"annotations": {DO_NOT_DISRUPT: None}}})
         poll_until(lambda: not claims_of(custom, pool), CONSOLIDATED_TIMEOUT_S,
                    f"Karpenter to consolidate node {name} once it may")
+
+
+def test_a_node_whose_kubelet_died_is_repaired(karpenter_running, api_client, namespace):
+    """Node repair: the kubelet gone, the Node goes Unknown; past the toleration Karpenter
+    deletes the NodeClaim and the local cloud stops what was left of the node."""
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    layout = karpenter_running.layout
+    with pool_of(karpenter_running, api_client, namespace, gpu_limit=8) as pool:
+        core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
+        name = launched_claim(custom, pool)["metadata"]["name"]
+        initialized_node(core, custom, pool, name)
+        index = node_index(layout, name)
+        kubelet = karpenter_running.node_group(name).kubelet_pid(name)
+        nodeclaims.processes.kill(kubelet, f"kubelet of {name}", 15.0)
+        poll_until(lambda: name not in [claim["metadata"]["name"] for claim in claims_of(custom, pool)]
+                   and nodeclaims.Instances(layout).get(name) is None,
+                   REPAIR_TIMEOUT_S, f"Karpenter to repair node {name} (its NodeClaim and instance gone)")
+        assert netsetup.node_netns(index) not in netsetup.cluster_netns()

@@ -102,6 +102,8 @@ def test_karpenter_runs_outside_the_cluster_without_leader_election_and_with_the
                    "SYSTEM_NAMESPACE": "karpenter", "METRICS_PORT": "18090", "HEALTH_PROBE_PORT": "18091",
                    "INSTANCE_TYPES_FILE_PATH": f"{tmp_path}/types.json", "FEATURE_GATES": "NodeRepair=true",
                    "LOCALCLUSTER_PYTHON": "/venv/bin/python", "PYTHONPATH": "/repo"}
+    assert karpenter.environment(tmp_path, tmp_path, "python", "/repo", {}, repair_toleration_s=20)[
+        "LOCALCLUSTER_REPAIR_TOLERATION"] == "20s"
 
 
 def test_an_instance_whose_node_group_is_gone_is_forgotten(tmp_path, monkeypatch):
