@@ -1,14 +1,20 @@
-"""`python -m localcluster up|down|status`: the local cluster from the shell."""
+"""`python -m localcluster up|down|status`: the local cluster from the shell.
+
+`nodeclaim launch|boot|delete|list` is the local cloud's API, for Karpenter's cloud
+provider (localcluster/karpentercontroller), not for people: JSON on stdin and stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from localcluster import nodeclaims
 from localcluster.cluster import DEFAULT_GPU_RESOURCE, Cluster, ClusterError, ClusterStatus
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_SPEC_FORMAT, NodeAllocationError, parse_node_spec
@@ -42,7 +48,10 @@ def _up(args: argparse.Namespace) -> int:
     nodes, hostnames = _checked("--nodes", parse_node_spec, args.nodes) if args.nodes else (None, {})
     labels = _checked("--labels", _parse_labels, args.labels)
     slow = _checked("--slow-registry", parse_pull_delays, args.slow_registry) if args.slow_registry else None
-    cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=slow, kueue=args.kueue)
+    if args.karpenter_boot_delay is not None and not 0 <= args.karpenter_boot_delay < float("inf"):
+        raise BadInput(f"--karpenter-boot-delay: must be seconds, 0 or more, got {args.karpenter_boot_delay:g}")
+    cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=slow, kueue=args.kueue,
+                         karpenter=args.karpenter, karpenter_boot_delay_s=args.karpenter_boot_delay)
     print(f"cluster up in {time.monotonic() - started:.1f} s; export KUBECONFIG={cluster.kubeconfig}")
     return 0
 
@@ -93,6 +102,32 @@ def _print_status(status: ClusterStatus) -> None:
         print(f"node {node.name:<19} {'Ready' if node.ready else 'NotReady':<9} gpus={node.gpus}")
 
 
+def _nodeclaim_launch(args: argparse.Namespace) -> int:
+    try:
+        document = json.load(sys.stdin)
+    except json.JSONDecodeError as error:
+        raise BadInput(f"nodeclaim launch: stdin is not the launch's JSON: {error}") from error
+    instance = nodeclaims.Instances(RunLayout.from_env()).launch(document, nodeclaims.python_executable())
+    print(json.dumps(instance.document))
+    return 0
+
+
+def _nodeclaim_boot(args: argparse.Namespace) -> int:
+    nodeclaims.boot(Cluster(RunLayout.from_env()), args.name)
+    return 0
+
+
+def _nodeclaim_delete(args: argparse.Namespace) -> int:
+    existed = nodeclaims.delete(Cluster(RunLayout.from_env()), args.name)
+    print(json.dumps({"name": args.name, "existed": existed}))
+    return 0
+
+
+def _nodeclaim_list(args: argparse.Namespace) -> int:
+    print(json.dumps([instance.document for instance in nodeclaims.Instances(RunLayout.from_env()).list()]))
+    return 0
+
+
 def _parse_labels(text: str) -> dict[str, str]:
     labels = {}
     for item in filter(None, text.split(",")):
@@ -114,6 +149,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--gpu-resource", default=DEFAULT_GPU_RESOURCE)
     up.add_argument("--kueue", action="store_true",
                     help="run Kueue too (its CRDs, webhooks and controller manager): batch queueing for --queue")
+    up.add_argument("--karpenter", action="store_true",
+                    help="run Karpenter too (its CRDs and controller, with a local cloud provider): a real node "
+                         "per NodeClaim, for NodePools of KWOKNodeClass")
+    up.add_argument("--karpenter-boot-delay", type=float, default=None, metavar="SECONDS", help=(
+        "how long a Karpenter node takes to come up, for the default instance types (default "
+        "120: a cloud GPU node's minutes; a NodeClass's nodeRegistrationDelay overrides it)"))
     up.add_argument("--slow-registry", default="", metavar="DELAYS", help=(
         f"make the registry slow to serve these images: {PULL_DELAYS_FORMAT} (seconds per image, as pods "
         "name it; a node pulls an image once, later pods there find it present). Replaces the delays set before"))
@@ -123,6 +164,17 @@ def _parser() -> argparse.ArgumentParser:
     down.set_defaults(handler=_down)
     status = commands.add_parser("status", help="print components and nodes")
     status.set_defaults(handler=_status)
+    nodeclaim = commands.add_parser("nodeclaim", help="the local cloud of Karpenter's provider (JSON in, JSON out)")
+    actions = nodeclaim.add_subparsers(required=True, metavar="ACTION")
+    actions.add_parser("launch", help="start the node the JSON on stdin describes; print its instance").set_defaults(
+        handler=_nodeclaim_launch)
+    boot = actions.add_parser("boot", help="(the booter launch starts) wait out the boot delay, start the node")
+    boot.add_argument("name")
+    boot.set_defaults(handler=_nodeclaim_boot)
+    delete = actions.add_parser("delete", help="stop the node and delete its Node")
+    delete.add_argument("name")
+    delete.set_defaults(handler=_nodeclaim_delete)
+    actions.add_parser("list", help="print the instances").set_defaults(handler=_nodeclaim_list)
     return parser
 
 

@@ -1,9 +1,8 @@
 """Finding (and, the first time, building or installing) the cluster's executables.
 
 The Kubernetes binaries (control plane, kubelet, kube-proxy) come from
-localcluster/controlplane/build.sh and the registry from
-localcluster/registryserver/build.sh, each returning at once when its cache entry
-exists; etcd and containerd come from Debian, installed by install-system-deps.sh
+localcluster/controlplane/build.sh, the registry from localcluster/registryserver/build.sh
+(Kueue and Karpenter from theirs), each returning at once when its cache entry exists; etcd and containerd come from Debian, installed by install-system-deps.sh
 when missing.
 """
 
@@ -22,6 +21,7 @@ log = logging.getLogger(__name__)
 BUILD_SCRIPT = CONTROLPLANE_SRC / "build.sh"
 REGISTRY_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "registryserver" / "build.sh"
 KUEUE_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "kueuecontroller" / "build.sh"
+KARPENTER_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "karpentercontroller" / "build.sh"
 SYSTEM_DEPS_SCRIPT = CONTROLPLANE_SRC / "install-system-deps.sh"
 # What real nodes need from Debian besides etcd: containerd and the CNI plugins.
 SYSTEM_PATHS = (Path("/usr/bin/etcd"), Path("/usr/bin/containerd"), Path("/usr/lib/cni/bridge"))
@@ -40,6 +40,12 @@ def ensure() -> Binaries:
 def kueue() -> Path:
     """Kueue's controller manager, built from its Go module on first use (about 7 minutes)."""
     return _built(KUEUE_BUILD_SCRIPT)
+
+
+def karpenter() -> Path:
+    """Karpenter's core with the local cloud provider, built from its Go module on first use
+    (about 2 minutes once the control plane's build has filled the Go caches)."""
+    return _built(KARPENTER_BUILD_SCRIPT)
 
 
 def _built(script: Path) -> Path:

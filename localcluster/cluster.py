@@ -11,7 +11,9 @@ test sessions) share one cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -26,7 +28,8 @@ from pathlib import Path
 import yaml
 
 from localcluster import (
-    binaries, certs, components, kubeconfig, kueue, leftovers, netsetup, processes, registry, slowpulls,
+    binaries, certs, components, karpenter, kubeconfig, kueue, leftovers, netsetup, nodeclaims, processes, registry,
+    slowpulls,
 )
 from localcluster.components import Binaries
 from localcluster.layout import REPO_ROOT, RunLayout, cache_dir
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 
 KUEUE = "kueue"  # optional: started by `up --kueue` or start_kueue, stopped first by `down`
 KUEUE_READY_TIMEOUT_S = 60.0
+KARPENTER = "karpenter"  # optional: started by `up --karpenter` or start_karpenter, stopped first by `down`
+KARPENTER_READY_TIMEOUT_S = 60.0
 
 APISERVER_READY_TIMEOUT_S = 60.0
 DEFAULT_SERVICE_ACCOUNT_TIMEOUT_S = 30.0
@@ -106,6 +111,8 @@ class Cluster:
         hostnames: Mapping[str, str] | None = None,
         pull_delays: Mapping[str, float] | None = None,
         kueue: bool = False,
+        karpenter: bool = False,
+        karpenter_boot_delay_s: float | None = None,
     ) -> Cluster:
         """Start the control plane and the registry (or attach to the running ones), publish
         the images podman built; optionally add nodes.
@@ -113,7 +120,8 @@ class Cluster:
         `nodes` ({name: GPUs}) becomes one node group, unless a group with exactly
         these nodes is already running, so repeating `up` is harmless; `hostnames`
         as for `add_nodes`. `pull_delays`, when given, replaces the registry's slow
-        pulls (see `set_pull_delays`). `kueue` starts Kueue too (`start_kueue`).
+        pulls (see `set_pull_delays`). `kueue` starts Kueue too (`start_kueue`), `karpenter`
+        Karpenter (`start_karpenter`, its nodes booting in `karpenter_boot_delay_s`).
         """
         _require_root()
         layout = layout or RunLayout.from_env()
@@ -141,6 +149,8 @@ class Cluster:
             cluster._add_missing_nodes(nodes, labels or {}, gpu_resource, dict(hostnames or {}))
         if kueue:
             cluster.start_kueue()
+        if karpenter:
+            cluster.start_karpenter(boot_delay_s=karpenter_boot_delay_s)
         return cluster
 
     @classmethod
@@ -162,6 +172,7 @@ class Cluster:
         _require_root()
         with self._locked():
             self.stop_kueue()
+            self.stop_karpenter()
             for group in self.node_groups():
                 group.stop()
             self._delete_orphan_nodes()
@@ -239,6 +250,47 @@ class Cluster:
             released = kueue.release_finalizers(self.api_client())
             if released:
                 log.info("Kueue stopped: released its finalizers from %s", ", ".join(released))
+
+    # --- Karpenter ------------------------------------------------------------
+
+    def start_karpenter(self, instance_types: Sequence[Mapping] | None = None,
+                        boot_delay_s: float | None = None, repair_toleration_s: float | None = None) -> None:
+        """Karpenter's CRDs and its controller (a host process, like the control plane), with the
+        local cloud provider: a real node per NodeClaim. Idempotent: a running Karpenter keeps
+        its settings (stop it first). `instance_types` in kwok's format, each with a
+        `bootDelay` (default: karpenter.instance_types(boot_delay_s)); `repair_toleration_s`,
+        how long a node may be NotReady before node repair replaces it (default 10 minutes).
+        Returns once Karpenter answers /readyz."""
+        types = list(instance_types) if instance_types is not None else karpenter.instance_types(
+            karpenter.DEFAULT_BOOT_DELAY_S if boot_delay_s is None else boot_delay_s)
+        karpenter.validate_instance_types(types, nodeclaims.HostCapacity.of_this_host())
+        binary = binaries.karpenter()
+        module = karpenter.module_dir(binaries.KARPENTER_BUILD_SCRIPT.parent / "go.mod", cache_dir() / "gomod")
+        api = self.api_client()
+        crds = karpenter.install(api, module)
+        wait_until(lambda: karpenter.established(api, crds), KARPENTER_READY_TIMEOUT_S,
+                   "Karpenter's CRDs to be served")
+        if processes.read_pid(self.layout.pid_file(KARPENTER)) is None:
+            types_file = self.layout.root / "karpenter-instance-types.json"
+            types_file.write_text(json.dumps(types, indent=2) + "\n")
+            env = karpenter.environment(self.kubeconfig, types_file, nodeclaims.python_executable(),
+                                        _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH")),
+                                        processes.environment_without_proxy(), repair_toleration_s)
+            processes.start_detached([str(binary)], self.layout.pid_file(KARPENTER), self.layout.log_file(KARPENTER),
+                                     cwd=self.layout.root, env=env)
+        wait_until(karpenter.ready, KARPENTER_READY_TIMEOUT_S, "Karpenter's /readyz")
+
+    def stop_karpenter(self) -> None:
+        """Karpenter first (it launches no more nodes), then every node it launched; then its
+        NodeClaims and the finalizers no one would remove any more (see karpenter.release)."""
+        self._stop_component(KARPENTER)
+        terminated = nodeclaims.delete_all(self)
+        if terminated:
+            log.info("Karpenter stopped: terminated its nodes %s", ", ".join(terminated))
+        if self.is_up():
+            released = karpenter.release(self.api_client())
+            if released:
+                log.info("Karpenter stopped: released %s", ", ".join(released))
 
     def stop_component(self, name: str) -> None:
         """Stop one control-plane component (e.g. the scheduler, to freeze binding in a fault test)."""
@@ -359,7 +411,7 @@ class Cluster:
         return ClusterStatus(
             components=tuple(
                 ComponentStatus(name, processes.read_pid(self.layout.pid_file(name)))
-                for name in components.COMPONENTS
+                for name in (*components.COMPONENTS, KUEUE, KARPENTER)
             ),
             apiserver_ready=ready,
             node_groups=tuple(NodeGroupRegistry(self.layout).records()),
@@ -403,6 +455,7 @@ class Cluster:
         if any(group.alive() for group in groups):
             return []
         swept = leftovers.remove(self.layout)
+        shutil.rmtree(self.layout.karpenter_instances, ignore_errors=True)  # the dead Karpenter's cloud
         # A new cluster pulls at full speed: slow pulls set for an earlier run (perhaps by
         # another version of this code, in another form) are not this run's.
         self.layout.pull_delays_file.unlink(missing_ok=True)
@@ -503,9 +556,17 @@ class NodeGroup:
     def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
               taints: tuple[str, ...] = (), hostnames: Mapping[str, str] | None = None) -> None:
         hostnames = hostnames or {}
-        nodes = [self._node(NodeSpec(name=name, index=index, gpus=spec[name], gpu_resource=gpu_resource,
-                                     hostname=hostnames.get(name, name), labels=labels, taints=taints))
-                 for name, index in zip(self.names, self.record.indices())]
+        self.start_nodes([NodeSpec(name=name, index=0, gpus=spec[name], gpu_resource=gpu_resource,
+                                   hostname=hostnames.get(name, name), labels=labels, taints=taints)
+                          for name in self.names])
+
+    def start_nodes(self, specs: Sequence[NodeSpec]) -> None:
+        """Start the group's nodes as `specs` say (one per name; each gets its index in the group)
+        and return once they are Ready and advertise their GPUs."""
+        if sorted(spec.name for spec in specs) != sorted(self.names):
+            raise ClusterError(f"node specs for {[spec.name for spec in specs]}, not the group's {list(self.names)}")
+        indices = dict(zip(self.names, self.record.indices()))
+        nodes = [self._node(dataclasses.replace(spec, index=indices[spec.name])) for spec in specs]
         for node in nodes:
             node.launch()
         # Registration and the node lifecycle controller's first passes take seconds a node:

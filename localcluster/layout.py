@@ -72,6 +72,11 @@ class RunLayout:
         return self.nodes / f"n{index}"
 
     @property
+    def karpenter_instances(self) -> Path:
+        """The nodes Karpenter's NodeClaims run, one JSON record each (localcluster/nodeclaims.py)."""
+        return self.root / "karpenter-instances"
+
+    @property
     def host_state_file(self) -> Path:
         """The host's settings before the first node changed them (node/hostchanges.py)."""
         return self.root / "host-before-nodes.json"

@@ -40,6 +40,13 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     # "key[=value]:Effect", as kubectl taint takes them.
     taints: tuple[str, ...] = ()
+    # What a cloud instance's kubelet is given (Karpenter's nodes, localcluster/nodeclaims.py):
+    # the Node's spec.providerID, and reservations ({"cpu": "100m", "memory": "10Mi"}) and a
+    # pod limit that make its allocatable the instance type's rather than the host's.
+    provider_id: str = ""
+    kube_reserved: Mapping[str, str] = field(default_factory=dict)
+    system_reserved: Mapping[str, str] = field(default_factory=dict)
+    max_pods: int | None = None
 
     @property
     def ip(self) -> str:
@@ -280,7 +287,22 @@ def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
         "registerWithTaints": [_taint(taint) for taint in spec.taints],
         "resolvConf": "/etc/resolv.conf",
         "clusterDomain": CLUSTER_DOMAIN,
+        **_cloud_instance(spec),
     }
+
+
+def _cloud_instance(spec: NodeSpec) -> dict:
+    """The settings only a cloud instance's kubelet gets (see NodeSpec), when it does."""
+    settings: dict = {}
+    if spec.provider_id:
+        settings["providerID"] = spec.provider_id
+    if spec.kube_reserved:
+        settings["kubeReserved"] = dict(spec.kube_reserved)
+    if spec.system_reserved:
+        settings["systemReserved"] = dict(spec.system_reserved)
+    if spec.max_pods is not None:
+        settings["maxPods"] = spec.max_pods
+    return settings
 
 
 def kubelet_command(kubelet: Path, spec: NodeSpec, paths: NodePaths) -> list[str]:

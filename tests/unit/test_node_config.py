@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from pathlib import Path
 
@@ -163,3 +164,12 @@ def test_the_image_cache_s_containerd_holds_images_only():
         "ttrpc": {"address": "/run/dt/seed-containerd/containerd.sock.ttrpc"},
         "plugins": {"io.containerd.internal.v1.opt": {"path": "/run/dt/seed-containerd/opt"}},
     }
+
+
+def test_a_cloud_instance_s_kubelet_sets_its_provider_id_reservations_and_pod_limit():
+    instance = dataclasses.replace(SPEC, provider_id="localcluster://gpu-x", kube_reserved={"cpu": "100m"},
+                                   system_reserved={"memory": "1Gi"}, max_pods=110)
+    kubelet = config.kubelet_config(instance, PATHS, PKI)
+    assert {key: value for key, value in kubelet.items() if key not in config.kubelet_config(SPEC, PATHS, PKI)} == {
+        "providerID": "localcluster://gpu-x", "kubeReserved": {"cpu": "100m"},
+        "systemReserved": {"memory": "1Gi"}, "maxPods": 110}
