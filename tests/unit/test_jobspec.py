@@ -144,3 +144,17 @@ def test_the_flags_given_are_parsed_and_the_others_left_to_the_defaults():
 def test_durations_are_written_in_their_shortest_exact_form(seconds, text):
     assert validation.format_duration(seconds) == text
     assert validation.duration_s(text) == seconds
+
+
+def test_the_managers_arguments_name_what_differs_from_the_defaults_in_the_flags_own_forms():
+    job = JobSettings(job_name="demo", namespace="ml", num_gpus=4, image="img:1", owner_uid="u",
+                      node_selector=(("pool", "a"), ("zone", "z")), env=(("A", "b=c"),),
+                      tolerations=(validation.toleration("k=v:NoSchedule"),), pvcs=(PvcMount("data", "/d", True),),
+                      worker_ready_timeout_s=90.0, active_deadline_s=9000.0, min_gpus=2, elastic_timeout_s=600.0,
+                      delete_chief=True, cpu_per_gpu_m=1500, memory_per_gpu_bytes=20 * 10**9,
+                      script_args=("--epochs", "2"))
+    assert jobspec.to_args(job) == [
+        "--num-gpus=4", "--image=img:1", "--port=12345", "--filename=/opt/distributetrain/train.py",
+        "--host-network=false", "--node-selector=pool=a,zone=z", "--toleration=k=v:NoSchedule", "--env=A=b=c",
+        "--pvc=data:/d:ro", "--worker-ready-timeout=90s", "--active-deadline=150m", "--delete-chief", "--elastic",
+        "--min-gpus=2", "--cpu-per-gpu=1500m", "--memory-per-gpu=20G", "--", "--epochs", "2"]
