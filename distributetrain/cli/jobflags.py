@@ -111,7 +111,7 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
     pod_ip = os.environ.get(ENV_POD_IP, "")
     return jobspec.settings(
         given,
-        manager_namespace=jobspec.checked("--namespace", validation.dns_label, own_namespace(None)),
+        manager_namespace=validation.checked("--namespace", validation.dns_label, own_namespace(None)),
         discovery_url=discovery.hosts_url(pod_ip) if pod_ip else "",
         script_args=tuple(script_args),
     )

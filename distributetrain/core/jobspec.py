@@ -170,14 +170,6 @@ FLAGS = tuple(field for field in FIELDS if field.flag)
 BY_NAME = {field.name: field for field in FIELDS}
 
 
-def checked(flag: str, parse: Callable, text: str):
-    """``parse(text)``; its ValueError becomes a UsageError naming ``flag``."""
-    try:
-        return parse(text)
-    except ValueError as e:
-        raise errors.UsageError(flag, str(e)) from None
-
-
 def parse_given(texts: Mapping[str, Any]) -> dict[str, Any]:
     """The values of the flags given, by field name, from their texts (a list of texts for
     a repeatable flag, a bool for a switch); the first bad one raises UsageError naming it."""
@@ -191,9 +183,9 @@ def parse_given(texts: Mapping[str, Any]) -> dict[str, Any]:
         elif field.repeat:
             items = [item for value in text for item in (value.split(field.separator) if field.separator else [value])
                      if item or not field.separator]
-            given[field.name] = tuple(checked(field.flag, field.parse, item) for item in items)
+            given[field.name] = tuple(validation.checked(field.flag, field.parse, item) for item in items)
         else:
-            given[field.name] = checked(field.flag, field.parse, text)
+            given[field.name] = validation.checked(field.flag, field.parse, text)
     return given
 
 

@@ -4,7 +4,10 @@ the CLI prefixes the flag name, so every bad input is one line naming flag and f
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from decimal import Decimal
+
+from distributetrain.core import errors
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -22,6 +25,14 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_PORT = 65535
 FIRST_UNPRIVILEGED_PORT = 1024
+
+
+def checked(flag: str, parse: Callable, text: str):
+    """``parse(text)``; its ValueError becomes a UsageError naming ``flag``."""
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise errors.UsageError(flag, str(e)) from None
 
 
 def positive_int(text: str) -> int:

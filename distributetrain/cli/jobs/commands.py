@@ -22,7 +22,7 @@ from distributetrain.cli.jobs import cancel, connection, lookup, manager_spec, p
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.cli.jobs.follow import INTERRUPTED, Follower
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
-from distributetrain.core import errors, exitcodes, jobspec, names, podgroup, validation
+from distributetrain.core import errors, exitcodes, names, podgroup, validation
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 
@@ -120,20 +120,21 @@ def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[Jo
     if args.follow and args.dry_run:
         raise errors.UsageError("--follow", "a --dry-run creates nothing to follow")
     name = args.name or manager_spec.generated_name()
-    jobspec.checked("--name", lambda t: validation.dns_label(t, manager_spec.max_name_length(args.as_job)), name)
+    validation.checked("--name", lambda t: validation.dns_label(t, manager_spec.max_name_length(args.as_job)), name)
     job_args = argparse.Namespace(**vars(args))
     job_args.job_name, job_args.owner_uid = name, ""
     job_args.namespace = connection.namespace_of(args)
     settings = jobflags.settings_from_args(job_args, script_args)
     ttl_s = manager_spec.DEFAULT_JOB_TTL_S
     if args.ttl_after_finished:
-        ttl_s = round(jobspec.checked("--ttl-after-finished", validation.duration_s, args.ttl_after_finished))
+        ttl_s = round(validation.checked("--ttl-after-finished", validation.duration_s, args.ttl_after_finished))
     options = ManagerOptions(
-        image=jobspec.checked("--manager-image", validation.image, args.manager_image),
-        service_account=jobspec.checked("--manager-service-account", validation.dns_subdomain, args.manager_service_account),
+        image=validation.checked("--manager-image", validation.image, args.manager_image),
+        service_account=validation.checked("--manager-service-account", validation.dns_subdomain,
+                                           args.manager_service_account),
         as_job=args.as_job,
         ttl_after_finished_s=ttl_s,
-        node_selector=tuple(jobspec.checked("--manager-node-selector", validation.key_value, term)
+        node_selector=tuple(validation.checked("--manager-node-selector", validation.key_value, term)
                             for flag in args.manager_node_selector for term in flag.split(",") if term),
     )
     return settings, options
@@ -218,7 +219,7 @@ def run_status(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
 
 
 def run_logs(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
-    rank = None if args.rank is None else jobspec.checked("--rank", ranks.parse_rank, args.rank)
+    rank = None if args.rank is None else validation.checked("--rank", ranks.parse_rank, args.rank)
     if rank is not None and args.manager:
         raise errors.UsageError("--rank", "selects lines of the chief's output (the training), not the manager's")
     kube = connection.connect(args)
@@ -248,7 +249,7 @@ def _write(text: str) -> None:
 
 
 def run_cancel(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
-    timeout_s = jobspec.checked("--timeout", validation.duration_s, args.timeout)
+    timeout_s = validation.checked("--timeout", validation.duration_s, args.timeout)
     kube = connection.connect(args)
     found = lookup.find_job(kube, connection.namespace_of(args), args.name)
     result = cancel.cancel(kube, found, timeout_s)
