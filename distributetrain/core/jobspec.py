@@ -170,6 +170,13 @@ FLAGS = tuple(field for field in FIELDS if field.flag)
 BY_NAME = {field.name: field for field in FIELDS}
 
 
+def _items(field: Field, texts: list[str]) -> list[str]:
+    """A repeatable flag's items: each text, or with a separator each of their non-empty parts."""
+    if not field.separator:
+        return list(texts)
+    return [item for text in texts for item in text.split(field.separator) if item]
+
+
 def parse_given(texts: Mapping[str, Any]) -> dict[str, Any]:
     """The values of the flags given, by field name, from their texts (a list of texts for
     a repeatable flag, a bool for a switch); the first bad one raises UsageError naming it."""
@@ -181,9 +188,7 @@ def parse_given(texts: Mapping[str, Any]) -> dict[str, Any]:
         if field.switch:
             given[field.name] = True
         elif field.repeat:
-            items = [item for value in text for item in (value.split(field.separator) if field.separator else [value])
-                     if item or not field.separator]
-            given[field.name] = tuple(validation.checked(field.flag, field.parse, item) for item in items)
+            given[field.name] = tuple(validation.checked(field.flag, field.parse, item) for item in _items(field, text))
         else:
             given[field.name] = validation.checked(field.flag, field.parse, text)
     return given
