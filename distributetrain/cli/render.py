@@ -2,14 +2,16 @@
 
 Free GPUs come from ``--nodes``; the manager's address is a placeholder (it exists only
 once its pod runs) and the Secret shows placeholders instead of keys (each job's keys are
-made by the manager at submission and never printed).
+made by the manager at submission and never printed). With ``--queue`` the pods are those
+the manager creates for Kueue (``core.podgroup``): unpinned, gated, in one pod group whose
+name ends in a random token per group, shown as a placeholder.
 """
 
 from __future__ import annotations
 
 import yaml
 
-from distributetrain.core import errors, manifests, placement
+from distributetrain.core import errors, manifests, placement, podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys, KeyPair
 from distributetrain.manager import discovery
@@ -18,6 +20,9 @@ PLACEHOLDER_KEYS = JobKeys(
     client=KeyPair("<private key generated per job>", "<public key generated per job>"),
     host=KeyPair("<host key generated per job>", "ssh-ed25519 <host public key generated per job> host"),
 )
+
+# The manager draws a few random characters per group (manager.queueing).
+PLACEHOLDER_GROUP_TOKEN = "<random per group>"
 
 
 def parse_nodes(text: str) -> dict[str, int]:
@@ -51,5 +56,9 @@ def render(settings: JobSettings, nodes: str) -> str:
         raise errors.UsageError("--num-gpus", str(e)) from None
     if not settings.discovery_url:
         settings = settings.replace(discovery_url=discovery.hosts_url("<manager pod IP>"))
-    objects = manifests.job_objects(settings, plan, PLACEHOLDER_KEYS)
+    if settings.queue:
+        group = podgroup.group_name(settings.job_name, 0, PLACEHOLDER_GROUP_TOKEN)
+        objects = podgroup.queued_attempt(settings, [share for _, share in plan], PLACEHOLDER_KEYS, 0, group)
+    else:
+        objects = manifests.job_objects(settings, plan, PLACEHOLDER_KEYS)
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

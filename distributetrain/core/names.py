@@ -38,6 +38,9 @@ ANNOTATION_WAITING = f"{DOMAIN}/waiting"
 # While the job waits in a Kueue queue: its workload's place in the LocalQueue, 1 for the
 # next one admitted (from Kueue's visibility API, where the cluster serves it).
 ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"
+# The job's settings as the manager runs them (``core.jobspec``'s JSON form), written when
+# it starts: ``status`` and ``list`` read them instead of parsing its arguments again.
+ANNOTATION_SPEC = f"{DOMAIN}/spec"
 # On a job pod the manager deleted while the job ran (its node lost, never Ready): why,
 # read back as the cause of its loss.
 ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from distributetrain.core import names
+from distributetrain.core import manifests, names
+from distributetrain.core.settings import JobSettings
+from distributetrain.core.sshkeys import JobKeys
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
@@ -81,6 +83,14 @@ def queued(pod: dict, queue: str, group: str, group_size: int, priority_class: s
                                RETRIABLE_ANNOTATION: "false"}
     spec = {**pod["spec"], "schedulingGates": [{"name": PLACEMENT_GATE}]}
     return {**pod, "metadata": metadata, "spec": spec}
+
+
+def queued_attempt(settings: JobSettings, shares: Sequence[int], keys: JobKeys, attempt: int, group: str) -> list[dict]:
+    """Everything a queued attempt creates, in creation order: the Secret, then its pods
+    (workers, the chief's share last) unpinned, as members of the pod group ``group``.
+    The manager creates exactly these and ``render --queue`` prints them."""
+    secret, *pods = manifests.job_objects(settings, [(None, share) for share in shares], keys, attempt)
+    return [secret, *(queued(pod, settings.queue, group, len(pods), settings.priority_class) for pod in pods)]
 
 
 def gates(pod: Mapping) -> list[str]:

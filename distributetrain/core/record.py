@@ -12,9 +12,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import names
+from distributetrain.core import jobspec, names
 from distributetrain.core.inventory import TERMINAL_PHASES
 from distributetrain.core.placement import Plan, format_plan, parse_plan
+from distributetrain.core.settings import JobSettings
 
 MAX_REASON_CHARS = 1000  # an annotation is no log: the whole text is in the manager's log
 MAX_WAITING_REASON_CHARS = 500  # per pod (all of a pod's annotations share 256 KiB)
@@ -32,6 +33,7 @@ class JobRecord:
     reason: str = ""  # the outcome in one line
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why it is not Ready yet)
     queue_position: int | None = None  # 1: next in its LocalQueue; meaningful while Queued
+    spec: JobSettings | None = None  # the job's settings; None from a manager not started yet, or of an older release
 
     @property
     def finished(self) -> bool:
@@ -51,6 +53,7 @@ class JobRecord:
             reason=annotations.get(names.ANNOTATION_REASON, ""),
             waiting=_waiting(annotations.get(names.ANNOTATION_WAITING)),
             queue_position=_position(annotations.get(names.ANNOTATION_QUEUE_POSITION)),
+            spec=_spec(annotations.get(names.ANNOTATION_SPEC)),
         )
 
 
@@ -74,11 +77,22 @@ def _waiting(text: str | None) -> tuple[tuple[str, str], ...]:
     return tuple((str(pod), str(why)) for pod, why in reasons.items()) if isinstance(reasons, dict) else ()
 
 
+def _spec(text: str | None) -> JobSettings | None:
+    try:
+        return jobspec.from_json(text) if text else None
+    except ValueError:
+        return None
+
+
 # What each change writes: merge-patch values, None removing the annotation.
 
 def phase(phase: str) -> dict[str, str | None]:
     # A place in the queue is news only while queued.
     return {names.ANNOTATION_PHASE: phase, **({} if phase == QUEUED else queue_position(None))}
+
+
+def spec(settings: JobSettings) -> dict[str, str | None]:
+    return {names.ANNOTATION_SPEC: jobspec.to_json(settings)}
 
 
 def planned(plan: Plan) -> dict[str, str | None]:

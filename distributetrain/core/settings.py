@@ -1,6 +1,8 @@
 """One job's settings: a frozen value parsed and validated at the edge (the CLI).
 
-Everything downstream (placement, manifests, lifecycle) trusts these values.
+Everything downstream (placement, manifests, lifecycle) trusts these values. The
+defaults here are the only ones: each field's flag, parser and stored form are its entry
+in ``core.jobspec``'s table, which reads them (a test holds the two together).
 """
 
 from __future__ import annotations

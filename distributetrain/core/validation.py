@@ -4,6 +4,10 @@ the CLI prefixes the flag name, so every bad input is one line naming flag and f
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from decimal import Decimal
+
+from distributetrain.core import errors
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -21,6 +25,14 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_PORT = 65535
 FIRST_UNPRIVILEGED_PORT = 1024
+
+
+def checked(flag: str, parse: Callable, text: str):
+    """``parse(text)``; its ValueError becomes a UsageError naming ``flag``."""
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise errors.UsageError(flag, str(e)) from None
 
 
 def positive_int(text: str) -> int:
@@ -58,11 +70,28 @@ def duration_s(text: str) -> float:
     return float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
 
 
+def format_duration(seconds: float) -> str:
+    """The shortest text ``duration_s`` reads back as exactly ``seconds``: 300.0 -> '5m'."""
+    if seconds == 0:
+        return "0s"
+    for unit in ("h", "m", "s", "ms"):
+        count = seconds / _DURATION_UNITS_S[unit]
+        if count == int(count) and float(int(count)) * _DURATION_UNITS_S[unit] == seconds:
+            return f"{int(count)}{unit}"
+    return f"{Decimal(repr(seconds)):f}s"  # repr is exact; Decimal writes it without an exponent
+
+
 def positive_duration_s(text: str) -> float:
     seconds = duration_s(text)
     if seconds < 1:
         raise ValueError(f"must be a duration of at least 1s, like 90s, 5m or 2h, got {text!r}")
     return seconds
+
+
+def absolute_path(text: str) -> str:
+    if not text.startswith("/"):
+        raise ValueError(f"must be an absolute path inside the image, got {text!r}")
+    return text
 
 
 def dns_label(text: str, max_length: int = 63) -> str:
@@ -134,3 +163,13 @@ def toleration(text: str) -> dict:
     if effect:
         result["effect"] = effect
     return result
+
+
+def format_toleration(toleration: dict) -> str:
+    """The text ``toleration`` reads back as ``toleration``."""
+    text = toleration["key"]
+    if toleration["operator"] == "Equal":
+        text += f"={toleration['value']}"
+    if toleration.get("effect"):
+        text += f":{toleration['effect']}"
+    return text

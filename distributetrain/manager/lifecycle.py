@@ -118,6 +118,7 @@ def _execute(
     try:
         with cancellable():
             if phase in ("pre-training", "post-training", "run"):
+                reporter.spec()
                 code = Job(kube, settings, reporter, job_deadline(kube, settings)).run(
                     until_started=phase == "pre-training")
                 if phase != "pre-training":

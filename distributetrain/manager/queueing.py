@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, exitcodes, inventory, manifests, placement, podgroup, record
+from distributetrain.core import errors, exitcodes, inventory, placement, podgroup, record
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -113,12 +113,11 @@ class QueuedPlacement:
 
     def _create(self, wanted: list[int]) -> str:
         settings, attempt = self.run.settings, self.run.attempt
-        secret, *pods = manifests.job_objects(settings, [(None, share) for share in wanted],
-                                              JobKeys.generate(settings.job_name), attempt.number)
         group = podgroup.group_name(settings.job_name, attempt.number, secrets.token_hex(GROUP_TOKEN_BYTES))
+        secret, *pods = podgroup.queued_attempt(settings, wanted, JobKeys.generate(settings.job_name), attempt.number,
+                                                group)
         self.kube.create_owned(secret)
-        self.kube.create_all_owned([podgroup.queued(pod, settings.queue, group, len(pods), settings.priority_class)
-                                    for pod in pods])
+        self.kube.create_all_owned(pods)
         self.run.reporter.events.record(
             events.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
                            f"({', '.join(map(str, wanted))} GPUs) in queue {settings.queue}")

@@ -52,6 +52,13 @@ class Reporter:
         except errors.DistributeTrainError as e:
             log.warning("could not record phase %s: %s", phase, e)
 
+    def spec(self) -> None:
+        """Record the job's settings (read by ``distributetrain status`` and ``list``). Best effort."""
+        try:
+            self._annotate(record.spec(self.settings))
+        except errors.DistributeTrainError as e:
+            log.warning("could not record the job's spec: %s", e)
+
     def planned(self, plan: Plan) -> None:
         """Record the attempt's plan (shown by ``distributetrain status``)."""
         self._annotate(record.planned(plan))

@@ -136,3 +136,31 @@ def test_job_name_required_outside_a_pod(monkeypatch):
 def test_script_args_after_double_dash_are_untouched():
     assert jobflags.split_script_args(["run", "--num-gpus", "1", "--", "--port", "x"]) == (
         ["run", "--num-gpus", "1"], ["--port", "x"])
+
+
+def test_render_queue_prints_the_pods_the_manager_queues(capsys):
+    """Whole objects: exactly what the manager creates for Kueue (podgroup.queued_attempt)."""
+    from distributetrain.cli import render
+    from distributetrain.core import manifests, podgroup
+    import yaml
+
+    code, out, _ = run(capsys, ["render", "--num-gpus", "6", "--nodes", "gpu-a=5,gpu-b=3,gpu-c=2",
+                                "--image", "reg/base:1", "--job-name", "demo", "--queue", "team-a",
+                                "--priority-class", "high"])
+    docs = list(yaml.safe_load_all(out))
+    assert code == 0
+    group = "demo-r0-<random per group>"
+    settings = jobflags.settings_from_args(cli.build_parser().parse_args(
+        [*BASE, "--num-gpus", "6", "--queue", "team-a", "--priority-class", "high"]), [])
+    settings = settings.replace(discovery_url="http://<manager pod IP>:8470/hosts")
+    secret, *pods = manifests.job_objects(settings, [(None, 5), (None, 1)], render.PLACEHOLDER_KEYS)
+    queued = {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/pod-group-name": group,
+              "kueue.x-k8s.io/priority-class": "high"}
+    counted = {"kueue.x-k8s.io/pod-group-total-count": "2", "kueue.x-k8s.io/retriable-in-group": "false"}
+    expected = [secret] + [
+        {**pod, "metadata": {**pod["metadata"], "labels": pod["metadata"]["labels"] | queued,
+                             "annotations": pod["metadata"]["annotations"] | counted},
+         "spec": {**pod["spec"], "schedulingGates": [{"name": "distributetrain.io/placement"}]}}
+        for pod in pods]
+    assert docs == expected
+    assert docs == podgroup.queued_attempt(settings, [5, 1], render.PLACEHOLDER_KEYS, 0, group)

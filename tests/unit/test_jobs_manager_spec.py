@@ -10,7 +10,7 @@ import yaml
 from distributetrain.cli import main as cli, jobflags
 from distributetrain.cli.jobs import commands, manager_spec
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
-from distributetrain.core import names
+from distributetrain.core import jobspec, names
 
 REPO = Path(__file__).resolve().parents[2]
 LABELS = {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/role": "manager",
@@ -145,7 +145,7 @@ def test_every_job_flag_reaches_the_manager_unchanged():
     settings, _ = commands.submission(args, script_args)
     assert settings.allow_shared_gpus and settings.delete_chief  # switches are read, not only passed on
 
-    manager_flags, manager_script_args = jobflags.split_script_args(manager_spec.manager_args(settings))
+    manager_flags, manager_script_args = jobflags.split_script_args(jobspec.to_args(settings))
     parsed = cli.build_parser().parse_args(["pre-training", *manager_flags, "--job-name", "demo",
                                             "--namespace", "ml"])
     assert jobflags.settings_from_args(parsed, manager_script_args) == settings
@@ -154,7 +154,7 @@ def test_every_job_flag_reaches_the_manager_unchanged():
 def test_defaults_are_left_out():
     args = cli.build_parser().parse_args(["submit", "--num-gpus", "1", "--image", "img", "--namespace", "ml"])
     settings, _ = commands.submission(args, [])
-    assert manager_spec.manager_args(settings) == [
+    assert jobspec.to_args(settings) == [
         "--num-gpus=1", "--image=img", "--port=12345", "--filename=/opt/distributetrain/train.py",
         "--host-network=false"]
 

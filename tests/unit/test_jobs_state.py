@@ -7,6 +7,8 @@ import pytest
 
 from distributetrain.cli.jobs import state, table
 from distributetrain.cli.jobs.state import JobStatus, Progress
+from distributetrain.core import jobspec
+from distributetrain.core.settings import JobSettings
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=timezone.utc)
 CREATED = "2026-01-02T11:55:00Z"
@@ -108,6 +110,14 @@ def test_batch_job_without_a_pod(conditions, phase, reason):
                                        (["--num-gpus=2", "--future-flag", "--", "--num-gpus=9"], 2)])
 def test_requested_gpus_from_the_managers_arguments(args, gpus):
     assert state.requested_gpus(manager(args=args)) == gpus
+
+
+def test_requested_gpus_from_the_spec_the_manager_recorded():
+    """The spec wins over the arguments, which only a manager not started yet (or of an older
+    release) leaves to read; a mangled spec is read as none."""
+    spec = jobspec.to_json(JobSettings(job_name="demo", namespace="ml", num_gpus=4, image="img"))
+    assert state.requested_gpus(manager(args=(), annotations={"distributetrain.io/spec": spec})) == 4
+    assert state.requested_gpus(manager(annotations={"distributetrain.io/spec": "{"})) == 6
 
 
 def test_progress():

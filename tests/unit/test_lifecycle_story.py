@@ -8,6 +8,7 @@ import time
 import pytest
 
 from distributetrain.core import errors, inventory, names
+from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import lifecycle
@@ -112,6 +113,7 @@ def test_pre_and_post_training_tell_the_same_story_once(story):
                                         "Succeeded"]
     assert kube.annotation_history(names.ANNOTATION_PHASE) == [
         "Planning", "StartingWorkers", "Running", "Training", "Succeeded"]
+    assert JobRecord.of(kube.manager).spec == SETTINGS  # beside the record, for status and list
 
 
 def test_the_chief_holds_its_gpus_from_the_start(story):

@@ -5,6 +5,7 @@ from hypothesis import given, strategies as st
 
 from distributetrain.core import names, record
 from distributetrain.core.record import JobRecord
+from distributetrain.core.settings import JobSettings
 
 plans = st.lists(st.tuples(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True), st.integers(1, 16)),
                  min_size=1, max_size=6)
@@ -45,6 +46,12 @@ def test_an_outcome_ends_the_waiting_and_reads_as_finished(exit_code, reason):
 def test_a_pod_without_a_record_or_with_a_mangled_one_reads_as_nothing_recorded():
     assert JobRecord.of({}) == JobRecord.of({"metadata": {"annotations": None}}) == JobRecord()
     mangled = {names.ANNOTATION_ATTEMPT: "two", names.ANNOTATION_RESTARTS: "-1", names.ANNOTATION_EXIT_CODE: "x",
-               names.ANNOTATION_PLAN: "a=", names.ANNOTATION_WAITING: "{not json"}
+               names.ANNOTATION_PLAN: "a=", names.ANNOTATION_WAITING: "{not json", names.ANNOTATION_SPEC: "[]"}
     assert JobRecord.of({"metadata": {"annotations": mangled}}) == JobRecord()
     assert not JobRecord(phase="Training").finished
+
+
+def test_the_spec_the_manager_writes_reads_back_beside_its_record():
+    settings = JobSettings(job_name="job", namespace="ml", num_gpus=4, image="img:1", owner_uid="u", max_restarts=2)
+    assert JobRecord.of(pod_after(record.phase("Planning"), record.spec(settings))) == JobRecord(
+        phase="Planning", spec=settings)

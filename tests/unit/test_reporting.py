@@ -126,3 +126,13 @@ def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeyp
         "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "1",
         "distributetrain.io/reason": "chief exited with code 1",
         "distributetrain.io/waiting": None, "distributetrain.io/queue-position": None}
+
+
+def test_the_spec_is_recorded_on_the_manager_pod_and_a_failure_to_is_no_failure():
+    from distributetrain.core import errors, jobspec
+
+    kube = FakeKube()
+    Reporter(kube, SETTINGS, FakeRecorder()).spec()
+    assert patches(kube) == [{"distributetrain.io/spec": jobspec.to_json(SETTINGS)}]
+    kube.failures = {"annotate_pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
+    Reporter(kube, SETTINGS, FakeRecorder()).spec()

@@ -39,26 +39,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         # Usage and error hints say what the user typed, e.g. `kubectl distributetrain list`.
         return commands.add_parser(name, prog=f"{program} {name}", help=summary)
 
-    submit = add("submit", "submit a training job: create its manager")
-    jobflags.add_job_flags(submit, manager_identity=False)  # the manager's own name is --name
-    manager = submit.add_argument_group("manager")
-    manager.add_argument("--name", help=f"the job's name (default: {manager_spec.GENERATED_NAME_PREFIX}"
-                                        f"<{manager_spec.GENERATED_NAME_RANDOM_CHARS} random characters>)")
-    manager.add_argument("--as-job", action="store_true", help="run the manager in a batch/v1 Job (default: a Pod)")
-    manager.add_argument("--ttl-after-finished", metavar="DURATION",
-                         help="with --as-job: delete the Job and the whole job this long after it ends (default 24h)")
-    manager.add_argument("--manager-image", default=manager_spec.DEFAULT_MANAGER_IMAGE,
-                         help=f"default {manager_spec.DEFAULT_MANAGER_IMAGE}")
-    manager.add_argument("--manager-service-account", default=manager_spec.DEFAULT_MANAGER_SERVICE_ACCOUNT,
-                         help=f"the manager's identity, bound by rbac/ "
-                              f"(default {manager_spec.DEFAULT_MANAGER_SERVICE_ACCOUNT})")
-    manager.add_argument("--manager-node-selector", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
-                         help="run the manager only on nodes with these labels (it needs no GPU)")
-    manager.add_argument("--dry-run", action="store_true", help="print the manager's YAML and create nothing")
-    manager.add_argument("-f", "--follow", action="store_true",
-                         help="show progress and the chief's output; exit with the job's exit code")
-    connection.add_connection_flags(submit, namespace=False)
-    submit.set_defaults(handler=_reported(run_submit))
+    _add_submit(add("submit", "submit a training job: create its manager"))
 
     listing = add("list", "list jobs")
     connection.add_connection_flags(listing)
@@ -89,6 +70,29 @@ def register(commands: argparse._SubParsersAction) -> None:
     cancelling.set_defaults(handler=_reported(run_cancel))
 
 
+def _add_submit(submit: argparse.ArgumentParser) -> None:
+    """`submit`'s flags: the job's, and how its manager runs."""
+    jobflags.add_job_flags(submit, manager_identity=False)  # the manager's own name is --name
+    manager = submit.add_argument_group("manager")
+    manager.add_argument("--name", help=f"the job's name (default: {manager_spec.GENERATED_NAME_PREFIX}"
+                                        f"<{manager_spec.GENERATED_NAME_RANDOM_CHARS} random characters>)")
+    manager.add_argument("--as-job", action="store_true", help="run the manager in a batch/v1 Job (default: a Pod)")
+    manager.add_argument("--ttl-after-finished", metavar="DURATION",
+                         help="with --as-job: delete the Job and the whole job this long after it ends (default 24h)")
+    manager.add_argument("--manager-image", default=manager_spec.DEFAULT_MANAGER_IMAGE,
+                         help=f"default {manager_spec.DEFAULT_MANAGER_IMAGE}")
+    manager.add_argument("--manager-service-account", default=manager_spec.DEFAULT_MANAGER_SERVICE_ACCOUNT,
+                         help=f"the manager's identity, bound by rbac/ "
+                              f"(default {manager_spec.DEFAULT_MANAGER_SERVICE_ACCOUNT})")
+    manager.add_argument("--manager-node-selector", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                         help="run the manager only on nodes with these labels (it needs no GPU)")
+    manager.add_argument("--dry-run", action="store_true", help="print the manager's YAML and create nothing")
+    manager.add_argument("-f", "--follow", action="store_true",
+                         help="show progress and the chief's output; exit with the job's exit code")
+    connection.add_connection_flags(submit, namespace=False)
+    submit.set_defaults(handler=_reported(run_submit))
+
+
 def _reported(handler: Handler) -> Handler:
     """API and lookup failures become one line on stderr and their exit code."""
 
@@ -109,13 +113,6 @@ def _reported(handler: Handler) -> Handler:
     return run
 
 
-def _checked(flag: str, parse: Callable, text: str):
-    try:
-        return parse(text)
-    except ValueError as e:
-        raise errors.UsageError(flag, str(e)) from None
-
-
 def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[JobSettings, ManagerOptions]:
     """Every flag validated, before anything touches the cluster."""
     if args.ttl_after_finished and not args.as_job:
@@ -123,20 +120,21 @@ def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[Jo
     if args.follow and args.dry_run:
         raise errors.UsageError("--follow", "a --dry-run creates nothing to follow")
     name = args.name or manager_spec.generated_name()
-    _checked("--name", lambda t: validation.dns_label(t, manager_spec.max_name_length(args.as_job)), name)
+    validation.checked("--name", lambda t: validation.dns_label(t, manager_spec.max_name_length(args.as_job)), name)
     job_args = argparse.Namespace(**vars(args))
     job_args.job_name, job_args.owner_uid = name, ""
     job_args.namespace = connection.namespace_of(args)
     settings = jobflags.settings_from_args(job_args, script_args)
     ttl_s = manager_spec.DEFAULT_JOB_TTL_S
     if args.ttl_after_finished:
-        ttl_s = round(_checked("--ttl-after-finished", validation.duration_s, args.ttl_after_finished))
+        ttl_s = round(validation.checked("--ttl-after-finished", validation.duration_s, args.ttl_after_finished))
     options = ManagerOptions(
-        image=_checked("--manager-image", validation.image, args.manager_image),
-        service_account=_checked("--manager-service-account", validation.dns_subdomain, args.manager_service_account),
+        image=validation.checked("--manager-image", validation.image, args.manager_image),
+        service_account=validation.checked("--manager-service-account", validation.dns_subdomain,
+                                           args.manager_service_account),
         as_job=args.as_job,
         ttl_after_finished_s=ttl_s,
-        node_selector=tuple(_checked("--manager-node-selector", validation.key_value, term)
+        node_selector=tuple(validation.checked("--manager-node-selector", validation.key_value, term)
                             for flag in args.manager_node_selector for term in flag.split(",") if term),
     )
     return settings, options
@@ -221,7 +219,7 @@ def run_status(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
 
 
 def run_logs(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
-    rank = None if args.rank is None else _checked("--rank", ranks.parse_rank, args.rank)
+    rank = None if args.rank is None else validation.checked("--rank", ranks.parse_rank, args.rank)
     if rank is not None and args.manager:
         raise errors.UsageError("--rank", "selects lines of the chief's output (the training), not the manager's")
     kube = connection.connect(args)
@@ -251,7 +249,7 @@ def _write(text: str) -> None:
 
 
 def run_cancel(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
-    timeout_s = _checked("--timeout", validation.duration_s, args.timeout)
+    timeout_s = validation.checked("--timeout", validation.duration_s, args.timeout)
     kube = connection.connect(args)
     found = lookup.find_job(kube, connection.namespace_of(args), args.name)
     result = cancel.cancel(kube, found, timeout_s)

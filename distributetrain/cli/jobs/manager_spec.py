@@ -1,8 +1,8 @@
 """Pure builders of the manager: the Pod of manager.yaml, or the batch/v1 Job of
 manager-job.yaml, for validated settings.
 
-The job flags are re-serialised from the validated ``JobSettings`` (not copied from
-the command line), so what the manager parses is exactly what the CLI checked. No API
+The job flags are written from the validated ``JobSettings`` by the job's table (not
+copied from the command line), so what the manager parses is exactly what the CLI checked. No API
 calls: tests compare whole objects, and against the YAML files users apply by hand.
 """
 
@@ -14,7 +14,7 @@ import string
 from dataclasses import dataclass
 
 from distributetrain.cli import jobflags
-from distributetrain.core import names, podgroup, quantity
+from distributetrain.core import jobspec, names, podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import discovery
 
@@ -40,10 +40,6 @@ GENERATED_NAME_PREFIX = "dt-"
 GENERATED_NAME_RANDOM_CHARS = 6
 _NAME_ALPHABET = string.ascii_lowercase + string.digits
 
-# Settings nobody asked to change are left out of the manager's arguments.
-_DEFAULTS = JobSettings(job_name="", namespace="", num_gpus=1, image="")
-
-
 @dataclass(frozen=True)
 class ManagerOptions:
     """How the manager itself runs (not the job it runs)."""
@@ -61,80 +57,6 @@ def generated_name() -> str:
 
 def max_name_length(as_job: bool) -> int:
     return names.MAX_JOB_NAME_LENGTH - (JOB_POD_SUFFIX_CHARS if as_job else 0)
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
-
-
-def _toleration(toleration: dict) -> str:
-    text = toleration["key"]
-    if toleration["operator"] == "Equal":
-        text += f"={toleration['value']}"
-    if toleration.get("effect"):
-        text += f":{toleration['effect']}"
-    return text
-
-
-def _changed(settings: JobSettings, field: str) -> bool:
-    return getattr(settings, field) != getattr(_DEFAULTS, field)
-
-
-def manager_args(settings: JobSettings) -> list[str]:
-    """The job flags of ``jobflags.add_job_flags`` for these settings; job name, uid and
-    namespace are left to the manager pod's downward API."""
-    args = [
-        f"--num-gpus={settings.num_gpus}",
-        f"--image={settings.image}",
-        f"--port={settings.port}",
-        f"--filename={settings.filename}",
-        f"--host-network={str(settings.host_network).lower()}",
-    ]
-    if _changed(settings, "gpu_resource"):
-        args.append(f"--gpu-resource={settings.gpu_resource}")
-    if settings.node_selector:
-        args.append("--node-selector=" + ",".join(f"{key}={value}" for key, value in settings.node_selector))
-    args += [f"--toleration={_toleration(t)}" for t in settings.tolerations]
-    args += [f"--env={name}={value}" for name, value in settings.env]
-    args += [f"--env-from-secret={name}" for name in settings.env_from_secrets]
-    args += [f"--pvc={p.claim}:{p.mount_path}{':ro' if p.read_only else ''}" for p in settings.pvcs]
-    if _changed(settings, "worker_ready_timeout_s"):
-        args.append(f"--worker-ready-timeout={_duration(settings.worker_ready_timeout_s)}")
-    if settings.active_deadline_s:
-        args.append(f"--active-deadline={_duration(settings.active_deadline_s)}")
-    if _changed(settings, "orphan_timeout_s"):
-        args.append(f"--orphan-timeout={_duration(settings.orphan_timeout_s)}")
-    if _changed(settings, "wait_for_gpus_s"):
-        args.append(f"--wait-for-gpus={_duration(settings.wait_for_gpus_s)}")
-    if _changed(settings, "ssh_connect_attempts"):
-        args.append(f"--ssh-attempts={settings.ssh_connect_attempts}")
-    if settings.delete_chief:
-        args.append("--delete-chief")
-    if settings.allow_shared_gpus:
-        args.append("--allow-shared-gpus")
-    if settings.max_restarts:
-        args.append(f"--max-restarts={settings.max_restarts}")
-    if settings.elastic:
-        args += ["--elastic", f"--min-gpus={settings.min_gpus}"]
-        if _changed(settings, "elastic_timeout_s"):
-            args.append(f"--elastic-timeout={settings.elastic_timeout_s:g}s")
-    if settings.queue:
-        args.append(f"--queue={settings.queue}")
-    if settings.priority_class:
-        args.append(f"--priority-class={settings.priority_class}")
-    if settings.lock_namespace:
-        args.append(f"--lock-namespace={settings.lock_namespace}")
-    if settings.service_account:
-        args.append(f"--service-account={settings.service_account}")
-    if _changed(settings, "cpu_per_gpu_m"):
-        args.append(f"--cpu-per-gpu={quantity.format_cpu(settings.cpu_per_gpu_m)}")
-    if _changed(settings, "memory_per_gpu_bytes"):
-        args.append(f"--memory-per-gpu={quantity.format_memory(settings.memory_per_gpu_bytes)}")
-    if settings.shm_size_bytes is not None:
-        args.append(f"--shm-size={quantity.format_memory(settings.shm_size_bytes)}")
-    if settings.script_args:
-        args += ["--", *settings.script_args]
-    return args
 
 
 def manager_labels(name: str) -> dict[str, str]:
@@ -156,7 +78,7 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
                 "name": MANAGER_CONTAINER,
                 "image": options.image,
                 "command": [MANAGER_COMMAND],
-                "args": manager_args(settings),
+                "args": jobspec.to_args(settings),
                 # The job's name, namespace and owner come from the manager pod itself.
                 "env": [
                     _downward(jobflags.ENV_POD_NAME, "metadata.name"),

@@ -90,7 +90,14 @@ def _manager_container(pod: Mapping) -> Mapping:
 
 
 def requested_gpus(manager: Mapping) -> int | None:
-    """--num-gpus from the manager's own arguments, read by the manager's own parser."""
+    """--num-gpus of the job's spec, recorded by its manager."""
+    spec = JobRecord.of(manager).spec
+    return spec.num_gpus if spec is not None else _requested_gpus_in_args(manager)
+
+
+def _requested_gpus_in_args(manager: Mapping) -> int | None:
+    """--num-gpus from the manager's own arguments, read by the manager's own parser: for a
+    manager that has not started yet (a Job's template too), or of a release without a spec."""
     container = _manager_container(manager)
     flags, _ = jobflags.split_script_args(container.get("args") or ())
     parser = jobflags.Parser(prog=container.get("name", "manager"))
