@@ -158,12 +158,23 @@ def format_elapsed(seconds: float) -> str:
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
-_ELAPSED = re.compile(r" for (\d+h)?(\d+m)?\d+s$")
+_ELAPSED = re.compile(r" for (?:(\d+)h)?(?:(\d+)m)?(\d+)s$")
 
 
 def without_elapsed(reason: str) -> str:
     """A reason without its time so far: the stage it names."""
     return _ELAPSED.sub("", reason)
+
+
+def by_the_minute(reason: str) -> str:
+    """A reason with its time so far in whole minutes: what changes once a minute while a
+    stage lasts (``submit --follow`` prints a slow start then)."""
+
+    def minutes(found: re.Match) -> str:
+        hours, mins, _ = (int(part or 0) for part in found.groups())
+        return f" for {hours * 60 + mins}m"
+
+    return _ELAPSED.sub(minutes, reason)
 
 
 class StageClocks:

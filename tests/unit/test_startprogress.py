@@ -137,3 +137,9 @@ def test_a_stage_keeps_its_clock_until_it_changes():
 def test_pod_event_keeps_what_orders_and_names_the_pull():
     assert startprogress.pod_event(pulling()) == PodEvent(
         pod="w0", reason="Pulling", at=startprogress.pod_event(pulling()).at, image=IMAGE, node="node-a", uid="u0")
+
+
+def test_by_the_minute_keeps_whole_minutes_of_the_time_so_far():
+    assert startprogress.by_the_minute('pulling image "x" on a for 1h2m50s') == 'pulling image "x" on a for 62m'
+    assert startprogress.by_the_minute("awaiting a new node for 50s") == "awaiting a new node for 0m"
+    assert startprogress.by_the_minute("running, not Ready") == "running, not Ready"
