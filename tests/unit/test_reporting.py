@@ -6,8 +6,8 @@ import logging
 import time
 
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events
 from distributetrain.core.startprogress import Pulling
+from distributetrain.kube import events
 from distributetrain.manager.reporting import PodWaits, Reporter
 from fakekube import FakeKube
 
