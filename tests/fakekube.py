@@ -16,6 +16,8 @@ What the tests script:
   exists);
 - ``send_cluster_pods(...)``: events of every namespace's pods (a watch with no
   namespace: free GPUs followed), delivered as they are sent;
+- ``send_events(...)``: core/v1 Events of the job's namespace (image pulls), delivered
+  to the running Event watch as they are sent;
 - ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
   (``break_node_watch(error)`` ends it with an error);
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
@@ -41,6 +43,7 @@ from distributetrain.kube.client import KubeApi
 
 MANAGER_POD = "demo"
 DELETED_AT = "2026-01-02T12:00:00Z"
+EVENT_WATCH_SPAN_S = 0.05  # real seconds an Event watch waits for what a test sends
 
 
 def node(name: str, gpus: int = 8, ready: bool = True, labels: dict | None = None) -> dict:
@@ -83,6 +86,8 @@ class FakeKube(KubeApi):
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
         self._node_events: queue.SimpleQueue = queue.SimpleQueue()
         self._cluster_pod_events: queue.SimpleQueue = queue.SimpleQueue()
+        self.events: list[dict] = []  # core/v1 Events of the job's namespace (the kubelet's about pods)
+        self._event_events: queue.SimpleQueue = queue.SimpleQueue()
 
     # -- what tests use to set the scene --------------------------------------------------
     def send_nodes(self, *changed: dict) -> None:
@@ -130,6 +135,8 @@ class FakeKube(KubeApi):
             if kind == "nodes":
                 self.node_lists += 1
                 return copy.deepcopy(list(self.nodes.values())), "1"
+            if kind == "events":
+                return copy.deepcopy(self.events), "1"
             self.pod_lists += 1
             return self._pods(selectors), "1"
 
@@ -272,6 +279,24 @@ class FakeKube(KubeApi):
                 else:
                     self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
             self._cluster_pod_events.put((event_type, copy.deepcopy(pod)))
+
+    def send_events(self, *sent: dict) -> None:
+        """core/v1 Events recorded in the job's namespace, delivered to the running Event
+        watch as they are sent (and listed by the next list)."""
+        for event in sent:
+            with self.lock:
+                self.events.append(copy.deepcopy(event))
+            self._event_events.put(("ADDED", copy.deepcopy(event)))
+
+    def watch_events(
+        self, namespace: str, resource_version: str, timeout_s: float, **selectors: str
+    ) -> Iterator[tuple[str, dict]]:
+        # On the informer's own thread: it waits a little real time for what is sent and
+        # never moves a fake clock (the job's pod watch alone does).
+        try:
+            yield self._event_events.get(timeout=min(timeout_s, EVENT_WATCH_SPAN_S))
+        except queue.Empty:
+            return
 
     def break_node_watch(self, error: BaseException) -> None:
         """The running node watch ends with ``error`` (after the events sent before)."""

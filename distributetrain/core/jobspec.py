@@ -122,6 +122,13 @@ FIELDS: tuple[Field, ...] = (
           from_json=lambda pvcs: tuple(PvcMount(**pvc) for pvc in pvcs)),
     Field("worker_ready_timeout_s", "--worker-ready-timeout", **_duration(
         help="release and re-plan if workers are not Ready by then")),
+    Field("image_pull_timeout_s", "--image-pull-timeout", **_duration(
+        parse=validation.positive_duration_s,
+        help="bound of one image pull of a job pod, which does not count against --worker-ready-timeout")),
+    Field("scale_up_timeout_s", "--scale-up-timeout", **_duration(
+        parse=validation.positive_duration_s,
+        help="bound of a job pod's wait for a node an autoscaler launches for it, which does not count against "
+             "--worker-ready-timeout")),
     Field("active_deadline_s", "--active-deadline", **_duration(help="deadline of the whole job")),
     Field("orphan_timeout_s", "--orphan-timeout", **_duration(
         parse=validation.positive_duration_s,

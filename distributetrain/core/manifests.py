@@ -19,7 +19,8 @@ HOST_KEY_FILE = "ssh_host_ed25519_key"
 WORKER_READINESS_PERIOD_S = 1  # the chief waits on this; a short period starts training sooner
 TERMINATION_GRACE_S = 10
 # The chief waits for the workers' addresses a little longer than the manager waits for
-# the workers to be Ready: it is the manager that gives up (and deletes the chief).
+# the workers to be Ready (a worker's image pull besides, which that wait does not count):
+# it is the manager that gives up (and deletes the chief).
 HOSTS_WAIT_SLACK_S = 60
 ORPHAN_CHECK_MAX_S = 30
 
@@ -260,7 +261,8 @@ def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int 
         {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "DT_CHIEF_SLOTS", "value": str(share)},
         {"name": "DT_HOSTS_URL", "value": settings.discovery_url},
-        {"name": "DT_HOSTS_WAIT_S", "value": str(round(settings.worker_ready_timeout_s + HOSTS_WAIT_SLACK_S))},
+        {"name": "DT_HOSTS_WAIT_S", "value": str(round(settings.worker_ready_timeout_s + settings.image_pull_timeout_s
+                                                       + HOSTS_WAIT_SLACK_S))},
         {"name": "DT_NUM_PROCS", "value": str(settings.num_gpus)},
         {"name": "DT_PORT", "value": str(settings.port)},
         {"name": "DT_FILENAME", "value": settings.filename},

@@ -41,6 +41,9 @@ ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"
 # The job's settings as the manager runs them (``core.jobspec``'s JSON form), written when
 # it starts: ``status`` and ``list`` read them instead of parsing its arguments again.
 ANNOTATION_SPEC = f"{DOMAIN}/spec"
+# On a job pod the manager created to make the cluster grow (a pod of a scale-up): until
+# it is scheduled it waits for a new node, which is progress, not a failure to start.
+ANNOTATION_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
 # On a job pod the manager deleted while the job ran (its node lost, never Ready): why,
 # read back as the cause of its loss.
 ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"

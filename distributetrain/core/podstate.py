@@ -170,6 +170,12 @@ def _containers(status: Mapping) -> list[Mapping]:
     return [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
 
 
+def container_waiting_reasons(pod: Mapping) -> list[str]:
+    """Why each container that waits does (init containers first): ContainerCreating, ErrImagePull..."""
+    return [((c.get("state") or {}).get("waiting") or {}).get("reason") or "Waiting"
+            for c in _containers(pod.get("status") or {}) if (c.get("state") or {}).get("waiting") is not None]
+
+
 def _explained(label: str, reason: str, message: str) -> str:
     return f"{label}: {reason}" + (f": {_one_line(message)}" if message else "")
 

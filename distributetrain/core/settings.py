@@ -81,7 +81,15 @@ class JobSettings:
     gpu_resource: str = DEFAULT_GPU_RESOURCE  # extended resource name of the GPUs
     node_selector: tuple[tuple[str, str], ...] = ()  # only nodes with all these labels are candidates
     tolerations: tuple[dict, ...] = field(default=(), hash=False)  # taints the job may land on
-    worker_ready_timeout_s: float = 300.0  # workers not all Ready by then: release and re-plan or fail
+    # Workers not all Ready by then: release and re-plan or fail. It counts only time in
+    # which some pod is neither Ready nor starting slowly (``core.startbudget``).
+    worker_ready_timeout_s: float = 300.0
+    # One image pull of a job pod (a multi-GB image on a fresh node takes minutes): not
+    # counted against worker_ready_timeout_s, bounded by this instead.
+    image_pull_timeout_s: float = 1800.0
+    # One job pod waiting for a node an autoscaler launches for it (Karpenter, the cluster
+    # autoscaler): not counted against worker_ready_timeout_s, bounded by this instead.
+    scale_up_timeout_s: float = 900.0
     active_deadline_s: float | None = None  # whole job, from manager start; also set on pods
     wait_for_gpus_s: float = 0.0  # 0: fail fast when GPUs are short; else wait this long
     ssh_connect_attempts: int = 30  # chief's checks of each worker before horovodrun, 1 s apart

@@ -83,6 +83,9 @@ class KubeApi(Protocol):
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]: ...
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]: ...
+    def watch_events(
+        self, namespace: str, resource_version: str, timeout_s: float, **selectors: str
+    ) -> Iterator[tuple[str, dict]]: ...
     def get_lease(self, namespace: str, name: str) -> dict | None: ...
     def create_lease(self, lease: dict) -> dict: ...
     def replace_lease(self, lease: dict) -> dict: ...
@@ -129,7 +132,7 @@ class Kube(KubeApi):
     def list_pages(
         self, kind: str, namespace: str | None = None, **selectors: str
     ) -> Iterator[tuple[list[dict], str]]:
-        """Yield (items, resourceVersion) page by page; kind is 'nodes' or 'pods'."""
+        """Yield (items, resourceVersion) page by page; kind is 'nodes', 'pods' or 'events' (core/v1)."""
         token = None
         what = f"list {kind} {_where(namespace, selectors)}"
         while True:
@@ -145,6 +148,8 @@ class Kube(KubeApi):
             kwargs["_continue"] = token
         if kind == "nodes":
             return self.core.list_node(**kwargs)
+        if kind == "events":
+            return self.core.list_namespaced_event(namespace, **kwargs)
         if namespace:
             return self.core.list_namespaced_pod(namespace, **kwargs)
         return self.core.list_pod_for_all_namespaces(**kwargs)
@@ -285,6 +290,12 @@ class Kube(KubeApi):
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
         return self._watch("nodes", None, resource_version, timeout_s, {})
 
+    def watch_events(
+        self, namespace: str, resource_version: str, timeout_s: float, **selectors: str
+    ) -> Iterator[tuple[str, dict]]:
+        """core/v1 Events of one namespace (the kubelet's about pods: image pulls)."""
+        return self._watch("events", namespace, resource_version, timeout_s, selectors)
+
     def _watch(
         self, kind: str, namespace: str | None, resource_version: str, timeout_s: float, selectors: Mapping[str, str]
     ) -> Iterator[tuple[str, dict]]:
@@ -298,7 +309,7 @@ class Kube(KubeApi):
         """
         give_up_at = time.monotonic() + timeout_s
         version = resource_version
-        where = _where(namespace, selectors) if kind == "pods" else ""  # nodes have no namespace
+        where = "" if kind == "nodes" else _where(namespace, selectors)  # nodes have no namespace
         while (remaining := give_up_at - time.monotonic()) > 0:
             log.debug("watching %s %s from resourceVersion %s", kind, where, version)
             try:
@@ -324,9 +335,11 @@ class Kube(KubeApi):
             _request_timeout=(self.timeouts.connect_s, chunk_s + self.timeouts.watch_read_slack_s),
             **selectors,
         )
-        what = f"watch {kind} {_where(namespace, selectors)}" if kind == "pods" else f"watch {kind}"
+        what = f"watch {kind}" if kind == "nodes" else f"watch {kind} {_where(namespace, selectors)}"
         if kind == "nodes":
             response = self._call(lambda: self.core.list_node(**kwargs), what)
+        elif kind == "events":
+            response = self._call(lambda: self.core.list_namespaced_event(namespace, **kwargs), what)
         elif namespace:
             response = self._call(lambda: self.core.list_namespaced_pod(namespace, **kwargs), what)
         else:

@@ -26,6 +26,7 @@ from kubernetes import client
 
 from distributetrain.core import errors, names
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.startprogress import AwaitingNode, Pulling
 from distributetrain.kube.calls import call, read_json
 from distributetrain.kube.client import Kube
 
@@ -48,6 +49,10 @@ RESIZED = "Resized"  # an elastic job lost or gained GPUs
 NODE_LOST = "NodeLost"  # a node holding the job's pods stopped being Ready: they were deleted
 REPLACE_FAILED = "ReplaceFailed"  # an elastic job could not grow back this time: it goes on, and tries again
 POD_WAITING = "PodWaiting"
+PULLING = "Pulling"  # a job pod's node pulls its image: progress, not counted against --worker-ready-timeout
+AWAITING_NODE = "AwaitingNode"  # a job pod waits for a node an autoscaler launches for it: progress too
+# What each slow start (a stage of ``startprogress``) is recorded as.
+SLOW_START_REASONS = {Pulling: PULLING, AwaitingNode: AWAITING_NODE}
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 # reason -> (type, action): the action is what the manager did, or does, about it.
@@ -65,6 +70,8 @@ KINDS = {
     NODE_LOST: (WARNING, "Delete"),
     REPLACE_FAILED: (WARNING, "Replace"),
     POD_WAITING: (WARNING, "Wait"),
+    PULLING: (NORMAL, "Wait"),
+    AWAITING_NODE: (NORMAL, "Wait"),
     SUCCEEDED: (NORMAL, "Finish"),
     FAILED: (WARNING, "Finish"),
 }

@@ -1,6 +1,6 @@
 """One informer per kind: every watch of the manager lists once, then follows a watch.
 
-An ``Informer`` follows one kind ("pods" or "nodes"), in one namespace or all, with a
+An ``Informer`` follows one kind ("pods", "nodes" or core/v1 "events"), in one namespace or all, with a
 label or field selector, as client-go's Reflector and SharedInformer do: it lists (page
 by page), then watches from the list's resourceVersion with bookmarks, each watch call
 resumed from the last version seen (``Kube.watch_pods`` chains short requests and
@@ -183,6 +183,8 @@ class Informer:
     def _watch(self, remaining_s: float):
         if self.kind == "nodes":
             return self.kube.watch_nodes(self.version, remaining_s)
+        if self.kind == "events":
+            return self.kube.watch_events(self.namespace, self.version, remaining_s, **self.selectors)
         return self.kube.watch_pods(self.namespace, self.version, remaining_s, **self.selectors)
 
     def key(self, obj: dict) -> str:

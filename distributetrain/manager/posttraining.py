@@ -13,7 +13,6 @@ the end) is the job loop's decision (``job``).
 from __future__ import annotations
 
 import logging
-import time
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.placement import Plan
@@ -23,6 +22,7 @@ from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.reporting import PodWaits
 from distributetrain.manager.run import Run
+from distributetrain.manager.startwatch import StartWatch
 
 log = logging.getLogger(__name__)
 
@@ -37,34 +37,34 @@ class PostTraining:
         self.reporter = run.reporter
         self.deadline = run.deadline
         # One list of the job's pods for the whole of post-training: each wait reads it live.
-        self.pods = waits.job_pods(kube, run.settings.namespace, run.settings.selector)
+        self.pods = waits.job_pods(kube, run.settings.namespace, run.settings.selector, run.clock)
 
     def run(self) -> int:
         """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
         settings = self.settings
         chief, workers = self.job_run.attempt.chief, self.job_run.attempt.workers(len(self.plan) - 1)
-        start_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.deadline)
         with NodeWatch(self.kube, settings, self.reporter):
-            outcome = self._follow(chief, workers, start_by)
+            outcome = self._follow(chief, workers)
         if isinstance(outcome, waits.ChiefFinished):
             return outcome.exit_code
         if isinstance(outcome, waits.PodLost):
             raise outcome.error()
-        if time.monotonic() >= self.deadline:
+        if self.job_run.clock.monotonic() >= self.deadline:
             raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
                                    exitcodes.TIMED_OUT)
         reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
         raise errors.JobFailed(f"chief did not start within {settings.worker_ready_timeout_s:.0f}s ({reasons})",
                                exitcodes.TIMED_OUT)
 
-    def _follow(self, chief: str, workers: list[str], start_by: float) -> waits.Outcome:
-        """From the chief's creation to its end (or the attempt's loss, or a deadline)."""
+    def _follow(self, chief: str, workers: list[str]) -> waits.Outcome:
+        """From the chief's creation to its end (or the attempt's loss, or a deadline). Its
+        image pull, however long, does not count against --worker-ready-timeout (``startwatch``)."""
         settings = self.settings
         expected = [chief, *workers]
         pod_waits = PodWaits(self.reporter, expected)
         try:
-            outcome = waits.watch_job(self.pods,
-                                      pod_waits.watching(waits.chief_started(chief, workers)), start_by, expected)
+            with StartWatch(self.kube, settings, pod_waits, self.job_run.clock) as starting:
+                outcome = starting.wait(self.pods, waits.chief_started(chief, workers), expected, self.deadline)
         finally:
             pod_waits.done()
         if not isinstance(outcome, waits.ChiefStarted):

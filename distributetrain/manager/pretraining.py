@@ -33,6 +33,7 @@ from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.queueing import QueuedPlacement
 from distributetrain.manager.reporting import PodWaits
 from distributetrain.manager.run import Run
+from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import tear_down
 
 log = logging.getLogger(__name__)
@@ -122,14 +123,16 @@ class PreTraining:
     def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted:
         settings = self.settings
         self.reporter.phase("StartingWorkers")
-        ready_by = min(time.monotonic() + settings.worker_ready_timeout_s, self.job_run.deadline)
         pod_waits = PodWaits(self.reporter, [*workers, chief])
+        clock = self.job_run.clock
         try:
             # A worker's node lost while it starts: deleted at once, a loss like any other.
-            with NodeWatch(self.kube, settings, self.reporter):
-                outcome = waits.watch_job(waits.job_pods(self.kube, settings.namespace, settings.selector),
-                                          pod_waits.watching(waits.attempt_started(chief, workers)), ready_by,
-                                          [*workers, chief])
+            # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
+            with NodeWatch(self.kube, settings, self.reporter), \
+                    StartWatch(self.kube, settings, pod_waits, clock) as starting:
+                outcome = starting.wait(waits.job_pods(self.kube, settings.namespace, settings.selector, clock),
+                                        waits.attempt_started(chief, workers), [*workers, chief],
+                                        self.job_run.deadline)
         finally:
             pod_waits.done()
         if isinstance(outcome, waits.PodLost):

@@ -11,10 +11,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from distributetrain.core import errors, podstate, record
+from distributetrain.core import errors, podstate, record, startprogress
 from distributetrain.core.placement import Plan
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.startprogress import Stage
 from distributetrain.kube import events
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
@@ -159,50 +160,58 @@ class LatestWriter(Generic[T]):
 class PodWaits:
     """Why each pod the manager waits on is not Ready, reported as soon as it changes.
 
-    Fed every view of the job's pods by the watch (see ``watching``), it logs one line
+    Fed every view of the job's pods by the watch (``startwatch``), it logs one line
     per pod per change, records an Event when a pod needs someone to act (unschedulable,
-    image or start errors), and keeps the current reasons on the manager pod, where
+    image or start errors) or starts slowly (``Pulling``, ``AwaitingNode``: once per
+    stage), and keeps the current reasons on the manager pod, where
     ``distributetrain status`` and ``submit --follow`` show them.
     """
 
     def __init__(self, reporter: Reporter, pods: list[str], write_interval_s: float = WAITING_WRITE_INTERVAL_S):
         self.reporter = reporter
         self.pods = pods
-        self.reasons: dict[str, str | None] = {}  # last reported; None: Ready
+        self.reasons: dict[str, str | None] = {}  # last reported, without time so far; None: Ready
         self.annotated: dict[str, str] = {}
         self.annotation = LatestWriter(reporter.waiting, write_interval_s)
 
-    def watching(self, judge: Callable[[Mapping[str, dict]], T]) -> Callable[[Mapping[str, dict]], T]:
-        """``judge``, reporting first what each view of the pods says."""
-
-        def observe_then_judge(pods: Mapping[str, dict]) -> T:
-            self.observe(pods)
-            return judge(pods)
-
-        return observe_then_judge
-
-    def observe(self, pods: Mapping[str, dict]) -> None:
-        job = self.reporter.settings.job_name
+    def observe(self, pods: Mapping[str, dict], slow: Mapping[str, tuple[Stage, float]] | None = None,
+                now: float = 0.0) -> None:
+        """``slow``: the pods starting slowly (``startprogress``), each with since when on
+        the clock of ``now``: their reason says for how long, refreshed in the annotation
+        while it lasts; the log and an Event say each stage once."""
+        slow = slow or {}
+        waiting: dict[str, str] = {}
         for name in self.pods:
             pod = pods.get(name)
             if pod is None:
                 continue  # not created yet, or gone: the judge says which
-            reason = podstate.why_not_ready(pod)
-            unchanged = self.reasons[name] == reason if name in self.reasons else reason is None
-            self.reasons[name] = reason
-            if unchanged:
-                continue  # (a pod Ready when first seen is no news either)
-            if reason is None:
-                log.info("job %s: %s is Ready", job, name)
-            elif podstate.needs_attention(pod):
-                log.warning("job %s: %s waits: %s", job, name, reason)
-                self.reporter.events.record(events.POD_WAITING, f"{name}: {reason}")
-            else:
-                log.info("job %s: %s waits: %s", job, name, reason)
-        waiting = {name: reason for name, reason in self.reasons.items() if reason is not None}
+            stage = slow.get(name)
+            reason = startprogress.reason(*stage, now) if stage else podstate.why_not_ready(pod)
+            if reason is not None:
+                waiting[name] = reason
+            self._report_change(name, pod, reason, stage[0] if stage else None)
         if waiting != self.annotated:
             self.annotation.set(waiting)
             self.annotated = waiting
+
+    def _report_change(self, name: str, pod: Mapping, reason: str | None, stage: Stage | None) -> None:
+        """One log line (and maybe an Event) when the pod's reason changed, its time so far aside."""
+        job = self.reporter.settings.job_name
+        key = None if reason is None else startprogress.without_elapsed(reason)
+        unchanged = self.reasons[name] == key if name in self.reasons else key is None
+        self.reasons[name] = key
+        if unchanged:
+            return  # (a pod Ready when first seen is no news either)
+        if key is None:
+            log.info("job %s: %s is Ready", job, name)
+        elif stage is not None:
+            log.info("job %s: %s waits: %s", job, name, key)
+            self.reporter.events.record(events.SLOW_START_REASONS[type(stage)], f"{name}: {key}")
+        elif podstate.needs_attention(pod):
+            log.warning("job %s: %s waits: %s", job, name, key)
+            self.reporter.events.record(events.POD_WAITING, f"{name}: {key}")
+        else:
+            log.info("job %s: %s waits: %s", job, name, key)
 
     def done(self) -> None:
         """The wait is over: nothing is waited on any more."""

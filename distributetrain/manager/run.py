@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager.discovery import HostList
@@ -24,3 +25,4 @@ class Run:
     deadline: float  # monotonic; --active-deadline
     gpus_until: float  # monotonic; how long plans may wait for GPUs (--wait-for-gpus)
     hosts: HostList  # the current attempt's workers, as the chief is told them
+    clock: Clock = REAL_CLOCK  # what the start's budget (``startbudget``) is measured on

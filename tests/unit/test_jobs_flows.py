@@ -441,3 +441,20 @@ def test_follow_says_where_a_queued_job_is_in_its_queue_as_it_moves():
     assert lines.update(manager("Queued", 1), []) == ["demo: number 1 in its queue"]
     assert lines.update(manager("StartingWorkers", 1), []) == ["demo: phase: StartingWorkers"]  # a late write
     assert lines.update(manager("Queued", 1), []) == ["demo: phase: Queued", "demo: number 1 in its queue"]  # again
+
+
+def test_follow_shows_a_slow_start_when_it_begins_and_then_once_a_minute():
+    lines = follow.ProgressLines("demo")
+
+    def manager(why):
+        annotations = {"distributetrain.io/phase": "StartingWorkers",
+                       "distributetrain.io/waiting": json.dumps({"demo-worker-0": why})}
+        return {"metadata": {"name": "demo", "annotations": annotations}, "status": {"phase": "Running"}}
+
+    pulling = 'pulling image "reg/base:1" on a for '
+    assert lines.update(manager(pulling + "0s"), [])[-1] == f"demo: demo-worker-0 waits: {pulling}0s"
+    assert lines.update(manager(pulling + "50s"), []) == []
+    assert lines.update(manager(pulling + "1m10s"), []) == [f"demo: demo-worker-0 waits: {pulling}1m10s"]
+    assert lines.update(manager(pulling + "1m50s"), []) == []
+    assert lines.update(manager("container worker: ContainerCreating"), []) == [
+        "demo: demo-worker-0 waits: container worker: ContainerCreating"]

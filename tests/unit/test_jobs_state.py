@@ -249,3 +249,11 @@ def test_a_queued_job_shows_its_place_in_the_queue_and_only_while_queued():
     assert "Phase:         Queued (number 2 in its queue)\n" in table.status_text(queued, None, NOW)
     assert table.status_json(queued, None, NOW)["queuePosition"] == 2
     assert table.status_json(started, None, NOW)["queuePosition"] is None
+
+
+def test_status_shows_a_pull_while_it_lasts():
+    pulling = {"demo-worker-0": 'pulling image "distributetrain/base:0.1.0" on node-a for 2m10s'}
+    pod = manager(annotations={"distributetrain.io/phase": "StartingWorkers", "distributetrain.io/plan": "a=1,b=1",
+                               "distributetrain.io/waiting": json.dumps(pulling)})
+    text = table.status_text(state.from_manager(pod), Progress(0, 1, "Pending"), NOW)
+    assert 'Waiting:        demo-worker-0: pulling image "distributetrain/base:0.1.0" on node-a for 2m10s\n' in text

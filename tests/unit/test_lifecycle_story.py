@@ -58,6 +58,17 @@ UNSCHEDULED = {"phase": "Pending", "conditions": [
     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}]}
 
 
+def refusing_events(list_pages):
+    """``list_pages`` as RBAC without ``events: list`` answers it."""
+
+    def listed(kind, namespace=None, **selectors):
+        if kind == "events":
+            raise errors.Forbidden('events is forbidden: cannot list resource "events" in API group ""')
+        return list_pages(kind, namespace, **selectors)
+
+    return listed
+
+
 @pytest.fixture
 def story(monkeypatch, tmp_path):
     """Runs a job on nodes a=1, b=1; returns (reason, type, note) of every Event, in order."""
@@ -67,11 +78,15 @@ def story(monkeypatch, tmp_path):
     monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)  # the workers' statuses are scripted
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
-            phases=("run",), pods=(), record=None, on_create=()):
+            phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
-        mutating webhooks do."""
+        mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
+        kubelet's), which the manager may not read with ``events_forbidden``."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods)
+        kube.events = list(events)
+        if events_forbidden:
+            kube.list_pages = refusing_events(kube.list_pages)
         kube.on_create = list(on_create)
         kube.manager["metadata"]["annotations"].update(record or {})
         kube.pod_watches = watches
@@ -392,3 +407,78 @@ def test_a_chief_with_a_sidecar_ends_the_job_with_its_trainings_exit_code(story,
     # is stopped by the kubelet, so the chief is kept for its logs, as without a mesh.
     assert sorted(kube.pods) == ([] if not native else ["demo-chief"])
     assert kube.secrets == {}
+
+
+def kubelet_event(reason, message, pod, host, at):
+    """A core/v1 Event the kubelet records about a pod."""
+    return {"reason": reason, "message": message, "lastTimestamp": at, "source": {"host": host},
+            "involvedObject": {"kind": "Pod", "name": pod}, "metadata": {"name": f"{pod}.{reason}"}}
+
+
+def pull_events(pod, host, started="2026-11-26T20:00:00Z"):
+    return kubelet_event("Pulling", 'Pulling image "reg/base:1"', pod, host, started)
+
+
+def pulled(pod, host, after_s=6):
+    return kubelet_event("Pulled", f'Successfully pulled image "reg/base:1" in {after_s}m0s', pod, host,
+                         f"2026-11-26T20:0{after_s}:00Z")
+
+
+def creating(container):
+    return {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": container, "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+
+
+SLOW_PULL_SETTINGS = SETTINGS.replace(worker_ready_timeout_s=0.3)
+
+
+def slow_pull_story(worker_pulled, chief_pulled, waits_s=5):
+    """Each pod pulls its image for several times --worker-ready-timeout (each ``None`` is
+    one re-check of the start, 0.2 s here), the worker first, then the chief."""
+    return [[("demo-worker-0", creating("worker")), ("demo-chief", creating("chief"))], *[None] * waits_s,
+            [lambda kube: (kube.send_events(*worker_pulled) or ("demo-worker-0", running()))],
+            *[None] * waits_s,
+            [lambda kube: (kube.send_events(*chief_pulled) or ("demo-chief", running(ip="10.0.0.3")))],
+            [("demo-chief", ended(0))]]
+
+
+def test_image_pulls_longer_than_the_worker_ready_timeout_are_progress_not_failure(story, monkeypatch):
+    """A 6-minute pull on each fresh node with a 5-minute timeout, scaled down: the
+    pulls pause --worker-ready-timeout, show in the waiting annotation with their time so
+    far, are recorded once per pod, and the job trains and exits 0."""
+    monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
+    pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
+    code, recorded, kube = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
+                                 settings=SLOW_PULL_SETTINGS, events=pulls)
+    assert code == 0
+    # One Event per pod and stage (the chief's, seen again by post-training, raises its count).
+    assert list(dict.fromkeys(r for r in recorded if r[0] == "Pulling")) == [
+        ("Pulling", "Normal", 'demo-worker-0: pulling image "reg/base:1" on a'),
+        ("Pulling", "Normal", 'demo-chief: pulling image "reg/base:1" on b')]
+    assert [r[0] for r in recorded if r[0] != "Pulling"] == ["Planned", "WorkersCreated", "ChiefCreated",
+                                                            "WorkersReady", "ChiefStarted", "Succeeded"]
+    shown = [json.loads(value) for value in kube.annotation_history(names.ANNOTATION_WAITING) if value]
+    assert {"demo-worker-0": 'pulling image "reg/base:1" on a for 0s',
+            "demo-chief": 'pulling image "reg/base:1" on b for 0s'} in shown
+    assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
+
+
+def test_without_the_events_rule_a_pull_counts_against_the_timeout_as_before(story, monkeypatch, caplog):
+    monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
+    monkeypatch.setattr("distributetrain.manager.startwatch.StartWatch.refusal_logged", False)
+    pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
+    code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
+                              settings=SLOW_PULL_SETTINGS, events=pulls, events_forbidden=True)
+    assert code == 75
+    assert "Pulling" not in [r[0] for r in recorded]
+    assert "cannot follow the Events of its pods" in caplog.text and "events list and watch" in caplog.text
+
+
+def test_an_image_pull_past_its_own_bound_releases_the_attempt_saying_so(story, monkeypatch):
+    monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
+    pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
+    code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
+                              settings=SLOW_PULL_SETTINGS.replace(image_pull_timeout_s=0.5), events=pulls)
+    assert code == 75
+    released = next(note for reason, _, note in recorded if reason == "Released")
+    assert 'demo-worker-0: pulling image "reg/base:1" on a for 0s' in released

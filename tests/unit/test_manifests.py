@@ -108,7 +108,7 @@ def test_chief():
                     {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "DT_CHIEF_SLOTS", "value": "1"},
                     {"name": "DT_HOSTS_URL", "value": "http://10.0.0.9:8470/hosts"},
-                    {"name": "DT_HOSTS_WAIT_S", "value": "360"},
+                    {"name": "DT_HOSTS_WAIT_S", "value": "2160"},
                     {"name": "DT_NUM_PROCS", "value": "6"},
                     {"name": "DT_PORT", "value": "12345"},
                     {"name": "DT_FILENAME", "value": "/train/train.py"},

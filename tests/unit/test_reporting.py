@@ -6,6 +6,7 @@ import logging
 import time
 
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.startprogress import Pulling
 from distributetrain.kube import events
 from distributetrain.manager.reporting import PodWaits, Reporter
 from fakekube import FakeKube
@@ -105,11 +106,10 @@ def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_p
 def test_pods_ready_when_first_seen_are_no_news(caplog):
     kube = FakeKube()
     waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-chief", "demo-worker-0"])
-    judged = waits.watching(lambda pods: "outcome" if "demo-chief" in pods else None)
     with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
-        assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True)}) is None
-        assert judged({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
-                       "demo-chief": worker("demo-chief", phase="Running", node="n2", ready=True)}) == "outcome"
+        waits.observe({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True)})
+        waits.observe({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
+                       "demo-chief": worker("demo-chief", phase="Running", node="n2", ready=True)})
         waits.done()
     assert caplog.records == [] and patches(kube) == []
 
@@ -136,3 +136,24 @@ def test_the_spec_is_recorded_on_the_manager_pod_and_a_failure_to_is_no_failure(
     assert patches(kube) == [{"distributetrain.io/spec": jobspec.to_json(SETTINGS)}]
     kube.failures = {"annotate_pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
     Reporter(kube, SETTINGS, FakeRecorder()).spec()
+
+
+def test_a_slow_start_shows_its_time_so_far_and_is_logged_and_recorded_once_per_stage(caplog):
+    kube, recorder = FakeKube(), FakeRecorder()
+    waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0"], write_interval_s=0)
+    pull = Pulling("reg/base:1", "n1")
+    creating = {"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})}
+    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
+        for now in (100.0, 110.0, 230.0):
+            waits.observe(creating, {"demo-worker-0": (pull, 100.0)}, now)
+        waits.observe(creating)  # pulled: creating its container
+        waits.done()
+    assert [r.getMessage() for r in caplog.records] == [
+        'job demo: demo-worker-0 waits: pulling image "reg/base:1" on n1',
+        "job demo: demo-worker-0 waits: container worker: ContainerCreating"]
+    assert recorder.recorded == [(events.PULLING, 'demo-worker-0: pulling image "reg/base:1" on n1')]
+    assert in_order_within(waiting_annotations(kube), [
+        {"demo-worker-0": 'pulling image "reg/base:1" on n1 for 0s'},
+        {"demo-worker-0": 'pulling image "reg/base:1" on n1 for 10s'},
+        {"demo-worker-0": 'pulling image "reg/base:1" on n1 for 2m10s'},
+        {"demo-worker-0": "container worker: ContainerCreating"}, None])

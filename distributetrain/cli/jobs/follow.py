@@ -17,7 +17,7 @@ from typing import TextIO
 
 from distributetrain.cli.jobs import state
 from distributetrain.cli.jobs.api import JobsKube
-from distributetrain.core import errors, exitcodes, names, podstate
+from distributetrain.core import errors, exitcodes, names, podstate, startprogress
 from distributetrain.core.placement import format_plan
 from distributetrain.core.record import QUEUED, JobRecord
 from distributetrain.kube import waits
@@ -82,12 +82,14 @@ class ProgressLines:
             facts["chief"] = f"chief {names.chief_name(manager['metadata']['name'], record.attempt)}: {progress.chief}"
         for pod, why in state.waiting_of(manager):
             facts[WAITING_FACT + pod] = f"{pod} waits: {why}"
-        new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != text]
+        # A slow start's time so far is news once a minute, not at each refresh.
+        news = {key: startprogress.by_the_minute(text) for key, text in facts.items()}
+        new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != news[key]]
         # A pod that no longer waits is forgotten, so waiting again the same way is news;
         # so is a place in the queue, for a job queued again after a restart.
         self.shown = {key: text for key, text in self.shown.items()
                       if not key.startswith(WAITING_FACT) and key != QUEUE_FACT}
-        self.shown.update(facts)
+        self.shown.update(news)
         return new
 
 
