@@ -26,6 +26,17 @@ class NoEvents:
         pass
 
 
+class WrittenAtOnce:
+    """The annotation writer without its background thread: every value set is written,
+    at the fake clock's time (the real one skips values superseded before their turn)."""
+
+    def __init__(self, write):
+        self.set = write
+
+    def close(self):
+        pass
+
+
 def kubelet_event(reason, message, at):
     return {"reason": reason, "message": message, "lastTimestamp": at, "source": {"host": "a"},
             "involvedObject": {"kind": "Pod", "name": WORKER}, "metadata": {"name": f"{WORKER}.{reason}"}}
@@ -42,6 +53,7 @@ def worker_pod():
 def wait(kube, clock, settings=SETTINGS):
     """The attempt's start as pre-training waits for it (one worker; no chief to bind)."""
     pod_waits = PodWaits(Reporter(kube, settings, NoEvents()), [WORKER], write_interval_s=0)
+    pod_waits.annotation = WrittenAtOnce(pod_waits.reporter.waiting)
     with StartWatch(kube, settings, pod_waits, clock) as starting:
         outcome = starting.wait(waits.job_pods(kube, "ml", "", clock), ready,
                                 [WORKER], clock.monotonic() + 3600)
