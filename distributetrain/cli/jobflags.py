@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from distributetrain.core import errors, manifests, names, quantity, validation
+from distributetrain.core import errors, manifests, names, quantity, topology, validation
 from distributetrain.core.settings import (
     DEFAULT_CPU_PER_GPU_M,
     DEFAULT_FILENAME,
@@ -137,6 +137,10 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True, m
                      help=f"memory request and limit of a job pod per GPU it has (default {DEFAULT_MEMORY_PER_GPU})")
     job.add_argument("--shm-size", metavar="MEMORY",
                      help="size of /dev/shm in every job pod (default: the pod's memory limit)")
+    job.add_argument("--topology", metavar="LEVEL[!][,LEVEL[!]]",
+                     help="node label keys of the network's levels, outermost first (e.g. "
+                          "network.topology.kubernetes.io/block,network.topology.kubernetes.io/rack): the fewest "
+                          "domains at each level; LEVEL! the job never crosses (default: none, a flat network)")
 
 
 def own_namespace(explicit: str | None) -> str:
@@ -250,4 +254,5 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         cpu_per_gpu_m=checked("--cpu-per-gpu", quantity.cpu_millis, args.cpu_per_gpu),
         memory_per_gpu_bytes=checked("--memory-per-gpu", quantity.memory_bytes, args.memory_per_gpu),
         shm_size_bytes=checked("--shm-size", quantity.memory_bytes, args.shm_size) if args.shm_size else None,
+        topology=checked("--topology", topology.parse, args.topology) if args.topology else (),
     )

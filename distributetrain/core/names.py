@@ -38,6 +38,8 @@ ANNOTATION_WAITING = f"{DOMAIN}/waiting"
 # While the job waits in a Kueue queue: its workload's place in the LocalQueue, 1 for the
 # next one admitted (from Kueue's visibility API, where the cluster serves it).
 ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"
+# With --topology: the network domains the current attempt's plan got ("block b1; rack r1, r2").
+ANNOTATION_DOMAINS = f"{DOMAIN}/domains"
 # On a job pod the manager deleted while the job ran (its node lost, never Ready): why,
 # read back as the cause of its loss.
 ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"

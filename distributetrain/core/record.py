@@ -32,6 +32,7 @@ class JobRecord:
     reason: str = ""  # the outcome in one line
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why it is not Ready yet)
     queue_position: int | None = None  # 1: next in its LocalQueue; meaningful while Queued
+    domains: str = ""  # with --topology: the domains the plan got, outermost level first
 
     @property
     def finished(self) -> bool:
@@ -51,6 +52,7 @@ class JobRecord:
             reason=annotations.get(names.ANNOTATION_REASON, ""),
             waiting=_waiting(annotations.get(names.ANNOTATION_WAITING)),
             queue_position=_position(annotations.get(names.ANNOTATION_QUEUE_POSITION)),
+            domains=annotations.get(names.ANNOTATION_DOMAINS, ""),
         )
 
 
@@ -81,8 +83,9 @@ def phase(phase: str) -> dict[str, str | None]:
     return {names.ANNOTATION_PHASE: phase, **({} if phase == QUEUED else queue_position(None))}
 
 
-def planned(plan: Plan) -> dict[str, str | None]:
-    return {names.ANNOTATION_PLAN: format_plan(plan)}
+def planned(plan: Plan, domains: str = "") -> dict[str, str | None]:
+    """The attempt's plan and, with --topology, its domains (none: an earlier attempt's go)."""
+    return {names.ANNOTATION_PLAN: format_plan(plan), names.ANNOTATION_DOMAINS: domains or None}
 
 
 def attempt(attempt: int) -> dict[str, str | None]:

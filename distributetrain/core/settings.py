@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from distributetrain.core import names
+from distributetrain.core.topology import Level
 
 DEFAULT_PORT = 12345  # the seeds' sshd port
 DEFAULT_FILENAME = "/opt/distributetrain/train.py"  # where base_image/Dockerfile puts the example
@@ -111,6 +112,9 @@ class JobSettings:
     # rank of the job at most (``gpusharing``): Horovod pins one device per local rank.
     # True (--allow-shared-gpus): any share there, for scripts that place ranks themselves.
     allow_shared_gpus: bool = False
+    # Node label keys, outermost first (--topology): the plan spans the fewest domains at each
+    # level, never more than one of a required level (``topology``). Empty: the network is flat.
+    topology: tuple[Level, ...] = ()
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

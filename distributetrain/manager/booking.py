@@ -40,7 +40,7 @@ class Short:
 def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
     """GPUs free per candidate node for the job's pods, and the pod list's resourceVersion
     (to watch from)."""
-    ledger = inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings))
+    ledger = inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology)
     selector = dict(settings.node_selector)
     for page, _ in kube.list_pages("nodes"):
         for node in page:

@@ -48,3 +48,9 @@ def test_a_pod_without_a_record_or_with_a_mangled_one_reads_as_nothing_recorded(
                names.ANNOTATION_PLAN: "a=", names.ANNOTATION_WAITING: "{not json"}
     assert JobRecord.of({"metadata": {"annotations": mangled}}) == JobRecord()
     assert not JobRecord(phase="Training").finished
+
+
+def test_the_plans_domains_read_back_and_go_with_a_plan_without_them():
+    pod = pod_after(record.planned([("a", 2)], "block b1; rack r1"))
+    assert JobRecord.of(pod).domains == "block b1; rack r1"
+    assert JobRecord.of(pod_after(record.planned([("a", 2)], "rack r1"), record.planned([("b", 2)]))).domains == ""

@@ -14,7 +14,7 @@ import string
 from dataclasses import dataclass
 
 from distributetrain.cli import jobflags
-from distributetrain.core import names, podgroup, quantity
+from distributetrain.core import names, podgroup, quantity, topology
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import discovery
 
@@ -129,6 +129,8 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append(f"--memory-per-gpu={quantity.format_memory(settings.memory_per_gpu_bytes)}")
     if settings.shm_size_bytes is not None:
         args.append(f"--shm-size={quantity.format_memory(settings.shm_size_bytes)}")
+    if settings.topology:
+        args.append(f"--topology={topology.format_levels(settings.topology)}")
     if settings.script_args:
         args += ["--", *settings.script_args]
     return args
