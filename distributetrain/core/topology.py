@@ -124,6 +124,17 @@ def assign(shares: Sequence[int], free: Mapping[str, int], paths: Mapping[str, P
     return None
 
 
+def most_in_one_domain(gpus: Mapping[str, int], paths: Mapping[str, Path],
+                       levels: Sequence[Level]) -> tuple[int, Level] | None:
+    """The most of ``gpus`` (by node) one domain of the innermost required level holds,
+    and that level; None when no level is required."""
+    index = _innermost_required(levels)
+    if index < 0:
+        return None
+    groups = _groups(_candidates(gpus, paths, levels), paths, index)
+    return max((sum(group.values()) for _, group in groups), default=0), levels[index]
+
+
 def ring_order(chosen: Plan, paths: Mapping[str, Path], levels: Sequence[Level]) -> Plan:
     """The workers grouped by domain, the chief's own domains first, the chief last.
 

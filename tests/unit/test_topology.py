@@ -99,8 +99,11 @@ def test_never_more_domains_than_needed_then_fewest_nodes(cluster, gpus, block_r
     levels = (Level(BLOCK, block_required), Level(RACK, rack_required))
     best = brute_force(free, gpus, paths, levels)
     if best is None:
-        with pytest.raises(placement.InsufficientGPUs):
+        with pytest.raises(placement.InsufficientGPUs) as refused:
             topology.plan(free, gpus, paths, levels)
+        if sum(free.values()) >= gpus:  # enough GPUs, but no one domain of a required level holds them
+            innermost_required = (RACK if rack_required else BLOCK) + "!"
+            assert isinstance(refused.value, NoDomainHolds) and innermost_required in str(refused.value)
         return
     chosen = topology.plan(free, gpus, paths, levels)
     nodes = [node for node, _ in chosen]
