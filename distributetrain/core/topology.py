@@ -110,7 +110,8 @@ def assign(shares: Sequence[int], free: Mapping[str, int], paths: Mapping[str, P
            levels: Sequence[Level]) -> list[str] | None:
     """``podgroup.assign`` (a node for each fixed share, at Kueue admission) inside the
     tightest domain that holds the shares: a rack, else a block, and so on out, never
-    past a required level; the tightest-fitting domain first, ties by name."""
+    past a required level; the tightest-fitting domain first, ties by name. Workers of
+    equal shares are given their nodes in ring order (``ring_order``)."""
     if not levels:
         return podgroup.assign(shares, free)
     candidates = _candidates(free, paths, levels)
@@ -120,8 +121,23 @@ def assign(shares: Sequence[int], free: Mapping[str, int], paths: Mapping[str, P
         for _, group in sorted(groups, key=lambda kg: (sum(kg[1].values()), kg[0])):
             nodes = podgroup.assign(shares, group)
             if nodes is not None:
-                return nodes
+                return _equal_shares_in_ring_order(shares, nodes, paths, levels)
     return None
+
+
+def _equal_shares_in_ring_order(shares: Sequence[int], nodes: list[str], paths: Mapping[str, Path],
+                                levels: Sequence[Level]) -> list[str]:
+    """A queued job's pods have fixed shares, in a fixed order: only workers of equal
+    shares can trade nodes, and they do so the hostfile groups domains as far as it can."""
+    ordered = list(nodes)
+    workers = range(len(shares) - 1)
+    for share in set(shares[:-1]):
+        alike = [index for index in workers if shares[index] == share]
+        in_ring = sorted((nodes[index] for index in alike), key=lambda node: (*_ring_place(node, nodes[-1], paths,
+                                                                                              levels), node))
+        for index, node in zip(alike, in_ring):
+            ordered[index] = node
+    return ordered
 
 
 def most_in_one_domain(gpus: Mapping[str, int], paths: Mapping[str, Path],
@@ -142,15 +158,16 @@ def ring_order(chosen: Plan, paths: Mapping[str, Path], levels: Sequence[Level])
     data from each rank to the next: hosts grouped so, neighbours share a domain and the
     ring crosses each boundary between domains only once each way.
     """
-    chief_node = chosen[-1][0]
+    chief = chosen[-1][0]
+    workers = sorted(chosen[:-1], key=lambda share: (*_ring_place(share[0], chief, paths, levels), -share[1],
+                                                     share[0]))
+    return workers + [chosen[-1]]
 
-    def key(share: tuple[str, int]) -> tuple:
-        node, gpus = share
-        inside = tuple(x for level in range(len(levels)) for x in (
-            domain(node, paths, level) != domain(chief_node, paths, level), domain(node, paths, level)))
-        return (*inside, -gpus, node)
 
-    return sorted(chosen[:-1], key=key) + [chosen[-1]]
+def _ring_place(node: str, chief: str, paths: Mapping[str, Path], levels: Sequence[Level]) -> tuple:
+    """Where a worker goes in the ring: at each level out-in, the chief's domain first, then by name."""
+    return tuple(x for level in range(len(levels)) for x in (
+        domain(node, paths, level) != domain(chief, paths, level), domain(node, paths, level)))
 
 
 def describe(chosen: Plan, paths: Mapping[str, Path], levels: Sequence[Level]) -> str:

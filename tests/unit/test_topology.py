@@ -71,6 +71,13 @@ def test_kueue_shares_go_to_the_tightest_domain_that_holds_them():
     assert topology.assign([4, 4], FREE, PATHS, ()) == ["a", "b"]
 
 
+def test_queued_workers_of_equal_shares_trade_nodes_into_ring_order():
+    paths = {"x": ("b1", "r1"), "y": ("b1", "r2"), "z": ("b1", "r2")}
+    # Tightest fit gives x, y, z; y shares the chief's rack, so it comes first.
+    assert topology.assign([4, 4, 1], {"x": 4, "y": 4, "z": 1}, paths, LEVELS) == ["y", "x", "z"]
+    assert topology.assign([4, 2, 1], {"x": 4, "y": 2, "z": 1}, paths, LEVELS) == ["x", "y", "z"]  # shares fixed
+
+
 labels = st.sampled_from(["b1", "b2", None]), st.sampled_from(["r1", "r2", None])
 clusters = st.dictionaries(st.sampled_from("abcdefg"), st.tuples(st.integers(0, 8), *labels), max_size=7)
 
