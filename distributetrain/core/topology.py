@@ -18,15 +18,16 @@ not a candidate (nothing shows it is inside the domain).
 
 The search is exact: at each level it tries every set of the fewest domains that hold
 the job, keeps those whose next level needs the fewest domains, and recurses into them.
-On large clusters with scattered free GPUs it looks at ``MAX_DOMAIN_SETS`` sets per level
-at most, largest domains first: still the fewest domains at that level, possibly not the
-fewest inside them.
+On large clusters with scattered free GPUs it is bounded, largest domains first: at most
+``MAX_DOMAIN_SETS`` sets looked at per level and domain, ``MAX_PLANS_COMPARED`` plans
+compared in all. The plan then still spans the fewest domains at the outermost level
+and at each level the fewest the sets looked at allow.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from distributetrain.core import placement, podgroup, validation
@@ -35,11 +36,15 @@ from distributetrain.core.placement import Plan
 REQUIRED_MARK = "!"
 FORM = ("label keys, outermost first, comma-separated, each ending in ! if the job must stay inside one domain "
         "of it, e.g. network.topology.kubernetes.io/block,network.topology.kubernetes.io/rack!")
-MAX_DOMAIN_SETS = 256  # per level and domain: bounds a plan's time on scattered free GPUs
+# Bounds on the search (a plan is made under the cluster-wide Lease): a 256-GPU job on
+# 10,000 nodes in 1,000 racks with one or two GPUs free here and there takes some 50 ms.
+MAX_DOMAIN_SETS = 256  # sets of domains looked at, per level and domain
+MAX_PLANS_COMPARED = 256  # plans within chosen domains compared, per plan
 NO_LABEL = "none"  # how a node without a level's label shows in descriptions
 
 Path = tuple  # a node's label values, outermost level first; None where the label is missing
 Domain = tuple  # a domain at one level: the path down to it, a missing value replaced by the node's own mark
+Table = Mapping[str, tuple]  # by node: its Domain at each level, outermost first (computed once per plan)
 
 
 @dataclass(frozen=True)
@@ -100,9 +105,10 @@ def plan(free: Mapping[str, int], gpus: int, paths: Mapping[str, Path], levels: 
     if available < gpus:
         raise placement.InsufficientGPUs(gpus, available)
     candidates = _candidates(free, paths, levels)
-    best = _best(candidates, gpus, paths, levels, 0)
+    table = _table(candidates, paths, levels)
+    best = _Search(gpus, table, levels).best(candidates, 0)
     if best is None:
-        raise _shortage(candidates, gpus, available, paths, levels)
+        raise _shortage(candidates, gpus, available, table, levels)
     return ring_order(best[1], paths, levels)
 
 
@@ -115,9 +121,10 @@ def assign(shares: Sequence[int], free: Mapping[str, int], paths: Mapping[str, P
     if not levels:
         return podgroup.assign(shares, free)
     candidates = _candidates(free, paths, levels)
+    table = _table(candidates, paths, levels)
     outermost = _innermost_required(levels)  # -1: the whole cluster, when nothing is required
     for level in range(len(levels) - 1, outermost - 1, -1):
-        groups = _groups(candidates, paths, level) if level >= 0 else [((), candidates)]
+        groups = _groups(candidates, table, level) if level >= 0 else [((), candidates)]
         for _, group in sorted(groups, key=lambda kg: (sum(kg[1].values()), kg[0])):
             nodes = podgroup.assign(shares, group)
             if nodes is not None:
@@ -147,7 +154,8 @@ def most_in_one_domain(gpus: Mapping[str, int], paths: Mapping[str, Path],
     index = _innermost_required(levels)
     if index < 0:
         return None
-    groups = _groups(_candidates(gpus, paths, levels), paths, index)
+    candidates = _candidates(gpus, paths, levels)
+    groups = _groups(candidates, _table(candidates, paths, levels), index)
     return max((sum(group.values()) for _, group in groups), default=0), levels[index]
 
 
@@ -204,11 +212,15 @@ def _candidates(free: Mapping[str, int], paths: Mapping[str, Path], levels: Sequ
             and all(domain(node, paths, level)[-1] != f"<{node}>" for level in range(required_down_to + 1))}
 
 
-def _groups(free: Mapping[str, int], paths: Mapping[str, Path], level: int) -> list[tuple[Domain, dict[str, int]]]:
+def _table(nodes: Iterable[str], paths: Mapping[str, Path], levels: Sequence[Level]) -> dict[str, tuple]:
+    return {node: tuple(domain(node, paths, level) for level in range(len(levels))) for node in nodes}
+
+
+def _groups(free: Mapping[str, int], table: Table, level: int) -> list[tuple[Domain, dict[str, int]]]:
     """The domains of ``level`` among ``free``'s nodes, most free GPUs first, ties by name."""
     groups: dict[Domain, dict[str, int]] = {}
     for node, f in free.items():
-        groups.setdefault(domain(node, paths, level), {})[node] = f
+        groups.setdefault(table[node][level], {})[node] = f
     return sorted(groups.items(), key=lambda kg: (-sum(kg[1].values()), kg[0]))
 
 
@@ -222,54 +234,60 @@ def _fewest(totals: Sequence[int], gpus: int) -> int | None:
     return None
 
 
-def _holding_sets(groups: list[tuple[Domain, dict[str, int]]], count: int, gpus: int) -> Iterator[dict[str, int]]:
-    """Every set of ``count`` domains holding ``gpus``, merged, largest domains first (bounded)."""
-    sets = (combo for combo in itertools.combinations(groups, count)
-            if sum(sum(group.values()) for _, group in combo) >= gpus)
-    for combo in itertools.islice(sets, MAX_DOMAIN_SETS):
-        yield {node: f for _, group in combo for node, f in group.items()}
+class _Search:
+    """One plan's search: the domains of every candidate node, computed once, and a budget."""
 
+    def __init__(self, gpus: int, table: Table, levels: Sequence[Level]):
+        self.gpus = gpus
+        self.table = table
+        self.levels = levels
+        self.required_down_to = _innermost_required(levels)
+        self.plans_left = MAX_PLANS_COMPARED
 
-def _best(free: dict[str, int], gpus: int, paths: Mapping[str, Path], levels: Sequence[Level],
-          level: int) -> tuple[tuple[int, ...], Plan] | None:
-    """The plan within ``free`` with the fewest domains at ``level`` and each level inside
-    it, then today's rules: (domains per level from ``level`` in, nodes, stranded GPUs), plan."""
-    if level == len(levels):
-        if sum(free.values()) < gpus:
+    def best(self, free: dict[str, int], level: int) -> tuple[tuple[int, ...], Plan] | None:
+        """The plan within ``free`` with the fewest domains at ``level`` and each level inside
+        it, then today's rules: (domains per level from ``level`` in, nodes, stranded GPUs), plan."""
+        if level == len(self.levels):
+            self.plans_left -= 1
+            chosen = placement.plan(free, self.gpus)
+            return (len(chosen), sum(free[node] for node, _ in chosen) - self.gpus), chosen
+        groups = _groups(free, self.table, level)
+        totals = [sum(group.values()) for _, group in groups]
+        count = 1 if level <= self.required_down_to else _fewest(totals, self.gpus)
+        if count is None:
             return None
-        chosen = placement.plan(free, gpus)
-        return (len(chosen), sum(free[node] for node, _ in chosen) - gpus), chosen
-    groups = _groups(free, paths, level)
-    count = 1 if level <= _innermost_required(levels) else _fewest([sum(g.values()) for _, g in groups], gpus)
-    if count is None:
-        return None
-    pools = list(_holding_sets(groups, count, gpus))
-    # The next level's fewest domains is exact and cheap: recurse only where it is least.
-    inner_counts = [_next_fewest(pool, gpus, paths, levels, level + 1) for pool in pools]
-    least = min(inner_counts, default=None)
-    best = None
-    for pool, inner_count in zip(pools, inner_counts):
-        if inner_count != least:
-            continue
-        inner = _best(pool, gpus, paths, levels, level + 1)
-        if inner is not None and (best is None or inner[0] < best[0]):
-            best = inner
-    return None if best is None else ((count, *best[0]), best[1])
+        pools = list(self.holding_sets(groups, count))
+        # The next level's fewest domains is exact and cheap: recurse only where it is least.
+        inner_counts = [self.fewest_inside(pool, level + 1) for pool in pools]
+        least = min(inner_counts, default=None)
+        best = None
+        for pool, inner_count in zip(pools, inner_counts):
+            if inner_count != least or (best is not None and self.plans_left <= 0):
+                continue
+            inner = self.best(pool, level + 1)
+            if inner is not None and (best is None or inner[0] < best[0]):
+                best = inner
+        return None if best is None else ((count, *best[0]), best[1])
+
+    def holding_sets(self, groups: list[tuple[Domain, dict[str, int]]], count: int) -> Iterator[dict[str, int]]:
+        """The sets of ``count`` domains holding the job, merged; the largest domains first,
+        whose first set always holds it (bounded)."""
+        for combo in itertools.islice(itertools.combinations(groups, count), MAX_DOMAIN_SETS):
+            if sum(sum(group.values()) for _, group in combo) >= self.gpus:
+                yield {node: f for _, group in combo for node, f in group.items()}
+
+    def fewest_inside(self, pool: dict[str, int], level: int) -> int:
+        """The fewest domains of ``level`` (nodes, past the innermost) inside ``pool`` that hold the job."""
+        if level == len(self.levels):
+            totals = sorted(pool.values(), reverse=True)
+        else:
+            totals = [sum(group.values()) for _, group in _groups(pool, self.table, level)]
+        return _fewest(totals, self.gpus) or len(totals) + 1
 
 
-def _next_fewest(pool: dict[str, int], gpus: int, paths: Mapping[str, Path], levels: Sequence[Level],
-                 level: int) -> int:
-    """The fewest domains of ``level`` (nodes, past the innermost) inside ``pool`` that hold ``gpus``."""
-    if level == len(levels):
-        totals = sorted(pool.values(), reverse=True)
-    else:
-        totals = [sum(group.values()) for _, group in _groups(pool, paths, level)]
-    return _fewest(totals, gpus) or len(totals) + 1
-
-
-def _shortage(candidates: dict[str, int], gpus: int, available: int, paths: Mapping[str, Path],
+def _shortage(candidates: dict[str, int], gpus: int, available: int, table: Table,
               levels: Sequence[Level]) -> placement.InsufficientGPUs:
     """Why no plan fits: enough GPUs are free, but not inside one domain of a required level."""
     index = _innermost_required(levels)
-    most = max((sum(group.values()) for _, group in _groups(candidates, paths, index)), default=0)
+    most = max((sum(group.values()) for _, group in _groups(candidates, table, index)), default=0)
     return NoDomainHolds(gpus, available, levels[index], most)

@@ -2,6 +2,8 @@
 against a brute force over every node set on small clusters (hypothesis)."""
 
 import itertools
+import random
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -124,3 +126,15 @@ def test_never_more_domains_than_needed_then_fewest_nodes(cluster, gpus, block_r
         domains = [topology.domain(node, paths, level) for node in ring]
         crossings = sum(domains[i] != domains[i - 1] for i in range(len(ring)))
         assert crossings == (used if used > 1 else 0)  # each domain's hosts side by side in the ring
+
+
+def test_scattered_free_gpus_on_a_large_cluster_are_planned_quickly():
+    rng = random.Random(1)
+    levels = topology.parse("zone,block,rack")
+    paths = {f"n{i:05d}": (f"z{i % 4}", f"b{i % 40}", f"r{i % 1000}") for i in range(10_000)}
+    free = {node: rng.choice([0, 0, 0, 1, 2]) for node in paths}
+    started = time.monotonic()
+    chosen = topology.plan(free, 256, paths, levels)
+    assert time.monotonic() - started < 2.0
+    assert sum(share for _, share in chosen) == 256
+    assert topology.domains_used([node for node, _ in chosen], paths, levels)[0] == 1  # one zone holds it
