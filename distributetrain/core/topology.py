@@ -181,8 +181,7 @@ def _ring_place(node: str, chief: str, paths: Mapping[str, Path], levels: Sequen
 def describe(chosen: Plan, paths: Mapping[str, Path], levels: Sequence[Level]) -> str:
     """The domains a plan uses, outermost first: "block b1; rack r1, r2"."""
     def value(node: str, index: int) -> str:
-        path = tuple(paths.get(node, ())) + (None,) * len(levels)
-        return NO_LABEL if path[index] is None else path[index]
+        return _values(node, paths, levels)[index] or NO_LABEL
 
     return "; ".join(f"{level.name} " + ", ".join(sorted({value(node, index) for node, _ in chosen}))
                      for index, level in enumerate(levels))
@@ -201,6 +200,11 @@ def domain(node: str, paths: Mapping[str, Path], level: int) -> Domain:
     return tuple(f"<{node}>" if value is None else value for value in path[: level + 1])
 
 
+def _values(node: str, paths: Mapping[str, Path], levels: Sequence[Level]) -> Path:
+    """The node's path, one value (or None) per level whatever ``paths`` holds for it."""
+    return (tuple(paths.get(node, ())) + (None,) * len(levels))[: len(levels)]
+
+
 def _innermost_required(levels: Sequence[Level]) -> int:
     return max((index for index, level in enumerate(levels) if level.required), default=-1)
 
@@ -208,8 +212,8 @@ def _innermost_required(levels: Sequence[Level]) -> int:
 def _candidates(free: Mapping[str, int], paths: Mapping[str, Path], levels: Sequence[Level]) -> dict[str, int]:
     """Nodes with GPUs free, without those whose place at a required level is unknown."""
     required_down_to = _innermost_required(levels)
-    return {node: f for node, f in free.items() if f > 0
-            and all(domain(node, paths, level)[-1] != f"<{node}>" for level in range(required_down_to + 1))}
+    return {node: f for node, f in free.items()
+            if f > 0 and None not in _values(node, paths, levels)[: required_down_to + 1]}
 
 
 def _table(nodes: Iterable[str], paths: Mapping[str, Path], levels: Sequence[Level]) -> dict[str, tuple]:
