@@ -8,7 +8,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from distributetrain.core import placement, topology
+from distributetrain.core import placement, podgroup, topology
 from distributetrain.core.topology import Level, NoDomainHolds
 
 BLOCK, RACK = "network.topology.kubernetes.io/block", "network.topology.kubernetes.io/rack"
@@ -138,3 +138,22 @@ def test_scattered_free_gpus_on_a_large_cluster_are_planned_quickly():
     assert time.monotonic() - started < 2.0
     assert sum(share for _, share in chosen) == 256
     assert topology.domains_used([node for node, _ in chosen], paths, levels)[0] == 1  # one zone holds it
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters, st.lists(st.integers(1, 8), min_size=1, max_size=4), st.booleans())
+def test_queued_shares_land_in_the_tightest_domain_that_holds_them(cluster, shares, rack_required):
+    free = {node: f for node, (f, _, _) in cluster.items()}
+    paths = {node: (block, rack) for node, (_, block, rack) in cluster.items()}
+    levels = (Level(BLOCK), Level(RACK, rack_required))
+    nodes = topology.assign(shares, free, paths, levels)
+    labelled = {node: f for node, f in free.items() if None not in paths[node]}
+    one_rack_holds = any(podgroup.assign(shares, {n: f for n, f in labelled.items() if paths[n] == path})
+                         for path in {paths[n] for n in labelled})
+    if nodes is None:
+        assert not one_rack_holds
+        return
+    assert len(set(nodes)) == len(nodes) and all(free[node] >= share for node, share in zip(nodes, shares))
+    used = topology.domains_used(nodes, paths, levels)
+    if one_rack_holds or rack_required:
+        assert used == [1, 1]
