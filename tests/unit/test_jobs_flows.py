@@ -438,3 +438,11 @@ def test_follow_says_where_a_queued_job_is_in_its_queue_as_it_moves():
     assert lines.update(manager("Queued", 1), []) == ["demo: number 1 in its queue"]
     assert lines.update(manager("StartingWorkers", 1), []) == ["demo: phase: StartingWorkers"]  # a late write
     assert lines.update(manager("Queued", 1), []) == ["demo: phase: Queued", "demo: number 1 in its queue"]  # again
+
+
+def test_follow_says_which_network_domains_the_plan_got():
+    annotations = {"distributetrain.io/phase": "StartingWorkers", "distributetrain.io/plan": "a=2,b=1",
+                   "distributetrain.io/domains": "block b1; rack r2"}
+    manager = {"metadata": {"name": "demo", "annotations": annotations}, "status": {"phase": "Running"}}
+    assert "demo: plan: 3 GPUs on 2 nodes in block b1; rack r2 (a=2,b=1, the chief's share last)" in \
+        follow.ProgressLines("demo").update(manager, [])
