@@ -9,6 +9,8 @@ Two experiments:
 - churn: ``JOBS`` jobs arrive and finish on a 64 x 8-GPU cluster at ``OFFERED_LOAD``
   (and, for the trend, at each load of ``LOAD_SWEEP``); the first ``WARMUP_JOBS`` only
   fill the cluster and are not measured;
+- topology: the same churn on racks and blocks, jobs spanning more of them than needed
+  (``bench.topology_spans``);
 - fill: from an empty cluster, jobs arrive and never finish until the first request a
   strategy cannot place exactly (and, stricter, exactly on its minimum node count);
   the GPUs allocated at that point, over ``FILL_REPETITIONS`` seeded sequences.
@@ -366,6 +368,10 @@ def main() -> None:
         print(f"load {load:.0%} (realised {realised[load]:.1%}): " + ", ".join(
             f"{name} extra nodes {s['extra_nodes_vs_min']:.2f} stranded {s['stranded_gpus_mean']:.1f} "
             f"gave up {s['dropped_share']:.1%}" for name, s in sweep[load].items()))
+    # On racks and blocks (bench/topology_spans.py, its own module: it reuses this one's churn).
+    from bench import topology_spans
+
+    topology_spans.main()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def tenant(node_name, cpu="0", memory="0", gpus=0, phase="Running", labels=None)
 
 
 def ledger_of(nodes, pods=(), settings=JOB):
-    ledger = GpuLedger(GPU, fit=JobFit.of_job(settings))
+    ledger = GpuLedger(GPU, fit=JobFit.of_job(settings), levels=settings.topology)
     for n in nodes:
         ledger.add_node(n)
     for p in pods:

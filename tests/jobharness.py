@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,15 +120,17 @@ def node_pool(cluster, spec: dict[str, int], **kwargs) -> Iterator[NodePool]:
 
 
 @contextmanager
-def more_nodes(cluster, pool: NodePool, spec: dict[str, int], **kwargs) -> Iterator:
-    """Nodes added to ``pool`` as a node group of their own (yielded), which a test can stop alone.
+def more_nodes(cluster, pool: NodePool, spec: dict[str, int], labels: Mapping[str, str] | None = None,
+               **kwargs) -> Iterator:
+    """Nodes added to ``pool`` as a node group of their own (yielded), which a test can stop alone;
+    ``labels`` are on each of them besides the pool's own (e.g. a rack's).
 
     The group's first node is named as on EKS (see NodePool)."""
     for position, logical in enumerate(spec):
         hostname = f"{pool.prefix}-{logical}"
         pool.hostnames[logical] = hostname
         pool.names[logical] = f"{hostname}.ec2.internal" if position == 0 else hostname
-    group = cluster.add_nodes({pool.names[k]: v for k, v in spec.items()}, labels={TEST_NODE_LABEL: pool.prefix},
+    group = cluster.add_nodes({pool.names[k]: v for k, v in spec.items()}, labels={TEST_NODE_LABEL: pool.prefix, **(labels or {})},
                               hostnames={pool.names[k]: pool.hostnames[k] for k in spec}, **kwargs)
     try:
         yield group

@@ -29,6 +29,7 @@ from distributetrain.core.gpusharing import shared_units
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import amount, node_allocatable, pod_request, pod_requests
 from distributetrain.core.settings import gpu_toleration
+from distributetrain.core.topology import Level, Path, node_path
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Terminal pods hold nothing: lists leave them out on the server (a cluster's finished
@@ -192,9 +193,14 @@ class GpuLedger:
     selected: dict[str, NodeGpus] = field(default_factory=dict)  # those nodes' parts, by name
     requested: dict[str, Counter] = field(default_factory=dict)  # by candidate node: what pods take besides GPUs
     own_nodes: set[str] = field(default_factory=set)  # candidates holding a pod of this run of the job
+    levels: tuple[Level, ...] = ()  # the job's --topology: read each node's place in the network
+    paths: dict[str, Path] = field(default_factory=dict)  # by node: its label values at each level
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
         self.count_node(node_gpus(node, self.resource, tolerations, node_selector))
+        if self.levels:
+            metadata = node["metadata"]
+            self.paths[metadata["name"]] = node_path(metadata.get("labels") or {}, self.levels)
 
     def count_node(self, part: NodeGpus) -> None:
         if part.gpus is not None:

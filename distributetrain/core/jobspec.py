@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributetrain.core import errors, manifests, names, quantity, validation
-from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE, JobSettings, PvcMount
+from distributetrain.core import errors, manifests, names, quantity, topology, validation
+from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE, JobSettings, Level, PvcMount
 
 NO_DEFAULT = dataclasses.MISSING
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(JobSettings)}
@@ -168,6 +168,11 @@ FIELDS: tuple[Field, ...] = (
           metavar="MEMORY", help="memory request and limit of a job pod per GPU it has"),
     Field("shm_size_bytes", "--shm-size", quantity.memory_bytes, quantity.format_memory, metavar="MEMORY",
           default_help="the pod's memory limit", help="size of /dev/shm in every job pod"),
+    Field("topology", "--topology", topology.parse, topology.format_levels, metavar="LEVEL[!][,LEVEL[!]]",
+          default_help="none (a flat network)",
+          help="node label keys of the network's levels, outermost first (e.g. network.topology.kubernetes.io/block,"
+               "network.topology.kubernetes.io/rack): the fewest domains at each level; LEVEL! the job never crosses",
+          from_json=lambda levels: tuple(Level(**level) for level in levels)),
     # Set from the manager pod's environment (downward API) or after `--`: no flag.
     Field("manager_namespace"),
     Field("discovery_url"),
@@ -270,7 +275,7 @@ def to_args(job: JobSettings) -> list[str]:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, PvcMount):
+    if isinstance(value, (PvcMount, Level)):
         return dataclasses.asdict(value)
     if isinstance(value, tuple):
         return [_jsonable(item) for item in value]

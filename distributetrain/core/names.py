@@ -44,6 +44,8 @@ ANNOTATION_SPEC = f"{DOMAIN}/spec"
 # On a job pod the manager created to make the cluster grow (a pod of a scale-up): until
 # it is scheduled it waits for a new node, which is progress, not a failure to start.
 ANNOTATION_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
+# With --topology: the network domains the current attempt's plan got ("block b1; rack r1, r2").
+ANNOTATION_DOMAINS = f"{DOMAIN}/domains"
 # On a job pod the manager deleted while the job ran (its node lost, never Ready): why,
 # read back as the cause of its loss.
 ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"

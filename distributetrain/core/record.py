@@ -34,6 +34,7 @@ class JobRecord:
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why it is not Ready yet)
     queue_position: int | None = None  # 1: next in its LocalQueue; meaningful while Queued
     spec: JobSettings | None = None  # the job's settings; None from a manager not started yet, or of an older release
+    domains: str = ""  # with --topology: the domains the plan got, outermost level first
 
     @property
     def finished(self) -> bool:
@@ -54,6 +55,7 @@ class JobRecord:
             waiting=_waiting(annotations.get(names.ANNOTATION_WAITING)),
             queue_position=_position(annotations.get(names.ANNOTATION_QUEUE_POSITION)),
             spec=_spec(annotations.get(names.ANNOTATION_SPEC)),
+            domains=annotations.get(names.ANNOTATION_DOMAINS, ""),
         )
 
 
@@ -95,8 +97,9 @@ def spec(settings: JobSettings) -> dict[str, str | None]:
     return {names.ANNOTATION_SPEC: jobspec.to_json(settings)}
 
 
-def planned(plan: Plan) -> dict[str, str | None]:
-    return {names.ANNOTATION_PLAN: format_plan(plan)}
+def planned(plan: Plan, domains: str = "") -> dict[str, str | None]:
+    """The attempt's plan and, with --topology, its domains (none: an earlier attempt's go)."""
+    return {names.ANNOTATION_PLAN: format_plan(plan), names.ANNOTATION_DOMAINS: domains or None}
 
 
 def attempt(attempt: int) -> dict[str, str | None]:

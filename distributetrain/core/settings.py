@@ -52,6 +52,25 @@ def node_lost_tolerations() -> tuple[dict, ...]:
                  for key in NODE_LOST_TAINTS)
 
 
+REQUIRED_MARK = "!"  # after a --topology level: the job never crosses it
+
+
+@dataclass(frozen=True)
+class Level:
+    """A level of the network's topology (``--topology``, planned by ``core.topology``)."""
+
+    key: str  # the node label whose values name this level's domains
+    required: bool = False  # the job never spans two domains of this level
+
+    @property
+    def name(self) -> str:
+        """The key's last segment, for messages: "rack" for network.topology.kubernetes.io/rack."""
+        return self.key.rpartition("/")[2]
+
+    def __str__(self) -> str:
+        return self.key + (REQUIRED_MARK if self.required else "")
+
+
 @dataclass(frozen=True)
 class PvcMount:
     claim: str
@@ -121,6 +140,9 @@ class JobSettings:
     # rank of the job at most (``gpusharing``): Horovod pins one device per local rank.
     # True (--allow-shared-gpus): any share there, for scripts that place ranks themselves.
     allow_shared_gpus: bool = False
+    # Node label keys, outermost first (--topology): the plan spans the fewest domains at each
+    # level, never more than one of a required level (``topology``). Empty: the network is flat.
+    topology: tuple[Level, ...] = ()
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

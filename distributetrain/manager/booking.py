@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from distributetrain.core import errors, inventory, names, placement, quantity
+from distributetrain.core import errors, inventory, names, placement, quantity, topology
 from distributetrain.core.placement import Plan
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import CPU, MEMORY
@@ -40,7 +40,7 @@ class Short:
 def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
     """GPUs free per candidate node for the job's pods, and the pod list's resourceVersion
     (to watch from)."""
-    ledger = inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings))
+    ledger = inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology)
     selector = dict(settings.node_selector)
     for page, _ in kube.list_pages("nodes"):
         for node in page:
@@ -68,6 +68,17 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
         flag, why = _held_back_by(limit, settings)
         raise errors.UsageError(flag, f"requested {settings.num_gpus} GPUs but the job's pods, one per node, fit "
                                       f"{most} of the {ledger.selectable} GPUs {where} advertise: {why}")
+    _check_required_domain(ledger, settings, where)
+
+
+def _check_required_domain(ledger: inventory.GpuLedger, settings: JobSettings, where: str) -> None:
+    """A required level (``--topology LEVEL!``) none of whose domains could ever hold the job."""
+    idle = {name: ledger.when_idle(part)[0] for name, part in ledger.selected.items()}
+    held = topology.most_in_one_domain(idle, ledger.paths, settings.topology)
+    if held is not None and settings.num_gpus > held[0]:
+        most, level = held
+        raise errors.UsageError("--topology", f"requested {settings.num_gpus} GPUs but one {level.name} of {where} "
+                                              f"holds {most} of the job's GPUs at most ({level} is required)")
 
 
 def _held_back_by(limit: str | None, settings: JobSettings) -> tuple[str, str]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from distributetrain.core import placement
+from distributetrain.core import placement, topology
 from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
@@ -17,11 +18,15 @@ from distributetrain.manager.elastic import ElasticFollower
 from distributetrain.manager.run import Run
 
 
+@dataclass(frozen=True)
 class StaticJob:
     """Every worker is needed from the chief's start to its end: losing one loses the attempt."""
 
-    def plan(self, free: Mapping[str, int], gpus: int) -> Plan:
-        return placement.plan(free, gpus)
+    levels: tuple[topology.Level, ...] = ()  # --topology
+
+    def plan(self, free: Mapping[str, int], gpus: int, paths: Mapping[str, topology.Path] = {}) -> Plan:
+        """On the fewest network domains (``paths``: each node's, with --topology), the chief's share last."""
+        return topology.plan(free, gpus, paths, self.levels)
 
     def follow(self, kube: Kube, run: Run, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
         outcome = waits.watch_job(pods, waits.chief_finished(chief, workers), run.deadline, [chief, *workers])
@@ -34,15 +39,18 @@ class StaticJob:
         return outcome
 
 
+@dataclass(frozen=True)
 class ElasticJob:
     """Workers come and go while training goes on (``elastic``)."""
 
-    def plan(self, free: Mapping[str, int], gpus: int) -> Plan:
-        return placement.with_a_worker(placement.plan(free, gpus))
+    levels: tuple[topology.Level, ...] = ()  # --topology
+
+    def plan(self, free: Mapping[str, int], gpus: int, paths: Mapping[str, topology.Path] = {}) -> Plan:
+        return placement.with_a_worker(topology.plan(free, gpus, paths, self.levels))
 
     def follow(self, kube: Kube, run: Run, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
         return ElasticFollower(kube, run, pods).run()
 
 
 def kind_of(settings: JobSettings) -> StaticJob | ElasticJob:
-    return ElasticJob() if settings.elastic else StaticJob()
+    return ElasticJob(settings.topology) if settings.elastic else StaticJob(settings.topology)

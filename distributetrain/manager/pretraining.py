@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 
-from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate
+from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate, topology
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -93,6 +93,7 @@ class PreTraining:
         self.reporter = run.reporter
         self.attempt = run.attempt
         self.last_shortage = ""  # logged once per change
+        self.domains = ""  # with --topology: the network domains of the plan being booked
 
     def run(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
@@ -208,7 +209,8 @@ class PreTraining:
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
-        plan = self.kind.plan(free, self.settings.num_gpus)
+        plan = self.kind.plan(free, self.settings.num_gpus, ledger.paths)
+        self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
 
@@ -237,9 +239,10 @@ class PreTraining:
     def _create_pods(self, plan: Plan) -> None:
         """The Secret, the workers and the chief, in one burst (all under the Lease)."""
         settings = self.settings
-        self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes: "
+        in_domains = f" in {self.domains}" if self.domains else ""
+        self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
-        self.reporter.planned(plan)
+        self.reporter.planned(plan, self.domains)
         secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
         self.kube.create_owned(secret)
         self.kube.create_all_owned(pods)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, exitcodes, inventory, placement, podgroup, record
+from distributetrain.core import errors, exitcodes, inventory, manifests, placement, podgroup, record, topology
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -44,9 +44,9 @@ def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | Elastic
     could give them with nothing else on it (what the cluster gives the job once the
     queue ahead of it has drained): its GPUs, as far as its CPU, memory and GPU sharing allow."""
     try:
-        plan = kind.plan(ledger.free(), num_gpus)
+        plan = kind.plan(ledger.free(), num_gpus, ledger.paths)
     except placement.InsufficientGPUs:
-        plan = kind.plan(ledger.idle(), num_gpus)
+        plan = kind.plan(ledger.idle(), num_gpus, ledger.paths)
     return [share for _, share in plan]
 
 
@@ -140,19 +140,26 @@ class QueuedPlacement:
         settings = self.run.settings
         give_up_at = min(time.monotonic() + settings.worker_ready_timeout_s, self.run.deadline)
 
+        domains = ""  # with --topology: the network domains of the nodes chosen
+
         def choose(ledger: inventory.GpuLedger) -> Plan:
+            nonlocal domains
             free = ledger.free()
-            nodes = podgroup.assign(wanted, free)
+            # The tightest network domain that holds the shares, as the planner would choose it.
+            nodes = topology.assign(wanted, free, ledger.paths, settings.topology)
             if nodes is None:
                 raise placement.InsufficientGPUs(sum(wanted), sum(free.values()))
+            domains = topology.describe(list(zip(nodes, wanted)), ledger.paths, settings.topology)
             return list(zip(nodes, wanted))
 
         while True:
             booked = booking.book(self.kube, settings, choose, lambda plan: self._place_pods(pods, plan))
             if isinstance(booked, list):
-                self.run.reporter.planned(booked)
+                self.run.reporter.planned(booked, domains)
+                in_domains = f" in {domains}" if domains else ""
                 self.run.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
-                                                                f"{format_plan(booked)} (the chief's share last)")
+                                                                f"{format_plan(booked)}{in_domains} "
+                                                                "(the chief's share last)")
                 return booked
             if time.monotonic() >= give_up_at:
                 raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now: {booked}",

@@ -60,9 +60,9 @@ class Reporter:
         except errors.DistributeTrainError as e:
             log.warning("could not record the job's spec: %s", e)
 
-    def planned(self, plan: Plan) -> None:
-        """Record the attempt's plan (shown by ``distributetrain status``)."""
-        self._annotate(record.planned(plan))
+    def planned(self, plan: Plan, domains: str = "") -> None:
+        """Record the attempt's plan and its domains (shown by ``distributetrain status``)."""
+        self._annotate(record.planned(plan, domains))
 
     def waiting(self, reasons: Mapping[str, str]) -> None:
         """Why each pod is not Ready yet (none: remove the annotation). Best effort."""

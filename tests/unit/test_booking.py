@@ -2,9 +2,12 @@
 
 import pytest
 
-from distributetrain.core import errors
+from distributetrain.core import errors, topology
 from distributetrain.manager import booking
 from fitnodes import JOB, TIME_SLICED, ledger_of, node
+
+RACK = "example.com/rack"
+RACKED = JOB.replace(topology=topology.parse(f"{RACK}!"))
 
 
 @pytest.mark.parametrize("nodes,settings,flag,says", [
@@ -14,6 +17,9 @@ from fitnodes import JOB, TIME_SLICED, ledger_of, node
     ([node("a", 4, memory="16Gi")], JOB, "--memory-per-gpu", "too few pods of 8Gi per GPU"),
     ([node("s", 8, labels=TIME_SLICED)], JOB, "--allow-shared-gpus", "one rank of the job per node"),
     ([node("a", 4, pods="0")], JOB, "--num-gpus", "their allocatable pods holds too few of the job's pods"),
+    ([node("a", 2, labels={RACK: "r1"}), node("b", 2, labels={RACK: "r2"})], RACKED, "--topology",
+     f"requested 4 GPUs but one rack of the cluster's nodes holds 2 of the job's GPUs at most ({RACK}! is required)"),
+    ([node("a", 2, labels={RACK: "r1"}), node("b", 4)], RACKED, "--topology", "holds 2 of the job's GPUs at most"),
 ])
 def test_a_job_the_nodes_could_never_hold_is_bad_input(nodes, settings, flag, says):
     with pytest.raises(errors.UsageError, match=flag) as refused:
@@ -27,3 +33,9 @@ def test_a_job_that_fits_once_other_pods_leave_is_not_bad_input():
     booking.check_request(ledger_of([node("a", 4)], [busy]), JOB)
     booking.check_request(ledger_of([node("s", 8, labels=TIME_SLICED)], settings=JOB.replace(allow_shared_gpus=True)),
                           JOB)
+
+
+def test_a_job_one_rack_could_hold_once_other_pods_leave_is_not_bad_input():
+    busy = {"metadata": {"name": "t", "uid": "t"}, "status": {"phase": "Running"},
+            "spec": {"nodeName": "a", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
+    booking.check_request(ledger_of([node("a", 4, labels={RACK: "r1"})], [busy], RACKED), RACKED)

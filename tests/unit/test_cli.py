@@ -61,6 +61,8 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--max-restarts", "-1"], "--max-restarts"),
         (["--num-gpus", "2", "--max-restarts", "twice"], "--max-restarts"),
         (["--num-gpus", "2", "--frobnicate"], "--frobnicate"),
+        (["--num-gpus", "2", "--topology", "rack,,block"], "--topology"),
+        (["--num-gpus", "2", "--topology", "example.com/rack!!"], "--topology"),
         ([], "--num-gpus"),
     ],
 )

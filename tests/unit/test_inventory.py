@@ -5,7 +5,7 @@ from collections.abc import Iterable, Mapping
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain.core import manifests
+from distributetrain.core import manifests, topology
 from distributetrain.core.inventory import (
     BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, gpu_count, node_gpus, node_refusal, pinned_node,
     pod_claim, pod_request, tolerates,
@@ -301,3 +301,11 @@ def test_unavailable_names_nodes_that_may_come_back_and_counts_the_rest():
     assert text.startswith("cordoned-00 is cordoned; cordoned-01 is cordoned;")
     assert "; 3 more (2 other nodes are not selected or have no nvidia.com/gpu)" in text
     assert GpuLedger(GPU).unavailable() == "no node unavailable"
+
+
+def test_with_topology_levels_the_ledger_knows_each_nodes_place():
+    ledger = GpuLedger(GPU, levels=topology.parse("example.com/block,example.com/rack"))
+    ledger.add_node(node("a", labels={"example.com/block": "b1", "example.com/rack": "r1"}))
+    ledger.add_node(node("b", labels={"example.com/block": "b1"}))
+    assert ledger.paths == {"a": ("b1", "r1"), "b": ("b1", None)}
+    assert GpuLedger(GPU).paths == {}

@@ -458,3 +458,11 @@ def test_follow_shows_a_slow_start_when_it_begins_and_then_once_a_minute():
     assert lines.update(manager(pulling + "1m50s"), []) == []
     assert lines.update(manager("container worker: ContainerCreating"), []) == [
         "demo: demo-worker-0 waits: container worker: ContainerCreating"]
+
+
+def test_follow_says_which_network_domains_the_plan_got():
+    annotations = {"distributetrain.io/phase": "StartingWorkers", "distributetrain.io/plan": "a=2,b=1",
+                   "distributetrain.io/domains": "block b1; rack r2"}
+    manager = {"metadata": {"name": "demo", "annotations": annotations}, "status": {"phase": "Running"}}
+    assert "demo: plan: 3 GPUs on 2 nodes in block b1; rack r2 (a=2,b=1, the chief's share last)" in \
+        follow.ProgressLines("demo").update(manager, [])

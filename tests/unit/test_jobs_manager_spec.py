@@ -139,7 +139,7 @@ def test_every_job_flag_reaches_the_manager_unchanged():
              "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--allow-shared-gpus", "--max-restarts", "2",
              "--queue", "team-a", "--priority-class", "high", "--lock-namespace", "locks",
              "--service-account", "trainer", "--cpu-per-gpu", "1500m", "--memory-per-gpu", "20G",
-             "--shm-size", "3Gi"]
+             "--shm-size", "3Gi", "--topology", "topology.kubernetes.io/zone,example.com/rack!"]
     script_args = ["--epochs", "2", "--", "-x", "with space"]
     args = cli.build_parser().parse_args(["submit", *flags, "--namespace", "ml", "--name", "demo"])
     settings, _ = commands.submission(args, script_args)

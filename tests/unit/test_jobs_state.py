@@ -1,5 +1,6 @@
 """Reading jobs from their objects, and printing them: whole values, whole outputs."""
 
+import dataclasses
 import json
 from datetime import datetime, timezone
 
@@ -184,10 +185,16 @@ def test_status_json():
         "name": "old", "namespace": "ml", "kind": "Pod", "managerPod": "old", "phase": "Failed", "gpus": 6,
         "plan": [], "created": "2026-01-02T11:55:00+00:00", "ageSeconds": 300, "exitCode": 69,
         "reason": STATUSES[1].reason, "waiting": {}, "restarts": 0, "lastRestartReason": None,
-        "queuePosition": None,
+        "queuePosition": None, "domains": None,
     }
     assert table.status_json(STATUSES[0], Progress(0, 1, ""), NOW)["plan"] == [
         {"node": "gpu-a", "gpus": 5}, {"node": "gpu-b", "gpus": 1}]
+
+
+def test_status_says_which_network_domains_the_job_got():
+    status = dataclasses.replace(STATUSES[0], domains="block b1; rack r1, r2")
+    assert "Domains:       block b1; rack r1, r2\n" in table.status_text(status, None, NOW)
+    assert table.status_json(status, None, NOW)["domains"] == "block b1; rack r1, r2"
 
 
 WAITING = {"demo-worker-0": "not scheduled: 0/3 nodes are available: pod has unbound immediate "

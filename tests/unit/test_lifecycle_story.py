@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from distributetrain.core import errors, inventory, names
+from distributetrain.core import errors, inventory, names, topology
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
@@ -115,6 +115,17 @@ def test_a_successful_job_tells_its_story_in_order(story):
         ("Succeeded", "Normal", "training finished (exit code 0)"),
     ]
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
+
+
+def test_a_job_that_one_rack_holds_lands_on_one_rack_and_says_so(story):
+    rack = "network.topology.kubernetes.io/rack"
+    settings = SETTINGS.replace(topology=topology.parse(rack))
+    racks = [node("a", 1, labels={rack: "r1"}), node("b", 1, labels={rack: "r2"}), node("c", 1, labels={rack: "r2"})]
+    code, recorded, kube = story([[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                                  [("demo-chief", ended(0))]], settings=settings, nodes=racks)
+    assert code == 0
+    assert recorded[0] == ("Planned", "Normal", "2 GPUs on 2 nodes in rack r2: b=1,c=1 (the chief's share last)")
+    assert kube.manager["metadata"]["annotations"][names.ANNOTATION_DOMAINS] == "rack r2"
 
 
 def test_pre_and_post_training_tell_the_same_story_once(story):

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from distributetrain.core import inventory, names, placement, podgroup, podstate
+from distributetrain.core import inventory, names, placement, podgroup, podstate, topology
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import lifecycle, queueing
@@ -97,6 +97,28 @@ def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
     assert creates == [("create", "demo-worker-0"), ("create", "demo-chief"),
                        ("patch", "demo-worker-0"), ("patch", "demo-worker-0"),
                        ("patch", "demo-chief"), ("patch", "demo-chief")]
+
+
+def test_at_admission_a_queued_job_s_shares_go_to_the_tightest_rack_that_holds_them(queued_story):
+    kube, api = queued_story
+    rack = "network.topology.kubernetes.io/rack"
+    for name, value in (("a", "r1"), ("b", "r2"), ("c", "r2")):
+        kube.nodes[name]["metadata"]["labels"][rack] = value
+    kube.pods["other-team-c"] = other_team_on("c", 4)  # the shares, 2 and 1, are planned on a and b
+
+    def meanwhile(kube, timeout_s):
+        kube.on_pod_watch = kueue
+        del kube.pods["other-team-c"]  # c frees up while queued: rack r2 (b, c) holds both pods now
+        yield from kueue(kube, timeout_s)
+
+    kube.on_pod_watch = meanwhile
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    code = lifecycle.execute(kube, SETTINGS.replace(topology=topology.parse(rack)), "run")
+    assert code == 0, [e["note"] for e in api.created]
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=2,b=1"]  # topology-blind: a=2,b=1
+    assert api.created[1]["note"] == "admitted by queue team-a; c=2,b=1 in rack r2 (the chief's share last)"
+    assert kube.annotation_history(names.ANNOTATION_DOMAINS) == ["rack r2"]
 
 
 def test_queued_pods_are_created_unpinned_and_placed_pinned(queued_story):

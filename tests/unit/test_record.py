@@ -55,3 +55,9 @@ def test_the_spec_the_manager_writes_reads_back_beside_its_record():
     settings = JobSettings(job_name="job", namespace="ml", num_gpus=4, image="img:1", owner_uid="u", max_restarts=2)
     assert JobRecord.of(pod_after(record.phase("Planning"), record.spec(settings))) == JobRecord(
         phase="Planning", spec=settings)
+
+
+def test_the_plans_domains_read_back_and_go_with_a_plan_without_them():
+    pod = pod_after(record.planned([("a", 2)], "block b1; rack r1"))
+    assert JobRecord.of(pod).domains == "block b1; rack r1"
+    assert JobRecord.of(pod_after(record.planned([("a", 2)], "rack r1"), record.planned([("b", 2)]))).domains == ""

@@ -73,7 +73,8 @@ class ProgressLines:
             facts[QUEUE_FACT] = f"number {record.queue_position} in its queue"
         plan = record.plan
         if plan:
-            facts["plan"] = (f"plan: {sum(share for _, share in plan)} GPUs on {len(plan)} nodes "
+            in_domains = f" in {record.domains}" if record.domains else ""  # --topology
+            facts["plan"] = (f"plan: {sum(share for _, share in plan)} GPUs on {len(plan)} nodes{in_domains} "
                              f"({format_plan(list(plan))}, the chief's share last)")
         progress = state.progress_of(manager, children)
         if plan or progress.workers:

@@ -41,6 +41,7 @@ class JobStatus:
     restarts: int = 0  # of --max-restarts, used so far
     last_restart_reason: str = ""  # why the last restart happened
     queue_position: int | None = None  # while Queued, where Kueue's visibility API tells it: 1 is next
+    domains: str = ""  # with --topology: the network domains of the plan
 
     @property
     def finished(self) -> bool:
@@ -174,6 +175,7 @@ def from_manager(manager: Mapping) -> JobStatus:
         restarts=record.restarts,
         last_restart_reason=record.last_restart_reason,
         queue_position=record.queue_position if phase == QUEUED else None,
+        domains=record.domains,
     )
 
 

@@ -61,6 +61,7 @@ def status_text(status: JobStatus, progress: Progress | None, now: datetime) -> 
         ("Phase", status.phase + (f" (number {status.queue_position} in its queue)"
                                   if status.queue_position else "")),
         ("GPUs", _text(status.gpus) + nodes),
+        *([("Domains", status.domains)] if status.domains else []),
         ("Age", _age(status, now)),
     ]
     if progress is not None:
@@ -98,6 +99,7 @@ def status_json(status: JobStatus, progress: Progress | None, now: datetime) -> 
         "restarts": status.restarts,
         "lastRestartReason": status.last_restart_reason or None,
         "queuePosition": status.queue_position,
+        "domains": status.domains or None,
     }
     if progress is not None:
         document["workersReady"] = progress.workers_ready
