@@ -62,6 +62,7 @@ class FakeKube(KubeApi):
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
         self.pending: dict[tuple[str, str], list[dict]] | None = None
         self.lease: dict | None = None
+        self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels of a namespace that has any
         self.manager = manager if manager is not None else manager_pod()
         self.actions: list[tuple[str, str, str]] = []
         self.action_times: list[float] = []  # monotonic, one per action
@@ -124,8 +125,8 @@ class FakeKube(KubeApi):
             self.pod_lists += 1
             return self._pods(selectors), "1"
 
-    def namespace_exists(self, name: str) -> bool:
-        return True
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        return dict(self.namespaces.get(name, {}))
 
     def get_pod(self, namespace: str, name: str) -> dict | None:
         with self.lock:

@@ -134,6 +134,8 @@ def add_job_flags(parser: argparse.ArgumentParser, require_image: bool = True, m
                      help=f"memory request and limit of a job pod per GPU it has (default {DEFAULT_MEMORY_PER_GPU})")
     job.add_argument("--shm-size", metavar="MEMORY",
                      help="size of /dev/shm in every job pod (default: the pod's memory limit)")
+    job.add_argument("--mesh-injection", default="false", nargs="?", const="true", metavar="true|false",
+                     help="let a service mesh (Istio, Linkerd) inject its sidecar into job pods (default false)")
 
 
 def own_namespace(explicit: str | None) -> str:
@@ -192,10 +194,10 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
     namespace = checked("--namespace", validation.dns_label, own_namespace(args.namespace))
     host_network = checked("--host-network", validation.boolean, args.host_network)
     port = checked("--port", validation.port, args.port)
-    if host_network and port < validation.FIRST_UNPRIVILEGED_PORT:
+    if port < validation.FIRST_UNPRIVILEGED_PORT:
         raise errors.UsageError(
-            "--port", f"must be {validation.FIRST_UNPRIVILEGED_PORT} to {validation.MAX_PORT} with "
-            f"--host-network true (privileged ports on the node are refused), got {port}"
+            "--port", f"must be {validation.FIRST_UNPRIVILEGED_PORT} to {validation.MAX_PORT} (the workers' sshd "
+            f"runs as a non-root user, with no capability to bind a privileged port), got {port}"
         )
     if not args.filename.startswith("/"):
         raise errors.UsageError("--filename", f"must be an absolute path inside the image, got {args.filename!r}")
@@ -246,4 +248,5 @@ def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> 
         cpu_per_gpu_m=checked("--cpu-per-gpu", quantity.cpu_millis, args.cpu_per_gpu),
         memory_per_gpu_bytes=checked("--memory-per-gpu", quantity.memory_bytes, args.memory_per_gpu),
         shm_size_bytes=checked("--shm-size", quantity.memory_bytes, args.shm_size) if args.shm_size else None,
+        mesh_injection=checked("--mesh-injection", validation.boolean, args.mesh_injection),
     )

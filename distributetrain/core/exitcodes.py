@@ -15,4 +15,7 @@ QUOTA_EXCEEDED = 73  # EX_CANTCREAT: a ResourceQuota or LimitRange of the namesp
 TIMED_OUT = 75  # EX_TEMPFAIL: workers not ready in time, or --active-deadline passed
 API_ERROR = 76  # EX_PROTOCOL: the Kubernetes API kept failing
 PERMISSION_DENIED = 77  # EX_NOPERM: RBAC refused a call; the message names the permission
+# EX_CONFIG, from a job pod's script: the image cannot run as the job's non-root user (no
+# such user, sshd missing or refusing to run); the chief's passes through as the job's.
+IMAGE_UNFIT = 78
 CANCELLED = 143  # 128 + SIGTERM: the manager was asked to stop

@@ -107,6 +107,10 @@ class JobSettings:
     # volume holds counts against that limit anyway, so a larger size would add nothing,
     # and the runtime's default of 64 MiB makes NCCL and TensorFlow fail or crawl.
     shm_size_bytes: int | None = None
+    # Let a service mesh (Istio, Linkerd) inject its sidecar into job pods. Off: SSH and
+    # Gloo between pod IPs are not traffic a mesh carries, and a sidecar keeps the chief's
+    # pod Running after training.
+    mesh_injection: bool = False
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

@@ -25,6 +25,10 @@ PORTS = [{"name": "discovery", "containerPort": 8470, "protocol": "TCP"}]
 # The manager pod is never evicted to scale down or consolidate its node: the job would fail.
 NOT_DISRUPTED = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true"}
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+# PodSecurity `restricted`, as the manager image's own user.
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def submitted(argv):
@@ -74,6 +78,7 @@ def test_submit_creates_a_pod_like_manager_yaml():
             "serviceAccountName": "distributetrain-manager",
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 60,
+            "securityContext": POD_SECURITY,
             "containers": [{
                 "name": "manager",
                 "image": "distributetrain/manager:0.1.0",
@@ -84,6 +89,7 @@ def test_submit_creates_a_pod_like_manager_yaml():
                 "env": DOWNWARD_ENV,
             "ports": PORTS,
                 "resources": RESOURCES,
+                "securityContext": CONTAINER_SECURITY,
             }],
         },
     }
@@ -94,6 +100,7 @@ def test_submit_as_job():
         "serviceAccountName": "trainer",
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 60,
+        "securityContext": POD_SECURITY,
         "containers": [{
             "name": "manager",
             "image": "reg.example.com/manager:2",
@@ -103,6 +110,7 @@ def test_submit_as_job():
             "env": DOWNWARD_ENV,
             "ports": PORTS,
             "resources": RESOURCES,
+            "securityContext": CONTAINER_SECURITY,
         }],
         "nodeSelector": {"pool": "cpu", "zone": "z"},
     }
@@ -137,7 +145,7 @@ def test_every_job_flag_reaches_the_manager_unchanged():
              "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--max-restarts", "2",
              "--queue", "team-a", "--priority-class", "high", "--lock-namespace", "locks",
              "--service-account", "trainer", "--cpu-per-gpu", "1500m", "--memory-per-gpu", "20G",
-             "--shm-size", "3Gi"]
+             "--shm-size", "3Gi", "--mesh-injection", "true"]
     script_args = ["--epochs", "2", "--", "-x", "with space"]
     args = cli.build_parser().parse_args(["submit", *flags, "--namespace", "ml", "--name", "demo"])
     settings, _ = commands.submission(args, script_args)

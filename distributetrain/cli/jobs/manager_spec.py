@@ -14,7 +14,7 @@ import string
 from dataclasses import dataclass
 
 from distributetrain.cli import jobflags
-from distributetrain.core import names, podgroup, quantity
+from distributetrain.core import manifests, names, podgroup, quantity
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import discovery
 
@@ -23,6 +23,8 @@ DEFAULT_MANAGER_SERVICE_ACCOUNT = "distributetrain-manager"  # rbac/serviceaccou
 DEFAULT_JOB_TTL_S = 24 * 3600  # a finished Job (and so its chief's logs) stays a day
 MANAGER_CONTAINER = "manager"
 MANAGER_COMMAND = "manager.sh"  # manager_image/manager.sh: pre-training, then post-training
+# manager_image/Dockerfile's USER: the manager passes PodSecurity `restricted` like job pods.
+MANAGER_UID = 65532
 MANAGER_TERMINATION_GRACE_S = 60  # teardown on deletion needs a few seconds of API calls
 MANAGER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 QUEUED_MANAGER_REQUESTS = {"cpu": "0", "memory": "0"}  # see in_queue
@@ -127,6 +129,8 @@ def manager_args(settings: JobSettings) -> list[str]:
         args.append(f"--memory-per-gpu={quantity.format_memory(settings.memory_per_gpu_bytes)}")
     if settings.shm_size_bytes is not None:
         args.append(f"--shm-size={quantity.format_memory(settings.shm_size_bytes)}")
+    if settings.mesh_injection:
+        args.append("--mesh-injection=true")
     if settings.script_args:
         args += ["--", *settings.script_args]
     return args
@@ -146,6 +150,7 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
         # The manager's exit code is the job's outcome: never restart it.
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": MANAGER_TERMINATION_GRACE_S,
+        "securityContext": manifests.pod_security_context(MANAGER_UID),
         "containers": [
             {
                 "name": MANAGER_CONTAINER,
@@ -162,6 +167,7 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
                 ],
                 "ports": [{"name": "discovery", "containerPort": discovery.DISCOVERY_PORT, "protocol": "TCP"}],
                 "resources": {kind: dict(amounts) for kind, amounts in MANAGER_RESOURCES.items()},
+                "securityContext": manifests.container_security_context(),
             }
         ],
     }
