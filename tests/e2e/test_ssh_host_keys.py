@@ -152,7 +152,8 @@ def test_horovods_ssh_reaches_an_impostor_without_the_chiefs_ssh_and_never_with_
         WAIT_FOR_PORTS.format(timeout=SSHD_READY_TIMEOUT_S, ports=f"{IMPOSTOR_PORT}, {GENUINE_PORT}"),
         'echo "ssh command: $(' + HOROVOD_SSH.format(port=IMPOSTOR_PORT) + ')"',
         # The job's config file alone, strict checking and all, as ssh reads it with -F.
-        f"mkdir /tmp/config-only && printf '#!/bin/sh\\nexec /usr/bin/ssh -F {config} \"$@\"\\n' > /tmp/config-only/ssh",
+        "mkdir /tmp/config-only",
+        f"printf '#!/bin/sh\\nexec /usr/bin/ssh -F {config} \"$@\"\\n' > /tmp/config-only/ssh",
         "chmod +x /tmp/config-only/ssh",
         "(PATH=/tmp/config-only:$PATH; " + horovod_ssh(IMPOSTOR_PORT, "before-impostor") + ")",
         "set -eu",  # as in chief.sh

@@ -33,7 +33,8 @@ def secret_data(jobs, name):
     return {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
 
 
-def test_keys_fresh_private_only_for_the_job_user_in_the_chief_never_logged(cluster, api_client, namespace, jobs, tmp_path):
+def test_keys_fresh_private_only_for_the_job_user_in_the_chief_never_logged(cluster, api_client, namespace, jobs,
+                                                                          tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1, "c": 1, "d": 1}) as pool, \
             script_volume(api_client, namespace, {**SCRIPTS, "probe.py": KEY_PROBE}, tmp_path) as claim:
         for job in ("one", "two"):

@@ -22,7 +22,7 @@ if ! [ -x /usr/sbin/sshd ]; then
   exit @IMAGE_UNFIT@
 fi
 if ! refused=$(/usr/sbin/sshd -t "$@" 2>&1); then
-  echo "distributetrain: sshd cannot run as uid $(id -u) ($(id -un)): $(echo "$refused" | tr '\n' ' ')" >&2
+  echo "distributetrain: sshd cannot run as uid $(id -u) ($(id -un)): $(echo "$refused" | tr -s '\r\n' ' ')" >&2
   exit @IMAGE_UNFIT@
 fi
 trap 'kill -TERM -1 2>/dev/null || true; while kill -0 -1 2>/dev/null; do sleep 0.1; done; exit 143' TERM
