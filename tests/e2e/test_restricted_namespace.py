@@ -3,6 +3,8 @@ pod as users apply it (manager.yaml) is admitted, the demo's job trains there un
 exactly rbac/ and exits 0 with nothing left, and --host-network is refused up front.
 A root pod refused there first proves that the namespace really enforces."""
 
+import json
+
 import pytest
 import yaml
 from kubernetes import client
@@ -31,10 +33,11 @@ def test_the_namespace_refuses_a_root_pod(api_client, restricted):
                 "spec": {"containers": [{"name": "c", "image": "distributetrain/base:0.1.0"}]}}
     with pytest.raises(client.ApiException) as refused:
         client.CoreV1Api(api_client).create_namespaced_pod(restricted, root_pod, dry_run="All")
-    assert refused.value.status == 403 and 'violates PodSecurity "restricted:latest"' in refused.value.body
+    assert refused.value.status == 403
+    assert 'violates PodSecurity "restricted:latest"' in json.loads(refused.value.body)["message"]
 
 
-def test_manager_yaml_is_admitted(cluster, restricted):
+def test_manager_yaml_is_admitted(cluster, restricted, rbac):
     manager = yaml.safe_load((REPO / "manager.yaml").read_text())
     manager["metadata"]["namespace"] = restricted
     applied = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(manager))
