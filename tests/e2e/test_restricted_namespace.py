@@ -1,6 +1,7 @@
 """End to end in a namespace that enforces PodSecurity `restricted` (latest): the manager
 pod as users apply it (manager.yaml) is admitted, the demo's job trains there under
-exactly rbac/ and exits 0 with nothing left, and --host-network is refused up front.
+exactly rbac/ and exits 0 with nothing left, --host-network is refused up front, and an
+image without the job's user fails in one line.
 A root pod refused there first proves that the namespace really enforces."""
 
 import json
@@ -9,6 +10,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from distributetrain.core import exitcodes
 from jobharness import REPO, node_pool, script_volume
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -20,6 +22,7 @@ RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
 DEMO_ARGS = ("--num-gpus=3", "--image=distributetrain/base:0.1.0", "--cpu-per-gpu=250m", "--memory-per-gpu=2Gi",
              "--worker-ready-timeout=90s", "--delete-chief")
 DEMO_TRAIN_ARGS = ("--epochs=4", "--samples=1536", "--checkpoint-dir=/train/checkpoints")
+IMAGE_WITHOUT_JOB_USER = "python:3.11.10-slim-bookworm"
 
 
 @pytest.fixture
@@ -66,3 +69,16 @@ def test_host_network_is_refused_up_front_naming_the_level(cluster, restricted, 
         logs = jobs.logs("hostnet")
         assert "--host-network: namespace" in logs and "'restricted'" in logs, logs
         assert set(jobs.pods()) == {"hostnet"} and jobs.secrets("hostnet-") == []
+
+
+def test_an_image_without_the_job_user_fails_in_one_line_not_a_hang(cluster, restricted, jobs):
+    # The python stand-in base: no uid 1000 in its /etc/passwd, no sshd.
+    with node_pool(cluster, {"a": 1}) as pool:
+        jobs.submit("nouser", ["--num-gpus=1", f"--image={IMAGE_WITHOUT_JOB_USER}", "--cpu-per-gpu=250m",
+                               "--memory-per-gpu=2Gi", f"--node-selector={pool.selector}", "--worker-ready-timeout=90s"])
+        assert jobs.exit_code("nouser", timeout_s=120) == exitcodes.IMAGE_UNFIT, jobs.logs("nouser")
+        (chief,) = jobs.pod("nouser-chief")["status"]["containerStatuses"]
+        message = chief["state"]["terminated"]["message"]
+        assert message.strip() == ("distributetrain: the image has no user with uid 1000 (an /etc/passwd entry with a "
+                                   "home directory, as base_image/Dockerfile creates): ssh and sshd cannot run "
+                                   "without one"), message
