@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from distributetrain.core import names  # noqa: E402
 from localcluster.cluster import Cluster  # noqa: E402
 
 NAMESPACE = "default"
@@ -144,6 +146,9 @@ def main() -> int:
         print(kubectl(cluster, "apply", "-f", str(REPO / "rbac")))
         workdir = Path(tempfile.mkdtemp(prefix="distributetrain-demo-"))
         workdir.chmod(0o755)
+        # The job's pods run as their non-root user, and a hostPath volume ignores fsGroup:
+        # the checkpoints' directory is that user's, as a provisioner honouring fsGroup makes it.
+        os.chown(workdir, names.JOB_USER_UID, names.JOB_USER_UID)
         print(kubectl(cluster, "apply", "-f", "-", input=volume(workdir)))
         # Submit on a Bound claim, so the timeline below is the manager's own.
         print(kubectl(cluster, "wait", "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "-n", NAMESPACE,

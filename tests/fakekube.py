@@ -71,6 +71,7 @@ class FakeKube(KubeApi):
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
         self.pending: dict[tuple[str, str], list[dict]] | None = None
         self.lease: dict | None = None
+        self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels of a namespace that has any
         self.manager = manager if manager is not None else manager_pod()
         self.actions: list[tuple[str, str, str]] = []
         self.action_times: list[float] = []  # monotonic, one per action
@@ -140,8 +141,8 @@ class FakeKube(KubeApi):
             self.pod_lists += 1
             return self._pods(selectors), "1"
 
-    def namespace_exists(self, name: str) -> bool:
-        return True
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        return dict(self.namespaces.get(name, {}))
 
     def resource_quotas(self, namespace: str) -> list[dict]:
         self._maybe_fail("resource_quotas")

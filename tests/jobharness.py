@@ -9,6 +9,7 @@ concurrent tests never plan on each other's GPUs. Everything is removed afterwar
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -19,6 +20,8 @@ from pathlib import Path
 import urllib3
 import yaml
 from kubernetes import client, watch
+
+from distributetrain.core.names import JOB_USER_UID
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -252,6 +255,9 @@ def script_volume(api_client, namespace: str, files: dict[str, str], tmp_path: P
     directory.mkdir()
     for name, text in files.items():
         (directory / name).write_text(text)
+    # Job pods run as their non-root user and a hostPath volume ignores fsGroup: the volume
+    # is that user's to write, as a provisioner honouring fsGroup makes it.
+    os.chown(directory, JOB_USER_UID, JOB_USER_UID)
     core = client.CoreV1Api(api_client)
     pv_name = f"pv-{namespace}"[:63]
     claim = "scripts"

@@ -16,4 +16,7 @@ TIMED_OUT = 75  # EX_TEMPFAIL: workers not ready in time, or --active-deadline p
 API_ERROR = 76  # EX_PROTOCOL: the Kubernetes API kept failing
 PERMISSION_DENIED = 77  # EX_NOPERM: RBAC refused a call; the message names the permission
 ADMISSION_REFUSED = 78  # EX_CONFIG: the cluster's admission control (PodSecurity, a policy, a webhook) refused it
+# From a job pod's script: the image cannot run as the job's non-root user (no
+# such user, sshd missing or refusing to run); the chief's passes through as the job's.
+IMAGE_UNFIT = 79
 CANCELLED = 143  # 128 + SIGTERM: the manager was asked to stop

@@ -173,6 +173,8 @@ FIELDS: tuple[Field, ...] = (
           help="node label keys of the network's levels, outermost first (e.g. network.topology.kubernetes.io/block,"
                "network.topology.kubernetes.io/rack): the fewest domains at each level; LEVEL! the job never crosses",
           from_json=lambda levels: tuple(Level(**level) for level in levels)),
+    Field("mesh_injection", "--mesh-injection", validation.boolean, lambda on: str(on).lower(), metavar="true|false",
+          bare="true", help="let a service mesh (Istio, Linkerd) inject its sidecar into job pods"),
     # Set from the manager pod's environment (downward API) or after `--`: no flag.
     Field("manager_namespace"),
     Field("discovery_url"),
@@ -212,10 +214,10 @@ def _value(given: Mapping[str, Any], name: str) -> Any:
 
 def _check_port(given: Mapping[str, Any]) -> None:
     port = _value(given, "port")
-    if _value(given, "host_network") and port < validation.FIRST_UNPRIVILEGED_PORT:
+    if port < validation.FIRST_UNPRIVILEGED_PORT:
         raise errors.UsageError("--port", f"must be {validation.FIRST_UNPRIVILEGED_PORT} to {validation.MAX_PORT} "
-                                          f"with --host-network true (privileged ports on the node are refused), "
-                                          f"got {port}")
+                                          f"(the workers' sshd runs as a non-root user, with no capability to bind "
+                                          f"a privileged port), got {port}")
 
 
 def _min_gpus(given: Mapping[str, Any]) -> int:

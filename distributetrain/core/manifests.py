@@ -6,15 +6,21 @@ output is deterministic and tests compare whole objects.
 
 from __future__ import annotations
 
-from distributetrain.core import names, podscripts, quantity
+from distributetrain.core import exitcodes, names, podscripts, quantity
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 
 SSH_VOLUME = "ssh"
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
-SECRET_MODE = 0o400  # root-only: sshd and ssh refuse keys others can read
+# The key files are root's, in the job user's group (fsGroup), readable by that group
+# alone: the user reads them, and sshd and ssh, which check the modes only of keys the
+# user owns, accept them. Nothing else in the pod runs as root or in that group.
+SECRET_MODE = 0o440
 CLIENT_KEY_FILE = "id_ed25519"
+CLIENT_CONFIG_FILE = "config"
+KNOWN_HOSTS_FILE = "known_hosts"
+AUTHORIZED_KEYS_FILE = "authorized_keys"
 HOST_KEY_FILE = "ssh_host_ed25519_key"
 WORKER_READINESS_PERIOD_S = 1  # the chief waits on this; a short period starts training sooner
 TERMINATION_GRACE_S = 10
@@ -23,31 +29,37 @@ TERMINATION_GRACE_S = 10
 # it is the manager that gives up (and deletes the chief).
 HOSTS_WAIT_SLACK_S = 60
 ORPHAN_CHECK_MAX_S = 30
+# Job pods opt out of service-mesh sidecars unless --mesh-injection: SSH and Gloo go from
+# pod IP to pod IP on ports no Service names, which a mesh does not carry as its traffic,
+# and a sidecar keeps the chief's pod Running once training has ended.
+MESH_OPT_OUT_ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 
 # The chief's names for IPv6 hosts (Horovod cannot take a colon in a host), written by
 # discover.py; ssh ignores an Include that matches no file.
 SSH_HOSTS_CONFIG = "/tmp/distributetrain-ssh-hosts"
-# Client side of SSH, in the chief's ~/.ssh/config. Strict host checking against the
-# job's own host key: no fingerprint prompt, and no other host can pose as a worker.
+# Client side of SSH, the chief's config file (the ssh wrapper passes it with -F). Strict
+# host checking against the job's own host key: no fingerprint prompt, and no other host
+# can pose as a worker. No User: ssh logs in as the chief's own user, the one the
+# workers' sshd runs as.
 SSH_CLIENT_CONFIG = f"""\
 Include {SSH_HOSTS_CONFIG}
 Host *
-  User root
-  IdentityFile ~/.ssh/id_ed25519
+  IdentityFile {names.SSH_CLIENT_DIR}/{CLIENT_KEY_FILE}
   IdentitiesOnly yes
-  UserKnownHostsFile ~/.ssh/known_hosts
+  UserKnownHostsFile {names.SSH_CLIENT_DIR}/{KNOWN_HOSTS_FILE}
   StrictHostKeyChecking yes
   BatchMode yes
   LogLevel ERROR
 """
 
 # Every sshd setting of a worker, given on its command line with `-f /dev/null`, so no
-# sshd_config in the image (a user's image may ship any) can weaken it. StrictModes is
-# off because Secret volumes are world-traversable symlink trees; the key files
-# themselves are 0400 root.
+# sshd_config in the image (a user's image may ship any) can weaken it. sshd runs as the
+# job's user (JOB_USER_UID), so it can log in that user alone and needs no privilege
+# separation directory. StrictModes is off because Secret volumes are world-traversable
+# symlink trees owned by root; the key files themselves are readable by the user alone.
 SSHD_OPTIONS = (
     "PubkeyAuthentication=yes", "PasswordAuthentication=no", "KbdInteractiveAuthentication=no",
-    "PermitRootLogin=prohibit-password", "AllowUsers=root", "UsePAM=no", "StrictModes=no",
+    "PermitRootLogin=no", "UsePAM=no", "StrictModes=no",
     "PermitUserEnvironment=no",
     # horovodrun only runs commands: no forwarding of any kind, so a job's key cannot
     # turn a worker into a tunnel into the cluster. DisableForwarding (OpenSSH 7.4+)
@@ -58,16 +70,24 @@ SSHD_OPTIONS = (
     "PidFile=none", "MaxStartups=200", "MaxSessions=200",
 )
 
+# Shell functions of the workers: whether a chief is connected, counted in any /proc.
+SSHD_SESSIONS_SCRIPT = podscripts.load("sshd-sessions.sh")
+# First in both pod scripts: an image without the job's user fails at once, saying so.
+JOB_USER_CHECK_SCRIPT = podscripts.load("job-user.sh", IMAGE_UNFIT=str(exitcodes.IMAGE_UNFIT))
 WORKER_SCRIPT = podscripts.load(
     "worker.sh",
+    JOB_USER_CHECK=JOB_USER_CHECK_SCRIPT,
+    SSHD_SESSIONS=SSHD_SESSIONS_SCRIPT,
     HOST_KEY=f"{names.SSH_SERVER_DIR}/{HOST_KEY_FILE}",
-    AUTHORIZED_KEYS=f"{names.SSH_SERVER_DIR}/authorized_keys",
+    AUTHORIZED_KEYS=f"{names.SSH_SERVER_DIR}/{AUTHORIZED_KEYS_FILE}",
     SSHD_OPTIONS=" ".join(f"-o {option}" for option in SSHD_OPTIONS),
+    IMAGE_UNFIT=str(exitcodes.IMAGE_UNFIT),
 )
 # Run first by the chief: its ssh checks the job's host key whatever options horovodrun adds.
-SSH_WRAPPER_SCRIPT = podscripts.load("ssh-wrapper.sh")
+SSH_WRAPPER_SCRIPT = podscripts.load("ssh-wrapper.sh", SSH_CONFIG=f"{names.SSH_CLIENT_DIR}/{CLIENT_CONFIG_FILE}")
 DISCOVER_SCRIPT = podscripts.load("discover.py", SSH_HOSTS_CONFIG=SSH_HOSTS_CONFIG)
-CHIEF_SCRIPT = podscripts.load("chief.sh", DISCOVER_PY=DISCOVER_SCRIPT, SSH_WRAPPER=SSH_WRAPPER_SCRIPT)
+CHIEF_SCRIPT = podscripts.load("chief.sh", JOB_USER_CHECK=JOB_USER_CHECK_SCRIPT, DISCOVER_PY=DISCOVER_SCRIPT,
+                               SSH_WRAPPER=SSH_WRAPPER_SCRIPT)
 
 
 def owner_references(settings: JobSettings) -> list[dict]:
@@ -98,11 +118,11 @@ def ssh_secret(settings: JobSettings, keys: JobKeys) -> dict:
         "type": "Opaque",
         "stringData": {
             CLIENT_KEY_FILE: keys.client.private_openssh,
-            "authorized_keys": keys.client.public_openssh + "\n",
+            AUTHORIZED_KEYS_FILE: keys.client.public_openssh + "\n",
             HOST_KEY_FILE: keys.host.private_openssh,
             # One pattern for every worker: they all present the job's host key.
-            "known_hosts": f"* {host_public}\n",
-            "config": SSH_CLIENT_CONFIG,
+            KNOWN_HOSTS_FILE: f"* {host_public}\n",
+            CLIENT_CONFIG_FILE: SSH_CLIENT_CONFIG,
         },
     }
 
@@ -144,11 +164,27 @@ def _pinned_to(node: str) -> dict:
     }
 
 
+def pod_security_context(uid: int) -> dict:
+    """PodSecurity `restricted` for a pod of user ``uid``, with each container's half
+    (``container_security_context``); the manager's pod uses it too.
+
+    The user and group by number, so the kubelet can check that the user is not root
+    whatever the image's USER says; fsGroup makes the SSH files (and volumes) the user's.
+    """
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> dict:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes: list[dict]) -> dict:
     spec = {
         "restartPolicy": "Never",
         # No node: a queued attempt's pod, pinned once Kueue admits it (``podgroup``).
         **({"affinity": _pinned_to(node)} if node is not None else {}),
+        "securityContext": pod_security_context(names.JOB_USER_UID),
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
@@ -195,6 +231,10 @@ def _job_pod(
     container = container | {
         "image": settings.image,
         "resources": _resources(settings, share),
+        "securityContext": container_security_context(),
+        # A script that fails (an image without the job's user, say) leaves its last log
+        # lines as the termination message, which the manager reports.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": SSH_VOLUME, "mountPath": ssh_dir, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": SHM_PATH},
@@ -202,8 +242,9 @@ def _job_pod(
         ],
     }
     metadata = _metadata(settings, name, role, extra_labels)
-    # Not disrupted while the job runs (names.NO_DISRUPTION_ANNOTATIONS).
-    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share), **names.NO_DISRUPTION_ANNOTATIONS}
+    # Not disrupted while the job runs (names.NO_DISRUPTION_ANNOTATIONS), and no mesh sidecar unless asked.
+    metadata["annotations"] = {names.ANNOTATION_GPUS: str(share), **names.NO_DISRUPTION_ANNOTATIONS,
+                               **({} if settings.mesh_injection else MESH_OPT_OUT_ANNOTATIONS)}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -244,7 +285,7 @@ def worker_pod(settings: JobSettings, index: int, node: str | None, share: int, 
     }
     return _job_pod(
         settings, names.worker_name(settings.job_name, index, attempt), names.ROLE_WORKER, node, share, container,
-        ["authorized_keys", HOST_KEY_FILE], names.SSH_SERVER_DIR, {names.LABEL_WORKER_INDEX: str(index)},
+        [AUTHORIZED_KEYS_FILE, HOST_KEY_FILE], names.SSH_SERVER_DIR, {names.LABEL_WORKER_INDEX: str(index)},
     )
 
 
@@ -287,7 +328,7 @@ def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int 
         container["envFrom"] = [{"secretRef": {"name": name}} for name in settings.env_from_secrets]
     return _job_pod(
         settings, names.chief_name(settings.job_name, attempt), names.ROLE_CHIEF, node, share, container,
-        [CLIENT_KEY_FILE, "known_hosts", "config"], names.SSH_CLIENT_DIR,
+        [CLIENT_KEY_FILE, KNOWN_HOSTS_FILE, CLIENT_CONFIG_FILE], names.SSH_CLIENT_DIR,
     )
 
 

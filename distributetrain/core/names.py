@@ -58,8 +58,14 @@ NO_DISRUPTION_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "
                              "karpenter.sh/do-not-disrupt": "true"}
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-SSH_CLIENT_DIR = "/root/.ssh"
+# The chief's SSH files: a fixed path, not ~/.ssh, since the job user's home is the image's
+# choice (the ssh wrapper names the config file there with -F).
+SSH_CLIENT_DIR = "/etc/distributetrain/ssh-client"
 SSH_SERVER_DIR = "/etc/distributetrain/ssh"
+# Every job pod runs as this user, never root (PodSecurity `restricted`): the workers'
+# sshd too, which then logs in only that same user. base_image/Dockerfile creates it; a
+# user's own image needs an /etc/passwd entry with this uid (README, "Images").
+JOB_USER_UID = 1000
 LOCK_LEASE_NAME = "distributetrain-placement"
 # The manager's Events name it as their reporting controller (a qualified name).
 EVENTS_CONTROLLER = f"{DOMAIN}/manager"

@@ -143,6 +143,10 @@ class JobSettings:
     # Node label keys, outermost first (--topology): the plan spans the fewest domains at each
     # level, never more than one of a required level (``topology``). Empty: the network is flat.
     topology: tuple[Level, ...] = ()
+    # Let a service mesh (Istio, Linkerd) inject its sidecar into job pods. Off: SSH and
+    # Gloo between pod IPs are not traffic a mesh carries, and a sidecar keeps the chief's
+    # pod Running after training.
+    mesh_injection: bool = False
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

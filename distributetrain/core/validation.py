@@ -25,6 +25,16 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_PORT = 65535
 FIRST_UNPRIVILEGED_PORT = 1024
+# PodSecurity: the namespace label that sets the level it enforces, and the levels that
+# forbid hostNetwork and hostPort (baseline and everything stricter).
+POD_SECURITY_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+LEVELS_WITHOUT_HOST_NETWORK = ("baseline", "restricted")
+
+
+def host_network_refused_by(namespace_labels: dict[str, str]) -> str | None:
+    """The PodSecurity level a namespace enforces if it forbids host networking, else None."""
+    level = namespace_labels.get(POD_SECURITY_ENFORCE_LABEL, "")
+    return level if level in LEVELS_WITHOUT_HOST_NETWORK else None
 
 
 def checked(flag: str, parse: Callable, text: str):

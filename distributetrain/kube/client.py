@@ -67,7 +67,7 @@ class KubeApi(Protocol):
         self, kind: str, namespace: str | None = None, **selectors: str
     ) -> Iterator[tuple[list[dict], str]]: ...
     def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]: ...
-    def namespace_exists(self, name: str) -> bool: ...
+    def namespace_labels(self, name: str) -> dict[str, str] | None: ...
     def resource_quotas(self, namespace: str) -> list[dict]: ...
     def get_pod(self, namespace: str, name: str) -> dict | None: ...
     def read(self, kind: str, namespace: str, name: str) -> dict | None: ...
@@ -160,12 +160,14 @@ class Kube(KubeApi):
             items.extend(page)
         return items, version
 
-    def namespace_exists(self, name: str) -> bool:
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """The namespace's labels (its PodSecurity levels among them); None if it does not exist."""
         try:
-            self._call(lambda: drain(self.core.read_namespace(name, **REQUEST_OPTIONS)), f"read Namespace [{name}]")
+            namespace = self._call(lambda: read_json(self.core.read_namespace(name, **REQUEST_OPTIONS)),
+                                   f"read Namespace [{name}]")
         except errors.NotFound:
-            return False
-        return True
+            return None
+        return (namespace.get("metadata") or {}).get("labels") or {}
 
     def resource_quotas(self, namespace: str) -> list[dict]:
         """The namespace's ResourceQuotas: a handful, one request."""

@@ -20,7 +20,8 @@ import contextlib
 import logging
 import time
 
-from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate, topology
+from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate, topology,
+                                  validation)
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -53,8 +54,13 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     if not settings.discovery_url:
         raise errors.UsageError("MANAGER_POD_IP", "the chief asks the manager for its hosts: set it to the manager "
                                                   "pod's address (downward API status.podIP, as manager.yaml does)")
-    if not kube.namespace_exists(settings.namespace):
+    namespace_labels = kube.namespace_labels(settings.namespace)
+    if namespace_labels is None:
         raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
+    level = validation.host_network_refused_by(namespace_labels)
+    if settings.host_network and level:
+        raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
+                                                  "which forbids host networking: use --host-network false")
     envsecrets.require_env_secrets(kube, settings)
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from distributetrain.core import manifests
 from localcluster.podman import podman
 from polling import poll_until
 from test_horovod_local import (  # noqa: F401 (fixtures)
@@ -125,7 +126,9 @@ def elastic_run(containers, three_hosts, workdir):
         [*three_hosts.container_options("chief"), ssh_volume_mount(chief_pod, secret, workdir / "chief-ssh"),
          f"--mount=type=bind,source={discovery},destination={DISCOVERY_MOUNT},ro=true",
          checkpoint_mount(checkpoints)],
-        ["horovodrun", "--gloo", "-np", "2", "--min-np", "1", "--max-np", "2",
+        # The chief's ssh first on PATH, as chief.sh puts it: it names the job's config file.
+        ["/bin/sh", "-c", manifests.SSH_WRAPPER_SCRIPT + 'exec "$@"', "chief",
+         "horovodrun", "--gloo", "-np", "2", "--min-np", "1", "--max-np", "2",
          "--host-discovery-script", f"{DISCOVERY_MOUNT}/{DISCOVERY_SCRIPT}",
          "--elastic-timeout", str(ELASTIC_TIMEOUT_S), "--start-timeout", str(HOROVOD_START_TIMEOUT_S),
          # Ranks meet in Gloo after each one's TensorFlow import: the 30 s default is too

@@ -13,6 +13,7 @@ namespace of its own on a private bridge, with a pod's hostname and /etc/hosts.
 """
 
 import ipaddress
+import os
 import re
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain.core import manifests
+from distributetrain.core import manifests, names
 from distributetrain.core.settings import DEFAULT_FILENAME, JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from localcluster.podman import PODMAN, podman
@@ -155,6 +156,8 @@ def horovodrun(hosts, processes, train_args, extra_args=()):
 
 
 def checkpoint_mount(directory):
+    """A host directory for checkpoints, the job user's to write (as a job's volume is)."""
+    os.chown(directory, names.JOB_USER_UID, names.JOB_USER_UID)
     return f"--mount=type=bind,source={directory},destination={CHECKPOINT_MOUNT}"
 
 
@@ -355,13 +358,17 @@ def container_of(pod):
 
 def ssh_volume_mount(pod, secret, directory):
     """The pod's SSH Secret volume, written to ``directory`` as the kubelet would (its
-    items, its mode) and mounted read-only where the pod mounts it: a podman option."""
+    items, its mode, root's in the pod's fsGroup) and mounted read-only where the pod
+    mounts it: a podman option."""
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == manifests.SSH_VOLUME)["secret"]
     mount = next(m for m in container_of(pod)["volumeMounts"] if m["name"] == manifests.SSH_VOLUME)
-    directory.mkdir(mode=0o700)
+    fs_group = pod["spec"]["securityContext"]["fsGroup"]
+    directory.mkdir(mode=0o750)
+    os.chown(directory, 0, fs_group)
     for item in volume["items"]:
         path = directory / item["path"]
         path.write_text(secret["stringData"][item["key"]])
+        os.chown(path, 0, fs_group)
         path.chmod(volume["defaultMode"])
     return f"--mount=type=bind,source={directory},destination={mount['mountPath']},ro=true"
 
@@ -397,8 +404,9 @@ def test_ranks_on_two_hosts_over_ssh(containers, two_hosts, workdir):
     hosts = f"{WORKER_ADDRESS}:1,{CHIEF_ADDRESS}:1"
     train = horovodrun(hosts, 2, ["--epochs", "2", "--checkpoint-dir", CHECKPOINT_MOUNT],
                        ["-p", str(SSHD_PORT), "--network-interface", POD_INTERFACE])
-    command = ["/bin/sh", "-c", 'ssh -p "$1" "$2" true && shift 2 && exec "$@"', "chief",
-               str(SSHD_PORT), WORKER_ADDRESS, *train]
+    # The chief's ssh first on PATH, as chief.sh puts it: it names the job's config file.
+    command = ["/bin/sh", "-c", manifests.SSH_WRAPPER_SCRIPT + 'ssh -p "$1" "$2" true && shift 2 && exec "$@"',
+               "chief", str(SSHD_PORT), WORKER_ADDRESS, *train]
     result = containers.run(
         "chief",
         [*two_hosts.container_options("chief"), ssh_volume_mount(chief_pod, secret, workdir / "chief-ssh")],

@@ -4,14 +4,15 @@ sshd of the training image, without Kubernetes.
 horovodrun 0.28.1 runs ``ssh -o PasswordAuthentication=no -o StrictHostKeyChecking=no
 HOST -p PORT ...`` (horovod/runner/util/remote.py) for its checks, its task servers and
 every rank on another host, elastic replacements included; an option on ssh's command
-line beats the chief's ~/.ssh/config. Here a worker container runs the worker pod's own
+line beats the chief's ssh config file. Here a worker container runs the worker pod's own
 sshd script with the job's authorized key but ANOTHER job's host key (an impostor that
 would let the job in), beside a genuine worker. The chief container gets the job's
-~/.ssh files as the chief pod mounts them and runs horovod's own ssh command line, as
+SSH files as the chief pod mounts them and runs horovod's own ssh command line, as
 horovod builds it, before and after the chief script's ssh set-up
 (``manifests.SSH_WRAPPER_SCRIPT``, which chief.sh runs before anything else).
 """
 
+import os
 import shutil
 import uuid
 
@@ -96,12 +97,15 @@ def containers(image):
 
 
 def secret_files(directory, secret, files, mount_path):
-    """Files of the job's SSH Secret written as the kubelet writes a Secret volume (mode
-    manifests.SECRET_MODE), as a read-only podman mount at the pod's path."""
-    directory.mkdir(mode=0o700)
+    """Files of the job's SSH Secret written as the kubelet writes a Secret volume of a pod
+    with fsGroup (root's, in the job user's group, mode manifests.SECRET_MODE), as a
+    read-only podman mount at the pod's path."""
+    directory.mkdir(mode=0o750)
+    os.chown(directory, 0, names.JOB_USER_UID)
     for name in files:
         path = directory / name
         path.write_text(secret["stringData"][name])
+        os.chown(path, 0, names.JOB_USER_UID)
         path.chmod(manifests.SECRET_MODE)
     return f"--mount=type=bind,source={directory},destination={mount_path},ro=true"
 
@@ -115,7 +119,6 @@ def test_the_images_sshd_accepts_the_worker_s_options(containers):
     an option this OpenSSH does not know would stop every worker at start."""
     result, _ = containers("options", ["--network=none"], ["/bin/sh", "-c", f"""set -eu
 ssh-keygen -q -t ed25519 -N '' -f /tmp/host_key
-mkdir -p /run/sshd
 /usr/sbin/sshd -t -f /dev/null -p {CHECKED_PORT} -h /tmp/host_key -o AuthorizedKeysFile=/tmp/authorized_keys \\
     {" ".join(f"-o {option}" for option in manifests.SSHD_OPTIONS)}
 echo options-accepted"""])
@@ -144,10 +147,15 @@ def test_horovods_ssh_reaches_an_impostor_without_the_chiefs_ssh_and_never_with_
         # horovodrun runs it with `sh -c` (subprocess, shell=True), so PATH picks the ssh.
         return f'sh -c "$({HOROVOD_SSH.format(port=port)})" 2>&1; echo "{label}=$?"'
 
+    config = f"{names.SSH_CLIENT_DIR}/{manifests.CLIENT_CONFIG_FILE}"
     script = "\n".join([
         WAIT_FOR_PORTS.format(timeout=SSHD_READY_TIMEOUT_S, ports=f"{IMPOSTOR_PORT}, {GENUINE_PORT}"),
         'echo "ssh command: $(' + HOROVOD_SSH.format(port=IMPOSTOR_PORT) + ')"',
-        horovod_ssh(IMPOSTOR_PORT, "before-impostor"),
+        # The job's config file alone, strict checking and all, as ssh reads it with -F.
+        "mkdir /tmp/config-only",
+        f"printf '#!/bin/sh\\nexec /usr/bin/ssh -F {config} \"$@\"\\n' > /tmp/config-only/ssh",
+        "chmod +x /tmp/config-only/ssh",
+        "(PATH=/tmp/config-only:$PATH; " + horovod_ssh(IMPOSTOR_PORT, "before-impostor") + ")",
         "set -eu",  # as in chief.sh
         manifests.SSH_WRAPPER_SCRIPT,
         "set +eu",
@@ -157,7 +165,8 @@ def test_horovods_ssh_reaches_an_impostor_without_the_chiefs_ssh_and_never_with_
     ])
     result, _ = containers(
         "chief", [f"--network=container:{impostor_name}",
-                  secret_files(tmp_path / "chief", secret, [manifests.CLIENT_KEY_FILE, "known_hosts", "config"],
+                  secret_files(tmp_path / "chief", secret, [manifests.CLIENT_KEY_FILE, manifests.KNOWN_HOSTS_FILE,
+                                                          manifests.CLIENT_CONFIG_FILE],
                                names.SSH_CLIENT_DIR)],
         ["/bin/sh", "-c", script])
     output = result.stdout + result.stderr

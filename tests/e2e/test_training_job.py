@@ -1,5 +1,6 @@
 """End to end: real Horovod training across pods over SSH, through the manager pod."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -7,6 +8,7 @@ import sys
 
 import pytest
 
+from distributetrain.core import names
 from jobharness import REPO, node_pool, script_volume
 from polling import poll_until
 
@@ -63,6 +65,7 @@ def test_pvc_for_script_data_and_checkpoints_keeps_the_checkpoint(cluster, api_c
         subprocess.run([sys.executable, str(REPO / "base_image" / "make_dataset.py"), "--output-dir",
                         str(volume / "data"), "--train-samples", "1024", "--test-samples", "256"], check=True)
         (volume / "checkpoints").mkdir()
+        os.chown(volume / "checkpoints", names.JOB_USER_UID, names.JOB_USER_UID)  # the job's user writes there
         args = training_args(pool, f"--pvc={claim}:/train", "--filename=/train/train.py", "--delete-chief",
                              script_args=("--epochs=2", "--data-dir=/train/data",
                                           "--checkpoint-dir=/train/checkpoints"))

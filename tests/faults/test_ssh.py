@@ -1,5 +1,5 @@
-"""SSH: fresh keys per job, private key only in the chief and only for root, keys only
-(no passwords), and another job's pod cannot log into this job's workers."""
+"""SSH: fresh keys per job, private key only in the chief and only for the job's user, keys
+only (no passwords), and another job's pod cannot log into this job's workers."""
 
 import base64
 import subprocess
@@ -11,15 +11,17 @@ from jobharness import HOLD_UNTIL_RELEASED, REPO, SCRIPTS, job_args, node_pool, 
 
 pytestmark = pytest.mark.cluster
 
+BASE_IMAGE_USER = "distributetrain"  # uid 1000 of base_image/Dockerfile: the one user its sshd logs in
+
 # Each rank reports what it can see of the SSH keys where it runs, then holds until the
 # test releases it.
 KEY_PROBE = HOLD_UNTIL_RELEASED + """\
 import os, stat
 rank = os.environ.get("HOROVOD_RANK")
-for path in ("/root/.ssh/id_ed25519", "/etc/distributetrain/ssh/ssh_host_ed25519_key"):
+for path in ("/etc/distributetrain/ssh-client/id_ed25519", "/etc/distributetrain/ssh/ssh_host_ed25519_key"):
     try:
         st = os.stat(path)
-        print(f"rank={rank} {path} mode={oct(stat.S_IMODE(st.st_mode))} uid={st.st_uid}", flush=True)
+        print(f"rank={rank} {path} mode={oct(stat.S_IMODE(st.st_mode))} uid={st.st_uid} gid={st.st_gid}", flush=True)
     except FileNotFoundError:
         print(f"rank={rank} {path} absent", flush=True)
 hold_until_released()
@@ -31,7 +33,8 @@ def secret_data(jobs, name):
     return {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
 
 
-def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api_client, namespace, jobs, tmp_path):
+def test_keys_fresh_private_only_for_the_job_user_in_the_chief_never_logged(cluster, api_client, namespace, jobs,
+                                                                          tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1, "c": 1, "d": 1}) as pool, \
             script_volume(api_client, namespace, {**SCRIPTS, "probe.py": KEY_PROBE}, tmp_path) as claim:
         for job in ("one", "two"):
@@ -54,10 +57,11 @@ def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api
         while "rank=1" not in chief_log and time.monotonic() < deadline:
             chief_log = jobs.logs("one-chief")
             time.sleep(0.5)
-        assert "rank=0 /root/.ssh/id_ed25519 mode=0o400 uid=0" in chief_log  # the chief: root-only
-        assert "rank=1 /root/.ssh/id_ed25519 absent" in chief_log  # the worker has no client key
+        # In the chief only, root's and readable by the job user's group alone (fsGroup 1000).
+        assert "rank=0 /etc/distributetrain/ssh-client/id_ed25519 mode=0o440 uid=0 gid=1000" in chief_log
+        assert "rank=1 /etc/distributetrain/ssh-client/id_ed25519 absent" in chief_log  # no client key on workers
         assert "rank=0 /etc/distributetrain/ssh/ssh_host_ed25519_key absent" in chief_log
-        assert "rank=1 /etc/distributetrain/ssh/ssh_host_ed25519_key mode=0o400 uid=0" in chief_log
+        assert "rank=1 /etc/distributetrain/ssh/ssh_host_ed25519_key mode=0o440 uid=0 gid=1000" in chief_log
 
         # Another job's key cannot log into this job's worker; neither can a password.
         worker_ip = jobs.pod("one-worker-0")["status"]["podIP"]
@@ -65,7 +69,7 @@ def test_keys_fresh_private_only_for_root_in_the_chief_never_logged(cluster, api
         intruder.write_text(two["id_ed25519"])
         intruder.chmod(0o600)
         common = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
-                  "-o", "ConnectTimeout=5", "-p", "12345", f"root@{worker_ip}", "true"]
+                  "-o", "ConnectTimeout=5", "-p", "12345", f"{BASE_IMAGE_USER}@{worker_ip}", "true"]
         other_job = subprocess.run(["ssh", "-i", str(intruder), "-o", "IdentitiesOnly=yes", *common],
                                    capture_output=True, text=True)
         assert other_job.returncode == 255 and "Permission denied (publickey)" in other_job.stderr

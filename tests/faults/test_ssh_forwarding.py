@@ -46,7 +46,7 @@ def test_port_forwards_through_a_worker_are_refused(cluster, api_client, namespa
         ssh = ["ssh", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
                "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
                "-p", str(SSH_PORT)]
-        target = f"root@{worker_ip}"
+        target = f"distributetrain@{worker_ip}"  # base_image/Dockerfile's uid 1000: the one user its sshd logs in
 
         # The key is good: a plain command runs (so every refusal below is the forward's).
         allowed = subprocess.run([*ssh, target, "true"], capture_output=True, text=True, timeout=FORWARD_TIMEOUT_S)

@@ -1,8 +1,8 @@
 """The job's processes run from the images users deploy, not from this machine.
 
 Found on the host by their command lines while a job runs: the manager's Python runs
-as uid 65532 in the manager image, the workers' sshd and the chief's horovodrun in the
-base image, each in a root filesystem of its own (not the host's, not the checkout).
+as uid 65532 in the manager image, the workers' sshd and the chief's horovodrun as uid 1000
+in the base image, each in a root filesystem of its own (not the host's, not the checkout).
 """
 
 import os
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from distributetrain.core import names
 from jobharness import SCRIPTS, job_args, node_pool, release_ranks, script_volume
 from polling import poll_until
 
@@ -69,7 +70,7 @@ def test_manager_workers_and_chief_run_from_their_images(cluster, api_client, na
             assert (root / "opt/distributetrain/train.py").exists()  # the base image's files
             assert not (root / str(Path(__file__).resolve().parents[2]).lstrip("/")).exists()
         assert os.readlink(f"/proc/{sshd}/exe") == "/usr/sbin/sshd"
-        assert uid_of(sshd) == 0 and uid_of(horovodrun) == 0
+        assert uid_of(sshd) == uid_of(horovodrun) == names.JOB_USER_UID
         release_ranks(tmp_path)
         assert jobs.exit_code("imaged") == 0, jobs.logs("imaged")
         assert "running as uid 65532" in jobs.logs("imaged")

@@ -25,6 +25,8 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--port", "70000"], "--port"),
         (["--num-gpus", "2", "--port", "0"], "--port"),
         (["--num-gpus", "2", "--port", "22", "--host-network", "true"], "--port"),
+        (["--num-gpus", "2", "--port", "80"], "--port"),  # sshd runs as a non-root user
+        (["--num-gpus", "2", "--mesh-injection", "maybe"], "--mesh-injection"),
         (["--num-gpus", "2", "--host-network", "maybe"], "--host-network"),
         (["--num-gpus", "2", "--image", "Bad Image"], "--image"),
         (["--num-gpus", "2", "--image", "reg/base:"], "--image"),

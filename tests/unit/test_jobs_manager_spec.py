@@ -27,6 +27,10 @@ PORTS = [{"name": "discovery", "containerPort": 8470, "protocol": "TCP"}]
 MANAGER_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true",
                        "sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+# PodSecurity `restricted`, as the manager image's own user.
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def submitted(argv):
@@ -76,6 +80,7 @@ def test_submit_creates_a_pod_like_manager_yaml():
             "serviceAccountName": "distributetrain-manager",
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 60,
+            "securityContext": POD_SECURITY,
             "containers": [{
                 "name": "manager",
                 "image": "distributetrain/manager:0.1.0",
@@ -86,6 +91,7 @@ def test_submit_creates_a_pod_like_manager_yaml():
                 "env": DOWNWARD_ENV,
             "ports": PORTS,
                 "resources": RESOURCES,
+                "securityContext": CONTAINER_SECURITY,
             }],
         },
     }
@@ -96,6 +102,7 @@ def test_submit_as_job():
         "serviceAccountName": "trainer",
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 60,
+        "securityContext": POD_SECURITY,
         "containers": [{
             "name": "manager",
             "image": "reg.example.com/manager:2",
@@ -105,6 +112,7 @@ def test_submit_as_job():
             "env": DOWNWARD_ENV,
             "ports": PORTS,
             "resources": RESOURCES,
+            "securityContext": CONTAINER_SECURITY,
         }],
         "nodeSelector": {"pool": "cpu", "zone": "z"},
     }
@@ -139,7 +147,8 @@ def test_every_job_flag_reaches_the_manager_unchanged():
              "--wait-for-gpus", "500ms", "--ssh-attempts", "5", "--delete-chief", "--allow-shared-gpus", "--max-restarts", "2",
              "--queue", "team-a", "--priority-class", "high", "--lock-namespace", "locks",
              "--service-account", "trainer", "--cpu-per-gpu", "1500m", "--memory-per-gpu", "20G",
-             "--shm-size", "3Gi", "--topology", "topology.kubernetes.io/zone,example.com/rack!"]
+             "--shm-size", "3Gi", "--topology", "topology.kubernetes.io/zone,example.com/rack!",
+             "--mesh-injection", "true"]
     script_args = ["--epochs", "2", "--", "-x", "with space"]
     args = cli.build_parser().parse_args(["submit", *flags, "--namespace", "ml", "--name", "demo"])
     settings, _ = commands.submission(args, script_args)

@@ -19,6 +19,15 @@ NODE_LOST = [{"key": f"node.kubernetes.io/{why}", "operator": "Exists", "effect"
              for why in ("not-ready", "unreachable")]
 
 
+# PodSecurity `restricted`: the job's non-root user (base_image/Dockerfile makes it), whose
+# group reads the SSH files; no capability, no escalation, the runtime's seccomp profile.
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# No mesh sidecar unless --mesh-injection: SSH and Gloo between pod IPs are not mesh traffic.
+NO_MESH = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
+
+
 def labels(role, **extra):
     return {"app.kubernetes.io/name": "distributetrain", "app.kubernetes.io/managed-by": "distributetrain",
             "distributetrain.io/job": "demo", "distributetrain.io/role": role,
@@ -58,11 +67,12 @@ def test_worker():
             "namespace": "ml",
             "labels": labels("worker", **{"distributetrain.io/worker-index": "0"}),
             "ownerReferences": OWNER,
-            "annotations": {"distributetrain.io/gpus": "5", **NO_DISRUPTION},
+            "annotations": {"distributetrain.io/gpus": "5", **NO_DISRUPTION, **NO_MESH},
         },
         "spec": {
             "restartPolicy": "Never",
             "affinity": pinned("gpu-a"),
+            "securityContext": POD_SECURITY,
             "containers": [{
                 "name": "worker",
                 "image": "reg.example.com/base:1",
@@ -75,10 +85,12 @@ def test_worker():
                 "readinessProbe": {"tcpSocket": {"port": 12345}, "periodSeconds": 1, "failureThreshold": 3},
                 "resources": {"requests": {"cpu": "10", "memory": "40Gi"},
                               "limits": {"nvidia.com/gpu": "5", "memory": "40Gi"}},
+                "securityContext": CONTAINER_SECURITY,
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True},
                                  {"name": "dshm", "mountPath": "/dev/shm"}],
             }],
-            "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o400, "items": [
+            "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o440, "items": [
                 {"key": "authorized_keys", "path": "authorized_keys"},
                 {"key": "ssh_host_ed25519_key", "path": "ssh_host_ed25519_key"}]}},
                 {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "40Gi"}}],
@@ -96,10 +108,11 @@ def test_chief():
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "demo-chief", "namespace": "ml", "labels": labels("chief"), "ownerReferences": OWNER,
-                     "annotations": {"distributetrain.io/gpus": "1", **NO_DISRUPTION}},
+                     "annotations": {"distributetrain.io/gpus": "1", **NO_DISRUPTION, **NO_MESH}},
         "spec": {
             "restartPolicy": "Never",
             "affinity": pinned("gpu-c"),
+            "securityContext": POD_SECURITY,
             "containers": [{
                 "name": "chief",
                 "image": "reg.example.com/base:1",
@@ -118,10 +131,12 @@ def test_chief():
                 ],
                 "resources": {"requests": {"cpu": "2", "memory": "8Gi"},
                               "limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}},
-                "volumeMounts": [{"name": "ssh", "mountPath": "/root/.ssh", "readOnly": True},
+                "securityContext": CONTAINER_SECURITY,
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh-client", "readOnly": True},
                                  {"name": "dshm", "mountPath": "/dev/shm"}],
             }],
-            "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o400, "items": [
+            "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o440, "items": [
                 {"key": "id_ed25519", "path": "id_ed25519"}, {"key": "known_hosts", "path": "known_hosts"},
                 {"key": "config", "path": "config"}]}},
                 {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}],
@@ -150,7 +165,8 @@ def test_the_chief_puts_its_strict_ssh_first_on_path_before_any_ssh():
     # tests/e2e/test_ssh_host_keys.py proves what the script does, with the real ssh and sshd.
     script = manifests.CHIEF_SCRIPT
     assert script.index(manifests.SSH_WRAPPER_SCRIPT) < min(script.index("until ssh "), script.index("exec horovodrun"))
-    assert 'exec \'$real_ssh\' -o StrictHostKeyChecking=yes "\\$@"' in manifests.SSH_WRAPPER_SCRIPT
+    assert ('exec \'$real_ssh\' -F /etc/distributetrain/ssh-client/config -o StrictHostKeyChecking=yes "\\$@"'
+            in manifests.SSH_WRAPPER_SCRIPT)
 
 
 def test_host_network_declares_the_host_port():
@@ -275,4 +291,19 @@ def test_every_job_pod_queued_or_not_keeps_its_node_from_consolidation():
     for plan in ([("gpu-a", 2), ("gpu-b", 1)], queued_plan):
         _, *pods = manifests.job_objects(SETTINGS.replace(num_gpus=3), plan, KEYS, attempt=2)
         assert [pod["metadata"]["annotations"] for pod in pods] == [
-            {"distributetrain.io/gpus": "2", **NO_DISRUPTION}, {"distributetrain.io/gpus": "1", **NO_DISRUPTION}]
+            {"distributetrain.io/gpus": "2", **NO_DISRUPTION, **NO_MESH},
+            {"distributetrain.io/gpus": "1", **NO_DISRUPTION, **NO_MESH}]
+
+
+def test_mesh_injection_is_opt_in():
+    for settings, expected in ((SETTINGS, NO_MESH), (SETTINGS.replace(mesh_injection=True), {})):
+        for pod in manifests.job_objects(settings, [("a", 1), ("b", 1)], KEYS)[1:]:
+            assert pod["metadata"]["annotations"] == {"distributetrain.io/gpus": "1", **NO_DISRUPTION, **expected}
+
+
+def test_job_pods_run_as_the_job_user_with_its_ssh_files_readable_by_it_alone():
+    for pod in manifests.job_objects(SETTINGS.replace(host_network=True, port=23456), [("a", 1), ("b", 1)], KEYS)[1:]:
+        assert pod["spec"]["securityContext"] == POD_SECURITY
+        assert pod["spec"]["containers"][0]["securityContext"] == CONTAINER_SECURITY
+        ssh = next(v for v in pod["spec"]["volumes"] if v["name"] == "ssh")
+        assert ssh["secret"]["defaultMode"] & 0o077 == 0o040  # the user's group reads, no one else

@@ -14,7 +14,7 @@ import string
 from dataclasses import dataclass
 
 from distributetrain.cli import jobflags
-from distributetrain.core import jobspec, names, podgroup
+from distributetrain.core import jobspec, manifests, names, podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import discovery
 
@@ -23,6 +23,8 @@ DEFAULT_MANAGER_SERVICE_ACCOUNT = "distributetrain-manager"  # rbac/serviceaccou
 DEFAULT_JOB_TTL_S = 24 * 3600  # a finished Job (and so its chief's logs) stays a day
 MANAGER_CONTAINER = "manager"
 MANAGER_COMMAND = "manager.sh"  # manager_image/manager.sh: pre-training, then post-training
+# manager_image/Dockerfile's USER: the manager passes PodSecurity `restricted` like job pods.
+MANAGER_UID = 65532
 MANAGER_TERMINATION_GRACE_S = 60  # teardown on deletion needs a few seconds of API calls
 MANAGER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 QUEUED_MANAGER_REQUESTS = {"cpu": "0", "memory": "0"}  # see in_queue
@@ -31,8 +33,7 @@ QUEUED_MANAGER_REQUESTS = {"cpu": "0", "memory": "0"}  # see in_queue
 # consolidate its node (docs/manager-pdb.yaml covers kubectl drain).
 # And no service mesh injects a sidecar into it: rbac/manager-admission-policy.yaml admits
 # the manager's ServiceAccount with one container, the manager's.
-MANAGER_ANNOTATIONS = {**names.NO_DISRUPTION_ANNOTATIONS, "sidecar.istio.io/inject": "false",
-                       "linkerd.io/inject": "disabled"}
+MANAGER_ANNOTATIONS = {**names.NO_DISRUPTION_ANNOTATIONS, **manifests.MESH_OPT_OUT_ANNOTATIONS}
 # The Job controller names its pod "<job>-<5 random characters>", and that pod's name is
 # the job name the manager uses: it must stay within names.MAX_JOB_NAME_LENGTH.
 JOB_POD_SUFFIX_CHARS = 6
@@ -73,6 +74,7 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
         # The manager's exit code is the job's outcome: never restart it.
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": MANAGER_TERMINATION_GRACE_S,
+        "securityContext": manifests.pod_security_context(MANAGER_UID),
         "containers": [
             {
                 "name": MANAGER_CONTAINER,
@@ -89,6 +91,7 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
                 ],
                 "ports": [{"name": "discovery", "containerPort": discovery.DISCOVERY_PORT, "protocol": "TCP"}],
                 "resources": {kind: dict(amounts) for kind, amounts in MANAGER_RESOURCES.items()},
+                "securityContext": manifests.container_security_context(),
             }
         ],
     }

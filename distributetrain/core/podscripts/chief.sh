@@ -2,7 +2,8 @@
 # every worker (horovodrun's own failure is opaque), then horovodrun; elastic jobs
 # (DT_MIN_PROCS set) give horovodrun the same discovery script.
 set -eu
-# First: every ssh from here on, horovodrun's included, checks the job's host key.
+@JOB_USER_CHECK@
+# Then: every ssh from here on, horovodrun's included, checks the job's host key.
 @SSH_WRAPPER@
 # Created with the workers, so its GPUs are held from the start (a multi-GB image pull
 # included): the workers' addresses come from the manager once all are Ready.
