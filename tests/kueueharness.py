@@ -1,5 +1,5 @@
 """Kueue for tests that queue jobs: Kueue running, a queue of GPUs for one test, the
-Kueue objects of the job's attempts, and rbac/kueue/ applied as the README tells a
+Kueue objects of the job's attempts, and rbac/kueue/ applied as docs/kueue.md tells a
 Kueue user.
 
 Every queue is a ClusterQueue of its own (StrictFIFO, covering cpu, memory and the GPUs)

@@ -5,7 +5,7 @@ manager's arguments that ``submit`` writes (``to_args``), and the JSON form the 
 records on its own pod (``to_json``, ``from_json``), which ``status`` and ``list`` read.
 Defaults live in ``JobSettings`` alone; a flag's default text is that value formatted
 back. Adding a flag is one entry here and its field in ``JobSettings`` (tests hold the
-two, and the README's flag table, together).
+two, and the flag table of docs/flags.md, together).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Field:
     flag: str = ""  # "": none (set from the manager pod's environment, or after `--`)
     parse: Callable[[str], Any] = str  # one flag value -> the field's value (or item); ValueError shows the valid form
     format: Callable[[Any], str] = str  # the value (or item) -> the text ``parse`` reads back
-    metavar: str | None = None  # as in the README's flag table
+    metavar: str | None = None  # as in the flag table of docs/flags.md
     help: str = ""
     default_help: str = ""  # a default that is no value of the field ("the manager's own"); empty text means it too
     repeat: bool = False  # repeatable: the value is the tuple of every given item
@@ -53,7 +53,7 @@ class Field:
 
     @property
     def default_text(self) -> str:
-        """The default as --help and the README say it ("" when there is none)."""
+        """The default as --help and docs/flags.md say it ("" when there is none)."""
         if self.default_help or self.switch or self.repeat or self.default in ("", None, NO_DEFAULT):
             return self.default_help
         return self.format(self.default)

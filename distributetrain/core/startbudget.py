@@ -1,6 +1,6 @@
 """How long an attempt may take to start, when starting slowly is progress.
 
-The rule (the README says it in one sentence): ``--worker-ready-timeout`` counts only the
+The rule (docs/exit-codes.md says it in one sentence): ``--worker-ready-timeout`` counts only the
 time in which some pod of the attempt is neither Ready nor in a slow start (pulling its
 image, awaiting a new node: ``startprogress``); each slow start has a bound of its own,
 ``--image-pull-timeout`` for a pull and ``--scale-up-timeout`` for a node, measured from

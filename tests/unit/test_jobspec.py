@@ -1,4 +1,4 @@
-"""The job's table: one entry per JobSettings field, one README row per flag, and settings
+"""The job's table: one entry per JobSettings field, one docs/flags.md row per flag, and settings
 that go through the manager's arguments and the stored JSON form unchanged."""
 
 import dataclasses
@@ -17,9 +17,9 @@ ROW = re.compile(r"^\| `(--[a-z-]+)(?: ([^`]+))?` \| ([^|]+) \|")
 
 
 def readme_flags() -> dict[str, tuple[str | None, str]]:
-    """The README's flag table: flag -> (metavar, default column)."""
-    text = (REPO / "README.md").read_text()
-    table = text[text.index("### Flags"):text.index("### Job pods")]
+    """The flag table of docs/flags.md: flag -> (metavar, default column)."""
+    text = (REPO / "docs" / "flags.md").read_text()
+    table = text[text.index("\n## Flags\n"):]
     rows = {}
     for line in table.splitlines():
         if match := ROW.match(line):
