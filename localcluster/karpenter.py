@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from localcluster import controllers
 from localcluster.nodeclaims import HostCapacity, InstanceError, kubelet_reservations
 
 NAMESPACE = "karpenter"  # SYSTEM_NAMESPACE: where Karpenter would run in a cluster
@@ -150,9 +151,9 @@ def release(api_client) -> list[str]:
         claims = []
     for claim in claims:
         name = claim["metadata"]["name"]
-        _ignore_gone(lambda: custom.delete_cluster_custom_object(API_GROUP, API_VERSION, "nodeclaims", name))
+        controllers.ignore_gone(lambda: custom.delete_cluster_custom_object(API_GROUP, API_VERSION, "nodeclaims", name))
         if claim["metadata"].get("finalizers"):
-            _ignore_gone(lambda: custom.patch_cluster_custom_object(API_GROUP, API_VERSION, "nodeclaims", name,
+            controllers.ignore_gone(lambda: custom.patch_cluster_custom_object(API_GROUP, API_VERSION, "nodeclaims", name,
                                                                     {"metadata": {"finalizers": None}}))
         released.append(f"nodeclaim/{name}")
     for node in core.list_node().items:
@@ -160,29 +161,12 @@ def release(api_client) -> list[str]:
         kept = [f for f in finalizers if not f.startswith(FINALIZER_PREFIX)]
         if len(kept) != len(finalizers):
             # A JSON patch: a strategic merge patch would merge the list, not replace it.
-            _ignore_gone(lambda: core.patch_node(node.metadata.name, [
+            controllers.ignore_gone(lambda: core.patch_node(node.metadata.name, [
                 {"op": "replace", "path": "/metadata/finalizers", "value": kept}]))
             released.append(f"node/{node.metadata.name}")
     return released
 
 
-def _ignore_gone(call) -> None:
-    from kubernetes import client
-
-    try:
-        call()
-    except client.ApiException as error:
-        if error.status != 404:
-            raise
-
-
 def ready() -> bool:
     """Karpenter's health endpoint answers /readyz with 200."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{HEALTH_PORT}/readyz", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+    return controllers.readyz(HEALTH_PORT)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from localcluster import netsetup
+from localcluster import controllers, netsetup
 
 WEBHOOK_PORT = 19443
 VISIBILITY_PORT = 18082  # not Kueue's default 8082: a host port this cluster claims
@@ -323,7 +323,7 @@ def release_finalizers(api_client) -> list[str]:
     for pod in core.list_pod_for_all_namespaces().items:
         kept = [f for f in pod.metadata.finalizers or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
         if len(kept) != len(pod.metadata.finalizers or ()):
-            _ignore_gone(lambda: core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+            controllers.ignore_gone(lambda: core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                                            {"metadata": {"finalizers": kept or None}}))
             released.append(f"pod/{pod.metadata.namespace}/{pod.metadata.name}")
     try:
@@ -336,30 +336,13 @@ def release_finalizers(api_client) -> list[str]:
         metadata = workload["metadata"]
         kept = [f for f in metadata.get("finalizers") or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
         if len(kept) != len(metadata.get("finalizers") or ()):
-            _ignore_gone(lambda: custom.patch_namespaced_custom_object(
+            controllers.ignore_gone(lambda: custom.patch_namespaced_custom_object(
                 API_GROUP, API_VERSION, metadata["namespace"], "workloads", metadata["name"],
                 {"metadata": {"finalizers": kept or None}}))
             released.append(f"workload/{metadata['namespace']}/{metadata['name']}")
     return released
 
 
-def _ignore_gone(call) -> None:
-    from kubernetes import client
-
-    try:
-        call()
-    except client.ApiException as error:
-        if error.status != 404:
-            raise
-
-
 def ready() -> bool:
     """Kueue's health endpoint answers /readyz with 200."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{HEALTH_PORT}/readyz", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+    return controllers.readyz(HEALTH_PORT)
