@@ -113,6 +113,11 @@ class JobSettings:
     # rank of the job at most (``gpusharing``): Horovod pins one device per local rank.
     # True (--allow-shared-gpus): any share there, for scripts that place ranks themselves.
     allow_shared_gpus: bool = False
+    # GPUs of the nodes the cluster's autoscaler adds (--scale-up-node-gpus). With
+    # --wait-for-gpus, what free GPUs cannot hold becomes Pending pods of this size at
+    # most, one per new node, which make the cluster grow (``core.scaleup``). 0: the job
+    # waits for GPUs to free up, as without an autoscaler.
+    scale_up_node_gpus: int = 0
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:
