@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from distributetrain.core import names, placement
+from distributetrain.core import inventory, names, placement, podstate
 from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 
@@ -67,3 +67,10 @@ def awaits_new_node(pod: Mapping) -> bool:
     """Whether a job pod was made for a node the cluster adds (``manifests.awaiting_new_node``)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     return annotations.get(names.ANNOTATION_AWAITS_NEW_NODE) == "true"
+
+
+def planned_node(pod: Mapping) -> str:
+    """A job pod's node in its attempt's plan: pinned or bound, else ``NEW_NODE`` for one
+    that waits for a node the cluster adds ("" for a queued pod, placed at admission)."""
+    node = inventory.pinned_node(pod.get("spec") or {}) or podstate.node(pod)
+    return node or (NEW_NODE if awaits_new_node(pod) else "")

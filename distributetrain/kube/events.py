@@ -42,6 +42,7 @@ WORKERS_READY = "WorkersReady"
 CHIEF_CREATED = "ChiefCreated"
 CHIEF_STARTED = "ChiefStarted"
 WAITING_FOR_GPUS = "WaitingForGPUs"
+NODES_ADDED = "NodesAdded"  # the cluster added nodes for the job's scale-up pods (``core.scaleup``)
 RELEASED = "Released"
 RESTARTING = "Restarting"
 RESIZED = "Resized"  # an elastic job lost or gained GPUs
@@ -59,6 +60,7 @@ KINDS = {
     CHIEF_CREATED: (NORMAL, "Create"),
     CHIEF_STARTED: (NORMAL, "Wait"),
     WAITING_FOR_GPUS: (WARNING, "Plan"),
+    NODES_ADDED: (NORMAL, "Wait"),
     RELEASED: (WARNING, "Release"),
     RESTARTING: (WARNING, "Restart"),
     RESIZED: (NORMAL, "Resize"),

@@ -1,0 +1,72 @@
+"""Waiting for the nodes the cluster adds for an attempt's scale-up pods (``core.scaleup``).
+
+An attempt whose plan has shares on new nodes has created Pending pods that no running
+node holds: the cluster's autoscaler adds a node for each, which takes minutes (a cloud
+GPU node boots, joins, pulls). That is the job waiting for GPUs, so it is bounded by
+``--wait-for-gpus``, not by ``--worker-ready-timeout``, whose clock then starts on pods
+that have their nodes. Once every pod is bound (to a new node, or to a running one whose
+GPUs freed up meanwhile) the plan is recorded with the nodes' names and the attempt
+starts as any other. A job that gives up exits 69 with what its pods last said (the
+scheduler's message: no node fits); its teardown deletes every pod, so the autoscaler adds
+nothing more, and the nodes it added for them empty out and go back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distributetrain.core import errors, exitcodes, podstate, scaleup
+from distributetrain.core.placement import Plan, format_plan
+from distributetrain.kube import events, waits
+from distributetrain.kube.client import Kube
+from distributetrain.manager.run import Run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodesAdded:
+    """Every pod of the attempt bound to a node: the plan with each share's node named."""
+
+    plan: Plan
+
+
+def all_bound(chief: str, workers: list[str], shares: list[int]) -> waits.Judge:
+    """Done when every pod of the attempt has its node; lost when one ends or vanishes first."""
+
+    def judge(pods: Mapping[str, dict]) -> NodesAdded | waits.PodLost | None:
+        names = [*workers, chief]
+        for name in names:
+            if found := waits.lost(name, pods.get(name)):
+                return found
+        if all(podstate.node(pods[name]) for name in names):
+            return NodesAdded([(podstate.node(pods[name]), share) for name, share in zip(names, shares)])
+        return None
+
+    return judge
+
+
+def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: list[str]) -> Plan:
+    """The attempt's plan once the cluster has added nodes for its scale-up pods; raise
+    ``JobFailed`` (69) when ``--wait-for-gpus`` runs out first, ``PodLost`` when a pod is lost."""
+    settings = run.settings
+    added = scaleup.new_node_shares(plan)
+    log.info("job %s: waiting up to %.0fs (--wait-for-gpus) for the cluster to add %d nodes for %s",
+             settings.job_name, max(0.0, run.gpus_until - time.monotonic()), added, format_plan(plan))
+    run.reporter.phase("WaitingForNodes")
+    pods = waits.job_pods(kube, settings.namespace, settings.selector)
+    outcome = waits.watch_job(pods, all_bound(chief, workers, [share for _, share in plan]),
+                              min(run.gpus_until, run.deadline), [*workers, chief])
+    if isinstance(outcome, waits.PodLost):
+        raise outcome.error(" while the cluster added nodes")
+    if isinstance(outcome, waits.TimedOut):
+        raise errors.JobFailed(
+            f"the cluster did not add the {added} nodes the job's pods wait for within --wait-for-gpus "
+            f"({settings.wait_for_gpus_s:.0f}s): " + "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items()),
+            exitcodes.INSUFFICIENT_GPUS)
+    run.reporter.events.record(events.NODES_ADDED, f"the job's pods have their nodes: {format_plan(outcome.plan)}")
+    run.reporter.planned(outcome.plan)
+    return outcome.plan
