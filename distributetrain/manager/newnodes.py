@@ -22,6 +22,7 @@ from distributetrain.core import errors, exitcodes, podstate, scaleup
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
+from distributetrain.kube.informer import Informer
 from distributetrain.manager.run import Run
 
 log = logging.getLogger(__name__)
@@ -63,10 +64,19 @@ def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: li
     if isinstance(outcome, waits.PodLost):
         raise outcome.error(" while the cluster added nodes")
     if isinstance(outcome, waits.TimedOut):
-        raise errors.JobFailed(
-            f"the cluster did not add the {added} nodes the job's pods wait for within --wait-for-gpus "
-            f"({settings.wait_for_gpus_s:.0f}s): " + "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items()),
-            exitcodes.INSUFFICIENT_GPUS)
+        raise errors.JobFailed(f"the cluster did not add the {added} nodes the job's pods wait for within "
+                               f"--wait-for-gpus ({settings.wait_for_gpus_s:.0f}s): {_why(run, pods, outcome)}",
+                               exitcodes.INSUFFICIENT_GPUS)
     run.reporter.events.record(events.NODES_ADDED, f"the job's pods have their nodes: {format_plan(outcome.plan)}")
     run.reporter.planned(outcome.plan)
     return outcome.plan
+
+
+def _why(run: Run, pods: Informer, late: waits.TimedOut) -> str:
+    """Each pod's own reason, and what the cluster's autoscaler said of it, if anything
+    (Karpenter's NodePool limits, no instance type that fits): passed through as said."""
+    uids = {name: (pod.get("metadata") or {}).get("uid", "") for name, pod in pods.store.items()
+            if name in late.waiting_for and not podstate.node(pod)}
+    said = run.reporter.events.autoscaler_says(run.settings.namespace, uids)
+    return "; ".join(f"{pod}: {why}" + (f" (autoscaler: {said[pod]})" if pod in said else "")
+                     for pod, why in late.waiting_for.items())

@@ -30,6 +30,10 @@ UNSCHEDULABLE = ("0/2 nodes are available: pod has unbound immediate PersistentV
 class FakeEventsApi:
     def __init__(self):
         self.created = []
+        self.others = {}  # pod name -> Events others recorded regarding it
+
+    def regarding(self, namespace, pod):
+        return self.others.get(pod, [])
 
     def create(self, event):
         self.created.append(event)
@@ -80,6 +84,7 @@ def story(monkeypatch, tmp_path):
             code = lifecycle.execute(kube, settings, phase)
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
 
+    run.events_api = api
     return run
 
 
@@ -441,12 +446,24 @@ def test_with_no_gpu_node_at_all_every_share_waits_for_a_new_node(story):
     assert ("NodesAdded", "Normal", "the job's pods have their nodes: new-1=8,new-2=4") in recorded
 
 
-def test_a_job_whose_nodes_never_come_gives_up_with_69_and_leaves_nothing(story):
+KARPENTER_LIMITS = ("Failed to schedule pod, incompatible with nodepool \"gpu\", all available instance types "
+                    "exceed limits for nodepool")
+
+
+def test_a_job_whose_nodes_never_come_gives_up_with_69_naming_why_and_leaves_nothing(story):
+    """Karpenter says why in an Event regarding the pod (its NodePool's limits): the job's
+    reason passes it through; the scheduler's own Event adds nothing to the pod's condition."""
+    story.events_api.others["demo-worker-0"] = [
+        {"reason": "FailedScheduling", "reportingController": "default-scheduler", "note": "0/0 nodes",
+         "eventTime": "2026-01-02T12:00:05.000000Z"},
+        {"reason": "FailedScheduling", "deprecatedSource": {"component": "karpenter"}, "note": KARPENTER_LIMITS,
+         "deprecatedLastTimestamp": "2026-01-02T12:00:01Z"}]
     code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED)]],
                                  settings=SCALE_UP.replace(wait_for_gpus_s=0.5), nodes=())
     assert code == 69
     assert recorded[-1][:2] == ("Failed", "Warning")
     assert ("the cluster did not add the 2 nodes the job's pods wait for within --wait-for-gpus (0s): "
-            f"demo-worker-0: not scheduled: {UNSCHEDULABLE}") in recorded[-1][2]
+            f"demo-worker-0: not scheduled: {UNSCHEDULABLE} (autoscaler: {KARPENTER_LIMITS}); "
+            "demo-chief: waiting for the scheduler") in recorded[-1][2]
     assert kube.pods == {} and kube.secrets == {}
     assert kube.writes("delete", "Pod") == ["demo-chief", "demo-worker-0"]
