@@ -88,13 +88,14 @@ def _held_back_by(limit: str | None, settings: JobSettings) -> tuple[str, str]:
 
 
 def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[str, int],
-                 settings: JobSettings) -> Plan:
-    """``plan`` on the free GPUs; short of them, where the job makes the cluster grow, the
-    rest on nodes the cluster adds (``scaleup``), so the booking creates their pods at once."""
+                 settings: JobSettings, may_wait: bool = True) -> Plan:
+    """``plan`` on the free GPUs; short of them, where the job makes the cluster grow and
+    ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``), so
+    the booking creates their pods at once."""
     try:
         return plan(free, settings.num_gpus)
     except placement.InsufficientGPUs:
-        if not scaleup.allowed(settings):
+        if not (scaleup.allowed(settings) and may_wait):
             raise
         return scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
 

@@ -208,7 +208,9 @@ class PreTraining:
     def _choose(self, ledger: GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
-        plan = booking.plan_or_grow(self.kind.plan, free, self.settings)
+        # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus).
+        may_wait = time.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
+        plan = booking.plan_or_grow(self.kind.plan, free, self.settings, may_wait)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
 

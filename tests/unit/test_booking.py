@@ -2,7 +2,7 @@
 
 import pytest
 
-from distributetrain.core import errors
+from distributetrain.core import errors, placement
 from distributetrain.manager import booking
 from fitnodes import JOB, TIME_SLICED, ledger_of, node
 
@@ -27,3 +27,19 @@ def test_a_job_that_fits_once_other_pods_leave_is_not_bad_input():
     booking.check_request(ledger_of([node("a", 4)], [busy]), JOB)
     booking.check_request(ledger_of([node("s", 8, labels=TIME_SLICED)], settings=JOB.replace(allow_shared_gpus=True)),
                           JOB)
+
+
+GROWS = JOB.replace(num_gpus=12, scale_up_node_gpus=8, wait_for_gpus_s=300.0)
+
+
+def test_a_job_that_makes_the_cluster_grow_is_bounded_by_no_running_node():
+    booking.check_request(ledger_of([], settings=GROWS), GROWS)  # scaled to zero: no GPU node at all
+    booking.check_request(ledger_of([node("a", 4)], settings=GROWS), GROWS)
+
+
+def test_short_of_gpus_the_rest_goes_on_new_nodes_while_the_job_may_wait():
+    assert booking.plan_or_grow(placement.plan, {"a": 4}, GROWS) == [("(new node)", 8), ("a", 4)]
+    assert booking.plan_or_grow(placement.plan, {"a": 8, "b": 4}, GROWS) == [("a", 8), ("b", 4)]
+    for settings, may_wait in ((GROWS, False), (GROWS.replace(scale_up_node_gpus=0), True)):
+        with pytest.raises(placement.InsufficientGPUs):
+            booking.plan_or_grow(placement.plan, {"a": 4}, settings, may_wait)
