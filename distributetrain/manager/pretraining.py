@@ -20,8 +20,7 @@ import contextlib
 import logging
 import time
 
-from distributetrain.core import envsecrets, errors, exitcodes, manifests, podgroup, podstate, scaleup
-from distributetrain.core.inventory import GpuLedger
+from distributetrain.core import envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate, scaleup
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -205,7 +204,7 @@ class PreTraining:
                     watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
 
-    def _choose(self, ledger: GpuLedger) -> Plan:
+    def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
         # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus).

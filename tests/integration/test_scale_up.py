@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import exitcodes
+from distributetrain.core.placement import parse_plan
 from jobharness import SCRIPTS, TEST_NODE_LABEL, job_args, node_pool, script_volume
 from localcluster import binaries, karpenter, nodeclaims
 from polling import poll_until
@@ -32,6 +33,7 @@ INSTANCE_TYPE = "gpu-8x"
 BOOT_DELAY = "5s"  # the NodeClass's nodeRegistrationDelay: a cloud GPU node's minutes, in seconds
 # gpu-8x has 1900m CPU and 16Gi allocatable: an 8-GPU pod must fit it.
 SIZING = ("--cpu-per-gpu=100m", "--memory-per-gpu=512Mi")
+CLAIMS_TIMEOUT_S = 120  # the manager's start and plan, then Karpenter's batching of pending pods (1-10 s)
 JOB_FINISH_TIMEOUT_S = 420  # two nodes booted and registered, the job, its teardown
 # consolidateAfter, Karpenter's 10 s disruption passes and its 15 s validation, the node's stop
 CONSOLIDATED_TIMEOUT_S = 240
@@ -124,10 +126,17 @@ def job_pods_of(jobs, name: str) -> dict[str, dict]:
             and pod != name}
 
 
-def nodes_of_shares(jobs, name: str) -> dict[int, str]:
-    """GPUs of each of the job's pods -> its node (once they run)."""
-    return {int(p["metadata"]["annotations"]["distributetrain.io/gpus"]): p["spec"].get("nodeName", "")
-            for p in job_pods_of(jobs, name).values()}
+def recorded_plan(jobs, name: str) -> list[tuple[str, int]]:
+    """The plan on the manager pod: with the added nodes' names once its pods were bound."""
+    return parse_plan(jobs.pod(name)["metadata"]["annotations"].get("distributetrain.io/plan", ""))
+
+
+def launched_claims(custom: client.CustomObjectsApi, pool: str, count: int) -> set[str]:
+    def launched():
+        names = {c["metadata"]["name"] for c in claims_of(custom, pool) if c.get("status", {}).get("providerID")}
+        return names if len(names) >= count else None
+
+    return poll_until(launched, CLAIMS_TIMEOUT_S, f"{count} NodeClaims of NodePool {pool} launched")
 
 
 def test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after(karpenter_running, api_client, namespace,
@@ -137,14 +146,14 @@ def test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after(karpente
             karpenter_pool(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=16) as karpenter_nodes, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("grows", scale_up_args(pool, claim, namespace, "5m"))
-        running = jobs.wait_for("grows-worker-0", lambda p: p["status"].get("phase") == "Running",
-                                JOB_FINISH_TIMEOUT_S)
-        shares = nodes_of_shares(jobs, "grows")
-        claimed = {claim["metadata"]["name"] for claim in claims_of(custom, karpenter_nodes)}
-        assert sorted(shares) == [4, 8] and set(shares.values()) == claimed and len(claimed) == 2, (shares, claimed)
-        assert running["metadata"]["annotations"]["distributetrain.io/awaits-new-node"] == "true"
+        worker = jobs.wait_for("grows-worker-0", lambda p: True, 120)
+        assert worker["metadata"]["annotations"]["distributetrain.io/awaits-new-node"] == "true"
+        claimed = launched_claims(custom, karpenter_nodes, 2)
         assert jobs.exit_code("grows", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.logs("grows")
         assert "(new node)=8,(new node)=4" in jobs.logs("grows")
+        plan = recorded_plan(jobs, "grows")
+        assert sorted(share for _, share in plan) == [4, 8] and {node for node, _ in plan} == claimed, (plan, claimed)
+        assert job_pods_of(jobs, "grows") == {}
         poll_until(lambda: not claims_of(custom, karpenter_nodes), CONSOLIDATED_TIMEOUT_S,
                    f"Karpenter to consolidate the job's empty nodes {sorted(claimed)}")
 
@@ -157,13 +166,14 @@ def test_a_half_taken_node_gives_its_free_gpus_and_only_the_rest_is_added(karpen
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         tenants.wait_running(tenants.take(pool.node("a"), 4))
         jobs.submit("fills", scale_up_args(pool, claim, namespace, "5m"))
+        (added,) = launched_claims(custom, karpenter_nodes, 1)
         assert jobs.exit_code("fills", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.logs("fills")
         log = jobs.logs("fills")
         assert f"(new node)=8,{pool.node('a')}=4" in log, log
-        claimed = [claim["metadata"]["name"] for claim in claims_of(custom, karpenter_nodes)]
-        assert len(claimed) <= 1  # the one node added (it may be consolidated already)
+        assert recorded_plan(jobs, "fills") == [(added, 8), (pool.node("a"), 4)]
+        assert {c["metadata"]["name"] for c in claims_of(custom, karpenter_nodes)} <= {added}  # only the rest added
         poll_until(lambda: not claims_of(custom, karpenter_nodes), CONSOLIDATED_TIMEOUT_S,
-                   "Karpenter to consolidate the job's empty node")
+                   f"Karpenter to consolidate the job's empty node {added}")
 
 
 def test_a_job_whose_node_pool_is_too_small_gives_up_with_69_and_leaves_nothing(karpenter_running, api_client,
