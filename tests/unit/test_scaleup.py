@@ -78,3 +78,15 @@ def test_rules_for_all_inputs(free, gpus, node_gpus):
     assert len(plan) == fewest_nodes_by_brute_force(free, gpus, node_gpus)
     shares = [share for _, share in plan]
     assert shares == sorted(shares, reverse=True)
+
+
+def test_a_pods_node_in_the_plan_read_back():
+    """What an adopted attempt's plan says of each pod: pinned or bound, or a new node still awaited."""
+    from distributetrain.core import manifests
+    from test_manifests import KEYS, SETTINGS
+
+    _, waiting, pinned = manifests.job_objects(SETTINGS.replace(num_gpus=12), [(NEW, 8), ("gpu-a", 4)], KEYS)
+    bound = {**waiting, "spec": {**waiting["spec"], "nodeName": "new-1"}}
+    queued = manifests.chief_pod(SETTINGS, None, 4)
+    assert [scaleup.planned_node(pod) for pod in (waiting, pinned, bound, queued)] == [NEW, "gpu-a", "new-1", ""]
+    assert [scaleup.awaits_new_node(pod) for pod in (waiting, pinned, bound, queued)] == [True, False, True, False]

@@ -76,3 +76,17 @@ def test_a_job_whose_nodes_never_come_gives_up_with_69_naming_why_and_leaves_not
             "demo-chief: waiting for the scheduler") in recorded[-1][2]
     assert kube.pods == {} and kube.secrets == {}
     assert kube.writes("delete", "Pod") == ["demo-chief", "demo-worker-0"]
+
+
+def test_post_training_adopts_the_attempt_on_the_added_node(story):
+    """manager.sh's second process finds the pods bound to the node added and follows them."""
+    code, recorded, kube = story([
+        [on_node("demo-worker-0", "new-1", running()), ("demo-chief", PULLING)],
+        [],
+        [("demo-chief", running(ip="10.0.0.3"))],
+        [("demo-chief", ended(0))],
+    ], settings=SCALE_UP, nodes=(("a", 4),), phases=("pre-training", "post-training"))
+    assert code == 0
+    assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "NodesAdded", "WorkersReady",
+                                        "ChiefStarted", "Succeeded"]
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["(new node)=8,a=4", "new-1=8,a=4"]
