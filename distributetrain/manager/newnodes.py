@@ -23,6 +23,7 @@ from distributetrain.core.placement import Plan, format_plan
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
+from distributetrain.manager.reporting import PodWaits
 from distributetrain.manager.run import Run
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,12 @@ def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: li
              settings.job_name, max(0.0, run.gpus_until - time.monotonic()), added, format_plan(plan))
     run.reporter.phase("WaitingForNodes")
     pods = waits.job_pods(kube, settings.namespace, settings.selector)
-    outcome = waits.watch_job(pods, all_bound(chief, workers, [share for _, share in plan]),
-                              min(run.gpus_until, run.deadline), [*workers, chief])
+    pod_waits = PodWaits(run.reporter, [*workers, chief])  # why each pod waits, on the manager pod
+    try:
+        outcome = waits.watch_job(pods, pod_waits.watching(all_bound(chief, workers, [share for _, share in plan])),
+                                  min(run.gpus_until, run.deadline), [*workers, chief])
+    finally:
+        pod_waits.done()
     if isinstance(outcome, waits.PodLost):
         raise outcome.error(" while the cluster added nodes")
     if isinstance(outcome, waits.TimedOut):
