@@ -69,9 +69,10 @@ def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: li
     if isinstance(outcome, waits.PodLost):
         raise outcome.error(" while the cluster added nodes")
     if isinstance(outcome, waits.TimedOut):
-        raise errors.JobFailed(f"the cluster did not add the {added} nodes the job's pods wait for within "
-                               f"--wait-for-gpus ({settings.wait_for_gpus_s:.0f}s): {_why(run, pods, outcome)}",
-                               exitcodes.INSUFFICIENT_GPUS)
+        bound = ("--active-deadline" if run.deadline < run.gpus_until
+                 else f"--wait-for-gpus ({settings.wait_for_gpus_s:.0f}s)")
+        raise errors.JobFailed(f"the cluster did not add the {added} nodes the job's pods wait for within {bound}: "
+                               f"{_why(run, pods, outcome)}", exitcodes.INSUFFICIENT_GPUS)
     run.reporter.events.record(events.NODES_ADDED, f"the job's pods have their nodes: {format_plan(outcome.plan)}")
     run.reporter.planned(outcome.plan)
     return outcome.plan
