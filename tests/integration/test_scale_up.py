@@ -37,6 +37,7 @@ CLAIMS_TIMEOUT_S = 120  # the manager's start and plan, then Karpenter's batchin
 JOB_FINISH_TIMEOUT_S = 420  # two nodes booted and registered, the job, its teardown
 # consolidateAfter, Karpenter's 10 s disruption passes and its 15 s validation, the node's stop
 CONSOLIDATED_TIMEOUT_S = 240
+PODS_GONE_TIMEOUT_S = 60
 CLEANUP_TIMEOUT_S = 120
 
 
@@ -153,7 +154,7 @@ def test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after(karpente
         assert "(new node)=8,(new node)=4" in jobs.logs("grows")
         plan = recorded_plan(jobs, "grows")
         assert sorted(share for _, share in plan) == [4, 8] and {node for node, _ in plan} == claimed, (plan, claimed)
-        assert job_pods_of(jobs, "grows") == {}
+        jobs.wait_gone(list(job_pods_of(jobs, "grows")), PODS_GONE_TIMEOUT_S)  # deleted at the end, their grace period
         poll_until(lambda: not claims_of(custom, karpenter_nodes), CONSOLIDATED_TIMEOUT_S,
                    f"Karpenter to consolidate the job's empty nodes {sorted(claimed)}")
 
@@ -189,6 +190,6 @@ def test_a_job_whose_node_pool_is_too_small_gives_up_with_69_and_leaves_nothing(
         log = jobs.logs("gives-up")
         assert "did not add the 2 nodes the job's pods wait for within --wait-for-gpus (120s)" in log, log
         assert "exceed limits" in log, log
-        assert job_pods_of(jobs, "gives-up") == {}
+        jobs.wait_gone(list(job_pods_of(jobs, "gives-up")), PODS_GONE_TIMEOUT_S)  # deleted at once, their grace period
         poll_until(lambda: not claims_of(custom, karpenter_nodes), CONSOLIDATED_TIMEOUT_S,
                    "no NodeClaim of the job left (the one added, emptied, consolidated)")
