@@ -14,7 +14,7 @@ import yaml
 from distributetrain.core import errors, manifests, placement, podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys, KeyPair
-from distributetrain.manager import discovery
+from distributetrain.manager import booking, discovery
 
 PLACEHOLDER_KEYS = JobKeys(
     client=KeyPair("<private key generated per job>", "<public key generated per job>"),
@@ -51,7 +51,8 @@ _Dumper.add_representer(
 
 def render(settings: JobSettings, nodes: str) -> str:
     try:
-        plan = placement.plan(parse_nodes(nodes), settings.num_gpus)
+        # As the manager plans: with --scale-up-node-gpus, what the nodes cannot hold on new ones.
+        plan = booking.plan_or_grow(placement.plan, parse_nodes(nodes), settings)
     except placement.InsufficientGPUs as e:
         raise errors.UsageError("--num-gpus", str(e)) from None
     if not settings.discovery_url:

@@ -136,6 +136,10 @@ FIELDS: tuple[Field, ...] = (
              "its GPUs")),
     Field("wait_for_gpus_s", "--wait-for-gpus", **_duration(
         help="wait this long for free GPUs instead of failing at once")),
+    Field("scale_up_node_gpus", "--scale-up-node-gpus", validation.non_negative_int, metavar="N",
+          help="GPUs of the nodes the cluster's autoscaler adds: with --wait-for-gpus, what free GPUs cannot hold "
+               "becomes Pending pods of at most N GPUs, one per new node, so the cluster grows (0: wait for free "
+               "GPUs)"),
     Field("ssh_connect_attempts", "--ssh-attempts", validation.positive_int, metavar="N",
           help="chief's SSH checks per worker"),
     Field("delete_chief", "--delete-chief", switch=True, help="delete the chief too when it finishes"),
@@ -245,12 +249,28 @@ def _check_queue(given: Mapping[str, Any]) -> None:
         raise errors.UsageError("--priority-class", "only applies with --queue (a Kueue WorkloadPriorityClass)")
 
 
+def _check_scale_up(given: Mapping[str, Any]) -> None:
+    """``--scale-up-node-gpus`` only for a job that may wait (a node takes minutes to join),
+    outside Kueue (its ProvisioningRequest admission check grows the cluster for a queued
+    job) and static (an elastic job grows back on whatever GPUs free up)."""
+    if not given.get("scale_up_node_gpus"):
+        return
+    if not given.get("wait_for_gpus_s"):
+        raise errors.UsageError("--scale-up-node-gpus", "only applies with --wait-for-gpus (new nodes take minutes "
+                                                        "to join)")
+    for other, why in (("queue", "--queue: Kueue's ProvisioningRequest admission check grows the cluster"),
+                       ("elastic", "--elastic")):
+        if given.get(other):
+            raise errors.UsageError("--scale-up-node-gpus", f"cannot be used with {why}")
+
+
 def settings(given: Mapping[str, Any], **unflagged: Any) -> JobSettings:
     """JobSettings from the flags given (``parse_given``), after the rules between flags;
     ``unflagged``: the fields without a flag."""
     _check_port(given)
     values = {**given, "min_gpus": _min_gpus(given), **unflagged}
     _check_queue(given)
+    _check_scale_up(given)
     values.pop("elastic", None)
     return JobSettings(**values)
 

@@ -332,8 +332,43 @@ def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int 
     )
 
 
+def awaiting_new_node(settings: JobSettings, pod: dict) -> dict:
+    """A job pod built with no node, for a node the cluster adds (``core.scaleup``).
+
+    Pinned to no node (none exists yet): an autoscaler adds one where the pod fits, as
+    the job's node selector allows (a required affinity, which Karpenter and the cluster
+    autoscaler both simulate). One share per node, as planned: a required anti-affinity
+    against the job's other pods on ``kubernetes.io/hostname``, so the autoscaler adds a
+    node per share and the scheduler never stacks two shares on one.
+    """
+    pod = {**pod, "metadata": {**pod["metadata"]}, "spec": {**pod["spec"]}}
+    pod["metadata"]["annotations"] = {**pod["metadata"]["annotations"], names.ANNOTATION_AWAITS_NEW_NODE: "true"}
+    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {names.LABEL_JOB: settings.job_name,
+                                          **({names.LABEL_OWNER_UID: settings.owner_uid} if settings.owner_uid
+                                             else {})}},
+        "topologyKey": names.HOSTNAME_LABEL}]}}
+    if settings.node_selector:
+        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}
+                                  for key, value in settings.node_selector]}]}}
+    pod["spec"]["affinity"] = affinity
+    return pod
+
+
 def job_objects(settings: JobSettings, plan: list[tuple[str | None, int]], keys: JobKeys, attempt: int = 0) -> list[dict]:
-    """Everything one attempt creates, in creation order: Secret, workers, chief."""
+    """Everything one attempt creates, in creation order: Secret, workers, chief. A share on
+    ``names.NEW_NODE`` is a pod for a node the cluster adds (``awaiting_new_node``)."""
     *worker_shares, (chief_node, chief_share) = plan
-    workers = [worker_pod(settings, i, node, share, attempt) for i, (node, share) in enumerate(worker_shares)]
-    return [ssh_secret(settings, keys), *workers, chief_pod(settings, chief_node, chief_share, attempt)]
+    workers = [_placed(settings, worker_pod(settings, i, _node(node), share, attempt), node)
+               for i, (node, share) in enumerate(worker_shares)]
+    chief = _placed(settings, chief_pod(settings, _node(chief_node), chief_share, attempt), chief_node)
+    return [ssh_secret(settings, keys), *workers, chief]
+
+
+def _node(planned: str | None) -> str | None:
+    return None if planned == names.NEW_NODE else planned
+
+
+def _placed(settings: JobSettings, pod: dict, planned: str | None) -> dict:
+    return awaiting_new_node(settings, pod) if planned == names.NEW_NODE else pod

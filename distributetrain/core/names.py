@@ -57,6 +57,12 @@ ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"
 NO_DISRUPTION_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
                              "karpenter.sh/do-not-disrupt": "true"}
 
+# On a job pod made for a node the cluster adds (``core.scaleup``): unpinned, Pending until
+# an autoscaler's node joins. Its wait is the node's boot, not a start gone wrong.
+ANNOTATION_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
+# The node of such a pod's share in a plan ("(new node)=8,gpu-a=4"): no Node can have this name.
+NEW_NODE = "(new node)"
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # The chief's SSH files: a fixed path, not ~/.ssh, since the job user's home is the image's
 # choice (the ssh wrapper names the config file there with -F).

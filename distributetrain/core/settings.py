@@ -147,6 +147,11 @@ class JobSettings:
     # Gloo between pod IPs are not traffic a mesh carries, and a sidecar keeps the chief's
     # pod Running after training.
     mesh_injection: bool = False
+    # GPUs of the nodes the cluster's autoscaler adds (--scale-up-node-gpus). With
+    # --wait-for-gpus, what free GPUs cannot hold becomes Pending pods of this size at
+    # most, one per new node, which make the cluster grow (``core.scaleup``). 0: the job
+    # waits for GPUs to free up, as without an autoscaler.
+    scale_up_node_gpus: int = 0
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

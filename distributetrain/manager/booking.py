@@ -10,10 +10,10 @@ its pods are created before the Lease is let go. So no GPU is ever booked twice.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, inventory, names, placement, quantity, topology
+from distributetrain.core import errors, inventory, names, placement, quantity, scaleup, topology
 from distributetrain.core.placement import Plan
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import CPU, MEMORY
@@ -53,7 +53,11 @@ def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedg
 
 
 def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
-    """Requests no cluster state could ever satisfy are bad input, not a wait."""
+    """Requests no cluster state could ever satisfy are bad input, not a wait. A job that
+    makes the cluster grow (``scaleup``) is bounded by no node that runs now: a cluster
+    scaled to zero has no GPU node at all."""
+    if scaleup.allowed(settings):
+        return
     if not ledger.advertised:
         raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
     # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
@@ -92,6 +96,19 @@ def _held_back_by(limit: str | None, settings: JobSettings) -> tuple[str, str]:
     if limit == SHARED:
         return "--allow-shared-gpus", "their GPUs are shared or MIG slices: one rank of the job per node"
     return "--num-gpus", f"their allocatable {limit} holds too few of the job's pods"
+
+
+def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[str, int],
+                 settings: JobSettings, may_wait: bool = True) -> Plan:
+    """``plan`` on the free GPUs; short of them, where the job makes the cluster grow and
+    ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``), so
+    the booking creates their pods at once."""
+    try:
+        return plan(free, settings.num_gpus)
+    except placement.InsufficientGPUs:
+        if not (scaleup.allowed(settings) and may_wait):
+            raise
+        return scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
 
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],

@@ -20,14 +20,14 @@ import contextlib
 import logging
 import time
 
-from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate, topology,
-                                  validation)
+from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate, scaleup,
+                                  topology, validation)
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, quotacheck
+from distributetrain.manager import booking, earlierruns, newnodes, quotacheck
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -117,6 +117,8 @@ class PreTraining:
         chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
         outcome = waits.attempt_started(chief, workers)(pods) if pods else None
         if not isinstance(outcome, waits.AttemptStarted):  # else adopted, started already: no news
+            if scaleup.new_node_shares(plan):
+                plan = newnodes.wait_for_new_nodes(self.kube, self.job_run, plan, chief, workers)
             outcome = self._wait_until_started(chief, workers)
             if workers:
                 self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
@@ -157,9 +159,9 @@ class PreTraining:
         workers = sorted((p for p in pods.values() if podstate.is_worker_of(p, self.attempt)), key=podstate.worker_index)
         if chief is None and not workers:
             return None
-        plan = [(inventory.pinned_node(pod["spec"]) or podstate.node(pod), podstate.gpus_of(pod)) for pod in workers]
+        plan = [(scaleup.planned_node(pod), podstate.gpus_of(pod)) for pod in workers]
         if chief is not None:
-            plan.append((inventory.pinned_node(chief["spec"]) or podstate.node(chief), podstate.gpus_of(chief)))
+            plan.append((scaleup.planned_node(chief), podstate.gpus_of(chief)))
         complete = chief is not None and sum(share for _, share in plan) == settings.num_gpus \
             and [podstate.worker_index(w) for w in workers] == list(range(len(workers)))
         placed = [podgroup.is_placed(pod) for pod in [*workers, *([chief] if chief else [])]]
@@ -215,7 +217,10 @@ class PreTraining:
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
-        plan = self.kind.plan(free, self.settings.num_gpus, ledger.paths)
+        # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus).
+        may_wait = time.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
+        plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
+                                    may_wait)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan

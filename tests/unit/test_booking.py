@@ -2,7 +2,7 @@
 
 import pytest
 
-from distributetrain.core import errors, topology
+from distributetrain.core import errors, placement, topology
 from distributetrain.manager import booking
 from fitnodes import JOB, TIME_SLICED, ledger_of, node
 
@@ -39,3 +39,19 @@ def test_a_job_one_rack_could_hold_once_other_pods_leave_is_not_bad_input():
     busy = {"metadata": {"name": "t", "uid": "t"}, "status": {"phase": "Running"},
             "spec": {"nodeName": "a", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
     booking.check_request(ledger_of([node("a", 4, labels={RACK: "r1"})], [busy], RACKED), RACKED)
+
+
+GROWS = JOB.replace(num_gpus=12, scale_up_node_gpus=8, wait_for_gpus_s=300.0)
+
+
+def test_a_job_that_makes_the_cluster_grow_is_bounded_by_no_running_node():
+    booking.check_request(ledger_of([], settings=GROWS), GROWS)  # scaled to zero: no GPU node at all
+    booking.check_request(ledger_of([node("a", 4)], settings=GROWS), GROWS)
+
+
+def test_short_of_gpus_the_rest_goes_on_new_nodes_while_the_job_may_wait():
+    assert booking.plan_or_grow(placement.plan, {"a": 4}, GROWS) == [("(new node)", 8), ("a", 4)]
+    assert booking.plan_or_grow(placement.plan, {"a": 8, "b": 4}, GROWS) == [("a", 8), ("b", 4)]
+    for settings, may_wait in ((GROWS, False), (GROWS.replace(scale_up_node_gpus=0), True)):
+        with pytest.raises(placement.InsufficientGPUs):
+            booking.plan_or_grow(placement.plan, {"a": 4}, settings, may_wait)

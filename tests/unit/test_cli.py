@@ -168,3 +168,19 @@ def test_render_queue_prints_the_pods_the_manager_queues(capsys):
         for pod in pods]
     assert docs == expected
     assert docs == podgroup.queued_attempt(settings, [5, 1], render.PLACEHOLDER_KEYS, 0, group)
+
+
+def test_render_scale_up_prints_the_pods_for_new_nodes(capsys):
+    """What the nodes given cannot hold, on pods for nodes the cluster adds, as the manager creates them."""
+    from distributetrain.cli import render
+    from distributetrain.core import manifests
+    import yaml
+
+    flags = ["--num-gpus", "12", "--nodes", "gpu-a=4", "--image", "reg/base:1", "--job-name", "demo",
+             "--scale-up-node-gpus", "8", "--wait-for-gpus", "5m"]
+    code, out, _ = run(capsys, ["render", *flags])
+    assert code == 0
+    settings = jobflags.settings_from_args(cli.build_parser().parse_args(["render", *flags]), [])
+    settings = settings.replace(discovery_url="http://<manager pod IP>:8470/hosts")
+    assert list(yaml.safe_load_all(out)) == manifests.job_objects(settings, [("(new node)", 8), ("gpu-a", 4)],
+                                                                  render.PLACEHOLDER_KEYS)

@@ -121,7 +121,7 @@ def test_refused_events_are_said_once(caplog):
         recorder.close()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and 'cannot create resource "events"' in warnings[0], warnings
-    assert "rbac/role.yaml grants events create and patch" in warnings[0]
+    assert "rbac/role.yaml grants events create, patch and list" in warnings[0]
 
 
 def test_a_refusal_is_not_final():
@@ -162,3 +162,41 @@ def test_nothing_is_recorded_outside_a_manager_pod():
     recorder.record(events.PLANNED, "a=1,b=1")
     recorder.close()
     assert recorder._thread is None
+
+
+class EventsAbout:
+    """Events others recorded regarding pods, by pod name; or a refusal to list them."""
+
+    def __init__(self, by_pod=None, fail_with=None):
+        self.by_pod, self.fail_with = by_pod or {}, fail_with
+
+    def regarding(self, namespace, pod):
+        if self.fail_with is not None:
+            raise self.fail_with
+        return self.by_pod.get(pod, [])
+
+
+def refusal(note, by="karpenter", at="2026-01-02T12:00:00Z", uid="u-1", reason="FailedScheduling"):
+    return {"reason": reason, "deprecatedSource": {"component": by}, "note": note, "deprecatedLastTimestamp": at,
+            "regarding": {"kind": "Pod", "name": "demo-worker-0", "uid": uid}}
+
+
+def test_the_autoscalers_latest_refusal_of_the_pod_itself_is_what_it_says():
+    items = [refusal("exceed limits", at="2026-01-02T12:00:09Z"), refusal("older", at="2026-01-02T12:00:01Z"),
+             refusal("an earlier run's pod", at="2026-01-02T12:00:10Z", uid="u-0"),
+             refusal("0/3 nodes are available", by="default-scheduler", at="2026-01-02T12:00:11Z"),
+             refusal("pod didn't trigger scale-up: 1 max node group size reached", by="cluster-autoscaler",
+                     at="2026-01-02T12:00:08Z", reason="NotTriggerScaleUp")]
+    assert events.autoscaler_note(items, "u-1") == "exceed limits"
+    assert events.autoscaler_note(items[4:], "u-1") == "pod didn't trigger scale-up: 1 max node group size reached"
+    assert events.autoscaler_note(items[3:4], "u-1") is None
+
+
+def test_what_the_autoscaler_says_is_best_effort(caplog):
+    said = EventRecorder(SETTINGS, EventsAbout({"demo-worker-0": [refusal("exceed limits")]}))
+    assert said.autoscaler_says("ml", {"demo-worker-0": "u-1", "demo-chief": "u-2"}) == {
+        "demo-worker-0": "exceed limits"}
+    refused = EventRecorder(SETTINGS, EventsAbout(fail_with=errors.Forbidden("cannot list resource \"events\"")))
+    with caplog.at_level(logging.WARNING):
+        assert refused.autoscaler_says("ml", {"demo-worker-0": "u-1"}) == {}
+    assert any("rbac/role.yaml grants events list" in r.getMessage() for r in caplog.records)

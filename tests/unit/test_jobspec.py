@@ -158,3 +158,18 @@ def test_the_managers_arguments_name_what_differs_from_the_defaults_in_the_flags
         "--host-network=false", "--node-selector=pool=a,zone=z", "--toleration=k=v:NoSchedule", "--env=A=b=c",
         "--pvc=data:/d:ro", "--worker-ready-timeout=90s", "--active-deadline=150m", "--delete-chief", "--elastic",
         "--min-gpus=2", "--cpu-per-gpu=1500m", "--memory-per-gpu=20G", "--", "--epochs", "2"]
+
+
+@pytest.mark.parametrize("given, why", [
+    ({}, "only applies with --wait-for-gpus"),
+    ({"wait_for_gpus_s": 300.0, "queue": "team-a"}, "cannot be used with --queue"),
+    ({"wait_for_gpus_s": 300.0, "elastic": True}, "cannot be used with --elastic"),
+])
+def test_scale_up_needs_a_job_that_waits_outside_kueue_and_static(given, why):
+    with pytest.raises(errors.UsageError) as raised:
+        jobspec.settings({"num_gpus": 12, "image": "img:1", "scale_up_node_gpus": 8, **given},
+                         job_name="j", namespace="ml")
+    assert raised.value.flag == "--scale-up-node-gpus" and why in str(raised.value)
+    job = jobspec.settings({"num_gpus": 12, "image": "img:1", "scale_up_node_gpus": 8, "wait_for_gpus_s": 300.0},
+                           job_name="j", namespace="ml")
+    assert job.scale_up_node_gpus == 8

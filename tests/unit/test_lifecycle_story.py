@@ -30,6 +30,10 @@ UNSCHEDULABLE = ("0/2 nodes are available: pod has unbound immediate PersistentV
 class FakeEventsApi:
     def __init__(self):
         self.created = []
+        self.others = {}  # pod name -> Events others recorded regarding it
+
+    def regarding(self, namespace, pod):
+        return self.others.get(pod, [])
 
     def create(self, event):
         self.created.append(event)
@@ -95,6 +99,7 @@ def story(monkeypatch, tmp_path):
             code = lifecycle.execute(kube, settings, phase)
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
 
+    run.events_api = api
     return run
 
 

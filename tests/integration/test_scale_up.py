@@ -1,0 +1,195 @@
+"""Scale-up with the real Karpenter (``--scale-up-node-gpus``): a job short of GPUs makes the
+cluster grow, trains on the nodes Karpenter adds, and leaves them empty for consolidation;
+a job whose nodes cannot come gives up with 69 naming why, and leaves nothing.
+
+Karpenter runs for this module (a real node per NodeClaim, ``localcluster/nodeclaims.py``).
+Each test's NodePool of ``gpu-8x`` nodes (8 GPUs, 1900m CPU allocatable) is tainted for the
+test's namespace and labels its nodes with the test's node label: the job selects and
+tolerates exactly those (and its own static nodes), so no other test's pods get them."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from kubernetes import client
+
+from distributetrain.core import exitcodes
+from distributetrain.core.placement import parse_plan
+from jobharness import SCRIPTS, TEST_NODE_LABEL, job_args, node_pool, script_volume
+from localcluster import binaries, karpenter, nodeclaims
+from polling import poll_until
+from prerequisites import unavailable
+from roughness import other_tenants
+
+pytestmark = pytest.mark.cluster
+
+NODE_CLASS_API = f"{karpenter.NODE_CLASS_GROUP}/{karpenter.NODE_CLASS_VERSION}"
+ISOLATION_TAINT = "distributetrain.test/karpenter"
+INSTANCE_TYPE = "gpu-8x"
+BOOT_DELAY = "5s"  # the NodeClass's nodeRegistrationDelay: a cloud GPU node's minutes, in seconds
+# gpu-8x has 1900m CPU and 16Gi allocatable: an 8-GPU pod must fit it.
+SIZING = ("--cpu-per-gpu=100m", "--memory-per-gpu=512Mi")
+CLAIMS_TIMEOUT_S = 120  # the manager's start and plan, then Karpenter's batching of pending pods (1-10 s)
+JOB_FINISH_TIMEOUT_S = 420  # two nodes booted and registered, the job, its teardown
+# consolidateAfter, Karpenter's 10 s disruption passes and its 15 s validation, the node's stop
+CONSOLIDATED_TIMEOUT_S = 240
+PODS_GONE_TIMEOUT_S = 60
+CLEANUP_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def karpenter_running(cluster):
+    """Karpenter, for this module: stopped after it, with every node it launched."""
+    try:
+        binaries.karpenter()
+    except binaries.BuildError:
+        if shutil.which("go") is None:
+            unavailable("Karpenter is not built and there is no Go toolchain to build it (make setup)")
+        raise
+    cluster.start_karpenter()
+    try:
+        yield cluster
+    finally:
+        cluster.stop_karpenter()
+
+
+def node_pool_of_karpenter(name: str, namespace: str, nodes_label: str, gpu_limit: int) -> dict:
+    """gpu-8x nodes, at most ``gpu_limit`` GPUs in all, consolidated soon after they empty;
+    tainted for ``namespace``'s pods and labelled as the test's own nodes."""
+    return {
+        "apiVersion": f"{karpenter.API_GROUP}/{karpenter.API_VERSION}", "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {TEST_NODE_LABEL: nodes_label}},
+                "spec": {
+                    "nodeClassRef": {"group": karpenter.NODE_CLASS_GROUP, "kind": "KWOKNodeClass", "name": name},
+                    "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                      "values": [INSTANCE_TYPE]}],
+                    "taints": [{"key": ISOLATION_TAINT, "value": namespace, "effect": "NoSchedule"}],
+                    "expireAfter": "Never",
+                }},
+            "limits": {"nvidia.com/gpu": str(gpu_limit)},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s"},
+        },
+    }
+
+
+def claims_of(custom: client.CustomObjectsApi, pool: str) -> list[dict]:
+    return custom.list_cluster_custom_object(karpenter.API_GROUP, karpenter.API_VERSION, "nodeclaims",
+                                             label_selector=f"karpenter.sh/nodepool={pool}")["items"]
+
+
+@contextmanager
+def karpenter_pool(cluster, api_client, namespace: str, nodes_label: str, gpu_limit: int) -> Iterator[str]:
+    """A KWOKNodeClass and a NodePool for the test; deleted after, every node of it gone."""
+    custom = client.CustomObjectsApi(api_client)
+    name = f"su-{uuid.uuid4().hex[:6]}"  # short: NodeClaims and nodes are named after it
+    custom.create_cluster_custom_object(karpenter.NODE_CLASS_GROUP, karpenter.NODE_CLASS_VERSION, "kwoknodeclasses",
+                                        {"apiVersion": NODE_CLASS_API, "kind": "KWOKNodeClass",
+                                         "metadata": {"name": name}, "spec": {"nodeRegistrationDelay": BOOT_DELAY}})
+    try:
+        custom.create_cluster_custom_object(karpenter.API_GROUP, karpenter.API_VERSION, "nodepools",
+                                            node_pool_of_karpenter(name, namespace, nodes_label, gpu_limit))
+        yield name
+    finally:
+        client.CoreV1Api(api_client).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        claimed = [claim["metadata"]["name"] for claim in claims_of(custom, name)]
+        for kind, group, version in (("nodepools", karpenter.API_GROUP, karpenter.API_VERSION),
+                                     ("kwoknodeclasses", karpenter.NODE_CLASS_GROUP, karpenter.NODE_CLASS_VERSION)):
+            try:
+                custom.delete_cluster_custom_object(group, version, kind, name)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+        try:
+            poll_until(lambda: not claims_of(custom, name) and not any(
+                           nodeclaims.Instances(cluster.layout).get(claim) for claim in claimed),
+                       CLEANUP_TIMEOUT_S, f"NodePool {name}'s NodeClaims and their nodes to go")
+        finally:
+            for claim in claimed:  # what Karpenter did not terminate, the local cloud does
+                nodeclaims.delete(cluster, claim)
+
+
+def scale_up_args(pool, claim: str, namespace: str, wait: str) -> list[str]:
+    """A 12-GPU hello.py job on the test's nodes and its Karpenter nodes, growing by 8-GPU nodes."""
+    return job_args(pool, claim, 12, *SIZING, "--scale-up-node-gpus=8", f"--wait-for-gpus={wait}",
+                    "--worker-ready-timeout=120s", "--delete-chief",
+                    f"--toleration={ISOLATION_TAINT}={namespace}:NoSchedule")
+
+
+def job_pods_of(jobs, name: str) -> dict[str, dict]:
+    return {pod: p for pod, p in jobs.pods().items() if p["metadata"]["labels"].get("distributetrain.io/job") == name
+            and pod != name}
+
+
+def recorded_plan(jobs, name: str) -> list[tuple[str, int]]:
+    """The plan on the manager pod: with the added nodes' names once its pods were bound."""
+    return parse_plan(jobs.pod(name)["metadata"]["annotations"].get("distributetrain.io/plan", ""))
+
+
+def launched_claims(custom: client.CustomObjectsApi, pool: str, count: int) -> set[str]:
+    def launched():
+        names = {c["metadata"]["name"] for c in claims_of(custom, pool) if c.get("status", {}).get("providerID")}
+        return names if len(names) >= count else None
+
+    return poll_until(launched, CLAIMS_TIMEOUT_S, f"{count} NodeClaims of NodePool {pool} launched")
+
+
+def test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after(karpenter_running, api_client, namespace,
+                                                                        jobs, tmp_path):
+    custom = client.CustomObjectsApi(api_client)
+    with node_pool(karpenter_running, {"m": 0}) as pool, \
+            karpenter_pool(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=16) as karpenter_nodes, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
+        jobs.submit("grows", scale_up_args(pool, claim, namespace, "5m"))
+        worker = jobs.wait_for("grows-worker-0", lambda p: True, 120)
+        assert worker["metadata"]["annotations"]["distributetrain.io/awaits-new-node"] == "true"
+        claimed = launched_claims(custom, karpenter_nodes, 2)
+        assert jobs.exit_code("grows", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.logs("grows")
+        assert "(new node)=8,(new node)=4" in jobs.logs("grows")
+        plan = recorded_plan(jobs, "grows")
+        assert sorted(share for _, share in plan) == [4, 8] and {node for node, _ in plan} == claimed, (plan, claimed)
+        jobs.wait_gone(list(job_pods_of(jobs, "grows")), PODS_GONE_TIMEOUT_S)  # deleted at the end, their grace period
+        poll_until(lambda: not claims_of(custom, karpenter_nodes), CONSOLIDATED_TIMEOUT_S,
+                   f"Karpenter to consolidate the job's empty nodes {sorted(claimed)}")
+
+
+def test_a_half_taken_node_gives_its_free_gpus_and_only_the_rest_is_added(karpenter_running, api_client, namespace,
+                                                                          jobs, tmp_path):
+    custom = client.CustomObjectsApi(api_client)
+    with node_pool(karpenter_running, {"a": 8}) as pool, other_tenants(api_client) as tenants, \
+            karpenter_pool(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=16) as karpenter_nodes, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
+        tenants.wait_running(tenants.take(pool.node("a"), 4))
+        jobs.submit("fills", scale_up_args(pool, claim, namespace, "5m"))
+        (added,) = launched_claims(custom, karpenter_nodes, 1)
+        assert jobs.exit_code("fills", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.logs("fills")
+        log = jobs.logs("fills")
+        assert f"(new node)=8,{pool.node('a')}=4" in log, log
+        assert recorded_plan(jobs, "fills") == [(added, 8), (pool.node("a"), 4)]
+        assert {c["metadata"]["name"] for c in claims_of(custom, karpenter_nodes)} <= {added}  # only the rest added
+        poll_until(lambda: not claims_of(custom, karpenter_nodes), CONSOLIDATED_TIMEOUT_S,
+                   f"Karpenter to consolidate the job's empty node {added}")
+
+
+def test_a_job_whose_node_pool_is_too_small_gives_up_with_69_and_leaves_nothing(karpenter_running, api_client,
+                                                                                namespace, jobs, tmp_path):
+    """Limits of 8 GPUs: Karpenter adds one node for one share and refuses the other ("exceed
+    limits"); after --wait-for-gpus the job exits 69 naming it, and every pod and node goes."""
+    custom = client.CustomObjectsApi(api_client)
+    with node_pool(karpenter_running, {"m": 0}) as pool, \
+            karpenter_pool(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=8) as karpenter_nodes, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
+        jobs.submit("gives-up", scale_up_args(pool, claim, namespace, "2m"))
+        assert jobs.exit_code("gives-up", JOB_FINISH_TIMEOUT_S) == exitcodes.INSUFFICIENT_GPUS, jobs.logs("gives-up")
+        log = jobs.logs("gives-up")
+        assert "did not add the 2 nodes the job's pods wait for within --wait-for-gpus (120s)" in log, log
+        assert "exceed limits" in log, log
+        jobs.wait_gone(list(job_pods_of(jobs, "gives-up")), PODS_GONE_TIMEOUT_S)  # deleted at once, their grace period
+        poll_until(lambda: not claims_of(custom, karpenter_nodes), CONSOLIDATED_TIMEOUT_S,
+                   "no NodeClaim of the job left (the one added, emptied, consolidated)")
