@@ -234,7 +234,10 @@ def test_secret_files_have_their_modes_inside_the_pod(core, namespace, nodes):
     """
     manifest = pod_manifest(
         "keys", nodes.names[0], sh(script),
-        container={"volumeMounts": [{"name": "keys", "mountPath": "/etc/ssh-keys"}]},
+        # As root, whom the kubelet makes the files' owner: the base image's own user is the
+        # job's (uid 1000), which mode 0600 keeps out.
+        container={"volumeMounts": [{"name": "keys", "mountPath": "/etc/ssh-keys"}],
+                   "securityContext": {"runAsUser": 0}},
         volumes=[{"name": "keys", "secret": {"secretName": "ssh", "defaultMode": 0o400,
                                              "items": [{"key": "id_rsa", "path": "id_rsa", "mode": 0o600},
                                                        {"key": "authorized_keys", "path": "authorized_keys"}]}}],
