@@ -8,7 +8,6 @@ no other test's pods get Karpenter nodes and these pods get no other test's node
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,17 +17,14 @@ import pytest
 from kubernetes import client
 from kubernetes.utils.quantity import parse_quantity
 
-from localcluster import binaries, karpenter, netsetup, nodeclaims
+from karpenterharness import (CLEANUP_TIMEOUT_S, INSTANCE_TYPE, ISOLATION_TAINT, claims_of, karpenter_pool,
+                               running_karpenter)
+from localcluster import karpenter, netsetup, nodeclaims
 from localcluster.nodegroups import NodeGroupRegistry
-from localcluster.testing import NAMESPACE_SUFFIX_HEX_CHARS
 from polling import poll_until
-from prerequisites import unavailable
 
 pytestmark = pytest.mark.cluster
 
-NODE_CLASS_API = f"{karpenter.NODE_CLASS_GROUP}/{karpenter.NODE_CLASS_VERSION}"
-ISOLATION_TAINT = "distributetrain.test/karpenter"
-INSTANCE_TYPE = "gpu-8x"
 BOOT_DELAY = "2s"  # the NodeClass's nodeRegistrationDelay: a cloud GPU node's minutes, in seconds
 CLAIM_TIMEOUT_S = 60  # Karpenter batches pending pods for 1-10 s, then creates the NodeClaim
 NODE_UP_TIMEOUT_S = 120  # boot delay, containerd, the kubelet's registration, Karpenter's
@@ -45,48 +41,20 @@ REPAIR_TOLERATION_S = 20  # node repair's: kwok's 10 minutes, in seconds
 # the controller-manager's node-monitor grace period (the Node goes Unknown), the toleration,
 # then the NodeClaim's termination
 REPAIR_TIMEOUT_S = 240
-CLEANUP_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
 def karpenter_running(cluster):
     """Karpenter, for one module: stopped after it, with every node it launched."""
-    try:
-        binaries.karpenter()
-    except binaries.BuildError:
-        if shutil.which("go") is None:
-            unavailable("Karpenter is not built and there is no Go toolchain to build it (make setup)")
-        raise
-    cluster.start_karpenter(repair_toleration_s=REPAIR_TOLERATION_S)
-    try:
+    with running_karpenter(cluster, REPAIR_TOLERATION_S):
         yield cluster
-    finally:
-        cluster.stop_karpenter()
 
 
-def node_class(name: str) -> dict:
-    return {"apiVersion": NODE_CLASS_API, "kind": "KWOKNodeClass", "metadata": {"name": name},
-            "spec": {"nodeRegistrationDelay": BOOT_DELAY}}
-
-
-def node_pool(name: str, namespace: str, gpu_limit: int) -> dict:
-    """Nodes of 8 GPUs, at most `gpu_limit` GPUs in all, consolidated soon after they empty;
-    tainted for `namespace`'s pods alone."""
-    return {
-        "apiVersion": f"{karpenter.API_GROUP}/{karpenter.API_VERSION}", "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {"spec": {
-                "nodeClassRef": {"group": karpenter.NODE_CLASS_GROUP, "kind": "KWOKNodeClass", "name": name},
-                "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
-                                  "values": [INSTANCE_TYPE]}],
-                "taints": [{"key": ISOLATION_TAINT, "value": namespace, "effect": "NoSchedule"}],
-                "expireAfter": "Never",
-            }},
-            "limits": {"nvidia.com/gpu": str(gpu_limit)},
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s"},
-        },
-    }
+@contextmanager
+def pool_of(cluster, api_client, namespace: str, gpu_limit: int) -> Iterator[str]:
+    """The test's NodePool of 8-GPU nodes (``karpenterharness``), booting in BOOT_DELAY."""
+    with karpenter_pool(cluster, api_client, namespace, gpu_limit, BOOT_DELAY) as pool:
+        yield pool
 
 
 def gpu_pod(name: str, pool: str, namespace: str, gpus: int) -> dict:
@@ -98,42 +66,6 @@ def gpu_pod(name: str, pool: str, namespace: str, gpus: int) -> dict:
                      "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
                                      "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                                                    "requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
-
-
-def claims_of(custom: client.CustomObjectsApi, pool: str) -> list[dict]:
-    return custom.list_cluster_custom_object(karpenter.API_GROUP, karpenter.API_VERSION, "nodeclaims",
-                                             label_selector=f"karpenter.sh/nodepool={pool}")["items"]
-
-
-@contextmanager
-def pool_of(cluster, api_client, namespace: str, gpu_limit: int) -> Iterator[str]:
-    """A KWOKNodeClass and a NodePool named for the test's namespace; deleted after, and every
-    node of the pool gone (Karpenter terminates them; the local cloud, if it did not)."""
-    custom = client.CustomObjectsApi(api_client)
-    name = f"gpu-{namespace[-NAMESPACE_SUFFIX_HEX_CHARS:]}"  # short: NodeClaims and nodes are named after it
-    custom.create_cluster_custom_object(karpenter.NODE_CLASS_GROUP, karpenter.NODE_CLASS_VERSION, "kwoknodeclasses",
-                                        node_class(name))
-    try:
-        custom.create_cluster_custom_object(karpenter.API_GROUP, karpenter.API_VERSION, "nodepools",
-                                            node_pool(name, namespace, gpu_limit))
-        yield name
-    finally:
-        client.CoreV1Api(api_client).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        claimed = [claim["metadata"]["name"] for claim in claims_of(custom, name)]
-        for kind, group, version in (("nodepools", karpenter.API_GROUP, karpenter.API_VERSION),
-                                     ("kwoknodeclasses", karpenter.NODE_CLASS_GROUP, karpenter.NODE_CLASS_VERSION)):
-            try:
-                custom.delete_cluster_custom_object(group, version, kind, name)
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
-        try:
-            poll_until(lambda: not claims_of(custom, name) and not any(
-                           nodeclaims.Instances(cluster.layout).get(claim) for claim in claimed),
-                       CLEANUP_TIMEOUT_S, f"NodePool {name}'s NodeClaims and their nodes to go")
-        finally:
-            for claim in claimed:  # what Karpenter did not terminate, the local cloud does
-                nodeclaims.delete(cluster, claim)
 
 
 def launched_claim(custom: client.CustomObjectsApi, pool: str) -> dict:

@@ -9,8 +9,6 @@ tolerates exactly those (and its own static nodes), so no other test's pods get 
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,16 +18,12 @@ from kubernetes import client
 from distributetrain.core import exitcodes
 from distributetrain.core.placement import parse_plan
 from jobharness import SCRIPTS, TEST_NODE_LABEL, job_args, node_pool, script_volume
-from localcluster import binaries, karpenter, nodeclaims
+from karpenterharness import ISOLATION_TAINT, claims_of, karpenter_pool, running_karpenter
 from polling import poll_until
-from prerequisites import unavailable
 from roughness import other_tenants
 
 pytestmark = pytest.mark.cluster
 
-NODE_CLASS_API = f"{karpenter.NODE_CLASS_GROUP}/{karpenter.NODE_CLASS_VERSION}"
-ISOLATION_TAINT = "distributetrain.test/karpenter"
-INSTANCE_TYPE = "gpu-8x"
 BOOT_DELAY = "5s"  # the NodeClass's nodeRegistrationDelay: a cloud GPU node's minutes, in seconds
 # gpu-8x has 1900m CPU and 16Gi allocatable: an 8-GPU pod must fit it.
 SIZING = ("--cpu-per-gpu=100m", "--memory-per-gpu=512Mi")
@@ -38,81 +32,21 @@ JOB_FINISH_TIMEOUT_S = 420  # two nodes booted and registered, the job, its tear
 # consolidateAfter, Karpenter's 10 s disruption passes and its 15 s validation, the node's stop
 CONSOLIDATED_TIMEOUT_S = 240
 PODS_GONE_TIMEOUT_S = 60
-CLEANUP_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
 def karpenter_running(cluster):
     """Karpenter, for this module: stopped after it, with every node it launched."""
-    try:
-        binaries.karpenter()
-    except binaries.BuildError:
-        if shutil.which("go") is None:
-            unavailable("Karpenter is not built and there is no Go toolchain to build it (make setup)")
-        raise
-    cluster.start_karpenter()
-    try:
+    with running_karpenter(cluster):
         yield cluster
-    finally:
-        cluster.stop_karpenter()
-
-
-def node_pool_of_karpenter(name: str, namespace: str, nodes_label: str, gpu_limit: int) -> dict:
-    """gpu-8x nodes, at most ``gpu_limit`` GPUs in all, consolidated soon after they empty;
-    tainted for ``namespace``'s pods and labelled as the test's own nodes."""
-    return {
-        "apiVersion": f"{karpenter.API_GROUP}/{karpenter.API_VERSION}", "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "metadata": {"labels": {TEST_NODE_LABEL: nodes_label}},
-                "spec": {
-                    "nodeClassRef": {"group": karpenter.NODE_CLASS_GROUP, "kind": "KWOKNodeClass", "name": name},
-                    "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
-                                      "values": [INSTANCE_TYPE]}],
-                    "taints": [{"key": ISOLATION_TAINT, "value": namespace, "effect": "NoSchedule"}],
-                    "expireAfter": "Never",
-                }},
-            "limits": {"nvidia.com/gpu": str(gpu_limit)},
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s"},
-        },
-    }
-
-
-def claims_of(custom: client.CustomObjectsApi, pool: str) -> list[dict]:
-    return custom.list_cluster_custom_object(karpenter.API_GROUP, karpenter.API_VERSION, "nodeclaims",
-                                             label_selector=f"karpenter.sh/nodepool={pool}")["items"]
 
 
 @contextmanager
-def karpenter_pool(cluster, api_client, namespace: str, nodes_label: str, gpu_limit: int) -> Iterator[str]:
-    """A KWOKNodeClass and a NodePool for the test; deleted after, every node of it gone."""
-    custom = client.CustomObjectsApi(api_client)
-    name = f"su-{uuid.uuid4().hex[:6]}"  # short: NodeClaims and nodes are named after it
-    custom.create_cluster_custom_object(karpenter.NODE_CLASS_GROUP, karpenter.NODE_CLASS_VERSION, "kwoknodeclasses",
-                                        {"apiVersion": NODE_CLASS_API, "kind": "KWOKNodeClass",
-                                         "metadata": {"name": name}, "spec": {"nodeRegistrationDelay": BOOT_DELAY}})
-    try:
-        custom.create_cluster_custom_object(karpenter.API_GROUP, karpenter.API_VERSION, "nodepools",
-                                            node_pool_of_karpenter(name, namespace, nodes_label, gpu_limit))
-        yield name
-    finally:
-        client.CoreV1Api(api_client).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        claimed = [claim["metadata"]["name"] for claim in claims_of(custom, name)]
-        for kind, group, version in (("nodepools", karpenter.API_GROUP, karpenter.API_VERSION),
-                                     ("kwoknodeclasses", karpenter.NODE_CLASS_GROUP, karpenter.NODE_CLASS_VERSION)):
-            try:
-                custom.delete_cluster_custom_object(group, version, kind, name)
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
-        try:
-            poll_until(lambda: not claims_of(custom, name) and not any(
-                           nodeclaims.Instances(cluster.layout).get(claim) for claim in claimed),
-                       CLEANUP_TIMEOUT_S, f"NodePool {name}'s NodeClaims and their nodes to go")
-        finally:
-            for claim in claimed:  # what Karpenter did not terminate, the local cloud does
-                nodeclaims.delete(cluster, claim)
+def karpenter_nodes_of(cluster, api_client, namespace: str, nodes_label: str, gpu_limit: int) -> Iterator[str]:
+    """The test's NodePool of gpu-8x nodes (``karpenterharness``), labelled as its own nodes."""
+    with karpenter_pool(cluster, api_client, namespace, gpu_limit, BOOT_DELAY,
+                        labels={TEST_NODE_LABEL: nodes_label}) as pool:
+        yield pool
 
 
 def scale_up_args(pool, claim: str, namespace: str, wait: str) -> list[str]:
@@ -144,7 +78,7 @@ def test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after(karpente
                                                                         jobs, tmp_path):
     custom = client.CustomObjectsApi(api_client)
     with node_pool(karpenter_running, {"m": 0}) as pool, \
-            karpenter_pool(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=16) as karpenter_nodes, \
+            karpenter_nodes_of(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=16) as karpenter_nodes, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("grows", scale_up_args(pool, claim, namespace, "5m"))
         worker = jobs.wait_for("grows-worker-0", lambda p: True, 120)
@@ -163,7 +97,7 @@ def test_a_half_taken_node_gives_its_free_gpus_and_only_the_rest_is_added(karpen
                                                                           jobs, tmp_path):
     custom = client.CustomObjectsApi(api_client)
     with node_pool(karpenter_running, {"a": 8}) as pool, other_tenants(api_client) as tenants, \
-            karpenter_pool(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=16) as karpenter_nodes, \
+            karpenter_nodes_of(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=16) as karpenter_nodes, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         tenants.wait_running(tenants.take(pool.node("a"), 4))
         jobs.submit("fills", scale_up_args(pool, claim, namespace, "5m"))
@@ -183,7 +117,7 @@ def test_a_job_whose_node_pool_is_too_small_gives_up_with_69_and_leaves_nothing(
     limits"); after --wait-for-gpus the job exits 69 naming it, and every pod and node goes."""
     custom = client.CustomObjectsApi(api_client)
     with node_pool(karpenter_running, {"m": 0}) as pool, \
-            karpenter_pool(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=8) as karpenter_nodes, \
+            karpenter_nodes_of(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=8) as karpenter_nodes, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("gives-up", scale_up_args(pool, claim, namespace, "2m"))
         assert jobs.exit_code("gives-up", JOB_FINISH_TIMEOUT_S) == exitcodes.INSUFFICIENT_GPUS, jobs.logs("gives-up")
