@@ -218,7 +218,7 @@ class Cluster:
         config_file = self.layout.root / "kueue-config.yaml"
         config_file.write_text(yaml.safe_dump(kueue.configuration(cert_dir, every_pod_of)))
         api = self.api_client()
-        crds = kueue.install(api, module, self._pki.ca_cert.read_bytes())
+        crds = kueue.install(api, module)
         wait_until(lambda: kueue.established(api, crds), KUEUE_READY_TIMEOUT_S, "Kueue's CRDs to be served")
         etc_overlay = self.layout.root / "kueue-etc"
         metrics_certs = etc_overlay / "upper" / kueue.METRICS_CERT_DIR

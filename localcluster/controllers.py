@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 READYZ_TIMEOUT_S = 2.0
 
@@ -29,3 +29,57 @@ def ignore_gone(call: Callable[[], object]) -> None:
     except client.ApiException as error:
         if error.status != 404:
             raise
+
+
+def with_version(obj: dict, resource_version: str) -> dict:
+    """``obj`` as a replace must send it: with the resourceVersion it replaces."""
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": resource_version}}
+
+
+def create_or_replace(create: Callable[[], object], replace: Callable[[str], object],
+                      read: Callable[[], object]) -> None:
+    """``create``; if the object exists (409), ``replace`` it at the version ``read`` gives."""
+    from kubernetes import client
+
+    try:
+        create()
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+        replace(read().metadata.resource_version)
+
+
+def all_have_condition(read: Callable[[str], object], names: Iterable[str], condition: str) -> bool:
+    """Whether each object ``read(name)`` returns has ``condition`` True."""
+    for name in names:
+        conditions = read(name).status.conditions or ()
+        if not any(c.type == condition and c.status == "True" for c in conditions):
+            return False
+    return True
+
+
+def install_crds(api_client, namespace: str, crds: list[dict]) -> list[str]:
+    """The controller's namespace and CRDs (created or replaced), idempotently; returns the CRDs' names."""
+    from kubernetes import client
+
+    try:
+        client.CoreV1Api(api_client).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+    extensions = client.ApiextensionsV1Api(api_client)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        create_or_replace(
+            lambda: extensions.create_custom_resource_definition(crd),
+            lambda version: extensions.replace_custom_resource_definition(name, with_version(crd, version)),
+            lambda: extensions.read_custom_resource_definition(name))
+    return [crd["metadata"]["name"] for crd in crds]
+
+
+def crds_established(api_client, names: Iterable[str]) -> bool:
+    """Whether the API server serves every one of these CRDs: a controller's informers need them."""
+    from kubernetes import client
+
+    return all_have_condition(client.ApiextensionsV1Api(api_client).read_custom_resource_definition, names,
+                              "Established")

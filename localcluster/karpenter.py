@@ -11,7 +11,6 @@ overrides it). Each NodeClaim becomes a real node (localcluster/nodeclaims.py).
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -99,40 +98,13 @@ def environment(kubeconfig: Path, instance_types_file: Path, python: str, python
 
 def install(api_client, module: Path) -> list[str]:
     """Karpenter's namespace and CRDs (created or replaced), idempotently; returns the CRDs' names."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-    extensions = client.ApiextensionsV1Api(api_client)
     crds = [yaml.safe_load(path.read_text()) for path in crd_files(module)]
-    for crd in crds:
-        name = crd["metadata"]["name"]
-        try:
-            extensions.create_custom_resource_definition(crd)
-        except client.ApiException as error:
-            if error.status != 409:
-                raise
-            current = extensions.read_custom_resource_definition(name).metadata.resource_version
-            replaced = copy.deepcopy(crd)
-            replaced["metadata"]["resourceVersion"] = current
-            extensions.replace_custom_resource_definition(name, replaced)
-    return [crd["metadata"]["name"] for crd in crds]
+    return controllers.install_crds(api_client, NAMESPACE, crds)
 
 
 def established(api_client, crd_names: Iterable[str]) -> bool:
     """Whether the API server serves every one of these CRDs (Karpenter's informers need them)."""
-    from kubernetes import client
-
-    extensions = client.ApiextensionsV1Api(api_client)
-    for name in crd_names:
-        conditions = extensions.read_custom_resource_definition(name).status.conditions or ()
-        if not any(c.type == "Established" and c.status == "True" for c in conditions):
-            return False
-    return True
+    return controllers.crds_established(api_client, crd_names)
 
 
 def release(api_client) -> list[str]:
@@ -153,8 +125,8 @@ def release(api_client) -> list[str]:
         name = claim["metadata"]["name"]
         controllers.ignore_gone(lambda: custom.delete_cluster_custom_object(API_GROUP, API_VERSION, "nodeclaims", name))
         if claim["metadata"].get("finalizers"):
-            controllers.ignore_gone(lambda: custom.patch_cluster_custom_object(API_GROUP, API_VERSION, "nodeclaims", name,
-                                                                    {"metadata": {"finalizers": None}}))
+            controllers.ignore_gone(lambda: custom.patch_cluster_custom_object(
+                API_GROUP, API_VERSION, "nodeclaims", name, {"metadata": {"finalizers": None}}))
         released.append(f"nodeclaim/{name}")
     for node in core.list_node().items:
         finalizers = node.metadata.finalizers or ()

@@ -140,16 +140,17 @@ def register_visibility(api_client, module: Path, ca_pem: bytes) -> list[str]:
     except client.ApiException as error:
         if error.status != 409:  # the same Service, from an earlier start
             raise
-    _create_or_replace(lambda: core.create_namespaced_endpoints(NAMESPACE, endpoints),
+    controllers.create_or_replace(lambda: core.create_namespaced_endpoints(NAMESPACE, endpoints),
                        lambda version: core.replace_namespaced_endpoints(
-                           VISIBILITY_SERVICE, NAMESPACE, _with_version(endpoints, version)),
+                           VISIBILITY_SERVICE, NAMESPACE, controllers.with_version(endpoints, version)),
                        lambda: core.read_namespaced_endpoints(VISIBILITY_SERVICE, NAMESPACE))
     manifests = [path.read_text() for path in sorted((module / "config/components/visibility").glob("apiservice_*.yaml"))]
     api_services = visibility_api_services(manifests, ca_pem)
     for api_service in api_services:
         name = api_service["metadata"]["name"]
-        _create_or_replace(lambda: registration.create_api_service(api_service),
-                           lambda version: registration.replace_api_service(name, _with_version(api_service, version)),
+        controllers.create_or_replace(lambda: registration.create_api_service(api_service),
+                           lambda version: registration.replace_api_service(
+                               name, controllers.with_version(api_service, version)),
                            lambda: registration.read_api_service(name))
     return [api_service["metadata"]["name"] for api_service in api_services]
 
@@ -159,7 +160,7 @@ def visibility_available(api_client, names: Iterable[str]) -> bool:
     from kubernetes import client
 
     registration = client.ApiregistrationV1Api(api_client)
-    return _all_have_condition(registration.read_api_service, names, "Available")
+    return controllers.all_have_condition(registration.read_api_service, names, "Available")
 
 
 def unregister_visibility(api_client) -> None:
@@ -222,42 +223,16 @@ def module_dir(binary_go_mod: Path, gomodcache: Path) -> Path:
     return gomodcache / f"sigs.k8s.io/kueue@{version}"
 
 
-def install(api_client, module: Path, ca_pem: bytes) -> list[str]:
+def install(api_client, module: Path) -> list[str]:
     """Kueue's namespace and CRDs (created or replaced), idempotently; returns the CRDs' names."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-    extensions = client.ApiextensionsV1Api(api_client)
     crds = custom_resource_definitions((module / "config/components/crd/bases").glob("*.yaml"))
-    for crd in crds:
-        _create_or_replace(lambda: extensions.create_custom_resource_definition(crd),
-                           lambda version: extensions.replace_custom_resource_definition(
-                               crd["metadata"]["name"], _with_version(crd, version)),
-                           lambda: extensions.read_custom_resource_definition(crd["metadata"]["name"]))
-    return [crd["metadata"]["name"] for crd in crds]
+    return controllers.install_crds(api_client, NAMESPACE, crds)
 
 
 def established(api_client, crd_names: Iterable[str]) -> bool:
     """Whether the API server serves every one of these CRDs: Kueue exits at start-up when
     one of its kinds is not served yet (a cluster's first start)."""
-    from kubernetes import client
-
-    extensions = client.ApiextensionsV1Api(api_client)
-    return _all_have_condition(extensions.read_custom_resource_definition, crd_names, "Established")
-
-
-def _all_have_condition(read, names: Iterable[str], condition: str) -> bool:
-    """Whether each object `read(name)` returns has `condition` True."""
-    for name in names:
-        conditions = read(name).status.conditions or ()
-        if not any(c.type == condition and c.status == "True" for c in conditions):
-            return False
-    return True
+    return controllers.crds_established(api_client, crd_names)
 
 
 def register_webhooks(api_client, module: Path, ca_pem: bytes) -> None:
@@ -278,8 +253,8 @@ def register_webhooks(api_client, module: Path, ca_pem: bytes) -> None:
     for configuration_ in webhook_configurations(manifests, ca_pem):
         create, replace, read = calls[configuration_["kind"]]
         name = configuration_["metadata"]["name"]
-        _create_or_replace(lambda: create(configuration_),
-                           lambda version: replace(name, _with_version(configuration_, version)),
+        controllers.create_or_replace(lambda: create(configuration_),
+                           lambda version: replace(name, controllers.with_version(configuration_, version)),
                            lambda: read(name))
 
 
@@ -295,21 +270,6 @@ def unregister_webhooks(api_client) -> None:
         except client.ApiException as error:
             if error.status != 404:
                 raise
-
-
-def _with_version(obj: dict, resource_version: str) -> dict:
-    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": resource_version}}
-
-
-def _create_or_replace(create, replace, read) -> None:
-    from kubernetes import client
-
-    try:
-        create()
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-        replace(read().metadata.resource_version)
 
 
 def release_finalizers(api_client) -> list[str]:
