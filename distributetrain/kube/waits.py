@@ -77,12 +77,20 @@ def lost(name: str, pod: dict | None) -> PodLost | None:
 
 def attempt_started(chief: str, workers: list[str]) -> Judge:
     """Done when every worker is Ready and the chief is bound (it may still pull its image:
-    it holds its GPUs from the start and waits for the hosts); lost when a pod ends or vanishes."""
+    it holds its GPUs from the start and waits for the hosts); lost when a pod ends or vanishes;
+    finished when the chief ended on its own first."""
 
     def judge(pods: Mapping[str, dict]) -> Outcome | None:
-        for name in (*workers, chief):
+        for name in workers:
             if found := lost(name, pods.get(name)):
                 return found
+        if podstate.gone(pods.get(chief)) is not None:
+            return lost(chief, pods.get(chief))
+        if podstate.is_finished(pods[chief]):
+            # It ended on its own before training (an image it cannot run in, say): its end is
+            # the job's, as post-training reads it, not a loss to restart.
+            code = podstate.exit_code(pods[chief])
+            return ChiefFinished(1 if code is None else code)
         if not podstate.node(pods[chief]):
             return None
         if all(podstate.is_ready(pods[name]) and podstate.address(pods[name]) for name in workers):

@@ -116,20 +116,25 @@ class PreTraining:
             pods = {}
         chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
         outcome = waits.attempt_started(chief, workers)(pods) if pods else None
-        if not isinstance(outcome, waits.AttemptStarted):  # else adopted, started already: no news
+        if not isinstance(outcome, (waits.AttemptStarted, waits.ChiefFinished)):  # else adopted: no news
             if scaleup.new_node_shares(plan):
                 plan = newnodes.wait_for_new_nodes(self.kube, self.job_run, plan, chief, workers)
             outcome = self._wait_until_started(chief, workers)
-            if workers:
-                self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
-                                            ", ".join(f"{name} ({address})"
-                                                      for name, (address, _) in zip(workers, outcome.hosts)))
-            self.reporter.phase("Running")
+            if isinstance(outcome, waits.AttemptStarted):
+                if workers:
+                    self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
+                                                ", ".join(f"{name} ({address})"
+                                                          for name, (address, _) in zip(workers, outcome.hosts)))
+                self.reporter.phase("Running")
+        if isinstance(outcome, waits.ChiefFinished):
+            log.info("job %s: the chief ended before training started (exit code %d)", settings.job_name,
+                     outcome.exit_code)
+            return plan  # post-training reads its end: its exit code is the job's
         self.job_run.hosts.publish(outcome.hosts)
         log.info("job %s: the chief has its %d hosts", settings.job_name, len(outcome.hosts))
         return plan
 
-    def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted:
+    def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted | waits.ChiefFinished:
         settings = self.settings
         self.reporter.phase("StartingWorkers")
         pod_waits = PodWaits(self.reporter, [*workers, chief])

@@ -14,7 +14,7 @@ from kubernetes import client
 from distributetrain.cli.jobs import manager_spec
 from distributetrain.core import errors
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import translate
+from distributetrain.kube.calls import translate
 from jobharness import REPO, SCRIPTS, job_args, manager_pod, node_pool, script_volume
 from localcluster.projectrbac import POLICY
 

@@ -37,9 +37,18 @@ def test_a_pod_that_ends_or_vanishes_before_the_start_is_lost():
     assert lost == waits.PodLost("w0", "ended (Failed, exit code 137)")
     assert judge({"c": pod("c"), "w0": pod("w0", deleting=True), "w1": pod("w1")}) == waits.PodLost("w0", "is being deleted")
     assert judge({"w0": pod("w0", ready=True), "w1": pod("w1", ready=True)}) == waits.PodLost("c", "was deleted")
-    failed_chief = pod("c", phase="Failed", exit_code=1)
-    assert judge({"c": failed_chief, "w0": pod("w0"), "w1": pod("w1")}) == \
-        waits.PodLost("c", "ended (Failed, exit code 1)")
+    assert judge({"c": pod("c", deleting=True), "w0": pod("w0"), "w1": pod("w1")}) == \
+        waits.PodLost("c", "is being deleted")
+
+
+def test_a_chief_that_ends_on_its_own_before_the_start_ends_the_job_with_its_code():
+    """An image the job's user cannot run in, say: the chief's exit code is the job's (79),
+    not a loss to restart; a worker that ended first is still the cause."""
+    judge = waits.attempt_started("c", ["w0", "w1"])
+    failed_chief = pod("c", phase="Failed", exit_code=79)
+    assert judge({"c": failed_chief, "w0": pod("w0"), "w1": pod("w1")}) == waits.ChiefFinished(79)
+    assert judge({"c": failed_chief, "w0": pod("w0", phase="Failed", exit_code=79), "w1": pod("w1")}) == \
+        waits.PodLost("w0", "ended (Failed, exit code 79)")
 
 
 def test_chief_exit_code_is_the_outcome():
