@@ -12,15 +12,17 @@ cd "$here" || exit 1
 pytest=("$DT_VENV/bin/python" -m pytest -ra --durations=15)
 manager_tiers=(tests/integration tests/e2e tests/faults)
 failed=0
-# Interrupted between steps: the cluster the steps kept up goes down as the last step's would.
+# The cluster the steps kept up goes down after the last one, as its session would take it
+# down: also when that step stopped before starting a session (an error collecting its
+# tests), or when interrupted between steps.
 take_down() {
   if [ "${DT_KEEP_CLUSTER:-}" != 1 ] && [ -e "$DT_RUN/test-sessions/started-by-tests" ]; then
     "$DT_VENV/bin/python" -m localcluster down
   fi
-  exit 130
 }
-trap take_down INT TERM
+trap 'take_down; exit 130' INT TERM
 DT_KEEP_CLUSTER=1 "${pytest[@]}" tests/unit tests/cluster || failed=1
 DT_KEEP_CLUSTER=1 "${pytest[@]}" -n 2 --dist loadgroup -m "not exclusive" "${manager_tiers[@]}" || failed=1
 "${pytest[@]}" -m exclusive "${manager_tiers[@]}" || failed=1
+take_down
 exit "$failed"
