@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -37,6 +38,19 @@ def rbac(api_client, namespace):  # noqa: F811
 @pytest.fixture
 def jobs(api_client, namespace, rbac):  # noqa: F811
     return Jobs(api_client, namespace)
+
+
+# PodSecurity's strictest level, as locked-down clusters label their job namespaces.
+RESTRICTED_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
+                     "pod-security.kubernetes.io/enforce-version": "latest"}
+
+
+@pytest.fixture
+def restricted(api_client, namespace):  # noqa: F811
+    """The test's namespace, enforcing PodSecurity `restricted`: every pod the test's
+    job creates (manager, workers, chief, replacements) must pass it or be refused."""
+    client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {"labels": RESTRICTED_LABELS}})
+    return namespace
 
 
 @pytest.fixture(scope="module")

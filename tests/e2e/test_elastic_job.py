@@ -6,7 +6,8 @@ on. Its node is cordoned first, so no GPU is free and the smaller world is visib
 the node is uncordoned, the manager adds a replacement worker (a fresh name) and the
 world grows back. A training process that dies on a pod that stays (a crash, an
 out-of-memory kill) costs its GPUs only for Horovod's cooldown: the world grows back on
-the same pod. The job ends with exit 0 and everything it created is deleted.
+the same pod. The job ends with exit 0 and everything it created is deleted. The first test
+runs in a namespace that enforces PodSecurity `restricted`.
 """
 
 import os
@@ -59,7 +60,9 @@ def kill_training_processes(address: str) -> int:
     return killed
 
 
-def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees_up(cluster, api_client, jobs):
+def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees_up(cluster, api_client, restricted,
+                                                                                     jobs):
+    """In a namespace enforcing PodSecurity `restricted`: the replacement passes it too."""
     core = jobs.core
     with node_pool(cluster, {"a": 1, "b": 1, "c": 1}) as pool:
         jobs.submit("flex", ["--num-gpus=3", "--elastic", "--min-gpus=2", "--image=distributetrain/base:0.1.0",

@@ -15,20 +15,12 @@ from jobharness import REPO, node_pool, script_volume
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest"}
 # scripts/demo.py's job: 3 GPUs over 2 + 1, sized for this machine's kubelets, checkpoints
 # on a volume (which the job's non-root user must be able to write); fewer samples.
 DEMO_ARGS = ("--num-gpus=3", "--image=distributetrain/base:0.1.0", "--cpu-per-gpu=250m", "--memory-per-gpu=2Gi",
              "--worker-ready-timeout=90s", "--delete-chief")
 DEMO_TRAIN_ARGS = ("--epochs=4", "--samples=1536", "--checkpoint-dir=/train/checkpoints")
 IMAGE_WITHOUT_JOB_USER = "python:3.11.10-slim-bookworm"
-
-
-@pytest.fixture
-def restricted(api_client, namespace):
-    client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
-    return namespace
 
 
 def test_the_namespace_refuses_a_root_pod(api_client, restricted):

@@ -1,5 +1,6 @@
 """--max-restarts on the local cluster: a pod lost mid-training starts the job again,
-re-planned under fresh pod names; the restart is recorded on the manager pod."""
+re-planned under fresh pod names; the restart is recorded on the manager pod. The first
+test runs in a namespace that enforces PodSecurity `restricted`."""
 
 import os
 import signal
@@ -37,7 +38,10 @@ def wait_for_first_start(jobs, job: str) -> None:
                lambda: f"both ranks started; the manager's log:\n{jobs.log_tail(job)}")
 
 
-def test_a_worker_deleted_mid_training_restarts_the_job_which_finishes(cluster, api_client, namespace, jobs, tmp_path):
+def test_a_worker_deleted_mid_training_restarts_the_job_which_finishes(cluster, api_client, restricted, jobs,
+                                                                        tmp_path):
+    """In a namespace enforcing PodSecurity `restricted`: the restart's pods pass it too."""
+    namespace = restricted
     with node_pool(cluster, {"a": 1, "b": 1, "c": 1}) as pool, \
             script_volume(api_client, namespace, {"resumable.py": RESUMABLE}, tmp_path) as claim:
         args = job_args(pool, claim, 2, "--max-restarts=1")
