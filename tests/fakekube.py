@@ -207,7 +207,9 @@ class FakeKube(KubeApi):
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._maybe_fail("annotate_pod")
         with self.lock:
-            pod = self.manager if name == self.manager["metadata"]["name"] else self.pods[name]
+            pod = self.manager if name == self.manager["metadata"]["name"] else self.pods.get(name)
+            if pod is None:  # as the API server answers a patch of a pod gone
+                raise errors.NotFound(f'pods "{name}" not found')
             current = pod["metadata"].setdefault("annotations", {})
             for key, value in annotations.items():
                 if value is None:

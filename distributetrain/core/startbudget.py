@@ -8,6 +8,9 @@ when the manager first saw it. So a 6-minute pull on a fresh node starts fine un
 5-minute timeout, while a pod the scheduler cannot place, or one whose container does
 not get Ready, is released as before.
 
+An elastic job's replacements start one by one while the job trains: each has a budget
+of its own (``StartBudgets``), by the same rule.
+
 Pure: the caller passes ``now`` (the manager's monotonic clock) and what it saw.
 """
 
@@ -67,3 +70,30 @@ class StartBudget:
 
     def timed_out(self, now: float) -> bool:
         return self.spent_s(now) >= self.timeout_s
+
+
+class StartBudgets:
+    """One ``StartBudget`` per pod, for pods that start one by one (an elastic job's
+    replacements): a pod's budget starts when it is first seen not Ready, and is
+    forgotten once it is Ready (or gone), so a later wait of the same pod starts afresh."""
+
+    def __init__(self, settings: JobSettings) -> None:
+        self.settings = settings
+        self.budgets: dict[str, StartBudget] = {}
+
+    def overdue(self, now: float, waiting: Iterable[str],
+                slow: Mapping[str, tuple[Stage, float]]) -> dict[str, str | None]:
+        """The waiting pods whose start is late: each with its slow start's reason when that
+        ran past its own bound, None when ``--worker-ready-timeout`` ran out."""
+        waiting = set(waiting)
+        self.budgets = {pod: budget for pod, budget in self.budgets.items() if pod in waiting}
+        late: dict[str, str | None] = {}
+        for pod in sorted(waiting):
+            budget = self.budgets.setdefault(pod, StartBudget.starting(self.settings, now))
+            own = {pod: slow[pod]} if pod in slow else {}
+            budget.observe(now, [pod], own)
+            if budget.timed_out(now):
+                late[pod] = None
+            elif past_bound := budget.overdue(now, own):
+                late[pod] = past_bound[pod]
+        return late

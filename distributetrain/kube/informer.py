@@ -163,12 +163,11 @@ class Informer:
                 return
             for event_type, obj in self._watch(remaining):
                 self.version = obj["metadata"].get("resourceVersion") or self.version
-                if event_type == "BOOKMARK":
-                    continue  # only moves the version on
-                with self.changed:
-                    self._apply(event_type, obj)
-                    if predicate(self.store) is not None:
-                        return
+                if event_type != "BOOKMARK":  # a bookmark only moves the version on
+                    with self.changed:
+                        self._apply(event_type, obj)
+                        if predicate(self.store) is not None:
+                            return
                 if self.clock.monotonic() >= until:
                     return
         except errors.Gone:

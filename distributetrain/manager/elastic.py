@@ -15,7 +15,10 @@ answer true and the job whole:
   meanwhile (``freegpus``: no list while nothing changes) show a replacement could fit;
   replacements get fresh names (the next worker index), hence fresh addresses, so no
   replacement waits on a pod stuck terminating and Horovod's blacklist of a failed host
-  never applies to it. A rank that dies on a pod that
+  never applies to it. A replacement never Ready within ``--worker-ready-timeout`` is
+  deleted and planned again; its image pull or wait for a new node does not count
+  (each replacement has a start budget of its own: ``startbudget.StartBudgets``).
+  A rank that dies on a pod that
   stays is Horovod's to retry (``chief.sh``: ``--blacklist-cooldown-range``): the pod is
   live, so nothing here replaces it;
 - growing back is best effort: a replacement that fails (a quota refusing the new pod
@@ -41,12 +44,15 @@ from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.startbudget import StartBudgets
+from distributetrain.core.startprogress import Stage, StageClocks
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
 from distributetrain.manager import booking
 from distributetrain.manager.freegpus import FreeGpuWatch, waiting_client
 from distributetrain.manager.run import Run
+from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import delete_because
 
 log = logging.getLogger(__name__)
@@ -102,18 +108,20 @@ def judge_elastic(settings: JobSettings, attempt: Attempt, published: tuple[tupl
     return judge
 
 
-def overdue_workers(pods: Mapping[str, dict], settings: JobSettings, attempt: Attempt,
-                    not_ready_since: dict[str, float], now: float) -> list[str]:
-    """Live workers not Ready for longer than ``--worker-ready-timeout``: they hold GPUs and
-    train nothing. ``not_ready_since`` (name -> when first seen not Ready) is kept up to date."""
-    waiting = {pod["metadata"]["name"] for pod in live_workers(pods, attempt) if not podstate.is_ready(pod)}
-    for name in set(not_ready_since) - waiting:
-        del not_ready_since[name]
-    overdue = []
-    for name in sorted(waiting):
-        if now - not_ready_since.setdefault(name, now) > settings.worker_ready_timeout_s:
-            overdue.append(name)
-    return overdue
+def waiting_workers(pods: Mapping[str, dict], attempt: Attempt) -> list[str]:
+    """Live workers not Ready: they hold GPUs and train nothing (yet)."""
+    return sorted(pod["metadata"]["name"] for pod in live_workers(pods, attempt) if not podstate.is_ready(pod))
+
+
+def overdue_workers(pods: Mapping[str, dict], settings: JobSettings, budgets: StartBudgets,
+                    waiting: list[str], slow: Mapping[str, tuple[Stage, float]], now: float) -> dict[str, str]:
+    """The ``waiting`` workers whose start is late, each with why: as an attempt's start,
+    ``--worker-ready-timeout`` counts only time no slow start (an image pull, a new node)
+    explains, and each slow start has its own bound (``startbudget``)."""
+    late = budgets.overdue(now, waiting, slow)
+    return {name: past_bound or f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s "
+                                f"({podstate.why_not_ready(pods[name]) or 'Ready'})"
+            for name, past_bound in late.items()}
 
 
 def retry_delay(failures_in_a_row: int) -> float:
@@ -152,7 +160,9 @@ class ElasticFollower:
         self.world = 0  # GPUs of the published hosts and the chief
         self.next_replace_at = 0.0
         self.last_shortage = ""
-        self.not_ready_since: dict[str, float] = {}
+        self.start_budgets = StartBudgets(self.settings)  # replacements' starts, one budget each
+        self.stage_clocks = StageClocks()
+        self.starts: StartWatch | None = None  # the Events of the job's pods, while a worker starts
         self.failures_in_a_row = 0  # of growing back: the backoff before the next try
 
     def run(self) -> waits.Outcome:
@@ -160,6 +170,7 @@ class ElasticFollower:
             return self._follow()
         finally:
             self._stop_following_free_gpus()
+            self._stop_following_starts()
 
     def _follow(self) -> waits.Outcome:
         settings = self.settings
@@ -205,9 +216,10 @@ class ElasticFollower:
         """A worker that never gets Ready (its image, its node, its sshd) would hold its GPUs
         for the rest of the job: delete it, and its GPUs are planned again."""
         settings = self.settings
-        for name in overdue_workers(pods, settings, self.attempt, self.not_ready_since, self.clock.monotonic()):
-            why = f"not Ready within --worker-ready-timeout {settings.worker_ready_timeout_s:.0f}s " \
-                  f"({podstate.why_not_ready(pods[name]) or 'Ready'})"
+        now = self.clock.monotonic()
+        waiting = waiting_workers(pods, self.attempt)
+        slow = self._slow_starts(pods, waiting, now)
+        for name, why in overdue_workers(pods, settings, self.start_budgets, waiting, slow, now).items():
             log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
             try:
                 delete_because(self.kube, settings.namespace, name, why)
@@ -217,6 +229,22 @@ class ElasticFollower:
                 # Still overdue at the next pass: deleted then.
                 raise errors.ApiError(f"could not delete worker {name}: {e}") from e
             self.next_replace_at = 0.0  # its GPUs: plan again at once
+
+    def _slow_starts(self, pods: Mapping[str, dict], waiting: list[str], now: float) -> dict[str, tuple[Stage, float]]:
+        """Which waiting workers pull their image or await a node, from the Events of the
+        job's pods, followed only while some worker starts (a training job's namespace
+        may record many Events; none are needed meanwhile)."""
+        if not waiting:
+            self._stop_following_starts()
+            return {}
+        if self.starts is None:
+            self.starts = StartWatch(self.kube, self.settings, self.clock).__enter__()
+        return self.starts.slow_starts(self.stage_clocks, pods, waiting, now)
+
+    def _stop_following_starts(self) -> None:
+        if self.starts is not None:
+            self.starts.__exit__(None, None, None)
+            self.starts = None
 
     def _replace_if_short(self, pods: Mapping[str, dict]) -> None:
         if self.clock.monotonic() < self.next_replace_at:

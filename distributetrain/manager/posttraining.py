@@ -63,8 +63,9 @@ class PostTraining:
         expected = [chief, *workers]
         pod_waits = PodWaits(self.reporter, expected)
         try:
-            with StartWatch(self.kube, settings, pod_waits, self.job_run.clock) as starting:
-                outcome = starting.wait(self.pods, waits.chief_started(chief, workers), expected, self.deadline)
+            with StartWatch(self.kube, settings, self.job_run.clock) as starting:
+                outcome = starting.wait(self.pods, waits.chief_started(chief, workers), expected, self.deadline,
+                                        pod_waits)
         finally:
             pod_waits.done()
         if not isinstance(outcome, waits.ChiefStarted):

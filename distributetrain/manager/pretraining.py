@@ -143,10 +143,10 @@ class PreTraining:
             # A worker's node lost while it starts: deleted at once, a loss like any other.
             # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
             with NodeWatch(self.kube, settings, self.reporter), \
-                    StartWatch(self.kube, settings, pod_waits, clock) as starting:
+                    StartWatch(self.kube, settings, clock) as starting:
                 outcome = starting.wait(waits.job_pods(self.kube, settings.namespace, settings.selector, clock),
                                         waits.attempt_started(chief, workers), [*workers, chief],
-                                        self.job_run.deadline)
+                                        self.job_run.deadline, pod_waits)
         finally:
             pod_waits.done()
         if isinstance(outcome, waits.PodLost):

@@ -42,9 +42,8 @@ class StartWatch:
 
     refusal_logged = False  # one log line per manager process, not per wait
 
-    def __init__(self, kube: KubeApi, settings: JobSettings, pod_waits: PodWaits, clock: Clock = REAL_CLOCK):
+    def __init__(self, kube: KubeApi, settings: JobSettings, clock: Clock = REAL_CLOCK):
         self.settings = settings
-        self.pod_waits = pod_waits
         self.clock = clock
         self.events = Informer(kube, "events", settings.namespace,
                                selectors={"field_selector": startprogress.POD_EVENTS_SELECTOR},
@@ -84,9 +83,17 @@ class StartWatch:
         with self.events.changed:
             return list(self.events.store.values())
 
-    def wait(self, pods: Informer, judge: waits.Judge, expected: list[str], hard_deadline: float) -> waits.Outcome:
+    def slow_starts(self, clocks: StageClocks, view: Mapping[str, dict], waiting: list[str],
+                    now: float) -> dict[str, tuple[Stage, float]]:
+        """The ``waiting`` pods in a slow start now (pulling, awaiting a node), each since when."""
+        events = self.pod_events()
+        return clocks.update({name: startprogress.stage(view[name], events) for name in waiting}, now)
+
+    def wait(self, pods: Informer, judge: waits.Judge, expected: list[str], hard_deadline: float,
+             pod_waits: PodWaits) -> waits.Outcome:
         """``judge``'s outcome on the job's pods, or ``TimedOut`` once the start's budget ran
-        out (``startbudget``: the timeout, a slow start's bound) or ``hard_deadline`` passed."""
+        out (``startbudget``: the timeout, a slow start's bound) or ``hard_deadline`` passed;
+        ``pod_waits`` shows each slow start while it lasts."""
         budget = StartBudget.starting(self.settings, self.clock.monotonic())
         clocks = StageClocks()
         slow: dict[str, tuple[Stage, float]] = {}
@@ -95,10 +102,9 @@ class StartWatch:
             nonlocal slow
             now = self.clock.monotonic()
             waiting = [name for name in expected if name in view and not podstate.is_ready(view[name])]
-            events = self.pod_events()
-            slow = clocks.update({name: startprogress.stage(view[name], events) for name in waiting}, now)
+            slow = self.slow_starts(clocks, view, waiting, now)
             budget.observe(now, waiting, slow)
-            self.pod_waits.observe(view, slow, now)
+            pod_waits.observe(view, slow, now)
             return judge(view)
 
         while True:

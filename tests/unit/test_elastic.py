@@ -13,6 +13,8 @@ from distributetrain.cli import main as cli, jobflags
 from distributetrain.core import errors, manifests, names, placement
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.startbudget import StartBudgets
+from distributetrain.core.startprogress import Pulling
 from distributetrain.kube import events, waits
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import booking, elastic
@@ -176,16 +178,42 @@ def test_the_elastic_chief_gets_horovods_bounds_and_where_to_ask():
 
 def test_a_worker_not_ready_past_the_timeout_is_overdue_and_ready_again_is_forgotten():
     settings = SETTINGS.replace(worker_ready_timeout_s=60)
-    since: dict[str, float] = {}
+    budgets = StartBudgets(settings)
     pods = by_name(chief(), worker(0), worker(1, ready=False), worker(2, ready=False, deleting=True))
-    assert elastic.overdue_workers(pods, settings, FIRST, since, now=100.0) == []
-    assert since == {"j-worker-1": 100.0}  # a terminating worker holds nothing to free
-    assert elastic.overdue_workers(pods, settings, FIRST, since, now=160.0) == []
-    assert elastic.overdue_workers(pods, settings, FIRST, since, now=160.5) == ["j-worker-1"]
+
+    def overdue(now):
+        return elastic.overdue_workers(pods, settings, budgets, elastic.waiting_workers(pods, FIRST), {}, now)
+
+    assert elastic.waiting_workers(pods, FIRST) == ["j-worker-1"]  # a terminating worker holds nothing to free
+    assert overdue(100.0) == {}
+    assert overdue(159.9) == {}
+    assert list(overdue(160.0)) == ["j-worker-1"]
+    assert overdue(160.0)["j-worker-1"].startswith("not Ready within --worker-ready-timeout 60s (")
     pods["j-worker-1"] = worker(1)
-    assert elastic.overdue_workers(pods, settings, FIRST, since, now=161.0) == [] and since == {}
+    assert overdue(161.0) == {}
     pods["j-worker-1"] = worker(1, ready=False)
-    assert elastic.overdue_workers(pods, settings, FIRST, since, now=200.0) == []  # a new wait starts now
+    assert overdue(200.0) == {}  # a new wait starts now
+    assert overdue(259.9) == {}
+
+
+def test_a_replacement_pulling_its_image_is_not_late_until_its_pull_runs_past_its_bound():
+    settings = SETTINGS.replace(worker_ready_timeout_s=60, image_pull_timeout_s=600)
+    budgets = StartBudgets(settings)
+    pods = by_name(chief(), worker(0), worker(1, ready=False))
+    pulling = {"j-worker-1": (Pulling("reg/base:1", "n2"), 110.0)}
+
+    def overdue(now, slow):
+        return elastic.overdue_workers(pods, settings, budgets, ["j-worker-1"], slow, now)
+
+    assert overdue(100.0, {}) == {}  # 10 s of the timeout spent before the pull shows
+    assert overdue(110.0, pulling) == {}
+    assert overdue(500.0, pulling) == {}  # a 6-minute pull: past --worker-ready-timeout, still fine
+    assert overdue(709.9, pulling) == {}
+    assert overdue(710.0, pulling) == {"j-worker-1": 'pulling image "reg/base:1" on n2 for 10m0s'}
+    # Pulled, the container does not get Ready: the timeout runs on from its 10 s.
+    assert overdue(720.0, {}) == {}
+    assert overdue(769.9, {}) == {}
+    assert list(overdue(770.0, {})) == ["j-worker-1"]
 
 
 # -- growing back is best effort: the follower on an in-memory API -----------------------
@@ -263,6 +291,40 @@ def test_a_failed_replacement_is_retried_and_the_job_goes_on(quick, call, failur
     assert replacements(kube) == ["j-worker-1"]  # the missing 2 GPUs, on the one node, after two failures
     failed = [note for reason, note in recorded if reason == events.REPLACE_FAILED]
     assert failed and all(str(failure) in note for note in failed)
+
+
+def pulling_event(pod_name):
+    return {"reason": "Pulling", "message": 'Pulling image "reg/base:1"', "lastTimestamp": "2026-11-26T20:00:00Z",
+            "source": {"host": "n"}, "involvedObject": {"kind": "Pod", "name": pod_name},
+            "metadata": {"name": f"{pod_name}.pulling"}}
+
+
+@pytest.mark.parametrize("events, deleted", [([pulling_event("j-worker-1")], []), ([], ["j-worker-1"])],
+                         ids=["pulling", "stuck"])
+def test_a_replacement_pulling_its_image_outlives_the_timeout_one_that_is_stuck_does_not(quick, events, deleted):
+    kube = short_of_two_gpus()
+    kube.events = events  # the kubelet's, about the replacement
+    shown = set()
+
+    def replacement_story(kube, timeout_s):
+        """The replacement shows on the watch, never Ready; the chief ends a second after its
+        creation. Every watch the follower opens (one per wake) goes on with the story."""
+        ends_at = time.monotonic() + timeout_s
+        while time.monotonic() < ends_at:
+            created = replacements(kube)
+            if created and "j-worker-1" in kube.pods and not shown:
+                shown.add("j-worker-1")
+                yield kube.apply("j-worker-1", {"phase": "Pending"})
+            if created and time.monotonic() - kube.when("create", "Pod", "j-worker-1") >= 1.0:
+                yield kube.apply("j-chief", chief(phase="Succeeded", exit_code=0)["status"])
+                return
+            time.sleep(0.01)
+            yield "BOOKMARK", {"metadata": {"resourceVersion": "1"}}  # time goes on for the follower too
+
+    kube.on_pod_watch = replacement_story
+    outcome, _ = follow(kube, FOLLOWED.replace(worker_ready_timeout_s=0.3))
+    assert outcome == waits.ChiefFinished(0)
+    assert kube.writes("delete", "Pod")[:1] == deleted
 
 
 def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):

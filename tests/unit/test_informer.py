@@ -126,6 +126,19 @@ def test_the_deadline_gives_the_last_view_without_sleeping():
     assert clock.monotonic() == started + 30 and kube.pod_lists == 1
 
 
+def test_a_watch_of_bookmarks_only_still_ends_at_the_deadline():
+    """A quiet watch past its caller's deadline: the wait returns at the first bookmark
+    after it, not at the watch's own end, so a follower's periodic work is never held up."""
+    clock = FakeClock()
+    kube = FakeKube(pods=[pod("a")], clock=clock)
+    a_minute_later = lambda fake: clock.advance(60) or ("BOOKMARK", bookmark("2"))  # noqa: E731
+    kube.pod_watches = [[a_minute_later] * 10]
+    informer = pods_informer(kube, clock)
+    started = clock.monotonic()
+    outcome = informer.wait_until(lambda pods: None, started + 30)
+    assert isinstance(outcome, DeadlineReached) and clock.monotonic() == started + 60
+
+
 def test_a_deadline_already_past_still_lists_once():
     clock = FakeClock()
     kube = FakeKube(pods=[pod("a", phase="Failed")], clock=clock)

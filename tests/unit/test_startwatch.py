@@ -54,9 +54,9 @@ def wait(kube, clock, settings=SETTINGS):
     """The attempt's start as pre-training waits for it (one worker; no chief to bind)."""
     pod_waits = PodWaits(Reporter(kube, settings, NoEvents()), [WORKER], write_interval_s=0)
     pod_waits.annotation = WrittenAtOnce(pod_waits.reporter.waiting)
-    with StartWatch(kube, settings, pod_waits, clock) as starting:
+    with StartWatch(kube, settings, clock) as starting:
         outcome = starting.wait(waits.job_pods(kube, "ml", "", clock), ready,
-                                [WORKER], clock.monotonic() + 3600)
+                                [WORKER], clock.monotonic() + 3600, pod_waits)
     pod_waits.done()
     return outcome, clock.monotonic()
 
