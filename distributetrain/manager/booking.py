@@ -10,7 +10,7 @@ its pods are created before the Lease is let go. So no GPU is ever booked twice.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, inventory, names, placement, quantity, scaleup, topology
@@ -40,16 +40,34 @@ class Short:
 def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
     """GPUs free per candidate node for the job's pods, and the pod list's resourceVersion
     (to watch from)."""
-    ledger = inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology)
-    selector = dict(settings.node_selector)
+    ledger = _job_ledger(settings)
     for page, _ in kube.list_pages("nodes"):
-        for node in page:
-            ledger.add_node(node, settings.tolerations, selector)
+        _add_nodes(ledger, page, settings)
     version = ""
     for page, version in kube.list_pages("pods", field_selector=inventory.ACTIVE_PODS_SELECTOR):
         for pod in page:
             ledger.add_pod(pod)
     return ledger, version
+
+
+def _job_ledger(settings: JobSettings) -> inventory.GpuLedger:
+    """No node yet: the job's GPU resource, what its pods need besides GPUs, its --topology's levels."""
+    return inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology)
+
+
+def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: JobSettings) -> None:
+    selector = dict(settings.node_selector)
+    for node in nodes:
+        ledger.add_node(node, settings.tolerations, selector)
+
+
+def check_nodes(nodes: Iterable[Mapping], settings: JobSettings) -> None:
+    """``check_request`` on the nodes alone, as the CLI runs it with the user's credentials
+    before it creates anything: no pod ever makes a request bad input, so the nodes say
+    all the manager would say."""
+    ledger = _job_ledger(settings)
+    _add_nodes(ledger, nodes, settings)
+    check_request(ledger, settings)
 
 
 def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:

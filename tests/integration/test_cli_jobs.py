@@ -3,6 +3,7 @@
 batch/v1 Job. The manager runs under rbac/, applied into the test's namespace."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,15 @@ def objects(api_client, namespace) -> set[str]:
 
 def test_submit_follow_list_status_logs_cancel(cluster, api_client, namespace, rbac):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
+        # More GPUs than the nodes advertise: the user's own credentials list them, so the
+        # CLI refuses at once, as the manager would, and creates nothing.
+        refused = dt(cluster, "submit", *LOCAL_NODE_SIZING, "--num-gpus", "9", "--image", TRAINING_IMAGE,
+                     "--namespace", namespace, "--name", "mnist", *on(pool))
+        assert (refused.returncode, refused.stdout, refused.stderr.splitlines()[-1:]) == (2, "", [
+            "distributetrain: error: --num-gpus: requested 9 GPUs but the nodes matching --node-selector "
+            "advertise 2 in all"]), refused.stderr
+        assert objects(api_client, namespace) == set()
+
         followed = dt(cluster, "submit", *LOCAL_NODE_SIZING, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
                       "--name", "mnist", *on(pool), "--follow", "--", "--epochs", "1",
                       timeout_s=FOLLOW_TIMEOUT_S)
@@ -78,6 +88,11 @@ def test_submit_follow_list_status_logs_cancel(cluster, api_client, namespace, r
                      "mnist: workers Ready: 1/1", "mnist: chief mnist-chief: Running",
                      "mnist: Succeeded, exit code 0: training finished"]:
             assert line in progress.splitlines(), progress
+        # Once the chief ended: never "Training" again, and the workers were torn down, not unready.
+        lines = progress.splitlines()
+        chief_ended = lines.index("mnist: chief mnist-chief: Succeeded")
+        assert "mnist: phase: Training" not in lines[chief_ended:], progress
+        assert "mnist: workers: 1, torn down after the chief ended" in lines[chief_ended:], progress
 
         listed = dt(cluster, "list", "-n", namespace)
         assert listed.returncode == 0, listed.stderr
@@ -91,6 +106,8 @@ def test_submit_follow_list_status_logs_cancel(cluster, api_client, namespace, r
             "kind": "Pod", "managerPod": "mnist", "phase": "Succeeded", "gpus": 2, "exitCode": 0,
             "reason": "training finished", "chief": "Succeeded"}
         assert current["plan"] == [{"node": pool.node("a"), "gpus": 1}, {"node": pool.node("b"), "gpus": 1}]
+        shown = dt(cluster, "status", "mnist", "-n", namespace).stdout
+        assert re.search(r"^Workers: +1, torn down after the chief ended$", shown, re.MULTILINE), shown
 
         logs = dt(cluster, "logs", "mnist", "-n", namespace)
         assert (logs.returncode, logs.stdout) == (0, training)

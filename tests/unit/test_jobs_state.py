@@ -124,7 +124,7 @@ def test_requested_gpus_from_the_spec_the_manager_recorded():
 def test_progress():
     pod = manager(annotations={"distributetrain.io/plan": "a=2,b=2,c=2"})
     children = [child("demo-worker-0", "worker", ready=True), child("demo-worker-1", "worker", phase="Pending")]
-    assert state.progress_of(pod, children) == Progress(workers_ready=1, workers=2, chief="")
+    assert state.progress_of(pod, children) == Progress(workers_ready=1, workers=2, chief="", workers_left=2)
     children.append(child("demo-chief", "chief", phase="Succeeded"))
     assert state.progress_of(pod, children).chief == "Succeeded"
 
@@ -135,7 +135,7 @@ def test_progress_counts_only_the_current_attempts_pods():
     children = [child("demo-worker-0", "worker", ready=True, terminating=True),
                 child("demo-chief", "chief", terminating=True),
                 child("demo-worker-0-r1", "worker", phase="Pending")]
-    assert state.progress_of(pod, children) == Progress(workers_ready=0, workers=1, chief="")
+    assert state.progress_of(pod, children) == Progress(workers_ready=0, workers=1, chief="", workers_left=1)
     children.append(child("demo-chief-r1", "chief", phase="Pending"))
     assert state.progress_of(pod, children).chief == "Pending"
 

@@ -9,6 +9,7 @@ exit code 2, and nothing is created.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import sys
@@ -25,6 +26,7 @@ from distributetrain.cli.jobs.manager_spec import ManagerOptions
 from distributetrain.core import errors, exitcodes, names, podgroup, validation
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
+from distributetrain.manager import booking
 
 OUTPUT_FORMATS = ("table", "json")
 
@@ -154,6 +156,7 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
         pass
     else:
         raise errors.UsageError("--name", f"a job named {name!r} already exists in namespace {namespace!r}")
+    _check_against_nodes(kube, settings)
     manager = _through_kueue(kube, settings, options, manager)
     try:
         kube.create(manager)
@@ -166,6 +169,18 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
     if args.follow:
         return Follower(kube, namespace, name, sys.stdout, sys.stderr).run()
     return exitcodes.OK
+
+
+def _check_against_nodes(kube: JobsKube, settings: JobSettings) -> None:
+    """The manager's own check that the nodes could ever hold the job (``booking.check_nodes``),
+    run with the user's credentials, so a request the manager would refuse as bad input is
+    refused before anything is created. A user who may not list nodes leaves it to the manager."""
+    try:
+        nodes = [node for page, _ in kube.list_pages("nodes") for node in page]
+    except errors.Forbidden as e:
+        log.info("cannot list nodes (%s); the manager checks the request against them", e)
+        return
+    booking.check_nodes(nodes, settings)
 
 
 def _through_kueue(kube: JobsKube, settings: JobSettings, options: ManagerOptions, manager: dict) -> dict:
@@ -207,14 +222,15 @@ def run_list(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
 def run_status(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
     kube = connection.connect(args)
     found = lookup.find_job(kube, connection.namespace_of(args), args.name)
-    progress = None
+    status, progress = found.status, None
     if found.manager is not None:
         progress = state.progress_of(found.manager, lookup.children(found, lookup.job_pods(kube, found)))
+        status = dataclasses.replace(status, phase=state.phase_with_pods(status.phase, progress))
     now = _now()
     if args.output == "json":
-        print(table.dumps(table.status_json(found.status, progress, now)), end="")
+        print(table.dumps(table.status_json(status, progress, now)), end="")
     else:
-        print(table.status_text(found.status, progress, now), end="")
+        print(table.status_text(status, progress, now), end="")
     return exitcodes.OK
 
 

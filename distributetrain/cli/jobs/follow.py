@@ -18,6 +18,7 @@ from typing import TextIO
 from distributetrain.cli.jobs import state
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import errors, exitcodes, names, podstate, startprogress
+from distributetrain.core.inventory import TERMINAL_PHASES
 from distributetrain.core.placement import format_plan
 from distributetrain.core.record import QUEUED, JobRecord
 from distributetrain.kube import waits
@@ -38,6 +39,8 @@ class ManagerStarted:
 @dataclass(frozen=True)
 class ChiefHasOutput:
     pod: str
+    attempt: int
+    running: bool  # else it ended already
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,18 @@ class ProgressLines:
     def __init__(self, name: str):
         self.name = name
         self.shown: dict[str, str] = {}
+        self.training_attempt: int | None = None  # the attempt whose chief was seen running
+
+    def training(self, attempt: int) -> list[str]:
+        """The attempt's chief runs, its output follows: the manager records Training on this
+        same sight of the chief, often while the output streams. Said now, before the output;
+        that record, read after the output, is no news then."""
+        self.training_attempt = attempt
+        phase = f"phase: {state.TRAINING}"
+        if self.shown.get("phase") == phase:
+            return []
+        self.shown["phase"] = phase
+        return [f"{self.name}: {phase}"]
 
     def update(self, manager: Mapping | None, children: list[Mapping]) -> list[str]:
         if manager is None:
@@ -67,8 +82,9 @@ class ProgressLines:
         facts = {"manager": f"manager pod {manager['metadata']['name']}: "
                             + ((podstate.why_not_ready(manager) or "Ready") if pending else podstate.phase(manager))}
         record = JobRecord.of(manager)
+        progress = state.progress_of(manager, children)
         if record.phase:
-            facts["phase"] = f"phase: {record.phase}"
+            facts["phase"] = f"phase: {self._phase(record, progress)}"
         if record.phase == QUEUED and record.queue_position:
             facts[QUEUE_FACT] = f"number {record.queue_position} in its queue"
         plan = record.plan
@@ -76,11 +92,14 @@ class ProgressLines:
             in_domains = f" in {record.domains}" if record.domains else ""  # --topology
             facts["plan"] = (f"plan: {sum(share for _, share in plan)} GPUs on {len(plan)} nodes{in_domains} "
                              f"({format_plan(list(plan))}, the chief's share last)")
-        progress = state.progress_of(manager, children)
-        if plan or progress.workers:
-            facts["workers"] = f"workers Ready: {progress.workers_ready}/{progress.workers}"
+        job_ended = record.finished or podstate.is_finished(manager)
+        label, workers = state.workers_field(progress, job_ended)
+        if progress.workers or (plan and label == state.WORKERS_READY):  # a one-node job has none to tear down
+            facts["workers"] = f"{label[0].lower()}{label[1:]}: {workers}"
         if progress.chief:
-            facts["chief"] = f"chief {names.chief_name(manager['metadata']['name'], record.attempt)}: {progress.chief}"
+            chief = f"chief {names.chief_name(manager['metadata']['name'], record.attempt)}: {progress.chief}"
+            # The chief's end comes first: what follows (teardown, the outcome) is because of it.
+            facts = {"chief": chief, **facts} if progress.chief_ended else {**facts, "chief": chief}
         for pod, why in state.waiting_of(manager):
             facts[WAITING_FACT + pod] = f"{pod} waits: {why}"
         # A slow start's time so far is news once a minute, not at each refresh.
@@ -92,6 +111,12 @@ class ProgressLines:
                       if not key.startswith(WAITING_FACT) and key != QUEUE_FACT}
         self.shown.update(news)
         return new
+
+    def _phase(self, record: JobRecord, progress: state.Progress) -> str:
+        phase = state.phase_with_pods(record.phase, progress)
+        if record.attempt == self.training_attempt and phase not in (*TERMINAL_PHASES, state.TEARING_DOWN):
+            return state.TRAINING  # an earlier phase of this attempt, recorded late, is no news
+        return phase
 
 
 class Follower:
@@ -124,6 +149,9 @@ class Follower:
         if isinstance(outcome, ManagerStarted):
             outcome = self._watch(self._chief_has_output, math.inf)
         if isinstance(outcome, ChiefHasOutput):
+            if outcome.running:
+                for line in self.lines.training(outcome.attempt):
+                    self._say(line)
             self._stream(outcome.pod)
             outcome = self._watch(self._manager_ended, math.inf)
         return self._finish(outcome)
@@ -150,10 +178,11 @@ class Follower:
 
     @staticmethod
     def _chief_has_output(manager: dict, children: list[dict]) -> Outcome | None:
-        chief = names.chief_name(manager["metadata"]["name"], JobRecord.of(manager).attempt)
+        attempt = JobRecord.of(manager).attempt
+        chief = names.chief_name(manager["metadata"]["name"], attempt)
         for pod in children:
             if pod["metadata"]["name"] == chief and podstate.phase(pod) != "Pending":
-                return ChiefHasOutput(chief)
+                return ChiefHasOutput(chief, attempt, running=podstate.phase(pod) == "Running")
         return None
 
     @staticmethod

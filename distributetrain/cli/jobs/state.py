@@ -23,6 +23,13 @@ KIND_JOB = "Job"
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 EPOCH = datetime.fromtimestamp(0, timezone.utc)  # sorts objects without a timestamp first
 JOB_CONDITION_PHASES = {"Complete": "Succeeded", "Failed": "Failed"}
+TRAINING = "Training"  # the manager's phase once it saw the chief run
+# Not a phase the manager records: its chief ended, it deletes the workers, then records
+# the outcome. Its record still says Training meanwhile; the pods say otherwise.
+TEARING_DOWN = "TearingDown"
+TERMINATING = "Terminating"  # the manager pod is being deleted: the job is cancelled
+WORKERS_READY = "Workers Ready"
+WORKERS = "Workers"
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,11 @@ class Progress:
     workers_ready: int
     workers: int  # planned workers (or those that exist, before a plan)
     chief: str  # the chief's phase, "" before it exists
+    workers_left: int = 0  # the attempt's worker pods that still exist, Ready or not, terminating too
+
+    @property
+    def chief_ended(self) -> bool:
+        return self.chief in TERMINAL_PHASES
 
 
 def _metadata(obj: Mapping) -> Mapping:
@@ -120,7 +132,7 @@ def phase_of(manager: Mapping) -> str:
         # A manager that died too hard to report still has the pod's verdict.
         return reported if reported in TERMINAL_PHASES else podstate.phase(manager)
     if podstate.is_terminating(manager):
-        return "Terminating"
+        return TERMINATING
     return reported or podstate.phase(manager)
 
 
@@ -214,7 +226,28 @@ def progress_of(manager: Mapping, children: Iterable[Mapping]) -> Progress:
             workers.append(pod)
     plan = JobRecord.of(manager).plan
     planned = len(plan) - 1 if plan else len(workers)
-    return Progress(sum(1 for w in workers if podstate.is_ready(w)), planned, chief)
+    return Progress(sum(1 for w in workers if podstate.is_ready(w)), planned, chief, len(workers))
+
+
+def phase_with_pods(phase: str, progress: Progress) -> str:
+    """The job's phase as its pods show it: once its chief ended, a job the manager has not
+    recorded an outcome for yet is being torn down, not training."""
+    if progress.chief_ended and phase not in (*TERMINAL_PHASES, TERMINATING):
+        return TEARING_DOWN
+    return phase
+
+
+def workers_field(progress: Progress, job_ended: bool) -> tuple[str, str]:
+    """What the workers are, as a label and a value: how many are Ready while the job may
+    still need them; once the chief or the job ended, that they are being or were torn
+    down (a finished job's workers are gone, not unready)."""
+    if not (job_ended or progress.chief_ended):
+        return WORKERS_READY, f"{progress.workers_ready}/{progress.workers}"
+    if progress.workers_left:
+        return WORKERS, f"{progress.workers_left} of {progress.workers} being torn down"
+    if not progress.workers:
+        return WORKERS, "none"
+    return WORKERS, f"{progress.workers}, torn down after the {'chief' if progress.chief_ended else 'job'} ended"
 
 
 def format_age(seconds: float) -> str:

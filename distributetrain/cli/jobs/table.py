@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from distributetrain.cli.jobs.state import JobStatus, Progress, format_age
+from distributetrain.cli.jobs.state import JobStatus, Progress, format_age, workers_field
 from distributetrain.core.placement import format_plan
 
 COLUMN_GAP = "   "
@@ -65,8 +65,7 @@ def status_text(status: JobStatus, progress: Progress | None, now: datetime) -> 
         ("Age", _age(status, now)),
     ]
     if progress is not None:
-        fields += [("Workers Ready", f"{progress.workers_ready}/{progress.workers}"),
-                   ("Chief", _text(progress.chief))]
+        fields += [workers_field(progress, status.finished), ("Chief", _text(progress.chief))]
     if status.waiting:
         fields.append(("Waiting", "\n".join(f"{pod}: {why}" for pod, why in status.waiting)))
     if status.restarts:
