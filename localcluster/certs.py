@@ -101,6 +101,7 @@ def ensure_pki(directory: Path) -> Pki:
     """Create the CA and all certificates unless the CA already exists."""
     pki = Pki(directory)
     if pki.ca_cert.exists():
+        _renew_kubelet_serving_if_stale(pki)
         return pki
     log.info("generating cluster PKI in %s", directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -122,10 +123,7 @@ def ensure_client(pki: Pki, identity: ClientIdentity) -> None:
     """Issue `identity`'s client certificate from the cluster CA, unless it exists."""
     if pki.cert(identity.name).exists():
         return
-    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
-    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise TypeError(f"{pki.ca_key} is not the EC key this module writes")
+    ca_cert, ca_key = _load_ca(pki)
     _write_pair(pki, identity.name, *_issue(ca_cert, ca_key, identity.user, identity.groups))
 
 
@@ -136,12 +134,30 @@ def ensure_server(pki: Pki, name: str, common_name: str, addresses: tuple[str, .
     the CA as caBundle)."""
     if pki.cert(name).exists():
         return
+    ca_cert, ca_key = _load_ca(pki)
+    sans = [x509.DNSName(dns_name) for dns_name in dns_names] + _ip_sans(addresses)
+    _write_pair(pki, name, *_issue(ca_cert, ca_key, common_name, (), server_sans=sans))
+
+
+def _renew_kubelet_serving_if_stale(pki: Pki) -> None:
+    """A PKI kept from an earlier version may lack addresses nodes have now (IPv6): the
+    apiserver verifies the kubelet's certificate, so it is issued again for them all."""
+    current = x509.load_pem_x509_certificate(pki.cert(KUBELET_SERVING_CERT).read_bytes())
+    names = current.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    if set(names) >= set(_kubelet_sans()):
+        return
+    log.info("issuing the kubelets' serving certificate again, for every node address")
+    ca_cert, ca_key = _load_ca(pki)
+    _write_pair(pki, KUBELET_SERVING_CERT,
+                *_issue(ca_cert, ca_key, "localcluster-kubelet", (), server_sans=_kubelet_sans()))
+
+
+def _load_ca(pki: Pki) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError(f"{pki.ca_key} is not the EC key this module writes")
-    sans = [x509.DNSName(dns_name) for dns_name in dns_names] + _ip_sans(addresses)
-    _write_pair(pki, name, *_issue(ca_cert, ca_key, common_name, (), server_sans=sans))
+    return ca_cert, ca_key
 
 
 def _new_tls_key() -> ec.EllipticCurvePrivateKey:

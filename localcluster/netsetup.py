@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import subprocess
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,13 @@ CLUSTER_CIDR = ipaddress.ip_network("10.233.0.0/16")
 HOST_IP = "10.233.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
+# IPv6, for nodes whose pods are dual-stack, IPv6 first (NodeSpec.ipv6_first): the same
+# plan in a unique local prefix. Nodes and the host share fd74:6400::/64 on the bridge;
+# node `index`'s pods get fd74:6400:0:<index, hex>::/64, reached through that node's address.
+# The nodes route to each other's pod subnets (network.py), so the host forwards nothing.
+CLUSTER_CIDR_V6 = ipaddress.ip_network("fd74:6400::/48")
+HOST_IP_V6 = "fd74:6400::1"
+NODE_PREFIX_V6 = 64
 NETNS_PREFIX = "dt-"
 # Host-side interfaces of the cluster (the bridge, veth ends) all start with this.
 LINK_PREFIX = "dt"
@@ -53,6 +61,18 @@ def pod_subnet(index: int) -> str:
     return f"10.233.{index}.0/24"
 
 
+def node_ip_v6(index: int) -> str:
+    """Node `index`'s IPv6 address on the bridge: fd74:6400::(10+index) (hex)."""
+    node_ip(index)  # validates the index
+    return str(CLUSTER_CIDR_V6.network_address + NODE_IP_OFFSET + index)
+
+
+def pod_subnet_v6(index: int) -> str:
+    """Node `index`'s pods' IPv6 subnet: fd74:6400:0:<index, hex>::/64."""
+    node_ip(index)  # validates the index
+    return str(ipaddress.ip_network((int(CLUSTER_CIDR_V6.network_address) + (index << 64), 64)))
+
+
 def node_netns(index: int) -> str:
     return f"{NETNS_PREFIX}n{index}"
 
@@ -69,7 +89,9 @@ def node_index_of(name: str) -> int | None:
 
 
 def all_node_ips() -> list[str]:
-    return [node_ip(index) for index in range(NODE_INDEX_MIN, NODE_INDEX_MAX + 1)]
+    """Every address a node may have, IPv4 and IPv6."""
+    indices = range(NODE_INDEX_MIN, NODE_INDEX_MAX + 1)
+    return [node_ip(index) for index in indices] + [node_ip_v6(index) for index in indices]
 
 
 def ensure_bridge() -> None:
@@ -79,10 +101,22 @@ def ensure_bridge() -> None:
         _ip("link", "add", BRIDGE_NAME, "address", BRIDGE_MAC, "type", "bridge")
     if _bridge_mac() != BRIDGE_MAC:  # made by an earlier version
         _ip("link", "set", BRIDGE_NAME, "address", BRIDGE_MAC)
+    addresses = _addresses(BRIDGE_NAME)
     prefix = f"{HOST_IP}/{CLUSTER_CIDR.prefixlen}"
-    if prefix not in _addresses(BRIDGE_NAME):
+    if prefix not in addresses:
         _ip("addr", "add", prefix, "dev", BRIDGE_NAME)
+    # The apiserver reaches an IPv6-first node's kubelet at its IPv6 address, on-link here.
+    # No duplicate address detection: the prefix is this bridge's alone.
+    prefix_v6 = f"{HOST_IP_V6}/{NODE_PREFIX_V6}"
+    if ipv6_enabled(BRIDGE_NAME) and prefix_v6 not in addresses:
+        _ip("addr", "add", prefix_v6, "dev", BRIDGE_NAME, "nodad")
     _ip("link", "set", BRIDGE_NAME, "up")
+
+
+def ipv6_enabled(link: str) -> bool:
+    """Whether `link` may carry IPv6 (a kernel or namespace may have it off)."""
+    setting = Path(f"/proc/sys/net/ipv6/conf/{link}/disable_ipv6")
+    return setting.exists() and setting.read_text().strip() == "0"
 
 
 def delete_bridge() -> None:

@@ -47,10 +47,23 @@ class NodeSpec:
     kube_reserved: Mapping[str, str] = field(default_factory=dict)
     system_reserved: Mapping[str, str] = field(default_factory=dict)
     max_pods: int | None = None
+    # Dual-stack pods, IPv6 first: each pod gets an IPv6 and an IPv4 address, and the
+    # kubelet (its node IPs IPv6 first) reports the IPv6 one as status.podIP, as on an
+    # IPv6 or dual-stack cluster whose primary family is IPv6.
+    ipv6_first: bool = False
 
     @property
     def ip(self) -> str:
         return netsetup.node_ip(self.index)
+
+    @property
+    def ip_v6(self) -> str:
+        return netsetup.node_ip_v6(self.index)
+
+    @property
+    def node_ips(self) -> list[str]:
+        """The kubelet's --node-ip, its primary family first."""
+        return [self.ip_v6, self.ip] if self.ipv6_first else [self.ip]
 
     @property
     def pod_subnet(self) -> str:
@@ -235,14 +248,19 @@ def cni_config(spec: NodeSpec, paths: NodePaths) -> dict:
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": spec.pod_subnet}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "ranges": _pod_ranges(spec),
+                    "routes": [{"dst": "0.0.0.0/0"}, *([{"dst": "::/0"}] if spec.ipv6_first else [])],
                     "dataDir": str(paths.cni_ipam_dir),
                 },
             },
             {"type": "portmap", "capabilities": {"portMappings": True}},
         ],
     }
+
+
+def _pod_ranges(spec: NodeSpec) -> list[list[dict]]:
+    v4 = [{"subnet": spec.pod_subnet}]
+    return [[{"subnet": netsetup.pod_subnet_v6(spec.index)}], v4] if spec.ipv6_first else [v4]
 
 
 def network_name(spec: NodeSpec) -> str:
@@ -262,7 +280,8 @@ def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": spec.ip,
+        # An IPv6-first node is reached at its IPv6 address too: both families.
+        "address": "::" if spec.ipv6_first else spec.ip,
         "port": KUBELET_PORT,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
@@ -313,7 +332,7 @@ def kubelet_command(kubelet: Path, spec: NodeSpec, paths: NodePaths) -> list[str
         f"--kubeconfig={paths.kubeconfig}",
         f"--root-dir={paths.kubelet_root}",
         f"--hostname-override={spec.name}",
-        f"--node-ip={spec.ip}",
+        "--node-ip=" + ",".join(spec.node_ips),
         "--node-labels=" + ",".join(f"{key}={value}" for key, value in labels.items()),
     ]
 

@@ -41,7 +41,21 @@ def create(spec: NodeSpec) -> None:
     _ip_batch([f"addr add {spec.ip}/{prefix} dev eth0", "link set eth0 up", "link set lo up"], netns=spec.netns)
     # Per-namespace settings: the host's own stay as they are.
     _sysctl(spec.netns, "net.ipv4.ip_forward=1", "net.ipv4.conf.eth0.proxy_arp=1")
+    if spec.ipv6_first:
+        _add_ipv6(spec)
     log.info("node %s: netns %s at %s, pods in %s", spec.name, spec.netns, spec.ip, spec.pod_subnet)
+
+
+def _add_ipv6(spec: NodeSpec) -> None:
+    """The node's IPv6 address on the bridge, and a route to every IPv6 pod subnet a node
+    may have, through the address that node would have: IPv6 has no proxy ARP for a
+    whole subnet, and routes fixed by index need no update when nodes come and go (one
+    to a node that does not exist goes nowhere, as its IPv4 pods' addresses do)."""
+    _sysctl(spec.netns, "net.ipv6.conf.all.forwarding=1")
+    routes = [f"route replace {netsetup.pod_subnet_v6(other)} via {netsetup.node_ip_v6(other)} dev eth0"
+              for other in range(netsetup.NODE_INDEX_MIN, netsetup.NODE_INDEX_MAX + 1) if other != spec.index]
+    _ip_batch([f"addr add {spec.ip_v6}/{netsetup.NODE_PREFIX_V6} dev eth0 nodad", *routes], netns=spec.netns)
+    log.info("node %s: IPv6 %s, pods in %s", spec.name, spec.ip_v6, netsetup.pod_subnet_v6(spec.index))
 
 
 def remove(spec: NodeSpec) -> None:

@@ -173,3 +173,15 @@ def test_a_cloud_instance_s_kubelet_sets_its_provider_id_reservations_and_pod_li
     assert {key: value for key, value in kubelet.items() if key not in config.kubelet_config(SPEC, PATHS, PKI)} == {
         "providerID": "localcluster://gpu-x", "kubeReserved": {"cpu": "100m"},
         "systemReserved": {"memory": "1Gi"}, "maxPods": 110}
+
+
+def test_an_ipv6_first_node_gives_its_pods_both_families_ipv6_first_and_is_reached_on_both():
+    six = dataclasses.replace(SPEC, ipv6_first=True)
+    assert (six.ip_v6, six.node_ips) == ("fd74:6400::d", ["fd74:6400::d", "10.233.0.13"])
+    ipam = config.cni_config(six, PATHS)["plugins"][0]["ipam"]
+    assert ipam["ranges"] == [[{"subnet": "fd74:6400:0:3::/64"}], [{"subnet": "10.233.3.0/24"}]]
+    assert ipam["routes"] == [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]
+    # The kubelet reports the pod address of its first node IP's family as status.podIP.
+    assert "--node-ip=fd74:6400::d,10.233.0.13" in config.kubelet_command(Path("/bin/kubelet"), six, PATHS)
+    assert config.kubelet_config(six, PATHS, PKI)["address"] == "::"
+    assert config.kubelet_config(SPEC, PATHS, PKI)["address"] == "10.233.0.13"
