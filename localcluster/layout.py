@@ -45,6 +45,13 @@ class RunLayout:
         return self.root / "etcd"
 
     @property
+    def api_state(self) -> tuple[Path, ...]:
+        """What brings the API's objects back on the next `up`: etcd's data. `down` removes
+        it unless asked to keep it (`down --keep-state`), so a new run starts with none of
+        the last run's pods; the PKI and kubeconfigs stay, they hold no objects."""
+        return (self.etcd_data,)
+
+    @property
     def kubeconfig(self) -> Path:
         """The admin kubeconfig (system:masters), for users and tests."""
         return self.root / "kubeconfig"

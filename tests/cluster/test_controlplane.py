@@ -190,7 +190,8 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
     """Script level: `down` then `up` through the CLI; the session's cluster is up again after.
 
     A node's daemons are killed first, as a crash would, and an orphan Node is left,
-    so `down` has to clean up after both.
+    so `down` has to clean up after both. `--keep-state`: the session's objects (its
+    namespaces, a ConfigMap here) come back with the next `up`.
     """
     if SessionRegistry(cluster.layout).others_alive():
         pytest.skip("another pytest session is using this cluster; not taking it down under it")
@@ -199,9 +200,11 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
         os.kill(pid, signal.SIGKILL)
     # A Node no agent knows of, as an agent killed in an earlier run leaves.
     client.CoreV1Api(api_client).create_node(client.V1Node(metadata=client.V1ObjectMeta(name="cp-orphan")))
+    kept = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cp-kept-across-down"))
+    client.CoreV1Api(api_client).create_namespaced_config_map("default", kept)
 
     try:
-        down = run_cli("down")
+        down = run_cli("down", "--keep-state")
         assert down.returncode == 0, cli_output(down)
         left = leftovers.find(cluster.layout)
         assert left.empty(), f"left behind after down: {left}\n{cli_output(down)}"
@@ -220,6 +223,7 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
     assert cluster.probe().ready()
     for name in ("cp-crashed", "cp-orphan"):
         assert not_found(lambda: client.CoreV1Api(api_client).read_node(name))
+    client.CoreV1Api(api_client).delete_namespaced_config_map("cp-kept-across-down", "default")  # 404 if not kept
 
 
 @pytest.mark.cluster
