@@ -17,15 +17,16 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
+from clusterfixtures import SessionRegistry, namespace_name
 from localcluster import components, leftovers, netsetup, processes
 from localcluster.cluster import Cluster
-from localcluster.layout import REPO_ROOT, RunLayout
+from localcluster.layout import RunLayout
 from localcluster.nodegroups import NodeAllocationError, NodeGroupRegistry, parse_node_spec
-from localcluster.testing import SessionRegistry, namespace_name
 
 GC_TIMEOUT_S = 60.0
 NAMESPACE_DELETION_TIMEOUT_S = 60.0
@@ -34,6 +35,8 @@ NODE_GROUP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
 CACHED_UP_BUDGET_S = 30.0
 CLI_TIMEOUT_S = 300.0
+# `python -m localcluster` runs from the checkout's root, as scripts/test.sh and users run it.
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SLEEPER_IMAGE = "python:3.11.10-slim-bookworm"
 
 

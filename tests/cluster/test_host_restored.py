@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from clusterfixtures import SessionRegistry
 from localcluster.cluster import Cluster
 from localcluster.node import cgroups
-from localcluster.testing import SessionRegistry
 from test_controlplane import cli_output, run_cli, run_sleeper
 
 SYSCTLS = ("kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory", "net.ipv4.ip_forward",

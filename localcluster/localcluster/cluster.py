@@ -32,7 +32,7 @@ from localcluster import (
     slowpulls,
 )
 from localcluster.components import Binaries
-from localcluster.layout import REPO_ROOT, RunLayout, cache_dir
+from localcluster.layout import PROJECT_ROOT, RunLayout, cache_dir
 from localcluster.node import hostchanges, imagecache
 from localcluster.node.config import NodePaths, NodeSpec
 from localcluster.node.realnode import RealNode
@@ -277,7 +277,7 @@ class Cluster:
             types_file = self.layout.root / "karpenter-instance-types.json"
             types_file.write_text(json.dumps(types, indent=2) + "\n")
             env = karpenter.environment(self.kubeconfig, types_file, nodeclaims.python_executable(),
-                                        _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH")),
+                                        _prepend_path(str(PROJECT_ROOT), os.environ.get("PYTHONPATH")),
                                         processes.environment_without_proxy(), repair_toleration_s)
             processes.start_detached([str(binary)], self.layout.pid_file(KARPENTER), self.layout.log_file(KARPENTER),
                                      cwd=self.layout.root, env=env)
@@ -493,7 +493,7 @@ class Cluster:
     def _start_component(self, name: str) -> None:
         argv = components.commands(self.layout, self._pki, self.binaries())[name]
         # The pull proxy is this package's own: python -m localcluster.slowpulls.
-        env = {**os.environ, "PYTHONPATH": _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH"))}
+        env = {**os.environ, "PYTHONPATH": _prepend_path(str(PROJECT_ROOT), os.environ.get("PYTHONPATH"))}
         processes.start_detached(
             argv, self.layout.pid_file(name), self.layout.log_file(name), cwd=self.layout.root, env=env
         )

@@ -14,8 +14,9 @@ from pathlib import Path
 DEFAULT_RUN_DIR = "/tmp/distributetrain-cluster"
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "distributetrain"
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONTROLPLANE_SRC = REPO_ROOT / "localcluster" / "controlplane"
+# The localcluster project: this package, the Go modules it builds and their scripts.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONTROLPLANE_SRC = PROJECT_ROOT / "controlplane"
 
 
 @dataclass(frozen=True)
