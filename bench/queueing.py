@@ -34,7 +34,7 @@ from kubernetes import client
 
 from bench import report, testbed
 from distributetrain.core import names, podstate
-from localcluster import projectrbac
+from tests import projectrbac
 
 NAME = "queueing"
 NODES = {"a": 4, "b": 2}

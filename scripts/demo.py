@@ -21,6 +21,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "localcluster"))  # the checkout's localcluster project
 
 from distributetrain.core import names  # noqa: E402
 from localcluster.cluster import Cluster  # noqa: E402

@@ -1,14 +1,6 @@
 # shellcheck shell=bash
-# Sourced by every script: where the project keeps what it builds outside the checkout,
-# so a fresh clone on the same machine reuses the slow builds (images, Kubernetes).
-DT_CACHE="${DT_CACHE:-$HOME/.cache/distributetrain}"
-DT_VENV="${DT_VENV:-$DT_CACHE/venv}"
-DT_RUN="${DT_RUN:-/tmp/distributetrain-cluster}"
-# The project's own podman storage and configuration (localcluster/images/podman-config.sh).
-DT_CONTAINERS="$DT_CACHE/containers"
-DT_CONTAINERS_RUN="${DT_CONTAINERS_RUN:-/run/distributetrain-containers}"
-CONTAINERS_CONF="$DT_CONTAINERS/containers.conf"
-CONTAINERS_STORAGE_CONF="$DT_CONTAINERS/storage.conf"
-CONTAINERS_REGISTRIES_CONF="$DT_CONTAINERS/registries.conf"
-export DT_CACHE DT_VENV DT_RUN DT_CONTAINERS DT_CONTAINERS_RUN
-export CONTAINERS_CONF CONTAINERS_STORAGE_CONF CONTAINERS_REGISTRIES_CONF
+# Sourced by every script: the places the local cluster keeps outside the checkout (its
+# cache of slow builds, the venv, the run directory, podman's configuration), as
+# localcluster/env.sh sets them.
+# shellcheck source=../localcluster/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../localcluster/env.sh"

@@ -25,7 +25,7 @@ go_log="$DT_CACHE/logs/go-build.log"
 go_pid=$!
 
 bash "$here/scripts/bootstrap-python.sh"
-bash "$here/localcluster/images/build.sh"
+bash "$here/scripts/images/build.sh"
 
 if ! wait "$go_pid"; then
   echo "setup: building Kubernetes, the registry, Kueue or Karpenter failed; the end of $go_log:" >&2

@@ -1,6 +1,6 @@
 """Test-suite root: shared helpers (tests/jobharness.py) and fixtures for every tier.
 
-Cluster fixtures come from localcluster/testing.py (one cluster per session, one
+Cluster fixtures come from tests/clusterfixtures.py (one cluster per session, one
 namespace per test); ``rbac`` applies the project's own rbac/ into the test's namespace
 and ``jobs`` submits manager pods there, so the manager always runs under exactly the
 permissions users get.
@@ -13,10 +13,13 @@ import pytest
 from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).parent))
+# The checkout's localcluster project, as the checkout's distributetrain (the current
+# directory), whichever copy the venv has installed.
+sys.path.insert(1, str(Path(__file__).parents[1] / "localcluster"))
 
+from clusterfixtures import api_client, cluster, namespace  # noqa: E402,F401
 from jobharness import Jobs  # noqa: E402
-from localcluster.projectrbac import apply_rbac, delete_shared_bindings  # noqa: E402
-from localcluster.testing import api_client, cluster, namespace  # noqa: E402,F401
+from projectrbac import apply_rbac, delete_shared_bindings  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):

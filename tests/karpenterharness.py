@@ -14,14 +14,14 @@ from contextlib import contextmanager
 
 from kubernetes import client
 
+from clusterfixtures import NAMESPACE_SUFFIX_HEX_CHARS
 from localcluster import binaries, karpenter, nodeclaims
-from localcluster.testing import NAMESPACE_SUFFIX_HEX_CHARS
 from polling import poll_until
 from prerequisites import unavailable
 
 NODE_CLASS_API = f"{karpenter.NODE_CLASS_GROUP}/{karpenter.NODE_CLASS_VERSION}"
 ISOLATION_TAINT = "distributetrain.test/karpenter"
-INSTANCE_TYPE = "gpu-8x"  # 8 GPUs, 1900m CPU and 16Gi allocatable (localcluster/karpenter.py)
+INSTANCE_TYPE = "gpu-8x"  # 8 GPUs, 1900m CPU and 16Gi allocatable (localcluster/localcluster/karpenter.py)
 CLEANUP_TIMEOUT_S = 120
 
 

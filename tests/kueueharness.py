@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from localcluster.projectrbac import apply_rbac, delete_shared_bindings
 from polling import poll_until
+from projectrbac import apply_rbac, delete_shared_bindings
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from clusterfixtures import TEST_NAMESPACE_LABEL
 from jobharness import TEST_NODE_LABEL, NodePool
-from localcluster.testing import TEST_NAMESPACE_LABEL
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TENANT_IMAGE = "distributetrain/base:0.1.0"

@@ -8,8 +8,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../../scripts/env.sh
-source "$HERE/../../scripts/env.sh"
+# shellcheck source=../env.sh
+source "$HERE/../env.sh"
 
 COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy)
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$HERE/go.mod")"

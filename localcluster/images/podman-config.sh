@@ -6,12 +6,12 @@
 #                   machine allows, no network of podman's own (it would add a bridge and
 #                   iptables rules to the host), containerd's default capabilities
 #   registries.conf no registry is reachable: nothing is ever pulled, names resolve locally
-# Idempotent; scripts/env.sh points CONTAINERS_CONF, CONTAINERS_STORAGE_CONF and
+# Idempotent; env.sh points CONTAINERS_CONF, CONTAINERS_STORAGE_CONF and
 # CONTAINERS_REGISTRIES_CONF at these files.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=../../scripts/env.sh
-source "$here/../../scripts/env.sh"
+# shellcheck source=../env.sh
+source "$here/../env.sh"
 mkdir -p "$DT_CONTAINERS/storage" "$DT_CONTAINERS_RUN"
 
 write_if_changed() {  # path, content: rewrite only on change, so a warm set-up is silent

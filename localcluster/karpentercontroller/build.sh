@@ -6,8 +6,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../../scripts/env.sh
-source "$HERE/../../scripts/env.sh"
+# shellcheck source=../env.sh
+source "$HERE/../env.sh"
 
 VERSION="$(awk '{for (i = 1; i < NF; i++) if ($i == "sigs.k8s.io/karpenter") {print $(i + 1); exit}}' "$HERE/go.mod")"
 SOURCE_HASH="$(cd "$HERE" && cat go.mod go.sum main.go cloudprovider/*.go build.sh | sha256sum | cut -c1-12)"

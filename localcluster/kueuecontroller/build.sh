@@ -5,8 +5,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../../scripts/env.sh
-source "$HERE/../../scripts/env.sh"
+# shellcheck source=../env.sh
+source "$HERE/../env.sh"
 
 VERSION="$(awk '$1 == "require" && $2 == "sigs.k8s.io/kueue" {print $3}' "$HERE/go.mod")"
 SOURCE_HASH="$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/tools.go" "$HERE/build.sh" | sha256sum | cut -c1-12)"

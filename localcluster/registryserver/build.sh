@@ -5,8 +5,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../../scripts/env.sh
-source "$HERE/../../scripts/env.sh"
+# shellcheck source=../env.sh
+source "$HERE/../env.sh"
 
 VERSION="$(awk '{for (i = 1; i < NF; i++) if ($i == "github.com/distribution/distribution/v3") print $(i + 1)}' "$HERE/go.mod")"
 SOURCE_HASH="$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-12)"

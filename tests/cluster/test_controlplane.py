@@ -17,15 +17,16 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
+from clusterfixtures import SessionRegistry, namespace_name
 from localcluster import components, leftovers, netsetup, processes
 from localcluster.cluster import Cluster
-from localcluster.layout import REPO_ROOT, RunLayout
+from localcluster.layout import RunLayout
 from localcluster.nodegroups import NodeAllocationError, NodeGroupRegistry, parse_node_spec
-from localcluster.testing import SessionRegistry, namespace_name
 
 GC_TIMEOUT_S = 60.0
 NAMESPACE_DELETION_TIMEOUT_S = 60.0
@@ -34,6 +35,8 @@ NODE_GROUP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
 CACHED_UP_BUDGET_S = 30.0
 CLI_TIMEOUT_S = 300.0
+# `python -m localcluster` runs from the checkout's root, as scripts/test.sh and users run it.
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SLEEPER_IMAGE = "python:3.11.10-slim-bookworm"
 
 
@@ -190,7 +193,8 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
     """Script level: `down` then `up` through the CLI; the session's cluster is up again after.
 
     A node's daemons are killed first, as a crash would, and an orphan Node is left,
-    so `down` has to clean up after both.
+    so `down` has to clean up after both. `--keep-state`: the session's objects (its
+    namespaces, a ConfigMap here) come back with the next `up`.
     """
     if SessionRegistry(cluster.layout).others_alive():
         pytest.skip("another pytest session is using this cluster; not taking it down under it")
@@ -199,9 +203,11 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
         os.kill(pid, signal.SIGKILL)
     # A Node no agent knows of, as an agent killed in an earlier run leaves.
     client.CoreV1Api(api_client).create_node(client.V1Node(metadata=client.V1ObjectMeta(name="cp-orphan")))
+    kept = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cp-kept-across-down"))
+    client.CoreV1Api(api_client).create_namespaced_config_map("default", kept)
 
     try:
-        down = run_cli("down")
+        down = run_cli("down", "--keep-state")
         assert down.returncode == 0, cli_output(down)
         left = leftovers.find(cluster.layout)
         assert left.empty(), f"left behind after down: {left}\n{cli_output(down)}"
@@ -220,6 +226,7 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
     assert cluster.probe().ready()
     for name in ("cp-crashed", "cp-orphan"):
         assert not_found(lambda: client.CoreV1Api(api_client).read_node(name))
+    client.CoreV1Api(api_client).delete_namespaced_config_map("cp-kept-across-down", "default")  # 404 if not kept
 
 
 @pytest.mark.cluster

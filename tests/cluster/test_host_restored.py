@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from clusterfixtures import SessionRegistry
 from localcluster.cluster import Cluster
 from localcluster.node import cgroups
-from localcluster.testing import SessionRegistry
 from test_controlplane import cli_output, run_cli, run_sleeper
 
 SYSCTLS = ("kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory", "net.ipv4.ip_forward",
@@ -48,7 +48,7 @@ def test_down_leaves_the_host_as_it_found_it(cluster: Cluster, api_client, names
     if SessionRegistry(cluster.layout).others_alive():
         pytest.skip("another pytest session is using this cluster; not taking it down under it")
     try:
-        down = run_cli("down")
+        down = run_cli("down", "--keep-state")
         assert down.returncode == 0, cli_output(down)
         before = host_snapshot()
 
@@ -59,7 +59,7 @@ def test_down_leaves_the_host_as_it_found_it(cluster: Cluster, api_client, names
         changed = sorted(key for key in before if before[key] != during[key])
         assert {"netns", "links", "cgroups", "mounts"} <= set(changed), f"the node changed only {changed}"
 
-        down = run_cli("down")
+        down = run_cli("down", "--keep-state")
         assert down.returncode == 0, cli_output(down)
         after = host_snapshot()
     finally:

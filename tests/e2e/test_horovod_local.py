@@ -67,7 +67,7 @@ def training_image():
         unavailable("podman is not installed: these tests run the training image")
     exists = podman(["image", "exists", IMAGE], check=False)
     if exists.returncode == 1:
-        unavailable(f"{IMAGE} is not in the project's podman storage; build it: bash localcluster/images/build.sh")
+        unavailable(f"{IMAGE} is not in the project's podman storage; build it: bash scripts/images/build.sh")
     # Anything else (not root, broken storage) is a failure, not a reason to skip.
     assert exists.returncode == 0, f"podman image exists {IMAGE} exited {exists.returncode}: {exists.stderr}"
     return IMAGE

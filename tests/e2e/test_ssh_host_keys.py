@@ -62,7 +62,7 @@ def image():
         unavailable("podman is not installed: this test runs sshd and ssh of the training image")
     exists = podman(["image", "exists", IMAGE], check=False)
     if exists.returncode == 1:
-        unavailable(f"{IMAGE} is not in the project's podman storage; build it: bash localcluster/images/build.sh")
+        unavailable(f"{IMAGE} is not in the project's podman storage; build it: bash scripts/images/build.sh")
     assert exists.returncode == 0, f"podman image exists {IMAGE} exited {exists.returncode}: {exists.stderr}"
     tools = podman(["run", "--rm", "--pull=never", "--network=none", IMAGE, "sh", "-c",
                     "command -v ssh && test -x /usr/sbin/sshd"], check=False)

@@ -16,7 +16,7 @@ from distributetrain.core import errors
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.calls import translate
 from jobharness import REPO, SCRIPTS, job_args, manager_pod, node_pool, script_volume
-from localcluster.projectrbac import POLICY
+from projectrbac import POLICY
 
 pytestmark = pytest.mark.cluster
 

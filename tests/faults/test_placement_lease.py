@@ -8,12 +8,12 @@ import time
 import pytest
 from kubernetes import client
 
+from clusterfixtures import TEST_NAMESPACE_LABEL, namespace_name
 from distributetrain.core import errors
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import PlacementLock
 from jobharness import SCRIPTS, Jobs, job_args, node_pool, script_volume
-from localcluster.projectrbac import apply_rbac, delete_shared_bindings
-from localcluster.testing import TEST_NAMESPACE_LABEL, namespace_name
+from projectrbac import apply_rbac, delete_shared_bindings
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,7 @@ from kubernetes import client, utils
 from distributetrain.core.names import LOCK_LEASE_NAME
 from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE
 from jobharness import REPO, SCRIPTS, Jobs, job_args, node_pool, script_volume
-from localcluster.projectrbac import POLICY, POLICY_BINDING, rbac_documents
+from projectrbac import POLICY, POLICY_BINDING, rbac_documents
 
 pytestmark = pytest.mark.cluster
 

@@ -1,5 +1,5 @@
 """Starting slowly is progress: image pulls longer than --worker-ready-timeout, on the
-local cluster's slow registry (localcluster/slowpulls.py), with fresh nodes that forget
+local cluster's slow registry (localcluster/localcluster/slowpulls.py), with fresh nodes that forget
 the image they had.
 
 The job's workers and chief pull the base image for 45 s each, with a timeout of 20 s:

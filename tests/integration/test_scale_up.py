@@ -2,7 +2,7 @@
 cluster grow, trains on the nodes Karpenter adds, and leaves them empty for consolidation;
 a job whose nodes cannot come gives up with 69 naming why, and leaves nothing.
 
-Karpenter runs for this module (a real node per NodeClaim, ``localcluster/nodeclaims.py``).
+Karpenter runs for this module (a real node per NodeClaim, ``localcluster/localcluster/nodeclaims.py``).
 Each test's NodePool of ``gpu-8x`` nodes (8 GPUs, 1900m CPU allocatable) is tainted for the
 test's namespace and labels its nodes with the test's node label: the job selects and
 tolerates exactly those (and its own static nodes), so no other test's pods get them."""

@@ -131,3 +131,25 @@ def test_the_graph_sees_every_kind_of_import():
 def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The top-level names of every absolute import in the file, inside functions too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add((node.module or "").split(".")[0])
+    return found
+
+
+def test_localcluster_imports_nothing_of_the_project():
+    """localcluster is a project of its own (localcluster/pyproject.toml): it imports neither
+    distributetrain nor the test suite's modules."""
+    checkout = Path(__file__).resolve().parents[2]
+    sources = sorted((checkout / "localcluster" / "localcluster").rglob("*.py"))
+    project = {PACKAGE, "tests", "clusterfixtures", "projectrbac", "jobharness", "bench"}
+    assert len(sources) > 20
+    assert {str(path.relative_to(checkout)): sorted(top_level_imports(path) & project)
+            for path in sources if top_level_imports(path) & project} == {}

@@ -1,4 +1,4 @@
-"""A real node's files and command lines, compared whole (localcluster/node/config.py)."""
+"""A real node's files and command lines, compared whole (localcluster/localcluster/node/config.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The local cloud behind Karpenter (localcluster/nodeclaims.py, karpenter.py): what a
+"""The local cloud behind Karpenter (localcluster/localcluster/nodeclaims.py, karpenter.py): what a
 NodeClaim's node is given, and the instances' records and booter, without a cluster."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which pulls the registry's proxy holds, and for how long (localcluster/slowpulls.py)."""
+"""Which pulls the registry's proxy holds, and for how long (localcluster/localcluster/slowpulls.py)."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def parse_pull_delays(text: str) -> dict[str, float]:
 
 
 def _down(args: argparse.Namespace) -> int:
-    swept = Cluster(RunLayout.from_env()).down(purge=args.purge)
+    swept = Cluster(RunLayout.from_env()).down(purge=args.purge, keep_state=args.keep_state)
     if not swept.empty():
         print(f"removed leftovers: {swept}")
     print("cluster down")
@@ -160,7 +160,11 @@ def _parser() -> argparse.ArgumentParser:
         "name it; a node pulls an image once, later pods there find it present). Replaces the delays set before"))
     up.set_defaults(handler=_up)
     down = commands.add_parser("down", help="stop everything and remove what is left")
-    down.add_argument("--purge", action="store_true", help="also delete the run directory ($DT_RUN)")
+    kept = down.add_mutually_exclusive_group()
+    kept.add_argument("--purge", action="store_true", help="also delete the run directory ($DT_RUN)")
+    kept.add_argument("--keep-state", action="store_true", help=(
+        "keep the API's objects (etcd's data) for the next `up` to serve again; by default they go, "
+        "so the next `up` starts with none of this run's pods"))
     down.set_defaults(handler=_down)
     status = commands.add_parser("status", help="print components and nodes")
     status.set_defaults(handler=_status)

@@ -1,7 +1,7 @@
 """Finding (and, the first time, building or installing) the cluster's executables.
 
 The Kubernetes binaries (control plane, kubelet, kube-proxy) come from
-localcluster/controlplane/build.sh, the registry from localcluster/registryserver/build.sh
+controlplane/build.sh, the registry from registryserver/build.sh
 (Kueue and Karpenter from theirs), each returning at once when its cache entry exists; etcd and containerd come from Debian, installed by install-system-deps.sh
 when missing.
 """
@@ -14,14 +14,14 @@ import subprocess
 from pathlib import Path
 
 from localcluster.components import Binaries
-from localcluster.layout import CONTROLPLANE_SRC, REPO_ROOT
+from localcluster.layout import CONTROLPLANE_SRC, PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
 BUILD_SCRIPT = CONTROLPLANE_SRC / "build.sh"
-REGISTRY_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "registryserver" / "build.sh"
-KUEUE_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "kueuecontroller" / "build.sh"
-KARPENTER_BUILD_SCRIPT = REPO_ROOT / "localcluster" / "karpentercontroller" / "build.sh"
+REGISTRY_BUILD_SCRIPT = PROJECT_ROOT / "registryserver" / "build.sh"
+KUEUE_BUILD_SCRIPT = PROJECT_ROOT / "kueuecontroller" / "build.sh"
+KARPENTER_BUILD_SCRIPT = PROJECT_ROOT / "karpentercontroller" / "build.sh"
 SYSTEM_DEPS_SCRIPT = CONTROLPLANE_SRC / "install-system-deps.sh"
 # What real nodes need from Debian besides etcd: containerd and the CNI plugins.
 SYSTEM_PATHS = (Path("/usr/bin/etcd"), Path("/usr/bin/containerd"), Path("/usr/lib/cni/bridge"))

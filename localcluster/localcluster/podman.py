@@ -1,9 +1,9 @@
 """The project's own podman: its storage and configuration, never the host's.
 
-Images are built and containers run with the files localcluster/images/podman-config.sh
+Images are built and containers run with the files images/podman-config.sh
 writes under the cache directory (overlay storage, runc with cgroupfs, no podman
 network, this machine's ulimits), named by the same CONTAINERS_* variables that
-scripts/env.sh exports, so `make setup` (which builds the images) and the tests share one store.
+localcluster/env.sh exports, so `make setup` (which builds the images) and the tests share one store.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from localcluster import processes
-from localcluster.layout import REPO_ROOT, RunLayout
+from localcluster.layout import PROJECT_ROOT, RunLayout
 from localcluster.node.config import NodeSpec
 from localcluster.nodegroups import NodeGroupRegistry
 
@@ -223,7 +223,7 @@ class Instances:
         temporary = self._record(instance.name).with_suffix(".tmp")
         temporary.write_text(json.dumps(instance.document, indent=2) + "\n")
         temporary.replace(self._record(instance.name))
-        env = {**processes.environment_without_proxy(), "PYTHONPATH": str(REPO_ROOT)}
+        env = {**processes.environment_without_proxy(), "PYTHONPATH": str(PROJECT_ROOT)}
         processes.start_detached([python, "-m", "localcluster", "nodeclaim", "boot", instance.name],
                                  self._booter_pid_file(instance.name), self.layout.log_file(f"{BOOTER}-{instance.name}"),
                                  cwd=self.layout.root, env=env)

@@ -32,7 +32,7 @@ from localcluster import (
     slowpulls,
 )
 from localcluster.components import Binaries
-from localcluster.layout import REPO_ROOT, RunLayout, cache_dir
+from localcluster.layout import PROJECT_ROOT, RunLayout, cache_dir
 from localcluster.node import hostchanges, imagecache
 from localcluster.node.config import NodePaths, NodeSpec
 from localcluster.node.realnode import RealNode
@@ -162,12 +162,13 @@ class Cluster:
             raise ClusterNotRunning(f"no ready cluster in {layout.root}; run `python -m localcluster up`")
         return cluster
 
-    def down(self, purge: bool = False) -> leftovers.Leftovers:
+    def down(self, purge: bool = False, keep_state: bool = False) -> leftovers.Leftovers:
         """Stop the nodes, then the control plane, then remove whatever is left and
         restore what the nodes changed on the host.
 
         Returns what the final sweep had to remove (empty when everything
-        stopped cleanly). With `purge`, the run directory is deleted too.
+        stopped cleanly). The API's objects (etcd's data) go too, unless `keep_state`:
+        then the next `up` serves them again. With `purge`, the run directory is deleted too.
         """
         _require_root()
         with self._locked():
@@ -181,6 +182,8 @@ class Cluster:
             netsetup.delete_bridge()
             swept = leftovers.remove(self.layout)
             hostchanges.restore(self.layout.host_state_file, self.layout.root)
+            if not keep_state:
+                forget_api_state(self.layout)
             if purge:
                 self._purge()
         log.info("cluster in %s is down", self.layout.root)
@@ -274,7 +277,7 @@ class Cluster:
             types_file = self.layout.root / "karpenter-instance-types.json"
             types_file.write_text(json.dumps(types, indent=2) + "\n")
             env = karpenter.environment(self.kubeconfig, types_file, nodeclaims.python_executable(),
-                                        _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH")),
+                                        _prepend_path(str(PROJECT_ROOT), os.environ.get("PYTHONPATH")),
                                         processes.environment_without_proxy(), repair_toleration_s)
             processes.start_detached([str(binary)], self.layout.pid_file(KARPENTER), self.layout.log_file(KARPENTER),
                                      cwd=self.layout.root, env=env)
@@ -492,7 +495,7 @@ class Cluster:
     def _start_component(self, name: str) -> None:
         argv = components.commands(self.layout, self._pki, self.binaries())[name]
         # The pull proxy is this package's own: python -m localcluster.slowpulls.
-        env = {**os.environ, "PYTHONPATH": _prepend_path(str(REPO_ROOT), os.environ.get("PYTHONPATH"))}
+        env = {**os.environ, "PYTHONPATH": _prepend_path(str(PROJECT_ROOT), os.environ.get("PYTHONPATH"))}
         processes.start_detached(
             argv, self.layout.pid_file(name), self.layout.log_file(name), cwd=self.layout.root, env=env
         )
@@ -652,6 +655,16 @@ class NodeGroup:
             if probe.exists(f"/api/v1/nodes/{name}"):
                 log.info("deleting Node %s", name)
                 probe.delete(f"/api/v1/nodes/{name}")
+
+
+def forget_api_state(layout: RunLayout) -> None:
+    """Remove the stopped cluster's objects (RunLayout.api_state), so the next `up` starts
+    empty: a last run's pods would otherwise come back, on nodes that no longer exist."""
+    for path in layout.api_state:
+        mounted = leftovers.mounts_under(path)
+        if mounted:  # never delete through a mount
+            raise ClusterError(f"not removing {path}: still mounted: {mounted}")
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _prepend_path(entry: str, path: str | None) -> str:

@@ -1,7 +1,7 @@
 """Pytest fixtures for tests that run against the local cluster.
 
 Plain fixtures, re-exported by the test suite's conftest.py
-(`from localcluster.testing import cluster, namespace, api_client`), so every
+(`from clusterfixtures import cluster, namespace, api_client`), so every
 suite shares one cluster per session and one fresh namespace per test.
 
 Several pytest sessions (engineers, CI jobs) may share the host's one cluster,

@@ -14,8 +14,9 @@ from pathlib import Path
 DEFAULT_RUN_DIR = "/tmp/distributetrain-cluster"
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "distributetrain"
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONTROLPLANE_SRC = REPO_ROOT / "localcluster" / "controlplane"
+# The localcluster project: this package, the Go modules it builds and their scripts.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONTROLPLANE_SRC = PROJECT_ROOT / "controlplane"
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,13 @@ class RunLayout:
     @property
     def etcd_data(self) -> Path:
         return self.root / "etcd"
+
+    @property
+    def api_state(self) -> tuple[Path, ...]:
+        """What brings the API's objects back on the next `up`: etcd's data. `down` removes
+        it unless asked to keep it (`down --keep-state`), so a new run starts with none of
+        the last run's pods; the PKI and kubeconfigs stay, they hold no objects."""
+        return (self.etcd_data,)
 
     @property
     def kubeconfig(self) -> Path:
