@@ -18,6 +18,8 @@ What the tests script:
   namespace: free GPUs followed), delivered as they are sent;
 - ``send_events(...)``: core/v1 Events of the job's namespace (image pulls), delivered
   to the running Event watch as they are sent;
+- ``send_quotas(...)``: ResourceQuotas changed (their ``status.used``), delivered to the
+  running quota watch as they are sent;
 - ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
   (``break_node_watch(error)`` ends it with an error);
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
@@ -89,6 +91,9 @@ class FakeKube(KubeApi):
         self._cluster_pod_events: queue.SimpleQueue = queue.SimpleQueue()
         self.events: list[dict] = []  # core/v1 Events of the job's namespace (the kubelet's about pods)
         self._event_events: queue.SimpleQueue = queue.SimpleQueue()
+        self._quota_events: queue.SimpleQueue = queue.SimpleQueue()
+        self.quota_lists = 0
+        self.quota_watches = 0
 
     # -- what tests use to set the scene --------------------------------------------------
     def send_nodes(self, *changed: dict) -> None:
@@ -96,6 +101,13 @@ class FakeKube(KubeApi):
             with self.lock:
                 self.nodes[n["metadata"]["name"]] = copy.deepcopy(n)
             self._node_events.put(("MODIFIED", copy.deepcopy(n)))
+
+    def send_quotas(self, *changed: dict) -> None:
+        for quota in changed:
+            with self.lock:
+                name = quota["metadata"]["name"]
+                self.quotas = [q for q in self.quotas if q["metadata"]["name"] != name] + [copy.deepcopy(quota)]
+            self._quota_events.put(("MODIFIED", copy.deepcopy(quota)))
 
     def writes(self, verb: str | None = None, kind: str | None = None) -> list[str]:
         """Names written, in order, optionally of one verb and kind."""
@@ -138,6 +150,9 @@ class FakeKube(KubeApi):
                 return copy.deepcopy(list(self.nodes.values())), "1"
             if kind == "events":
                 return copy.deepcopy(self.events), "1"
+            if kind == "resourcequotas":
+                self.quota_lists += 1
+                return copy.deepcopy(self.quotas), "1"
             self.pod_lists += 1
             return self._pods(selectors), "1"
 
@@ -307,6 +322,13 @@ class FakeKube(KubeApi):
 
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
         return self._sent(self._node_events, timeout_s)
+
+    def watch_resource_quotas(
+        self, namespace: str, resource_version: str, timeout_s: float
+    ) -> Iterator[tuple[str, dict]]:
+        with self.lock:
+            self.quota_watches += 1
+        return self._sent(self._quota_events, timeout_s)
 
     def _sent(self, events: queue.SimpleQueue, timeout_s: float) -> Iterator[tuple[str, dict]]:
         """A watch of what is sent to ``events``, until ``timeout_s`` passes."""

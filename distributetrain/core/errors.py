@@ -17,6 +17,8 @@ QUOTA_OR_LIMIT_REFUSAL = re.compile(
     r"|\bmax limit to request ratio per (Container|Pod) is ",
     re.IGNORECASE,
 )
+# Of those, the one that may pass later: the quota is full now, with what others use.
+QUOTA_FULL = re.compile(r"\bexceeded quota: ([a-z0-9.-]+)", re.IGNORECASE)
 # The other refusals of admission, which RBAC's fix does not cure either. A webhook's or a
 # ValidatingAdmissionPolicy's, as the apiserver words them ("admission webhook "NAME"
 # denied the request: ...", "ValidatingAdmissionPolicy 'P' with binding 'B' denied request:
@@ -91,6 +93,17 @@ class QuotaExceeded(DistributeTrainError):
         )
 
 
+class QuotaFull(QuotaExceeded):
+    """A ResourceQuota refused an object for what the namespace uses now ("exceeded quota:
+    NAME"): a refusal that may pass once others release their share (``--wait-for-gpus``
+    waits for it). ``message`` is the API server's, with the used figures at the refusal."""
+
+    def __init__(self, quota: str, message: str):
+        self.quota = quota
+        self.message = message
+        super().__init__(message)
+
+
 class AdmissionRefused(DistributeTrainError):
     """The cluster's admission control refused an object: PodSecurity, an admission policy,
     a webhook (a 403, or whatever 4xx a policy or webhook chose). Not RBAC: no rule of
@@ -108,6 +121,8 @@ class AdmissionRefused(DistributeTrainError):
 def forbidden(message: str) -> DistributeTrainError:
     """An HTTP 403 but a policy's or webhook's: a quota or limit refusal, admission not
     ready yet (transient), another built-in plugin's refusal, else RBAC's."""
+    if full := QUOTA_FULL.search(message):
+        return QuotaFull(full.group(1), message)
     if QUOTA_OR_LIMIT_REFUSAL.search(message):
         return QuotaExceeded(message)
     if ADMISSION_NOT_READY in message:

@@ -27,6 +27,11 @@ def _decimal(text: str) -> Decimal | None:
         return None
 
 
+def same(a: str, b: str) -> bool:
+    """Whether two quantities are equal ("1" and "1000m", "1Gi" and "1024Mi"); unparsable ones as text."""
+    return a == b or (_decimal(a) is not None and _decimal(a) == _decimal(b))
+
+
 def cpu_millis(text: str) -> int:
     """'4', '2.5' or '500m' -> millicores (4000, 2500, 500)."""
     value = _decimal(text)

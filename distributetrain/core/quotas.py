@@ -1,14 +1,17 @@
 """ResourceQuotas whose hard limit can never hold the job: bad input, not a refusal later.
 
-A quota refuses a pod at creation (exit 73) whatever ``--wait-for-gpus`` says. Where its
-hard limit is below what the whole job requests, no wait and no other tenant leaving
-would help: the job is bad input, named by the flag that makes it too large. What the
-quota has used so far is not counted here: that may free up. The job is counted at its
-smallest: all its GPUs in one pod (``podfit.PodShape``).
+Where a quota's hard limit is below what the whole job requests, no wait and no other
+tenant leaving would help: the job is bad input, named by the flag that makes it too
+large. What the quota has used so far is not counted there: that may free up, and a
+refusal for it ("exceeded quota") is waited out with ``--wait-for-gpus``: ``shortfalls``
+says what is missing, ``used_at_refusal`` what the refusal saw, so the wait ends when
+those figures change. The job is counted at its smallest: all its GPUs in one pod
+(``podfit.PodShape``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -80,3 +83,34 @@ def exceeded(quotas: list[Mapping], settings: JobSettings) -> QuotaExceeded | No
                 if needed > hard:
                     return QuotaExceeded(flag, quota["metadata"]["name"], key, hard, needed)
     return None
+
+
+# The API server's words: "exceeded quota: NAME, requested: K=V,K=V, used: K=V,K=V, limited: K=V".
+USED_AT_REFUSAL = re.compile(r"\bused: (\S+), limited: ")
+
+
+def used_at_refusal(message: str) -> dict[str, str]:
+    """What a quota had used when it refused (key -> quantity), from its message; {} if unsaid."""
+    found = USED_AT_REFUSAL.search(message)
+    return dict(term.split("=", 1) for term in found.group(1).split(",") if "=" in term) if found else {}
+
+
+def shortfalls(quota: Mapping, settings: JobSettings) -> list[str]:
+    """Each hard limit the job does not fit in beside what the quota uses now, as
+    "requests.nvidia.com/gpu used 6 of 8, the job needs 4"; [] if it may fit."""
+    totals = job_totals(settings)
+    status = quota.get("status") or {}
+    used = status.get("used") or {}
+    missing = []
+    for key, limit in sorted((status.get("hard") or {}).items()):
+        if key in totals:
+            resource, _, needed = totals[key]
+            hard, taken = amount(resource, limit), amount(resource, used.get(key, "0"))
+            if taken + needed > hard:
+                missing.append(f"{key} used {used.get(key, '0')} of {limit}, the job needs {_shown(resource, needed)}")
+    return missing
+
+
+def _shown(resource: str, needed: int) -> str:
+    return quantity.format_cpu(needed) if resource == CPU else (
+        quantity.format_memory(needed) if resource == MEMORY else str(needed))

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -83,6 +84,9 @@ class KubeApi(Protocol):
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]: ...
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]: ...
+    def watch_resource_quotas(
+        self, namespace: str, resource_version: str, timeout_s: float
+    ) -> Iterator[tuple[str, dict]]: ...
     def watch_events(
         self, namespace: str, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]: ...
@@ -132,7 +136,7 @@ class Kube(KubeApi):
     def list_pages(
         self, kind: str, namespace: str | None = None, **selectors: str
     ) -> Iterator[tuple[list[dict], str]]:
-        """Yield (items, resourceVersion) page by page; kind is 'nodes', 'pods' or 'events' (core/v1)."""
+        """Yield (items, resourceVersion) page by page; kind: nodes, pods, events (core/v1), resourcequotas."""
         token = None
         what = f"list {kind} {_where(namespace, selectors)}"
         while True:
@@ -146,13 +150,15 @@ class Kube(KubeApi):
         kwargs = dict(limit=LIST_PAGE_SIZE, **REQUEST_OPTIONS, **selectors)
         if token:
             kwargs["_continue"] = token
+        return self._lister(kind, namespace)(**kwargs)
+
+    def _lister(self, kind: str, namespace: str | None) -> Callable:
+        """The list call of a kind; with ``watch=True`` it is the kind's watch."""
         if kind == "nodes":
-            return self.core.list_node(**kwargs)
-        if kind == "events":
-            return self.core.list_namespaced_event(namespace, **kwargs)
-        if namespace:
-            return self.core.list_namespaced_pod(namespace, **kwargs)
-        return self.core.list_pod_for_all_namespaces(**kwargs)
+            return self.core.list_node
+        namespaced = {"events": self.core.list_namespaced_event, "resourcequotas":
+                      self.core.list_namespaced_resource_quota, "pods": self.core.list_namespaced_pod}[kind]
+        return functools.partial(namespaced, namespace) if namespace else self.core.list_pod_for_all_namespaces
 
     def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
         items, version = [], ""
@@ -171,10 +177,7 @@ class Kube(KubeApi):
 
     def resource_quotas(self, namespace: str) -> list[dict]:
         """The namespace's ResourceQuotas: a handful, one request."""
-        what = f"list ResourceQuotas [{namespace}]"
-        page = self._call(lambda: read_json(self.core.list_namespaced_resource_quota(namespace, **REQUEST_OPTIONS)),
-                          what)
-        return page.get("items") or []
+        return self.list_all("resourcequotas", namespace)[0]
 
     def get_pod(self, namespace: str, name: str) -> dict | None:
         return self.read("Pod", namespace, name)
@@ -292,6 +295,11 @@ class Kube(KubeApi):
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
         return self._watch("nodes", None, resource_version, timeout_s, {})
 
+    def watch_resource_quotas(
+        self, namespace: str, resource_version: str, timeout_s: float
+    ) -> Iterator[tuple[str, dict]]:
+        return self._watch("resourcequotas", namespace, resource_version, timeout_s, {})
+
     def watch_events(
         self, namespace: str, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]:
@@ -338,14 +346,7 @@ class Kube(KubeApi):
             **selectors,
         )
         what = f"watch {kind}" if kind == "nodes" else f"watch {kind} {_where(namespace, selectors)}"
-        if kind == "nodes":
-            response = self._call(lambda: self.core.list_node(**kwargs), what)
-        elif kind == "events":
-            response = self._call(lambda: self.core.list_namespaced_event(namespace, **kwargs), what)
-        elif namespace:
-            response = self._call(lambda: self.core.list_namespaced_pod(namespace, **kwargs), what)
-        else:
-            response = self._call(lambda: self.core.list_pod_for_all_namespaces(**kwargs), what)
+        response = self._call(lambda: self._lister(kind, namespace)(**kwargs), what)
         try:
             for line in response:
                 if not line.strip():

@@ -44,6 +44,7 @@ WORKERS_READY = "WorkersReady"
 CHIEF_CREATED = "ChiefCreated"
 CHIEF_STARTED = "ChiefStarted"
 WAITING_FOR_GPUS = "WaitingForGPUs"
+WAITING_FOR_QUOTA = "WaitingForQuota"  # a ResourceQuota refused the job for what others use: it waits
 NODES_ADDED = "NodesAdded"  # the cluster added nodes for the job's scale-up pods (``core.scaleup``)
 RELEASED = "Released"
 RESTARTING = "Restarting"
@@ -66,6 +67,7 @@ KINDS = {
     CHIEF_CREATED: (NORMAL, "Create"),
     CHIEF_STARTED: (NORMAL, "Wait"),
     WAITING_FOR_GPUS: (WARNING, "Plan"),
+    WAITING_FOR_QUOTA: (WARNING, "Release"),
     NODES_ADDED: (NORMAL, "Wait"),
     RELEASED: (WARNING, "Release"),
     RESTARTING: (WARNING, "Restart"),

@@ -1,8 +1,8 @@
 """One informer per kind: every watch of the manager lists once, then follows a watch.
 
-An ``Informer`` follows one kind ("pods", "nodes" or core/v1 "events"), in one namespace or all, with a
-label or field selector, as client-go's Reflector and SharedInformer do: it lists (page
-by page), then watches from the list's resourceVersion with bookmarks, each watch call
+An ``Informer`` follows one kind ("pods", "nodes", core/v1 "events" or "resourcequotas"),
+in one namespace or all, with a label or field selector, as client-go's Reflector and
+SharedInformer do: it lists (page by page), then watches from the list's resourceVersion with bookmarks, each watch call
 resumed from the last version seen (``Kube.watch_pods`` chains short requests and
 reconnects broken streams). It lists again only when it must: at once when that version
 is too old (410 Gone), ``relist_delay_s`` after a watch that ended with an error or an
@@ -184,6 +184,8 @@ class Informer:
             return self.kube.watch_nodes(self.version, remaining_s)
         if self.kind == "events":
             return self.kube.watch_events(self.namespace, self.version, remaining_s, **self.selectors)
+        if self.kind == "resourcequotas":
+            return self.kube.watch_resource_quotas(self.namespace, self.version, remaining_s)
         return self.kube.watch_pods(self.namespace, self.version, remaining_s, **self.selectors)
 
     def key(self, obj: dict) -> str:

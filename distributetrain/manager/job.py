@@ -8,7 +8,9 @@ attempt is lost, the loop alone decides what comes next:
 - a pod lost for a reason outside the training script: another attempt while
   ``--max-restarts`` and the deadline allow (``restarts``), else the job fails (71);
 - pods not started within ``--worker-ready-timeout`` (someone took the GPUs, a node
-  died): another attempt, re-planned, while ``--wait-for-gpus`` lasts, else 75.
+  died): another attempt, re-planned, while ``--wait-for-gpus`` lasts, else 75;
+- pods refused by a ResourceQuota full for now: another attempt once the quota's use
+  changed (``quotawait``), while ``--wait-for-gpus`` lasts, else 73.
 
 Either way the lost attempt is torn down and its pods are waited out before the next
 one plans: until they are gone the scheduler counts their GPUs as used, so a job that
@@ -31,6 +33,7 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
+from distributetrain.manager import quotawait
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
@@ -54,6 +57,7 @@ class Job:
         self.job_run = Run(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
                         gpus_until=time.monotonic() + settings.wait_for_gpus_s, hosts=HostList())
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
+        self.quota_wait = quotawait.QuotaWait(kube, settings, reporter, self.job_run.clock)
 
     def run(self, until_started: bool = False) -> int:
         """Follow the job to the chief's end and return its exit code, tearing the job
@@ -74,6 +78,8 @@ class Job:
                         self._restart(lost)
                     except AttemptNotStarted as late:
                         self._plan_again(late)
+                    except errors.QuotaFull as full:
+                        self._wait_for_quota(full)
         finally:
             if not until_started:
                 deleted = tear_down(self.kube, self.settings, keep_chief=keep_chief)
@@ -115,6 +121,21 @@ class Job:
         # The next plan's pods get new names: a released pod may still be terminating.
         self.job_run.attempt = self.job_run.attempt.next()
         self.job_run.reporter.record_attempt(self.job_run.attempt.number)
+
+    def _wait_for_quota(self, full: errors.QuotaFull) -> None:
+        """A quota full for now: release what the attempt created and wait (``quotawait``)
+        for the quota to change while GPUs may be waited for; else raise ``full`` (73)."""
+        until = min(self.job_run.gpus_until, self.job_run.deadline)
+        if time.monotonic() >= until:
+            raise full
+        self._end_attempt()
+        self.job_run.reporter.events.record(events.RELEASED, f"ResourceQuota {full.quota} refused the job's "
+                                                             "pods; released them")
+        # The next try's pods get new names: a released pod may still be terminating.
+        self.job_run.attempt = self.job_run.attempt.next()
+        self.job_run.reporter.record_attempt(self.job_run.attempt.number)
+        if isinstance(self.quota_wait.wait(full, until), quotawait.StillFull):
+            raise full
 
     def _end_attempt(self) -> None:
         """Delete the attempt's pods and wait (bounded) until they are gone."""
