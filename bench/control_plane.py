@@ -19,9 +19,16 @@ Intervals, from the manager's log records and a watch on the namespace's pods:
   its GPUs from the start), asks the manager for their addresses, which it publishes
   once every worker is Ready;
 - chief exit -> teardown begun / done: the chief's terminal phase seen on the watch, to
-  the manager's first delete, and to its last teardown request;
+  the start of the manager's first pod delete request (since issue 36 one
+  deletecollection; before, the first of one delete per pod, taken when it returned),
+  and to its last teardown request;
 and, for context, worker start-up (last worker created -> last Ready, the kubelets'
 work) and chief run (hosts published -> exit: SSH checks and horovodrun).
+
+After each run, the same creates and deletes by a plain client loop (``bare_client``):
+``bare_create_s`` and ``bare_delete_s``, and ``manager_over_bare`` = (start -> workers
+created + chief exit -> teardown done) / (bare creates + bare deletes), the ratio
+section 3 publishes.
 
 Each run also keeps a trace: every request's latency (``TracedKube``), and who had the
 CPU while the workers were created and while the job was torn down (``CpuAccount``).
@@ -45,7 +52,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from bench import report, testbed
+from bench import bare_client, report, testbed
 from distributetrain.core import names
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import load_api_client
@@ -58,6 +65,7 @@ REPETITIONS = 3
 RUN_ATTEMPTS = 3
 IMPORT_REPETITIONS = 5
 JOB_DEADLINE_S = 600  # a job that hangs fails instead of stalling the benchmark
+TEARDOWN_DELETES = ("delete pods", "delete Pod")  # TracedKube's kinds of teardown's pod deletes
 OVERHEAD_TARGET_S = 1.0
 SEEDS_CHIEF_SLEEP_S = 30.0  # the seeds' fixed wait before creating the chief (DESIGN.md)
 SEEDS_POLL_S = 20.0  # the seeds' polling period for the chief's end
@@ -192,11 +200,13 @@ def run_job(cluster, api_client, namespace: str, job: str, workers: int, selecto
     # the manager for their addresses.
     hosts_published = clock.first(f"job {job}: the chief has its")
     chief_exit = pods[chief].finished
-    teardown_begun = clock.first("deleted Pod")
+    # The job's pods go in one deletecollection ("delete pods"), or one by one ("delete Pod") under an older Role.
+    teardown_begun = min(start for kind, start, _ in kube.calls
+                         if kind in TEARDOWN_DELETES and start >= hosts_published)
     teardown_done = clock.last("torn down")
     workers_gone = max(pods[w].deleted or float("nan") for w in worker_names)
     planned = clock.first("; plan ")
-    deletes = [t for t, message in clock.records if message.startswith("deleted Pod")]
+    deletes = [end for kind, _, end in kube.calls if kind in TEARDOWN_DELETES and end >= hosts_published]
     result = {
         "start_to_workers_created_s": workers_created - started,
         "start_to_plan_s": planned - started,
@@ -219,7 +229,7 @@ def run_job(cluster, api_client, namespace: str, job: str, workers: int, selecto
                                     + result["exit_to_teardown_done_s"])
     # Where the manager's time goes: each request's own latency, and who had the CPU meanwhile.
     creates = kube.latencies("create Pod", since=planned)
-    deletes_s = kube.latencies("delete Pod", since=hosts_published)
+    deletes_s = [s for kind in TEARDOWN_DELETES for s in kube.latencies(kind, since=hosts_published)]
     result["trace"] = {
         "create_latency_s": _spread(creates),
         "delete_latency_s": _spread(deletes_s),
@@ -227,9 +237,19 @@ def run_job(cluster, api_client, namespace: str, job: str, workers: int, selecto
         "cpu_creating": cpu.between(planned, workers_created),
         "cpu_tearing_down": cpu.between(teardown_begun, teardown_done),
         "manager_log": [(round(t - started, 3), message) for t, message in clock.records
-                        if not message.startswith(("created Pod", "deleted Pod"))],
+                        if not message.startswith(("created Pod", "deleted Pod", "deleted pods"))],
     }
     return result
+
+
+def run_bare(api_client, namespace: str, job: str, workers: int, selector: str, claim: str, prefix: str) -> dict:
+    """``bare_client``'s creates and deletes of the job's objects on the job's nodes; then a clean slate."""
+    owner_uid = testbed.stand_in_manager(api_client, namespace, job)
+    settings = manager_settings(job, namespace, owner_uid, workers, selector, claim)
+    try:
+        return bare_client.bare_run(api_client, settings, [f"{prefix}-{i:02d}" for i in range(workers + 1)])
+    finally:
+        testbed.delete_pods(api_client, namespace)
 
 
 def _spread(values: list[float]) -> dict:
@@ -322,12 +342,16 @@ def table(summary: dict) -> str:
         ("worker_startup_s", "worker start-up (context)"),
         ("chief_run_s", "chief run (context)"),
         ("api_requests", "API requests"),
+        ("bare_create_s", "bare client: creates"),
+        ("bare_delete_s", "bare client: deletes"),
+        ("manager_over_bare", "manager / bare"),
     )
     header = ["workers"] + [f"{label} (s)" if key.endswith("_s") else label for key, label in columns]
     rows = []
     for workers, cells in summary.items():
         rows.append([workers] + [
             f"{cells[key]['median']:.0f}" if key == "api_requests"
+            else f"{cells[key]['median']:.2f}" if key == "manager_over_bare"
             else f"{cells[key]['median']:.2f} (max {cells[key]['max']:.2f})"
             for key, _ in columns
         ])
@@ -371,6 +395,10 @@ def main(argv: list[str] | None = None) -> None:
                         print(f"{job}: {_brief(result)}", flush=True)
                         if not result.pop("disturbed"):
                             break
+                    result.update(run_bare(api_client, namespace, f"{job}-bare", workers, selector, claim, prefix))
+                    result["manager_over_bare"] = (
+                        (result["start_to_workers_created_s"] + result["exit_to_teardown_done_s"])
+                        / (result["bare_create_s"] + result["bare_delete_s"]))
                     runs[workers].append(result)
     summary = summarise(runs)
     if args.trace:

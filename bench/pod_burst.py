@@ -101,7 +101,8 @@ def burst(cluster, api_client, namespace: str, job: str, workers: int, prefix: s
         "create_connections": created_connections,
         "ready_s": ready - created,
         "teardown_s": torn_down - ready,
-        "delete_latency_s": control_plane._spread(kube.latencies("delete Pod")),
+        "delete_latency_s": control_plane._spread([s for kind in control_plane.TEARDOWN_DELETES
+                                                   for s in kube.latencies(kind)]),
         "list_latency_s": control_plane._spread(kube.latencies("list pods", since=ready)),
         "teardown_connections": teardown_connections,
         "gone_s": gone - torn_down,

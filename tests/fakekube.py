@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterator
 
@@ -130,9 +131,7 @@ class FakeKube(KubeApi):
             raise self.failures[call].pop(0)
 
     def _pods(self, selectors: dict[str, str]) -> list[dict]:
-        terms = [term.partition("=")[::2] for term in filter(None, selectors.get("label_selector", "").split(","))]
-        return [copy.deepcopy(p) for p in self.pods.values()
-                if all((p["metadata"].get("labels") or {}).get(key) == value for key, value in terms)]
+        return [copy.deepcopy(p) for p in self.pods.values() if _selected(p, **selectors)]
 
     def _store(self, kind: str) -> dict[str, dict]:
         return self.pods if kind == "Pod" else self.secrets
@@ -218,6 +217,20 @@ class FakeKube(KubeApi):
 
     def delete_all(self, kind: str, namespace: str, names: list[str]) -> list[str]:
         return [name for name in names if self.delete(kind, namespace, name)]
+
+    def delete_pods(self, namespace: str, label_selector: str, field_selector: str = "") -> list[str]:
+        """One deletecollection: one action, (``deletecollection``, ``Pod``, the selectors)."""
+        self._maybe_fail("delete_pods")
+        with self.lock:
+            self._act("deletecollection", "Pod", f"{label_selector} {field_selector}".rstrip())
+            deleted = sorted(name for name, pod in self.pods.items()
+                             if _selected(pod, label_selector=label_selector, field_selector=field_selector))
+            for name in deleted:
+                if self.pods_stay_terminating:
+                    self.pods[name]["metadata"]["deletionTimestamp"] = DELETED_AT
+                else:
+                    del self.pods[name]
+            return deleted
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._maybe_fail("annotate_pod")
@@ -362,6 +375,23 @@ class FakeKube(KubeApi):
             self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
             self._act("replace", "Lease", lease["metadata"]["name"])
             return copy.deepcopy(self.lease)
+
+
+def _selected(pod: dict, label_selector: str = "", field_selector: str = "", **_: str) -> bool:
+    """The selectors the manager uses: label ``k=v`` and ``k in (a,b)`` terms; field
+    ``metadata.name!=x`` terms (any other field term selects every pod, as the lists'
+    phase selector is not what the fake tests)."""
+    labels = pod["metadata"].get("labels") or {}
+    for term in re.findall(r"[^,(]+(?:\([^)]*\))?", label_selector):
+        key, _, value = term.partition("=")
+        if " in (" in term:
+            key, _, values = term.partition(" in (")
+            if labels.get(key.strip()) not in values.rstrip(")").split(","):
+                return False
+        elif labels.get(key.strip()) != value:
+            return False
+    excluded = [term.split("!=", 1)[1] for term in field_selector.split(",") if term.startswith("metadata.name!=")]
+    return pod["metadata"]["name"] not in excluded
 
 
 def _merge(target: dict, patch: dict) -> None:

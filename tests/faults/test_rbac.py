@@ -121,6 +121,25 @@ def test_secrets_only_in_the_managers_namespace(api_client, namespace, rbac):
     assert not allowed("list", namespace)  # not even all of its own namespace's Secrets
 
 
+def test_teardown_may_delete_the_jobs_pods_by_collection_and_quotas_be_watched_in_its_namespace_only(
+        api_client, namespace, rbac):
+    """Teardown's one deletecollection and the wait on a full ResourceQuota: granted in the
+    job's namespace (without them the manager falls back, see docs/rbac.md), nowhere else."""
+    review = client.AuthorizationV1Api(api_client)
+    user = f"system:serviceaccount:{namespace}:distributetrain-manager"
+
+    def allowed(verb, resource, ns):
+        spec = {"user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                "resourceAttributes": {"verb": verb, "resource": resource, "namespace": ns}}
+        return review.create_subject_access_review({"apiVersion": "authorization.k8s.io/v1",
+                                                    "kind": "SubjectAccessReview", "spec": spec}).status.allowed
+
+    for verb, resource in (("deletecollection", "pods"), ("list", "resourcequotas"), ("watch", "resourcequotas")):
+        assert allowed(verb, resource, namespace), (verb, resource)
+        assert not allowed(verb, resource, "kube-system") and not allowed(verb, resource, "default"), (verb, resource)
+    assert not allowed("deletecollection", "secrets", namespace)  # its one Secret goes by name
+
+
 def test_of_the_leases_only_the_placement_lease(api_client, namespace, rbac):
     review = client.AuthorizationV1Api(api_client)
     user = f"system:serviceaccount:{namespace}:distributetrain-manager"

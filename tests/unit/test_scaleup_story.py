@@ -75,7 +75,9 @@ def test_a_job_whose_nodes_never_come_gives_up_with_69_naming_why_and_leaves_not
             f"demo-worker-0: not scheduled: {UNSCHEDULABLE} (autoscaler: {KARPENTER_LIMITS}); "
             "demo-chief: waiting for the scheduler") in recorded[-1][2]
     assert kube.pods == {} and kube.secrets == {}
-    assert kube.writes("delete", "Pod") == ["demo-chief", "demo-worker-0"]
+    # Every pod of the attempt at once, in one request (teardown's deletecollection).
+    assert kube.writes("delete", "Pod") == [] and kube.writes("deletecollection", "Pod") == [
+        "distributetrain.io/job=demo,distributetrain.io/owner-uid=uid-1,distributetrain.io/role in (chief,worker)"]
 
 
 def test_post_training_adopts_the_attempt_on_the_added_node(story):
