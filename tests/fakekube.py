@@ -341,6 +341,7 @@ class FakeKube(KubeApi):
     ) -> Iterator[tuple[str, dict]]:
         with self.lock:
             self.quota_watches += 1
+        self._maybe_fail("watch_resource_quotas")
         return self._sent(self._quota_events, timeout_s)
 
     def _sent(self, events: queue.SimpleQueue, timeout_s: float) -> Iterator[tuple[str, dict]]:

@@ -130,7 +130,7 @@ class Job:
             raise full
         self._end_attempt()
         self.job_run.reporter.events.record(events.RELEASED, f"ResourceQuota {full.quota} refused the job's "
-                                                             "pods; released them")
+                                                             "pods; released what the attempt created")
         # The next try's pods get new names: a released pod may still be terminating.
         self.job_run.attempt = self.job_run.attempt.next()
         self.job_run.reporter.record_attempt(self.job_run.attempt.number)

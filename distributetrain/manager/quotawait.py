@@ -32,10 +32,11 @@ RETRY_MAX_S = 60.0
 
 
 @dataclass(frozen=True)
-class QuotaChanged:
-    """The quota's used figures changed and the job may fit: try again."""
+class TryAgain:
+    """The quota's used figures changed and the job may fit, it is gone, or (without the
+    right to watch it) the backoff passed: try again."""
 
-    why: str  # e.g. "requests.nvidia.com/gpu used 2 of 8"
+    why: str  # e.g. "requests.nvidia.com/gpu used 2"
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,16 @@ class QuotaWait:
         self.clock = clock
         self.retry_s = RETRY_FIRST_S
 
-    def wait(self, full: errors.QuotaFull, until: float) -> QuotaChanged | StillFull:
-        """Until ``full.quota`` may hold the job (QuotaChanged) or ``until`` (monotonic; StillFull)."""
-        informer = Informer(self.kube, "resourcequotas", self.settings.namespace, clock=self.clock)
+    def wait(self, full: errors.QuotaFull, until: float) -> TryAgain | StillFull:
+        """Until ``full.quota`` may hold the job (TryAgain) or ``until`` (monotonic; StillFull)."""
         try:
-            first = informer.wait_until(lambda store: dict(store), until)
-        except errors.Forbidden as e:
+            return self._follow(full, until)
+        except errors.Forbidden as e:  # the list or the watch
             return self._retry_later(full, until, e)
+
+    def _follow(self, full: errors.QuotaFull, until: float) -> TryAgain | StillFull:
+        informer = Informer(self.kube, "resourcequotas", self.settings.namespace, clock=self.clock)
+        first = informer.wait_until(lambda store: dict(store), until)
         quota = first.value.get(full.quota) if isinstance(first, Satisfied) else None
         before = quotas.used_at_refusal(full.message) or ((quota or {}).get("status") or {}).get("used") or {}
         self._say(full.quota, quotas.shortfalls(quota, self.settings) if quota else [], until)
@@ -76,13 +80,13 @@ class QuotaWait:
             return outcome.value
         return StillFull()
 
-    def _room(self, quota: Mapping | None, before: Mapping[str, str]) -> QuotaChanged | None:
+    def _room(self, quota: Mapping | None, before: Mapping[str, str]) -> TryAgain | None:
         if quota is None:
-            return QuotaChanged("it was deleted")
+            return TryAgain("it was deleted")
         if not used_changed(quota, before) or quotas.shortfalls(quota, self.settings):
             return None
         used = (quota.get("status") or {}).get("used") or {}
-        return QuotaChanged(", ".join(f"{key} used {used.get(key, '0')}" for key in sorted(before)))
+        return TryAgain(", ".join(f"{key} used {used.get(key, '0')}" for key in sorted(before)))
 
     def _say(self, quota: str, missing: list[str], until: float) -> None:
         settings = self.settings
@@ -93,7 +97,7 @@ class QuotaWait:
         self.reporter.phase("WaitingForQuota")
         self.reporter.events.record(events.WAITING_FOR_QUOTA, note)
 
-    def _retry_later(self, full: errors.QuotaFull, until: float, denied: errors.Forbidden) -> QuotaChanged | StillFull:
+    def _retry_later(self, full: errors.QuotaFull, until: float, denied: errors.Forbidden) -> TryAgain | StillFull:
         """Without the right to list and watch quotas: try again after a backoff, within ``until``."""
         pause = min(self.retry_s, until - self.clock.monotonic())
         if pause <= 0:
@@ -103,4 +107,4 @@ class QuotaWait:
         self._say(full.quota, [], until)
         self.clock.sleep(pause)
         self.retry_s = min(self.retry_s * 2, RETRY_MAX_S)
-        return QuotaChanged(f"{pause:.0f}s passed")
+        return TryAgain(f"{pause:.0f}s passed")

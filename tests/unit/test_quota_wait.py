@@ -90,7 +90,7 @@ def test_a_quota_that_frees_mid_wait_ends_it_without_listing_again():
     sent_after_the_list(kube, gpu_quota("2"), gpu_quota("0"))
     wait, said = waiting(kube, clock)
     outcome = wait.wait(errors.forbidden(REFUSAL), clock.monotonic() + 60)
-    assert outcome == quotawait.QuotaChanged(f"{GPU} used 0")
+    assert outcome == quotawait.TryAgain(f"{GPU} used 0")
     assert said.phases == ["WaitingForQuota"]
     assert said.recorded == [(events.WAITING_FOR_QUOTA, f"waiting for quota gpus in ml: {GPU} used 1 of 2, the "
                                                         "job needs 2 (up to 60s more, --wait-for-gpus)")]
@@ -113,7 +113,7 @@ def test_a_deleted_quota_ends_the_wait():
     clock = FakeClock()
     kube = FakeKube(clock=clock)
     wait, said = waiting(kube, clock)
-    assert wait.wait(errors.forbidden(REFUSAL), 1060.0) == quotawait.QuotaChanged("it was deleted")
+    assert wait.wait(errors.forbidden(REFUSAL), 1060.0) == quotawait.TryAgain("it was deleted")
     assert said.recorded == [(events.WAITING_FOR_QUOTA, "waiting for quota gpus in ml: it refuses the job's pods "
                                                         "(up to 60s more, --wait-for-gpus)")]
 
@@ -126,11 +126,22 @@ def test_without_the_right_to_watch_quotas_it_retries_with_a_backoff_bounded_by_
     wait, _ = waiting(kube, clock)
     full, until = errors.forbidden(REFUSAL), 1000.0 + 20
     outcomes, times = [], []
-    while isinstance(outcome := wait.wait(full, until), quotawait.QuotaChanged):
+    while isinstance(outcome := wait.wait(full, until), quotawait.TryAgain):
         outcomes.append(outcome.why)
         times.append(clock.monotonic())
     assert outcomes == ["5s passed", "10s passed", "5s passed"]
     assert times == [1005.0, 1015.0, 1020.0]
+
+
+def test_a_role_that_may_list_quotas_but_not_watch_them_retries_after_the_backoff():
+    clock = FakeClock()
+    kube = FakeKube(clock=clock)
+    kube.quotas = [gpu_quota("2")]
+    kube.failures["watch_resource_quotas"] = [errors.Forbidden(
+        'resourcequotas is forbidden: User "x" cannot watch resource "resourcequotas"')]
+    wait, said = waiting(kube, clock)
+    assert wait.wait(errors.forbidden(REFUSAL), 1060.0) == quotawait.TryAgain("5s passed")
+    assert clock.monotonic() == 1005.0 and kube.quota_lists == 1
 
 
 # -- the whole job: refused, waits, tries again ---------------------------------------------------------
@@ -190,3 +201,13 @@ def test_without_wait_for_gpus_a_full_quota_ends_the_job_at_once_with_73(job):
     assert code == 73
     assert recorded == ["Planned", "Failed"]
     assert kube.quota_lists == 0 and kube.secrets == {}
+
+
+def test_a_quota_that_never_frees_ends_the_job_with_73_at_the_deadline_and_leaves_nothing(job):
+    # A wait of 0.3 s of real time: the job's deadline is measured on the manager's clock.
+    code, recorded, kube = job(JOB.replace(wait_for_gpus_s=0.3), frees=False)
+    assert code == 73
+    assert recorded == ["Planned", "Released", "WaitingForQuota", "Failed"]
+    assert kube.manager["metadata"]["annotations"]["distributetrain.io/exit-code"] == "73"
+    assert "exceeded quota: gpus" in kube.manager["metadata"]["annotations"]["distributetrain.io/reason"]
+    assert kube.pods == {} and kube.secrets == {} and kube.quota_lists == 1
