@@ -9,6 +9,7 @@ import pytest
 from kubernetes import client
 
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
+from polling import poll_until
 from test_quota import QUOTA_EXIT_CODE, create_quota
 
 pytestmark = pytest.mark.cluster
@@ -50,9 +51,11 @@ def test_a_job_waits_through_a_full_quota_and_trains_once_it_frees(cluster, api_
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         jobs.submit("patient", job_args(pool, scripts, 2, "--wait-for-gpus=3m"))
         jobs.wait_for("patient", lambda pod: phase_of(pod) == "WaitingForQuota", 120)
-        said = notes(api_client, namespace, "patient", "WaitingForQuota")
-        assert said and all(f"waiting for quota compute in {namespace}: " in note and "the job needs 2" in note
-                            for note in said), said
+        # Events are sent in the background, after the phase is recorded.
+        said = poll_until(lambda: notes(api_client, namespace, "patient", "WaitingForQuota"), 30,
+                          "a WaitingForQuota Event on the manager pod")
+        assert all(f"waiting for quota compute in {namespace}: " in note and "the job needs 2" in note
+                   for note in said), said
         # What the refused try created is released while it waits: no pod of it, no Secret.
         jobs.wait_gone(["patient-worker-0", "patient-chief"])
         assert jobs.secrets("patient") == []
