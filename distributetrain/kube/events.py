@@ -67,7 +67,7 @@ KINDS = {
     CHIEF_CREATED: (NORMAL, "Create"),
     CHIEF_STARTED: (NORMAL, "Wait"),
     WAITING_FOR_GPUS: (WARNING, "Plan"),
-    WAITING_FOR_QUOTA: (WARNING, "Release"),
+    WAITING_FOR_QUOTA: (WARNING, "Wait"),
     NODES_ADDED: (NORMAL, "Wait"),
     RELEASED: (WARNING, "Release"),
     RESTARTING: (WARNING, "Restart"),

@@ -2,7 +2,8 @@
 
 The rule is ``core.quotas``; this reads the job namespace's quotas. Reading them is the
 Role's optional ``resourcequotas: list``: without it the check is skipped, and a quota
-that refuses the job's pods at creation still ends the job with exit 73.
+that refuses the job's pods at creation ends the job with exit 73 (with
+``--wait-for-gpus``, once the wait for it is over: ``quotawait``).
 """
 
 from __future__ import annotations
