@@ -72,7 +72,7 @@ class QuotaWait:
         first = informer.wait_until(lambda store: dict(store), until)
         quota = first.value.get(full.quota) if isinstance(first, Satisfied) else None
         before = quotas.used_at_refusal(full.message) or ((quota or {}).get("status") or {}).get("used") or {}
-        self._say(full.quota, quotas.shortfalls(quota, self.settings) if quota else [], until)
+        self._say(full.quota, quotas.shortfalls(quota, self.settings) if quota else [])
         outcome = informer.wait_until(lambda store: self._room(store.get(full.quota), before), until)
         if isinstance(outcome, Satisfied):
             log.info("job %s: ResourceQuota %s changed (%s); trying again", self.settings.job_name, full.quota,
@@ -88,11 +88,12 @@ class QuotaWait:
         used = (quota.get("status") or {}).get("used") or {}
         return TryAgain(", ".join(f"{key} used {used.get(key, '0')}" for key in sorted(before)))
 
-    def _say(self, quota: str, missing: list[str], until: float) -> None:
+    def _say(self, quota: str, missing: list[str]) -> None:
         settings = self.settings
         why = "; ".join(missing) or "it refuses the job's pods"
-        note = (f"waiting for quota {quota} in {settings.namespace}: {why} (up to "
-                f"{max(0.0, until - self.clock.monotonic()):.0f}s more, --wait-for-gpus)")
+        # The same words while the same shortfall lasts: one Event, its count going up.
+        note = (f"waiting for quota {quota} in {settings.namespace}: {why} "
+                f"(--wait-for-gpus {settings.wait_for_gpus_s:.0f}s)")
         log.info("job %s: %s", settings.job_name, note)
         self.reporter.phase("WaitingForQuota")
         self.reporter.events.record(events.WAITING_FOR_QUOTA, note)
@@ -104,7 +105,7 @@ class QuotaWait:
             return StillFull()
         log.warning("job %s: cannot watch ResourceQuotas (%s; rbac/role.yaml grants resourcequotas list, watch); "
                     "trying again in %.0fs", self.settings.job_name, denied, pause)
-        self._say(full.quota, [], until)
+        self._say(full.quota, [])
         self.clock.sleep(pause)
         self.retry_s = min(self.retry_s * 2, RETRY_MAX_S)
         return TryAgain(f"{pause:.0f}s passed")

@@ -93,7 +93,7 @@ def test_a_quota_that_frees_mid_wait_ends_it_without_listing_again():
     assert outcome == quotawait.TryAgain(f"{GPU} used 0")
     assert said.phases == ["WaitingForQuota"]
     assert said.recorded == [(events.WAITING_FOR_QUOTA, f"waiting for quota gpus in ml: {GPU} used 1 of 2, the "
-                                                        "job needs 2 (up to 60s more, --wait-for-gpus)")]
+                                                        "job needs 2 (--wait-for-gpus 120s)")]
     assert (kube.quota_lists, kube.quota_watches, kube.pod_lists, kube.actions) == (1, 1, 0, [])
     assert clock.monotonic() == 1000.0  # woken by the watch, not a timer
 
@@ -115,7 +115,7 @@ def test_a_deleted_quota_ends_the_wait():
     wait, said = waiting(kube, clock)
     assert wait.wait(errors.forbidden(REFUSAL), 1060.0) == quotawait.TryAgain("it was deleted")
     assert said.recorded == [(events.WAITING_FOR_QUOTA, "waiting for quota gpus in ml: it refuses the job's pods "
-                                                        "(up to 60s more, --wait-for-gpus)")]
+                                                        "(--wait-for-gpus 120s)")]
 
 
 def test_without_the_right_to_watch_quotas_it_retries_with_a_backoff_bounded_by_the_deadline():
