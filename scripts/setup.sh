@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Everything `make demo` and `make test` need on a fresh machine, each step cached:
-# Debian packages, the project venv (manager package and test tools), the images the
-# local cluster runs (built with podman from the project's Dockerfiles on local
-# stand-ins for their upstream bases), the upstream Kubernetes control plane and node
-# components, the image registry, Kueue and Karpenter (built with Go). The slow builds run side by side;
-# a warm run takes seconds and prints one line per step.
+# Everything `make demo` needs on a fresh machine, each step cached: Debian packages, the
+# project venv (manager package and test tools), the images the local cluster runs (built
+# with podman from the project's Dockerfiles on local stand-ins for their upstream bases),
+# the upstream Kubernetes control plane and node components and the image registry
+# (built with Go). Optional parts are built only when named: `kueue`, `karpenter`
+# (`make test` and `make demo-queue` name what they use; the demo needs neither, and
+# localcluster would build one on first use). The slow builds run side by side; each
+# step prints one line, its tools' output goes to $DT_CACHE/logs.
+# Usage: scripts/setup.sh [kueue] [karpenter]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
@@ -17,19 +20,31 @@ fi
 
 bash "$here/localcluster/controlplane/install-system-deps.sh"
 
-# The Go builds share one build cache: the registry's, Kueue's and Karpenter's wait for the control plane's.
+go_parts=(controlplane registryserver)
+names="Kubernetes, the registry"
+for part in "$@"; do
+  case "$part" in
+    kueue) go_parts+=(kueuecontroller); names+=", Kueue" ;;
+    karpenter) go_parts+=(karpentercontroller); names+=", Karpenter" ;;
+    *) echo "setup: unknown part '$part' (valid: kueue, karpenter)" >&2; exit 2 ;;
+  esac
+done
+
+# The Go builds share one build cache: each waits for the one before (the control plane's first).
 go_log="$DT_CACHE/logs/go-build.log"
-( bash "$here/localcluster/controlplane/build.sh" && bash "$here/localcluster/registryserver/build.sh" \
-  && bash "$here/localcluster/kueuecontroller/build.sh" \
-  && bash "$here/localcluster/karpentercontroller/build.sh" ) > "$go_log.out" 2> "$go_log" &
+(
+  for part in "${go_parts[@]}"; do
+    bash "$here/localcluster/$part/build.sh" || exit 1
+  done
+) > "$go_log.out" 2> "$go_log" &
 go_pid=$!
 
 bash "$here/scripts/bootstrap-python.sh"
 bash "$here/scripts/images/build.sh"
 
 if ! wait "$go_pid"; then
-  echo "setup: building Kubernetes, the registry, Kueue or Karpenter failed; the end of $go_log:" >&2
+  echo "setup: building $names failed; the end of $go_log:" >&2
   tail -n 30 "$go_log" >&2
   exit 1
 fi
-echo "setup: Kubernetes, the registry, Kueue and Karpenter in $(paste -sd ' ' "$go_log.out")"
+echo "setup: $names in $(paste -sd ' ' "$go_log.out")"

@@ -35,9 +35,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# apt's and dpkg's output go to a log: the set-up prints one line per step.
+log="${DT_CACHE:-$HOME/.cache/distributetrain}/logs/apt.log"
+mkdir -p "$(dirname "$log")"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    echo "packages: installing ${missing[*]} failed; the end of $log:" >&2
+    tail -n 20 "$log" >&2
+    exit 1
+fi
+echo "packages: installed ${missing[*]}"
 
 # Belt and braces: a system etcd would hold the default ports and data dir,
 # now or after a reboot.
