@@ -56,7 +56,7 @@ def test_sigterm_during_a_phase_is_forwarded_to_it(tmp_path):
     if [ "$phase" = post-training ]; then
       trap 'echo got-TERM >> "$(dirname "$0")/../phases.log"; exit 143' TERM
       kill -TERM $PPID
-      sleep 10 & wait $!
+      sleep 10 >/dev/null 2>&1 & wait $!  # its own output: an orphaned sleep would hold the pipes open
       exit 0
     fi
     exit 0"""
