@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from localcluster.projectrbac import apply_rbac, delete_shared_bindings
-from polling import poll_until
+from harness.polling import poll_until
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"

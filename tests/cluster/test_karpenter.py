@@ -21,7 +21,7 @@ from karpenterharness import (CLEANUP_TIMEOUT_S, INSTANCE_TYPE, ISOLATION_TAINT,
                                running_karpenter)
 from localcluster import karpenter, netsetup, nodeclaims
 from localcluster.nodegroups import NodeGroupRegistry
-from polling import poll_until
+from harness.polling import poll_until
 
 pytestmark = pytest.mark.cluster
 

@@ -24,11 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 BOOKMARK_BEFORE_END_S = 0.5  # the real apiserver sends one 2 s before a watch's timeout
-
-
-def pod(name: str, namespace: str = "ns", phase: str = "Running", labels: dict | None = None) -> dict:
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-            "status": {"phase": phase}}
+SHUTDOWN_POLL_S = 0.02  # how often the server looks for a shutdown: every test waits this long on exit
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -53,7 +49,7 @@ class FakeApiServer:
             self._store("ADDED", p)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
 
     @property
     def url(self) -> str:

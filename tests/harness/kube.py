@@ -37,26 +37,13 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 
-from distributetrain.core import errors, inventory, names
+from distributetrain.core import errors, inventory
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import KubeApi
+from harness.builders import MANAGER_POD, manager_pod
 
-MANAGER_POD = "demo"
 DELETED_AT = "2026-01-02T12:00:00Z"
 EVENT_WATCH_SPAN_S = 0.05  # real seconds an Event watch waits for what a test sends
-
-
-def node(name: str, gpus: int = 8, ready: bool = True, labels: dict | None = None) -> dict:
-    """A GPU node as the kubelet reports it (hostname label = name)."""
-    return {"metadata": {"name": name, "labels": {names.HOSTNAME_LABEL: name, **(labels or {})}}, "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                       "allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {"nvidia.com/gpu": str(gpus)}}}
-
-
-def manager_pod(name: str = MANAGER_POD, namespace: str = "ml", uid: str = "uid-1",
-                restart_policy: str = "Never") -> dict:
-    return {"metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": {}},
-            "spec": {"restartPolicy": restart_policy}, "status": {"phase": "Running"}}
 
 
 class FakeKube(KubeApi):

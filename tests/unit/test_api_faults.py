@@ -20,7 +20,8 @@ from distributetrain.core import errors, exitcodes
 from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
-from fakeapiserver import FakeApiServer, RudeServer, kubeconfig, pod
+from harness.apiserver import FakeApiServer, RudeServer, kubeconfig
+from harness.builders import pod
 
 REPO = Path(__file__).resolve().parents[2]
 SHORT = ApiTimeouts(connect_s=1.0, read_s=0.5, retry_deadline_s=1.0, watch_chunk_s=1.0, watch_read_slack_s=0.5)

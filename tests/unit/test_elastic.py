@@ -19,7 +19,9 @@ from distributetrain.manager import booking, elastic
 from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.run import Run
-from fakekube import FakeKube, node
+from harness.builders import node
+from harness.events import FakeEventsApi
+from harness.kube import FakeKube
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="img:1", min_gpus=2,
                        discovery_url="http://10.0.0.1:8470/hosts")
@@ -211,31 +213,21 @@ def replacements(kube):
     return kube.writes("create", "Pod")
 
 
-class RecordedEvents:
-    def __init__(self):
-        self.created = []
-
-    def create(self, event):
-        self.created.append((event["reason"], event["note"]))
-
-    def patch(self, namespace, name, patch):
-        pass
-
-
 FOLLOWED = SETTINGS.replace(owner_uid="uid-1", min_gpus=1)
 
 
 def follow(kube, settings=FOLLOWED):
     """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
-    api = RecordedEvents()
+    api = FakeEventsApi()
     reporter = Reporter(kube, settings, EventRecorder(settings, api))
     run = Run(settings, reporter, Attempt(settings.job_name), time.monotonic() + 30, time.monotonic(), HostList())
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
     follower = elastic.ElasticFollower(kube, run, free_gpus_client=lambda same: same)
     try:
-        return follower.run(), api.created
+        outcome = follower.run()
     finally:
-        reporter.events.close()
+        reporter.events.close()  # sends what is still queued
+    return outcome, api.notes()
 
 
 @pytest.fixture

@@ -9,36 +9,11 @@ from distributetrain.core import errors, names, validation
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.kube.events import EventRecorder
+from harness.events import FakeEventsApi
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="img", owner_uid="uid-1",
                        manager_namespace="team")
 AT = 1767355200.123456  # 2026-01-02T12:00:00.123456Z
-
-
-class FakeEventsApi:
-    def __init__(self, fail_with=None, block: threading.Event | None = None, expire_at_once=False, refusals=0):
-        self.calls = []
-        self.stored: dict[str, dict] = {}
-        self.fail_with = fail_with
-        self.block = block
-        self.expire_at_once = expire_at_once  # every Event's time to live has passed when it is patched
-        self.refusals = refusals  # the first creates are forbidden
-
-    def create(self, event):
-        if self.block is not None:
-            self.block.wait()
-        if self.fail_with is not None:
-            raise self.fail_with
-        if self.refusals:
-            self.refusals -= 1
-            raise errors.Forbidden("RBAC: not yet")
-        self.calls.append(("create", event["reason"], event["note"]))
-        self.stored[event["metadata"]["name"]] = event
-
-    def patch(self, namespace, name, patch):
-        if name not in self.stored or self.expire_at_once:
-            raise errors.NotFound(f"events {name} not found")
-        self.calls.append(("patch", self.stored[name]["reason"], patch["series"]["count"]))
 
 
 def test_event_object_is_valid_for_events_k8s_io_v1():
@@ -164,18 +139,6 @@ def test_nothing_is_recorded_outside_a_manager_pod():
     assert recorder._thread is None
 
 
-class EventsAbout:
-    """Events others recorded regarding pods, by pod name; or a refusal to list them."""
-
-    def __init__(self, by_pod=None, fail_with=None):
-        self.by_pod, self.fail_with = by_pod or {}, fail_with
-
-    def regarding(self, namespace, pod):
-        if self.fail_with is not None:
-            raise self.fail_with
-        return self.by_pod.get(pod, [])
-
-
 def refusal(note, by="karpenter", at="2026-01-02T12:00:00Z", uid="u-1", reason="FailedScheduling"):
     return {"reason": reason, "deprecatedSource": {"component": by}, "note": note, "deprecatedLastTimestamp": at,
             "regarding": {"kind": "Pod", "name": "demo-worker-0", "uid": uid}}
@@ -193,10 +156,10 @@ def test_the_autoscalers_latest_refusal_of_the_pod_itself_is_what_it_says():
 
 
 def test_what_the_autoscaler_says_is_best_effort(caplog):
-    said = EventRecorder(SETTINGS, EventsAbout({"demo-worker-0": [refusal("exceed limits")]}))
+    said = EventRecorder(SETTINGS, FakeEventsApi(others={"demo-worker-0": [refusal("exceed limits")]}))
     assert said.autoscaler_says("ml", {"demo-worker-0": "u-1", "demo-chief": "u-2"}) == {
         "demo-worker-0": "exceed limits"}
-    refused = EventRecorder(SETTINGS, EventsAbout(fail_with=errors.Forbidden("cannot list resource \"events\"")))
+    refused = EventRecorder(SETTINGS, FakeEventsApi(regarding_fails_with=errors.Forbidden("cannot list resource \"events\"")))
     with caplog.at_level(logging.WARNING):
         assert refused.autoscaler_says("ml", {"demo-worker-0": "u-1"}) == {}
     assert any("rbac/role.yaml grants events list" in r.getMessage() for r in caplog.records)

@@ -5,7 +5,7 @@ import inspect
 import pytest
 
 from distributetrain.kube.client import Kube, KubeApi
-from fakekube import FakeKube
+from harness.kube import FakeKube
 
 API = sorted(name for name, member in vars(KubeApi).items() if inspect.isfunction(member) and not name.startswith("_"))
 

@@ -18,7 +18,7 @@ from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from distributetrain.kube.informer import Informer
 from distributetrain.manager import freegpus
 from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
-from fakeapiserver import FakeApiServer
+from harness.apiserver import FakeApiServer
 
 GPU = "nvidia.com/gpu"
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=2.0, retry_deadline_s=1.0, watch_chunk_s=1.0)

@@ -8,7 +8,7 @@ from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
 from distributetrain.kube import informer as informer_module
 from distributetrain.kube.informer import Change, DeadlineReached, Informer, Satisfied
-from fakekube import FakeKube
+from harness.kube import FakeKube
 
 
 def pod(name, version="1", phase="Running", namespace="ns"):

@@ -12,7 +12,9 @@ from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import lifecycle
-from fakekube import FakeKube, node
+from harness.builders import node
+from harness.events import FakeEventsApi
+from harness.kube import FakeKube
 
 
 def free_port() -> int:
@@ -25,23 +27,6 @@ SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/b
                        worker_ready_timeout_s=30.0, discovery_url=f"http://127.0.0.1:{free_port()}/hosts")
 UNSCHEDULABLE = ("0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
                  "0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
-
-
-class FakeEventsApi:
-    def __init__(self):
-        self.created = []
-        self.others = {}  # pod name -> Events others recorded regarding it
-
-    def regarding(self, namespace, pod):
-        return self.others.get(pod, [])
-
-    def create(self, event):
-        self.created.append(event)
-
-    def patch(self, namespace, name, patch):
-        # The same reason and note again: the first Event's series count goes up.
-        first = next(e for e in self.created if e["metadata"]["name"] == name)
-        self.created.append(first | {"series": patch["series"]})
 
 
 def running(ready=True, ip="10.0.0.2"):

@@ -12,7 +12,7 @@ from distributetrain.core import errors, exitcodes
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from distributetrain.kube.lock import PlacementLock
-from fakeapiserver import FakeApiServer
+from harness.apiserver import FakeApiServer
 
 NAMESPACE = "default"
 NAME = "distributetrain-placement"

@@ -16,7 +16,8 @@ from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import nodewatch
 from distributetrain.manager.nodewatch import NodeClocks, NodeWatch, node_health, pods_to_delete, zone_disrupted
 from distributetrain.manager.reporting import Reporter
-from fakekube import FakeKube
+from harness.events import FakeEventsApi
+from harness.kube import FakeKube
 
 UNKNOWN = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
            "message": "Kubelet stopped posting node status."}
@@ -232,19 +233,8 @@ def deleted(kube):
             for name in kube.writes("delete", "Pod")]
 
 
-class RecordedEvents:
-    def __init__(self):
-        self.created = []
-
-    def create(self, event):
-        self.created.append((event["reason"], event["note"]))
-
-    def patch(self, namespace, name, patch):
-        pass
-
-
 def watching(kube, toleration_s):
-    api = RecordedEvents()
+    api = FakeEventsApi()
     reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api))
     return NodeWatch(kube, SETTINGS, reporter, toleration_s=toleration_s, clock=kube.clock), reporter, api
 
@@ -292,7 +282,7 @@ def test_the_watch_acts_when_the_window_runs_out_with_no_node_event():
     assert [(pod, why) for _, pod, why in deleted(kube)] == [("demo-worker-0", cause)]
     # When the window ran out, not at the end of the watch call that saw the report (5 s).
     assert 1.0 <= deleted(kube)[0][0] - sent_at < 3.0
-    assert api.created == [(events.NODE_LOST, f"node a {cause.removeprefix('its node a ')}: deleted demo-worker-0")]
+    assert api.notes() == [(events.NODE_LOST, f"node a {cause.removeprefix('its node a ')}: deleted demo-worker-0")]
 
 
 def test_the_watch_acts_on_the_unreachable_taint_long_before_the_window(monkeypatch):
@@ -320,7 +310,7 @@ def test_a_node_missing_from_a_relist_was_deleted():
 def test_on_its_thread_the_watch_acts():
     kube = FakeKube([fine("a"), fine("b")], [worker_on("a")])  # on the real clock: a deletion acts at once
     kube.pods_stay_terminating = True
-    api = RecordedEvents()
+    api = FakeEventsApi()
     watch = NodeWatch(kube, SETTINGS, Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api)))
     with watch:
         del kube.nodes["a"]

@@ -7,7 +7,7 @@ from distributetrain.core import manifests, placement
 from distributetrain.core.inventory import GpuLedger
 from distributetrain.core.podfit import SHARED, JobFit, PodShape
 from distributetrain.core.podrequests import FIT_RESOURCES, pod_requests
-from fitnodes import GIB, GPU, JOB, TIME_SLICED, ledger_of, node, tenant
+from harness.builders import GIB, GPU, JOB, TIME_SLICED, ledger_of, sized_node, tenant
 
 
 @given(st.integers(1, 64), st.integers(1, 16_000), st.integers(64, 64 * 1024))
@@ -34,22 +34,22 @@ def test_the_largest_share_fits_and_one_more_would_not(shape, room, most):
 
 
 def test_a_node_whose_cpu_other_pods_hold_is_capped_and_says_so():
-    ledger = ledger_of([node("gpu-a", 4, cpu="16"), node("gpu-b", 2, cpu="2")],
+    ledger = ledger_of([sized_node("gpu-a", 4, cpu="16"), sized_node("gpu-b", 2, cpu="2")],
                        [tenant("gpu-b", cpu="1500m"), tenant("gpu-a", cpu="11", gpus=1)])
     assert ledger.free() == {"gpu-a": 2, "gpu-b": 0}  # 5 CPUs left on gpu-a: 2 GPUs at 2 CPUs each
     assert ledger.unavailable() == ("gpu-a has 3 GPUs free but cpu for 2; gpu-b has 2 GPUs free but cpu for 0")
 
 
 def test_memory_and_pod_slots_cap_too_and_finished_pods_hold_nothing():
-    ledger = ledger_of([node("a", 8, memory="20Gi"), node("b", 8, pods="3")],
+    ledger = ledger_of([sized_node("a", 8, memory="20Gi"), sized_node("b", 8, pods="3")],
                        [tenant("b"), tenant("b"), tenant("b", cpu="60", phase="Succeeded")])
     assert ledger.free() == {"a": 2, "b": 8}  # 8Gi per GPU; b has one pod slot left
-    full = ledger_of([node("b", 8, pods="3")], [tenant("b"), tenant("b"), tenant("b")])
+    full = ledger_of([sized_node("b", 8, pods="3")], [tenant("b"), tenant("b"), tenant("b")])
     assert full.usable("b") == (8, 0, "pods")
 
 
 def test_a_time_sliced_node_offers_one_rank_and_none_where_the_job_has_one():
-    nodes = [node("sliced", 8, labels=TIME_SLICED), node("whole", 2)]
+    nodes = [sized_node("sliced", 8, labels=TIME_SLICED), sized_node("whole", 2)]
     assert ledger_of(nodes).free() == {"sliced": 1, "whole": 2}
     own = tenant("sliced", gpus=1, labels={"distributetrain.io/job": "j", "distributetrain.io/owner-uid": "uid-1"})
     assert ledger_of(nodes, [own]).free() == {"sliced": 0, "whole": 2}
@@ -63,7 +63,7 @@ def test_a_time_sliced_node_offers_one_rank_and_none_where_the_job_has_one():
 def test_a_mig_resource_is_a_gpu_resource_of_its_own_one_slice_per_pod():
     mig = "nvidia.com/mig-1g.10gb"
     ledger = GpuLedger(mig, fit=JobFit.of_job(JOB.replace(gpu_resource=mig)))
-    a100 = node("a100", 0)
+    a100 = sized_node("a100", 0)
     a100["status"]["allocatable"] = {mig: "7", "cpu": "96", "memory": "1Ti", "pods": "110"}
     ledger.add_node(a100)
     assert ledger.free() == {"a100": 1}
@@ -71,14 +71,14 @@ def test_a_mig_resource_is_a_gpu_resource_of_its_own_one_slice_per_pod():
 
 
 def test_the_most_the_job_could_ever_take_and_what_holds_back_the_rest():
-    assert ledger_of([node("a", 4, cpu="4"), node("b", 4, cpu="6")]).most_for_job() == (5, "cpu")
-    assert ledger_of([node("s", 8, labels=TIME_SLICED), node("w", 2)]).most_for_job() == (3, SHARED)
-    assert ledger_of([node("a", 4)], [tenant("a", cpu="64")]).most_for_job() == (4, None)  # tenants may leave
+    assert ledger_of([sized_node("a", 4, cpu="4"), sized_node("b", 4, cpu="6")]).most_for_job() == (5, "cpu")
+    assert ledger_of([sized_node("s", 8, labels=TIME_SLICED), sized_node("w", 2)]).most_for_job() == (3, SHARED)
+    assert ledger_of([sized_node("a", 4)], [tenant("a", cpu="64")]).most_for_job() == (4, None)  # tenants may leave
 
 
 def test_without_a_fit_gpus_alone_count():
     ledger = GpuLedger(GPU)
-    ledger.add_node(node("a", 4, cpu="1", labels=TIME_SLICED))
+    ledger.add_node(sized_node("a", 4, cpu="1", labels=TIME_SLICED))
     ledger.add_pod(tenant("a", cpu="1"))
     assert ledger.free() == {"a": 4}
 
@@ -91,7 +91,7 @@ sized_nodes = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 40), st.integ
 @given(sized_nodes, st.integers(1, 20), st.booleans())
 def test_every_planned_share_fits_its_node_and_shared_nodes_take_one_rank_unless_allowed(nodes, gpus, allowed):
     settings = JOB.replace(num_gpus=gpus, allow_shared_gpus=allowed)
-    ledger = ledger_of([node(f"n{i}", g, cpu=str(cpu), memory=f"{memory}Gi", pods=str(pods),
+    ledger = ledger_of([sized_node(f"n{i}", g, cpu=str(cpu), memory=f"{memory}Gi", pods=str(pods),
                              labels=TIME_SLICED if shared else None)
                         for i, (g, cpu, memory, pods, shared) in enumerate(nodes)], settings=settings)
     try:

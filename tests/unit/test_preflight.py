@@ -5,7 +5,7 @@ import pytest
 from distributetrain.core import errors, exitcodes, validation
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import pretraining
-from fakekube import FakeKube
+from harness.kube import FakeKube
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img:1",
                        discovery_url="http://10.0.0.9:8470/hosts")

@@ -10,10 +10,10 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import lifecycle, queueing
 from distributetrain.manager.kinds import StaticJob
-from fakekube import FakeKube, node
-from fitnodes import TIME_SLICED, ledger_of, tenant
-from fitnodes import node as sized_node
-from test_lifecycle_story import FakeEventsApi, ended, free_port, running
+from harness.builders import TIME_SLICED, ledger_of, node, sized_node, tenant
+from harness.events import FakeEventsApi
+from harness.kube import FakeKube
+from test_lifecycle_story import ended, free_port, running
 
 KUEUE_GATES = [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=3, image="reg/base:1", owner_uid="uid-1",

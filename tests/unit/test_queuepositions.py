@@ -8,7 +8,7 @@ from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager.queuepositions import QueuePositions, position_of
 from distributetrain.manager.reporting import Reporter
-from fakekube import FakeKube
+from harness.kube import FakeKube
 from test_reporting import FakeRecorder
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1", queue="team-a")

@@ -8,7 +8,7 @@ import pytest
 from distributetrain.core import errors, quotas
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import pretraining, quotacheck
-from fakekube import FakeKube
+from harness.kube import FakeKube
 
 JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=8, image="img:1", owner_uid="uid-1",
                   discovery_url="http://10.0.0.9:8470/hosts")

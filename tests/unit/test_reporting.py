@@ -9,7 +9,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.startprogress import Pulling
 from distributetrain.kube import events
 from distributetrain.manager.reporting import PodWaits, Reporter
-from fakekube import FakeKube
+from harness.kube import FakeKube
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1")
 UNSCHEDULABLE = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."

@@ -10,7 +10,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
 from distributetrain.manager.reporting import PodWaits, Reporter
 from distributetrain.manager.startwatch import RECHECK_S, StartWatch
-from fakekube import FakeKube
+from harness.kube import FakeKube
 
 # --worker-ready-timeout 5m, --image-pull-timeout 30m
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1", owner_uid="uid-1")

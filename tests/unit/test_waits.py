@@ -4,7 +4,7 @@ import time
 
 from distributetrain.core import errors
 from distributetrain.kube import informer, waits
-from fakekube import FakeKube
+from harness.kube import FakeKube
 
 
 def pod(name, phase="Running", ready=False, ip="10.0.0.2", exit_code=None, deleting=False, node="n1", gpus=1):
