@@ -12,7 +12,7 @@ from distributetrain.cli import jobflags, main as cli
 from distributetrain.core import errors, jobspec, validation
 from distributetrain.core.settings import JobSettings, PvcMount
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ROW = re.compile(r"^\| `(--[a-z-]+)(?: ([^`]+))?` \| ([^|]+) \|")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-BASE_IMAGE_DIR = Path(__file__).resolve().parents[2] / "base_image"
+BASE_IMAGE_DIR = Path(__file__).resolve().parents[3] / "base_image"
 
 
 def _load_module(name):

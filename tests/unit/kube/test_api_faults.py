@@ -23,7 +23,7 @@ from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from harness.apiserver import FakeApiServer, RudeServer, kubeconfig
 from harness.builders import pod
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHORT = ApiTimeouts(connect_s=1.0, read_s=0.5, retry_deadline_s=1.0, watch_chunk_s=1.0, watch_read_slack_s=0.5)
 JOB_LABELS = {"distributetrain.io/job": "j"}
 SELECTOR = "distributetrain.io/job=j"

@@ -10,7 +10,7 @@ import pytest
 from distributetrain.core import exitcodes, manifests
 from prerequisites import unavailable
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 POD_SCRIPTS = {"worker": manifests.WORKER_SCRIPT, "chief": manifests.CHIEF_SCRIPT,
                "ssh-wrapper": manifests.SSH_WRAPPER_SCRIPT}
 # Process tables of a worker (pid -> name): its shell, sshd's listener, and a chief's

@@ -11,7 +11,7 @@ from distributetrain.cli.jobs import manager_spec
 from distributetrain.core import manifests, names
 from distributetrain.core.settings import JobSettings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SETTINGS = JobSettings(job_name="demo", namespace="default", num_gpus=2, image="img:1", owner_uid="u")
 OPTIONS = manager_spec.ManagerOptions()
 

@@ -10,7 +10,7 @@ import pytest
 from distributetrain.cli import main as cli
 from distributetrain.cli.jobs import plugin
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_both_console_scripts_run_the_same_main():

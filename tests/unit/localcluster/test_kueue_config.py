@@ -10,7 +10,7 @@ import pytest
 from localcluster import kueue
 from prerequisites import unavailable
 
-GO_MOD = Path(__file__).resolve().parents[2] / "localcluster" / "kueuecontroller" / "go.mod"
+GO_MOD = Path(__file__).resolve().parents[3] / "localcluster" / "kueuecontroller" / "go.mod"
 
 
 @pytest.fixture(scope="module")

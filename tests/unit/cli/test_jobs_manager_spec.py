@@ -12,7 +12,7 @@ from distributetrain.cli.jobs import commands, manager_spec
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
 from distributetrain.core import jobspec, names
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LABELS = {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/role": "manager",
           "distributetrain.io/job": "demo"}
 DOWNWARD_ENV = [

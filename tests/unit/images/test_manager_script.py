@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-MANAGER_SH = Path(__file__).resolve().parents[2] / "manager_image" / "manager.sh"
+MANAGER_SH = Path(__file__).resolve().parents[3] / "manager_image" / "manager.sh"
 
 
 def fake_python(tmp_path: Path, body: str) -> dict[str, str]:
