@@ -9,6 +9,7 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import errors, exitcodes
+from distributetrain.core.clock import FakeClock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from distributetrain.kube.lock import PlacementLock
@@ -18,16 +19,9 @@ NAMESPACE = "default"
 NAME = "distributetrain-placement"
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=1.0)
 SHORT_LEASE_S = 3  # renewed every second: slack for a loaded machine
-
-
-class Clock:
-    """An observer's monotonic clock, moved by the test."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+# Real seconds for a renewal the fake clock made due to be written (a fake clock's wait
+# notices the clock moved within FAKE_WAIT_POLL_S; a renewal is two local requests).
+STRAY_RENEWAL_S = 0.3
 
 
 @pytest.fixture
@@ -61,33 +55,33 @@ def holder(server) -> str | None:
 @pytest.mark.parametrize("renew_time", ["2001-01-01T00:00:00.000000Z", "2099-01-01T00:00:00.000000Z"])
 def test_another_holders_lease_expires_a_full_duration_after_this_process_first_saw_it(server, renew_time):
     held_by(server, "ns/a", renew_time)
-    clock = Clock()
+    clock = FakeClock()
     contender = lock(server, clock=clock)
     assert not contender._try_acquire()
-    clock.now += 29.9
+    clock.advance(29.9)
     assert not contender._try_acquire()
-    clock.now += 0.2
+    clock.advance(0.2)
     assert contender._try_acquire()
     assert holder(server) == "ns/b"
 
 
 def test_any_change_to_the_lease_starts_the_observers_count_again(server):
     held_by(server, "ns/a", "2001-01-01T00:00:00.000000Z")
-    clock = Clock()
+    clock = FakeClock()
     contender = lock(server, clock=clock)
     assert not contender._try_acquire()
-    clock.now += 20
+    clock.advance(20)
     held_by(server, "ns/a", "2001-01-01T00:00:00.000000Z")  # renewed (same times: a skewed or stuck clock)
     assert not contender._try_acquire()
-    clock.now += 29.9
+    clock.advance(29.9)
     assert not contender._try_acquire()  # 49.9 s since first seen, but 29.9 s since the renewal was
-    clock.now += 0.2
+    clock.advance(0.2)
     assert contender._try_acquire()
 
 
 def test_a_released_lease_is_taken_at_once(server):
     held_by(server, None, "2099-01-01T00:00:00.000000Z")
-    assert lock(server, clock=Clock())._try_acquire()
+    assert lock(server, clock=FakeClock())._try_acquire()
 
 
 def test_a_holder_is_renewed_while_it_holds_and_not_taken_over(server):
@@ -113,19 +107,23 @@ def test_a_holder_is_renewed_while_it_holds_and_not_taken_over(server):
 
 
 def test_the_renewer_stops_on_exit(server):
-    with lock(server, duration_s=SHORT_LEASE_S):
+    clock = FakeClock()
+    with lock(server, duration_s=SHORT_LEASE_S, clock=clock):
         pass
     writes = len(server.lease_writes)
-    time.sleep(SHORT_LEASE_S * 2 / 3)  # two renewal intervals
+    clock.advance(SHORT_LEASE_S * 2 / 3)  # two renewal intervals
+    time.sleep(STRAY_RENEWAL_S)
     assert len(server.lease_writes) == writes
     assert [t for t in threading.enumerate() if t.name == "lease-renewer"] == []
 
 
 def test_a_holder_whose_lease_was_taken_over_fails_on_exit_and_leaves_it(server):
+    clock = FakeClock()
     with pytest.raises(errors.JobFailed) as failure:
-        with lock(server, duration_s=SHORT_LEASE_S):
+        with lock(server, duration_s=SHORT_LEASE_S, clock=clock):
             held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")  # as an expired-lease takeover writes
-            time.sleep(SHORT_LEASE_S / 2)  # the renewer may read it first, and stop
+            clock.advance(SHORT_LEASE_S / 2)  # past a renewal: the renewer may read it first, and stop
+            time.sleep(STRAY_RENEWAL_S)
     assert failure.value.exit_code == exitcodes.API_ERROR
     assert "ns/other" in str(failure.value)
     assert holder(server) == "ns/other"
