@@ -22,6 +22,7 @@ from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from harness.apiserver import FakeApiServer, RudeServer, kubeconfig
 from harness.builders import pod
+from harness.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[3]
 SHORT = ApiTimeouts(connect_s=1.0, read_s=0.5, retry_deadline_s=1.0, watch_chunk_s=1.0, watch_read_slack_s=0.5)
@@ -107,8 +108,7 @@ def test_a_lost_worker_is_noticed_within_10s_when_the_watch_connection_stalls(ca
     deleted_at = []
 
     def delete_when_watched(server):
-        while not server.watch_requests:
-            time.sleep(0.01)
+        poll_until(lambda: server.watch_requests, 30, "the job's pods watched", interval_s=0.01)
         deleted_at.append(time.monotonic())
         server.delete("j-worker-0")
 

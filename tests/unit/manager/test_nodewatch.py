@@ -1,7 +1,6 @@
 """A lost node's pods: when a node is lost (the node controller's rules), which pods go,
 the cause their loss names, and the watch thread acting on it with no node event."""
 
-import time
 
 import pytest
 from hypothesis import given
@@ -18,6 +17,7 @@ from distributetrain.manager.nodewatch import NodeClocks, NodeWatch, node_health
 from distributetrain.manager.reporting import Reporter
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
+from harness.polling import poll_until
 
 UNKNOWN = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
            "message": "Kubelet stopped posting node status."}
@@ -315,7 +315,5 @@ def test_on_its_thread_the_watch_acts():
     with watch:
         del kube.nodes["a"]
         kube.break_node_watch(errors.Gone("too old resource version"))
-        give_up_at = time.monotonic() + 5
-        while not deleted(kube) and time.monotonic() < give_up_at:
-            time.sleep(0.01)
+        poll_until(lambda: deleted(kube), 5, "the pod on the deleted node to be deleted", interval_s=0.01)
     assert [(pod, why) for _, pod, why in deleted(kube)] == [("demo-worker-0", "its node a was deleted")]
