@@ -26,6 +26,13 @@ What the tests script:
 - ``on_create``: functions that change each object created, as mutating webhooks do
   (Kueue's adds its scheduling gates to the pods of a queue).
 
+The user's commands (``cli.jobs.api.JobsKube``) run on it too, with ``in_manager_pod=False``
+(the CLI runs outside any pod): ``put`` sets the scene with Pods, batch/v1 Jobs and
+Secrets; ``create`` keeps every object sent (``created``; ``dry_runs``); deleting a
+manager pod or Job deletes what it owns, as its teardown and the garbage collector
+would, except the pods in ``stuck``; ``logs`` holds each container's log; a pod watch
+with no script left fails the test rather than wait.
+
 No mock stands in for the API server where a test claims to test the manager against
 Kubernetes: those tests run on the local cluster. This fake is for the manager's logic.
 """
@@ -37,7 +44,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 
-from distributetrain.core import errors, inventory
+from distributetrain.core import errors, inventory, names
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import KubeApi
 from harness.builders import MANAGER_POD, manager_pod
@@ -48,7 +55,7 @@ EVENT_WATCH_SPAN_S = 0.05  # real seconds an Event watch waits for what a test s
 
 class FakeKube(KubeApi):
     def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None,
-                 clock: Clock = REAL_CLOCK):
+                 clock: Clock = REAL_CLOCK, in_manager_pod: bool = True):
         self.clock = clock  # what a watch with nothing scripted waits out its timeout on
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
@@ -59,7 +66,13 @@ class FakeKube(KubeApi):
         self.pending: dict[tuple[str, str], list[dict]] | None = None
         self.lease: dict | None = None
         self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels of a namespace that has any
-        self.manager = manager if manager is not None else manager_pod()
+        # The manager's own pod, outside ``pods``; None for the CLI, which runs in none.
+        self.manager = (manager if manager is not None else manager_pod()) if in_manager_pod else None
+        self.batch_jobs: dict[str, dict] = {}  # batch/v1 Jobs (a manager submitted --as-job)
+        self.created: list[dict] = []  # every object sent to ``create``, whole, in order
+        self.dry_runs: list[dict] = []  # every object sent to ``create`` with a dry run
+        self.stuck: set[str] = set()  # pods that never go away (a node that is gone)
+        self.logs: dict[tuple[str, str], str] = {}  # (pod, container) -> its log
         self.actions: list[tuple[str, str, str]] = []
         self.action_times: list[float] = []  # monotonic, one per action
         self.annotated: list[tuple[str, dict]] = []  # (pod, patch)
@@ -105,12 +118,18 @@ class FakeKube(KubeApi):
             raise self.failures[call].pop(0)
 
     def _pods(self, selectors: dict[str, str]) -> list[dict]:
-        terms = [term.partition("=")[::2] for term in filter(None, selectors.get("label_selector", "").split(","))]
-        return [copy.deepcopy(p) for p in self.pods.values()
-                if all((p["metadata"].get("labels") or {}).get(key) == value for key, value in terms)]
+        return _selected(self.pods, selectors.get("label_selector", ""))
 
     def _store(self, kind: str) -> dict[str, dict]:
-        return self.pods if kind == "Pod" else self.secrets
+        return {"Pod": self.pods, "Job": self.batch_jobs}.get(kind, self.secrets)
+
+    def _is_manager(self, name: str) -> bool:
+        return self.manager is not None and name == self.manager["metadata"]["name"]
+
+    def put(self, obj: dict) -> None:
+        """A Pod, batch/v1 Job or Secret as it is in the cluster already."""
+        with self.lock:
+            self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(obj)
 
     # -- reads ----------------------------------------------------------------------------
     def list_pages(self, kind: str, namespace: str | None = None, **selectors: str) -> Iterator[tuple[list[dict], str]]:
@@ -137,7 +156,7 @@ class FakeKube(KubeApi):
 
     def get_pod(self, namespace: str, name: str) -> dict | None:
         with self.lock:
-            return copy.deepcopy(self.manager if name == self.manager["metadata"]["name"] else self.pods.get(name))
+            return copy.deepcopy(self.manager if self._is_manager(name) else self.pods.get(name))
 
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         with self.lock:
@@ -186,7 +205,15 @@ class FakeKube(KubeApi):
                 store[name]["metadata"]["deletionTimestamp"] = DELETED_AT
                 return first
             del store[name]
+            self._delete_owned_by(name)
             return True
+
+    def _delete_owned_by(self, manager: str) -> None:
+        """What a deleted manager owns goes too (its teardown, the garbage collector), but ``stuck`` pods."""
+        for store in (self.pods, self.secrets):
+            for owned in _selected(store, names.job_selector(manager)):
+                if owned["metadata"]["name"] not in self.stuck:
+                    del store[owned["metadata"]["name"]]
 
     def delete_all(self, kind: str, namespace: str, names: list[str]) -> list[str]:
         return [name for name in names if self.delete(kind, namespace, name)]
@@ -194,7 +221,7 @@ class FakeKube(KubeApi):
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._maybe_fail("annotate_pod")
         with self.lock:
-            pod = self.manager if name == self.manager["metadata"]["name"] else self.pods[name]
+            pod = self.manager if self._is_manager(name) else self.pods[name]
             current = pod["metadata"].setdefault("annotations", {})
             for key, value in annotations.items():
                 if value is None:
@@ -231,6 +258,7 @@ class FakeKube(KubeApi):
 
     def play_next_script(self, timeout_s: float) -> Iterator[tuple[str, dict]]:
         """The next of ``pod_watches``, as a watch plays it (also for an ``on_pod_watch``)."""
+        assert self.manager is not None or self.pod_watches, "the CLI watched beyond the scripted events"
         script = self.pod_watches.pop(0) if self.pod_watches else None
         if script is None:  # nothing (more) scripted: the watch waits out its timeout
             self.clock.sleep(timeout_s)
@@ -308,6 +336,47 @@ class FakeKube(KubeApi):
                 raise event
             yield event
 
+    # -- the user's commands' own calls (cli.jobs.api.JobsKube) ---------------------------
+    def create(self, obj: dict, dry_run: bool = False) -> dict:
+        """A Pod or batch/v1 Job, as admission leaves it (``on_create``); AlreadyExists if the name is taken."""
+        admitted = copy.deepcopy(obj)
+        for mutate in self.on_create:
+            mutate(admitted)
+        with self.lock:
+            if obj["metadata"]["name"] in self._store(obj["kind"]):
+                raise errors.AlreadyExists(f"{obj['kind']} {obj['metadata']['name']} already exists")
+            (self.dry_runs if dry_run else self.created).append(copy.deepcopy(obj))
+            if not dry_run:
+                self._store(obj["kind"])[obj["metadata"]["name"]] = admitted
+                self._act("create", obj["kind"], obj["metadata"]["name"])
+        return copy.deepcopy(admitted)
+
+    def get_batch_job(self, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self.batch_jobs.get(name))
+
+    def list_batch_jobs(self, namespace: str | None, label_selector: str) -> list[dict]:
+        with self.lock:
+            return _selected(self.batch_jobs, label_selector)
+
+    def list_secrets(self, namespace: str, label_selector: str) -> list[dict]:
+        with self.lock:
+            return _selected(self.secrets, label_selector)
+
+    def delete_batch_job(self, namespace: str, name: str) -> bool:
+        """The Job goes, and with it its manager pod and what that owns (the garbage collector)."""
+        with self.lock:
+            if self.batch_jobs.pop(name, None) is None:
+                return False
+            self._act("delete", "Job", name)
+            for pod in _selected(self.pods, f"{names.job_selector(name)},{names.LABEL_ROLE}={names.ROLE_MANAGER}"):
+                del self.pods[pod["metadata"]["name"]]
+                self._delete_owned_by(pod["metadata"]["name"])
+            return True
+
+    def pod_log(self, namespace: str, pod: str, container: str, follow: bool) -> Iterator[str]:
+        yield from self.logs[(pod, container)].splitlines(keepends=True)
+
     # -- leases ---------------------------------------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict | None:
         with self.lock:
@@ -325,6 +394,13 @@ class FakeKube(KubeApi):
             self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
             self._act("replace", "Lease", lease["metadata"]["name"])
             return copy.deepcopy(self.lease)
+
+
+def _selected(store: dict[str, dict], label_selector: str) -> list[dict]:
+    """Copies of the objects whose labels match ``label_selector`` (equality terms only)."""
+    terms = [term.partition("=")[::2] for term in filter(None, label_selector.split(","))]
+    return [copy.deepcopy(o) for o in store.values()
+            if all((o["metadata"].get("labels") or {}).get(key) == value for key, value in terms)]
 
 
 def _merge(target: dict, patch: dict) -> None:

@@ -1,108 +1,19 @@
 """The commands end to end on an in-memory cluster: what they call, print and return."""
 
 import copy
+import functools
 import json
 from datetime import datetime, timezone
 
 import pytest
 
 from distributetrain.cli import main as cli
-from distributetrain.cli.jobs import commands, connection, follow, manager_spec
-from distributetrain.core import errors
+from distributetrain.cli.jobs import cancel, commands, connection, follow, manager_spec
+from distributetrain.core.clock import FakeClock
+from harness.kube import FakeKube
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=timezone.utc)
 CREATED = "2026-01-02T11:55:00Z"
-
-
-def matches(obj, namespace, label_selector):
-    labels = obj["metadata"].get("labels") or {}
-    terms = [t.split("=", 1) for t in label_selector.split(",") if t]
-    return (namespace is None or obj["metadata"]["namespace"] == namespace) and all(
-        labels.get(key) == value for key, value in terms)
-
-
-class FakeJobsKube:
-    """Pods, Jobs and Secrets in memory; deleting a manager deletes what it owns, as the
-    manager's teardown and the garbage collector would."""
-
-    def __init__(self, *objects):
-        self.store = {"Pod": {}, "Job": {}, "Secret": {}}
-        for obj in objects:
-            self.put(obj)
-        self.created, self.deleted = [], []
-        self.watches: list[list[tuple[str, dict]]] = []  # one list of events per watch call
-        self.logs: dict[tuple[str, str], str] = {}
-        self.stuck: set[str] = set()  # pods that never go away
-        self.requests = 0
-        self.dry_runs = []
-        self.admission = lambda obj: obj  # what the cluster's admission webhooks make of an object
-
-    def put(self, obj):
-        self.store[obj["kind"]][(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
-
-    def _select(self, kind, namespace, label_selector):
-        return [o for o in self.store[kind].values() if matches(o, namespace, label_selector)]
-
-    def list_all(self, kind, namespace=None, label_selector=""):
-        return copy.deepcopy(self._select("Pod", namespace, label_selector)), "1"
-
-    def list_pages(self, kind, namespace=None, label_selector=""):
-        yield self.list_all(kind, namespace, label_selector)
-
-    def get_pod(self, namespace, name):
-        return copy.deepcopy(self.store["Pod"].get((namespace, name)))
-
-    def get_batch_job(self, namespace, name):
-        return copy.deepcopy(self.store["Job"].get((namespace, name)))
-
-    def list_batch_jobs(self, namespace, label_selector):
-        return self._select("Job", namespace, label_selector)
-
-    def list_secrets(self, namespace, label_selector):
-        return self._select("Secret", namespace, label_selector)
-
-    def create(self, obj, dry_run=False):
-        if (obj["metadata"]["namespace"], obj["metadata"]["name"]) in self.store[obj["kind"]]:
-            raise errors.AlreadyExists("exists")
-        if dry_run:
-            self.dry_runs.append(obj)
-            return self.admission(copy.deepcopy(obj))
-        self.created.append(obj)
-        self.put(obj)
-        return obj
-
-    def _delete_job_of(self, namespace, manager_pod):
-        for kind in ("Pod", "Secret"):
-            for obj in self._select(kind, namespace, f"distributetrain.io/job={manager_pod}"):
-                if obj["metadata"]["name"] not in self.stuck:
-                    del self.store[kind][(namespace, obj["metadata"]["name"])]
-
-    def delete(self, kind, namespace, name, grace_period_s=None):
-        self.deleted.append(f"{kind}/{name}")
-        self.store[kind].pop((namespace, name))
-        self._delete_job_of(namespace, name)
-        return True
-
-    def delete_batch_job(self, namespace, name):
-        self.deleted.append(f"Job/{name}")
-        self.store["Job"].pop((namespace, name))
-        for pod in self._select("Pod", namespace, f"distributetrain.io/job={name},distributetrain.io/role=manager"):
-            self.store["Pod"].pop((namespace, pod["metadata"]["name"]))
-            self._delete_job_of(namespace, pod["metadata"]["name"])
-        return True
-
-    def watch_pods(self, namespace, resource_version, timeout_s, label_selector=""):
-        assert self.watches, "watched beyond the scripted events"
-        for kind, pod in self.watches.pop(0):
-            if kind == "DELETED":
-                self.store["Pod"].pop((pod["metadata"]["namespace"], pod["metadata"]["name"]))
-            else:
-                self.put(pod)
-            if matches(pod, namespace, label_selector):
-                yield kind, copy.deepcopy(pod)
-
-    def pod_log(self, namespace, pod, container, follow):
-        yield from self.logs[(pod, container)].splitlines(keepends=True)
 
 
 def manager(name="demo", phase="Running", annotations=None, exit_code=None, pod_name=None):
@@ -147,7 +58,7 @@ PLANNED = {"distributetrain.io/phase": "Training", "distributetrain.io/plan": "a
 
 @pytest.fixture
 def kube(monkeypatch):
-    fake = FakeJobsKube()
+    fake = FakeKube(in_manager_pod=False)
     monkeypatch.setattr(connection, "connect", lambda args: fake)
     monkeypatch.setattr(commands, "_now", lambda: NOW)
     monkeypatch.setattr(follow.time, "sleep", lambda s: None)
@@ -262,24 +173,25 @@ def test_cancel_deletes_the_manager_and_confirms_everything_is_gone(capsys, kube
     for obj in [manager(), *running_job()]:
         kube.put(obj)
     code, out, err = run(capsys, "cancel", "demo")
-    assert (code, err, kube.deleted) == (0, "", ["Pod/demo"])
+    assert (code, err, kube.actions) == (0, "", [("delete", "Pod", "demo")])
     assert out == "deleted pod/demo\ndeleted pod/demo-chief\ndeleted pod/demo-worker-0\ndeleted secret/demo-ssh\n"
-    assert kube.store == {"Pod": {}, "Job": {}, "Secret": {}}
+    assert (kube.pods, kube.batch_jobs, kube.secrets) == ({}, {}, {})
 
 
 def test_cancel_of_a_batch_job_deletes_the_job(capsys, kube):
     for obj in [batch_job(), manager(pod_name="demo-x7k2p"), *running_job("demo-x7k2p")]:
         kube.put(obj)
     code, out, err = run(capsys, "cancel", "demo")
-    assert (code, err, kube.deleted) == (0, "", ["Job/demo"])
+    assert (code, err, kube.actions) == (0, "", [("delete", "Job", "demo")])
     assert out.splitlines() == ["deleted job/demo", "deleted pod/demo-x7k2p", "deleted pod/demo-x7k2p-chief",
                                 "deleted pod/demo-x7k2p-worker-0", "deleted secret/demo-x7k2p-ssh"]
 
 
-def test_cancel_says_what_is_left_at_its_deadline(capsys, kube):
+def test_cancel_says_what_is_left_at_its_deadline(capsys, kube, monkeypatch):
     for obj in [manager(), *running_job()]:
         kube.put(obj)
     kube.stuck = {"demo-chief"}
+    monkeypatch.setattr(cancel, "cancel", functools.partial(cancel.cancel, clock=FakeClock()))
     code, out, err = run(capsys, "cancel", "demo", "--timeout", "1s")
     assert (code, out) == (75, "deleted pod/demo\ndeleted pod/demo-worker-0\ndeleted secret/demo-ssh\n")
     assert err == "distributetrain: error: still there after 1s: pod/demo-chief\n"
@@ -299,7 +211,7 @@ def test_follow_shows_progress_streams_the_chief_and_exits_with_the_jobs_code(ca
     worker = child("demo", "worker", "demo-worker-0", phase="Pending")
     unschedulable = {"demo-worker-0": "not scheduled: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}
     waiting = annotated(planned, **{"distributetrain.io/waiting": json.dumps(unschedulable)})
-    kube.watches = [
+    kube.pod_watches = [
         [("MODIFIED", running)],
         [("MODIFIED", planned), ("ADDED", worker), ("MODIFIED", waiting),
          ("MODIFIED", annotated(waiting, **{"distributetrain.io/waiting": json.dumps(unschedulable)})),
@@ -339,7 +251,7 @@ def test_follow_shows_progress_streams_the_chief_and_exits_with_the_jobs_code(ca
 
 def test_follow_of_a_job_that_fails_before_training(capsys, kube):
     kube.put(manager())
-    kube.watches = [[("MODIFIED", annotated(manager(phase="Failed", exit_code=69), **{
+    kube.pod_watches = [[("MODIFIED", annotated(manager(phase="Failed", exit_code=69), **{
         "distributetrain.io/phase": "Failed", "distributetrain.io/reason": "requested 2 GPUs but only 1 is free"}))]]
     code = follow.Follower(kube, "ml", "demo", out := FakeStream(), err := FakeStream()).run()
     assert (code, out.text) == (69, "")
@@ -349,7 +261,7 @@ def test_follow_of_a_job_that_fails_before_training(capsys, kube):
 def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kube):
     kube.put(batch_job())
     pod = manager(pod_name="demo-x7k2p")
-    kube.watches = [[("ADDED", pod)], [("DELETED", pod)]]
+    kube.pod_watches = [[("ADDED", pod)], [("DELETED", pod)]]
     code = follow.Follower(kube, "ml", "demo", FakeStream(), err := FakeStream()).run()
     assert code == 143
     assert err.text.splitlines() == ["demo: manager pod demo-x7k2p: Running",
@@ -384,7 +296,7 @@ def kueue_queues_every_pod(obj):
 
 @pytest.mark.parametrize("as_job", [[], ["--as-job"]])
 def test_where_kueue_queues_every_pod_the_manager_joins_the_jobs_queue_asking_no_quota(capsys, kube, as_job):
-    kube.admission = kueue_queues_every_pod
+    kube.on_create = [kueue_queues_every_pod]
     argv = ["submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--queue", "team", *as_job]
     code, out, err = run(capsys, *argv)
     assert (code, out) == (0, "demo\n"), err
@@ -411,7 +323,7 @@ def test_the_manager_in_a_queue_asks_for_no_quota_and_is_labelled_with_the_queue
 
 
 def test_where_kueue_queues_every_pod_a_job_without_a_queue_is_refused(capsys, kube):
-    kube.admission = kueue_queues_every_pod
+    kube.on_create = [kueue_queues_every_pod]
     code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
     assert (code, out, kube.created) == (2, "", [])
     assert err == ("distributetrain: error: --queue: Kueue queues every pod in namespace 'ml': "
