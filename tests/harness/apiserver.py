@@ -23,6 +23,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from kubernetes import client
+
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import ApiTimeouts, make_api_client
+
 BOOKMARK_BEFORE_END_S = 0.5  # the real apiserver sends one 2 s before a watch's timeout
 SHUTDOWN_POLL_S = 0.02  # how often the server looks for a shutdown: every test waits this long on exit
 
@@ -262,6 +267,13 @@ class RudeServer:
                 self._held.append(connection)
             else:
                 connection.close()
+
+
+def kube_at(url: str, timeouts: ApiTimeouts) -> Kube:
+    """The project's API layer, as the manager builds it, talking to ``url`` (a fake server's)."""
+    configuration = client.Configuration()
+    configuration.host = url
+    return Kube(make_api_client(configuration, timeouts), timeouts)
 
 
 def kubeconfig(path, server_url: str) -> str:

@@ -14,13 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.kube import waits
-from distributetrain.kube.client import Kube
-from distributetrain.kube.connection import ApiTimeouts, make_api_client
-from harness.apiserver import FakeApiServer, RudeServer, kubeconfig
+from distributetrain.kube.connection import ApiTimeouts
+from harness.apiserver import FakeApiServer, RudeServer, kube_at, kubeconfig
 from harness.builders import pod
 from harness.polling import poll_until
 
@@ -37,12 +35,6 @@ MANAGER_ENV = {"DISTRIBUTETRAIN_API_CONNECT_S": "1", "DISTRIBUTETRAIN_API_READ_S
 # each plus one request's timeouts and a backoff; then Python's start and the Events flush.
 MANAGER_EXITS_WITHIN_S = 2 * (2 + 1 + 1 + 2) + 15
 HANG_S = 90  # the test's own hard limit: the old manager never exited at all
-
-
-def kube_for(url: str, timeouts: ApiTimeouts = SHORT) -> Kube:
-    configuration = client.Configuration()
-    configuration.host = url
-    return Kube(make_api_client(configuration, timeouts), timeouts)
 
 
 def job_pods():
@@ -79,7 +71,7 @@ def test_each_attempt_is_one_connection_and_each_retry_one_log_line(caplog, beha
     with RudeServer(behaviour) as server:
         started = time.monotonic()
         with pytest.raises(errors.TransientApiError):
-            kube_for(server.url).get_pod("ns", "p")
+            kube_at(server.url, SHORT).get_pod("ns", "p")
         elapsed = time.monotonic() - started
     retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("read Pod [ns/p] failed")]
     assert [line.split("(attempt ")[1].split(")")[0] for line in retries] == [
@@ -91,7 +83,7 @@ def test_each_attempt_is_one_connection_and_each_retry_one_log_line(caplog, beha
 
 def test_connections_have_tcp_keepalive():
     with FakeApiServer(job_pods()) as server:
-        kube = kube_for(server.url)
+        kube = kube_at(server.url, SHORT)
         kube.list_all("pods", "ns")
         pool_manager = kube.api_client.rest_client.pool_manager
         (pool,) = [pool_manager.pools[key] for key in pool_manager.pools.keys()]
@@ -115,7 +107,7 @@ def test_a_lost_worker_is_noticed_within_10s_when_the_watch_connection_stalls(ca
     with FakeApiServer(job_pods()) as server:
         server.stall_watches = 1
         threading.Thread(target=delete_when_watched, args=(server,), daemon=True).start()
-        outcome, _ = waits.watch_until(kube_for(server.url, ApiTimeouts()), "ns", SELECTOR, chief_finished(),
+        outcome, _ = waits.watch_until(kube_at(server.url, ApiTimeouts()), "ns", SELECTOR, chief_finished(),
                                        time.monotonic() + 30)
         noticed_after = time.monotonic() - deleted_at[0]
     assert outcome == waits.PodLost("j-worker-0", "was deleted")
@@ -133,7 +125,7 @@ def test_an_idle_watch_is_renewed_by_short_requests_without_a_stall(caplog):
     caplog.set_level(logging.DEBUG, logger="distributetrain.kube.client")
     with FakeApiServer(job_pods()) as server:
         started = time.monotonic()
-        events = list(kube_for(server.url).watch_pods("ns", "3", 2.5, label_selector=SELECTOR))
+        events = list(kube_at(server.url, SHORT).watch_pods("ns", "3", 2.5, label_selector=SELECTOR))
         elapsed = time.monotonic() - started
     assert {kind for kind, _ in events} == {"BOOKMARK"}
     assert len(server.watch_requests) >= 2
@@ -150,7 +142,7 @@ def test_a_watch_error_event_lists_again_and_the_job_goes_on(code):
     with FakeApiServer(job_pods()) as server:
         server.error_watches = [code]
         threading.Timer(1.0, server.delete, ["j-worker-0"]).start()
-        outcome, _ = waits.watch_until(kube_for(server.url), "ns", SELECTOR, chief_finished(),
+        outcome, _ = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
                                        time.monotonic() + 10)
     assert outcome == waits.PodLost("j-worker-0", "was deleted")
     assert server.list_requests == 2
@@ -199,7 +191,7 @@ def test_deletes_patches_and_reads_reuse_one_connection():
     """A response left unread kept its connection from the pool: every delete and every
     annotation opened a new connection (TCP and TLS), 57 of them in one 64-worker teardown."""
     with AnsweringServer() as server:
-        kube = kube_for(server.url)
+        kube = kube_at(server.url, SHORT)
         for name in ("a", "b", "c"):
             kube.delete("Pod", "ns", name)
         kube.annotate_pod("ns", "manager", {"distributetrain.io/phase": "Running"})

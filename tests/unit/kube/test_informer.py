@@ -8,12 +8,12 @@ from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
 from distributetrain.kube import informer as informer_module
 from distributetrain.kube.informer import Change, DeadlineReached, Informer, Satisfied
+from harness.builders import make_pod
 from harness.kube import FakeKube
 
 
 def pod(name, version="1", phase="Running", namespace="ns"):
-    return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": version,
-                         "labels": {"job": "j"}}, "spec": {}, "status": {"phase": phase}}
+    return make_pod(name, namespace).version(version).labels({"job": "j"}).phase(phase).obj()
 
 
 def bookmark(version):

@@ -6,14 +6,12 @@ import threading
 import time
 
 import pytest
-from kubernetes import client
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.clock import FakeClock
-from distributetrain.kube.client import Kube
-from distributetrain.kube.connection import ApiTimeouts, make_api_client
+from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.lock import PlacementLock
-from harness.apiserver import FakeApiServer
+from harness.apiserver import FakeApiServer, kube_at
 
 NAMESPACE = "default"
 NAME = "distributetrain-placement"
@@ -30,14 +28,8 @@ def server():
         yield fake
 
 
-def kube_for(server: FakeApiServer) -> Kube:
-    configuration = client.Configuration()
-    configuration.host = server.url
-    return Kube(make_api_client(configuration, TIMEOUTS), TIMEOUTS)
-
-
 def lock(server, holder="ns/b", timeout_s=5.0, **kwargs) -> PlacementLock:
-    return PlacementLock(kube_for(server), NAMESPACE, holder, timeout_s, NAME, **kwargs)
+    return PlacementLock(kube_at(server.url, TIMEOUTS), NAMESPACE, holder, timeout_s, NAME, **kwargs)
 
 
 def held_by(server, holder: str, renew_time: str, duration_s: int = 30) -> None:

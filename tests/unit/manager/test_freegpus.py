@@ -7,40 +7,37 @@ import time
 
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
-from kubernetes import client
 
 from distributetrain.core import errors
 from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube
-from distributetrain.kube.connection import ApiTimeouts, make_api_client
+from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.informer import Informer
 from distributetrain.manager import freegpus
 from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
-from harness.apiserver import FakeApiServer
+from harness.apiserver import FakeApiServer, kube_at
+from harness.builders import GPU, make_node, make_pod
 
-GPU = "nvidia.com/gpu"
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=2.0, retry_deadline_s=1.0, watch_chunk_s=1.0)
 
 
 def node(name, gpus=2, ready=True, cordoned=False, taint=None, pool="x"):
-    spec = {"unschedulable": True} if cordoned else {}
+    built = make_node(name).labels({"pool": pool}).ready(ready).allocatable({GPU: str(gpus)})
+    if cordoned:
+        built.cordoned()
     if taint:
-        spec["taints"] = [{"key": taint, "effect": "NoSchedule"}]
-    return {"metadata": {"name": name, "labels": {"pool": pool}}, "spec": spec,
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                       "allocatable": {GPU: str(gpus)}}}
+        built.taint(taint)
+    return built.obj()
 
 
 def pod(uid, node_name=None, gpus=0, phase="Running", pinned=None):
-    spec = {"containers": [{"name": "c", "resources": {"limits": {GPU: str(gpus)}} if gpus else {}}]}
+    built = make_pod(uid).uid(uid).gpus(gpus).phase(phase)
     if node_name:
-        spec["nodeName"] = node_name
+        built.on(node_name)
     if pinned:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pinned]}]}]}}}
-    return {"metadata": {"name": uid, "namespace": "ns", "uid": uid}, "spec": spec, "status": {"phase": phase}}
+        built.pinned(pinned)
+    return built.obj()
 
 
 def parts_of(nodes, pods) -> LedgerParts:
@@ -153,12 +150,6 @@ def server():
         yield fake
 
 
-def kube_for(server: FakeApiServer) -> Kube:
-    configuration = client.Configuration()
-    configuration.host = server.url
-    return Kube(make_api_client(configuration, TIMEOUTS), TIMEOUTS)
-
-
 class Followed:
     """What the informer handed on, in order: each batch of (change, key)."""
 
@@ -179,7 +170,7 @@ class Followed:
 
 def gpu_pods_informer(server, clock=REAL_CLOCK) -> Informer:
     """What a waiting manager follows of the pods (``FreeGpuWatch``), one watch call a second."""
-    return Informer(kube_for(server), "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
+    return Informer(kube_at(server.url, TIMEOUTS), "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
                     clock=clock, relist_delay_s=freegpus.RELIST_DELAY_S, thread_span_s=1.0)
 
 
@@ -233,7 +224,7 @@ def test_a_watch_that_fails_lists_again_after_a_delay(server, monkeypatch):
 def test_what_cannot_be_followed_fails_the_wait_in_the_managers_thread(server):
     settings = JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i")
     # The fake serves pods only: listing the nodes is refused (404), as a missing permission would be.
-    with FreeGpuWatch(kube_for(server), settings, client=lambda kube: kube) as watch:
+    with FreeGpuWatch(kube_at(server.url, TIMEOUTS), settings, client=lambda kube: kube) as watch:
         with pytest.raises(errors.NotFound):
             watch.wait_until_fits(0, time.monotonic() + 10)
         with pytest.raises(errors.NotFound):
