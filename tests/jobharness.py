@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client, watch
 
 from distributetrain.core.names import JOB_USER_UID
+from harness.polling import poll_until
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,13 +231,8 @@ class Jobs:
             return f"(no log: {e.__class__.__name__})"
 
     def wait_gone(self, names: list[str], timeout_s: float = 60.0) -> None:
-        give_up_at = time.monotonic() + timeout_s
-        while time.monotonic() < give_up_at:
-            left = [n for n in names if n in self.pods()]
-            if not left:
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"pods still present after {timeout_s}s: {left}")
+        poll_until(lambda: not [n for n in names if n in self.pods()], timeout_s,
+                   lambda: f"pods still present: {[n for n in names if n in self.pods()]}")
 
 
 

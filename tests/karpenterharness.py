@@ -16,7 +16,7 @@ from kubernetes import client
 
 from clusterfixtures import NAMESPACE_SUFFIX_HEX_CHARS
 from localcluster import binaries, karpenter, nodeclaims
-from polling import poll_until
+from harness.polling import poll_until
 from prerequisites import unavailable
 
 NODE_CLASS_API = f"{karpenter.NODE_CLASS_GROUP}/{karpenter.NODE_CLASS_VERSION}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from polling import poll_until
+from harness.polling import poll_until
 from projectrbac import apply_rbac, delete_shared_bindings
 
 GROUP = "kueue.x-k8s.io"

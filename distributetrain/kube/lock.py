@@ -29,11 +29,10 @@ import logging
 import math
 import random
 import threading
-import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 
 from distributetrain.core import errors, exitcodes
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
 
@@ -70,13 +69,13 @@ def _now() -> str:
 class PlacementLock:
     """Context manager: ``with PlacementLock(kube, ns, holder, timeout_s, name): ...``
 
-    A busy Lease is tried for ``timeout_s``, or until ``wait_until`` (monotonic: the end
-    of the job's wait for GPUs) if that is later. ``duration_s`` and ``clock`` (monotonic
-    seconds) are for tests.
+    A busy Lease is tried for ``timeout_s``, or until ``wait_until`` (of ``clock``: the end
+    of the job's wait for GPUs) if that is later. Every wait (retries, renewals) and every
+    judgement of a lease's age reads ``clock``; ``duration_s`` is for tests.
     """
 
     def __init__(self, kube: Kube, namespace: str, holder: str, timeout_s: float, name: str,
-                 duration_s: float = LEASE_DURATION_S, clock: Callable[[], float] = time.monotonic,
+                 duration_s: float = LEASE_DURATION_S, clock: Clock = REAL_CLOCK,
                  wait_until: float = -math.inf):
         self.kube = kube
         self.namespace = namespace
@@ -87,11 +86,12 @@ class PlacementLock:
         self.duration_s = duration_s
         self.clock = clock
         self._observed_version = ""  # resourceVersion of the Lease when this process last saw it change
-        self._observed_at = 0.0  # clock() at that moment
+        self._observed_at = 0.0  # clock.monotonic() at that moment
         self._acquire_time = ""  # spec.acquireTime this holder wrote: names this acquisition
-        self._renewed_at = 0.0  # clock() just before the last successful write was sent
+        self._renewed_at = 0.0  # clock.monotonic() just before the last successful write was sent
         self._lost = ""  # why the renewer knows the lease was taken over
-        self._stop = threading.Event()
+        self._stopping = threading.Condition()  # notified when the section ends
+        self._stopped = False
         self._renewer: threading.Thread | None = None
 
     @property
@@ -99,16 +99,16 @@ class PlacementLock:
         return f"[{self.namespace}/{self.name}]"
 
     def __enter__(self) -> "PlacementLock":
-        started = time.monotonic()
+        started = self.clock.monotonic()
         give_up_at = max(started + self.timeout_s, self.wait_until)
         delay = RETRY_MIN_S
         while not self._try_acquire():
-            if time.monotonic() > give_up_at:
+            if self.clock.monotonic() > give_up_at:
                 raise errors.JobFailed(
                     f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s",
                     exitcodes.TIMED_OUT,
                 )
-            time.sleep(random.uniform(delay / 2, delay))
+            self.clock.sleep(random.uniform(delay / 2, delay))
             delay = min(delay * 2, RETRY_MAX_S)
         log.info("took placement lock %s", self.where)
         self._renewer = threading.Thread(target=self._renew_until_stopped, name="lease-renewer", daemon=True)
@@ -125,18 +125,18 @@ class PlacementLock:
         spec = lease.get("spec") or {}
         version = lease["metadata"].get("resourceVersion", "")
         if version != self._observed_version:
-            self._observed_version, self._observed_at = version, self.clock()
+            self._observed_version, self._observed_at = version, self.clock.monotonic()
         if not spec.get("holderIdentity") or spec["holderIdentity"] == self.holder:
             return False  # released, or this job's own (a restarted manager)
         duration = spec.get("leaseDurationSeconds") or LEASE_DURATION_S
-        return self.clock() - self._observed_at < duration
+        return self.clock.monotonic() - self._observed_at < duration
 
     def _try_acquire(self) -> bool:
         lease = self.kube.get_lease(self.namespace, self.name)
         if lease is not None and self._held_by_another(lease):
             return False
         spec = self._spec()
-        sent_at = self.clock()
+        sent_at = self.clock.monotonic()
         try:
             if lease is None:
                 self.kube.create_lease({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -157,7 +157,7 @@ class PlacementLock:
     def _renew_until_stopped(self) -> None:
         interval_s = self.duration_s / RENEWALS_PER_DURATION
         renewals: Kube | None = None  # made at the first renewal: most sections end before it
-        while not self._stop.wait(interval_s):
+        while not self._stopped_within(interval_s):
             if renewals is None:
                 timeouts = ApiTimeouts(connect_s=RENEW_CONNECT_S, read_s=RENEW_READ_S,
                                        retry_deadline_s=interval_s * RENEW_RETRY_SHARE)
@@ -165,7 +165,7 @@ class PlacementLock:
                 renewals = Kube(make_api_client(self.kube.api_client.configuration, timeouts), timeouts)
             # Read, then write: ownership is judged on what the Lease says, never on a
             # write's error (a retried write whose first attempt landed conflicts too).
-            sent_at = self.clock()
+            sent_at = self.clock.monotonic()
             try:
                 lease = renewals.get_lease(self.namespace, self.name)
                 if not self._ours(lease):
@@ -180,8 +180,17 @@ class PlacementLock:
             self._renewed_at = sent_at
             log.info("renewed placement lock %s", self.where)
 
+    def _stopped_within(self, seconds: float) -> bool:
+        """Whether the section ended, waiting for it at most ``seconds`` of the clock."""
+        with self._stopping:
+            if not self._stopped:
+                self.clock.wait(self._stopping, seconds)
+            return self._stopped
+
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._stop.set()
+        with self._stopping:
+            self._stopped = True
+            self._stopping.notify_all()
         self._renewer.join()
         lost = self._lost or self._release()
         if not lost:
@@ -197,7 +206,7 @@ class PlacementLock:
         try:
             lease = self.kube.get_lease(self.namespace, self.name)
         except errors.DistributeTrainError as e:
-            unrenewed_s = self.clock() - self._renewed_at
+            unrenewed_s = self.clock.monotonic() - self._renewed_at
             if unrenewed_s > self.duration_s * SURE_WITHOUT_RENEWAL_SHARE:
                 return f"neither renewed for {unrenewed_s:.0f}s nor read back ({e})"
             log.warning("could not release placement lock %s (it expires by itself): %s", self.where, e)

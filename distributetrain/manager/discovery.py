@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_PORT = 8470
 HOSTS_PATH = "/hosts"
+# How often the server looks for a shutdown between requests: the manager waits this
+# long for it on every exit (socketserver's default, 0.5 s, showed in every phase).
+SHUTDOWN_POLL_S = 0.05
 
 
 def hosts_url(manager_address: str) -> str:
@@ -110,7 +113,8 @@ class DiscoveryServer:
 
         self._server = _server_class(address)((address, port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="discovery", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), name="discovery",
+                                        daemon=True)
 
     @property
     def port(self) -> int:

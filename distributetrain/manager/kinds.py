@@ -4,7 +4,6 @@ followed from the chief's start to its end."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ class StaticJob:
         outcome = waits.watch_job(pods, waits.chief_finished(chief, workers), run.deadline, [chief, *workers])
         if isinstance(outcome, waits.ChiefFinished) and outcome.exit_code != 0 and workers:
             # A worker lost under the chief is the cause, if its status says so in time.
-            until = min(run.deadline, time.monotonic() + waits.WORKER_STATUS_LAG_S)
+            until = min(run.deadline, run.clock.monotonic() + waits.WORKER_STATUS_LAG_S)
             lost = waits.watch_job(pods, waits.worker_lost(workers), until, workers)
             if isinstance(lost, waits.PodLost):
                 return lost

@@ -21,7 +21,7 @@ from karpenterharness import (CLEANUP_TIMEOUT_S, INSTANCE_TYPE, ISOLATION_TAINT,
                                running_karpenter)
 from localcluster import karpenter, netsetup, nodeclaims
 from localcluster.nodegroups import NodeGroupRegistry
-from polling import poll_until
+from harness.polling import poll_until
 
 pytestmark = pytest.mark.cluster
 
@@ -83,6 +83,16 @@ def initialized_node(core: client.CoreV1Api, custom: client.CustomObjectsApi, po
     return poll_until(initialized, NODE_UP_TIMEOUT_S,
                       lambda: f"node {name} registered and initialized by Karpenter; claim status "
                               f"{[claim.get('status', {}).get('conditions') for claim in claims_of(custom, pool)]}")
+
+
+def trainer_on_a_launched_node(core: client.CoreV1Api, custom: client.CustomObjectsApi, pool: str,
+                               namespace: str) -> str:
+    """A 4-GPU pod "trainer" of the pool, pending until Karpenter launches a node for it:
+    that node's name, once it is initialized."""
+    core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
+    name = launched_claim(custom, pool)["metadata"]["name"]
+    initialized_node(core, custom, pool, name)
+    return name
 
 
 def node_index(layout, name: str) -> int | None:
@@ -157,9 +167,7 @@ def test_stopping_karpenter_terminates_every_node_it_launched(karpenter_running,
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     layout = karpenter_running.layout
     with pool_of(karpenter_running, api_client, namespace, gpu_limit=8) as pool:
-        core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
-        name = launched_claim(custom, pool)["metadata"]["name"]
-        initialized_node(core, custom, pool, name)
+        name = trainer_on_a_launched_node(core, custom, pool, namespace)
         index = node_index(layout, name)
         kubelet = karpenter_running.node_group(name).kubelet_pid(name)
         try:
@@ -179,9 +187,7 @@ def test_a_node_marked_do_not_disrupt_outlives_its_emptiness(karpenter_running, 
     (past Karpenter's disruption passes), and goes once the annotation is taken off."""
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     with pool_of(karpenter_running, api_client, namespace, gpu_limit=8) as pool:
-        core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
-        name = launched_claim(custom, pool)["metadata"]["name"]
-        initialized_node(core, custom, pool, name)
+        name = trainer_on_a_launched_node(core, custom, pool, namespace)
         core.patch_node(name, {"metadata": {"annotations": {DO_NOT_DISRUPT: "true"}}})
         core.delete_namespaced_pod("trainer", namespace, grace_period_seconds=0)
 
@@ -205,9 +211,7 @@ def test_a_node_whose_kubelet_died_is_repaired(karpenter_running, api_client, na
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     layout = karpenter_running.layout
     with pool_of(karpenter_running, api_client, namespace, gpu_limit=8) as pool:
-        core.create_namespaced_pod(namespace, gpu_pod("trainer", pool, namespace, 4))
-        name = launched_claim(custom, pool)["metadata"]["name"]
-        initialized_node(core, custom, pool, name)
+        name = trainer_on_a_launched_node(core, custom, pool, namespace)
         index = node_index(layout, name)
         kubelet = karpenter_running.node_group(name).kubelet_pid(name)
         nodeclaims.processes.kill(kubelet, f"kubelet of {name}", 15.0)

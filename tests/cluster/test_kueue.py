@@ -9,7 +9,7 @@ from kubernetes import client
 from distributetrain.core import podgroup
 from localcluster import kueue
 from kueueharness import gpu_queue
-from polling import poll_until
+from harness.polling import poll_until
 
 pytestmark = pytest.mark.cluster
 

@@ -28,7 +28,7 @@ from kubernetes import client
 
 from localcluster import leftovers, netsetup, registry
 from localcluster.components import APISERVER_PORT
-from polling import poll_until
+from harness.polling import poll_until
 from roughness import create_pod, read_pod
 from localcluster.cluster import Cluster
 from localcluster.podman import podman

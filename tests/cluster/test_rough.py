@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from jobharness import node_pool
-from polling import poll_until
+from harness.polling import poll_until
 from roughness import (
     create_pod, drain, eks_nodes, gpu_pod, gpu_quota, other_tenants, pinned_to_node, read_pod, uncordon,
 )

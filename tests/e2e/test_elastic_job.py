@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from jobharness import node_pool
-from polling import poll_until
+from harness.polling import poll_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

@@ -18,7 +18,7 @@ import pytest
 
 from distributetrain.core import manifests
 from localcluster.podman import podman
-from polling import poll_until
+from harness.polling import poll_until
 from test_horovod_local import (  # noqa: F401 (fixtures)
     CHECKPOINT_MOUNT, CHIEF_ADDRESS, DONE_LINE, EPOCH_LINE, HOROVOD_START_TIMEOUT_S, POD_INTERFACE, SSHD_PORT,
     SSHD_READY_TIMEOUT_S, SUBNET, TRAIN_SCRIPT, WORKER_ADDRESS, TwoHosts, checkpoint_mount, opened_hosts, container_of, containers,

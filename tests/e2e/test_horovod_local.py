@@ -29,7 +29,7 @@ from distributetrain.core import manifests, names
 from distributetrain.core.settings import DEFAULT_FILENAME, JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from localcluster.podman import PODMAN, podman
-from polling import poll_until
+from harness.polling import poll_until
 from prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e

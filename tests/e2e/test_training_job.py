@@ -10,7 +10,7 @@ import pytest
 
 from distributetrain.core import names
 from jobharness import REPO, node_pool, script_volume
-from polling import poll_until
+from harness.polling import poll_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

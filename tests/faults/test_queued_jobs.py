@@ -15,7 +15,7 @@ from kubernetes import client
 from distributetrain.core import names, podgroup, podstate
 from jobharness import HOLD_UNTIL_RELEASED, SCRIPTS, job_args, node_pool, release_ranks, script_volume
 from kueueharness import gpu_queue, gpus_reserved, is_admitted, priority_classes, workloads
-from polling import poll_until
+from harness.polling import poll_until
 
 # Kueue is started per module, configured its own way: its modules share a worker (conftest.py).
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("kueue")]

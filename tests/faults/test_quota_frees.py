@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
-from polling import poll_until
+from harness.polling import poll_until
 from test_quota import QUOTA_EXIT_CODE, create_quota
 
 pytestmark = pytest.mark.cluster

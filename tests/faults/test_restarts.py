@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from jobharness import SCRIPTS, job_args, more_nodes, node_pool, script_volume
-from polling import poll_until
+from harness.polling import poll_until
 
 pytestmark = pytest.mark.cluster
 

@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 
 from jobharness import HELLO, LOCAL_NODE_SIZING, REPO, node_pool, script_volume
-from polling import poll_until
+from harness.polling import poll_until
 
 pytestmark = pytest.mark.cluster
 

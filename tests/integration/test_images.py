@@ -13,7 +13,7 @@ import pytest
 
 from distributetrain.core import names
 from jobharness import SCRIPTS, job_args, node_pool, release_ranks, script_volume
-from polling import poll_until
+from harness.polling import poll_until
 
 pytestmark = pytest.mark.cluster
 

@@ -19,7 +19,7 @@ from distributetrain.core import exitcodes
 from distributetrain.core.placement import parse_plan
 from jobharness import SCRIPTS, TEST_NODE_LABEL, job_args, node_pool, script_volume
 from karpenterharness import ISOLATION_TAINT, claims_of, karpenter_pool, running_karpenter
-from polling import poll_until
+from harness.polling import poll_until
 from roughness import other_tenants
 
 pytestmark = pytest.mark.cluster

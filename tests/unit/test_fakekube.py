@@ -4,8 +4,10 @@ import inspect
 
 import pytest
 
+from distributetrain.cli.jobs.api import JobsKube
+from distributetrain.core import names
 from distributetrain.kube.client import Kube, KubeApi
-from fakekube import FakeKube
+from harness.kube import FakeKube
 
 API = sorted(name for name, member in vars(KubeApi).items() if inspect.isfunction(member) and not name.startswith("_"))
 
@@ -32,3 +34,22 @@ def test_writes_are_recorded_in_order():
                             ("delete", "Pod", "p"), ("annotate", "Pod", "demo")]
     assert kube.writes("create") == ["s", "p"] and kube.manager["metadata"]["annotations"] == {}
     assert kube.annotation_history("a") == ["1", None]
+
+
+JOBS_API = sorted(name for name, member in vars(JobsKube).items() if inspect.isfunction(member) and not name.startswith("_"))
+
+
+@pytest.mark.parametrize("name", JOBS_API)
+def test_the_fake_answers_the_user_commands_calls_with_their_signatures(name):
+    assert inspect.signature(getattr(FakeKube, name)) == inspect.signature(getattr(JobsKube, name))
+
+
+def test_deleting_a_manager_deletes_what_it_owns_but_stuck_pods():
+    kube = FakeKube(in_manager_pod=False)
+    job = {names.LABEL_JOB: "demo"}
+    for kind, name, labels in [("Pod", "demo", {}), ("Pod", "demo-chief", job), ("Pod", "demo-worker-0", job),
+                               ("Secret", "demo-ssh", job), ("Pod", "other", {names.LABEL_JOB: "other"})]:
+        kube.put({"kind": kind, "metadata": {"name": name, "namespace": "ml", "labels": labels}})
+    kube.stuck = {"demo-chief"}
+    assert kube.delete("Pod", "ml", "demo")
+    assert (sorted(kube.pods), kube.secrets, kube.actions) == (["demo-chief", "other"], {}, [("delete", "Pod", "demo")])

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from polling import poll_until
+from harness.polling import poll_until
 
 
 def test_returns_the_first_truthy_value():

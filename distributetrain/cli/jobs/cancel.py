@@ -10,12 +10,12 @@ first, then confirmed gone, so the user sees exactly what was deleted.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.cli.jobs.lookup import FoundJob
 from distributetrain.core import names
+from distributetrain.core.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +46,16 @@ def existing_objects(kube: JobsKube, found: FoundJob) -> list[str]:
     return present
 
 
-def cancel(kube: JobsKube, found: FoundJob, timeout_s: float) -> Cancellation:
+def cancel(kube: JobsKube, found: FoundJob, timeout_s: float, clock: Clock = REAL_CLOCK) -> Cancellation:
     before = existing_objects(kube, found)
     if found.batch_job is not None:
         kube.delete_batch_job(found.namespace, found.name)
     else:
         kube.delete("Pod", found.namespace, found.job_name)
-    give_up_at = time.monotonic() + timeout_s
+    give_up_at = clock.monotonic() + timeout_s
     remaining = before
-    while remaining and time.monotonic() < give_up_at:
-        time.sleep(POLL_INTERVAL_S)
+    while remaining and clock.monotonic() < give_up_at:
+        clock.sleep(POLL_INTERVAL_S)
         now_present = set(existing_objects(kube, found))
         remaining = [o for o in before if o in now_present]
     return Cancellation([o for o in before if o not in remaining], remaining)

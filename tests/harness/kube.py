@@ -1,0 +1,493 @@
+"""The one in-memory stand-in for ``Kube`` in the manager's unit tests.
+
+It holds nodes, the job's pods, Secrets, the placement Lease and the manager's own pod,
+and keeps every write and every pod watch in ``actions`` as (verb, kind, name), in order,
+so a test can compare what the manager did as a whole list (as mpi-operator's controller
+tests compare action lists); ``annotated`` keeps each annotation patch, in order. It implements ``KubeApi``, the Protocol taken from ``Kube``;
+``test_fakekube`` holds both to its signatures, so a change to ``Kube`` breaks this fake
+instead of leaving the tests to pass against calls the manager no longer makes.
+
+What the tests script:
+- ``pod_watches``: each pod watch plays the next script: (event type, pod) pairs, or
+  (pod name, new status) for a pod it holds, or a function of the fake returning either
+  (for pods that exist only once the manager created them), or an exception to raise; a watch with no
+  script left (or None) waits out its timeout. ``on_pod_watch(fake)``, if set, runs
+  instead of the scripts (a story of its own: e.g. the chief ends once a replacement
+  exists);
+- ``send_cluster_pods(...)``: events of every namespace's pods (a watch with no
+  namespace: free GPUs followed), delivered as they are sent;
+- ``send_events(...)``: core/v1 Events of the job's namespace (image pulls), delivered
+  to the running Event watch as they are sent;
+- ``send_quotas(...)``: ResourceQuotas changed (their ``status.used``), delivered to the
+  running quota watch as they are sent;
+- ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
+  (``break_node_watch(error)`` ends it with an error);
+- ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
+  ``create_owned``, ``annotate_pod``, ...);
+- ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node);
+- ``on_create``: functions that change each object created, as mutating webhooks do
+  (Kueue's adds its scheduling gates to the pods of a queue).
+
+The user's commands (``cli.jobs.api.JobsKube``) run on it too, with ``in_manager_pod=False``
+(the CLI runs outside any pod): ``put`` sets the scene with Pods, batch/v1 Jobs and
+Secrets; ``create`` keeps every object sent (``created``; ``dry_runs``); deleting a
+manager pod or Job deletes what it owns, as its teardown and the garbage collector
+would, except the pods in ``stuck``; ``logs`` holds each container's log; a pod watch
+with no script left fails the test rather than wait.
+
+No mock stands in for the API server where a test claims to test the manager against
+Kubernetes: those tests run on the local cluster. This fake is for the manager's logic.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import re
+import threading
+from collections.abc import Callable, Iterator
+
+from distributetrain.core import errors, inventory, names
+from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.kube.client import KubeApi
+from harness.builders import MANAGER_POD, manager_pod
+
+DELETED_AT = "2026-01-02T12:00:00Z"
+EVENT_WATCH_SPAN_S = 0.05  # real seconds an Event watch waits for what a test sends
+
+
+class FakeKube(KubeApi):
+    def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None,
+                 clock: Clock = REAL_CLOCK, in_manager_pod: bool = True):
+        self.clock = clock  # what a watch with nothing scripted waits out its timeout on
+        self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
+        self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
+        self.secrets: dict[str, dict] = {}
+        self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
+        self.quotas: list[dict] = []  # the job namespace's ResourceQuotas
+        # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
+        self.pending: dict[tuple[str, str], list[dict]] | None = None
+        self.lease: dict | None = None
+        self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels of a namespace that has any
+        # The manager's own pod, outside ``pods``; None for the CLI, which runs in none.
+        self.manager = (manager if manager is not None else manager_pod()) if in_manager_pod else None
+        self.batch_jobs: dict[str, dict] = {}  # batch/v1 Jobs (a manager submitted --as-job)
+        self.created: list[dict] = []  # every object sent to ``create``, whole, in order
+        self.dry_runs: list[dict] = []  # every object sent to ``create`` with a dry run
+        self.stuck: set[str] = set()  # pods that never go away (a node that is gone)
+        self.logs: dict[tuple[str, str], str] = {}  # (pod, container) -> its log
+        self.actions: list[tuple[str, str, str]] = []
+        self.action_times: list[float] = []  # monotonic, one per action
+        self.annotated: list[tuple[str, dict]] = []  # (pod, patch)
+        self.failures: dict[str, list[BaseException]] = {}
+        self.pod_watches: list[list | None] = []
+        self.on_pod_watch: Callable[[FakeKube, float], Iterator[tuple[str, dict]]] | None = None
+        self.pods_stay_terminating = False
+        self.on_create: list[Callable[[dict], None]] = []
+        self.pod_lists = 0
+        self.node_lists = 0
+        self.forbidden_lists: set[str] = set()  # kinds the caller may not list (a 403, as RBAC answers)
+        self.api_client = None
+        self.lock = threading.RLock()  # the node watch runs in a thread of its own
+        self._node_events: queue.SimpleQueue = queue.SimpleQueue()
+        self._cluster_pod_events: queue.SimpleQueue = queue.SimpleQueue()
+        self.events: list[dict] = []  # core/v1 Events of the job's namespace (the kubelet's about pods)
+        self._event_events: queue.SimpleQueue = queue.SimpleQueue()
+        self._quota_events: queue.SimpleQueue = queue.SimpleQueue()
+        self.quota_lists = 0
+        self.quota_watches = 0
+
+    # -- what tests use to set the scene --------------------------------------------------
+    def send_nodes(self, *changed: dict) -> None:
+        for n in changed:
+            with self.lock:
+                self.nodes[n["metadata"]["name"]] = copy.deepcopy(n)
+            self._node_events.put(("MODIFIED", copy.deepcopy(n)))
+
+    def send_quotas(self, *changed: dict) -> None:
+        for quota in changed:
+            with self.lock:
+                name = quota["metadata"]["name"]
+                self.quotas = [q for q in self.quotas if q["metadata"]["name"] != name] + [copy.deepcopy(quota)]
+            self._quota_events.put(("MODIFIED", copy.deepcopy(quota)))
+
+    def writes(self, verb: str | None = None, kind: str | None = None) -> list[str]:
+        """Names written, in order, optionally of one verb and kind."""
+        return [name for v, k, name in self.actions if verb in (None, v) and kind in (None, k)]
+
+    def _act(self, verb: str, kind: str, name: str) -> None:
+        self.actions.append((verb, kind, name))
+        self.action_times.append(self.clock.monotonic())
+
+    def when(self, verb: str, kind: str, name: str) -> float:
+        """When (monotonic) that action was first taken."""
+        return self.action_times[self.actions.index((verb, kind, name))]
+
+    def annotation_history(self, key: str, pod: str = MANAGER_POD) -> list[str | None]:
+        """Every value ``key`` was given on ``pod``, in order (None: removed)."""
+        return [patch[key] for name, patch in self.annotated if name == pod and key in patch]
+
+    def _maybe_fail(self, call: str) -> None:
+        if self.failures.get(call):
+            raise self.failures[call].pop(0)
+
+    def _pods(self, selectors: dict[str, str]) -> list[dict]:
+        return [copy.deepcopy(p) for p in self.pods.values() if _matches(p, **selectors)]
+
+    def _store(self, kind: str) -> dict[str, dict]:
+        return {"Pod": self.pods, "Job": self.batch_jobs}.get(kind, self.secrets)
+
+    def _is_manager(self, name: str) -> bool:
+        return self.manager is not None and name == self.manager["metadata"]["name"]
+
+    def put(self, obj: dict) -> None:
+        """A Pod, batch/v1 Job or Secret as it is in the cluster already."""
+        with self.lock:
+            self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(obj)
+
+    # -- reads ----------------------------------------------------------------------------
+    def list_pages(self, kind: str, namespace: str | None = None, **selectors: str) -> Iterator[tuple[list[dict], str]]:
+        self._maybe_fail("list_pages")
+        yield self.list_all(kind, namespace, **selectors)
+
+    def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
+        self._maybe_fail("list_all")
+        if kind in self.forbidden_lists:
+            raise errors.forbidden(f'{kind} is forbidden: User "dev" cannot list resource "{kind}"')
+        with self.lock:
+            if kind == "nodes":
+                self.node_lists += 1
+                return copy.deepcopy(list(self.nodes.values())), "1"
+            if kind == "events":
+                return copy.deepcopy(self.events), "1"
+            if kind == "resourcequotas":
+                self.quota_lists += 1
+                return copy.deepcopy(self.quotas), "1"
+            self.pod_lists += 1
+            return self._pods(selectors), "1"
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        return dict(self.namespaces.get(name, {}))
+
+    def resource_quotas(self, namespace: str) -> list[dict]:
+        self._maybe_fail("resource_quotas")
+        return copy.deepcopy(self.quotas)
+
+    def get_pod(self, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self.manager if self._is_manager(name) else self.pods.get(name))
+
+    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self._store(kind).get(name))
+
+    def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
+        self._maybe_fail("read_custom")
+        with self.lock:
+            return copy.deepcopy(self.custom.get((plural, namespace, name)))
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> list[dict]:
+        self._maybe_fail("pending_workloads")
+        with self.lock:
+            if self.pending is None:
+                raise errors.NotFound("the server could not find the requested resource")  # not served
+            return copy.deepcopy(self.pending.get((namespace, local_queue), []))
+
+    # -- writes ---------------------------------------------------------------------------
+    def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
+        created = copy.deepcopy(obj)
+        for mutate in self.on_create:  # webhooks see dry runs too
+            mutate(created)
+        if dry_run:
+            return created
+        self._maybe_fail("create_owned")
+        if obj["kind"] == "Pod":
+            created["status"] = {"phase": "Pending"}
+        with self.lock:
+            self._store(obj["kind"])[obj["metadata"]["name"]] = created
+            self._act("create", obj["kind"], obj["metadata"]["name"])
+        return copy.deepcopy(created)
+
+    def create_all_owned(self, objs: list[dict]) -> list[dict]:
+        self._maybe_fail("create_all_owned")
+        return [self.create_owned(obj) for obj in objs]
+
+    def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
+        self._maybe_fail("delete")
+        with self.lock:
+            store = self._store(kind)
+            if name not in store:
+                return False
+            self._act("delete", kind, name)
+            if kind == "Pod" and self.pods_stay_terminating:
+                first = "deletionTimestamp" not in store[name]["metadata"]
+                store[name]["metadata"]["deletionTimestamp"] = DELETED_AT
+                return first
+            del store[name]
+            self._delete_owned_by(name)
+            return True
+
+    def _delete_owned_by(self, manager: str) -> None:
+        """What a deleted manager owns goes too (its teardown, the garbage collector), but ``stuck`` pods."""
+        for store in (self.pods, self.secrets):
+            for owned in _selected(store, names.job_selector(manager)):
+                if owned["metadata"]["name"] not in self.stuck:
+                    del store[owned["metadata"]["name"]]
+
+    def delete_all(self, kind: str, namespace: str, names: list[str]) -> list[str]:
+        return [name for name in names if self.delete(kind, namespace, name)]
+
+    def delete_pods(self, namespace: str, label_selector: str, field_selector: str = "") -> list[str]:
+        """One deletecollection: one action, (``deletecollection``, ``Pod``, the selectors)."""
+        self._maybe_fail("delete_pods")
+        with self.lock:
+            self._act("deletecollection", "Pod", f"{label_selector} {field_selector}".rstrip())
+            deleted = sorted(name for name, pod in self.pods.items()
+                             if _matches(pod, label_selector=label_selector, field_selector=field_selector))
+            for name in deleted:
+                if self.pods_stay_terminating:
+                    self.pods[name]["metadata"]["deletionTimestamp"] = DELETED_AT
+                else:
+                    del self.pods[name]
+            return deleted
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self._maybe_fail("annotate_pod")
+        with self.lock:
+            pod = self.manager if self._is_manager(name) else self.pods.get(name)
+            if pod is None:  # as the API server answers a patch of a pod gone
+                raise errors.NotFound(f'pods "{name}" not found')
+            current = pod["metadata"].setdefault("annotations", {})
+            for key, value in annotations.items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = value
+            self._act("annotate", "Pod", name)
+            self.annotated.append((name, dict(annotations)))
+
+    def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
+        self._maybe_fail("patch_pod")
+        with self.lock:
+            pod = self.pods[name]
+            if isinstance(patch, list):
+                _json_patch(pod, patch)
+            else:
+                _merge(pod, patch)
+            self._act("patch", "Pod", name)
+            return copy.deepcopy(pod)
+
+    # -- watches --------------------------------------------------------------------------
+    def watch_pods(
+        self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
+    ) -> Iterator[tuple[str, dict]]:
+        if namespace is None:  # the cluster's pods (free GPUs followed), not the job's scripts
+            yield from self._sent(self._cluster_pod_events, timeout_s)
+            return
+        with self.lock:
+            self._act("watch", "Pod", "")
+        if self.on_pod_watch is not None:
+            yield from self.on_pod_watch(self, timeout_s)
+            return
+        yield from self.play_next_script(timeout_s)
+
+    def play_next_script(self, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """The next of ``pod_watches``, as a watch plays it (also for an ``on_pod_watch``)."""
+        assert self.manager is not None or self.pod_watches, "the CLI watched beyond the scripted events"
+        script = self.pod_watches.pop(0) if self.pod_watches else None
+        if script is None:  # nothing (more) scripted: the watch waits out its timeout
+            self.clock.sleep(timeout_s)
+            return
+        for step in script:
+            if isinstance(step, BaseException):
+                raise step
+            yield self.apply(*(step(self) if callable(step) else step))
+
+    def apply(self, first: str, second: dict) -> tuple[str, dict]:
+        """(event type, pod) as given (a BOOKMARK changes nothing), or (pod name, status) applied to the pod held."""
+        with self.lock:
+            if first == "BOOKMARK":
+                return first, copy.deepcopy(second)
+            if first in ("ADDED", "MODIFIED", "DELETED"):
+                if first == "DELETED":
+                    self.pods.pop(second["metadata"]["name"], None)
+                else:
+                    self.pods[second["metadata"]["name"]] = copy.deepcopy(second)
+                return first, copy.deepcopy(second)
+            pod = self.pods[first]
+            pod["status"] = second
+            if any(c["type"] == "PodScheduled" and c["status"] == "True" for c in second.get("conditions", ())):
+                pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
+            return "MODIFIED", copy.deepcopy(pod)
+
+    def send_cluster_pods(self, *changes: tuple[str, dict]) -> None:
+        """(event type, pod) events of pods outside the job's scripts (other tenants'),
+        delivered to the running watch of every namespace's pods as they are sent."""
+        for event_type, pod in changes:
+            with self.lock:
+                if event_type == "DELETED":
+                    self.pods.pop(pod["metadata"]["name"], None)
+                else:
+                    self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
+            self._cluster_pod_events.put((event_type, copy.deepcopy(pod)))
+
+    def send_events(self, *sent: dict) -> None:
+        """core/v1 Events recorded in the job's namespace, delivered to the running Event
+        watch as they are sent (and listed by the next list)."""
+        for event in sent:
+            with self.lock:
+                self.events.append(copy.deepcopy(event))
+            self._event_events.put(("ADDED", copy.deepcopy(event)))
+
+    def watch_events(
+        self, namespace: str, resource_version: str, timeout_s: float, **selectors: str
+    ) -> Iterator[tuple[str, dict]]:
+        # On the informer's own thread: it waits a little real time for what is sent and
+        # never moves a fake clock (the job's pod watch alone does).
+        try:
+            yield self._event_events.get(timeout=min(timeout_s, EVENT_WATCH_SPAN_S))
+        except queue.Empty:
+            return
+
+    def break_node_watch(self, error: BaseException) -> None:
+        """The running node watch ends with ``error`` (after the events sent before)."""
+        self._node_events.put(error)
+
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        return self._sent(self._node_events, timeout_s)
+
+    def watch_resource_quotas(
+        self, namespace: str, resource_version: str, timeout_s: float
+    ) -> Iterator[tuple[str, dict]]:
+        with self.lock:
+            self.quota_watches += 1
+        self._maybe_fail("watch_resource_quotas")
+        return self._sent(self._quota_events, timeout_s)
+
+    def _sent(self, events: queue.SimpleQueue, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """A watch of what is sent to ``events``, until ``timeout_s`` passes."""
+        ends_at = self.clock.monotonic() + timeout_s
+        while (left := ends_at - self.clock.monotonic()) > 0:
+            try:
+                # On a fake clock nothing else moves time: with no event sent, the watch
+                # waits out its time at once.
+                event = events.get(block=self.clock is REAL_CLOCK, timeout=left)
+            except queue.Empty:
+                self.clock.sleep(ends_at - self.clock.monotonic())
+                return
+            if isinstance(event, BaseException):
+                raise event
+            yield event
+
+    # -- the user's commands' own calls (cli.jobs.api.JobsKube) ---------------------------
+    def create(self, obj: dict, dry_run: bool = False) -> dict:
+        """A Pod or batch/v1 Job, as admission leaves it (``on_create``); AlreadyExists if the name is taken."""
+        admitted = copy.deepcopy(obj)
+        for mutate in self.on_create:
+            mutate(admitted)
+        with self.lock:
+            if obj["metadata"]["name"] in self._store(obj["kind"]):
+                raise errors.AlreadyExists(f"{obj['kind']} {obj['metadata']['name']} already exists")
+            (self.dry_runs if dry_run else self.created).append(copy.deepcopy(obj))
+            if not dry_run:
+                self._store(obj["kind"])[obj["metadata"]["name"]] = admitted
+                self._act("create", obj["kind"], obj["metadata"]["name"])
+        return copy.deepcopy(admitted)
+
+    def get_batch_job(self, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self.batch_jobs.get(name))
+
+    def list_batch_jobs(self, namespace: str | None, label_selector: str) -> list[dict]:
+        with self.lock:
+            return _selected(self.batch_jobs, label_selector)
+
+    def list_secrets(self, namespace: str, label_selector: str) -> list[dict]:
+        with self.lock:
+            return _selected(self.secrets, label_selector)
+
+    def delete_batch_job(self, namespace: str, name: str) -> bool:
+        """The Job goes, and with it its manager pod and what that owns (the garbage collector)."""
+        with self.lock:
+            if self.batch_jobs.pop(name, None) is None:
+                return False
+            self._act("delete", "Job", name)
+            for pod in _selected(self.pods, f"{names.job_selector(name)},{names.LABEL_ROLE}={names.ROLE_MANAGER}"):
+                del self.pods[pod["metadata"]["name"]]
+                self._delete_owned_by(pod["metadata"]["name"])
+            return True
+
+    def pod_log(self, namespace: str, pod: str, container: str, follow: bool) -> Iterator[str]:
+        yield from self.logs[(pod, container)].splitlines(keepends=True)
+
+    # -- leases ---------------------------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            return copy.deepcopy(self.lease)
+
+    def create_lease(self, lease: dict) -> dict:
+        with self.lock:
+            self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
+            self._act("create", "Lease", lease["metadata"]["name"])
+            return copy.deepcopy(self.lease)
+
+    def replace_lease(self, lease: dict) -> dict:
+        with self.lock:
+            version = int((self.lease or {}).get("metadata", {}).get("resourceVersion", "0")) + 1
+            self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
+            self._act("replace", "Lease", lease["metadata"]["name"])
+            return copy.deepcopy(self.lease)
+
+
+def _matches(pod: dict, label_selector: str = "", field_selector: str = "", **_: str) -> bool:
+    """The selectors the manager uses: label ``k=v`` and ``k in (a,b)`` terms; field
+    ``metadata.name!=x`` terms (any other field term selects every pod, as the lists'
+    phase selector is not what the fake tests)."""
+    labels = pod["metadata"].get("labels") or {}
+    for term in re.findall(r"[^,(]+(?:\([^)]*\))?", label_selector):
+        key, _, value = term.partition("=")
+        if " in (" in term:
+            key, _, values = term.partition(" in (")
+            if labels.get(key.strip()) not in values.rstrip(")").split(","):
+                return False
+        elif labels.get(key.strip()) != value:
+            return False
+    excluded = [term.split("!=", 1)[1] for term in field_selector.split(",") if term.startswith("metadata.name!=")]
+    return pod["metadata"]["name"] not in excluded
+
+
+def _selected(store: dict[str, dict], label_selector: str) -> list[dict]:
+    """Copies of the objects whose labels match ``label_selector``."""
+    return [copy.deepcopy(o) for o in store.values() if _matches(o, label_selector=label_selector)]
+
+
+def _merge(target: dict, patch: dict) -> None:
+    """A merge patch: maps merged key by key, anything else replaced, None removing."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _json_patch(target: dict, operations: list[dict]) -> None:
+    """The ``test`` and ``remove`` operations of RFC 6902, all or nothing, as the apiserver
+    applies them (a failed test is its 422 Invalid)."""
+    trial = copy.deepcopy(target)
+    for operation in operations:
+        *parents, last = [int(p) if p.isdigit() else p for p in operation["path"].strip("/").split("/")]
+        holder = trial
+        for part in parents:
+            holder = holder[part]
+        if operation["op"] == "test":
+            if holder[last] != operation["value"]:
+                raise errors.Invalid(f"the server rejected our request due to an error in our request: "
+                                     f"testing value {operation['path']} failed")
+        elif operation["op"] == "remove":
+            del holder[last]
+        else:
+            raise NotImplementedError(operation["op"])
+    target.clear()
+    target.update(trial)

@@ -1,0 +1,201 @@
+"""The API layer against misbehaving servers on 127.0.0.1, black-box, no cluster: every
+request times out, urllib3 never retries behind the project's own logged loop, and a
+watch whose connection stalls, or that ends with an error, goes on."""
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from distributetrain.core import errors, exitcodes
+from distributetrain.kube import waits
+from distributetrain.kube.connection import ApiTimeouts
+from harness.apiserver import FakeApiServer, RudeServer, kube_at, kubeconfig
+from harness.builders import pod
+from harness.polling import poll_until
+
+REPO = Path(__file__).resolve().parents[3]
+SHORT = ApiTimeouts(connect_s=1.0, read_s=0.5, retry_deadline_s=1.0, watch_chunk_s=1.0, watch_read_slack_s=0.5)
+JOB_LABELS = {"distributetrain.io/job": "j"}
+SELECTOR = "distributetrain.io/job=j"
+NOTICE_WITHIN_S = 10.0  # a worker lost mid-training, with the default timeouts
+
+# The manager against a dead apiserver, with short timeouts from the environment.
+MANAGER_ENV = {"DISTRIBUTETRAIN_API_CONNECT_S": "1", "DISTRIBUTETRAIN_API_READ_S": "1",
+               "DISTRIBUTETRAIN_API_RETRY_DEADLINE_S": "2"}
+# Pre-training gives up on its first call, then teardown on its own: two retry deadlines,
+# each plus one request's timeouts and a backoff; then Python's start and the Events flush.
+MANAGER_EXITS_WITHIN_S = 2 * (2 + 1 + 1 + 2) + 15
+HANG_S = 90  # the test's own hard limit: the old manager never exited at all
+
+
+def job_pods():
+    return [pod("j-chief", labels=JOB_LABELS), pod("j-worker-0", labels=JOB_LABELS)]
+
+
+def chief_finished():
+    return waits.chief_finished("j-chief", ["j-worker-0"])
+
+
+@pytest.mark.parametrize("behaviour", ["silent", "close"])
+def test_the_manager_exits_76_in_bounded_time_when_the_api_never_answers(tmp_path, behaviour):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "MANAGER_POD_", "DISTRIBUTETRAIN_"))}
+    with RudeServer(behaviour) as server:
+        argv = [sys.executable, "-m", "distributetrain", "pre-training",
+                "--kubeconfig", kubeconfig(tmp_path / "kubeconfig", server.url),
+                "--num-gpus", "1", "--image", "img:1", "--job-name", "hang", "--namespace", "ns"]
+        started = time.monotonic()
+        try:
+            result = subprocess.run(argv, cwd=REPO, env={**env, **MANAGER_ENV}, capture_output=True, text=True,
+                                    timeout=HANG_S)
+        except subprocess.TimeoutExpired as e:
+            pytest.fail(f"the manager hung: still running after {HANG_S}s\n{e.stderr}")
+        elapsed = time.monotonic() - started
+    assert result.returncode == exitcodes.API_ERROR, result.stderr
+    assert elapsed < MANAGER_EXITS_WITHIN_S, result.stderr
+    assert "cannot reach the Kubernetes API" in result.stderr
+    assert "failed (attempt 1), retrying in" in result.stderr
+
+
+@pytest.mark.parametrize("behaviour", ["silent", "close"])
+def test_each_attempt_is_one_connection_and_each_retry_one_log_line(caplog, behaviour):
+    caplog.set_level(logging.WARNING, logger="distributetrain.kube.client")
+    with RudeServer(behaviour) as server:
+        started = time.monotonic()
+        with pytest.raises(errors.TransientApiError):
+            kube_at(server.url, SHORT).get_pod("ns", "p")
+        elapsed = time.monotonic() - started
+    retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("read Pod [ns/p] failed")]
+    assert [line.split("(attempt ")[1].split(")")[0] for line in retries] == [
+        str(n) for n in range(1, len(retries) + 1)]
+    # urllib3's own retries would have opened 4 connections per attempt, unlogged.
+    assert server.accepted == len(retries) + 1 >= 2
+    assert elapsed < SHORT.retry_deadline_s + SHORT.connect_s + SHORT.read_s + 1
+
+
+def test_connections_have_tcp_keepalive():
+    with FakeApiServer(job_pods()) as server:
+        kube = kube_at(server.url, SHORT)
+        kube.list_all("pods", "ns")
+        pool_manager = kube.api_client.rest_client.pool_manager
+        (pool,) = [pool_manager.pools[key] for key in pool_manager.pools.keys()]
+        connection = pool.pool.get_nowait()  # the one just used and put back
+    assert connection.sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        assert connection.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 15
+
+
+def test_a_lost_worker_is_noticed_within_10s_when_the_watch_connection_stalls(caplog):
+    """The worst case, with the default timeouts: the watch connection goes silent right
+    after its headers, and the worker is deleted at once."""
+    caplog.set_level(logging.INFO, logger="distributetrain.kube.client")
+    deleted_at = []
+
+    def delete_when_watched(server):
+        poll_until(lambda: server.watch_requests, 30, "the job's pods watched", interval_s=0.01)
+        deleted_at.append(time.monotonic())
+        server.delete("j-worker-0")
+
+    with FakeApiServer(job_pods()) as server:
+        server.stall_watches = 1
+        threading.Thread(target=delete_when_watched, args=(server,), daemon=True).start()
+        outcome, _ = waits.watch_until(kube_at(server.url, ApiTimeouts()), "ns", SELECTOR, chief_finished(),
+                                       time.monotonic() + 30)
+        noticed_after = time.monotonic() - deleted_at[0]
+    assert outcome == waits.PodLost("j-worker-0", "was deleted")
+    assert noticed_after < NOTICE_WITHIN_S
+    # Resumed from the same version on a new connection, not relisted; one INFO line says so.
+    first, resumed = server.watch_requests
+    assert resumed["resourceVersion"] == first["resourceVersion"] and server.list_requests == 1
+    assert len(set(server.client_ports[1:])) == 2  # the stalled connection is dropped, not reused
+    (broke,) = [r.getMessage() for r in caplog.records if " broke " in r.getMessage()]
+    assert broke.startswith(f"watch of pods [ns] {SELECTOR} broke (")
+    assert broke.endswith(f"reconnecting from resourceVersion {first['resourceVersion']}")
+
+
+def test_an_idle_watch_is_renewed_by_short_requests_without_a_stall(caplog):
+    caplog.set_level(logging.DEBUG, logger="distributetrain.kube.client")
+    with FakeApiServer(job_pods()) as server:
+        started = time.monotonic()
+        events = list(kube_at(server.url, SHORT).watch_pods("ns", "3", 2.5, label_selector=SELECTOR))
+        elapsed = time.monotonic() - started
+    assert {kind for kind, _ in events} == {"BOOKMARK"}
+    assert len(server.watch_requests) >= 2
+    assert {query["timeoutSeconds"] for query in server.watch_requests} == {"1"}
+    assert len(set(server.client_ports)) == 1  # each renewal reuses the kept-alive connection
+    assert 2.5 <= elapsed < 2.5 + SHORT.watch_chunk_s + 1.5  # the last request may start just before 2.5 s
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "broke" in m]
+    assert messages.count(f"watching pods [ns] {SELECTOR} from resourceVersion 3") == len(server.watch_requests)
+
+
+@pytest.mark.parametrize("code", [410, 500])
+def test_a_watch_error_event_lists_again_and_the_job_goes_on(code):
+    with FakeApiServer(job_pods()) as server:
+        server.error_watches = [code]
+        threading.Timer(1.0, server.delete, ["j-worker-0"]).start()
+        outcome, _ = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
+                                       time.monotonic() + 10)
+    assert outcome == waits.PodLost("j-worker-0", "was deleted")
+    assert server.list_requests == 2
+
+
+class AnsweringServer:
+    """HTTP/1.1 on 127.0.0.1 answering every request with a small JSON object, like the
+    apiserver's answer to a delete or a patch; records which connection (client port)
+    each request came on."""
+
+    def __init__(self):
+        ports = self.client_ports = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the apiserver
+
+            def _answer(self):
+                ports.append(self.client_address[1])
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.dumps(pod("p")).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_DELETE = do_PATCH = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+
+    def __enter__(self) -> "AnsweringServer":
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_deletes_patches_and_reads_reuse_one_connection():
+    """A response left unread kept its connection from the pool: every delete and every
+    annotation opened a new connection (TCP and TLS), 57 of them in one 64-worker teardown."""
+    with AnsweringServer() as server:
+        kube = kube_at(server.url, SHORT)
+        for name in ("a", "b", "c"):
+            kube.delete("Pod", "ns", name)
+        kube.annotate_pod("ns", "manager", {"distributetrain.io/phase": "Running"})
+        kube.namespace_labels("ns")
+        kube.delete_all("Pod", "ns", ["d"])
+    assert len(server.client_ports) == 6
+    assert len(set(server.client_ports)) == 1

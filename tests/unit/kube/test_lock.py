@@ -1,0 +1,165 @@
+"""Placement lock against a fake apiserver: another holder's lease expires on the
+observer's own clock (never by comparing its renewTime with the local wall clock), a
+holder renews while it holds, and a holder that lost the lease finds out on exit."""
+
+import threading
+import time
+
+import pytest
+
+from distributetrain.core import errors, exitcodes
+from distributetrain.core.clock import FakeClock
+from distributetrain.kube.connection import ApiTimeouts
+from distributetrain.kube.lock import PlacementLock
+from harness.apiserver import FakeApiServer, kube_at
+
+NAMESPACE = "default"
+NAME = "distributetrain-placement"
+TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=1.0)
+SHORT_LEASE_S = 3  # renewed every second: slack for a loaded machine
+# Real seconds for a renewal the fake clock made due to be written (a fake clock's wait
+# notices the clock moved within FAKE_WAIT_POLL_S; a renewal is two local requests).
+STRAY_RENEWAL_S = 0.3
+
+
+@pytest.fixture
+def server():
+    with FakeApiServer() as fake:
+        yield fake
+
+
+def lock(server, holder="ns/b", timeout_s=5.0, **kwargs) -> PlacementLock:
+    return PlacementLock(kube_at(server.url, TIMEOUTS), NAMESPACE, holder, timeout_s, NAME, **kwargs)
+
+
+def held_by(server, holder: str, renew_time: str, duration_s: int = 30) -> None:
+    server.put_lease({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                      "metadata": {"name": NAME, "namespace": NAMESPACE},
+                      "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_s,
+                               "acquireTime": renew_time, "renewTime": renew_time}})
+
+
+def holder(server) -> str | None:
+    return server.lease(NAMESPACE, NAME)["spec"].get("holderIdentity")
+
+
+# A holder's renewTime as its node's clock wrote it: long ago, or in the future (skew).
+@pytest.mark.parametrize("renew_time", ["2001-01-01T00:00:00.000000Z", "2099-01-01T00:00:00.000000Z"])
+def test_another_holders_lease_expires_a_full_duration_after_this_process_first_saw_it(server, renew_time):
+    held_by(server, "ns/a", renew_time)
+    clock = FakeClock()
+    contender = lock(server, clock=clock)
+    assert not contender._try_acquire()
+    clock.advance(29.9)
+    assert not contender._try_acquire()
+    clock.advance(0.2)
+    assert contender._try_acquire()
+    assert holder(server) == "ns/b"
+
+
+def test_any_change_to_the_lease_starts_the_observers_count_again(server):
+    held_by(server, "ns/a", "2001-01-01T00:00:00.000000Z")
+    clock = FakeClock()
+    contender = lock(server, clock=clock)
+    assert not contender._try_acquire()
+    clock.advance(20)
+    held_by(server, "ns/a", "2001-01-01T00:00:00.000000Z")  # renewed (same times: a skewed or stuck clock)
+    assert not contender._try_acquire()
+    clock.advance(29.9)
+    assert not contender._try_acquire()  # 49.9 s since first seen, but 29.9 s since the renewal was
+    clock.advance(0.2)
+    assert contender._try_acquire()
+
+
+def test_a_released_lease_is_taken_at_once(server):
+    held_by(server, None, "2099-01-01T00:00:00.000000Z")
+    assert lock(server, clock=FakeClock())._try_acquire()
+
+
+def test_a_holder_is_renewed_while_it_holds_and_not_taken_over(server):
+    contender_failed = threading.Event()
+
+    def contend():
+        try:
+            with lock(server, holder="ns/other", timeout_s=2 * SHORT_LEASE_S, duration_s=SHORT_LEASE_S):
+                pass
+        except errors.JobFailed:
+            contender_failed.set()
+
+    with lock(server, duration_s=SHORT_LEASE_S):
+        contender = threading.Thread(target=contend)
+        contender.start()
+        contender.join()  # it gave up: twice the holder's lease duration of trying
+        assert holder(server) == "ns/b"
+    assert contender_failed.is_set()
+    renewals = [w for w in server.lease_writes if w.get("holderIdentity") == "ns/b"][1:]
+    assert len(renewals) >= 3, server.lease_writes
+    assert [w["renewTime"] for w in renewals] == sorted(set(w["renewTime"] for w in renewals))
+    assert holder(server) is None  # released on exit
+
+
+def test_the_renewer_stops_on_exit(server):
+    clock = FakeClock()
+    with lock(server, duration_s=SHORT_LEASE_S, clock=clock):
+        pass
+    writes = len(server.lease_writes)
+    clock.advance(SHORT_LEASE_S * 2 / 3)  # two renewal intervals
+    time.sleep(STRAY_RENEWAL_S)
+    assert len(server.lease_writes) == writes
+    assert [t for t in threading.enumerate() if t.name == "lease-renewer"] == []
+
+
+def test_a_holder_whose_lease_was_taken_over_fails_on_exit_and_leaves_it(server):
+    clock = FakeClock()
+    with pytest.raises(errors.JobFailed) as failure:
+        with lock(server, duration_s=SHORT_LEASE_S, clock=clock):
+            held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")  # as an expired-lease takeover writes
+            clock.advance(SHORT_LEASE_S / 2)  # past a renewal: the renewer may read it first, and stop
+            time.sleep(STRAY_RENEWAL_S)
+    assert failure.value.exit_code == exitcodes.API_ERROR
+    assert "ns/other" in str(failure.value)
+    assert holder(server) == "ns/other"
+
+
+def test_the_sections_own_error_is_what_propagates_when_the_lease_was_also_lost(server):
+    with pytest.raises(ValueError):
+        with lock(server, duration_s=SHORT_LEASE_S):
+            held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")
+            raise ValueError("inventory failed")
+    assert holder(server) == "ns/other"
+
+
+def hold_lease(server, held_s: float) -> threading.Thread:
+    """Another manager takes the Lease, keeps it ``held_s`` (renewing it), then releases it."""
+    taken = threading.Event()
+
+    def hold():
+        with lock(server, holder="ns/a", duration_s=SHORT_LEASE_S):
+            taken.set()
+            time.sleep(held_s)
+
+    holder_thread = threading.Thread(target=hold)
+    holder_thread.start()
+    assert taken.wait(5)
+    return holder_thread
+
+
+def test_a_lease_busy_past_the_lock_timeout_is_tried_for_as_long_as_the_job_may_wait(server):
+    holder_thread = hold_lease(server, held_s=2.0)
+    started = time.monotonic()
+    # A lock timeout of 0.5 s stands for LOCK_TIMEOUT_S; the job may wait for GPUs 10 s more.
+    with lock(server, timeout_s=0.5, wait_until=started + 10):
+        assert holder(server) == "ns/b"
+    assert 1.5 < time.monotonic() - started < 10
+    holder_thread.join()
+
+
+def test_without_a_longer_wait_a_busy_lease_fails_at_the_lock_timeout(server):
+    holder_thread = hold_lease(server, held_s=2.0)
+    started = time.monotonic()
+    with pytest.raises(errors.JobFailed) as failure:
+        with lock(server, timeout_s=0.5, wait_until=started + 0.2):
+            pass
+    assert failure.value.exit_code == exitcodes.TIMED_OUT
+    assert time.monotonic() - started < 1.5
+    holder_thread.join()

@@ -1,0 +1,37 @@
+"""Pre-flight: bad input the cluster reveals is refused before anything is created."""
+
+import pytest
+
+from distributetrain.core import errors, exitcodes, validation
+from distributetrain.core.settings import JobSettings
+from distributetrain.manager import pretraining
+from harness.kube import FakeKube
+
+SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img:1",
+                       discovery_url="http://10.0.0.9:8470/hosts")
+
+
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_host_network_where_pod_security_forbids_it_is_bad_input_naming_the_level(level):
+    kube = FakeKube()
+    kube.namespaces["ml"] = {validation.POD_SECURITY_ENFORCE_LABEL: level}
+    with pytest.raises(errors.UsageError) as refused:
+        pretraining.preflight(kube, SETTINGS.replace(host_network=True))
+    assert refused.value.exit_code == exitcodes.USAGE
+    assert str(refused.value).startswith("--host-network: ") and repr(level) in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert kube.actions == []
+
+
+@pytest.mark.parametrize("labels", [{}, {validation.POD_SECURITY_ENFORCE_LABEL: "privileged"},
+                                    {"pod-security.kubernetes.io/warn": "restricted"}])
+def test_host_network_where_pod_security_allows_it_passes(labels):
+    kube = FakeKube()
+    kube.namespaces["ml"] = labels
+    pretraining.preflight(kube, SETTINGS.replace(host_network=True))
+
+
+def test_a_restricted_namespace_takes_a_job_on_the_pod_network():
+    kube = FakeKube()
+    kube.namespaces["ml"] = {validation.POD_SECURITY_ENFORCE_LABEL: "restricted"}
+    pretraining.preflight(kube, SETTINGS)

@@ -1,0 +1,246 @@
+"""A job with --queue on an in-memory API: its attempt created as one gated pod group,
+Queued until Kueue's gates go, then placed from the inventory at admission."""
+
+import re
+
+import pytest
+
+from distributetrain.core import inventory, names, placement, podgroup, podstate, topology
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import events
+from distributetrain.manager import lifecycle, queueing
+from distributetrain.manager.kinds import StaticJob
+from harness.builders import TIME_SLICED, ledger_of, node, sized_node, tenant
+from harness.events import FakeEventsApi
+from harness.kube import FakeKube
+from test_lifecycle_story import ended, free_port, running
+
+KUEUE_GATES = [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
+SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=3, image="reg/base:1", owner_uid="uid-1",
+                       queue="team-a", worker_ready_timeout_s=30.0,
+                       discovery_url=f"http://127.0.0.1:{free_port()}/hosts")
+
+
+def kueue(kube, timeout_s):
+    """Kueue, as far as these stories need it, at each pod watch: the pods of an evicted
+    workload go (it deleted them), a complete group waiting for admission is admitted;
+    otherwise the watch plays the story's next script."""
+    stopped = [name for name, pod in kube.pods.items() if podstate.evicted_by_kueue(pod)]
+    gated = sorted(name for name, pod in kube.pods.items() if not podgroup.is_admitted(pod))
+    if stopped:
+        for name in stopped:
+            yield kube.apply("DELETED", kube.pods[name])
+    elif gated:
+        for name in gated:
+            yield kube.apply(*admitted(kube, name))
+    else:
+        yield from kube.play_next_script(timeout_s)
+
+
+def kueue_gates(obj):
+    """Kueue's mutating webhook on a pod that names a queue."""
+    if obj["kind"] == "Pod" and podgroup.QUEUE_LABEL in obj["metadata"].get("labels", {}):
+        obj["spec"]["schedulingGates"] = obj["spec"].get("schedulingGates", []) + KUEUE_GATES
+
+
+def admitted(kube, name):
+    """The pod once Kueue admitted its group: Kueue's gates removed, the job's left."""
+    pod = kube.pods[name]
+    return "MODIFIED", pod | {"spec": pod["spec"] | {"schedulingGates": [{"name": podgroup.PLACEMENT_GATE}]}}
+
+
+@pytest.fixture
+def queued_story(monkeypatch, tmp_path):
+    api = FakeEventsApi()
+    monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
+    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)
+    kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)])
+    kube.on_create.append(kueue_gates)
+    kube.on_pod_watch = kueue
+    kube.custom[("localqueues", "ml", "team-a")] = {"spec": {"clusterQueue": "gpus"}}
+    kube.custom[("clusterqueues", None, "gpus")] = {"spec": {"resourceGroups": [{"flavors": [
+        {"name": "default", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}}
+    return kube, api
+
+
+def other_team_on(node_name, gpus):
+    return {"metadata": {"name": f"other-team-{node_name}", "uid": node_name, "labels": {}},
+            "spec": {"nodeName": node_name,
+                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
+    kube, api = queued_story
+    kube.pods["other-team-c"] = other_team_on("c", 4)  # the pods' shares: 2 and 1, on the GPUs free now
+
+    def meanwhile(kube, timeout_s):
+        # While queued, node c frees up and node a fills; then Kueue admits the group.
+        kube.on_pod_watch = kueue
+        del kube.pods["other-team-c"]
+        kube.pods["other-team-a"] = other_team_on("a", 2)
+        yield from kueue(kube, timeout_s)
+
+    kube.on_pod_watch = meanwhile
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    code = lifecycle.execute(kube, SETTINGS, "run")
+    assert code == 0, [e["note"] for e in api.created]
+    reasons = [e["reason"] for e in api.created]
+    assert reasons[:2] == ["Queued", "Planned"] and reasons[-1] == "Succeeded"
+    assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
+    # Placed at admission, from the inventory then: a is full, so the 2-GPU pod goes to c.
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=2,b=1"]
+    assert kube.annotation_history(names.ANNOTATION_PHASE)[0] == "Queued"
+    creates = [(verb, name) for verb, kind, name in kube.actions if kind == "Pod" and verb in ("create", "patch")]
+    assert creates == [("create", "demo-worker-0"), ("create", "demo-chief"),
+                       ("patch", "demo-worker-0"), ("patch", "demo-worker-0"),
+                       ("patch", "demo-chief"), ("patch", "demo-chief")]
+
+
+def test_at_admission_a_queued_job_s_shares_go_to_the_tightest_rack_that_holds_them(queued_story):
+    kube, api = queued_story
+    rack = "network.topology.kubernetes.io/rack"
+    for name, value in (("a", "r1"), ("b", "r2"), ("c", "r2")):
+        kube.nodes[name]["metadata"]["labels"][rack] = value
+    kube.pods["other-team-c"] = other_team_on("c", 4)  # the shares, 2 and 1, are planned on a and b
+
+    def meanwhile(kube, timeout_s):
+        kube.on_pod_watch = kueue
+        del kube.pods["other-team-c"]  # c frees up while queued: rack r2 (b, c) holds both pods now
+        yield from kueue(kube, timeout_s)
+
+    kube.on_pod_watch = meanwhile
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    code = lifecycle.execute(kube, SETTINGS.replace(topology=topology.parse(rack)), "run")
+    assert code == 0, [e["note"] for e in api.created]
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=2,b=1"]  # topology-blind: a=2,b=1
+    assert api.created[1]["note"] == "admitted by queue team-a; c=2,b=1 in rack r2 (the chief's share last)"
+    assert kube.annotation_history(names.ANNOTATION_DOMAINS) == ["rack r2"]
+
+
+def test_queued_pods_are_created_unpinned_and_placed_pinned(queued_story):
+    kube, _ = queued_story
+    kube.pods["other-team-c"] = other_team_on("c", 4)
+    snapshots = {}
+    create = kube.create_all_owned
+
+    def remember(objs):
+        created = create(objs)
+        snapshots.update({o["metadata"]["name"]: o for o in created})
+        return created
+
+    kube.create_all_owned = remember
+
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    assert lifecycle.execute(kube, SETTINGS, "run") == 0
+    first = snapshots["demo-worker-0"]
+    assert inventory.pinned_node(first["spec"]) is None
+    assert [g["name"] for g in first["spec"]["schedulingGates"]] == [podgroup.PLACEMENT_GATE, *(g["name"] for g in KUEUE_GATES)]
+    assert re.fullmatch(r"demo-r0-[0-9a-f]{4}", first["metadata"]["labels"][podgroup.GROUP_LABEL])
+
+
+@pytest.mark.parametrize("settings, flag, says", [
+    (SETTINGS.replace(queue="team-b"), "--queue", "no LocalQueue 'team-b' in namespace 'ml'"),
+    (SETTINGS.replace(num_gpus=5), "--num-gpus", "requested 5 GPUs but queue team-a's ClusterQueue gpus admits 4 at most"),
+])
+def test_a_queue_that_could_never_admit_the_job_is_bad_input_and_nothing_is_created(queued_story, settings, flag, says):
+    kube, api = queued_story
+    assert lifecycle.execute(kube, settings, "run") == 2
+    assert api.created[-1]["note"] == f"{flag}: {says} (exit code 2)"
+    assert kube.writes("create", "Pod") == [] and kube.writes("create", "Secret") == []
+
+
+PREEMPTED = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
+             "message": "Preempted to accommodate a workload (UID: u) due to prioritization in the ClusterQueue"}
+
+
+def preempted(kube, name):
+    """Kueue's stop of an evicted workload's pod: its condition, then the deletion."""
+    pod = kube.pods[name]
+    status = pod["status"] | {"conditions": [*pod["status"].get("conditions", []), PREEMPTED]}
+    return "MODIFIED", pod | {"status": status,
+                              "metadata": pod["metadata"] | {"deletionTimestamp": "2026-01-02T12:00:00Z"}}
+
+
+STARTED = [("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))]
+
+
+def test_a_preempted_job_without_restarts_ends_with_its_own_exit_code(queued_story):
+    kube, api = queued_story
+    kube.pods["other-team-c"] = other_team_on("c", 4)
+    kube.pod_watches = [STARTED, [lambda kube: preempted(kube, "demo-chief")]]
+    assert lifecycle.execute(kube, SETTINGS, "run") == 72
+    failed = api.created[-1]
+    assert failed["reason"] == "Failed" and "Kueue: Preempted to accommodate a workload" in failed["note"], failed
+    # Nothing of the job's is left but what Kueue is deleting.
+    assert {name for name, pod in kube.pods.items() if "deletionTimestamp" not in pod["metadata"]} == {"other-team-c"}
+
+
+def test_a_preempted_job_with_a_restart_goes_back_to_the_queue(queued_story, monkeypatch):
+    monkeypatch.setattr("distributetrain.core.restarts.RESTART_BACKOFF_S", 0.01)
+    kube, api = queued_story
+
+    # The first attempt: the chief alone on c; preempted while it trains.
+    kube.pod_watches = [[("demo-chief", running(ip="10.0.0.3"))], [lambda kube: preempted(kube, "demo-chief")],
+                        [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]]
+    assert lifecycle.execute(kube, SETTINGS.replace(max_restarts=1), "run") == 0
+    reasons = [e["reason"] for e in api.created]
+    assert reasons.count("Queued") == 2 and "Restarting" in reasons and reasons[-1] == "Succeeded", reasons
+    # Queued again as a new group, placed at its own admission.
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=3", "c=3"]
+
+
+def test_where_kueue_manages_every_pod_a_job_without_a_queue_is_refused_naming_the_flag(queued_story):
+    kube, api = queued_story
+
+    def kueue_manages_every_pod(obj):  # manageJobsWithoutQueueName, for this namespace
+        if obj["kind"] == "Pod":
+            obj["spec"]["schedulingGates"] = obj["spec"].get("schedulingGates", []) + KUEUE_GATES
+
+    kube.on_create = [kueue_manages_every_pod]
+    assert lifecycle.execute(kube, SETTINGS.replace(queue=""), "run") == 2
+    assert api.created[-1]["note"].startswith("--queue: Kueue manages every pod of namespace 'ml': name its LocalQueue")
+    assert kube.writes("create") == []
+
+
+def test_a_manager_restarted_while_queued_adopts_its_group_and_places_it_at_admission(queued_story):
+    kube, api = queued_story
+    kube.pods["other-team-c"] = other_team_on("c", 4)
+
+    def killed_while_queued(kube, timeout_s):
+        raise KeyboardInterrupt  # the manager's process ends while the group waits
+        yield
+
+    kube.on_pod_watch = killed_while_queued
+    with pytest.raises(KeyboardInterrupt):
+        lifecycle.execute(kube, SETTINGS, "pre-training")
+    group = {name: pod["metadata"]["labels"][podgroup.GROUP_LABEL] for name, pod in kube.pods.items()
+             if name.startswith("demo-")}
+    assert sorted(group) == ["demo-chief", "demo-worker-0"] and len(set(group.values())) == 1
+
+    # The manager again (its container restarted): the same group, admitted now, placed then.
+    kube.on_pod_watch = kueue
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    before = len(kube.writes("create", "Pod"))
+    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    assert len(kube.writes("create", "Pod")) == before, "the queued group was created again"
+    assert kube.pods["demo-chief"]["metadata"]["labels"][podgroup.GROUP_LABEL] == group["demo-chief"]
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["a=2,b=1"]
+
+
+
+def test_queued_shares_are_what_each_node_could_give_the_job_s_pods_once_the_queue_drains():
+    nodes = [sized_node("a", 4, cpu="4"), sized_node("b", 4), sized_node("s", 8, labels=TIME_SLICED)]
+    everything_taken = [tenant(name, gpus=gpus) for name, gpus in (("a", 4), ("b", 4), ("s", 8))]
+    ledger = ledger_of(nodes, everything_taken)
+    assert ledger.free() == {"a": 0, "b": 0, "s": 0}
+    # a's 4 CPUs hold a pod of 2 GPUs at 2 CPUs each; the time-sliced node one rank.
+    assert queueing.shares(ledger, 7, StaticJob()) == [4, 2, 1]
+    assert queueing.shares(ledger_of(nodes), 7, StaticJob()) == [4, 2, 1]
+    with pytest.raises(placement.InsufficientGPUs, match="requested 8 GPUs but only 7"):
+        queueing.shares(ledger, 8, StaticJob())

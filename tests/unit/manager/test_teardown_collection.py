@@ -1,0 +1,165 @@
+"""Teardown at the API server's pace (issue 36, item 3): the job's pods go in one
+deletecollection by the job's and this manager's labels, not one request each, with every
+guarantee of before: a finished chief kept when asked, another run's pods untouched, the
+Secret deleted, safe to run twice, one delete per pod where the Role lacks deletecollection."""
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from kubernetes import client
+
+from distributetrain.core import errors, names
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube.client import Kube
+from distributetrain.kube.connection import ApiTimeouts, make_api_client
+from distributetrain.manager.teardown import tear_down
+from harness.kube import FakeKube
+
+JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=3, image="reg/base:1", owner_uid="uid-1")
+SELECTOR = "distributetrain.io/job=demo,distributetrain.io/owner-uid=uid-1,distributetrain.io/role in (chief,worker)"
+RUNNING = {"phase": "Running"}
+SUCCEEDED = {"phase": "Succeeded"}
+
+
+def job_pod(name: str, role: str, status: dict = RUNNING, owner_uid: str = "uid-1") -> dict:
+    return {"metadata": {"name": name, "namespace": "ml", "labels": names.job_labels("demo", role, owner_uid)},
+            "spec": {"containers": [{"name": role}]}, "status": status}
+
+
+def secret(owner_uid: str = "uid-1") -> dict:
+    return {"metadata": {"name": "demo-ssh", "labels": names.job_labels("demo", "ssh", owner_uid)}}
+
+
+def a_finished_job(chief_status: dict = SUCCEEDED) -> FakeKube:
+    kube = FakeKube(pods=[job_pod("demo-worker-0", "worker"), job_pod("demo-worker-1", "worker"),
+                          job_pod("demo-chief", "chief", chief_status),
+                          # An earlier run of the same job name, another manager's: never touched.
+                          job_pod("demo-worker-0-r9", "worker", owner_uid="uid-0")])
+    kube.secrets["demo-ssh"] = secret()
+    return kube
+
+
+def test_the_pods_go_in_one_request_and_a_finished_chief_is_kept_when_asked():
+    kube = a_finished_job()
+    assert tear_down(kube, JOB, keep_chief=True) == ["pod/demo-worker-0", "pod/demo-worker-1", "secret/demo-ssh"]
+    assert kube.actions == [("deletecollection", "Pod", f"{SELECTOR} metadata.name!=demo-chief"),
+                            ("delete", "Secret", "demo-ssh")]
+    assert sorted(kube.pods) == ["demo-chief", "demo-worker-0-r9"]
+
+
+def test_a_chief_still_running_is_deleted_with_the_workers_even_when_kept():
+    kube = a_finished_job(chief_status=RUNNING)
+    assert tear_down(kube, JOB, keep_chief=True) == [
+        "pod/demo-chief", "pod/demo-worker-0", "pod/demo-worker-1", "secret/demo-ssh"]
+    assert kube.actions == [("deletecollection", "Pod", SELECTOR), ("delete", "Secret", "demo-ssh")]
+    assert sorted(kube.pods) == ["demo-worker-0-r9"]
+
+
+def test_twice_is_safe_and_the_second_time_writes_nothing():
+    kube = a_finished_job()
+    kube.pods_stay_terminating = True  # the first teardown's pods are still going
+    tear_down(kube, JOB, keep_chief=False)
+    first = list(kube.actions)
+    assert tear_down(kube, JOB, keep_chief=False) == []
+    assert kube.actions == first == [("deletecollection", "Pod", SELECTOR), ("delete", "Secret", "demo-ssh")]
+
+
+def test_another_runs_secret_is_left_alone():
+    kube = a_finished_job()
+    kube.secrets["demo-ssh"] = secret(owner_uid="uid-0")
+    assert tear_down(kube, JOB, keep_chief=False) == ["pod/demo-chief", "pod/demo-worker-0", "pod/demo-worker-1"]
+    assert kube.actions == [("deletecollection", "Pod", SELECTOR)]
+
+
+def test_a_role_without_deletecollection_gets_one_delete_per_pod_as_before(caplog):
+    kube = a_finished_job()
+    kube.failures["delete_pods"] = [errors.Forbidden(
+        'pods is forbidden: User "system:serviceaccount:ml:distributetrain" cannot deletecollection resource "pods"')]
+    with caplog.at_level(logging.WARNING):
+        deleted = tear_down(kube, JOB, keep_chief=True)
+    assert deleted == ["pod/demo-worker-0", "pod/demo-worker-1", "secret/demo-ssh"]
+    assert kube.actions == [("delete", "Pod", "demo-worker-0"), ("delete", "Pod", "demo-worker-1"),
+                            ("delete", "Secret", "demo-ssh")]
+    assert [r.getMessage() for r in caplog.records] == [
+        'job demo: deleting pods one by one (pods is forbidden: User "system:serviceaccount:ml:distributetrain" '
+        'cannot deletecollection resource "pods"; rbac/role.yaml grants pods deletecollection)']
+
+
+def test_other_errors_are_raised_not_hidden_by_the_fallback():
+    kube = a_finished_job()
+    kube.failures["delete_pods"] = [errors.ApiError("etcdserver: request timed out")]
+    with pytest.raises(errors.ApiError):
+        tear_down(kube, JOB, keep_chief=False)
+    assert kube.actions == []
+
+
+# -- the request itself, as the API server receives it ------------------------------------------
+
+class RecordingServer:
+    """Answers DELETE on a pod collection as the API server does (the deleted pods, as a
+    list), after the statuses in ``first`` (a 503 while it restarts, a 403 from RBAC)."""
+
+    def __init__(self, first: list[int] = ()):
+        self.requests: list[tuple[str, str, dict, dict]] = []  # method, path, query, body
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_DELETE(self):
+                url = urlparse(self.path)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                server.requests.append(("DELETE", url.path, {k: v[-1] for k, v in parse_qs(url.query).items()},
+                                        body))
+                code = first.pop(0) if first else 200
+                answer = {"kind": "PodList", "items": [{"metadata": {"name": name}} for name in
+                                                       ("demo-worker-1", "demo-worker-0")]} if code == 200 else {
+                    "kind": "Status", "code": code, "message": f"HTTP {code}"}
+                data = json.dumps(answer).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+
+    def __enter__(self) -> "RecordingServer":
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def kube_for(url: str) -> Kube:
+    configuration = client.Configuration()
+    configuration.host = url
+    timeouts = ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=2.0, watch_chunk_s=1.0, watch_read_slack_s=0.5)
+    return Kube(make_api_client(configuration, timeouts), timeouts)
+
+
+def test_one_deletecollection_by_label_and_field_selector_in_the_background_retried_while_the_server_restarts():
+    with RecordingServer(first=[503]) as server:
+        deleted = kube_for(server.url).delete_pods("ml", SELECTOR, "metadata.name!=demo-chief")
+    assert deleted == ["demo-worker-0", "demo-worker-1"]
+    request = ("DELETE", "/api/v1/namespaces/ml/pods", {"labelSelector": SELECTOR,
+                                                         "fieldSelector": "metadata.name!=demo-chief"},
+               {"propagationPolicy": "Background"})
+    assert server.requests == [request, request]  # the 503, then the answer
+
+
+def test_rbacs_refusal_of_deletecollection_is_forbidden_at_once():
+    with RecordingServer(first=[403]) as server, pytest.raises(errors.Forbidden):
+        kube_for(server.url).delete_pods("ml", SELECTOR)
+    assert [query for _, _, query, _ in server.requests] == [{"labelSelector": SELECTOR}]
