@@ -66,6 +66,7 @@ class FakeKube(KubeApi):
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
+        self.network_policies: dict[str, dict] = {}
         self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
         self.quotas: list[dict] = []  # the job namespace's ResourceQuotas
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
@@ -123,7 +124,7 @@ class FakeKube(KubeApi):
                 if all((p["metadata"].get("labels") or {}).get(key) == value for key, value in terms)]
 
     def _store(self, kind: str) -> dict[str, dict]:
-        return self.pods if kind == "Pod" else self.secrets
+        return {"Pod": self.pods, "Secret": self.secrets, "NetworkPolicy": self.network_policies}[kind]
 
     # -- reads ----------------------------------------------------------------------------
     def list_pages(self, kind: str, namespace: str | None = None, **selectors: str) -> Iterator[tuple[list[dict], str]]:
@@ -220,7 +221,7 @@ class FakeKube(KubeApi):
     def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
         self._maybe_fail("patch_pod")
         with self.lock:
-            pod = self.pods[name]
+            pod = self.manager if name == self.manager["metadata"]["name"] else self.pods[name]
             if isinstance(patch, list):
                 _json_patch(pod, patch)
             else:

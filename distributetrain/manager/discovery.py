@@ -23,9 +23,11 @@ import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from distributetrain.core import names
+
 log = logging.getLogger(__name__)
 
-DISCOVERY_PORT = 8470
+DISCOVERY_PORT = names.DISCOVERY_PORT
 HOSTS_PATH = "/hosts"
 
 
