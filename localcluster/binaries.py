@@ -48,6 +48,12 @@ def karpenter() -> Path:
     return _built(KARPENTER_BUILD_SCRIPT)
 
 
+def kube_router() -> Path:
+    """kube-router, the nodes' NetworkPolicy controller (``localcluster.networkpolicy``),
+    built from its Go module on first use."""
+    return _built(REPO_ROOT / "localcluster" / "kuberoutercontroller" / "build.sh")
+
+
 def _built(script: Path) -> Path:
     """What `script` builds (its last line of output), building it first if needed."""
     result = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True, check=False)
