@@ -50,7 +50,11 @@ def karpenter() -> Path:
 
 def kube_router() -> Path:
     """kube-router, the nodes' NetworkPolicy controller (``localcluster.networkpolicy``),
-    built from its Go module on first use."""
+    built from its Go module on first use; it writes its address sets with Debian's `ipset`."""
+    if shutil.which("ipset") is None:
+        log.info("installing ipset")
+        if subprocess.run([str(SYSTEM_DEPS_SCRIPT)], check=False).returncode != 0:
+            raise BuildError(f"{SYSTEM_DEPS_SCRIPT} failed; see its output above")
     return _built(REPO_ROOT / "localcluster" / "kuberoutercontroller" / "build.sh")
 
 
