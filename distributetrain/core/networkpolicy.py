@@ -60,7 +60,8 @@ def manager_policy(settings: JobSettings) -> dict:
         "spec": {
             "podSelector": {"matchLabels": manager_label(settings)},
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": _job_pods(settings)}], "ports": [{"protocol": "TCP", "port": names.DISCOVERY_PORT}]}],
+            "ingress": [{"from": [{"podSelector": _job_pods(settings)}],
+                         "ports": [{"protocol": "TCP", "port": names.DISCOVERY_PORT}]}],
         },
     }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from distributetrain.core import names, networkpolicy
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube
+from distributetrain.kube.client import Kube, owner_uids
 
 
 def isolate(kube: Kube, settings: JobSettings) -> None:
@@ -18,6 +18,14 @@ def isolate(kube: Kube, settings: JobSettings) -> None:
     kube.create_all_owned(policies)
 
 
-def policy_names(settings: JobSettings) -> list[str]:
-    """The names of the NetworkPolicies the job creates (what teardown deletes)."""
-    return [policy["metadata"]["name"] for policy in networkpolicy.job_policies(settings)]
+def remove(kube: Kube, settings: JobSettings) -> list[str]:
+    """Delete the job's NetworkPolicies (at teardown); return what was deleted. An earlier
+    run's of the same name (another manager's UID) is left alone."""
+    deleted = []
+    for policy in networkpolicy.job_policies(settings):
+        name = policy["metadata"]["name"]
+        found = kube.read("NetworkPolicy", settings.namespace, name)
+        own = found is not None and (not settings.owner_uid or settings.owner_uid in owner_uids(found))
+        if own and kube.delete("NetworkPolicy", settings.namespace, name):
+            deleted.append(f"networkpolicy/{name}")
+    return deleted

@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 
 def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Delete the job's workers, chief, Secret and NetworkPolicies; return what was deleted.
+    """Delete the job's workers, Secret, chief and NetworkPolicies; return what was deleted.
 
     ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
     left: each lost attempt is torn down whole); a chief still running (its manager died
@@ -33,17 +33,15 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
             continue
         doomed.append(name)
     deleted = [f"pod/{name}" for name in kube.delete_all("Pod", namespace, sorted(doomed))]
-    for kind, name in [("Secret", names.secret_name(job)), *(("NetworkPolicy", policy)
-                                                             for policy in isolation.policy_names(settings))]:
-        if _is_own(kube, settings, kind, name) and kube.delete(kind, namespace, name):
-            deleted.append(f"{kind.lower()}/{name}")
-    return deleted
+    if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
+        deleted.append(f"secret/{names.secret_name(job)}")
+    return deleted + isolation.remove(kube, settings)
 
 
-def _is_own(kube: Kube, settings: JobSettings, kind: str, name: str) -> bool:
-    """The job's object exists and is this manager's (an earlier run's of the same name is not)."""
-    obj = kube.read(kind, settings.namespace, name)
-    return obj is not None and (not settings.owner_uid or settings.owner_uid in owner_uids(obj))
+def _is_own_secret(kube: Kube, settings: JobSettings) -> bool:
+    """The job's Secret exists and is this manager's (an earlier run's of the same name is not)."""
+    secret = kube.read("Secret", settings.namespace, names.secret_name(settings.job_name))
+    return secret is not None and (not settings.owner_uid or settings.owner_uid in owner_uids(secret))
 
 
 def delete_because(kube: Kube, namespace: str, name: str, cause: str) -> bool:
