@@ -6,8 +6,8 @@ runs in the node's netns and cgroup like its other daemons, with only its firewa
 (no routing, no service proxy: kube-proxy serves Services). It writes iptables rules and
 ipsets in that netns, with the `iptables` kube-proxy uses (nf_tables here). Pods sit
 behind the node's `cni0` bridge: traffic between two pods of one node is bridged, and
-reaches iptables through br_netfilter (`bridge-nf-call-iptables`, 1 in every netns of
-this machine); traffic from another node is routed through the node's FORWARD chain.
+reaches iptables through br_netfilter (`bridge-nf-call-iptables`, set to 1 in the node's
+netns); traffic from another node is routed through the node's FORWARD chain.
 Rejected connections are refused (REJECT), not left to time out.
 
 Stopping a node kills kube-router with the rest of the node's cgroup, and removing its
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -37,6 +38,8 @@ DAEMON = "kube-router"
 SYNCED = b"sync iptables took"
 SYNC_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
+SYSCTL_TIMEOUT_S = 30.0
+BRIDGED_TO_IPTABLES = "net.bridge.bridge-nf-call-iptables=1"
 
 
 def command(binary: Path, kubeconfig_file: Path, node_name: str) -> list[str]:
@@ -58,6 +61,9 @@ def start(node: RealNode, binary: Path) -> None:
     pki = certs.Pki(node.layout.pki)
     kubeconfig_file = node.paths.root / f"{DAEMON}.kubeconfig"
     kubeconfig.write(kubeconfig_file, kubeconfig.render(pki, certs.ADMIN, f"https://{netsetup.HOST_IP}:{APISERVER_PORT}"))
+    # Bridged traffic (two pods of one node) reaches iptables only so; 1 by default here, but per netns.
+    subprocess.run(["ip", "netns", "exec", node.spec.netns, "sysctl", "-q", "-w", BRIDGED_TO_IPTABLES],
+                   check=True, capture_output=True, timeout=SYSCTL_TIMEOUT_S)
     argv = command(binary, kubeconfig_file, node.spec.name)
     log_file = node.log_file(DAEMON)
     offset = log_file.stat().st_size if log_file.exists() else 0
