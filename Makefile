@@ -17,7 +17,7 @@ setup-kueue:
 	bash scripts/setup.sh kueue
 
 setup-all:
-	bash scripts/setup.sh kueue karpenter
+	bash scripts/setup.sh kueue karpenter kube-router
 
 demo: setup
 	$(PYTHON) scripts/demo.py

@@ -3,11 +3,11 @@
 # project venv (manager package and test tools), the images the local cluster runs (built
 # with podman from the project's Dockerfiles on local stand-ins for their upstream bases),
 # the upstream Kubernetes control plane and node components and the image registry
-# (built with Go). Optional parts are built only when named: `kueue`, `karpenter`
+# (built with Go). Optional parts are built only when named: `kueue`, `karpenter`, `kube-router`
 # (`make test` and `make demo-queue` name what they use; the demo needs neither, and
 # localcluster would build one on first use). The slow builds run side by side; each
 # step prints one line, its tools' output goes to $DT_CACHE/logs.
-# Usage: scripts/setup.sh [kueue] [karpenter]
+# Usage: scripts/setup.sh [kueue] [karpenter] [kube-router]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
@@ -26,7 +26,8 @@ for part in "$@"; do
   case "$part" in
     kueue) go_parts+=(kueuecontroller); names+=", Kueue" ;;
     karpenter) go_parts+=(karpentercontroller); names+=", Karpenter" ;;
-    *) echo "setup: unknown part '$part' (valid: kueue, karpenter)" >&2; exit 2 ;;
+    kube-router) go_parts+=(kuberoutercontroller); names+=", kube-router" ;;
+    *) echo "setup: unknown part '$part' (valid: kueue, karpenter, kube-router)" >&2; exit 2 ;;
   esac
 done
 

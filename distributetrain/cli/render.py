@@ -4,14 +4,15 @@ Free GPUs come from ``--nodes``; the manager's address is a placeholder (it exis
 once its pod runs) and the Secret shows placeholders instead of keys (each job's keys are
 made by the manager at submission and never printed). With ``--queue`` the pods are those
 the manager creates for Kueue (``core.podgroup``): unpinned, gated, in one pod group whose
-name ends in a random token per group, shown as a placeholder.
+name ends in a random token per group, shown as a placeholder. The NetworkPolicy of the
+job's pods is shown; the manager's own selects it by its UID, which exists only once it runs.
 """
 
 from __future__ import annotations
 
 import yaml
 
-from distributetrain.core import errors, manifests, placement, podgroup
+from distributetrain.core import errors, manifests, networkpolicy, placement, podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys, KeyPair
 from distributetrain.manager import booking, discovery
@@ -62,4 +63,5 @@ def render(settings: JobSettings, nodes: str) -> str:
         objects = podgroup.queued_attempt(settings, [share for _, share in plan], PLACEHOLDER_KEYS, 0, group)
     else:
         objects = manifests.job_objects(settings, plan, PLACEHOLDER_KEYS)
-    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    secret, *pods = objects  # the manager creates its NetworkPolicies after the Secret, before any pod
+    return yaml.dump_all([secret, *networkpolicy.job_policies(settings), *pods], Dumper=_Dumper, sort_keys=False, default_flow_style=False)

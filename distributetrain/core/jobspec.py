@@ -179,6 +179,8 @@ FIELDS: tuple[Field, ...] = (
           from_json=lambda levels: tuple(Level(**level) for level in levels)),
     Field("mesh_injection", "--mesh-injection", validation.boolean, lambda on: str(on).lower(), metavar="true|false",
           bare="true", help="let a service mesh (Istio, Linkerd) inject its sidecar into job pods"),
+    Field("network_policy", "--network-policy", validation.boolean, lambda on: str(on).lower(), metavar="true|false",
+          bare="true", help="NetworkPolicies by which only the job's own pods reach its pods, and they the manager"),
     # Set from the manager pod's environment (downward API) or after `--`: no flag.
     Field("manager_namespace"),
     Field("discovery_url"),

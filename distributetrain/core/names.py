@@ -15,6 +15,9 @@ LABEL_WORKER_INDEX = f"{DOMAIN}/worker-index"
 # left in another namespace (--namespace: no owner reference, no garbage collection),
 # carry the same job label, and must never be adopted, followed or counted as this job's.
 LABEL_OWNER_UID = f"{DOMAIN}/owner-uid"
+# On the manager pod, its own UID, set by the manager itself: what its NetworkPolicy selects
+# it by (its name is no label, and the job label of a Job's pod is the Job's name).
+LABEL_MANAGER_UID = f"{DOMAIN}/manager-uid"
 APP = "distributetrain"
 
 ROLE_WORKER = "worker"
@@ -64,6 +67,8 @@ ANNOTATION_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
 NEW_NODE = "(new node)"
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# The manager's port where the chief asks for its hosts (``manager.discovery``).
+DISCOVERY_PORT = 8470
 # The chief's SSH files: a fixed path, not ~/.ssh, since the job user's home is the image's
 # choice (the ssh wrapper names the config file there with -F).
 SSH_CLIENT_DIR = "/etc/distributetrain/ssh-client"
@@ -117,6 +122,14 @@ class Attempt:
 
 def secret_name(job: str) -> str:
     return f"{job}-ssh"
+
+
+def pods_policy_name(job: str) -> str:
+    return f"{job}-pods"
+
+
+def manager_policy_name(job: str) -> str:
+    return f"{job}-manager"
 
 
 def job_selector(job: str, owner_uid: str = "") -> str:

@@ -147,6 +147,10 @@ class JobSettings:
     # Gloo between pod IPs are not traffic a mesh carries, and a sidecar keeps the chief's
     # pod Running after training.
     mesh_injection: bool = False
+    # Isolate the job's network (``core.networkpolicy``): NetworkPolicies by which only the
+    # job's own pods reach its pods, and its pods the manager's discovery port. Off: the
+    # job's pods admit whatever the namespace's own policies admit.
+    network_policy: bool = True
     # GPUs of the nodes the cluster's autoscaler adds (--scale-up-node-gpus). With
     # --wait-for-gpus, what free GPUs cannot hold becomes Pending pods of this size at
     # most, one per new node, which make the cluster grow (``core.scaleup``). 0: the job

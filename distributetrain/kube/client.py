@@ -105,6 +105,7 @@ class Kube(KubeApi):
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
         self.requests = 0  # API requests made, for the benchmarks
         self._requests_lock = threading.Lock()
         self._unreachable_at = float("-inf")  # monotonic time the API last failed transiently
@@ -184,10 +185,16 @@ class Kube(KubeApi):
         return self.read("Pod", namespace, name)
 
     # -- writes ------------------------------------------------------------------------
+    def _typed(self, verb: str, kind: str) -> Callable:
+        """The typed client's ``verb`` ("create", "read", "delete") of a namespaced kind the job creates."""
+        api, resource = {"Pod": (self.core, "pod"), "Secret": (self.core, "secret"),
+                         "NetworkPolicy": (self.networking, "network_policy")}[kind]
+        return getattr(api, f"{verb}_namespaced_{resource}")
+
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
         """Create, or adopt the existing object if it has the same owner as ``obj``."""
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
-        create = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
+        create = self._typed("create", kind)
         extra = {"dry_run": "All"} if dry_run else {}
         try:
             created = self._call(
@@ -212,7 +219,7 @@ class Kube(KubeApi):
         return self._concurrently(self.create_owned, objs)
 
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
-        read = self.core.read_namespaced_pod if kind == "Pod" else self.core.read_namespaced_secret
+        read = self._typed("read", kind)
         try:
             return self._call(lambda: read_json(read(name, namespace, **REQUEST_OPTIONS)),
                               f"read {kind} [{namespace}/{name}]")
@@ -251,7 +258,7 @@ class Kube(KubeApi):
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
         """Delete in the background; True if it was there. 'Not found' is a state, not an error."""
-        delete = self.core.delete_namespaced_pod if kind == "Pod" else self.core.delete_namespaced_secret
+        delete = self._typed("delete", kind)
         body = client.V1DeleteOptions(grace_period_seconds=grace_period_s, propagation_policy="Background")
         try:
             self._call(lambda: drain(delete(name, namespace, body=body, **REQUEST_OPTIONS)),

@@ -23,9 +23,11 @@ import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from distributetrain.core import names
+
 log = logging.getLogger(__name__)
 
-DISCOVERY_PORT = 8470
+DISCOVERY_PORT = names.DISCOVERY_PORT
 HOSTS_PATH = "/hosts"
 # How often the server looks for a shutdown between requests: the manager waits this
 # long for it on every exit (socketserver's default, 0.5 s, showed in every phase).

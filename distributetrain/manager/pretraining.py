@@ -20,14 +20,14 @@ import contextlib
 import logging
 import time
 
-from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, podgroup, podstate, scaleup,
-                                  topology, validation)
+from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
+                                  podstate, scaleup, topology, validation)
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, newnodes, quotacheck
+from distributetrain.manager import booking, earlierruns, isolation, newnodes, quotacheck
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -65,7 +65,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
     probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
-    objects = manifests.job_objects(settings, probe_plan, keys)
+    objects = [*networkpolicy.job_policies(settings), *manifests.job_objects(settings, probe_plan, keys)]
     for obj in objects:
         try:
             admitted_as = kube.create_owned(obj, dry_run=True)
@@ -253,7 +253,7 @@ class PreTraining:
                      self.settings.num_gpus)
 
     def _create_pods(self, plan: Plan) -> None:
-        """The Secret, the workers and the chief, in one burst (all under the Lease)."""
+        """The Secret, the NetworkPolicies, the workers and the chief, in one burst (all under the Lease)."""
         settings = self.settings
         in_domains = f" in {self.domains}" if self.domains else ""
         self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
@@ -261,6 +261,7 @@ class PreTraining:
         self.reporter.planned(plan, self.domains)
         secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
         self.kube.create_owned(secret)
+        isolation.isolate(self.kube, settings)
         self.kube.create_all_owned(pods)
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(

@@ -7,12 +7,13 @@ import logging
 from distributetrain.core import errors, names, podstate
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube, owner_uids
+from distributetrain.manager import isolation
 
 log = logging.getLogger(__name__)
 
 
 def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Delete the job's workers, Secret and chief; return what was deleted.
+    """Delete the job's workers, Secret, chief and NetworkPolicies; return what was deleted.
 
     ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
     left: each lost attempt is torn down whole); a chief still running (its manager died
@@ -33,7 +34,7 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     deleted = [f"pod/{name}" for name in _delete_pods(kube, settings, doomed, kept)]
     if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
         deleted.append(f"secret/{names.secret_name(job)}")
-    return deleted
+    return deleted + isolation.remove(kube, settings)
 
 
 def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: list[str]) -> list[str]:

@@ -3,15 +3,16 @@
 # store), iproute2 (bridge, veths, netns), containerd with runc and the CNI
 # plugins (the nodes' container runtime), podman (the image builder),
 # mmdebstrap (the root filesystem of the python base stand-in), openssh-client
-# (the ssh-keygen the unit tests check the job's keys with) and shellcheck (the
-# tests lint every shell script). Idempotent. The cluster runs its own etcd under
+# (the ssh-keygen the unit tests check the job's keys with), shellcheck (the
+# tests lint every shell script) and ipset (kube-router, the nodes' NetworkPolicy
+# controller with `up --network-policy`, writes its address sets with it). Idempotent. The cluster runs its own etcd under
 # $DT_RUN and one containerd per node, so the packages' system services must never
 # be left running: service starts are denied during the install and any etcd the
 # package started anyway is stopped.
 set -euo pipefail
 
 PACKAGES=(etcd-server iproute2 podman runc containerd containernetworking-plugins mmdebstrap openssh-client
-          shellcheck)
+          shellcheck ipset)
 POLICY_RC_D=/usr/sbin/policy-rc.d
 
 missing=()

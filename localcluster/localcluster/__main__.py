@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from localcluster import nodeclaims
+from localcluster import binaries, networkpolicy, nodeclaims
 from localcluster.cluster import DEFAULT_GPU_RESOURCE, Cluster, ClusterError, ClusterStatus
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_SPEC_FORMAT, NodeAllocationError, parse_node_spec
@@ -52,6 +52,8 @@ def _up(args: argparse.Namespace) -> int:
         raise BadInput(f"--karpenter-boot-delay: must be seconds, 0 or more, got {args.karpenter_boot_delay:g}")
     cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=slow, kueue=args.kueue,
                          karpenter=args.karpenter, karpenter_boot_delay_s=args.karpenter_boot_delay)
+    if args.network_policy:
+        networkpolicy.enforce_everywhere(cluster.node_groups(), binaries.kube_router())
     print(f"cluster up in {time.monotonic() - started:.1f} s; export KUBECONFIG={cluster.kubeconfig}")
     return 0
 
@@ -152,6 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--karpenter", action="store_true",
                     help="run Karpenter too (its CRDs and controller, with a local cloud provider): a real node "
                          "per NodeClaim, for NodePools of KWOKNodeClass")
+    up.add_argument("--network-policy", action="store_true",
+                    help="enforce NetworkPolicies on every node up now (kube-router, built on first use); "
+                         "nodes added later by `up --nodes` too, when it is given again")
     up.add_argument("--karpenter-boot-delay", type=float, default=None, metavar="SECONDS", help=(
         "how long a Karpenter node takes to come up, for the default instance types (default "
         "120: a cloud GPU node's minutes; a NodeClass's nodeRegistrationDelay overrides it)"))

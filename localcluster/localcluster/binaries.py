@@ -22,6 +22,7 @@ BUILD_SCRIPT = CONTROLPLANE_SRC / "build.sh"
 REGISTRY_BUILD_SCRIPT = PROJECT_ROOT / "registryserver" / "build.sh"
 KUEUE_BUILD_SCRIPT = PROJECT_ROOT / "kueuecontroller" / "build.sh"
 KARPENTER_BUILD_SCRIPT = PROJECT_ROOT / "karpentercontroller" / "build.sh"
+KUBE_ROUTER_BUILD_SCRIPT = PROJECT_ROOT / "kuberoutercontroller" / "build.sh"
 SYSTEM_DEPS_SCRIPT = CONTROLPLANE_SRC / "install-system-deps.sh"
 # What real nodes need from Debian besides etcd: containerd and the CNI plugins.
 SYSTEM_PATHS = (Path("/usr/bin/etcd"), Path("/usr/bin/containerd"), Path("/usr/lib/cni/bridge"))
@@ -46,6 +47,16 @@ def karpenter() -> Path:
     """Karpenter's core with the local cloud provider, built from its Go module on first use
     (about 2 minutes once the control plane's build has filled the Go caches)."""
     return _built(KARPENTER_BUILD_SCRIPT)
+
+
+def kube_router() -> Path:
+    """kube-router, the nodes' NetworkPolicy controller (``localcluster.networkpolicy``),
+    built from its Go module on first use; it writes its address sets with Debian's `ipset`."""
+    if shutil.which("ipset") is None:
+        log.info("installing ipset")
+        if subprocess.run([str(SYSTEM_DEPS_SCRIPT)], check=False).returncode != 0:
+            raise BuildError(f"{SYSTEM_DEPS_SCRIPT} failed; see its output above")
+    return _built(KUBE_ROUTER_BUILD_SCRIPT)
 
 
 def _built(script: Path) -> Path:

@@ -63,6 +63,7 @@ class FakeKube(KubeApi):
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
+        self.network_policies: dict[str, dict] = {}
         self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
         self.quotas: list[dict] = []  # the job namespace's ResourceQuotas
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
@@ -135,7 +136,7 @@ class FakeKube(KubeApi):
         return [copy.deepcopy(p) for p in self.pods.values() if _matches(p, **selectors)]
 
     def _store(self, kind: str) -> dict[str, dict]:
-        return {"Pod": self.pods, "Job": self.batch_jobs}.get(kind, self.secrets)
+        return {"Pod": self.pods, "Job": self.batch_jobs, "NetworkPolicy": self.network_policies}.get(kind, self.secrets)
 
     def _is_manager(self, name: str) -> bool:
         return self.manager is not None and name == self.manager["metadata"]["name"]
@@ -269,7 +270,7 @@ class FakeKube(KubeApi):
     def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
         self._maybe_fail("patch_pod")
         with self.lock:
-            pod = self.pods[name]
+            pod = self.manager if name == self.manager["metadata"]["name"] else self.pods[name]
             if isinstance(patch, list):
                 _json_patch(pod, patch)
             else:

@@ -3,7 +3,7 @@
 import pytest
 
 from distributetrain.cli import main as cli, jobflags
-from distributetrain.core import errors
+from distributetrain.core import errors, networkpolicy
 
 BASE = ["render", "--nodes", "gpu-a=5,gpu-b=3,gpu-c=2", "--image", "reg/base:1", "--job-name", "demo"]
 
@@ -83,9 +83,9 @@ def test_render_prints_every_object(capsys):
     docs = list(yaml.safe_load_all(out))
     assert code == 0
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
-        ("Secret", "demo-ssh"), ("Pod", "demo-worker-0"), ("Pod", "demo-chief")]
-    assert docs[1]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "5", "memory": "40Gi"}
-    assert docs[2]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "8Gi"}
+        ("Secret", "demo-ssh"), ("NetworkPolicy", "demo-pods"), ("Pod", "demo-worker-0"), ("Pod", "demo-chief")]
+    assert docs[2]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "5", "memory": "40Gi"}
+    assert docs[3]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "8Gi"}
     assert "PRIVATE KEY" not in out
 
 
@@ -161,13 +161,14 @@ def test_render_queue_prints_the_pods_the_manager_queues(capsys):
     queued = {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/pod-group-name": group,
               "kueue.x-k8s.io/priority-class": "high"}
     counted = {"kueue.x-k8s.io/pod-group-total-count": "2", "kueue.x-k8s.io/retriable-in-group": "false"}
-    expected = [secret] + [
+    expected = [secret, *networkpolicy.job_policies(settings)] + [
         {**pod, "metadata": {**pod["metadata"], "labels": pod["metadata"]["labels"] | queued,
                              "annotations": pod["metadata"]["annotations"] | counted},
          "spec": {**pod["spec"], "schedulingGates": [{"name": "distributetrain.io/placement"}]}}
         for pod in pods]
     assert docs == expected
-    assert docs == podgroup.queued_attempt(settings, [5, 1], render.PLACEHOLDER_KEYS, 0, group)
+    secret, *pods = podgroup.queued_attempt(settings, [5, 1], render.PLACEHOLDER_KEYS, 0, group)
+    assert docs == [secret, networkpolicy.pods_policy(settings), *pods]
 
 
 def test_render_scale_up_prints_the_pods_for_new_nodes(capsys):
@@ -182,5 +183,5 @@ def test_render_scale_up_prints_the_pods_for_new_nodes(capsys):
     assert code == 0
     settings = jobflags.settings_from_args(cli.build_parser().parse_args(["render", *flags]), [])
     settings = settings.replace(discovery_url="http://<manager pod IP>:8470/hosts")
-    assert list(yaml.safe_load_all(out)) == manifests.job_objects(settings, [("(new node)", 8), ("gpu-a", 4)],
-                                                                  render.PLACEHOLDER_KEYS)
+    secret, *pods = manifests.job_objects(settings, [("(new node)", 8), ("gpu-a", 4)], render.PLACEHOLDER_KEYS)
+    assert list(yaml.safe_load_all(out)) == [secret, networkpolicy.pods_policy(settings), *pods]

@@ -140,6 +140,7 @@ def test_the_chief_holds_its_gpus_from_the_start(story):
     assert code == 0
     creates_and_watches = [(verb, kind, name) for verb, kind, name in kube.actions if verb in ("create", "watch")]
     assert creates_and_watches == [("create", "Lease", names.LOCK_LEASE_NAME), ("create", "Secret", "demo-ssh"),
+                                   ("create", "NetworkPolicy", "demo-pods"), ("create", "NetworkPolicy", "demo-manager"),
                                    ("create", "Pod", "demo-worker-0"), ("create", "Pod", "demo-chief"),
                                    ("watch", "Pod", ""), ("watch", "Pod", ""), ("watch", "Pod", "")]
 

@@ -35,3 +35,20 @@ def test_a_restricted_namespace_takes_a_job_on_the_pod_network():
     kube = FakeKube()
     kube.namespaces["ml"] = {validation.POD_SECURITY_ENFORCE_LABEL: "restricted"}
     pretraining.preflight(kube, SETTINGS)
+
+
+def test_a_manager_not_allowed_to_create_network_policies_stops_before_anything_exists():
+    """Isolation is a guarantee: without its RBAC rule the job exits 77, not unisolated."""
+    kube = FakeKube()
+    refusal = 'networkpolicies.networking.k8s.io is forbidden: User "system:serviceaccount:ml:m" cannot create resource'
+
+    def refuse_policies(obj: dict) -> None:
+        if obj["kind"] == "NetworkPolicy":
+            raise errors.Forbidden(refusal)
+
+    kube.on_create.append(refuse_policies)
+    with pytest.raises(errors.Forbidden) as refused:
+        pretraining.preflight(kube, SETTINGS)
+    assert refused.value.exit_code == exitcodes.PERMISSION_DENIED
+    assert kube.actions == []
+    pretraining.preflight(kube, SETTINGS.replace(network_policy=False))

@@ -1,0 +1,84 @@
+"""Pure builders of the job's NetworkPolicies (--network-policy): nothing but the job's own
+pods reaches its pods, and they reach their manager's discovery port.
+
+SSH, Gloo and Horovod's ports are chosen at run time, so the job's pods admit each other
+on every port. Ingress only: what the job's pods may reach (a dataset's bucket, a package
+index) is the user's business, which the manager cannot know, and an egress rule would
+have to admit DNS and the API server of every cluster besides. The kubelet's probes come
+from the node, which NetworkPolicy implementations admit. A pod on the node's network
+(--host-network) is beyond any NetworkPolicy: such a job gets none.
+"""
+
+from __future__ import annotations
+
+from distributetrain.core import manifests, names
+from distributetrain.core.settings import JobSettings
+
+API_VERSION = "networking.k8s.io/v1"
+ROLE_NETWORK_POLICY = "network-policy"
+
+
+def _job_pods(settings: JobSettings) -> dict:
+    """This run's pods of the job (never an earlier run's of the same name)."""
+    labels = {names.LABEL_JOB: settings.job_name}
+    if settings.owner_uid:
+        labels[names.LABEL_OWNER_UID] = settings.owner_uid
+    return {"matchLabels": labels}
+
+
+def _metadata(settings: JobSettings, name: str) -> dict:
+    """Owned by the manager pod like every object of the job (``manifests.owner_references``)."""
+    metadata = {"name": name, "namespace": settings.namespace,
+                "labels": names.job_labels(settings.job_name, ROLE_NETWORK_POLICY, settings.owner_uid)}
+    owners = manifests.owner_references(settings)
+    if owners:
+        metadata["ownerReferences"] = owners
+    return metadata
+
+
+def pods_policy(settings: JobSettings) -> dict:
+    """The job's pods admit the job's own pods alone, on every port."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(settings, names.pods_policy_name(settings.job_name)),
+        "spec": {
+            "podSelector": _job_pods(settings),
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": _job_pods(settings)}]}],
+        },
+    }
+
+
+def manager_policy(settings: JobSettings) -> dict:
+    """The manager pod admits the job's pods on its discovery port alone. It is selected by
+    the label with its UID it puts on itself (``manager_label``)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(settings, names.manager_policy_name(settings.job_name)),
+        "spec": {
+            "podSelector": {"matchLabels": manager_label(settings)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": _job_pods(settings)}],
+                         "ports": [{"protocol": "TCP", "port": names.DISCOVERY_PORT}]}],
+        },
+    }
+
+
+def manager_label(settings: JobSettings) -> dict[str, str]:
+    return {names.LABEL_MANAGER_UID: settings.owner_uid}
+
+
+def job_policies(settings: JobSettings) -> list[dict]:
+    """The job's NetworkPolicies, in creation order; none with --network-policy false or
+    --host-network. The manager's only where it runs in the job's namespace (and knows its
+    UID): elsewhere its Role does not cover it, and that namespace's own rules must admit
+    the chief."""
+    if not settings.network_policy or settings.host_network:
+        return []
+    policies = [pods_policy(settings)]
+    if settings.owns_objects:
+        policies.append(manager_policy(settings))
+    return policies
+
