@@ -37,7 +37,11 @@ else:
 with open(last + ".partial", "w") as partial:
     partial.write(workers)
 os.replace(last + ".partial", last)
-hosts = [(os.environ["DT_CHIEF_ADDRESS"], os.environ["DT_CHIEF_SLOTS"])]
+# Horovod tells the hosts that are this one by their IPv4 addresses alone (its
+# get_local_host_addresses): named by its IPv6 address, the chief would ssh to itself,
+# where no sshd runs. It is `localhost` then, which Horovod runs on without ssh.
+chief = os.environ["DT_CHIEF_ADDRESS"]
+hosts = [("localhost" if ":" in chief else chief, os.environ["DT_CHIEF_SLOTS"])]
 hosts += [line.rsplit(":", 1) for line in workers.splitlines() if line.strip()]
 with open("@SSH_HOSTS_CONFIG@.partial", "w") as config:
     config.writelines(f"Host {named(address)}\n  HostName {address}\n" for address, _ in hosts if ":" in address)
