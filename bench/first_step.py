@@ -12,7 +12,7 @@ interleaved, ``REPETITIONS`` each, after one unmeasured warm-up job (the first s
 fresh nodes reads the image from a cold disk):
 - warm: two GPU nodes of the benchmark's own running, the image on them;
 - from zero: no GPU node; Karpenter with a NodePool of ``gpu-1x`` instances (1 GPU) that
-  boot in ``BOOT_DELAY_S``; the job with ``--scale-up-node-gpus=1 --wait-for-gpus=5m``.
+  boot in ``BOOT_DELAY_S``; the job with ``--scale-up-node-gpus=1 --wait-for-gpus=4m``.
   The nodes start with the image (as nodes booted from a machine image that has it);
 - slow pull: the warm arm's nodes, which forget the image first; the local registry
   holds each node's pull for ``PULL_DELAY_S`` (localcluster/slowpulls.py), a stand-in
@@ -78,8 +78,8 @@ BOOT_DELAY_S = 30.0
 INSTANCE_TYPE = "gpu-1x"  # localcluster/karpenter.py: 1 GPU, 1 CPU, 4Gi
 POOL_GPU_LIMIT = 4  # two nodes for the job, and room for Karpenter's own slack
 KARPENTER_TAINT = "distributetrain.bench/karpenter"  # only the from-zero job tolerates the pool's nodes
-WAIT_FOR_GPUS = "5m"
-JOB_DEADLINE_S = 600  # a job that hangs fails instead of stalling the benchmark
+WAIT_FOR_GPUS = "4m"  # Karpenter's nodes take BOOT_DELAY_S and some 20 s more
+JOB_DEADLINE_S = 300  # a job that hangs fails instead of stalling the benchmark (the slowest takes ~2 min)
 POLL_S = 0.5
 NODES_GONE_TIMEOUT_S = 180.0
 FIRST_STEP = re.compile(r"\bepoch=1 loss=")
@@ -138,14 +138,16 @@ class ClusterSampler:
         selector = f"karpenter.sh/nodepool={self.pool}"
         while not self._stop.wait(POLL_S):
             try:
-                now = time.time()
-                for claim in custom.list_cluster_custom_object(karpenter.API_GROUP, karpenter.API_VERSION,
-                                                               "nodeclaims", label_selector=selector)["items"]:
+                now, claims = time.time(), custom.list_cluster_custom_object(
+                    karpenter.API_GROUP, karpenter.API_VERSION, "nodeclaims", label_selector=selector)["items"]
+                for claim in claims:
                     self.claims.setdefault(claim["metadata"]["name"], now)
-                for node in _items(core.list_node(label_selector=selector, _preload_content=False)):
+                now, nodes = time.time(), _items(core.list_node(label_selector=selector, _preload_content=False))
+                for node in nodes:
                     if testbed.is_ready(node):
                         self.nodes_ready.setdefault(node["metadata"]["name"], now)
-                for event in _items(core.list_namespaced_event(self.namespace, _preload_content=False)):
+                now, events = time.time(), _items(core.list_namespaced_event(self.namespace, _preload_content=False))
+                for event in events:
                     key = (event["involvedObject"].get("name", ""), event.get("reason", ""))
                     self.events.setdefault(key, (now, event.get("message", "")))
             except (client.ApiException, urllib3.exceptions.HTTPError, OSError):
@@ -274,7 +276,8 @@ def node_pool(name: str) -> dict:
                 },
             },
             "limits": {"nvidia.com/gpu": str(POOL_GPU_LIMIT)},
-            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10s"},
+            # The benchmark deletes the job's nodes itself (release_nodes): none may go mid-start.
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
         },
     }
 
@@ -378,6 +381,7 @@ def table(summary: dict) -> str:
     rows = [[part] + [cell(summary[arm][part]) for arm in arms] for part in startparts.PARTS]
     rows.append(["**submission -> first step**"] + [cell(summary[arm]["total_s"]) for arm in arms])
     rows.append(["**of which the manager's own**"] + [cell(summary[arm]["manager_s"]) for arm in arms])
+    rows.append(["runs"] + [str(summary[arm]["total_s"]["n"]) for arm in arms])
     return report.markdown_table(["part (s), median (max)"] + arms, rows)
 
 
@@ -399,6 +403,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def repetitions(bench: Bench, args: argparse.Namespace, began: float) -> tuple[dict[str, list[dict]], list[dict]]:
+    """The measured runs; saved after each repetition, so a run cut short keeps what it measured."""
     runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     failures: list[dict] = []
     longest = 0.0
@@ -416,7 +421,21 @@ def repetitions(bench: Bench, args: argparse.Namespace, began: float) -> tuple[d
                 failures.append({"arm": arm, "job": job, "error": "".join(traceback.format_exception(failure))})
                 print(f"{arm}: {job} FAILED: {failures[-1]['error']}", flush=True)
         longest = max(longest, time.monotonic() - repetition_began)
+        save(args, runs, failures, time.monotonic() - began)
     return runs, failures
+
+
+def save(args: argparse.Namespace, runs: dict[str, list[dict]], failures: list[dict], duration_s: float) -> dict:
+    summary = summarise(runs)
+    if summary:
+        plot(summary, args.pull_delay, args.boot_delay, report.image_path(NAME))
+    report.write_results(NAME, {
+        "static_nodes": STATIC_NODES, "num_gpus": NUM_GPUS, "train_args": TRAIN_ARGS, "sizing": SIZING,
+        "pull_delay_s": args.pull_delay, "boot_delay_s": args.boot_delay, "instance_type": INSTANCE_TYPE,
+        "repetitions": args.repetitions, "duration_s": duration_s, "summary": summary, "runs": runs,
+        "failures": failures,
+    })
+    return summary
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -439,15 +458,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"warm-up FAILED: {failure}", flush=True)
             runs, failures = repetitions(bench, args, began)
     duration_s = time.monotonic() - began
-    summary = summarise(runs)
-    if summary:
-        plot(summary, args.pull_delay, args.boot_delay, report.image_path(NAME))
-    report.write_results(NAME, {
-        "static_nodes": STATIC_NODES, "num_gpus": NUM_GPUS, "train_args": TRAIN_ARGS, "sizing": SIZING,
-        "pull_delay_s": args.pull_delay, "boot_delay_s": args.boot_delay, "instance_type": INSTANCE_TYPE,
-        "repetitions": args.repetitions, "duration_s": duration_s, "summary": summary, "runs": runs,
-        "failures": failures,
-    })
+    summary = save(args, runs, failures, duration_s)
     print(table(summary))
     print(f"{sum(len(r) for r in runs.values())} runs, {len(failures)} failed, in {duration_s:.0f} s")
 
