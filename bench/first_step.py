@@ -73,8 +73,8 @@ TRAIN_ARGS = ("--samples=512", "--epochs=1")  # 512 / 2 ranks / batch 64: 4 step
 SIZING = ("--cpu-per-gpu=250m", "--memory-per-gpu=2Gi")
 IMAGE = "distributetrain/base:0.1.0"
 REPETITIONS = 3
-PULL_DELAY_S = 45.0
-BOOT_DELAY_S = 30.0
+PULL_DELAY_S = 60.0
+BOOT_DELAY_S = 45.0
 INSTANCE_TYPE = "gpu-1x"  # localcluster/karpenter.py: 1 GPU, 1 CPU, 4Gi
 POOL_GPU_LIMIT = 4  # two nodes for the job, and room for Karpenter's own slack
 KARPENTER_TAINT = "distributetrain.bench/karpenter"  # only the from-zero job tolerates the pool's nodes
