@@ -83,6 +83,7 @@ JOB_DEADLINE_S = 300  # a job that hangs fails instead of stalling the benchmark
 POLL_S = 0.5
 NODES_GONE_TIMEOUT_S = 180.0
 FIRST_STEP = re.compile(r"\bepoch=1 loss=")
+HOROVODRUN = re.compile(r"^distributetrain: horovodrun ")  # the chief has its hosts and checked SSH
 WARM, FROM_ZERO, SLOW_PULL = "warm", "from zero", "slow pull"
 ARMS = (WARM, FROM_ZERO, SLOW_PULL)
 SLUGS = {WARM: "warm", FROM_ZERO: "zero", SLOW_PULL: "slow"}
@@ -208,6 +209,7 @@ def measured_job(bench: Bench, arm: str, job: str) -> dict:
     bound = [timeline.pods[pod].bound for pod in pods if pod in timeline.pods and timeline.pods[pod].bound]
     instants = {key: value for key, value in vars(marks).items() if isinstance(value, float)}
     instants["last pod bound"] = max(bound, default=None)
+    instants["horovodrun"] = startparts.first_line_time(chief_log, HOROVODRUN)
     return {
         "job": job, "parts": parts, "total_s": marks.first_step - marks.submitted,
         "instants_s": {key: round(value - submitted, 3) for key, value in instants.items() if value is not None},
