@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 PURE=(placement_quality planning_time)
-CLUSTER=(control_plane end_to_end inventory_scale waiting_managers queueing)
+CLUSTER=(control_plane end_to_end inventory_scale waiting_managers queueing first_step)
 for name in "${@:-${PURE[@]} ${CLUSTER[@]}}"; do
     echo "== bench/$name.py"
     if [[ " ${CLUSTER[*]} " == *" $name "* ]]; then

@@ -171,6 +171,8 @@ class PodTimes:
     """When the API server reported each step of one pod (``time.time()`` of receipt)."""
 
     added: float | None = None
+    bound: float | None = None  # given its node (spec.nodeName)
+    running: float | None = None  # phase Running: its containers started
     ready: float | None = None
     finished: float | None = None
     phase: str = ""
@@ -245,6 +247,10 @@ class PodTimeline:
             times = self.pods.setdefault(pod["metadata"]["name"], PodTimes())
             if times.added is None:
                 times.added = now
+            if times.bound is None and (pod.get("spec") or {}).get("nodeName"):
+                times.bound = now
+            if times.running is None and (pod.get("status") or {}).get("phase") == "Running":
+                times.running = now
             if times.ready is None and is_ready(pod):
                 times.ready = now
             phase = (pod.get("status") or {}).get("phase", "")
