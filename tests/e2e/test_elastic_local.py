@@ -30,8 +30,10 @@ DISCOVERY_MOUNT = "/elastic"  # a host directory holding the discovery script an
 DISCOVERY_SCRIPT = "discover-hosts.sh"
 HOSTS_FILE = "hosts"
 # Enough epochs that the job is still training when the test has shrunk and grown it;
-# few images, so each epoch takes well under a second.
-EPOCHS = 30
+# few images, so each epoch takes well under a second. With 30 the joining rank's
+# TensorFlow import on 2 busy cores (the whole suite running) outlasted the epochs left:
+# it grew at the last one, and no epoch followed (two full runs in a row).
+EPOCHS = 60
 TRAIN_ARGS = ("--samples", "512", "--epochs", str(EPOCHS))
 # How long horovodrun waits for enough hosts after a change before failing the job
 # (Horovod's default is 600 s): a broken test fails in a minute, not ten.
