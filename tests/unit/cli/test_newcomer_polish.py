@@ -12,6 +12,7 @@ from distributetrain.cli.jobs import commands, connection, follow, manager_spec
 from distributetrain.core import errors
 from harness.builders import node
 from harness.kube import FakeKube
+from harness.streams import TextSink
 
 SUBMIT = ["submit", "--image", "img", "--name", "demo", "--namespace", "ml"]
 CREATED = "2026-01-02T11:55:00Z"
@@ -46,19 +47,6 @@ class CliKube(FakeKube):
     def pod_log(self, namespace, pod, container, follow):
         yield from self.chief_output.splitlines(keepends=True)
         self.after_output(self)
-
-
-class OneStream:
-    """stdout and stderr as one: what the user's terminal shows, in order."""
-
-    def __init__(self):
-        self.text = ""
-
-    def write(self, text):
-        self.text += text
-
-    def flush(self):
-        pass
 
 
 def manager(phase="Running", annotations=None, exit_code=None):
@@ -96,7 +84,7 @@ def test_follow_never_says_training_once_the_training_output_ended():
         [("demo-chief", {"phase": "Succeeded"}), ("DELETED", worker),
          ("MODIFIED", manager(phase="Succeeded", annotations=TRAINED, exit_code=0))],
     ]
-    code = follow.Follower(kube, "ml", "demo", terminal := OneStream(), terminal).run()
+    code = follow.Follower(kube, "ml", "demo", terminal := TextSink(), terminal).run()
     assert code == 0
     assert terminal.text.splitlines() == [
         "demo: manager pod demo: Running",
