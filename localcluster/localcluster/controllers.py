@@ -36,17 +36,29 @@ def with_version(obj: dict, resource_version: str) -> dict:
     return {**obj, "metadata": {**obj["metadata"], "resourceVersion": resource_version}}
 
 
+REPLACE_ATTEMPTS = 5  # a CRD's status moves on while it is established: its version with it
+
+
 def create_or_replace(create: Callable[[], object], replace: Callable[[str], object],
                       read: Callable[[], object]) -> None:
-    """``create``; if the object exists (409), ``replace`` it at the version ``read`` gives."""
+    """``create``; if the object exists (409), ``replace`` it at the version ``read`` gives,
+    read again while another writer changed it in between (409 Conflict, as client-go's
+    RetryOnConflict does)."""
     from kubernetes import client
 
     try:
         create()
+        return
     except client.ApiException as error:
         if error.status != 409:
             raise
-        replace(read().metadata.resource_version)
+    for attempt in range(1, REPLACE_ATTEMPTS + 1):
+        try:
+            replace(read().metadata.resource_version)
+            return
+        except client.ApiException as error:
+            if error.status != 409 or attempt == REPLACE_ATTEMPTS:
+                raise
 
 
 def all_have_condition(read: Callable[[str], object], names: Iterable[str], condition: str) -> bool:
