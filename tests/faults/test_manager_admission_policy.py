@@ -15,6 +15,7 @@ from distributetrain.cli.jobs import manager_spec
 from distributetrain.core import errors
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.calls import translate
+from harness.polling import poll_until
 from jobharness import REPO, SCRIPTS, job_args, manager_pod, node_pool, script_volume
 from projectrbac import POLICY
 
@@ -31,12 +32,25 @@ NOWHERE = {"distributetrain.test/nowhere": "true"}  # a manager that must stay P
 
 
 def as_tenant(api_client, namespace):
-    """A client acting as a user with the `edit` ClusterRole in the namespace: pods create."""
+    """A client acting as a user with the `edit` ClusterRole in the namespace: pods create.
+    Returned once RBAC grants it: the authorizer learns a new RoleBinding from its informer,
+    and until then RBAC, not the policy under test, refuses the tenant (seen in a full run)."""
     rbac = client.RbacAuthorizationV1Api(api_client)
     rbac.create_namespaced_role_binding(namespace, {
         "metadata": {"name": "tenant-edit"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]})
+    review = client.AuthorizationV1Api(api_client)
+
+    def granted(verb, resource, subresource=""):
+        spec = {"user": TENANT, "resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace,
+                                                       "subresource": subresource}}
+        return review.create_subject_access_review({"apiVersion": "authorization.k8s.io/v1",
+                                                    "kind": "SubjectAccessReview", "spec": spec}).status.allowed
+
+    poll_until(lambda: granted("create", "pods") and granted("create", "secrets")
+               and granted("create", "serviceaccounts", "token"),
+               POLICY_ACTIVE_TIMEOUT_S, f"RBAC granting {TENANT} the edit role in {namespace}")
     return client.CoreV1Api(client.ApiClient(api_client.configuration, header_name="Impersonate-User",
                                              header_value=TENANT))
 
