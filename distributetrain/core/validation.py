@@ -105,20 +105,19 @@ def absolute_path(text: str) -> str:
 
 
 def dns_label(text: str, max_length: int = 63) -> str:
-    if len(text) > max_length or not DNS1123_LABEL.fullmatch(text):
-        raise ValueError(
-            f"must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
-            f"with a letter or digit, at most {max_length} characters), got {text!r}"
-        )
-    return text
+    return _dns_name(text, DNS1123_LABEL, max_length, "label", "lowercase letters, digits and '-'")
 
 
 def dns_subdomain(text: str) -> str:
     """The name of most objects (a Secret, a PersistentVolumeClaim)."""
-    if len(text) > 253 or not DNS1123_SUBDOMAIN.fullmatch(text):
+    return _dns_name(text, DNS1123_SUBDOMAIN, 253, "subdomain", "lowercase letters, digits, '-' and '.'")
+
+
+def _dns_name(text: str, pattern: re.Pattern, max_length: int, kind: str, characters: str) -> str:
+    if len(text) > max_length or not pattern.fullmatch(text):
         raise ValueError(
-            f"must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending "
-            f"with a letter or digit, at most 253 characters), got {text!r}"
+            f"must be a DNS-1123 {kind} ({characters}, starting and ending with a letter or digit, "
+            f"at most {max_length} characters), got {text!r}"
         )
     return text
 
