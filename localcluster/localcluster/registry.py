@@ -17,6 +17,7 @@ import http.client
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import netsetup, slowpulls
@@ -75,39 +76,46 @@ MANIFEST_TYPES = ", ".join((
 ))
 
 
+@dataclass(frozen=True)
+class _Manifest:
+    """The registry's answer for a tag's manifest."""
+
+    digest: str | None  # its Docker-Content-Digest: the manifest's, in the form stored
+    body: bytes  # empty for a HEAD
+
+
 def digest_of(reference: str) -> str | None:
     """The manifest digest the registry holds for `reference` (as containerd names it:
     docker.io/distributetrain/base:0.1.0); None when it holds none or does not answer."""
-    repository, tag = split_reference(reference)
-    if tag is None:
-        return None
-    connection = http.client.HTTPConnection(REGISTRY_HOST, REGISTRY_PORT, timeout=PROBE_TIMEOUT_S)
-    try:
-        connection.request("HEAD", f"/v2/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES})
-        response = connection.getresponse()
-        response.read()
-        return response.getheader("Docker-Content-Digest") if response.status == 200 else None
-    except (OSError, http.client.HTTPException):
-        return None
-    finally:
-        connection.close()
+    manifest = _manifest("HEAD", reference)
+    return manifest.digest if manifest else None
 
 
 def config_digest_of(reference: str) -> str | None:
     """The digest of `reference`'s image config (the image's ID, as the CRI plugin names
     it: sha256:...); None when the registry holds no single-image manifest for it."""
+    manifest = _manifest("GET", reference)
+    if not manifest:
+        return None
+    try:
+        return (json.loads(manifest.body).get("config") or {}).get("digest")
+    except ValueError:
+        return None
+
+
+def _manifest(method: str, reference: str) -> _Manifest | None:
+    """The registry's answer to `method` on the manifest of `reference`'s tag; None for an
+    untagged reference, a tag it does not hold (any status but 200), or no answer."""
     repository, tag = split_reference(reference)
     if tag is None:
         return None
     connection = http.client.HTTPConnection(REGISTRY_HOST, REGISTRY_PORT, timeout=PROBE_TIMEOUT_S)
     try:
-        connection.request("GET", f"/v2/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES})
+        connection.request(method, f"/v2/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES})
         response = connection.getresponse()
         body = response.read()
-        if response.status != 200:
-            return None
-        return (json.loads(body).get("config") or {}).get("digest")
-    except (OSError, http.client.HTTPException, ValueError):
+        return _Manifest(response.getheader("Docker-Content-Digest"), body) if response.status == 200 else None
+    except (OSError, http.client.HTTPException):
         return None
     finally:
         connection.close()

@@ -1,6 +1,11 @@
-"""How the local registry names what containerd lists."""
+"""How the local registry names what containerd lists, and what it answers for a tag."""
 
 from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -23,3 +28,72 @@ def test_a_reference_splits_into_repository_and_tag(reference, expected):
 def test_containerd_names_podman_s_local_builds_as_docker_hub_s():
     assert registry.qualified("localhost/distributetrain/base:0.1.0") == "docker.io/distributetrain/base:0.1.0"
     assert registry.qualified("nvcr.io/nvidia/tensorflow:24.03-tf2-py3") == "nvcr.io/nvidia/tensorflow:24.03-tf2-py3"
+
+
+# What the fake registry holds: HEAD and GET of /v2/<repository>/manifests/<tag>.
+IMAGE_DIGEST = "sha256:" + "11" * 32
+CONFIG_DIGEST = "sha256:" + "22" * 32
+MANIFESTS = {
+    "/v2/team/image/manifests/v1": json.dumps({"config": {"digest": CONFIG_DIGEST}}).encode(),
+    "/v2/team/index/manifests/v1": json.dumps({"manifests": []}).encode(),  # a list: no config of its own
+    "/v2/team/broken/manifests/v1": b"not json",
+}
+
+
+@pytest.fixture
+def local_registry(monkeypatch):
+    """A registry on a free loopback port that answers the manifests above, and the
+    Accept header of every request it was sent, by method and path."""
+    asked = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self._answer(send_body=False)
+
+        def do_GET(self):
+            self._answer(send_body=True)
+
+        def _answer(self, send_body):
+            asked.append((self.command, self.path, self.headers["Accept"]))
+            body = MANIFESTS.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            if body is not None:
+                self.send_header("Docker-Content-Digest", IMAGE_DIGEST)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            if send_body and body:
+                self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer((registry.REGISTRY_HOST, 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    monkeypatch.setattr(registry, "REGISTRY_PORT", server.server_port)
+    yield asked
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_tag_s_digest_and_config_digest_are_the_registry_s_answer_to_any_manifest_form(local_registry):
+    assert registry.digest_of("team/image:v1") == IMAGE_DIGEST
+    assert registry.config_digest_of("team/image:v1") == CONFIG_DIGEST
+    assert local_registry == [("HEAD", "/v2/team/image/manifests/v1", registry.MANIFEST_TYPES),
+                              ("GET", "/v2/team/image/manifests/v1", registry.MANIFEST_TYPES)]
+
+
+def test_what_the_registry_does_not_hold_has_no_digest(local_registry):
+    assert [registry.digest_of("team/image:v2"), registry.config_digest_of("team/image:v2")] == [None, None]
+    # A manifest list has no config of its own, and a body that is not JSON none at all.
+    assert [registry.config_digest_of("team/index:v1"), registry.config_digest_of("team/broken:v1")] == [None, None]
+    # Nothing to ask for an untagged reference.
+    assert [registry.digest_of("team/image"), registry.config_digest_of("sha256:" + "cd" * 32)] == [None, None]
+    assert [path for _, path, _ in local_registry] == ["/v2/team/image/manifests/v2"] * 2 + [
+        "/v2/team/index/manifests/v1", "/v2/team/broken/manifests/v1"]
+
+
+def test_a_registry_that_does_not_answer_has_no_digest(local_registry, monkeypatch):
+    with socket.socket() as closed:  # a port nothing listens on once this is closed
+        closed.bind((registry.REGISTRY_HOST, 0))
+        monkeypatch.setattr(registry, "REGISTRY_PORT", closed.getsockname()[1])
+    assert [registry.digest_of("team/image:v1"), registry.config_digest_of("team/image:v1")] == [None, None]
