@@ -31,6 +31,19 @@ def ignore_gone(call: Callable[[], object]) -> None:
             raise
 
 
+def all_objects(custom, group: str, version: str, plural: str) -> list[dict]:
+    """Every object of a controller's kind (``custom`` a CustomObjectsApi), in every
+    namespace; none when the controller's CRDs were never installed (404)."""
+    from kubernetes import client
+
+    try:
+        return custom.list_cluster_custom_object(group, version, plural)["items"]
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+        return []
+
+
 def with_version(obj: dict, resource_version: str) -> dict:
     """``obj`` as a replace must send it: with the resourceVersion it replaces."""
     return {**obj, "metadata": {**obj["metadata"], "resourceVersion": resource_version}}

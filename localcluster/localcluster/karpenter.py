@@ -115,13 +115,7 @@ def release(api_client) -> list[str]:
 
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     released = []
-    try:
-        claims = custom.list_cluster_custom_object(API_GROUP, API_VERSION, "nodeclaims")["items"]
-    except client.ApiException as error:
-        if error.status != 404:  # Karpenter's CRDs were never installed
-            raise
-        claims = []
-    for claim in claims:
+    for claim in controllers.all_objects(custom, API_GROUP, API_VERSION, "nodeclaims"):
         name = claim["metadata"]["name"]
         controllers.ignore_gone(lambda: custom.delete_cluster_custom_object(API_GROUP, API_VERSION, "nodeclaims", name))
         if claim["metadata"].get("finalizers"):

@@ -286,13 +286,7 @@ def release_finalizers(api_client) -> list[str]:
             controllers.ignore_gone(lambda: core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                                            {"metadata": {"finalizers": kept or None}}))
             released.append(f"pod/{pod.metadata.namespace}/{pod.metadata.name}")
-    try:
-        listed = custom.list_cluster_custom_object(API_GROUP, API_VERSION, "workloads")["items"]
-    except client.ApiException as error:
-        if error.status != 404:  # Kueue's CRDs were never installed
-            raise
-        listed = []
-    for workload in listed:
+    for workload in controllers.all_objects(custom, API_GROUP, API_VERSION, "workloads"):
         metadata = workload["metadata"]
         kept = [f for f in metadata.get("finalizers") or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
         if len(kept) != len(metadata.get("finalizers") or ()):
