@@ -171,26 +171,35 @@ def _validity() -> tuple[datetime.datetime, datetime.datetime]:
 
 def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_COMMON_NAME)])
+    return (
+        _certificate(name, name, key.public_key(), ca=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def _certificate(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey,
+                 ca: bool) -> x509.CertificateBuilder:
+    """What every certificate of the PKI has: its names and key, a fresh serial, the validity,
+    and whether it is a CA, which alone signs certificates; the caller adds the rest and signs."""
     not_before, not_after = _validity()
     return (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(not_before)
         .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                digital_signature=True, key_cert_sign=ca, crl_sign=ca, content_commitment=False,
                 key_encipherment=False, data_encipherment=False, key_agreement=False,
                 encipher_only=False, decipher_only=False,
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
     )
 
 
@@ -219,24 +228,8 @@ def _issue(
     subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
     subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server_sans else ExtendedKeyUsageOID.CLIENT_AUTH
-    not_before, not_after = _validity()
     builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name(subject))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
-                content_commitment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        _certificate(x509.Name(subject), ca_cert.subject, key.public_key(), ca=False)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
