@@ -55,7 +55,7 @@ from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.inventory import node_not_ready
 from distributetrain.core.settings import NODE_LOST_TOLERATION_S, JobSettings
 from distributetrain.kube import events
-from distributetrain.kube.client import KubeApi
+from distributetrain.kube.api import KubeApi
 from distributetrain.kube.informer import Change, Informer
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import delete_because

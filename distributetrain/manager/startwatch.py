@@ -26,7 +26,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudget
 from distributetrain.core.startprogress import PodEvent, Stage, StageClocks
 from distributetrain.kube import waits
-from distributetrain.kube.client import KubeApi
+from distributetrain.kube.api import KubeApi
 from distributetrain.kube.informer import Informer, Satisfied
 from distributetrain.manager.reporting import PodWaits
 

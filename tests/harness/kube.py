@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 
 from distributetrain.core import errors, inventory, names
 from distributetrain.core.clock import REAL_CLOCK, Clock
-from distributetrain.kube.client import KubeApi
+from distributetrain.kube.api import KubeApi
 from harness.builders import MANAGER_POD, manager_pod
 
 DELETED_AT = "2026-01-02T12:00:00Z"

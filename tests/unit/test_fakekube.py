@@ -6,7 +6,8 @@ import pytest
 
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import names
-from distributetrain.kube.client import Kube, KubeApi
+from distributetrain.kube.api import KubeApi
+from distributetrain.kube.client import Kube
 from harness.kube import FakeKube
 
 API = sorted(name for name, member in vars(KubeApi).items() if inspect.isfunction(member) and not name.startswith("_"))
