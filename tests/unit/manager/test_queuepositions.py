@@ -9,10 +9,13 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.manager.queuepositions import QueuePositions, position_of
 from distributetrain.manager.reporting import Reporter
 from harness.kube import FakeKube
+from harness.polling import poll_until
 from test_reporting import FakeRecorder
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1", queue="team-a")
 POLL_S = 0.05
+WAIT_S = 5.0
+LOOK_S = POLL_S / 5  # several looks per poll: each change is seen soon after it is made
 
 
 def pending(*names):
@@ -32,24 +35,20 @@ def positions(kube):
     return [patch[record.names.ANNOTATION_QUEUE_POSITION] for _, patch in kube.annotated]
 
 
-def wait_for(condition, timeout_s=5.0):
-    give_up_at = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < give_up_at, "condition not met in time"
-        time.sleep(POLL_S / 5)
-
-
 def test_each_change_of_position_is_recorded_once_and_none_after_the_wait():
     kube = FakeKube()
     kube.pending = {("ml", "team-a"): pending("a", "b", "demo-r1-ab12")}
     with QueuePositions(kube, Reporter(kube, SETTINGS, FakeRecorder()), "demo-r1-ab12", poll_s=POLL_S):
-        wait_for(lambda: positions(kube) == ["3"])
+        poll_until(lambda: positions(kube) == ["3"], WAIT_S,
+                   lambda: f"positions ['3'] recorded, seen {positions(kube)}", LOOK_S)
         time.sleep(3 * POLL_S)
         assert positions(kube) == ["3"]  # unchanged: not written again
         kube.pending = {("ml", "team-a"): pending("b", "demo-r1-ab12")}
-        wait_for(lambda: positions(kube) == ["3", "2"])
+        poll_until(lambda: positions(kube) == ["3", "2"], WAIT_S,
+                   lambda: f"positions ['3', '2'] recorded, seen {positions(kube)}", LOOK_S)
         kube.pending = {("ml", "team-a"): pending("b")}  # admitted
-        wait_for(lambda: positions(kube) == ["3", "2", None])
+        poll_until(lambda: positions(kube) == ["3", "2", None], WAIT_S,
+                   lambda: f"positions ['3', '2', None] recorded, seen {positions(kube)}", LOOK_S)
     written = len(kube.annotated)
     time.sleep(3 * POLL_S)
     assert len(kube.annotated) == written  # nothing after the wait
@@ -63,9 +62,10 @@ def test_until_the_workload_is_pending_it_is_looked_for_sooner():
     real = kube.pending_workloads
     kube.pending_workloads = lambda *args: reads.append(time.monotonic()) or real(*args)
     with QueuePositions(kube, Reporter(kube, SETTINGS, FakeRecorder()), "demo-r1-ab12", poll_s=60, first_poll_s=POLL_S):
-        wait_for(lambda: len(reads) >= 3)
+        poll_until(lambda: len(reads) >= 3, WAIT_S, lambda: f"3 reads of the queue, seen {len(reads)}", LOOK_S)
         kube.pending = {("ml", "team-a"): pending("demo-r1-ab12")}
-        wait_for(lambda: positions(kube) == ["1"])
+        poll_until(lambda: positions(kube) == ["1"], WAIT_S,
+                   lambda: f"positions ['1'] recorded, seen {positions(kube)}", LOOK_S)
         known = len(reads)
         time.sleep(5 * POLL_S)
         assert len(reads) == known  # known now: the next look is a minute away
@@ -84,7 +84,8 @@ def test_a_forbidden_read_ends_the_polling_and_failed_reads_are_skipped():
     kube.failures["pending_workloads"] = [errors.TransientApiError("503"), errors.TransientApiError("timed out"),
                                           errors.Forbidden("cannot get localqueues/pendingworkloads")]
     with QueuePositions(kube, Reporter(kube, SETTINGS, FakeRecorder()), "demo-r1-ab12", poll_s=POLL_S):
-        wait_for(lambda: not kube.failures["pending_workloads"])
+        poll_until(lambda: not kube.failures["pending_workloads"], WAIT_S,
+                   lambda: f"every failing read made, left {kube.failures['pending_workloads']}", LOOK_S)
         time.sleep(5 * POLL_S)
     assert kube.annotated == []  # the two failed reads wrote nothing, and nothing was read after the denial
 
@@ -94,7 +95,8 @@ def test_a_position_not_recorded_is_recorded_at_the_next_poll():
     kube.pending = {("ml", "team-a"): pending("demo-r1-ab12")}
     kube.failures["annotate_pod"] = [errors.TransientApiError("apiserver restarting")]
     with QueuePositions(kube, Reporter(kube, SETTINGS, FakeRecorder()), "demo-r1-ab12", poll_s=POLL_S):
-        wait_for(lambda: positions(kube) == ["1"])
+        poll_until(lambda: positions(kube) == ["1"], WAIT_S,
+                   lambda: f"positions ['1'] recorded, seen {positions(kube)}", LOOK_S)
     assert JobRecord.of(kube.manager).queue_position == 1
 
 
