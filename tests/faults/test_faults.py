@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import inventory
+from harness.polling import poll_until
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -40,10 +41,8 @@ def job_objects(jobs, job) -> list[str]:
 
 
 def wait_nothing_left(jobs, job, timeout_s=60.0):
-    give_up_at = time.monotonic() + timeout_s
-    while (left := job_objects(jobs, job)) and time.monotonic() < give_up_at:
-        time.sleep(0.5)
-    assert left == [], f"left behind: {left}"
+    poll_until(lambda: not job_objects(jobs, job), timeout_s,
+               lambda: f"nothing of job {job} left; left behind: {job_objects(jobs, job)}")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from harness.polling import poll_until
 from jobharness import SCRIPTS, job_args, node_pool, release_ranks, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -31,10 +32,9 @@ def test_a_worker_whose_manager_is_gone_ends_once_its_chief_is_done(cluster, api
                                        script_args=("0", "hold")))
         jobs.wait_for("orphan", lambda p: (p["metadata"].get("annotations") or {}).get(
             "distributetrain.io/phase") == "Training", 120)
-        give_up_at = time.monotonic() + 60
-        while "rank=1" not in jobs.logs("orphan-chief"):  # both ranks train (one through the worker)
-            assert time.monotonic() < give_up_at, jobs.logs("orphan-chief")
-            time.sleep(0.5)
+        # Both ranks train (one through the worker).
+        poll_until(lambda: "rank=1" in jobs.logs("orphan-chief"), 60,
+                   lambda: f"rank=1 in orphan-chief's log, which is:\n{jobs.logs('orphan-chief')}")
         # Every process of the manager's container (manager.sh and the phase it runs).
         subprocess.run(["pkill", "-KILL", "-f", f"node-selector={pool.selector}"], check=True)
         assert jobs.exit_code("orphan", timeout_s=60) == 137

@@ -1,11 +1,10 @@
 """A namespace with a ResourceQuota or LimitRange: job pods declare cpu and memory, so
 they are admitted, and a refusal is reported as a quota problem (exit 73), not as RBAC (77)."""
 
-import time
-
 import pytest
 from kubernetes import client
 
+from harness.polling import poll_until
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -22,10 +21,8 @@ def create_quota(api_client, namespace: str, hard: dict) -> None:
         "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "compute"}, "spec": {"hard": hard}})
     # Until the quota controller has computed its usage, admission refuses every pod
     # ("status unknown for quota"): wait for it, as any namespace set up ahead of time would.
-    give_up_at = time.monotonic() + 30
-    while not (core.read_namespaced_resource_quota("compute", namespace).status.hard or {}):
-        assert time.monotonic() < give_up_at, "the ResourceQuota's status was never computed"
-        time.sleep(0.2)
+    poll_until(lambda: core.read_namespaced_resource_quota("compute", namespace).status.hard, 30,
+               "the ResourceQuota's status computed (status.hard set)", interval_s=0.2)
 
 
 def test_a_job_runs_in_a_namespace_whose_quota_requires_requests(cluster, api_client, namespace, jobs, tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from distributetrain.core import exitcodes
+from harness.polling import poll_until
 from jobharness import job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -40,10 +41,9 @@ def start_waiting_ranks(jobs, pool, claim: str) -> None:
     args = job_args(pool, claim, 2)
     args[args.index("--filename=/work/hello.py")] = "--filename=/work/graceful.py"
     jobs.submit("sig", args)
-    give_up_at = time.monotonic() + RANKS_WAITING_WITHIN_S
-    while not all(f"rank={rank} waiting" in jobs.log_tail("sig-chief") for rank in (0, 1)):
-        assert time.monotonic() < give_up_at, jobs.log_tail("sig")
-        time.sleep(0.5)
+    poll_until(lambda: all(f"rank={rank} waiting" in jobs.log_tail("sig-chief") for rank in (0, 1)),
+               RANKS_WAITING_WITHIN_S,
+               lambda: f"ranks 0 and 1 waiting in sig-chief's log; the manager's log:\n{jobs.log_tail('sig')}")
 
 
 def assert_sigterm(volume: Path, rank: int, deleted: str, deleted_at: float) -> None:
