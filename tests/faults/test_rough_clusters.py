@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client
 
 from distributetrain.core.placement import parse_plan
+from harness.polling import poll_until
 from jobharness import HOLD_UNTIL_RELEASED, REPO, SCRIPTS, job_args, more_nodes, node_pool, release_ranks, \
     script_volume
 from roughness import drain, other_tenants, uncordon
@@ -63,10 +64,8 @@ REFUSED_DRAIN_S = 5.0  # how long the drain of the manager's node keeps trying t
 
 def wait_training(jobs, job: str, ranks: int) -> None:
     """Until every rank of the job's first chief says it runs (its first line), holding."""
-    give_up_at = time.monotonic() + TRAINING_TIMEOUT_S
-    while not all(f"rank={r} size={ranks}" in jobs.log_tail(f"{job}-chief") for r in range(ranks)):
-        assert time.monotonic() < give_up_at, f"not training after {TRAINING_TIMEOUT_S}s:\n{jobs.log_tail(job)}"
-        time.sleep(0.5)
+    poll_until(lambda: all(f"rank={r} size={ranks}" in jobs.log_tail(f"{job}-chief") for r in range(ranks)),
+               TRAINING_TIMEOUT_S, lambda: f"{ranks} ranks of {job} training; the manager's log:\n{jobs.log_tail(job)}")
 
 
 def annotations(jobs, job: str) -> dict:
@@ -85,10 +84,7 @@ def wait_nothing_held(jobs, job: str, timeout_s: float = 60.0) -> None:
                 and pod["status"].get("phase") not in ("Succeeded", "Failed")]
         return pods + [f"secret/{s}" for s in jobs.secrets(f"{job}-")]
 
-    give_up_at = time.monotonic() + timeout_s
-    while (left := held()) and time.monotonic() < give_up_at:
-        time.sleep(0.5)
-    assert left == [], f"left behind: {left}"
+    poll_until(lambda: not held(), timeout_s, lambda: f"nothing of job {job} held; left behind: {held()}")
 
 
 def node_readiness(core: client.CoreV1Api, node: str) -> tuple[str, str, set[str]]:
@@ -97,15 +93,6 @@ def node_readiness(core: client.CoreV1Api, node: str) -> tuple[str, str, set[str
     ready = next(c for c in raw["status"]["conditions"] if c["type"] == "Ready")
     taints = {t["key"] for t in raw["spec"].get("taints") or () if t["effect"] == "NoExecute"}
     return ready["status"], ready.get("reason", ""), taints
-
-
-def read_until(read, timeout_s: float, what: str):
-    """``read()``'s first truthy answer within ``timeout_s``."""
-    give_up_at = time.monotonic() + timeout_s
-    while not (answer := read()):
-        assert time.monotonic() < give_up_at, f"{what} after {timeout_s}s"
-        time.sleep(POLL_S)
-    return answer
 
 
 def tenant_unschedulable(tenants, name: str) -> str:
@@ -179,8 +166,8 @@ def test_a_tenant_after_the_chiefs_gpus_during_a_slow_pull_stays_pending(cluster
             chief = jobs.wait_for("pull-chief", lambda p: bool(p["spec"].get("nodeName")), CHIEF_BOUND_TIMEOUT_S)
             assert chief["spec"]["nodeName"] == chief_node
             tenant = tenants.take(chief_node, 1)
-            pending = read_until(lambda: tenant_unschedulable(tenants, tenant), NODE_TIMEOUT_S,
-                                 f"tenant {tenant} not refused")
+            pending = poll_until(lambda: tenant_unschedulable(tenants, tenant), NODE_TIMEOUT_S,
+                                 f"tenant {tenant} refused by the scheduler", POLL_S)
             assert "Insufficient nvidia.com/gpu" in pending, pending
             # Refused while both pulls go on (bound, no container started yet), not after them.
             for pod in ("pull-worker-0", "pull-chief"):
@@ -281,8 +268,8 @@ def test_a_drain_of_the_managers_node_is_refused_by_the_managers_pdb(cluster, ap
         manager_node = jobs.pod("kept")["spec"]["nodeName"]
         assert manager_node == pool.node("m")
         # The disruption controller has counted the running manager: no eviction allowed.
-        read_until(lambda: counts_one_manager(policy, namespace, pdb["metadata"]["name"]), NODE_TIMEOUT_S,
-                   "the PDB did not count the manager")
+        poll_until(lambda: counts_one_manager(policy, namespace, pdb["metadata"]["name"]), NODE_TIMEOUT_S,
+                   "the PDB counting the manager (1 healthy, no disruption allowed)", POLL_S)
         try:
             outcome = drain(api_client, manager_node, timeout_s=REFUSED_DRAIN_S)
             assert outcome.evicted == () and list(outcome.refused) == [f"{namespace}/kept"], outcome
