@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from harness.polling import poll_until
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -34,13 +35,13 @@ def waiting_reasons(jobs, job: str) -> dict[str, str]:
 
 def pulls_shown(jobs, job: str, timeout_s: float) -> dict[str, str]:
     """The first waiting reasons that say a pod pulls its image."""
-    give_up_at = time.monotonic() + timeout_s
-    while True:
+    def shown() -> dict[str, str] | None:
         reasons = waiting_reasons(jobs, job)
-        if any("pulling image" in why for why in reasons.values()):
-            return reasons
-        assert time.monotonic() < give_up_at, f"no pull shown after {timeout_s}s: {reasons}\n{jobs.log_tail(job)}"
-        time.sleep(POLL_S)
+        return reasons if any("pulling image" in why for why in reasons.values()) else None
+
+    return poll_until(shown, timeout_s,
+                      lambda: f"a pull shown in {job}'s waiting reasons: {waiting_reasons(jobs, job)}\n"
+                              f"{jobs.log_tail(job)}", POLL_S)
 
 
 def test_pulls_longer_than_the_worker_ready_timeout_start_fine_and_show_while_they_last(

@@ -3,10 +3,10 @@ only (no passwords), and another job's pod cannot log into this job's workers.""
 
 import base64
 import subprocess
-import time
 
 import pytest
 
+from harness.polling import poll_until
 from jobharness import HOLD_UNTIL_RELEASED, REPO, SCRIPTS, job_args, node_pool, release_ranks, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -52,11 +52,13 @@ def test_keys_fresh_private_only_for_the_job_user_in_the_chief_never_logged(clus
         # No pod spec carries key material.
         for pod in jobs.pods().values():
             assert "PRIVATE KEY" not in str(pod)
-        chief_log = ""
-        deadline = time.monotonic() + 30
-        while "rank=1" not in chief_log and time.monotonic() < deadline:
-            chief_log = jobs.logs("one-chief")
-            time.sleep(0.5)
+
+        def with_rank_1() -> str:
+            log = jobs.logs("one-chief")
+            return log if "rank=1" in log else ""
+
+        chief_log = poll_until(with_rank_1, 30,
+                               lambda: f"rank=1 in one-chief's log, which is:\n{jobs.logs('one-chief')}")
         # In the chief only, root's and readable by the job user's group alone (fsGroup 1000).
         assert "rank=0 /etc/distributetrain/ssh-client/id_ed25519 mode=0o440 uid=0 gid=1000" in chief_log
         assert "rank=1 /etc/distributetrain/ssh-client/id_ed25519 absent" in chief_log  # no client key on workers
