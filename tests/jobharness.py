@@ -270,10 +270,8 @@ def script_volume(api_client, namespace: str, files: dict[str, str], tmp_path: P
     })
     try:
         # A job submitted on an unbound claim would wait (unschedulable) until it binds.
-        give_up_at = time.monotonic() + CLAIM_BOUND_TIMEOUT_S
-        while core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase != "Bound":
-            assert time.monotonic() < give_up_at, f"claim {claim} not Bound after {CLAIM_BOUND_TIMEOUT_S}s"
-            time.sleep(0.2)
+        poll_until(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound",
+                   CLAIM_BOUND_TIMEOUT_S, f"claim {claim} Bound", interval_s=0.2)
         yield claim
     finally:
         try:
