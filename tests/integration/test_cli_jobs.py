@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -136,10 +135,13 @@ def test_as_job_cancel_mid_training_deletes_everything(cluster, api_client, name
 
         listed = dt(cluster, "list", "-n", namespace)
         assert listed.stdout.splitlines()[1].split()[:3] == ["sleepy", "Training", "2"]
-        give_up_at = time.monotonic() + STATE_TIMEOUT_S
-        while "rank=" not in (logs := dt(cluster, "logs", "sleepy", "-n", namespace)).stdout:
-            assert time.monotonic() < give_up_at, logs.stderr
-            time.sleep(POLL_INTERVAL_S)
+
+        def ranks_logged() -> subprocess.CompletedProcess | None:
+            logs = dt(cluster, "logs", "sleepy", "-n", namespace)
+            return logs if "rank=" in logs.stdout else None
+
+        logs = poll_until(ranks_logged, STATE_TIMEOUT_S, lambda: "a rank's line from `logs sleepy`, whose stderr is: "
+                          + dt(cluster, "logs", "sleepy", "-n", namespace).stderr, POLL_INTERVAL_S)
         assert "size=2" in logs.stdout
 
         before = objects(api_client, namespace)
