@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 
 from clusterfixtures import TEST_NAMESPACE_LABEL
+from harness.polling import poll_until
 from jobharness import TEST_NODE_LABEL, NodePool
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -131,15 +132,13 @@ class OtherTenants:
 
     def wait_running(self, name: str, timeout_s: float = RUNNING_TIMEOUT_S) -> dict:
         """The pod once it runs; AssertionError with its status if it does not in time."""
-        give_up_at = time.monotonic() + timeout_s
-        while True:
+        def running() -> dict | None:
             pod = read_pod(self.core, self.namespace, name)
-            if pod and pod["status"].get("phase") == "Running":
-                return pod
-            if time.monotonic() > give_up_at:
-                raise AssertionError(f"tenant pod {name} not Running after {timeout_s}s: "
-                                     f"{json.dumps((pod or {}).get('status'))[:2000]}")
-            time.sleep(POLL_S)
+            return pod if pod and pod["status"].get("phase") == "Running" else None
+
+        return poll_until(running, timeout_s, lambda: f"tenant pod {name} Running, its status: "
+                          f"{json.dumps((read_pod(self.core, self.namespace, name) or {}).get('status'))[:2000]}",
+                          POLL_S)
 
     def release(self, name: str, timeout_s: float = GONE_TIMEOUT_S) -> None:
         """Delete the pod and wait until it is gone (its GPUs free)."""
@@ -148,10 +147,8 @@ class OtherTenants:
         except client.ApiException as error:
             if error.status != 404:
                 raise
-        give_up_at = time.monotonic() + timeout_s
-        while read_pod(self.core, self.namespace, name) is not None:
-            assert time.monotonic() < give_up_at, f"tenant pod {name} still there {timeout_s}s after its deletion"
-            time.sleep(POLL_S)
+        poll_until(lambda: read_pod(self.core, self.namespace, name) is None, timeout_s,
+                   f"tenant pod {name} gone after its deletion", POLL_S)
 
 
 @contextmanager
@@ -191,10 +188,8 @@ def gpu_quota(api_client, namespace: str, gpus: int, gpu_resource: str = GPU_RES
         "spec": {"hard": {resource: str(gpus)}},
     })
     try:
-        give_up_at = time.monotonic() + QUOTA_COUNTED_TIMEOUT_S
-        while resource not in (core.read_namespaced_resource_quota(name, namespace).status.hard or {}):
-            assert time.monotonic() < give_up_at, f"quota {name} not counted after {QUOTA_COUNTED_TIMEOUT_S}s"
-            time.sleep(POLL_S)
+        poll_until(lambda: resource in (core.read_namespaced_resource_quota(name, namespace).status.hard or {}),
+                   QUOTA_COUNTED_TIMEOUT_S, f"quota {name} counted ({resource} in its status)", POLL_S)
         yield name
     finally:
         try:
