@@ -12,7 +12,6 @@ the test rewrites while the job trains.
 
 import os
 import re
-import time
 
 import pytest
 
@@ -97,11 +96,9 @@ def start_worker(containers, hosts, role, address, worker_pod, secret, workdir, 
         [*hosts.container_options(role), *plain_env(worker_pod),
          ssh_volume_mount(worker_pod, secret, workdir / f"{role}-ssh"), checkpoint_mount(checkpoints)],
         container_of(worker_pod)["args"])
-    deadline = time.monotonic() + SSHD_READY_TIMEOUT_S
-    while not hosts.accepts_connection("chief", address, SSHD_PORT):
-        assert containers.running(name), f"{name} exited:\n{containers.logs(name)}"
-        assert time.monotonic() < deadline, f"sshd of {name} not listening:\n{containers.logs(name)}"
-        time.sleep(LOG_POLL_S)
+    poll_until(lambda: hosts.accepts_connection("chief", address, SSHD_PORT), SSHD_READY_TIMEOUT_S,
+               lambda: f"sshd of {name} listening:\n{containers.logs(name)}",
+               LOG_POLL_S, hopeless=lambda: not containers.running(name))
     return name
 
 
