@@ -23,6 +23,7 @@ import pytest
 from kubernetes import client
 
 from clusterfixtures import SessionRegistry, namespace_name
+from harness.polling import poll_until
 from localcluster import components, leftovers, netsetup, processes
 from localcluster.cluster import Cluster
 from localcluster.layout import RunLayout
@@ -38,14 +39,6 @@ CLI_TIMEOUT_S = 300.0
 # `python -m localcluster` runs from the checkout's root, as scripts/test.sh and users run it.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SLEEPER_IMAGE = "python:3.11.10-slim-bookworm"
-
-
-def wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(POLL_INTERVAL_S)
 
 
 def not_found(read) -> bool:
@@ -85,10 +78,11 @@ def test_garbage_collector_deletes_dependents_of_deleted_owner(api_client, names
         namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="dependent", owner_references=[reference]))
     )
     core.delete_namespaced_config_map("owner", namespace, propagation_policy="Background")
-    wait_for(
+    poll_until(
         lambda: not_found(lambda: core.read_namespaced_config_map("dependent", namespace)),
         GC_TIMEOUT_S,
-        "the garbage collector to delete the dependent ConfigMap",
+        "the dependent ConfigMap deleted by the garbage collector",
+        POLL_INTERVAL_S,
     )
 
 
@@ -99,7 +93,8 @@ def test_namespace_controller_finishes_deletion(api_client):
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     core.create_namespaced_config_map(name, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="content")))
     core.delete_namespace(name)
-    wait_for(lambda: not_found(lambda: core.read_namespace(name)), NAMESPACE_DELETION_TIMEOUT_S, f"namespace {name} to go")
+    poll_until(lambda: not_found(lambda: core.read_namespace(name)), NAMESPACE_DELETION_TIMEOUT_S,
+               f"namespace {name} gone", POLL_INTERVAL_S)
 
 
 @pytest.mark.cluster
@@ -118,7 +113,7 @@ def test_scheduler_reports_unschedulable_pod(api_client, namespace: str):
         conditions = core.read_namespaced_pod("needs-a-node", namespace).status.conditions or []
         return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions)
 
-    wait_for(unschedulable, SCHEDULING_TIMEOUT_S, "the scheduler to mark the pod Unschedulable")
+    poll_until(unschedulable, SCHEDULING_TIMEOUT_S, "the pod marked Unschedulable by the scheduler", POLL_INTERVAL_S)
 
 
 @pytest.mark.cluster
@@ -147,7 +142,8 @@ def test_node_group_registers_ready_gpu_nodes_and_removes_them(cluster: Cluster,
         assert nodes["cp-gpu-a"].status.allocatable["nvidia.com/gpu"] == "2"
         assert nodes["cp-gpu-b"].metadata.labels["pool"] == "cp"
     for name in ("cp-gpu-a", "cp-gpu-b"):
-        wait_for(lambda: not_found(lambda: core.read_node(name)), NODE_GROUP_TIMEOUT_S, f"node {name} to be deleted")
+        poll_until(lambda: not_found(lambda: core.read_node(name)), NODE_GROUP_TIMEOUT_S, f"node {name} deleted",
+                   POLL_INTERVAL_S)
     assert not netsetup.cluster_netns()
 
 
@@ -177,8 +173,8 @@ def run_sleeper(core: client.CoreV1Api, namespace: str, node: str) -> None:
                               containers=[client.V1Container(name="main", image=SLEEPER_IMAGE,
                                                              command=["sleep", "3600"])]))
     core.create_namespaced_pod(namespace, pod)
-    wait_for(lambda: core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Running",
-             SCHEDULING_TIMEOUT_S, f"pod {pod.metadata.name} to run")
+    poll_until(lambda: core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Running",
+               SCHEDULING_TIMEOUT_S, f"pod {pod.metadata.name} running", POLL_INTERVAL_S)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
