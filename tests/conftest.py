@@ -22,10 +22,14 @@ from jobharness import Jobs  # noqa: E402
 from projectrbac import apply_rbac, delete_shared_bindings  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """For scripts/test.sh's two-at-a-time step (pytest-xdist, ``--dist loadgroup``): a
     module's tests run on one worker, in order (its module fixtures, its fixed ports),
-    unless the module names a group of its own (the modules that run Kueue share one)."""
+    unless the module names a group of its own (the modules that run Kueue share one).
+    First of the hooks: xdist's own reads the groups into the test ids, and, run before
+    this one, it saw none, so a module's tests ran on both workers at once (one worker's
+    module fixture stopped Karpenter under the other's test)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
