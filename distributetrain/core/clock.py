@@ -44,11 +44,14 @@ REAL_CLOCK = RealClock()
 class FakeClock:
     """A clock that moves only when told: ``advance``, or a ``sleep`` (which returns at
     once, the time slept having passed). A timed wait ends when notified, or once another
-    thread has advanced the clock past its timeout."""
+    thread has advanced the clock past its timeout. ``waiters`` (client-go's fake clock's
+    ``HasWaiters``) lets a test advance once the thread it steps is waiting, not before
+    that thread read the time its wait ends at."""
 
     def __init__(self, start: float = 1000.0):
         self._now = start
         self._lock = threading.Lock()
+        self._waiters = 0
 
     def monotonic(self) -> float:
         with self._lock:
@@ -61,9 +64,20 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.advance(seconds)
 
+    def waiters(self) -> int:
+        """How many timed waits are in progress."""
+        with self._lock:
+            return self._waiters
+
     def wait(self, condition: threading.Condition, seconds: float) -> bool:
-        ends_at = self.monotonic() + max(0.0, seconds)
-        while self.monotonic() < ends_at:
-            if condition.wait(FAKE_WAIT_POLL_S):
-                return True
-        return False
+        with self._lock:
+            ends_at = self._now + max(0.0, seconds)
+            self._waiters += 1
+        try:
+            while self.monotonic() < ends_at:
+                if condition.wait(FAKE_WAIT_POLL_S):
+                    return True
+            return False
+        finally:
+            with self._lock:
+                self._waiters -= 1

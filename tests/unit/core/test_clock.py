@@ -3,6 +3,7 @@
 import threading
 
 from distributetrain.core.clock import REAL_CLOCK, FakeClock
+from harness.polling import poll_until
 
 
 def test_a_fake_clock_moves_only_when_told():
@@ -15,9 +16,15 @@ def test_a_fake_clock_moves_only_when_told():
 
 def test_a_timed_wait_on_a_fake_clock_ends_when_notified_or_when_the_clock_passes_its_end():
     clock, condition = FakeClock(), threading.Condition()
+
+    def advance_once_waited_on():
+        poll_until(lambda: clock.waiters() == 1, 5, "a wait on the clock", interval_s=0.005)
+        clock.advance(30)
+
     with condition:
-        threading.Timer(0.05, lambda: clock.advance(30)).start()
-        assert clock.wait(condition, 30) is False  # advanced past its end by another thread
+        threading.Thread(target=advance_once_waited_on, daemon=True).start()
+        assert clock.wait(condition, 30) is False  # advanced to its end by another thread
+    assert clock.waiters() == 0
 
     def notify():
         with condition:
