@@ -268,7 +268,8 @@ class ElasticFollower:
         booked = booking.book(self.kube, settings, lambda ledger: placement.up_to(ledger.free(), missing),
                               lambda plan: self.kube.create_all_owned(
                                   [manifests.worker_pod(settings, first + i, node, share, self.attempt.number)
-                                   for i, (node, share) in enumerate(plan)]))
+                                   for i, (node, share) in enumerate(plan)]),
+                              clock=self.clock)
         if isinstance(booked, booking.Short):
             shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
                        f"(unavailable: {booked.ledger.unavailable()})"
