@@ -3,14 +3,14 @@ the manager pod, in order, and what it says about pods that wait."""
 
 import json
 import socket
-import time
 
 import pytest
 
 from distributetrain.core import errors, inventory, names, topology
+from distributetrain.core.clock import FakeClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events
+from distributetrain.kube import events, waits
 from distributetrain.manager import lifecycle
 from harness.builders import node
 from harness.events import FakeEventsApi
@@ -60,11 +60,12 @@ def refusing_events(list_pages):
 
 @pytest.fixture
 def story(monkeypatch, tmp_path):
-    """Runs a job on nodes a=1, b=1; returns (reason, type, note) of every Event, in order."""
+    """Runs a job on nodes a=1, b=1; returns (reason, type, note) of every Event, in order.
+    Its windows and deadlines are of a fake clock (``story.clock``) the job's pod watch moves."""
     api = FakeEventsApi()
+    clock = FakeClock()
     monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
-    monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)  # the workers' statuses are scripted
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False):
@@ -72,7 +73,7 @@ def story(monkeypatch, tmp_path):
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
         kubelet's), which the manager may not read with ``events_forbidden``."""
-        kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods)
+        kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods, clock=clock)
         kube.events = list(events)
         if events_forbidden:
             kube.list_pages = refusing_events(kube.list_pages)
@@ -81,10 +82,11 @@ def story(monkeypatch, tmp_path):
         kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
         for phase in phases:  # as manager.sh runs them, one process after the other
-            code = lifecycle.execute(kube, settings, phase)
+            code = lifecycle.execute(kube, settings, phase, clock=clock)
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
 
     run.events_api = api
+    run.clock = clock
     return run
 
 
@@ -233,13 +235,13 @@ def test_a_worker_whose_end_is_reported_after_the_chief_s_failure_is_still_the_c
 
 
 def test_a_chief_that_fails_alone_is_its_own_failure_once_the_workers_had_time_to_say(story):
-    started = time.monotonic()
+    started = story.clock.monotonic()
     code, recorded, _ = story(
         [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
          [("demo-chief", ended(3))]],
         settings=SETTINGS.replace(max_restarts=1))
     assert code == 3 and "Restarting" not in [r[0] for r in recorded]
-    assert time.monotonic() - started >= 0.3  # the story's WORKER_STATUS_LAG_S
+    assert story.clock.monotonic() - started >= waits.WORKER_STATUS_LAG_S
 
 
 @pytest.mark.parametrize("used,allowed", [(0, 0), (1, 1)])
