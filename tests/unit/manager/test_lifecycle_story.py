@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from distributetrain.core import errors, inventory, names, topology
-from distributetrain.core.clock import FakeClock
+from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
@@ -68,12 +68,16 @@ def story(monkeypatch, tmp_path):
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
-            phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False):
+            phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
+            real_time=False):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
-        kubelet's), which the manager may not read with ``events_forbidden``."""
-        kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods, clock=clock)
+        kubelet's), which the manager may not read with ``events_forbidden``; with
+        ``real_time``, on the real clock (Events a story sends reach the manager on an
+        informer's own thread, in real time)."""
+        kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
+                        clock=REAL_CLOCK if real_time else clock)
         kube.events = list(events)
         if events_forbidden:
             kube.list_pages = refusing_events(kube.list_pages)
@@ -82,7 +86,7 @@ def story(monkeypatch, tmp_path):
         kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
         for phase in phases:  # as manager.sh runs them, one process after the other
-            code = lifecycle.execute(kube, settings, phase, clock=clock)
+            code = lifecycle.execute(kube, settings, phase, clock=kube.clock)
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
 
     run.events_api = api
@@ -453,7 +457,7 @@ def test_image_pulls_longer_than_the_worker_ready_timeout_are_progress_not_failu
     monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, kube = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
-                                 settings=SLOW_PULL_SETTINGS, events=pulls)
+                                 settings=SLOW_PULL_SETTINGS, events=pulls, real_time=True)
     assert code == 0
     # One Event per pod and stage (the chief's, seen again by post-training, raises its count).
     assert list(dict.fromkeys(r for r in recorded if r[0] == "Pulling")) == [
@@ -472,7 +476,8 @@ def test_without_the_events_rule_a_pull_counts_against_the_timeout_as_before(sto
     monkeypatch.setattr("distributetrain.manager.startwatch.StartWatch.refusal_logged", False)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
-                              settings=SLOW_PULL_SETTINGS, events=pulls, events_forbidden=True)
+                              settings=SLOW_PULL_SETTINGS, events=pulls, events_forbidden=True,
+                              real_time=True)
     assert code == 75
     assert "Pulling" not in [r[0] for r in recorded]
     assert "cannot follow the Events of its pods" in caplog.text and "events list and watch" in caplog.text
@@ -482,7 +487,8 @@ def test_an_image_pull_past_its_own_bound_releases_the_attempt_saying_so(story, 
     monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
-                              settings=SLOW_PULL_SETTINGS.replace(image_pull_timeout_s=0.5), events=pulls)
+                              settings=SLOW_PULL_SETTINGS.replace(image_pull_timeout_s=0.5), events=pulls,
+                              real_time=True)
     assert code == 75
     released = next(note for reason, _, note in recorded if reason == "Released")
     assert 'demo-worker-0: pulling image "reg/base:1" on a for 0s' in released
