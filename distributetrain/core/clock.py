@@ -12,7 +12,8 @@ import threading
 import time
 from typing import Protocol
 
-# A FakeClock's timed wait checks this often (real seconds) whether the test advanced it.
+# A FakeClock's timed wait lasts at most this long (real seconds), the caller then looking
+# again at what it waits for and at the clock.
 FAKE_WAIT_POLL_S = 0.01
 
 
@@ -23,7 +24,8 @@ class Clock(Protocol):
 
     def wait(self, condition: threading.Condition, seconds: float) -> bool:
         """``condition.wait`` (the caller holds it) for at most ``seconds`` of this clock;
-        whether it was notified."""
+        whether it was notified. It may end sooner, as a condition's wait may: callers wait
+        in a loop on what they wait for and on the clock."""
         ...
 
 
@@ -43,12 +45,18 @@ REAL_CLOCK = RealClock()
 
 class FakeClock:
     """A clock that moves only when told: ``advance``, or a ``sleep`` (which returns at
-    once, the time slept having passed). A timed wait ends when notified, or once another
-    thread has advanced the clock past its timeout."""
+    once, the time slept having passed). A timed wait ends when notified, and otherwise
+    after FAKE_WAIT_POLL_S of real time, the clock moved or not: its caller's loop sees
+    whether another thread advanced it past the wait's end. (Waiting on until then here
+    would miss a notify that came as a slice of the wait timed out: a condition's wait
+    then says "not notified", and nothing would notify again.) ``waiters`` (client-go's
+    fake clock's ``HasWaiters``) lets a test advance once the thread it steps is waiting,
+    not before that thread read the time its wait ends at."""
 
     def __init__(self, start: float = 1000.0):
         self._now = start
         self._lock = threading.Lock()
+        self._waiters = 0
 
     def monotonic(self) -> float:
         with self._lock:
@@ -61,9 +69,18 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.advance(seconds)
 
+    def waiters(self) -> int:
+        """How many timed waits are in progress."""
+        with self._lock:
+            return self._waiters
+
     def wait(self, condition: threading.Condition, seconds: float) -> bool:
-        ends_at = self.monotonic() + max(0.0, seconds)
-        while self.monotonic() < ends_at:
-            if condition.wait(FAKE_WAIT_POLL_S):
-                return True
-        return False
+        if seconds <= 0:
+            return False
+        with self._lock:
+            self._waiters += 1
+        try:
+            return condition.wait(FAKE_WAIT_POLL_S)
+        finally:
+            with self._lock:
+                self._waiters -= 1

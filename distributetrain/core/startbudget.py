@@ -69,7 +69,10 @@ class StartBudget:
                 if now - since >= self.bound_s(stage)}
 
     def timed_out(self, now: float) -> bool:
-        return self.spent_s(now) >= self.timeout_s
+        # Also by ``timeout_at``'s own sum: a wait until then finds the budget spent even
+        # when rounding leaves ``spent_s`` a hair short (on a fake clock, which does not
+        # move while the caller waits again, that wait would last for ever).
+        return self.spent_s(now) >= self.timeout_s or now >= self.timeout_at(now)
 
 
 class StartBudgets:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -19,6 +18,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.connection import ApiTimeouts
 
 log = logging.getLogger(__name__)
@@ -78,13 +78,14 @@ def call(
     deadline_s: float = ApiTimeouts.retry_deadline_s,
     retryable: Callable[[errors.DistributeTrainError], bool] = is_transient,
     what: str = "API call",
+    clock: Clock = REAL_CLOCK,
 ) -> T:
     """Run one API call, translating errors and retrying ``retryable`` ones until the deadline.
 
     No attempt starts after the deadline, so the whole costs at most the deadline plus one
     request's timeouts. Every retry is one WARNING line: what failed, the attempt, the delay.
     """
-    give_up_at = time.monotonic() + deadline_s
+    give_up_at = clock.monotonic() + deadline_s
     delay = API_BACKOFF_FIRST_S
     attempt = 1
     while True:
@@ -93,10 +94,10 @@ def call(
         except Exception as e:  # noqa: BLE001 - every client error is translated here
             translated = translate(e)
             pause = delay * random.uniform(0.5, 1.0) + delay / 2
-            if not retryable(translated) or time.monotonic() + pause > give_up_at:
+            if not retryable(translated) or clock.monotonic() + pause > give_up_at:
                 raise translated from e
             log.warning("%s failed (attempt %d), retrying in %.1fs: %s", what, attempt, pause, translated)
-            time.sleep(pause)
+            clock.sleep(pause)
             delay = min(delay * 2, API_BACKOFF_MAX_S)
             attempt += 1
 

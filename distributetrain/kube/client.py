@@ -21,7 +21,6 @@ import json
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -30,6 +29,7 @@ import urllib3
 from kubernetes import client
 
 from distributetrain.core import errors, names
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.calls import call, drain, is_transient, read_json
 from distributetrain.kube.connection import API_CONCURRENCY, ApiTimeouts
@@ -64,21 +64,23 @@ def _where(namespace: str | None, selectors: Mapping[str, str]) -> str:
 class Kube(KubeApi):
     """The calls the manager makes, each one line of intent."""
 
-    def __init__(self, api_client: client.ApiClient, timeouts: ApiTimeouts | None = None):
+    def __init__(self, api_client: client.ApiClient, timeouts: ApiTimeouts | None = None,
+                 clock: Clock = REAL_CLOCK):
         self.api_client = api_client
         self.timeouts = timeouts or ApiTimeouts.from_environment()
+        self.clock = clock  # of the retries' deadlines and delays, and of a watch's span
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.networking = client.NetworkingV1Api(api_client)
         self.requests = 0  # API requests made, for the benchmarks
         self._requests_lock = threading.Lock()
-        self._unreachable_at = float("-inf")  # monotonic time the API last failed transiently
+        self._unreachable_at = float("-inf")  # when (of the clock) the API last failed transiently
 
     def _call(self, operation: Callable[[], T], what: str = "API call") -> T:
         with self._requests_lock:
             self.requests += 1
-        return call(operation, self.timeouts.retry_deadline_s, self._retryable, what)
+        return call(operation, self.timeouts.retry_deadline_s, self._retryable, what, self.clock)
 
     @staticmethod
     def _concurrently(operation: Callable[[A], T], items: Iterable[A]) -> list[T]:
@@ -93,11 +95,11 @@ class Kube(KubeApi):
 
     def _retryable(self, error: errors.DistributeTrainError) -> bool:
         if is_transient(error):
-            self._unreachable_at = time.monotonic()
+            self._unreachable_at = self.clock.monotonic()
             return True
         # A denial right after an outage is the restarted apiserver's unsynced RBAC cache;
         # one that persists past the settle time is real (exit code 77).
-        return isinstance(error, errors.Forbidden) and time.monotonic() - self._unreachable_at < AUTHZ_SETTLE_S
+        return isinstance(error, errors.Forbidden) and self.clock.monotonic() - self._unreachable_at < AUTHZ_SETTLE_S
 
     # -- reads -------------------------------------------------------------------------
     def list_pages(
@@ -219,7 +221,8 @@ class Kube(KubeApi):
 
         with self._requests_lock:
             self.requests += 1
-        return call(read, 0, what=f"read pending workloads of [{namespace}/{local_queue}]").get("items") or []
+        return call(read, 0, what=f"read pending workloads of [{namespace}/{local_queue}]",
+                    clock=self.clock).get("items") or []
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
         """Delete in the background; True if it was there. 'Not found' is a state, not an error."""
@@ -298,19 +301,19 @@ class Kube(KubeApi):
         when the server ends the watch with another error or stays unreachable past the
         retry deadline: the caller lists again either way.
         """
-        give_up_at = time.monotonic() + timeout_s
+        give_up_at = self.clock.monotonic() + timeout_s
         version = resource_version
         where = "" if kind == "nodes" else _where(namespace, selectors)  # nodes have no namespace
-        while (remaining := give_up_at - time.monotonic()) > 0:
+        while (remaining := give_up_at - self.clock.monotonic()) > 0:
             log.debug("watching %s %s from resourceVersion %s", kind, where, version)
             try:
                 for event_type, obj in self._watch_request(kind, namespace, version, remaining, selectors):
                     version = obj["metadata"].get("resourceVersion") or version
                     yield event_type, obj
             except (urllib3.exceptions.HTTPError, OSError) as e:
-                self._unreachable_at = time.monotonic()
+                self._unreachable_at = self.clock.monotonic()
                 log.info("watch of %s %s broke (%s); reconnecting from resourceVersion %s", kind, where, e, version)
-                time.sleep(min(WATCH_RECONNECT_DELAY_S, max(give_up_at - time.monotonic(), 0)))
+                self.clock.sleep(min(WATCH_RECONNECT_DELAY_S, give_up_at - self.clock.monotonic()))
 
     def _watch_request(
         self, kind: str, namespace: str | None, version: str, remaining_s: float, selectors: Mapping[str, str]

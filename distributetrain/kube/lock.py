@@ -182,9 +182,10 @@ class PlacementLock:
 
     def _stopped_within(self, seconds: float) -> bool:
         """Whether the section ended, waiting for it at most ``seconds`` of the clock."""
+        ends_at = self.clock.monotonic() + seconds
         with self._stopping:
-            if not self._stopped:
-                self.clock.wait(self._stopping, seconds)
+            while not self._stopped and (left := ends_at - self.clock.monotonic()) > 0:
+                self.clock.wait(self._stopping, left)
             return self._stopped
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -180,10 +180,10 @@ def judged(informer: Informer, judge: Callable[[Mapping[str, dict]], T | None],
 
 
 def wait_until_gone(kube: KubeApi, namespace: str, selector: str, deadline: float,
-                    only: set[str] | None = None) -> set[str]:
+                    only: set[str] | None = None, clock: Clock = REAL_CLOCK) -> set[str]:
     """Wait until no selected worker or chief (of ``only``, if given) is left, each deleted,
-    its grace period over; return those still there at ``deadline`` (a pod on a dead node
-    may stay terminating for ever)."""
+    its grace period over; return those still there at ``deadline`` (of ``clock``: a pod on
+    a dead node may stay terminating for ever)."""
 
     def job_pods_left(pods: Mapping[str, dict]) -> set[str]:
         return {name for name, pod in pods.items()
@@ -191,7 +191,7 @@ def wait_until_gone(kube: KubeApi, namespace: str, selector: str, deadline: floa
                 and (only is None or name in only)}
 
     outcome, pods = watch_until(kube, namespace, selector, lambda pods: True if not job_pods_left(pods) else None,
-                                deadline)
+                                deadline, clock)
     return set() if outcome else job_pods_left(pods)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, inventory, names, placement, quantity, scaleup, topology
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.placement import Plan
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import CPU, MEMORY
@@ -130,16 +131,17 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
 
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
-         wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True) -> Plan | Short | None:
+         wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
+         clock: Clock = REAL_CLOCK) -> Plan | Short | None:
     """Under the Lease: a fresh inventory, ``choose``'s plan, then ``create(plan)``.
 
-    A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (monotonic) if
+    A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (of ``clock``) if
     later. ``still_wanted`` is asked once the Lease is held: False (the GPUs were taken
     while this job waited for it) returns None without listing anything.
     """
     holder = f"{settings.namespace}/{settings.job_name}"
     with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
-                       wait_until=wait_until):
+                       clock=clock, wait_until=wait_until):
         if not still_wanted():
             return None
         ledger, _ = take_inventory(kube, settings)

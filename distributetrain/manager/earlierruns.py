@@ -19,9 +19,9 @@ run creates anything:
 from __future__ import annotations
 
 import logging
-import time
 
 from distributetrain.core import errors, exitcodes, names, podstate
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
 from distributetrain.kube.client import Kube, owner_uids
@@ -43,8 +43,9 @@ def in_the_way(pods: list[dict]) -> list[str]:
                   and not pod["metadata"].get("ownerReferences"))
 
 
-def clear(kube: Kube, settings: JobSettings) -> None:
-    """Make room for this run's objects, or raise ``UsageError`` when another run still trains."""
+def clear(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> None:
+    """Make room for this run's objects, or raise ``UsageError`` when another run still trains;
+    an earlier run's pods are waited out on ``clock``."""
     if not settings.owner_uid:
         return  # outside a manager pod nothing tells runs apart
     namespace = settings.namespace
@@ -62,8 +63,8 @@ def clear(kube: Kube, settings: JobSettings) -> None:
         kube.delete_all("Pod", namespace, finished)
     if earlier:
         left = waits.wait_until_gone(kube, namespace, names.job_selector(settings.job_name),
-                                     time.monotonic() + EARLIER_RUN_GONE_S,
-                                     only={pod["metadata"]["name"] for pod in earlier})
+                                     clock.monotonic() + EARLIER_RUN_GONE_S,
+                                     only={pod["metadata"]["name"] for pod in earlier}, clock=clock)
         if left:
             raise errors.JobFailed(f"pods of an earlier run of job {settings.job_name} are still there after "
                                    f"{EARLIER_RUN_GONE_S:.0f}s: {', '.join(sorted(left))}", exitcodes.API_ERROR)

@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, manifests, placement, podstate
-from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
@@ -142,13 +141,13 @@ class ElasticFollower:
     fit; only then does it take the Lease and list afresh, so a job left short lists
     nothing while nothing changes."""
 
-    def __init__(self, kube: Kube, run: Run, pods: Informer | None = None, clock: Clock = REAL_CLOCK,
+    def __init__(self, kube: Kube, run: Run, pods: Informer | None = None,
                  free_gpus_client: Callable[[Kube], Kube] = waiting_client):
         self.kube = kube
-        self.clock = clock
+        self.clock = run.clock  # the run's deadline is of it
         # The job's pods as post-training follows them (its own when not given).
         self.pods = pods if pods is not None else waits.job_pods(kube, run.settings.namespace, run.settings.selector,
-                                                                 clock)
+                                                                 run.clock)
         self.free_gpus: FreeGpuWatch | None = None  # open while short of GPUs, after a booking found none
         self.free_gpus_client = free_gpus_client
         self.settings = run.settings
@@ -268,7 +267,8 @@ class ElasticFollower:
         booked = booking.book(self.kube, settings, lambda ledger: placement.up_to(ledger.free(), missing),
                               lambda plan: self.kube.create_all_owned(
                                   [manifests.worker_pod(settings, first + i, node, share, self.attempt.number)
-                                   for i, (node, share) in enumerate(plan)]))
+                                   for i, (node, share) in enumerate(plan)]),
+                              clock=self.clock)
         if isinstance(booked, booking.Short):
             shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
                        f"(unavailable: {booked.ledger.unavailable()})"

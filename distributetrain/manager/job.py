@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import urllib.parse
 
 from distributetrain.core import errors, exitcodes, manifests, restarts
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
@@ -51,11 +51,14 @@ OLD_PODS_GONE_S = manifests.TERMINATION_GRACE_S + 20.0
 
 
 class Job:
-    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float):
+    """``deadline`` is of ``clock``, the one every window and wait of the job reads."""
+
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float,
+                 clock: Clock = REAL_CLOCK):
         self.kube = kube
         self.settings = settings
         self.job_run = Run(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
-                        gpus_until=time.monotonic() + settings.wait_for_gpus_s, hosts=HostList())
+                           gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
         self.quota_wait = quotawait.QuotaWait(kube, settings, reporter, self.job_run.clock)
 
@@ -95,7 +98,9 @@ class Job:
         """The next attempt after a lost one, if the budget and the deadline allow; else raise ``lost``."""
         reporter = self.job_run.reporter
         used = reporter.record().restarts
-        backoff_s = restarts.restart_backoff(used, self.settings.max_restarts, self.job_run.deadline - time.monotonic())
+        clock = self.job_run.clock
+        left_s = self.job_run.deadline - clock.monotonic()
+        backoff_s = restarts.restart_backoff(used, self.settings.max_restarts, left_s)
         if backoff_s is None:
             raise lost
         self._end_attempt()
@@ -103,12 +108,12 @@ class Job:
         # Recorded after the teardown: a manager restarted in between finds the lost
         # attempt again and counts this restart once.
         reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, self.job_run.attempt.number, backoff_s)
-        time.sleep(backoff_s)
+        clock.sleep(backoff_s)
 
     def _plan_again(self, late: AttemptNotStarted) -> None:
         """Release an attempt that did not start in time; plan anew while GPUs may be waited for."""
         self._end_attempt()
-        give_up = time.monotonic() >= min(self.job_run.gpus_until, self.job_run.deadline)
+        give_up = self.job_run.clock.monotonic() >= min(self.job_run.gpus_until, self.job_run.deadline)
         timeout_s = self.settings.worker_ready_timeout_s
         self.job_run.reporter.events.record(
             events.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
@@ -126,7 +131,7 @@ class Job:
         """A quota full for now: release what the attempt created and wait (``quotawait``)
         for the quota to change while GPUs may be waited for; else raise ``full`` (73)."""
         until = min(self.job_run.gpus_until, self.job_run.deadline)
-        if time.monotonic() >= until:
+        if self.job_run.clock.monotonic() >= until:
             raise full
         self._end_attempt()
         self.job_run.reporter.events.record(events.RELEASED, f"ResourceQuota {full.quota} refused the job's "
@@ -142,8 +147,9 @@ class Job:
         settings = self.settings
         self.job_run.hosts.publish(None)
         tear_down(self.kube, settings, keep_chief=False)
+        clock = self.job_run.clock
         left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
-                                     time.monotonic() + OLD_PODS_GONE_S)
+                                     clock.monotonic() + OLD_PODS_GONE_S, clock=clock)
         if left:
             log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",
                         settings.job_name, ", ".join(sorted(left)), OLD_PODS_GONE_S)

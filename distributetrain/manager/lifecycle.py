@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from distributetrain.core import errors, exitcodes
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
@@ -56,8 +57,9 @@ def shielded() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def job_deadline(kube: Kube, settings: JobSettings) -> float:
-    """--active-deadline as a monotonic time, counted from the manager pod's start.
+def job_deadline(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> float:
+    """--active-deadline as a time of ``clock``, counted from the manager pod's start (wall
+    clock times: the pod's, and now, the one moment both clocks are read).
 
     Counting from the pod (not this process) keeps the deadline when manager.sh moves
     from pre- to post-training, or when a restarted container adopts the job.
@@ -69,7 +71,7 @@ def job_deadline(kube: Kube, settings: JobSettings) -> float:
     start_text = ((pod or {}).get("status") or {}).get("startTime")
     if start_text:
         started = datetime.strptime(start_text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
-    return time.monotonic() + (started + settings.active_deadline_s - time.time())
+    return clock.monotonic() + (started + settings.active_deadline_s - time.time())
 
 
 def will_restart(kube: Kube, settings: JobSettings) -> bool:
@@ -84,9 +86,11 @@ def will_restart(kube: Kube, settings: JobSettings) -> bool:
 
 
 def execute(
-    kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool = False, failed_with: int | None = None
+    kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool = False, failed_with: int | None = None,
+    clock: Clock = REAL_CLOCK,
 ) -> int:
     """Run ``phase`` (pre-training, post-training, run or teardown) and return the manager's exit code.
+    Every window and deadline of the job is of ``clock``.
 
     Teardown only: ``unless_restarting`` leaves the job alone when the manager's
     container will be restarted, since the new container adopts it; ``failed_with`` is
@@ -95,7 +99,7 @@ def execute(
     """
     reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
     try:
-        return _execute(kube, settings, phase, unless_restarting, failed_with, reporter)
+        return _execute(kube, settings, phase, unless_restarting, failed_with, reporter, clock)
     finally:
         with shielded():
             reporter.events.close()
@@ -113,13 +117,13 @@ def abnormal_end(exit_code: int) -> str:
 
 def _execute(
     kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool, failed_with: int | None,
-    reporter: Reporter,
+    reporter: Reporter, clock: Clock,
 ) -> int:
     try:
         with cancellable():
             if phase in ("pre-training", "post-training", "run"):
                 reporter.spec()
-                code = Job(kube, settings, reporter, job_deadline(kube, settings)).run(
+                code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).run(
                     until_started=phase == "pre-training")
                 if phase != "pre-training":
                     reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")

@@ -14,7 +14,6 @@ nothing more, and the nodes it added for them empty out and go back.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -67,9 +66,9 @@ def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: li
     settings = run.settings
     added = scaleup.new_node_shares(plan)
     log.info("job %s: waiting up to %.0fs (--wait-for-gpus) for the cluster to add %d nodes for %s",
-             settings.job_name, max(0.0, run.gpus_until - time.monotonic()), added, format_plan(plan))
+             settings.job_name, max(0.0, run.gpus_until - run.clock.monotonic()), added, format_plan(plan))
     run.reporter.phase("WaitingForNodes")
-    pods = waits.job_pods(kube, settings.namespace, settings.selector)
+    pods = waits.job_pods(kube, settings.namespace, settings.selector, run.clock)
     pod_waits = PodWaits(run.reporter, [*workers, chief])  # why each pod waits, on the manager pod
     try:
         outcome = waits.watch_job(pods, _reporting(pod_waits, all_bound(chief, workers, [share for _, share in plan])),

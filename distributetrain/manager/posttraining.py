@@ -43,7 +43,7 @@ class PostTraining:
         """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
         settings = self.settings
         chief, workers = self.job_run.attempt.chief, self.job_run.attempt.workers(len(self.plan) - 1)
-        with NodeWatch(self.kube, settings, self.reporter):
+        with NodeWatch(self.kube, settings, self.reporter, clock=self.job_run.clock):
             outcome = self._follow(chief, workers)
         if isinstance(outcome, waits.ChiefFinished):
             return outcome.exit_code

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 
 from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
                                   podstate, scaleup, topology, validation)
@@ -110,7 +109,7 @@ class PreTraining:
         if plan is None:
             self.job_run.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
             preflight(self.kube, settings)
-            earlierruns.clear(self.kube, settings)
+            earlierruns.clear(self.kube, settings, self.job_run.clock)
             plan = (QueuedPlacement(self.kube, self.job_run, self.kind).place() if settings.queue
                     else self._place(self.job_run.gpus_until))
             pods = {}
@@ -142,7 +141,7 @@ class PreTraining:
         try:
             # A worker's node lost while it starts: deleted at once, a loss like any other.
             # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
-            with NodeWatch(self.kube, settings, self.reporter), \
+            with NodeWatch(self.kube, settings, self.reporter, clock=clock), \
                     StartWatch(self.kube, settings, clock) as starting:
                 outcome = starting.wait(waits.job_pods(self.kube, settings.namespace, settings.selector, clock),
                                         waits.attempt_started(chief, workers), [*workers, chief],
@@ -193,6 +192,7 @@ class PreTraining:
         wait is over (for the reasons the job fails with).
         """
         wait_until = min(give_up_at, self.job_run.deadline)
+        clock = self.job_run.clock
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
@@ -200,30 +200,30 @@ class PreTraining:
             def still_wanted() -> bool:
                 # The manager that held the Lease before may have taken the GPUs seen free:
                 # its pods are on the watch by then, so no list is needed to know.
-                return watch is None or watch.fits() is not False or time.monotonic() >= wait_until
+                return watch is None or watch.fits() is not False or clock.monotonic() >= wait_until
 
             while True:
-                time.sleep(max(0.0, next_plan_at - time.monotonic()))
-                next_plan_at = time.monotonic() + REPLAN_MIN_INTERVAL_S
+                clock.sleep(next_plan_at - clock.monotonic())
+                next_plan_at = clock.monotonic() + REPLAN_MIN_INTERVAL_S
                 seen = watch.generation if watch else 0
                 self.reporter.phase("Planning")
                 # A busy Lease is tried for as long as the job may wait for GPUs (LOCK_TIMEOUT_S at least).
                 booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, wait_until,
-                                      still_wanted)
+                                      still_wanted, clock)
                 if isinstance(booked, list):
                     return booked
                 if isinstance(booked, booking.Short):
                     self._short(booked, wait_until)
                 self.reporter.phase("WaitingForGPUs")
                 if watch is None:
-                    watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings))
+                    watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings, clock=clock))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
         # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus).
-        may_wait = time.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
+        may_wait = self.job_run.clock.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
                                     may_wait)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
@@ -233,7 +233,7 @@ class PreTraining:
     def _short(self, short: booking.Short, wait_until: float) -> None:
         """Fail once the wait is over; until then, say (once per change) what is missing."""
         settings = self.settings
-        if time.monotonic() >= wait_until:
+        if self.job_run.clock.monotonic() >= wait_until:
             advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
             raise errors.JobFailed(f"{short}{advice}", exitcodes.INSUFFICIENT_GPUS)
         if str(short) != self.last_shortage:

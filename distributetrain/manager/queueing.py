@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -128,7 +127,7 @@ class QueuedPlacement:
     def _wait_for_admission(self, pods: list[str]) -> None:
         settings = self.run.settings
         outcome, _ = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
-                                       self.run.deadline)
+                                       self.run.deadline, self.run.clock)
         if isinstance(outcome, waits.PodLost):
             raise outcome.error(" while queued")
         if outcome is None:
@@ -139,7 +138,8 @@ class QueuedPlacement:
     def _pin(self, pods: list[str], wanted: list[int]) -> Plan:
         """Nodes for the admitted pods, from a fresh inventory under the Lease."""
         settings = self.run.settings
-        give_up_at = min(time.monotonic() + settings.worker_ready_timeout_s, self.run.deadline)
+        clock = self.run.clock
+        give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, self.run.deadline)
 
         domains = ""  # with --topology: the network domains of the nodes chosen
 
@@ -154,7 +154,7 @@ class QueuedPlacement:
             return list(zip(nodes, wanted))
 
         while True:
-            booked = booking.book(self.kube, settings, choose, lambda plan: self._place_pods(pods, plan))
+            booked = booking.book(self.kube, settings, choose, lambda plan: self._place_pods(pods, plan), clock=clock)
             if isinstance(booked, list):
                 self.run.reporter.planned(booked, domains)
                 in_domains = f" in {domains}" if domains else ""
@@ -162,10 +162,10 @@ class QueuedPlacement:
                                                                 f"{format_plan(booked)}{in_domains} "
                                                                 "(the chief's share last)")
                 return booked
-            if time.monotonic() >= give_up_at:
+            if clock.monotonic() >= give_up_at:
                 raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now: {booked}",
                                        exitcodes.INSUFFICIENT_GPUS)
-            time.sleep(PLACE_RETRY_S)
+            clock.sleep(PLACE_RETRY_S)
 
     def _place_pods(self, pods: list[str], plan: Plan) -> None:
         namespace = self.run.settings.namespace

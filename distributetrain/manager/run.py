@@ -22,7 +22,7 @@ class Run:
     settings: JobSettings
     reporter: Reporter  # the job's record and Events
     attempt: Attempt
-    deadline: float  # monotonic; --active-deadline
-    gpus_until: float  # monotonic; how long plans may wait for GPUs (--wait-for-gpus)
+    deadline: float  # of ``clock``; --active-deadline
+    gpus_until: float  # of ``clock``; how long plans may wait for GPUs (--wait-for-gpus)
     hosts: HostList  # the current attempt's workers, as the chief is told them
-    clock: Clock = REAL_CLOCK  # what the start's budget (``startbudget``) is measured on
+    clock: Clock = REAL_CLOCK  # what every window, deadline and wait of the run reads

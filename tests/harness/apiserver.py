@@ -131,6 +131,9 @@ class FakeApiServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body are two writes: with Nagle's algorithm the body waits for the
+            # client's delayed ACK of the headers, 40 ms a response (Go's servers set it too).
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass

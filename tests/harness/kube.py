@@ -54,12 +54,17 @@ from harness.builders import MANAGER_POD, manager_pod
 
 DELETED_AT = "2026-01-02T12:00:00Z"
 EVENT_WATCH_SPAN_S = 0.05  # real seconds an Event watch waits for what a test sends
+# Real seconds a watch on another thread than the story's waits for what a test sends, on a fake clock.
+BACKGROUND_WATCH_SPAN_S = 0.05
 
 
 class FakeKube(KubeApi):
     def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None,
                  clock: Clock = REAL_CLOCK, in_manager_pod: bool = True):
         self.clock = clock  # what a watch with nothing scripted waits out its timeout on
+        # On a fake clock, only the thread that tells the story (the one that made the fake)
+        # moves time; an informer's own thread (the node watch, the free GPUs') never does.
+        self.story_thread = threading.current_thread()
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
@@ -368,13 +373,17 @@ class FakeKube(KubeApi):
     def _sent(self, events: queue.SimpleQueue, timeout_s: float) -> Iterator[tuple[str, dict]]:
         """A watch of what is sent to ``events``, until ``timeout_s`` passes."""
         ends_at = self.clock.monotonic() + timeout_s
+        in_background = self.clock is not REAL_CLOCK and threading.current_thread() is not self.story_thread
         while (left := ends_at - self.clock.monotonic()) > 0:
             try:
-                # On a fake clock nothing else moves time: with no event sent, the watch
-                # waits out its time at once.
-                event = events.get(block=self.clock is REAL_CLOCK, timeout=left)
+                # On a fake clock nothing else moves time: with no event sent, the story's
+                # watch waits out its time at once; another thread's watches for a little
+                # real time, and ends, leaving the clock to the story.
+                event = events.get(block=self.clock is REAL_CLOCK or in_background,
+                                   timeout=min(left, BACKGROUND_WATCH_SPAN_S) if in_background else left)
             except queue.Empty:
-                self.clock.sleep(ends_at - self.clock.monotonic())
+                if not in_background:
+                    self.clock.sleep(ends_at - self.clock.monotonic())
                 return
             if isinstance(event, BaseException):
                 raise event

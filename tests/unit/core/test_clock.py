@@ -1,8 +1,10 @@
 """The fake clock the tests of windows and deadlines step instead of sleeping."""
 
 import threading
+import time
 
 from distributetrain.core.clock import REAL_CLOCK, FakeClock
+from harness.polling import poll_until
 
 
 def test_a_fake_clock_moves_only_when_told():
@@ -13,19 +15,48 @@ def test_a_fake_clock_moves_only_when_told():
     assert clock.monotonic() == 13.0
 
 
-def test_a_timed_wait_on_a_fake_clock_ends_when_notified_or_when_the_clock_passes_its_end():
-    clock, condition = FakeClock(), threading.Condition()
+def wait_in_a_loop(clock, condition, seconds, done=lambda: False) -> None:
+    """How callers wait on a clock: until ``done()`` or ``seconds`` of the clock passed."""
+    ends_at = clock.monotonic() + seconds
     with condition:
-        threading.Timer(0.05, lambda: clock.advance(30)).start()
-        assert clock.wait(condition, 30) is False  # advanced past its end by another thread
+        while not done() and (left := ends_at - clock.monotonic()) > 0:
+            clock.wait(condition, left)
 
-    def notify():
+
+def test_a_timed_wait_on_a_fake_clock_is_a_slice_of_real_time_that_moves_nothing():
+    clock, condition = FakeClock(), threading.Condition()
+    started = time.monotonic()
+    with condition:
+        assert clock.wait(condition, 30) is False  # neither notified nor advanced
+        assert clock.wait(condition, 0) is False
+    assert time.monotonic() - started < 1 and clock.monotonic() == 1000.0 and clock.waiters() == 0
+
+
+def test_a_wait_on_a_fake_clock_ends_once_another_thread_advances_it_past_its_end():
+    clock, condition = FakeClock(), threading.Condition()
+
+    def advance_once_waited_on():
+        poll_until(lambda: clock.waiters() == 1, 5, "a wait on the clock", interval_s=0.001)
+        clock.advance(29)
+        clock.advance(1)
+
+    threading.Thread(target=advance_once_waited_on, daemon=True).start()
+    wait_in_a_loop(clock, condition, 30)
+    assert clock.monotonic() == 1030.0
+
+
+def test_a_wait_on_a_fake_clock_ends_when_what_it_waits_for_is_notified():
+    clock, condition, done = FakeClock(), threading.Condition(), threading.Event()
+
+    def notify_once_waited_on():
+        poll_until(lambda: clock.waiters() == 1, 5, "a wait on the clock", interval_s=0.001)
         with condition:
+            done.set()
             condition.notify_all()
 
-    with condition:
-        threading.Timer(0.05, notify).start()
-        assert clock.wait(condition, 30) is True and clock.monotonic() == 1030.0
+    threading.Thread(target=notify_once_waited_on, daemon=True).start()
+    wait_in_a_loop(clock, condition, 30, done.is_set)
+    assert done.is_set() and clock.monotonic() == 1000.0
 
 
 def test_the_real_clock_waits_for_real():

@@ -74,3 +74,11 @@ def test_a_wait_for_a_new_node_has_the_scale_up_timeout():
     slow = {"w0": (AwaitingNode(), clock.monotonic())}
     clock.advance(60)
     assert budget.overdue(clock.monotonic(), slow) == {"w0": "awaiting a new node for 1m0s"}
+
+
+def test_a_budget_is_spent_at_the_moment_it_said_it_would_be_whatever_the_rounding():
+    # 1000.3 - 1000.0 is a hair short of 0.3 in floats, and 1000.3 plus that hair is 1000.3.
+    budget = StartBudget.starting(SETTINGS.replace(worker_ready_timeout_s=0.3), 1000.0)
+    now = 1000.3
+    assert budget.timeout_at(now) <= now
+    assert budget.timed_out(now)

@@ -10,6 +10,7 @@ from kubernetes.client import rest
 from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors
+from distributetrain.core.clock import FakeClock
 from distributetrain.kube.calls import call
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, TimedRestClient, make_api_client
@@ -35,7 +36,8 @@ def failing(*failures: Exception):
 
 
 def kube() -> Kube:
-    return Kube(api_client=None)
+    """Its retries' delays and deadlines on a fake clock: each sleep moves it at once."""
+    return Kube(api_client=None, clock=FakeClock())
 
 
 def test_forbidden_on_a_healthy_connection_is_final():
@@ -55,7 +57,7 @@ def test_forbidden_right_after_an_outage_is_retried():
 
 def test_forbidden_after_a_broken_watch_is_retried():
     client = kube()
-    client._unreachable_at = time.monotonic()  # what a broken watch stream records
+    client._unreachable_at = client.clock.monotonic()  # what a broken watch stream records
     operation, calls = failing(forbidden())
     assert client._call(operation) == "ok"
     assert len(calls) == 2
@@ -125,7 +127,7 @@ def test_the_client_never_retries_behind_the_logged_loop_and_probes_idle_connect
 def test_every_retry_is_one_line_saying_what_failed_the_attempt_and_the_delay(caplog):
     refused = urllib3.exceptions.NewConnectionError(None, "connection refused")
     operation, calls = failing(refused, refused)
-    assert call(operation, what="list pods [ns]") == "ok"
+    assert call(operation, what="list pods [ns]", clock=FakeClock()) == "ok"
     lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(lines) == len(calls) - 1 == 2
     for attempt, line in enumerate(lines, 1):
@@ -136,7 +138,8 @@ def test_every_retry_is_one_line_saying_what_failed_the_attempt_and_the_delay(ca
 def test_retries_stop_at_the_deadline():
     refused = urllib3.exceptions.NewConnectionError(None, "connection refused")
     operation, calls = failing(*[refused] * 100)
-    started = time.monotonic()
+    clock = FakeClock()
+    started = clock.monotonic()
     with pytest.raises(errors.TransientApiError):
-        call(operation, deadline_s=0.5)
-    assert time.monotonic() - started < 0.5 and 2 <= len(calls) < 10
+        call(operation, deadline_s=0.5, clock=clock)
+    assert clock.monotonic() - started < 0.5 and 2 <= len(calls) < 10

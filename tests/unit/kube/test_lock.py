@@ -4,19 +4,23 @@ holder renews while it holds, and a holder that lost the lease finds out on exit
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.clock import FakeClock
 from distributetrain.kube.connection import ApiTimeouts
-from distributetrain.kube.lock import PlacementLock
+from distributetrain.kube.lock import RENEWALS_PER_DURATION, PlacementLock
 from harness.apiserver import FakeApiServer, kube_at
+from harness.polling import poll_until
 
 NAMESPACE = "default"
 NAME = "distributetrain-placement"
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=1.0)
-SHORT_LEASE_S = 3  # renewed every second: slack for a loaded machine
+SHORT_LEASE_S = 3  # renewed every second
+HELD_FOR_GOOD_S = 3600  # a holder's lease that neither needs renewing nor expires within a test
+RELEASE_POLL_S = 0.005  # real seconds: how often a holder looks whether to release
 # Real seconds for a renewal the fake clock made due to be written (a fake clock's wait
 # notices the clock moved within FAKE_WAIT_POLL_S; a renewal is two local requests).
 STRAY_RENEWAL_S = 0.3
@@ -76,25 +80,27 @@ def test_a_released_lease_is_taken_at_once(server):
     assert lock(server, clock=FakeClock())._try_acquire()
 
 
+def renewals(server, of="ns/b") -> list[dict]:
+    """The Lease writes of ``of``'s renewals (after the one that took it)."""
+    return [w for w in server.lease_writes if w.get("holderIdentity") == of][1:]
+
+
 def test_a_holder_is_renewed_while_it_holds_and_not_taken_over(server):
-    contender_failed = threading.Event()
-
-    def contend():
-        try:
-            with lock(server, holder="ns/other", timeout_s=2 * SHORT_LEASE_S, duration_s=SHORT_LEASE_S):
-                pass
-        except errors.JobFailed:
-            contender_failed.set()
-
-    with lock(server, duration_s=SHORT_LEASE_S):
-        contender = threading.Thread(target=contend)
-        contender.start()
-        contender.join()  # it gave up: twice the holder's lease duration of trying
+    """Two lease durations on both managers' clocks, a renewal's interval at a time, with
+    another manager trying to take the Lease at each: without the renewals it would at
+    the third."""
+    interval_s = SHORT_LEASE_S / RENEWALS_PER_DURATION
+    holder_clock, contender_clock = FakeClock(), FakeClock()
+    contender = lock(server, holder="ns/other", clock=contender_clock)
+    with lock(server, duration_s=SHORT_LEASE_S, clock=holder_clock):
+        for count in range(1, 2 * RENEWALS_PER_DURATION + 1):
+            poll_until(lambda: holder_clock.waiters() == 1, 5, "the renewer waiting", interval_s=0.005)
+            holder_clock.advance(interval_s)
+            contender_clock.advance(interval_s)
+            assert not contender._try_acquire()
+            poll_until(lambda: len(renewals(server)) == count, 5, f"renewal {count}", interval_s=0.005)
         assert holder(server) == "ns/b"
-    assert contender_failed.is_set()
-    renewals = [w for w in server.lease_writes if w.get("holderIdentity") == "ns/b"][1:]
-    assert len(renewals) >= 3, server.lease_writes
-    assert [w["renewTime"] for w in renewals] == sorted(set(w["renewTime"] for w in renewals))
+    assert [w["renewTime"] for w in renewals(server)] == sorted(set(w["renewTime"] for w in renewals(server)))
     assert holder(server) is None  # released on exit
 
 
@@ -129,37 +135,41 @@ def test_the_sections_own_error_is_what_propagates_when_the_lease_was_also_lost(
     assert holder(server) == "ns/other"
 
 
-def hold_lease(server, held_s: float) -> threading.Thread:
-    """Another manager takes the Lease, keeps it ``held_s`` (renewing it), then releases it."""
+def hold_lease(server, until: Callable[[], bool]) -> threading.Thread:
+    """Another manager takes the Lease and keeps it until ``until()`` holds, then releases it."""
     taken = threading.Event()
 
     def hold():
-        with lock(server, holder="ns/a", duration_s=SHORT_LEASE_S):
+        with lock(server, holder="ns/a", duration_s=HELD_FOR_GOOD_S):
             taken.set()
-            time.sleep(held_s)
+            while not until():
+                time.sleep(RELEASE_POLL_S)
 
-    holder_thread = threading.Thread(target=hold)
+    holder_thread = threading.Thread(target=hold, daemon=True)
     holder_thread.start()
     assert taken.wait(5)
     return holder_thread
 
 
 def test_a_lease_busy_past_the_lock_timeout_is_tried_for_as_long_as_the_job_may_wait(server):
-    holder_thread = hold_lease(server, held_s=2.0)
-    started = time.monotonic()
-    # A lock timeout of 0.5 s stands for LOCK_TIMEOUT_S; the job may wait for GPUs 10 s more.
-    with lock(server, timeout_s=0.5, wait_until=started + 10):
+    clock = FakeClock()  # the contender's: its retries' sleeps move it
+    started = clock.monotonic()
+    holder_thread = hold_lease(server, until=lambda: clock.monotonic() >= started + 2)
+    # A lock timeout of 0.5 s stands for LOCK_TIMEOUT_S; the job may wait for GPUs far longer.
+    with lock(server, timeout_s=0.5, wait_until=started + 1000, clock=clock):
         assert holder(server) == "ns/b"
-    assert 1.5 < time.monotonic() - started < 10
-    holder_thread.join()
+    assert clock.monotonic() - started >= 2
+    holder_thread.join(5)
 
 
 def test_without_a_longer_wait_a_busy_lease_fails_at_the_lock_timeout(server):
-    holder_thread = hold_lease(server, held_s=2.0)
-    started = time.monotonic()
+    clock = FakeClock()
+    started = clock.monotonic()
+    holder_thread = hold_lease(server, until=lambda: clock.monotonic() >= started + 2)
     with pytest.raises(errors.JobFailed) as failure:
-        with lock(server, timeout_s=0.5, wait_until=started + 0.2):
+        with lock(server, timeout_s=0.5, wait_until=started + 0.2, clock=clock):
             pass
     assert failure.value.exit_code == exitcodes.TIMED_OUT
-    assert time.monotonic() - started < 1.5
-    holder_thread.join()
+    assert clock.monotonic() - started < 1.5
+    clock.advance(2)  # the holder releases
+    holder_thread.join(5)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from distributetrain.cli import main as cli, jobflags
 from distributetrain.core import errors, manifests, names, placement
+from distributetrain.core.clock import REAL_CLOCK, Clock, FakeClock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudgets
@@ -221,17 +222,18 @@ def test_a_replacement_pulling_its_image_is_not_late_until_its_pull_runs_past_it
 # -- growing back is best effort: the follower on an in-memory API -----------------------
 
 
-def follower_kube(pods, chief_ends_when=lambda kube: False):
-    """The job's pods and one 8-GPU node; the chief succeeds once ``chief_ends_when(kube)``."""
-    kube = FakeKube([node("n")], pods)
+def follower_kube(pods, chief_ends_when=lambda kube: False, clock: Clock | None = None):
+    """The job's pods and one 8-GPU node; the chief succeeds once ``chief_ends_when(kube)``.
+    Time is ``clock``'s, a fake one the job's pod watch moves unless given."""
+    kube = FakeKube([node("n")], pods, clock=clock or FakeClock())
 
     def chief_story(kube, timeout_s):
-        ends_at = time.monotonic() + timeout_s
-        while time.monotonic() < ends_at:
+        ends_at = kube.clock.monotonic() + timeout_s
+        while kube.clock.monotonic() < ends_at:
             if chief_ends_when(kube) and kube.pods["j-chief"]["status"]["phase"] == "Running":
                 yield kube.apply("j-chief", chief(phase="Succeeded", exit_code=0)["status"])
                 return
-            time.sleep(0.01)
+            kube.clock.sleep(0.01)
 
     kube.on_pod_watch = chief_story
     return kube
@@ -248,7 +250,8 @@ def follow(kube, settings=FOLLOWED):
     """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
     api = FakeEventsApi()
     reporter = Reporter(kube, settings, EventRecorder(settings, api))
-    run = Run(settings, reporter, Attempt(settings.job_name), time.monotonic() + 30, time.monotonic(), HostList())
+    now = kube.clock.monotonic()
+    run = Run(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
     follower = elastic.ElasticFollower(kube, run, free_gpus_client=lambda same: same)
     try:
@@ -301,16 +304,16 @@ def test_a_replacement_pulling_its_image_outlives_the_timeout_one_that_is_stuck_
     def replacement_story(kube, timeout_s):
         """The replacement shows on the watch, never Ready; the chief ends a second after its
         creation. Every watch the follower opens (one per wake) goes on with the story."""
-        ends_at = time.monotonic() + timeout_s
-        while time.monotonic() < ends_at:
+        ends_at = kube.clock.monotonic() + timeout_s
+        while kube.clock.monotonic() < ends_at:
             created = replacements(kube)
             if created and "j-worker-1" in kube.pods and not shown:
                 shown.add("j-worker-1")
                 yield kube.apply("j-worker-1", {"phase": "Pending"})
-            if created and time.monotonic() - kube.when("create", "Pod", "j-worker-1") >= 1.0:
+            if created and kube.clock.monotonic() - kube.when("create", "Pod", "j-worker-1") >= 1.0:
                 yield kube.apply("j-chief", chief(phase="Succeeded", exit_code=0)["status"])
                 return
-            time.sleep(0.01)
+            kube.clock.sleep(0.01)
             yield "BOOKMARK", {"metadata": {"resourceVersion": "1"}}  # time goes on for the follower too
 
     kube.on_pod_watch = replacement_story
@@ -325,11 +328,11 @@ def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
     # Another manager holds the Lease for half a second, then releases it.
     kube.lease = {"metadata": {"name": names.LOCK_LEASE_NAME, "namespace": "default", "resourceVersion": "5"},
                   "spec": {"holderIdentity": "ns/other", "leaseDurationSeconds": 30, "acquireTime": "x"}}
-    released_at = time.monotonic() + 0.5
+    released_at = kube.clock.monotonic() + 0.5
     read = kube.get_lease
 
     def get_lease(namespace, name):
-        if time.monotonic() >= released_at and kube.lease["spec"]["holderIdentity"] == "ns/other":
+        if kube.clock.monotonic() >= released_at and kube.lease["spec"]["holderIdentity"] == "ns/other":
             kube.lease = {"metadata": kube.lease["metadata"] | {"resourceVersion": "6"},
                           "spec": {"holderIdentity": None, "leaseDurationSeconds": 30}}
         return read(namespace, name)
@@ -395,7 +398,9 @@ def tenant_pod(gpus=8):
 
 def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes(quick):
     ends_at = time.monotonic() + 0.6  # a dozen rechecks (REPLACE_RECHECK_S is 0.05 here)
-    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=lambda kube: time.monotonic() > ends_at)
+    # Real time: the free GPUs' informers, on threads of their own, list meanwhile.
+    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=lambda kube: time.monotonic() > ends_at,
+                         clock=REAL_CLOCK)
     outcome, _ = follow(kube)
     assert outcome == waits.ChiefFinished(0) and replacements(kube) == []
     # One fresh inventory under the Lease (nodes, pods) found nothing free; then the job's
@@ -405,7 +410,8 @@ def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes(quick):
 
 
 def test_a_job_short_of_gpus_books_again_once_gpus_are_freed(quick):
-    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements)
+    # Real time: the GPUs are freed on a timer of its own.
+    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements, clock=REAL_CLOCK)
     freed = threading.Timer(0.3, kube.send_cluster_pods, (("DELETED", tenant_pod()),))
     freed.start()
     outcome, _ = follow(kube)

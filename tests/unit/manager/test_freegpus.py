@@ -18,6 +18,7 @@ from distributetrain.manager import freegpus
 from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
 from harness.apiserver import FakeApiServer, kube_at
 from harness.builders import GPU, make_node, make_pod
+from harness.polling import poll_until
 
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=2.0, retry_deadline_s=1.0, watch_chunk_s=1.0)
 
@@ -190,7 +191,9 @@ def test_one_list_then_only_the_watch_whatever_the_wait(server, following):
     server.put(pod("p2", "b", gpus=1))
     server.delete("p1")
     assert following.wait_for(3) == [[("ADDED", "ns/p1")], [("ADDED", "ns/p2")], [("DELETED", "ns/p1")]]
-    time.sleep(3 * TIMEOUTS.watch_chunk_s)  # watch requests end and resume meanwhile
+    # Watch requests end (a chunk each) and resume meanwhile.
+    poll_until(lambda: len(server.watch_requests) >= 3, 10 * TIMEOUTS.watch_chunk_s, "three watch requests",
+               interval_s=0.05)
     assert server.list_requests == 1
     versions = [int(q["resourceVersion"]) for q in server.watch_requests]
     assert len(versions) >= 3 and versions == sorted(versions)

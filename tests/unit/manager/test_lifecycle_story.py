@@ -3,14 +3,14 @@ the manager pod, in order, and what it says about pods that wait."""
 
 import json
 import socket
-import time
 
 import pytest
 
 from distributetrain.core import errors, inventory, names, topology
+from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events
+from distributetrain.kube import events, waits
 from distributetrain.manager import lifecycle
 from harness.builders import node
 from harness.events import FakeEventsApi
@@ -60,19 +60,24 @@ def refusing_events(list_pages):
 
 @pytest.fixture
 def story(monkeypatch, tmp_path):
-    """Runs a job on nodes a=1, b=1; returns (reason, type, note) of every Event, in order."""
+    """Runs a job on nodes a=1, b=1; returns (reason, type, note) of every Event, in order.
+    Its windows and deadlines are of a fake clock (``story.clock``) the job's pod watch moves."""
     api = FakeEventsApi()
+    clock = FakeClock()
     monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
-    monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)  # the workers' statuses are scripted
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
-            phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False):
+            phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
+            real_time=False):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
-        kubelet's), which the manager may not read with ``events_forbidden``."""
-        kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods)
+        kubelet's), which the manager may not read with ``events_forbidden``; with
+        ``real_time``, on the real clock (Events a story sends reach the manager on an
+        informer's own thread, in real time)."""
+        kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
+                        clock=REAL_CLOCK if real_time else clock)
         kube.events = list(events)
         if events_forbidden:
             kube.list_pages = refusing_events(kube.list_pages)
@@ -81,10 +86,11 @@ def story(monkeypatch, tmp_path):
         kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
         for phase in phases:  # as manager.sh runs them, one process after the other
-            code = lifecycle.execute(kube, settings, phase)
+            code = lifecycle.execute(kube, settings, phase, clock=kube.clock)
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
 
     run.events_api = api
+    run.clock = clock
     return run
 
 
@@ -233,13 +239,13 @@ def test_a_worker_whose_end_is_reported_after_the_chief_s_failure_is_still_the_c
 
 
 def test_a_chief_that_fails_alone_is_its_own_failure_once_the_workers_had_time_to_say(story):
-    started = time.monotonic()
+    started = story.clock.monotonic()
     code, recorded, _ = story(
         [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
          [("demo-chief", ended(3))]],
         settings=SETTINGS.replace(max_restarts=1))
     assert code == 3 and "Restarting" not in [r[0] for r in recorded]
-    assert time.monotonic() - started >= 0.3  # the story's WORKER_STATUS_LAG_S
+    assert story.clock.monotonic() - started >= waits.WORKER_STATUS_LAG_S
 
 
 @pytest.mark.parametrize("used,allowed", [(0, 0), (1, 1)])
@@ -451,7 +457,7 @@ def test_image_pulls_longer_than_the_worker_ready_timeout_are_progress_not_failu
     monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, kube = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
-                                 settings=SLOW_PULL_SETTINGS, events=pulls)
+                                 settings=SLOW_PULL_SETTINGS, events=pulls, real_time=True)
     assert code == 0
     # One Event per pod and stage (the chief's, seen again by post-training, raises its count).
     assert list(dict.fromkeys(r for r in recorded if r[0] == "Pulling")) == [
@@ -470,7 +476,8 @@ def test_without_the_events_rule_a_pull_counts_against_the_timeout_as_before(sto
     monkeypatch.setattr("distributetrain.manager.startwatch.StartWatch.refusal_logged", False)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
-                              settings=SLOW_PULL_SETTINGS, events=pulls, events_forbidden=True)
+                              settings=SLOW_PULL_SETTINGS, events=pulls, events_forbidden=True,
+                              real_time=True)
     assert code == 75
     assert "Pulling" not in [r[0] for r in recorded]
     assert "cannot follow the Events of its pods" in caplog.text and "events list and watch" in caplog.text
@@ -480,7 +487,8 @@ def test_an_image_pull_past_its_own_bound_releases_the_attempt_saying_so(story, 
     monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
-                              settings=SLOW_PULL_SETTINGS.replace(image_pull_timeout_s=0.5), events=pulls)
+                              settings=SLOW_PULL_SETTINGS.replace(image_pull_timeout_s=0.5), events=pulls,
+                              real_time=True)
     assert code == 75
     released = next(note for reason, _, note in recorded if reason == "Released")
     assert 'demo-worker-0: pulling image "reg/base:1" on a for 0s' in released

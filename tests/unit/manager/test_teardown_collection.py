@@ -17,6 +17,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from distributetrain.manager.teardown import tear_down
+from harness.apiserver import SHUTDOWN_POLL_S
 from harness.kube import FakeKube
 
 JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=3, image="reg/base:1", owner_uid="uid-1")
@@ -134,7 +135,7 @@ class RecordingServer:
         self.url = f"http://127.0.0.1:{self._server.server_port}"
 
     def __enter__(self) -> "RecordingServer":
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
