@@ -156,8 +156,10 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
         pass
     else:
         raise errors.UsageError("--name", f"a job named {name!r} already exists in namespace {namespace!r}")
-    _check_against_nodes(kube, settings)
+    # The namespace's rule first: a job without --queue where Kueue gates every pod is bad
+    # input whatever the nodes are (queued, it may wait for nodes an autoscaler adds).
     manager = _through_kueue(kube, settings, options, manager)
+    _check_against_nodes(kube, settings)
     try:
         kube.create(manager)
     except errors.AlreadyExists:

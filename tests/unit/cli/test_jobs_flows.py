@@ -323,6 +323,15 @@ def test_where_kueue_queues_every_pod_a_job_without_a_queue_is_refused(capsys, k
                    "name the job's LocalQueue, --queue=NAME\n")
 
 
+def test_where_kueue_queues_every_pod_the_missing_queue_is_said_before_what_the_nodes_lack(capsys, kube):
+    kube.forbidden_lists = set()  # this user may list nodes, and none advertises a GPU
+    kube.on_create = [kueue_queues_every_pod]
+    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
+    assert (code, out, kube.created) == (2, "", [])
+    assert err == ("distributetrain: error: --queue: Kueue queues every pod in namespace 'ml': "
+                   "name the job's LocalQueue, --queue=NAME\n")
+
+
 def test_outside_kueue_the_manager_is_unchanged_queue_or_not(capsys, kube):
     code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--queue", "team")
     assert code == 0, err
