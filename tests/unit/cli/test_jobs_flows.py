@@ -315,16 +315,11 @@ def test_the_manager_in_a_queue_asks_for_no_quota_and_is_labelled_with_the_queue
     assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"], "in_queue changed its argument"
 
 
-def test_where_kueue_queues_every_pod_a_job_without_a_queue_is_refused(capsys, kube):
-    kube.on_create = [kueue_queues_every_pod]
-    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
-    assert (code, out, kube.created) == (2, "", [])
-    assert err == ("distributetrain: error: --queue: Kueue queues every pod in namespace 'ml': "
-                   "name the job's LocalQueue, --queue=NAME\n")
-
-
-def test_where_kueue_queues_every_pod_the_missing_queue_is_said_before_what_the_nodes_lack(capsys, kube):
-    kube.forbidden_lists = set()  # this user may list nodes, and none advertises a GPU
+@pytest.mark.parametrize("node_lists", [{"nodes"}, set()], ids=["nodes-unreadable", "no-gpu-node"])
+def test_where_kueue_queues_every_pod_a_job_without_a_queue_is_refused(capsys, kube, node_lists):
+    """Said before what the nodes lack: bad input whatever the nodes are (queued, a job may
+    wait for nodes an autoscaler adds)."""
+    kube.forbidden_lists = node_lists
     kube.on_create = [kueue_queues_every_pod]
     code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
     assert (code, out, kube.created) == (2, "", [])
