@@ -21,6 +21,7 @@ from kubernetes import client
 from distributetrain.core import manifests, names
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
+from distributetrain.kube.calls import drain
 
 READY_DEADLINE_S = 300.0  # the workers Ready before the deletes start; not timed
 READY_POLL_S = 1.0
@@ -32,16 +33,18 @@ def bare_run(api_client, settings: JobSettings, nodes: list[str]) -> dict:
     core = client.CoreV1Api(api_client)
     namespace, job = settings.namespace, settings.job_name
     secret, *pods = manifests.job_objects(settings, [(node, 1) for node in nodes], JobKeys.generate(job))
+    # Each body read to its end (drain): a connection released with its response unread goes
+    # back to the pool mid-response, and the next request on it fails (ResponseNotReady).
     started = time.time()
-    core.create_namespaced_secret(namespace, secret, _preload_content=False).release_conn()
+    drain(core.create_namespaced_secret(namespace, secret, _preload_content=False))
     for pod in pods:
-        core.create_namespaced_pod(namespace, pod, _preload_content=False).release_conn()
+        drain(core.create_namespaced_pod(namespace, pod, _preload_content=False))
     created = time.time()
     _wait_ready(core, settings, [pod["metadata"]["name"] for pod in pods[:-1]])
     deleting = time.time()
     for pod in pods:
-        core.delete_namespaced_pod(pod["metadata"]["name"], namespace, _preload_content=False).release_conn()
-    core.delete_namespaced_secret(names.secret_name(job), namespace, _preload_content=False).release_conn()
+        drain(core.delete_namespaced_pod(pod["metadata"]["name"], namespace, _preload_content=False))
+    drain(core.delete_namespaced_secret(names.secret_name(job), namespace, _preload_content=False))
     deleted = time.time()
     return {"bare_create_s": created - started, "bare_delete_s": deleted - deleting,
             "bare_requests": 2 * (len(pods) + 1)}
