@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from distributetrain.core import names
 from distributetrain.core.gpusharing import shared_units
 from distributetrain.core.podfit import SHARED, JobFit
-from distributetrain.core.podrequests import amount, node_allocatable, pod_request, pod_requests
+from distributetrain.core.podrequests import NODE_RESOURCES, PODS, amount, node_allocatable, pod_amounts, pod_request
 from distributetrain.core.settings import gpu_toleration
 from distributetrain.core.topology import Level, Path, node_path
 
@@ -214,20 +214,24 @@ class GpuLedger:
             self.allocatable[part.name] = part.gpus
 
     def add_pod(self, pod: Mapping) -> None:
-        claim = pod_claim(pod, self.resource)
-        if claim:
-            self.count_claim(claim)
-        if self.fit:
-            self._count_requests(pod)
-
-    def _count_requests(self, pod: Mapping) -> None:
-        """What a pod takes of its node besides GPUs, on candidates only (nodes are
-        listed first); finished pods take nothing."""
+        """Count what a bound or pinned pod holds (``pod_claim``): its GPUs on any node,
+        and on candidates, with a ``fit``, what else it takes there (nodes are listed
+        first); finished pods hold nothing. Every pod of the cluster passes here, so its
+        spec is read once."""
         spec = pod.get("spec") or {}
         node = spec.get("nodeName") or pinned_node(spec)
-        if node not in self.allocatable or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
             return
-        self.requested.setdefault(node, Counter()).update(pod_requests(spec))
+        fits = self.fit is not None and node in self.allocatable
+        amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES) if fits else (self.resource,))
+        if gpus := amounts[self.resource]:
+            self.used[node] += gpus
+        if not fits:
+            return
+        requested = self.requested.setdefault(node, Counter())
+        for resource in NODE_RESOURCES:
+            requested[resource] += amounts[resource]
+        requested[PODS] += 1
         if self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
             self.own_nodes.add(node)
 

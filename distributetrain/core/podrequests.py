@@ -12,7 +12,7 @@ its containers'.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import InvalidOperation
 
 from kubernetes.utils.quantity import parse_quantity
@@ -24,6 +24,7 @@ PODS = "pods"
 # What NodeResourcesFit checks besides extended resources (GPUs). CPU in millicores,
 # memory and ephemeral storage in bytes, pods in pods: whole numbers all.
 FIT_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
+NODE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE)  # those a pod requests by amount (a pod is one slot)
 
 Amounts = dict[str, int]  # resource -> amount in its whole unit (millicores for cpu)
 
@@ -43,40 +44,53 @@ def amount(resource: str, quantity: object) -> int:
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
-def _requested(owner: Mapping, resource: str) -> int | None:
-    """What a container (or a pod's own ``resources``) requests of ``resource``; None if unset."""
-    resources = owner.get("resources") or {}
-    # A request left out defaults to its limit (the API server's defaulting, per resource).
-    for kind in ("requests", "limits"):
-        amounts = resources.get(kind) or {}
-        if resource in amounts:
-            return amount(resource, amounts[resource])
-    return None
+def _declared(owner: Mapping) -> Mapping[str, object]:
+    """What a container (or a pod's own ``resources``) requests, by resource. A request
+    left out defaults to its limit (the API server's defaulting, per resource)."""
+    resources = owner.get("resources")
+    if not resources:
+        return {}
+    limits, requests = resources.get("limits"), resources.get("requests")
+    if not limits:
+        return requests or {}
+    return {**limits, **requests} if requests else limits
+
+
+def pod_amounts(spec: Mapping, resources: Iterable[str]) -> Amounts:
+    """Effective requests of a pod, by the Kubernetes rule (sidecar init containers
+    included), for each of ``resources`` at once: an inventory folds every pod of the
+    cluster, so its containers are read once, not once per resource."""
+    overhead = spec.get("overhead") or {}
+    pod_level = _declared(spec)  # PodLevelResources: the pod's own request wins
+    app = [_declared(c) for c in spec.get("containers") or ()]
+    inits = [(_declared(c), c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or ()]
+    amounts = {}
+    for resource in resources:
+        extra = amount(resource, overhead[resource]) if resource in overhead else 0
+        if resource in pod_level:
+            amounts[resource] = amount(resource, pod_level[resource]) + extra
+            continue
+        total = sum(amount(resource, declared[resource]) for declared in app if resource in declared)
+        sidecars = init_peak = 0
+        for declared, sidecar in inits:
+            request = amount(resource, declared[resource]) if resource in declared else 0
+            if sidecar:  # a sidecar keeps running beside the app
+                sidecars += request
+                init_peak = max(init_peak, sidecars)
+            else:
+                init_peak = max(init_peak, sidecars + request)
+        amounts[resource] = max(total + sidecars, init_peak) + extra
+    return amounts
 
 
 def pod_request(spec: Mapping, resource: str) -> int:
-    """Effective request of a pod, by the Kubernetes rule (sidecar init containers included)."""
-    overhead = (spec.get("overhead") or {}).get(resource)
-    extra = amount(resource, overhead) if overhead is not None else 0
-    pod_level = _requested(spec, resource)  # PodLevelResources: the pod's own request wins
-    if pod_level is not None:
-        return pod_level + extra
-    app = sum(_requested(c, resource) or 0 for c in spec.get("containers") or ())
-    sidecars = 0
-    init_peak = 0
-    for init in spec.get("initContainers") or ():
-        request = _requested(init, resource) or 0
-        if init.get("restartPolicy") == "Always":  # a sidecar keeps running beside the app
-            sidecars += request
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + request)
-    return max(app + sidecars, init_peak) + extra
+    """Effective request of a pod for one resource (``pod_amounts``)."""
+    return pod_amounts(spec, (resource,))[resource]
 
 
 def pod_requests(spec: Mapping) -> Amounts:
     """What a pod takes of its node's FIT_RESOURCES: its requests, and one pod slot."""
-    return {**{resource: pod_request(spec, resource) for resource in (CPU, MEMORY, EPHEMERAL_STORAGE)}, PODS: 1}
+    return {**pod_amounts(spec, NODE_RESOURCES), PODS: 1}
 
 
 def node_allocatable(status: Mapping) -> Amounts:

@@ -1,5 +1,6 @@
 """Inventory: quantities, the Kubernetes request rule, and which nodes are candidates."""
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 import pytest
@@ -10,6 +11,8 @@ from distributetrain.core.inventory import (
     BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, gpu_count, node_gpus, node_refusal, pinned_node,
     pod_claim, pod_request, tolerates,
 )
+from distributetrain.core.podfit import JobFit, PodShape
+from distributetrain.core.podrequests import pod_requests
 from distributetrain.core.settings import JobSettings
 
 
@@ -289,6 +292,39 @@ def test_a_node_s_part_of_the_ledger():
 ])
 def test_what_a_pod_claims(p, claim):
     assert pod_claim(p, GPU) == claim
+
+
+QUANTITIES = st.sampled_from(["0", "1", "250m", "2", "1Gi", "3500m"])
+RESOURCES = st.sampled_from([GPU, "cpu", "memory", "ephemeral-storage"])
+AMOUNTS = st.dictionaries(RESOURCES, QUANTITIES, max_size=3)
+ANY_CONTAINER = st.builds(lambda requests, limits: {"name": "c", "resources": {"requests": requests, "limits": limits}},
+                          AMOUNTS, AMOUNTS)
+ANY_POD = st.builds(
+    lambda node_name, containers, init, sidecar, overhead, own: {
+        "metadata": {"uid": "u", "labels": {"job": "j"} if own else {}},
+        "spec": {"nodeName": node_name, "containers": containers, "overhead": overhead,
+                 "initContainers": [c | ({"restartPolicy": "Always"} if sidecar else {}) for c in init]},
+        "status": {"phase": "Running"}},
+    st.sampled_from(["a", "b", "off", ""]), st.lists(ANY_CONTAINER, max_size=3), st.lists(ANY_CONTAINER, max_size=2),
+    st.booleans(), AMOUNTS, st.booleans())
+
+
+@given(st.lists(ANY_POD, max_size=6))
+def test_the_ledger_folds_each_pod_as_its_claim_and_its_requests_say(pods):
+    """The fold reads each pod once; it counts what ``pod_claim`` and ``pod_requests`` say."""
+    ledger = GpuLedger(GPU, fit=JobFit(PodShape({}, {}), own_labels={"job": "j"}))
+    for n in (node("a"), node("b"), node("off", ready="False")):
+        ledger.add_node(n)
+    for p in pods:
+        ledger.add_pod(p)
+    claims = [claim for p in pods if (claim := pod_claim(p, GPU))]
+    on_candidates = [p for p in pods if p["spec"]["nodeName"] in ("a", "b")]
+    assert {n: used for n, used in ledger.used.items() if used} == {
+        n: total for n in ("a", "b", "off") if (total := sum(c.gpus for c in claims if c.node == n))}
+    assert ledger.requested == {n: sum((Counter(pod_requests(p["spec"])) for p in on_candidates
+                                        if p["spec"]["nodeName"] == n), Counter())
+                                for n in {p["spec"]["nodeName"] for p in on_candidates}}
+    assert ledger.own_nodes == {p["spec"]["nodeName"] for p in on_candidates if p["metadata"]["labels"]}
 
 
 def test_unavailable_names_nodes_that_may_come_back_and_counts_the_rest():
