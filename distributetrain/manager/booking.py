@@ -45,7 +45,7 @@ def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedg
     for page, _ in kube.list_pages("nodes"):
         _add_nodes(ledger, page, settings)
     version = ""
-    for page, version in kube.list_pages("pods", field_selector=inventory.ACTIVE_PODS_SELECTOR):
+    for page, version in kube.list_pod_requests(field_selector=inventory.ACTIVE_PODS_SELECTOR):
         for pod in page:
             ledger.add_pod(pod)
     return ledger, version

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 
 from distributetrain.core import errors, inventory, names
 from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.kube import podwire
 from distributetrain.kube.api import KubeApi
 from harness.builders import MANAGER_POD, manager_pod
 
@@ -155,6 +156,12 @@ class FakeKube(KubeApi):
     def list_pages(self, kind: str, namespace: str | None = None, **selectors: str) -> Iterator[tuple[list[dict], str]]:
         self._maybe_fail("list_pages")
         yield self.list_all(kind, namespace, **selectors)
+
+    def list_pod_requests(self, **selectors: str) -> Iterator[tuple[list[dict], str]]:
+        """As the API server's protobuf pages read: each pod cut to what an inventory reads."""
+        self._maybe_fail("list_pod_requests")
+        pods, version = self.list_all("pods", None, **selectors)
+        yield [podwire.slim(pod) for pod in pods], version
 
     def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
         self._maybe_fail("list_all")

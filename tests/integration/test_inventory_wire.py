@@ -1,0 +1,58 @@
+"""The inventory reads pods in the API server's protobuf encoding: the real server's bytes
+give the same pods, cut to what the inventory reads, as its JSON does."""
+
+import pytest
+from kubernetes import client
+
+from distributetrain.kube import podwire
+from distributetrain.kube.client import Kube
+
+pytestmark = pytest.mark.cluster
+
+UNSCHEDULABLE = {"no-such-label": "anywhere"}  # nothing runs them: only their API objects matter
+
+
+def pods(namespace):
+    def pod(name, **spec):
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace, "labels": {"wire": name, "empty": ""}},
+                "spec": {"nodeSelector": UNSCHEDULABLE, "terminationGracePeriodSeconds": 0, **spec}}
+
+    def container(name, **resources):
+        return {"name": name, "image": "distributetrain/base:0.1.0", "resources": resources}
+
+    gpus = {"limits": {"nvidia.com/gpu": "2"}}
+    sidecar = container("sidecar", requests={"cpu": "100m"}) | {"restartPolicy": "Always"}
+    pinned = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-node-7"]}]}]}}}
+    return [
+        pod("plain", containers=[container("c")]),
+        pod("gpus", containers=[container("a", **gpus), container("b", requests={"cpu": "1500m", "memory": "1Gi"})]),
+        pod("init", containers=[container("c", **gpus)], initContainers=[
+            sidecar, container("prepare", requests={"memory": "2Gi"}, limits={"memory": "2Gi"})]),
+        pod("pinned", containers=[container("c", **gpus)], affinity=pinned),
+    ]
+
+
+def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_reads(api_client, namespace):
+    core = client.CoreV1Api(api_client)
+    for body in pods(namespace):
+        core.create_namespaced_pod(namespace, body)
+    selector = f"metadata.namespace={namespace}"
+    response = api_client.call_api("/api/v1/pods", "GET", query_params=[("fieldSelector", selector)],
+                                   header_params={"Accept": podwire.ACCEPT}, auth_settings=["BearerToken"],
+                                   _return_http_data_only=True, _preload_content=False)
+    assert response.headers["Content-Type"].startswith(podwire.PROTOBUF)
+    from_protobuf, version, _ = podwire.decode_pod_list(response.data)
+    as_json, _ = Kube(api_client).list_all("pods", namespace)
+    assert sorted(from_protobuf, key=lambda p: p["metadata"]["name"]) == \
+        sorted((podwire.slim(p) for p in as_json), key=lambda p: p["metadata"]["name"])
+    assert int(version) > 0
+    by_name = {p["metadata"]["name"]: p for p in from_protobuf}
+    assert by_name["init"]["spec"]["initContainers"][0] == {
+        "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}
+    assert by_name["gpus"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert by_name["pinned"]["spec"]["affinity"]["nodeAffinity"]
+    # What the inventory lists: every page, the same pods.
+    paged = [pod for page, _ in Kube(api_client).list_pod_requests(field_selector=selector) for pod in page]
+    assert sorted(paged, key=lambda p: p["metadata"]["name"]) == sorted(from_protobuf, key=lambda p: p["metadata"]["name"])
