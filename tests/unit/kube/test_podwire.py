@@ -125,3 +125,13 @@ def test_what_the_inventory_reads_survives_the_cut():
 def test_bytes_that_are_not_a_protobuf_pod_list_are_an_error_not_a_guess(body):
     with pytest.raises(WireError):
         decode_pod_list(body)
+
+
+def test_long_fields_and_numbered_fields_read_past_one_byte_lengths():
+    """Lengths of one, two and three bytes (a pod over 16 KiB) and keys of two bytes."""
+    big = {"metadata": {"name": "big", "uid": "u", "labels": {"note": "x" * 20_000}},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}], "nodeName": "n",
+                    "initContainers": [{"restartPolicy": "Always"}], "overhead": {"cpu": "1"}},
+           "status": {"phase": "Running"}}
+    assert decode_pod_list(pod_list([big, big | {"metadata": {"name": "small", "uid": "v"}}])) == \
+        ([slim(big), slim(big | {"metadata": {"name": "small", "uid": "v"}})], "42", "")
