@@ -14,13 +14,16 @@ manager_tiers=(tests/integration tests/e2e tests/faults)
 failed=0
 # The cluster the steps kept up goes down after the last one, as its session would take it
 # down: also when that step stopped before starting a session (an error collecting its
-# tests), or when interrupted between steps.
+# tests), or when interrupted between steps. After a green run its run directory goes too
+# (nothing is left in /tmp); after a failure it stays, with the components' logs.
 take_down() {
   if [ "${DT_KEEP_CLUSTER:-}" != 1 ] && [ -e "$DT_RUN/test-sessions/started-by-tests" ]; then
-    "$DT_VENV/bin/python" -m localcluster down
+    local purge=()
+    if [ "$failed" = 0 ]; then purge=(--purge); fi
+    "$DT_VENV/bin/python" -m localcluster down "${purge[@]}"
   fi
 }
-trap 'take_down; exit 130' INT TERM
+trap 'failed=1; take_down; exit 130' INT TERM
 DT_KEEP_CLUSTER=1 "${pytest[@]}" tests/unit tests/cluster || failed=1
 DT_KEEP_CLUSTER=1 "${pytest[@]}" -n 2 --dist loadgroup -m "not exclusive" "${manager_tiers[@]}" || failed=1
 "${pytest[@]}" -m exclusive "${manager_tiers[@]}" || failed=1

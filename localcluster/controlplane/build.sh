@@ -4,14 +4,14 @@
 # this script, so a fresh clone on the same machine reuses it and a pin change
 # rebuilds it.
 # Prints the bin directory (symlinks kube-apiserver, kube-scheduler,
-# kube-controller-manager, kubectl) on stdout; progress goes to stderr.
+# kube-controller-manager, kubectl, kubelet, kube-proxy, etcd) on stdout; progress goes to stderr.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../env.sh
 source "$HERE/../env.sh"
 
-COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy)
+COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy etcd)
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$HERE/go.mod")"
 SOURCE_HASH="$(cat "$HERE/go.mod" "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-12)"
 OUT_DIR="$DT_CACHE/k8s/$K8S_VERSION-$SOURCE_HASH"

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the local cluster needs: etcd (the apiserver's
-# store), iproute2 (bridge, veths, netns), containerd with runc and the CNI
-# plugins (the nodes' container runtime), podman (the image builder),
-# mmdebstrap (the root filesystem of the python base stand-in), openssh-client
-# (the ssh-keygen the unit tests check the job's keys with), shellcheck (the
-# tests lint every shell script) and ipset (kube-router, the nodes' NetworkPolicy
-# controller with `up --network-policy`, writes its address sets with it). Idempotent. The cluster runs its own etcd under
-# $DT_RUN and one containerd per node, so the packages' system services must never
-# be left running: service starts are denied during the install and any etcd the
-# package started anyway is stopped.
+# Installs the Debian packages the local cluster needs: iproute2 (bridge, veths,
+# netns), containerd with runc and the CNI plugins (the nodes' container runtime),
+# podman (the image builder), mmdebstrap (the root filesystem of the python base
+# stand-in), openssh-client (the ssh-keygen the unit tests check the job's keys
+# with), shellcheck (the tests lint every shell script) and ipset (kube-router, the
+# nodes' NetworkPolicy controller with `up --network-policy`, writes its address
+# sets with it). Not etcd: build.sh builds the one these Kubernetes modules require.
+# Idempotent. The cluster runs one containerd per node, so the package's system
+# service must never be left running: service starts are denied during the install.
 set -euo pipefail
 
-PACKAGES=(etcd-server iproute2 podman runc containerd containernetworking-plugins mmdebstrap openssh-client
+PACKAGES=(iproute2 podman runc containerd containernetworking-plugins mmdebstrap openssh-client
           shellcheck ipset)
 POLICY_RC_D=/usr/sbin/policy-rc.d
 
@@ -47,19 +46,8 @@ if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${m
 fi
 echo "packages: installed ${missing[*]}"
 
-# Belt and braces: a system etcd would hold the default ports and data dir,
-# now or after a reboot.
+# Belt and braces: a system containerd would start after a reboot.
 if command -v systemctl >/dev/null; then
-    for service in etcd containerd; do
-        systemctl disable --now "$service" >/dev/null 2>&1 \
-            || rm -f "/etc/systemd/system/multi-user.target.wants/$service.service"
-    done
-    rm -f /etc/systemd/system/etcd2.service
+    systemctl disable --now containerd >/dev/null 2>&1 \
+        || rm -f /etc/systemd/system/multi-user.target.wants/containerd.service
 fi
-# The packaged daemon is configured through /etc/default/etcd, never with
-# --data-dir, which is how the clusters' own etcd processes are told apart.
-for pid in $(pgrep -x etcd || true); do
-    if ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- '--data-dir'; then
-        kill "$pid" || true
-    fi
-done

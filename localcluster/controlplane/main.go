@@ -1,6 +1,10 @@
 // Command controlplane is a hyperkube-style multi-call binary holding the
-// upstream kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and
-// the node components: kubelet and kube-proxy.
+// upstream kube-apiserver, kube-scheduler, kube-controller-manager, kubectl,
+// the node components (kubelet and kube-proxy) and etcd, at the version these
+// Kubernetes modules require: from 3.5.13/3.6 etcd answers watch progress
+// requests, so the apiserver serves consistent (and paginated) lists from its
+// watch cache, as on real clusters (with Debian's etcd 3.4 every page went to
+// etcd).
 // One binary shares compilation and is linked once, which matters on small
 // build machines. The component is chosen by the basename of argv[0] (via
 // symlinks) or, failing that, by the first argument.
@@ -15,6 +19,7 @@ import (
 	_ "time/tzdata" // CronJob time zones, as in the upstream mains
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/server/v3/etcdmain"
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/logs"
 	_ "k8s.io/component-base/logs/json/register"          // JSON log format
@@ -38,15 +43,22 @@ var servers = map[string]func() *cobra.Command{
 	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 }
 
-const kubectlName = "kubectl"
+const (
+	kubectlName = "kubectl"
+	etcdName    = "etcd"
+)
 
 func main() {
 	name, args := component(os.Args)
 	// The upstream commands read os.Args themselves (kubectl for plugins and
 	// verbosity, cobra for flags), so present them the single-binary view.
 	os.Args = append([]string{name}, args...)
-	if name == kubectlName {
+	switch name {
+	case kubectlName:
 		os.Exit(runKubectl())
+	case etcdName:
+		etcdmain.Main(os.Args) // exits only through os.Exit or a signal
+		return
 	}
 	newCommand, ok := servers[name]
 	if !ok {
@@ -60,7 +72,7 @@ func main() {
 // when it names a component (symlink invocation), otherwise the first argument.
 func component(argv []string) (string, []string) {
 	base := filepath.Base(argv[0])
-	if base == kubectlName || servers[base] != nil {
+	if base == kubectlName || base == etcdName || servers[base] != nil {
 		return base, argv[1:]
 	}
 	if len(argv) < 2 {
@@ -80,7 +92,7 @@ func runKubectl() int {
 }
 
 func componentNames() []string {
-	names := []string{kubectlName}
+	names := []string{etcdName, kubectlName}
 	for name := range servers {
 		names = append(names, name)
 	}

@@ -1,8 +1,9 @@
 """Finding (and, the first time, building or installing) the cluster's executables.
 
-The Kubernetes binaries (control plane, kubelet, kube-proxy) come from
+The Kubernetes binaries (control plane, kubelet, kube-proxy) and etcd come from
 controlplane/build.sh, the registry from registryserver/build.sh
-(Kueue and Karpenter from theirs), each returning at once when its cache entry exists; etcd and containerd come from Debian, installed by install-system-deps.sh
+(Kueue and Karpenter from theirs), each returning at once when its cache entry exists;
+containerd and the CNI plugins come from Debian, installed by install-system-deps.sh
 when missing.
 """
 
@@ -24,9 +25,8 @@ KUEUE_BUILD_SCRIPT = PROJECT_ROOT / "kueuecontroller" / "build.sh"
 KARPENTER_BUILD_SCRIPT = PROJECT_ROOT / "karpentercontroller" / "build.sh"
 KUBE_ROUTER_BUILD_SCRIPT = PROJECT_ROOT / "kuberoutercontroller" / "build.sh"
 SYSTEM_DEPS_SCRIPT = CONTROLPLANE_SRC / "install-system-deps.sh"
-# What real nodes need from Debian besides etcd: containerd and the CNI plugins.
-SYSTEM_PATHS = (Path("/usr/bin/etcd"), Path("/usr/bin/containerd"), Path("/usr/lib/cni/bridge"))
-ETCD_PATH = SYSTEM_PATHS[0]
+# What real nodes need from Debian: containerd and the CNI plugins.
+SYSTEM_PATHS = (Path("/usr/bin/containerd"), Path("/usr/lib/cni/bridge"))
 
 
 class BuildError(RuntimeError):
@@ -35,7 +35,7 @@ class BuildError(RuntimeError):
 
 def ensure() -> Binaries:
     install_system_deps()
-    return Binaries(kubernetes_bin=_built(BUILD_SCRIPT), etcd=ETCD_PATH, registry=_built(REGISTRY_BUILD_SCRIPT))
+    return Binaries(kubernetes_bin=_built(BUILD_SCRIPT), registry=_built(REGISTRY_BUILD_SCRIPT))
 
 
 def kueue() -> Path:
@@ -69,6 +69,6 @@ def _built(script: Path) -> Path:
 
 def install_system_deps() -> None:
     if not (all(path.exists() for path in SYSTEM_PATHS) and shutil.which("ip")):
-        log.info("installing etcd, containerd, the CNI plugins and iproute2")
+        log.info("installing containerd, the CNI plugins and iproute2")
         if subprocess.run([str(SYSTEM_DEPS_SCRIPT)], check=False).returncode != 0:
             raise BuildError(f"{SYSTEM_DEPS_SCRIPT} failed; see its output above")

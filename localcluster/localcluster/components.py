@@ -32,10 +32,9 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 @dataclass(frozen=True)
 class Binaries:
-    """Where the executables are: the built Kubernetes bin dir, etcd and the registry."""
+    """Where the executables are: the built Kubernetes bin dir (etcd too) and the registry."""
 
     kubernetes_bin: Path
-    etcd: Path
     registry: Path
 
     def kubernetes(self, name: str) -> Path:
@@ -60,7 +59,7 @@ def commands(layout: RunLayout, pki: Pki, binaries: Binaries) -> dict[str, list[
 def etcd_command(layout: RunLayout, binaries: Binaries) -> list[str]:
     peer_url = f"http://127.0.0.1:{ETCD_PEER_PORT}"
     return [
-        str(binaries.etcd),
+        str(binaries.kubernetes(ETCD)),
         "--name=localcluster",
         f"--data-dir={layout.etcd_data}",
         f"--listen-client-urls={etcd_url()}",
