@@ -1,24 +1,30 @@
-"""Inventory at scale: 5,000 nodes and up to 150,000 pods, ours against the seeds' listing.
+"""Inventory at scale: 5,000 nodes and up to 150,000 pods: ours, ours before issue 36, the seeds'.
 
 Why: the manager lists every node and every pod to find free GPUs, under the placement
-Lease. The seeds listed everything in one request, deserialised into client models; ours
-pages (500 per request), keeps plain JSON, lets the server drop terminal pods, and folds
-each page into a ledger, so memory should stay flat while the seeds' grows with the
-cluster.
+Lease. The seeds listed everything in one request, deserialised into client models. Ours
+pages, lets the server drop terminal pods and folds each page into a ledger, so memory
+stays flat while the seeds' grows with the cluster; since issue 36 it asks for pods in
+protobuf, reads only the fields the inventory needs (``kube/podwire``), in pages of 2,000
+with the next one fetched while it folds (``kube/ahead``), and folds a pod in one pass.
+*before* is the manager's code of ``BEFORE_COMMIT`` (JSON pages of 500, a pass per
+resource), the 17 s this benchmark published for 150,000 pods, run in the same cluster
+from that commit's tree (``git archive``) so the three are measured side by side.
 
 Setup: in the local API server, 5,000 Node objects (status patched to Ready with 8
 allocatable GPUs) and pods bound to them by ``spec.nodeName`` (nothing schedules or runs
 them), in a namespace of their own, created by ``CREATE_THREADS`` threads. Pods are
 added in steps (``POD_SERIES``); at each step both inventories run, each in a fresh
 process (``bench/inventory_probe.py``, which imports only what the manager imports),
-timed, with the process's peak resident memory: a manager's peak memory. If creating the next step would not fit in ``CREATE_BUDGET_S``, the series
-stops and the rest is extrapolated linearly, as the report says.
+timed, with the process's peak resident memory: a manager's peak memory. If creating the
+next step would not fit in ``CREATE_BUDGET_S``, the series stops and the rest is
+extrapolated linearly, as the report says.
 
 No kubelet heartbeats these nodes, so after about a minute the node lifecycle controller
 marks them NotReady and taints them; both inventories then refuse them (they are still
 listed and folded in, so the cost is the same). The nodes get a zone of their own so the
 controller's disruption handling never touches real nodes, and the pods tolerate every
-taint so none is evicted. Everything is deleted afterwards.
+taint so none is evicted. In a cluster of its own (``bench/isolated.sh``) the objects go
+with the cluster; in a shared one they are deleted afterwards.
 
 Run: ``bench/isolated.sh python -m bench.inventory_scale`` (root; up to about 40
 minutes and CPU-heavy: run it when nobody else is testing). In the isolated cluster the
@@ -28,14 +34,19 @@ inventories see only these objects.
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import random
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 from kubernetes import client
@@ -51,7 +62,10 @@ POD_SERIES = (10_000, 30_000, 60_000, 150_000)
 TARGET_PODS = POD_SERIES[-1]
 CREATE_THREADS = 12
 CREATE_BUDGET_S = 20 * 60  # creating pods beyond this is replaced by extrapolation
-REPETITIONS = 2  # inventories per approach and step, each in a fresh process
+REPETITIONS = 3  # inventories per approach and step, each in a fresh process
+# The manager's inventory as issue 36 found it (docs/benchmarks.md §4 before that issue).
+BEFORE_COMMIT = "68618a7"
+APPROACHES = ("ours", "before", "seeds")
 DELETE_CHUNKS = 30  # pods carry a chunk label so deletion runs as parallel collections
 MEASURE_TIMEOUT_S = 900
 DELETE_TIMEOUT_S = 900
@@ -154,10 +168,26 @@ def delete_everything(core: client.CoreV1Api, namespace: str, prefix: str) -> fl
     return time.monotonic() - started
 
 
-def measure(approach: str, namespace: str, selector: str) -> dict:
+def extract_before(into: Path) -> Path:
+    """The tree of ``BEFORE_COMMIT`` (its ``distributetrain`` and ``bench``) under ``into``:
+    run from there, its probe imports that commit's manager code, not the checkout's."""
+    archive = subprocess.run(["git", "archive", "--format=tar", BEFORE_COMMIT, "distributetrain", "bench"],
+                             cwd=report.REPO_ROOT, capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise RuntimeError(f"git archive {BEFORE_COMMIT} failed (a shallow clone?): {archive.stderr.decode()[-500:]}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def measure(approach: str, namespace: str, selector: str, before_tree: Path) -> dict:
+    """One inventory in a fresh process; *before* runs its own commit's probe from its tree
+    (``python -m`` puts the working directory first on the import path)."""
+    probe_approach, cwd = ("ours", before_tree) if approach == "before" else (approach, report.REPO_ROOT)
     completed = subprocess.run(
-        [sys.executable, "-m", "bench.inventory_probe", approach, f"--namespace={namespace}", f"--selector={selector}"],
-        capture_output=True, text=True, timeout=MEASURE_TIMEOUT_S, cwd=report.REPO_ROOT,
+        [sys.executable, "-m", "bench.inventory_probe", probe_approach, f"--namespace={namespace}",
+         f"--selector={selector}"],
+        capture_output=True, text=True, timeout=MEASURE_TIMEOUT_S, cwd=cwd,
     )
     if completed.returncode != 0:
         raise RuntimeError(f"{approach} inventory failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
@@ -177,17 +207,18 @@ def summarise(steps: list[dict]) -> dict:
     summary = {"steps": []}
     for step in steps:
         row = {"pods": step["pods"], "create_s": step["create_s"]}
-        for approach in ("ours", "seeds"):
+        for approach in APPROACHES:
             runs = step[approach]
             row[approach] = {key: statistics.median(r[key] for r in runs)
                              for key in ("seconds", "baseline_rss_mib", "peak_rss_mib", "extra_rss_mib")}
-            if approach == "ours":
+            row[approach]["max_seconds"] = max(r["seconds"] for r in runs)
+            if approach != "seeds":
                 row[approach]["api_requests"] = runs[0]["api_requests"]
         summary["steps"].append(row)
     measured = [s["pods"] for s in summary["steps"]]
     if TARGET_PODS not in measured and len(measured) >= 2:
         summary["extrapolated_to"] = TARGET_PODS
-        for approach in ("ours", "seeds"):
+        for approach in APPROACHES:
             summary[f"{approach}_extrapolated"] = {
                 key: sum(c * v for c, v in zip(linear_fit(measured, [s[approach][key] for s in summary["steps"]]),
                                                (TARGET_PODS, 1)))
@@ -196,13 +227,20 @@ def summarise(steps: list[dict]) -> dict:
     return summary
 
 
+TITLES = {
+    "ours": ("tab:blue", "ours (protobuf cut to the inventory's fields, pages of 2,000 read ahead)"),
+    "before": ("tab:green", f"ours before issue 36 ({BEFORE_COMMIT}: JSON pages of 500)"),
+    "seeds": ("tab:red", "seeds (one list, client models)"),
+}
+
+
 def plot(summary: dict, path) -> None:
     pods = [s["pods"] for s in summary["steps"]]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     for ax, key, label in ((axes[0], "seconds", "inventory time (s)"),
                            (axes[1], "peak_rss_mib", "peak memory of the process (MiB)")):
-        for approach, colour, title in (("ours", "tab:blue", "ours (paged JSON, ledger)"),
-                                        ("seeds", "tab:red", "seeds (one list, client models)")):
+        for approach in APPROACHES:
+            colour, title = TITLES[approach]
             ax.plot(pods, [s[approach][key] for s in summary["steps"]], "o-", color=colour, label=title)
             extrapolated = summary.get(f"{approach}_extrapolated")
             if extrapolated:
@@ -210,22 +248,29 @@ def plot(summary: dict, path) -> None:
                         "--", color=colour, alpha=0.6, label=f"{approach}, extrapolated")
         ax.set_xlabel(f"pods in the cluster (on {NODES:,} nodes)")
         ax.set_ylabel(label)
+        ax.set_yscale("log")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("Inventory of a large cluster, median of fresh processes", fontsize=11)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Inventory of a large cluster, median of {REPETITIONS} fresh processes", fontsize=11)
     report.save_figure(fig, path)
 
 
 def table(summary: dict) -> str:
     header = ["pods", "ours: time (s)", "ours: peak RSS (MiB)", "ours: API requests",
+              "before: time (s)", "before: peak RSS (MiB)", "before: API requests",
               "seeds: time (s)", "seeds: peak RSS (MiB)", "time to create the step (s)"]
-    rows = [[f"{s['pods']:,}", f"{s['ours']['seconds']:.2f}", f"{s['ours']['peak_rss_mib']:.0f}",
-             s["ours"]["api_requests"], f"{s['seeds']['seconds']:.2f}", f"{s['seeds']['peak_rss_mib']:.0f}",
-             f"{s['create_s']:.0f}"] for s in summary["steps"]]
+    rows = [[f"{s['pods']:,}",
+             *(cell for approach in ("ours", "before") for cell in (
+                 f"{s[approach]['seconds']:.2f}", f"{s[approach]['peak_rss_mib']:.0f}", s[approach]["api_requests"])),
+             f"{s['seeds']['seconds']:.2f}", f"{s['seeds']['peak_rss_mib']:.0f}", f"{s['create_s']:.0f}"]
+            for s in summary["steps"]]
     if "extrapolated_to" in summary:
-        ours, seeds = summary["ours_extrapolated"], summary["seeds_extrapolated"]
-        rows.append([f"{TARGET_PODS:,} (extrapolated)", f"{ours['seconds']:.1f}", f"{ours['peak_rss_mib']:.0f}",
-                     "", f"{seeds['seconds']:.1f}", f"{seeds['peak_rss_mib']:.0f}", ""])
+        rows.append([f"{TARGET_PODS:,} (extrapolated)",
+                     *(cell for approach in ("ours", "before") for cell in (
+                         f"{summary[approach + '_extrapolated']['seconds']:.1f}",
+                         f"{summary[approach + '_extrapolated']['peak_rss_mib']:.0f}", "")),
+                     f"{summary['seeds_extrapolated']['seconds']:.1f}",
+                     f"{summary['seeds_extrapolated']['peak_rss_mib']:.0f}", ""])
     return report.markdown_table(header, rows)
 
 
@@ -234,8 +279,14 @@ def run_series() -> None:
     selector = f"{testbed.NODE_LABEL}={prefix}"
     rng = random.Random(SEED)
     gpus_used = [rng.randint(0, GPUS_PER_NODE) for _ in range(NODES)]
+    # In a cluster of its own the objects go with the cluster: deleting 150,000 pods one
+    # collection at a time would take minutes for nothing.
+    isolated = os.environ.get("DT_BENCH_ISOLATED") == "1"
     steps: list[dict] = []
-    with testbed.local_cluster() as cluster:
+    delete_s = None
+    with tempfile.TemporaryDirectory(prefix="distributetrain-bench-before-") as scratch, \
+            testbed.local_cluster() as cluster:
+        before_tree = extract_before(Path(scratch))
         api_client = admin_client(cluster)
         core = client.CoreV1Api(api_client)
         with testbed.namespace(api_client, "bench-inventory") as namespace:
@@ -252,21 +303,22 @@ def run_series() -> None:
                     create_s = create_pods(core, namespace, prefix, created, target, gpus_used)
                     budget_left -= create_s
                     created = target
-                    step = {"pods": target, "create_s": create_s, "ours": [], "seeds": []}
+                    step = {"pods": target, "create_s": create_s, **{approach: [] for approach in APPROACHES}}
                     for _ in range(REPETITIONS):
-                        for approach in ("ours", "seeds"):
-                            step[approach].append(measure(approach, namespace, selector))
+                        for approach in APPROACHES:
+                            step[approach].append(measure(approach, namespace, selector, before_tree))
                     print(f"{target:,} pods: {step}", flush=True)
                     steps.append(step)
             finally:
-                delete_s = delete_everything(core, namespace, prefix)
-                print(f"deleted everything in {delete_s:.0f} s", flush=True)
+                if not isolated:
+                    delete_s = delete_everything(core, namespace, prefix)
+                    print(f"deleted everything in {delete_s:.0f} s", flush=True)
     summary = summarise(steps)
     plot(summary, report.image_path(NAME))
     report.write_results(NAME, {
         "nodes": NODES, "node_creation_s": nodes_s, "create_threads": CREATE_THREADS,
         "pods_per_s": created / (CREATE_BUDGET_S - budget_left), "delete_s": delete_s,
-        "repetitions": REPETITIONS, "seed": SEED, "summary": summary, "raw": steps,
+        "repetitions": REPETITIONS, "before_commit": BEFORE_COMMIT, "seed": SEED, "summary": summary, "raw": steps,
     })
     print(table(summary))
 

@@ -39,7 +39,7 @@ class ApiTimeouts:
     # a fresh connection (call retries) is quicker than the kernel's next resend at 7 s.
     connect_s: float = 5.0
     # Longest silence within one non-watch response; the apiserver gives up on its own
-    # requests after 60 s, but a page of 500 pods or a create answers in well under 1 s.
+    # requests after 60 s, but a page of 2,000 pods or a create answers in well under 1 s.
     read_s: float = 30.0
     # Transient failures are retried this long: it rides out an apiserver restart.
     retry_deadline_s: float = 90.0
