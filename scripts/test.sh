@@ -12,10 +12,11 @@ cd "$here" || exit 1
 pytest=("$DT_VENV/bin/python" -m pytest -ra --durations=15)
 manager_tiers=(tests/integration tests/e2e tests/faults)
 failed=0
-# The cluster the steps kept up goes down after the last one, as its session would take it
-# down: also when that step stopped before starting a session (an error collecting its
-# tests), or when interrupted between steps. After a green run its run directory goes too
-# (nothing is left in /tmp); after a failure it stays, with the components' logs.
+# Every step keeps the cluster up (DT_KEEP_CLUSTER=1); if tests started it, it goes down
+# after the last one: also when a step stopped before starting a session (an error
+# collecting its tests), or when interrupted between steps. After a green run its run
+# directory goes too (nothing is left in /tmp); after a failure it stays, with the
+# components' logs. A cluster brought up by hand stays up.
 take_down() {
   if [ "${DT_KEEP_CLUSTER:-}" != 1 ] && [ -e "$DT_RUN/test-sessions/started-by-tests" ]; then
     local purge=()
@@ -26,6 +27,6 @@ take_down() {
 trap 'failed=1; take_down; exit 130' INT TERM
 DT_KEEP_CLUSTER=1 "${pytest[@]}" tests/unit tests/cluster || failed=1
 DT_KEEP_CLUSTER=1 "${pytest[@]}" -n 2 --dist loadgroup -m "not exclusive" "${manager_tiers[@]}" || failed=1
-"${pytest[@]}" -m exclusive "${manager_tiers[@]}" || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" -m exclusive "${manager_tiers[@]}" || failed=1
 take_down
 exit "$failed"
