@@ -23,8 +23,10 @@ No kubelet heartbeats these nodes, so after about a minute the node lifecycle co
 marks them NotReady and taints them; both inventories then refuse them (they are still
 listed and folded in, so the cost is the same). The nodes get a zone of their own so the
 controller's disruption handling never touches real nodes, and the pods tolerate every
-taint so none is evicted. In a cluster of its own (``bench/isolated.sh``) the objects go
-with the cluster; in a shared one they are deleted afterwards.
+taint so none is evicted. After each step the cluster settles for ``SETTLE_S`` before the
+inventories run. In a cluster of its own (``bench/isolated.sh``) the pods go with the
+cluster and only the nodes are deleted (one collection, before ``down`` would delete them
+one by one as orphans); in a shared cluster everything is deleted afterwards.
 
 Run: ``bench/isolated.sh python -m bench.inventory_scale`` (root; up to about 40
 minutes and CPU-heavy: run it when nobody else is testing). In the isolated cluster the
@@ -68,6 +70,10 @@ BEFORE_COMMIT = "68618a7"
 APPROACHES = ("ours", "before", "seeds")
 DELETE_CHUNKS = 30  # pods carry a chunk label so deletion runs as parallel collections
 MEASURE_TIMEOUT_S = 900
+# After a step's pods are created the controllers work through them for a while (the node
+# lifecycle controller's taints, the taint-eviction controller over every pod): what is
+# measured is the inventory of a settled cluster, not that churn beside it.
+SETTLE_S = 60
 DELETE_TIMEOUT_S = 900
 SERVICE_ACCOUNT_WAIT_S = 60
 CHUNK_LABEL = "distributetrain.bench/chunk"
@@ -152,20 +158,22 @@ def wait_for_service_account(core: client.CoreV1Api, namespace: str) -> None:
         time.sleep(testbed.POLL_S)
 
 
-def delete_everything(core: client.CoreV1Api, namespace: str, prefix: str) -> float:
-    """Pods first, at once (grace 0: no kubelet would confirm), then the nodes."""
+def delete_everything(core: client.CoreV1Api, namespace: str, prefix: str, pods: bool = True) -> float:
+    """The pods first, unless they go with the cluster (all at once, grace 0: no kubelet
+    would confirm), then the nodes, as one collection each."""
     started = time.monotonic()
-
-    def delete_chunk(chunk: int) -> None:
-        call(lambda: core.delete_collection_namespaced_pod(
-            namespace, label_selector=f"{CHUNK_LABEL}={chunk}", grace_period_seconds=0,
-            _request_timeout=DELETE_TIMEOUT_S, _preload_content=False))
-
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(delete_chunk, range(DELETE_CHUNKS)))
+    if pods:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda chunk: delete_pods(core, namespace, chunk), range(DELETE_CHUNKS)))
     call(lambda: core.delete_collection_node(label_selector=f"{testbed.NODE_LABEL}={prefix}",
                                             _request_timeout=DELETE_TIMEOUT_S, _preload_content=False))
     return time.monotonic() - started
+
+
+def delete_pods(core: client.CoreV1Api, namespace: str, chunk: int) -> None:
+    call(lambda: core.delete_collection_namespaced_pod(
+        namespace, label_selector=f"{CHUNK_LABEL}={chunk}", grace_period_seconds=0,
+        _request_timeout=DELETE_TIMEOUT_S, _preload_content=False))
 
 
 def extract_before(into: Path) -> Path:
@@ -279,11 +287,10 @@ def run_series() -> None:
     selector = f"{testbed.NODE_LABEL}={prefix}"
     rng = random.Random(SEED)
     gpus_used = [rng.randint(0, GPUS_PER_NODE) for _ in range(NODES)]
-    # In a cluster of its own the objects go with the cluster: deleting 150,000 pods one
-    # collection at a time would take minutes for nothing.
+    # In a cluster of its own the pods go with the cluster: deleting 150,000 of them would
+    # take minutes for nothing.
     isolated = os.environ.get("DT_BENCH_ISOLATED") == "1"
     steps: list[dict] = []
-    delete_s = None
     with tempfile.TemporaryDirectory(prefix="distributetrain-bench-before-") as scratch, \
             testbed.local_cluster() as cluster:
         before_tree = extract_before(Path(scratch))
@@ -303,6 +310,7 @@ def run_series() -> None:
                     create_s = create_pods(core, namespace, prefix, created, target, gpus_used)
                     budget_left -= create_s
                     created = target
+                    time.sleep(SETTLE_S)
                     step = {"pods": target, "create_s": create_s, **{approach: [] for approach in APPROACHES}}
                     for _ in range(REPETITIONS):
                         for approach in APPROACHES:
@@ -310,9 +318,8 @@ def run_series() -> None:
                     print(f"{target:,} pods: {step}", flush=True)
                     steps.append(step)
             finally:
-                if not isolated:
-                    delete_s = delete_everything(core, namespace, prefix)
-                    print(f"deleted everything in {delete_s:.0f} s", flush=True)
+                delete_s = delete_everything(core, namespace, prefix, pods=not isolated)
+                print(f"deleted {'the nodes' if isolated else 'everything'} in {delete_s:.0f} s", flush=True)
     summary = summarise(steps)
     plot(summary, report.image_path(NAME))
     report.write_results(NAME, {

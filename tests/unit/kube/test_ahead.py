@@ -1,10 +1,11 @@
 """A paged list read one page ahead: the next request goes out while the caller works."""
 
+import sys
 import threading
 
 import pytest
 
-from distributetrain.kube.ahead import pages_ahead
+from distributetrain.kube.ahead import SWITCH_INTERVAL_S, pages_ahead
 
 WAIT_S = 5.0
 
@@ -65,3 +66,20 @@ def test_a_caller_that_stops_early_leaves_no_request_behind():
     reading.close()  # waits for the page in flight; none after it
     assert pages.fetched == [0, 1]
     assert not any(thread.is_alive() for thread in pages.threads if thread is not threading.current_thread())
+
+
+def test_the_reading_thread_gets_the_interpreter_lock_quickly_while_pages_are_read_ahead():
+    """A caller busy decoding hands the lock to the reader every switch interval: the
+    interval is short while any list is read ahead, and as before once the last one ends,
+    however it ends."""
+    before = sys.getswitchinterval()
+    first, second = Pages(3), Pages(3, failing=2)
+    outer = pages_ahead(first.fetch, first.next_token)
+    next(outer)
+    assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+    with pytest.raises(ValueError):
+        for _ in pages_ahead(second.fetch, second.next_token):
+            assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+    assert sys.getswitchinterval() == SWITCH_INTERVAL_S  # the outer list still reads ahead
+    assert list(outer) == [1, 2]
+    assert sys.getswitchinterval() == before
