@@ -4,9 +4,10 @@ endpoint on the loopback, and leave finalizers that `down` removes from what is 
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 READYZ_TIMEOUT_S = 2.0
 
@@ -42,6 +43,27 @@ def all_objects(custom, group: str, version: str, plural: str) -> list[dict]:
         if error.status != 404:
             raise
         return []
+
+
+POD_PAGE = 500
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+def every_pod_metadata(api_client) -> Iterator[dict]:
+    """The metadata of every pod in every namespace: paged, and only the metadata (as
+    PartialObjectMetadata), so a cluster of 150,000 pods costs seconds and little memory
+    rather than minutes and gigabytes of client models."""
+    token = ""
+    while True:
+        query = [("limit", POD_PAGE)] + ([("continue", token)] if token else [])
+        response = api_client.call_api("/api/v1/pods", "GET", query_params=query,
+                                       header_params={"Accept": METADATA_ONLY}, auth_settings=["BearerToken"],
+                                       _return_http_data_only=True, _preload_content=False)
+        page = json.loads(response.data)
+        yield from (item["metadata"] for item in page.get("items") or ())
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return
 
 
 def with_version(obj: dict, resource_version: str) -> dict:

@@ -280,12 +280,12 @@ def release_finalizers(api_client) -> list[str]:
 
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     released = []
-    for pod in core.list_pod_for_all_namespaces().items:
-        kept = [f for f in pod.metadata.finalizers or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
-        if len(kept) != len(pod.metadata.finalizers or ()):
-            controllers.ignore_gone(lambda: core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                                           {"metadata": {"finalizers": kept or None}}))
-            released.append(f"pod/{pod.metadata.namespace}/{pod.metadata.name}")
+    for pod in controllers.every_pod_metadata(api_client):
+        kept = [f for f in pod.get("finalizers") or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
+        if len(kept) != len(pod.get("finalizers") or ()):
+            controllers.ignore_gone(lambda: core.patch_namespaced_pod(pod["name"], pod["namespace"],
+                                                                      {"metadata": {"finalizers": kept or None}}))
+            released.append(f"pod/{pod['namespace']}/{pod['name']}")
     for workload in controllers.all_objects(custom, API_GROUP, API_VERSION, "workloads"):
         metadata = workload["metadata"]
         kept = [f for f in metadata.get("finalizers") or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]

@@ -1,6 +1,7 @@
 """Installing a controller's objects, and releasing what a stopped one leaves (localcluster/localcluster/controllers.py,
 kueue.release_finalizers, karpenter.release)."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -64,8 +65,15 @@ class Cluster:
             raise client.ApiException(status=answer)
         return {"items": answer}
 
-    def list_pod_for_all_namespaces(self):
-        return SimpleNamespace(items=self.pods)
+    def call_api(self, path, method, query_params, header_params, **_):
+        """GET /api/v1/pods as PartialObjectMetadataList, paged by ``limit``."""
+        assert (path, method, header_params["Accept"]) == ("/api/v1/pods", "GET", controllers.METADATA_ONLY)
+        query = dict(query_params)
+        start = int(query.get("continue", 0))
+        end = start + query["limit"]
+        page = {"items": [{"metadata": vars(pod.metadata)} for pod in self.pods[start:end]],
+                "metadata": {"continue": str(end) if end < len(self.pods) else ""}}
+        return SimpleNamespace(data=json.dumps(page).encode())
 
     def list_node(self):
         return SimpleNamespace(items=self.nodes)
@@ -97,7 +105,8 @@ def test_kueue_s_finalizers_are_released_from_pods_and_workloads_and_others_kept
                              "finalizers": ["kueue.x-k8s.io/resource-in-use", "example.com/keep"]}}
     cluster = Cluster({"workloads": [workload]}, pods=[pod, other])
     in_cluster(monkeypatch, cluster)
-    assert kueue.release_finalizers(None) == ["pod/ml/p", "workload/ml/w"]
+    monkeypatch.setattr(controllers, "POD_PAGE", 1)  # every page read, not only the first
+    assert kueue.release_finalizers(cluster) == ["pod/ml/p", "workload/ml/w"]
     assert cluster.calls == [
         ("patch_namespaced_pod", "p", "ml", {"metadata": {"finalizers": None}}),
         ("patch_namespaced_custom_object", kueue.API_GROUP, kueue.API_VERSION, "ml", "workloads", "w",
@@ -105,7 +114,7 @@ def test_kueue_s_finalizers_are_released_from_pods_and_workloads_and_others_kept
     # Kueue never installed: its pods' finalizers still go.
     cluster = Cluster({"workloads": 404}, pods=[pod])
     in_cluster(monkeypatch, cluster)
-    assert kueue.release_finalizers(None) == ["pod/ml/p"]
+    assert kueue.release_finalizers(cluster) == ["pod/ml/p"]
 
 
 def test_karpenter_s_nodeclaims_are_deleted_and_its_node_finalizers_released(monkeypatch):
