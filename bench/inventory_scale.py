@@ -13,14 +13,14 @@ from that commit's tree (``git archive``) so the three are measured side by side
 Setup: in the local API server, 5,000 Node objects (status patched to Ready with 8
 allocatable GPUs) and pods bound to them by ``spec.nodeName`` (nothing schedules or runs
 them), in a namespace of their own, created by ``CREATE_THREADS`` threads. Pods are
-added in steps (``POD_SERIES``); at each step both inventories run, each in a fresh
+added in steps (``POD_SERIES``); at each step the three inventories run, each in a fresh
 process (``bench/inventory_probe.py``, which imports only what the manager imports),
 timed, with the process's peak resident memory: a manager's peak memory. If creating the
 next step would not fit in ``CREATE_BUDGET_S``, the series stops and the rest is
 extrapolated linearly, as the report says.
 
 No kubelet heartbeats these nodes, so after about a minute the node lifecycle controller
-marks them NotReady and taints them; both inventories then refuse them (they are still
+marks them NotReady and taints them; the inventories then refuse them (they are still
 listed and folded in, so the cost is the same). The nodes get a zone of their own so the
 controller's disruption handling never touches real nodes, and the pods tolerate every
 taint so none is evicted. After each step the cluster settles for ``SETTLE_S`` before the
