@@ -147,7 +147,7 @@ def test_consistent_paged_lists_are_served_from_the_watch_cache(cluster: Cluster
     core = client.CoreV1Api(api_client)
     for index in range(3):
         core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"c{index}")))
-    cached_before, stored_before = cache_and_storage_lists(cluster, "configmaps")
+    cached_before, _ = cache_and_storage_lists(cluster, "configmaps")
     first = core.list_namespaced_config_map(namespace, limit=2)  # consistent: no resourceVersion
     cached_first, stored_first = cache_and_storage_lists(cluster, "configmaps")
     rest = core.list_namespaced_config_map(namespace, limit=2, _continue=first.metadata._continue)
