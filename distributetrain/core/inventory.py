@@ -235,6 +235,12 @@ class GpuLedger:
         if self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
             self.own_nodes.add(node)
 
+    def forget_pods(self) -> None:
+        """Back to the nodes alone, as before the first ``add_pod``."""
+        self.used.clear()
+        self.requested.clear()
+        self.own_nodes.clear()
+
     def count_claim(self, claim: PodClaim) -> None:
         self.used[claim.node] += claim.gpus
 

@@ -30,15 +30,15 @@ from kubernetes import client
 
 from distributetrain.core import errors, names
 from distributetrain.core.clock import REAL_CLOCK, Clock
-from distributetrain.kube import ahead, podwire
+from distributetrain.kube import podwire
 from distributetrain.kube.api import KubeApi
-from distributetrain.kube.calls import call, drain, is_transient, read_json, translate
+from distributetrain.kube.calls import call, drain, is_transient, read_json
 from distributetrain.kube.connection import API_CONCURRENCY, ApiTimeouts
 
 log = logging.getLogger(__name__)
 
 LIST_PAGE_SIZE = 500
-INVENTORY_PAGE_SIZE = 2000  # pods cut to a few fields (podwire): small, so fewer, larger pages
+POD_LIST_CHUNK_BYTES = 1 << 18  # an unpaginated pod list is read this much at a time (some 250 pods)
 WATCH_RECONNECT_DELAY_S = 0.2  # after a broken watch stream: never a busy loop
 # Objects come back as plain JSON (see the module docstring).
 REQUEST_OPTIONS = {"_preload_content": False}
@@ -132,27 +132,30 @@ class Kube(KubeApi):
                       self.core.list_namespaced_resource_quota, "pods": self.core.list_namespaced_pod}[kind]
         return functools.partial(namespaced, namespace) if namespace else self.core.list_pod_for_all_namespaces
 
-    def list_pod_requests(self, **selectors: str) -> Iterator[tuple[list[dict], str]]:
-        """Every pod of the cluster, page by page, cut to what an inventory reads (``podwire``:
-        protobuf, unread fields skipped, not parsed), read one page ahead (``ahead``)."""
-        query = [("limit", INVENTORY_PAGE_SIZE), *((QUERY_NAMES[key], value) for key, value in selectors.items())]
-        what = f"list pods {_where(None, selectors)}"
+    def each_pod_request(self, visit: Callable[[dict], None], restart: Callable[[], None], **selectors: str) -> str:
+        """Every pod of the cluster, cut to what an inventory reads (``podwire``), to
+        ``visit``; returns the list's resourceVersion. One request, unpaginated: a
+        consistent list is served from the API server's watch cache in one snapshot, where
+        each further page of a paginated one costs the server some 50 ms and, once the
+        cache has let go of the list's snapshot, a read of etcd. Its protobuf is decoded as
+        it arrives, so the manager holds a chunk at a time, never the list. A list that
+        fails part way is retried whole, after ``restart`` (forget the pods visited)."""
+        query = [(QUERY_NAMES[key], value) for key, value in selectors.items()]
 
-        def fetch(token: str, stopped: threading.Event) -> tuple[str, bytes]:
-            def read() -> tuple[str, bytes]:
-                if stopped.is_set():
-                    raise ahead.stopped_error(what)
-                response = self.api_client.call_api(
-                    "/api/v1/pods", "GET", query_params=query + ([("continue", token)] if token else []),
-                    header_params={"Accept": podwire.ACCEPT}, auth_settings=["BearerToken"],
-                    _return_http_data_only=True, **REQUEST_OPTIONS)
-                return response.headers.get("Content-Type", ""), response.data
-            return self._call(read, what)
-        try:
-            for content_type, body in ahead.pages_ahead(fetch, lambda page: podwire.next_token(*page)):
-                yield podwire.read_page(content_type, body)[:2]
-        except ValueError as e:  # a body that is no pod list: as if decoding were part of the call
-            raise translate(e) from e
+        def read() -> str:
+            restart()
+            response = self.api_client.call_api(
+                "/api/v1/pods", "GET", query_params=query, header_params={"Accept": podwire.ACCEPT},
+                auth_settings=["BearerToken"], _return_http_data_only=True, **REQUEST_OPTIONS)
+            chunks = iter(lambda: response.read(POD_LIST_CHUNK_BYTES), b"")
+            try:
+                version = podwire.read_pod_list(response.headers.get("Content-Type", ""), chunks, visit)
+            except BaseException:
+                response.close()  # the rest of a list nobody will read: drop the connection
+                raise
+            drain(response)  # the envelope's last bytes: the connection goes back to the pool
+            return version
+        return self._call(read, f"list pods {_where(None, selectors)}")
 
     def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
         items, version = [], ""

@@ -44,10 +44,7 @@ def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedg
     ledger = _job_ledger(settings)
     for page, _ in kube.list_pages("nodes"):
         _add_nodes(ledger, page, settings)
-    version = ""
-    for page, version in kube.list_pod_requests(field_selector=inventory.ACTIVE_PODS_SELECTOR):
-        for pod in page:
-            ledger.add_pod(pod)
+    version = kube.each_pod_request(ledger.add_pod, ledger.forget_pods, field_selector=inventory.ACTIVE_PODS_SELECTOR)
     return ledger, version
 
 

@@ -157,11 +157,14 @@ class FakeKube(KubeApi):
         self._maybe_fail("list_pages")
         yield self.list_all(kind, namespace, **selectors)
 
-    def list_pod_requests(self, **selectors: str) -> Iterator[tuple[list[dict], str]]:
-        """As the API server's protobuf pages read: each pod cut to what an inventory reads."""
-        self._maybe_fail("list_pod_requests")
+    def each_pod_request(self, visit: Callable[[dict], None], restart: Callable[[], None], **selectors: str) -> str:
+        """As the API server's protobuf list reads: each pod cut to what an inventory reads."""
+        self._maybe_fail("each_pod_request")
+        restart()
         pods, version = self.list_all("pods", None, **selectors)
-        yield [podwire.slim(pod) for pod in pods], version
+        for pod in pods:
+            visit(podwire.slim(pod))
+        return version
 
     def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
         self._maybe_fail("list_all")

@@ -327,6 +327,21 @@ def test_the_ledger_folds_each_pod_as_its_claim_and_its_requests_say(pods):
     assert ledger.own_nodes == {p["spec"]["nodeName"] for p in on_candidates if p["metadata"]["labels"]}
 
 
+@given(st.lists(ANY_POD, max_size=4), st.lists(ANY_POD, max_size=4))
+def test_a_list_read_again_after_forget_pods_counts_its_pods_once(pods_before_the_cut, pods):
+    """A pod list that failed part way is read again whole: what the first try folded goes."""
+    def ledger_of(*attempts):
+        ledger = GpuLedger(GPU, fit=JobFit(PodShape({}, {}), own_labels={"job": "j"}))
+        for n in (node("a"), node("b"), node("off", ready="False")):
+            ledger.add_node(n)
+        for attempt in attempts:
+            ledger.forget_pods()
+            for p in attempt:
+                ledger.add_pod(p)
+        return ledger
+    assert ledger_of(pods_before_the_cut, pods) == ledger_of(pods)
+
+
 def test_unavailable_names_nodes_that_may_come_back_and_counts_the_rest():
     ledger = GpuLedger(GPU)
     for n in [node(f"cordoned-{i:02}", unschedulable=True) for i in range(12)] + [

@@ -1,84 +1,23 @@
-"""podwire: a pod list in Kubernetes' protobuf encoding gives the pods ``slim`` cuts from JSON.
-
-The encoder below writes pods as the API server does (field numbers of core/v1's
-generated.proto, empty strings written, fields the inventory never reads around the
-ones it does); the cluster test compares against the real API server's bytes.
+"""podwire: a pod list in Kubernetes' protobuf encoding gives the pods ``slim`` cuts from
+JSON, however its bytes arrive (harness/podproto writes lists as the API server does; the
+cluster test compares against the real API server's bytes).
 """
+
+import json
 
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain.kube.podwire import REQUIRED, WireError, decode_pod_list, slim
+from distributetrain.kube.podwire import PROTOBUF, REQUIRED, WireError, read_pod_list, slim
+from harness.podproto import ENVELOPE_TRAILER, field, pod_list
 
 
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
-def text(number: int, value: str) -> bytes:
-    return field(number, value.encode())
-
-
-def number(field_number: int, value: int) -> bytes:
-    return varint(field_number << 3) + varint(value)
-
-
-def fixed64(field_number: int) -> bytes:
-    return varint(field_number << 3 | 1) + b"\x01" * 8
-
-
-def entries(field_number: int, mapping: dict, quantity: bool) -> bytes:
-    return b"".join(field(field_number, text(1, key) + (field(2, text(1, value)) if quantity else text(2, value)))
-                    for key, value in mapping.items())
-
-
-def resources(r: dict) -> bytes:
-    return entries(1, r.get("limits") or {}, True) + entries(2, r.get("requests") or {}, True)
-
-
-def container(c: dict) -> bytes:
-    return (text(1, "c") + text(2, "image:1") + field(8, resources(c.get("resources") or {}))
-            + number(14, 1) + (text(24, c["restartPolicy"]) if "restartPolicy" in c else b""))
-
-
-def requirement(r: dict) -> bytes:
-    return text(1, r["key"]) + text(2, r["operator"]) + b"".join(text(3, v) for v in r["values"])
-
-
-def affinity(a: dict) -> bytes:
-    if "nodeAffinity" not in a:
-        return field(2, b"")  # a pod affinity only
-    terms = a["nodeAffinity"].get(REQUIRED, {}).get("nodeSelectorTerms", [])
-    selector = b"".join(field(1, b"".join(field(1, requirement(r)) for r in t["matchExpressions"])
-                              + b"".join(field(2, requirement(r)) for r in t["matchFields"])) for t in terms)
-    return field(1, field(1, selector) + field(2, b"preferred"))
-
-
-def pod(p: dict) -> bytes:
-    m, s = p["metadata"], p["spec"]
-    metadata = (text(1, m.get("name", "")) + text(3, m.get("namespace", "")) + text(5, m.get("uid", ""))
-                + number(7, 3) + entries(11, m.get("labels") or {}, False) + field(17, b"\x0a\x07manager" * 20))
-    spec = (b"".join(field(2, container(c)) for c in s["containers"]) + text(3, "Always") + number(4, 30)
-            + text(10, s.get("nodeName", "")) + (field(18, affinity(s["affinity"])) if "affinity" in s else b"")
-            + b"".join(field(20, container(c)) for c in s.get("initContainers") or ())
-            + entries(32, s.get("overhead") or {}, True)
-            + (field(40, resources(s["resources"])) if "resources" in s else b"") + fixed64(99))
-    status = text(1, p["status"].get("phase", "")) + field(2, text(1, "Ready") + text(2, "True")) + text(7, "10.0.0.1")
-    return field(1, metadata) + field(2, spec) + field(3, status)
-
-
-def pod_list(pods: list[dict], version: str = "42", token: str = "") -> bytes:
-    listed = field(1, text(2, version) + text(3, token)) + b"".join(field(2, pod(p)) for p in pods)
-    return b"k8s\x00" + field(1, text(1, "v1") + text(2, "PodList")) + field(2, listed) + text(3, "") + text(4, "")
+def read(body: bytes, chunk_size: int | None = None, content_type: str = PROTOBUF) -> tuple[list[dict], str]:
+    """The pods and resourceVersion of ``body``, arriving ``chunk_size`` bytes at a time."""
+    size = chunk_size or max(len(body), 1)
+    pods: list[dict] = []
+    version = read_pod_list(content_type, (body[i:i + size] for i in range(0, len(body), size)), pods.append)
+    return pods, version
 
 
 NAMES = st.text("abcxyz-./", min_size=1, max_size=8)
@@ -102,9 +41,15 @@ PODS = st.fixed_dictionaries({
 })
 
 
-@given(st.lists(PODS, max_size=4), NAMES)
-def test_protobuf_pods_read_as_their_json_cut_by_slim(pods, token):
-    assert decode_pod_list(pod_list(pods, "17", token)) == ([slim(p) for p in pods], "17", token)
+@given(st.lists(PODS, max_size=4), NAMES, st.integers(1, 300))
+def test_protobuf_pods_read_as_their_json_cut_by_slim_in_chunks_of_any_size(pods, token, chunk_size):
+    assert read(pod_list(pods, "17", token), chunk_size) == ([slim(p) for p in pods], "17")
+
+
+@given(st.lists(PODS, max_size=3), st.integers(1, 50))
+def test_a_json_list_is_read_whole_and_cut_the_same(pods, chunk_size):
+    body = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "9"}, "items": pods}).encode()
+    assert read(body, chunk_size, "application/json") == ([slim(p) for p in pods], "9")
 
 
 def test_what_the_inventory_reads_survives_the_cut():
@@ -121,10 +66,19 @@ def test_what_the_inventory_reads_survives_the_cut():
         "status": {"phase": "Running"}}
 
 
-@pytest.mark.parametrize("body", [b'{"kind": "PodList"}', b"k8s\x00", b"k8s\x00" + field(2, b"\x12\x05ab")])
+@pytest.mark.parametrize("body", [b'{"kind": "PodList"}', b"", b"k8s\x00", b"k8s\x00" + field(2, b"\x12\x05ab"),
+                                  b"k8s\x00" + field(2, b"\x12\x01ab") + field(3, b"abcd")])
 def test_bytes_that_are_not_a_protobuf_pod_list_are_an_error_not_a_guess(body):
     with pytest.raises(WireError):
-        decode_pod_list(body)
+        read(body, 3)
+
+
+@given(st.lists(PODS, min_size=1, max_size=3), st.data())
+def test_a_list_cut_short_is_an_error_not_fewer_pods(pods, data):
+    body = pod_list(pods)
+    list_end = len(body) - len(ENVELOPE_TRAILER)  # after it, only the envelope's empty strings
+    with pytest.raises(WireError):
+        read(body[:data.draw(st.integers(0, list_end - 1))], data.draw(st.integers(1, 64)))
 
 
 def test_long_fields_and_numbered_fields_read_past_one_byte_lengths():
@@ -133,5 +87,5 @@ def test_long_fields_and_numbered_fields_read_past_one_byte_lengths():
            "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}], "nodeName": "n",
                     "initContainers": [{"restartPolicy": "Always"}], "overhead": {"cpu": "1"}},
            "status": {"phase": "Running"}}
-    assert decode_pod_list(pod_list([big, big | {"metadata": {"name": "small", "uid": "v"}}])) == \
-        ([slim(big), slim(big | {"metadata": {"name": "small", "uid": "v"}})], "42", "")
+    assert read(pod_list([big, big | {"metadata": {"name": "small", "uid": "v"}}]), 1000) == \
+        ([slim(big), slim(big | {"metadata": {"name": "small", "uid": "v"}})], "42")
