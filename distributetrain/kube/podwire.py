@@ -95,7 +95,7 @@ def read_pod_list(content_type: str, chunks: Iterable[bytes], visit: Callable[[d
 
 
 def slim(pod: Mapping) -> dict:
-    """A JSON pod cut to what ``decode_pod_list`` reads of each pod."""
+    """A JSON pod cut to what ``read_pod_list`` reads of each pod."""
     metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     cut_spec: dict = {"containers": [_slim_container(c) for c in spec.get("containers") or ()]}
     if spec.get("initContainers"):
