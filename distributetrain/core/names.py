@@ -147,3 +147,10 @@ def job_labels(job: str, role: str, owner_uid: str = "") -> dict[str, str]:
 def owner_uid_of(obj: dict) -> str:
     """The UID of the manager that created a job object ("" if none is recorded)."""
     return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_OWNER_UID, "")
+
+
+def owner_uids(obj: dict) -> set[str]:
+    """Who owns ``obj``: its owner references, and the manager UID label (the only record
+    of the owner in another namespace, where owner references cannot point)."""
+    owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or ()}
+    return owners | ({uid} if (uid := owner_uid_of(obj)) else set())

@@ -51,13 +51,6 @@ T = TypeVar("T")
 A = TypeVar("A")
 
 
-def owner_uids(obj: dict) -> set[str]:
-    """Who owns ``obj``: its owner references, and the manager UID label (the only record
-    of the owner in another namespace, where owner references cannot point)."""
-    owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or ()}
-    return owners | ({uid} if (uid := names.owner_uid_of(obj)) else set())
-
-
 def _where(namespace: str | None, selectors: Mapping[str, str]) -> str:
     """How log lines name a set of pods: ``[namespace] selector``."""
     terms = " ".join(f"{value}" for value in selectors.values() if value)
@@ -200,7 +193,7 @@ class Kube(KubeApi):
             if dry_run:
                 return obj
             existing = self.read(kind, namespace, name)
-            if existing is None or not (owner_uids(obj) & owner_uids(existing)):
+            if existing is None or not (names.owner_uids(obj) & names.owner_uids(existing)):
                 raise errors.NotOwned(
                     f"{kind} {namespace}/{name} already exists and does not belong to this job"
                 ) from None

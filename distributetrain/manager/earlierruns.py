@@ -24,7 +24,7 @@ from distributetrain.core import errors, exitcodes, names, podstate
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
-from distributetrain.kube.client import Kube, owner_uids
+from distributetrain.kube.client import Kube
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ EARLIER_RUN_GONE_S = 60.0  # the garbage collector and a pod's grace period, wit
 
 def is_earlier_run(obj: dict, settings: JobSettings) -> bool:
     """An object of the job's name that this manager did not create."""
-    return bool(settings.owner_uid) and settings.owner_uid not in owner_uids(obj)
+    return bool(settings.owner_uid) and settings.owner_uid not in names.owner_uids(obj)
 
 
 def in_the_way(pods: list[dict]) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from distributetrain.core import names, networkpolicy
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube, owner_uids
+from distributetrain.kube.client import Kube
 
 
 def isolate(kube: Kube, settings: JobSettings) -> None:
@@ -25,7 +25,7 @@ def remove(kube: Kube, settings: JobSettings) -> list[str]:
     for policy in networkpolicy.job_policies(settings):
         name = policy["metadata"]["name"]
         found = kube.read("NetworkPolicy", settings.namespace, name)
-        own = found is not None and (not settings.owner_uid or settings.owner_uid in owner_uids(found))
+        own = found is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(found))
         if own and kube.delete("NetworkPolicy", settings.namespace, name):
             deleted.append(f"networkpolicy/{name}")
     return deleted

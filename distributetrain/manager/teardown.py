@@ -6,7 +6,7 @@ import logging
 
 from distributetrain.core import errors, names, podstate
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube, owner_uids
+from distributetrain.kube.client import Kube
 from distributetrain.manager import isolation
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: lis
 def _is_own_secret(kube: Kube, settings: JobSettings) -> bool:
     """The job's Secret exists and is this manager's (an earlier run's of the same name is not)."""
     secret = kube.read("Secret", settings.namespace, names.secret_name(settings.job_name))
-    return secret is not None and (not settings.owner_uid or settings.owner_uid in owner_uids(secret))
+    return secret is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(secret))
 
 
 def delete_because(kube: Kube, namespace: str, name: str, cause: str) -> bool:
