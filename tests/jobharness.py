@@ -230,6 +230,11 @@ class Jobs:
         except Exception as e:  # noqa: BLE001 - the pod may be gone or its node stopped
             return f"(no log: {e.__class__.__name__})"
 
+    def report(self, job: str) -> str:
+        """For a job's failure message: its manager's log and its chief's last lines (the
+        chief is kept when it fails; its own words are often the reason)."""
+        return f"{self.log_tail(job, lines=200)}\n--- {job}-chief ---\n{self.log_tail(f'{job}-chief')}"
+
     def wait_gone(self, names: list[str], timeout_s: float = 60.0) -> None:
         poll_until(lambda: not [n for n in names if n in self.pods()], timeout_s,
                    lambda: f"pods still present: {[n for n in names if n in self.pods()]}")

@@ -32,6 +32,10 @@ HOSTS_PATH = "/hosts"
 # How often the server looks for a shutdown between requests: the manager waits this
 # long for it on every exit (socketserver's default, 0.5 s, showed in every phase).
 SHUTDOWN_POLL_S = 0.05
+# A request being answered when the manager's process ends (pre-training ends just after
+# it publishes the hosts, as the chief asks for them) is answered whole first: the exit
+# waits for it, at most this long for a client that stalls mid-request.
+REQUEST_TIMEOUT_S = 2.0
 
 
 def hosts_url(manager_address: str) -> str:
@@ -95,6 +99,8 @@ class DiscoveryServer:
 
     def __init__(self, hosts: HostList, port: int = DISCOVERY_PORT, address: str = ""):
         class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_TIMEOUT_S
+
             def do_GET(self):  # noqa: N802 (the http.server interface)
                 if self.path != HOSTS_PATH:
                     self.send_error(404)
@@ -114,7 +120,8 @@ class DiscoveryServer:
                 pass
 
         self._server = _server_class(address)((address, port), Handler)
-        self._server.daemon_threads = True
+        # Not daemon threads, which the process's end would cut mid-answer: server_close joins them.
+        self._server.daemon_threads = False
         self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), name="discovery",
                                         daemon=True)
 

@@ -30,7 +30,7 @@ def test_a_job_trains_on_ipv6_pod_addresses(cluster, jobs):
         manager = jobs.pod("six")
         assert is_ipv6(worker["status"]["podIP"]) and is_ipv6(manager["status"]["podIP"]), \
             (worker["status"], manager["status"])
-        assert jobs.exit_code("six", timeout_s=300) == 0, jobs.logs("six") + jobs.logs("six-chief")
+        assert jobs.exit_code("six", timeout_s=300) == 0, jobs.report("six")
         chief = jobs.pod("six-chief")
         assert is_ipv6(chief["status"]["podIP"]), chief["status"]
         chief_log = jobs.logs("six-chief")

@@ -45,7 +45,7 @@ def test_the_demo_job_trains_and_leaves_nothing(cluster, api_client, restricted,
     with node_pool(cluster, {"a": 2, "b": 1}) as pool, script_volume(api_client, restricted, {}, tmp_path) as claim:
         jobs.submit("demo", [*DEMO_ARGS, f"--node-selector={pool.selector}", f"--pvc={claim}:/train",
                              "--", *DEMO_TRAIN_ARGS])
-        assert jobs.exit_code("demo", timeout_s=300) == 0, jobs.logs("demo")
+        assert jobs.exit_code("demo", timeout_s=300) == 0, jobs.report("demo")
         jobs.wait_gone(["demo-worker-0", "demo-chief"])
         assert set(jobs.pods()) == {"demo"}
         assert jobs.secrets("demo-") == []
@@ -68,7 +68,7 @@ def test_an_image_without_the_job_user_fails_in_one_line_not_a_hang(cluster, res
     with node_pool(cluster, {"a": 1}) as pool:
         jobs.submit("nouser", ["--num-gpus=1", f"--image={IMAGE_WITHOUT_JOB_USER}", "--cpu-per-gpu=250m",
                                "--memory-per-gpu=2Gi", f"--node-selector={pool.selector}", "--worker-ready-timeout=90s"])
-        assert jobs.exit_code("nouser", timeout_s=120) == exitcodes.IMAGE_UNFIT, jobs.logs("nouser")
+        assert jobs.exit_code("nouser", timeout_s=120) == exitcodes.IMAGE_UNFIT, jobs.report("nouser")
         (chief,) = jobs.pod("nouser-chief")["status"]["containerStatuses"]
         message = chief["state"]["terminated"]["message"]
         assert message.strip() == ("distributetrain: the image has no user with uid 1000 (an /etc/passwd entry with a "

@@ -26,7 +26,7 @@ def training_args(pool, *extra, script_args=TRAIN_ARGS):
 def test_three_gpus_over_2_1_train_and_clean_up(cluster, jobs):
     with node_pool(cluster, {"a": 2, "b": 1}) as pool:
         jobs.submit("train", training_args(pool))
-        assert jobs.exit_code("train", timeout_s=300) == 0, jobs.logs("train")
+        assert jobs.exit_code("train", timeout_s=300) == 0, jobs.report("train")
         chief = jobs.pod("train-chief")
         assert chief["spec"]["nodeName"] == pool.node("b")  # the chief takes the last, smallest share
         epochs = [EPOCH_LINE.search(line) for line in jobs.logs("train-chief").splitlines()]
@@ -71,7 +71,7 @@ def test_pvc_for_script_data_and_checkpoints_keeps_the_checkpoint(cluster, api_c
                                           "--checkpoint-dir=/train/checkpoints"))
         args[0] = "--num-gpus=2"
         jobs.submit("pvc", args)
-        assert jobs.exit_code("pvc", timeout_s=300) == 0, jobs.logs("pvc")
+        assert jobs.exit_code("pvc", timeout_s=300) == 0, jobs.report("pvc")
         jobs.wait_gone(["pvc-worker-0", "pvc-chief"])
         saved = sorted(p.name for p in (volume / "checkpoints").iterdir())
         assert any(name.startswith("checkpoint-0002") for name in saved), saved

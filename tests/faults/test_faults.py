@@ -215,6 +215,6 @@ def test_apiserver_restart_while_the_manager_waits(cluster, jobs, scripts):
         jobs.submit("restart", job_args(pool, scripts, 2, script_args=("0", "20")))
         wait_training(jobs, "restart")
         cluster.restart_apiserver()  # SIGKILL: every watch breaks mid-stream
-        assert jobs.exit_code("restart", timeout_s=120) == 0, jobs.logs("restart")
+        assert jobs.exit_code("restart", timeout_s=120) == 0, jobs.report("restart")
         jobs.wait_gone(["restart-worker-0"])
         assert jobs.secrets("restart-") == []

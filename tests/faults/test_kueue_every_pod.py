@@ -53,7 +53,7 @@ def test_the_manager_runs_through_the_queue_asking_no_quota_and_the_job_is_one_w
                       "--manager-node-selector", pool.selector, *LOCAL_NODE_SIZING,
                       *job_args(pool, claim, 3, script_args=("0",)))
         assert done.returncode == 0, done.stderr
-        assert jobs.exit_code("everypod", JOB_TIMEOUT_S) == 0, jobs.logs("everypod")
+        assert jobs.exit_code("everypod", JOB_TIMEOUT_S) == 0, jobs.report("everypod")
         manager = jobs.pod("everypod")
         assert manager["metadata"]["labels"][podgroup.QUEUE_LABEL] == queue.name
         assert manager["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "0", "memory": "0"}

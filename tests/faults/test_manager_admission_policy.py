@@ -216,7 +216,7 @@ def test_a_manager_runs_its_job_under_the_policy(cluster, api_client, namespace,
     wait_until_active(as_tenant(api_client, namespace), namespace)
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("admitted", job_args(pool, claim, 2))
-        assert jobs.exit_code("admitted", timeout_s=180) == 0, jobs.logs("admitted")
+        assert jobs.exit_code("admitted", timeout_s=180) == 0, jobs.report("admitted")
         assert [name for name in jobs.pods() if name.startswith("admitted-")] == ["admitted-chief"]
 
 

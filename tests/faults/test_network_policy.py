@@ -131,7 +131,7 @@ def test_another_job_s_pod_is_refused_at_a_worker_s_sshd_while_the_job_trains(cl
             refused = verdict(cluster, namespace, f"other-{logical}", address, DEFAULT_PORT, connected=False)
             assert refused.startswith("not connected"), (logical, refused)
         release_ranks(tmp_path)
-        assert jobs.exit_code("iso") == 0, jobs.logs("iso")
+        assert jobs.exit_code("iso") == 0, jobs.report("iso")
         jobs.wait_gone(["iso-worker-0"])  # the chief is kept for its logs
         left = networking.list_namespaced_network_policy(namespace, label_selector=names.job_selector("iso"))
         assert left.items == []

@@ -64,7 +64,7 @@ def test_a_node_whose_cpu_other_pods_hold_is_left_out_of_the_plan(cluster, api_c
         tenants.pods.append(tenant)
         tenants.wait_running(tenant)
         jobs.submit("room", job_args(pool, claim, 3, *JOB_SIZING))
-        assert jobs.exit_code("room") == 0, jobs.logs("room")
+        assert jobs.exit_code("room") == 0, jobs.report("room")
         assert planned(jobs, "room") == {pool.node("b"): 2, pool.node("c"): 1}, jobs.logs("room")
 
 
@@ -74,7 +74,7 @@ def test_a_time_sliced_node_gets_one_rank_unless_allowed(cluster, api_client, na
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         extra = (*JOB_SIZING, "--allow-shared-gpus") if allowed else JOB_SIZING
         jobs.submit("shared", job_args(pool, claim, 3, *extra))
-        assert jobs.exit_code("shared") == 0, jobs.logs("shared")
+        assert jobs.exit_code("shared") == 0, jobs.report("shared")
         plan = planned(jobs, "shared")
         if allowed:
             assert plan == {pool.node("s"): 3}, jobs.logs("shared")
@@ -91,6 +91,6 @@ def test_job_pods_ask_autoscalers_to_leave_their_nodes_alone(cluster, api_client
             annotations = pod["metadata"]["annotations"]
             assert annotations["karpenter.sh/do-not-disrupt"] == "true"
             assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
-        assert jobs.exit_code("stay") == 0, jobs.logs("stay")
+        assert jobs.exit_code("stay") == 0, jobs.report("stay")
         assert client.CoreV1Api(api_client).list_namespaced_pod(
             namespace, label_selector="distributetrain.io/role=worker").items == []

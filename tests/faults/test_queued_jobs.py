@@ -143,7 +143,7 @@ def test_a_job_split_over_two_nodes_is_one_workload_that_starts_only_when_all_of
 
         release_ranks(tmp_path)  # the holder ends, its quota and GPU go back
         assert jobs.exit_code("holder") == 0
-        assert jobs.exit_code("split", JOB_TIMEOUT_S) == 0, jobs.logs("split")
+        assert jobs.exit_code("split", JOB_TIMEOUT_S) == 0, jobs.report("split")
         plan = (jobs.pod("split")["metadata"].get("annotations") or {})[names.ANNOTATION_PLAN]
         assert plan == f"{pool.node('a')}=2,{pool.node('b')}=1"
         events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=split").items
@@ -166,12 +166,12 @@ def test_a_higher_priority_job_preempts_a_running_one(kueue_running, api_client,
                    lambda: f"low training: {jobs.log_tail('low')}")
         jobs.submit("high", job_args(pool, claim, 2, f"--queue={queue.name}", f"--priority-class={classes['high']}",
                                      script_args=("0",)))
-        assert jobs.exit_code("high", JOB_TIMEOUT_S) == 0, jobs.logs("high")
+        assert jobs.exit_code("high", JOB_TIMEOUT_S) == 0, jobs.report("high")
         if restarts:
             poll_until(lambda: "start at step 1" in jobs.log_tail("low-chief-r1"), QUEUED_TIMEOUT_S,
                        lambda: f"low resumed: {jobs.log_tail('low')}")
             release_ranks(tmp_path)
-        assert jobs.exit_code("low", JOB_TIMEOUT_S) == code, jobs.logs("low")
+        assert jobs.exit_code("low", JOB_TIMEOUT_S) == code, jobs.report("low")
         annotations = jobs.pod("low")["metadata"].get("annotations") or {}
         assert annotations.get(names.ANNOTATION_RESTARTS, "0") == str(restarts)
         assert "preempted" in jobs.logs("low").lower()

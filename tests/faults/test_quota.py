@@ -30,7 +30,7 @@ def test_a_job_runs_in_a_namespace_whose_quota_requires_requests(cluster, api_cl
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("fits", job_args(pool, claim, 2, "--cpu-per-gpu=250m", "--memory-per-gpu=256Mi"))
-        assert jobs.exit_code("fits") == 0, jobs.logs("fits")
+        assert jobs.exit_code("fits") == 0, jobs.report("fits")
         chief = jobs.pod("fits-chief")["spec"]["containers"][0]["resources"]
         # The apiserver defaults an extended resource's request to its limit.
         assert chief["requests"] == {"cpu": "250m", "memory": "256Mi", "nvidia.com/gpu": "1"}

@@ -140,7 +140,7 @@ def test_a_job_survives_kubelet_and_containerd_restarts_of_a_workers_node(cluste
         assert after is not None and after["metadata"]["uid"] == worker["metadata"]["uid"] and not after[
             "metadata"].get("deletionTimestamp"), f"the worker was lost; node readiness {seen}\n{jobs.logs('flap')}"
         release_ranks(tmp_path)
-        assert jobs.exit_code("flap") == 0, jobs.logs("flap")
+        assert jobs.exit_code("flap") == 0, jobs.report("flap")
         assert annotations(jobs, "flap").get(RESTARTS, "0") == "0", jobs.logs("flap")
         assert "NodeLost" not in jobs.logs("flap")
         wait_nothing_held(jobs, "flap")
@@ -172,7 +172,7 @@ def test_a_tenant_after_the_chiefs_gpus_during_a_slow_pull_stays_pending(cluster
             # Refused while both pulls go on (bound, no container started yet), not after them.
             for pod in ("pull-worker-0", "pull-chief"):
                 assert jobs.pod(pod)["status"]["phase"] == "Pending", jobs.pod(pod)["status"]
-            assert jobs.exit_code("pull") == 0, jobs.logs("pull")
+            assert jobs.exit_code("pull") == 0, jobs.report("pull")
             pulled = [e.message for e in jobs.core.list_namespaced_event(
                 namespace, field_selector="involvedObject.name=pull-chief,reason=Pulled").items]
             assert any(f'Successfully pulled image "{BASE_IMAGE}" in 1m' in m for m in pulled), pulled
@@ -199,7 +199,7 @@ def test_a_restart_on_a_cluster_the_job_fills_exactly_waits_for_its_own_pods(clu
         assert jobs.pod("full-worker-0"), "the lost worker went before the restart's back-off ended"
         wait_restarted(jobs, "full")
         release_ranks(tmp_path)  # the second attempt's ranks end at once
-        assert jobs.exit_code("full") == 0, jobs.logs("full")
+        assert jobs.exit_code("full") == 0, jobs.report("full")
         assert annotations(jobs, "full")[RESTARTS] == "1"
         assert annotations(jobs, "full")[RESTART_REASON].startswith("pod full-worker-0 "), annotations(jobs, "full")
         assert "rank=1 size=2" in jobs.logs("full-chief-r1")
@@ -228,7 +228,7 @@ def test_a_drain_of_a_workers_node_restarts_the_job_on_the_other_nodes(cluster, 
             assert outcome.evicted == (f"{namespace}/drained-worker-0",) and outcome.complete, outcome
             wait_restarted(jobs, "drained")
             release_ranks(tmp_path)  # the second attempt's ranks end at once
-            assert jobs.exit_code("drained") == 0, jobs.logs("drained")
+            assert jobs.exit_code("drained") == 0, jobs.report("drained")
             reason = annotations(jobs, "drained")[RESTART_REASON]
             # The Eviction API's own words, from the pod's DisruptionTarget condition.
             assert reason == "pod drained-worker-0 is being deleted (Eviction API: evicting)", reason
@@ -276,7 +276,7 @@ def test_a_drain_of_the_managers_node_is_refused_by_the_managers_pdb(cluster, ap
             assert "disruption budget" in outcome.refused[f"{namespace}/kept"], outcome
             assert not jobs.pod("kept")["metadata"].get("deletionTimestamp")
             release_ranks(tmp_path)
-            assert jobs.exit_code("kept") == 0, jobs.logs("kept")
+            assert jobs.exit_code("kept") == 0, jobs.report("kept")
         finally:
             uncordon(api_client, manager_node)
         wait_nothing_held(jobs, "kept")

@@ -60,7 +60,7 @@ def test_pulls_longer_than_the_worker_ready_timeout_start_fine_and_show_while_th
             # Still pulling past the timeout: the attempt is not released, no re-plan.
             time.sleep(30)
             assert jobs.pod("slow-worker-0") is not None, jobs.log_tail("slow")
-            assert jobs.exit_code("slow") == 0, jobs.logs("slow")
+            assert jobs.exit_code("slow") == 0, jobs.report("slow")
             log = jobs.logs("slow")
             assert "pulling image" in log and "released them" not in log, log
             recorded = [e.reason for e in jobs.core.list_namespaced_event(

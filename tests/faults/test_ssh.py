@@ -87,7 +87,7 @@ def test_keys_fresh_private_only_for_the_job_user_in_the_chief_never_logged(clus
 
         release_ranks(tmp_path)
         for job in ("one", "two"):
-            assert jobs.exit_code(job) == 0, jobs.logs(job)
+            assert jobs.exit_code(job) == 0, jobs.report(job)
             assert "PRIVATE KEY" not in jobs.logs(job)
 
 

@@ -90,4 +90,4 @@ def test_port_forwards_through_a_worker_are_refused(cluster, api_client, namespa
         assert b"administratively prohibited" in stderr, stderr
 
         release_ranks(tmp_path)
-        assert jobs.exit_code("fwd") == 0, jobs.logs("fwd")
+        assert jobs.exit_code("fwd") == 0, jobs.report("fwd")

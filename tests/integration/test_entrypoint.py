@@ -42,7 +42,7 @@ def test_the_entrypoint_runs_and_every_rank_gets_the_chief_s_environment(cluster
         cut = args.index("--")
         args[cut:cut] = [f"--pvc={claim}:/opt/nvidia:ro", "--filename=/opt/nvidia/env_probe.py"]
         jobs.submit("env", args)
-        assert jobs.exit_code("env") == 0, jobs.logs("env")
+        assert jobs.exit_code("env") == 0, jobs.report("env")
         chief = jobs.pod("env-chief")["spec"]["containers"][0]
         assert "command" not in chief and chief["args"][:2] == ["/bin/sh", "-c"]
         ranks = {int(m[0]): m[1:] for m in LINE.findall(jobs.logs("env-chief"))}

@@ -37,7 +37,7 @@ def test_a_gpu_tainted_node_pool_runs_a_job(cluster, api_client, namespace, jobs
             raise AssertionError(f"{e}\nthe manager's log:\n{jobs.log_tail('tainted')}") from None
         assert worker["spec"]["nodeName"] == pool.node("a")
         assert GPU_TOLERATION in worker["spec"]["tolerations"]
-        assert jobs.exit_code("tainted") == 0, jobs.logs("tainted")
+        assert jobs.exit_code("tainted") == 0, jobs.report("tainted")
         chief = jobs.pod("tainted-chief")
         assert chief["spec"]["nodeName"] == pool.node("b")
         assert GPU_TOLERATION in chief["spec"]["tolerations"]

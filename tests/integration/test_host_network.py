@@ -19,7 +19,7 @@ def test_host_network_job_trains_across_two_nodes(cluster, api_client, namespace
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("hostnet", job_args(pool, claim, 2, "--host-network=true", f"--port={PORT}"))
-        assert jobs.exit_code("hostnet") == 0, jobs.logs("hostnet")
+        assert jobs.exit_code("hostnet") == 0, jobs.report("hostnet")
         chief = jobs.pod("hostnet-chief")  # kept for its logs; the worker is gone
         assert chief["spec"]["hostNetwork"] is True
         assert chief["status"]["podIP"] == chief["status"]["hostIP"]

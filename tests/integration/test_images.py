@@ -72,5 +72,5 @@ def test_manager_workers_and_chief_run_from_their_images(cluster, api_client, na
         assert os.readlink(f"/proc/{sshd}/exe") == "/usr/sbin/sshd"
         assert uid_of(sshd) == uid_of(horovodrun) == names.JOB_USER_UID
         release_ranks(tmp_path)
-        assert jobs.exit_code("imaged") == 0, jobs.logs("imaged")
+        assert jobs.exit_code("imaged") == 0, jobs.report("imaged")
         assert "running as uid 65532" in jobs.logs("imaged")

@@ -41,7 +41,7 @@ def test_six_gpus_on_5_3_2_run_as_two_pods_on_the_planned_nodes(cluster, api_cli
         events = EventLog(api_client, namespace)
         jobs.submit("six", job_args(pool, claim, 6))
         try:
-            assert jobs.exit_code("six") == 0, jobs.logs("six")
+            assert jobs.exit_code("six") == 0, jobs.report("six")
         finally:
             events.stop()
         chief = jobs.pod("six-chief")

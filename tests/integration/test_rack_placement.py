@@ -25,7 +25,7 @@ def test_a_job_one_rack_holds_lands_on_that_rack(cluster, api_client, namespace,
             more_nodes(cluster, pool, {"c": 2, "d": 1}, labels={RACK: "r2"}), \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("racked", job_args(pool, claim, 3, f"--topology={RACK}"))
-        assert jobs.exit_code("racked") == 0, jobs.logs("racked")
+        assert jobs.exit_code("racked") == 0, jobs.report("racked")
         # The workers are gone with the job; the plan is in the manager's log, the chief is kept.
         assert jobs.pod("racked-chief")["spec"]["nodeName"] == pool.node("d")
         manager = jobs.pod("racked")

@@ -84,7 +84,7 @@ def test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after(karpente
         worker = jobs.wait_for("grows-worker-0", lambda p: True, 120)
         assert worker["metadata"]["annotations"]["distributetrain.io/awaits-new-node"] == "true"
         claimed = launched_claims(custom, karpenter_nodes, 2)
-        assert jobs.exit_code("grows", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.logs("grows")
+        assert jobs.exit_code("grows", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.report("grows")
         assert "(new node)=8,(new node)=4" in jobs.logs("grows")
         plan = recorded_plan(jobs, "grows")
         assert sorted(share for _, share in plan) == [4, 8] and {node for node, _ in plan} == claimed, (plan, claimed)
@@ -102,7 +102,7 @@ def test_a_half_taken_node_gives_its_free_gpus_and_only_the_rest_is_added(karpen
         tenants.wait_running(tenants.take(pool.node("a"), 4))
         jobs.submit("fills", scale_up_args(pool, claim, namespace, "5m"))
         (added,) = launched_claims(custom, karpenter_nodes, 1)
-        assert jobs.exit_code("fills", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.logs("fills")
+        assert jobs.exit_code("fills", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.report("fills")
         log = jobs.logs("fills")
         assert f"(new node)=8,{pool.node('a')}=4" in log, log
         assert recorded_plan(jobs, "fills") == [(added, 8), (pool.node("a"), 4)]
@@ -120,7 +120,7 @@ def test_a_job_whose_node_pool_is_too_small_gives_up_with_69_and_leaves_nothing(
             karpenter_nodes_of(karpenter_running, api_client, namespace, pool.prefix, gpu_limit=8) as karpenter_nodes, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("gives-up", scale_up_args(pool, claim, namespace, "2m"))
-        assert jobs.exit_code("gives-up", JOB_FINISH_TIMEOUT_S) == exitcodes.INSUFFICIENT_GPUS, jobs.logs("gives-up")
+        assert jobs.exit_code("gives-up", JOB_FINISH_TIMEOUT_S) == exitcodes.INSUFFICIENT_GPUS, jobs.report("gives-up")
         log = jobs.logs("gives-up")
         assert "did not add the 2 nodes the job's pods wait for within --wait-for-gpus (120s)" in log, log
         assert "exceed limits" in log, log

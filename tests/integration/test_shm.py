@@ -25,7 +25,7 @@ def test_every_rank_sees_a_dev_shm_of_the_planned_size(cluster, api_client, name
             script_volume(api_client, namespace, {**SCRIPTS, "shm.py": SHM_PROBE}, tmp_path) as claim:
         args = [a.replace("/work/hello.py", "/work/shm.py") for a in job_args(pool, claim, 2, *flags)]
         jobs.submit("shm", args)
-        assert jobs.exit_code("shm") == 0, jobs.logs("shm")
+        assert jobs.exit_code("shm") == 0, jobs.report("shm")
         chief = jobs.pod("shm-chief")
         volume = next(v for v in chief["spec"]["volumes"] if v["name"] == "dshm")
         assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{expected_mib}Mi"}

@@ -68,7 +68,7 @@ def test_a_successful_jobs_events_tell_its_story_in_order(cluster, api_client, n
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         # hello.py sleeps 5 s: post-training sees the chief running (ChiefStarted).
         jobs.submit("story", job_args(pool, claim, 2, script_args=("0", "5")))
-        assert jobs.exit_code("story") == 0, jobs.logs("story")
+        assert jobs.exit_code("story") == 0, jobs.report("story")
         recorded = manager_events(api_client, namespace, "story")
         assert [e["reason"] for e in recorded] == SUCCESS_STORY, [(e["reason"], e.get("message")) for e in recorded]
         assert {e["type"] for e in recorded} == {"Normal"}
@@ -85,7 +85,7 @@ def test_a_failed_jobs_events_end_with_the_exit_code(cluster, api_client, namesp
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("sad", job_args(pool, claim, 2, script_args=("3", "5")))
         # horovodrun exits 1 when a rank fails, whatever its code: that is the chief's code.
-        assert jobs.exit_code("sad") == 1, jobs.logs("sad")
+        assert jobs.exit_code("sad") == 1, jobs.report("sad")
         recorded = manager_events(api_client, namespace, "sad")
         assert [e["reason"] for e in recorded] == FAILURE_STORY, [(e["reason"], e.get("message")) for e in recorded]
         assert (recorded[-1]["type"], recorded[-1]["message"]) == ("Warning", "chief exited with code 1 (exit code 1)")
@@ -123,7 +123,7 @@ def test_an_unschedulable_worker_says_why_within_5s(cluster, api_client, namespa
         assert (log_time(noticed[0]) - seen_wall).total_seconds() < REASON_WITHIN_S, (noticed[0], seen_wall)
 
         # Not Ready within --worker-ready-timeout: released, failed, and the story says why.
-        assert jobs.exit_code("unsched", timeout_s=120) == 75, jobs.logs("unsched")
+        assert jobs.exit_code("unsched", timeout_s=120) == 75, jobs.report("unsched")
         # One line per change, not per look (the scheduler's "0/N nodes" changes as other tests add nodes).
         said = [line.split(" waits: ", 1)[1] for line in jobs.logs("unsched").splitlines()
                 if "unsched-worker-0 waits: " in line]
@@ -165,7 +165,7 @@ def test_logs_of_one_rank(cluster, api_client, namespace, jobs, tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("ranks", job_args(pool, claim, 2))
-        assert jobs.exit_code("ranks") == 0, jobs.logs("ranks")
+        assert jobs.exit_code("ranks") == 0, jobs.report("ranks")
         everything = jobs.logs("ranks-chief")
         assert re.search(r"^\[0\]<stdout>:rank=0 size=2 ", everything, re.M), everything
         assert re.search(r"^\[1\]<stdout>:rank=1 size=2 ", everything, re.M), everything

@@ -1,18 +1,17 @@
 """IPv6 pod addresses: the hosts URL in brackets, the manager listening on IPv6 too, and
 the chief's hostfile and ssh names free of the colons Horovod splits on."""
 
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from distributetrain.core import manifests, podscripts
+from distributetrain.core import manifests
 from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text, hosts_url
+from harness.discoverscript import DiscoverScript
 
 CHIEF_V6 = "2001:db8::1"
 MANAGER_V6 = "fd00::a"
@@ -59,19 +58,13 @@ def test_the_manager_answers_on_ipv6_and_ipv4_alike(client_host):
 
 @pytest.fixture
 def discover(tmp_path):
-    """The chief's discovery script as the chief runs it, its files in ``tmp_path``."""
-    ssh_hosts = tmp_path / "ssh-hosts"
-    script = podscripts.load("discover.py", SSH_HOSTS_CONFIG=str(ssh_hosts))
-    assert "/tmp/distributetrain-workers" in script
-    path = tmp_path / "discover"
-    path.write_text(script.replace("/tmp/distributetrain-workers", str(tmp_path / "workers")))
+    """The chief's discovery script: (its hosts, its ssh names) from a manager's answer."""
+    script = DiscoverScript(tmp_path)
 
     def run(url, chief_address, slots="1"):
-        env = dict(os.environ, DT_HOSTS_URL=url, DT_CHIEF_ADDRESS=chief_address, DT_CHIEF_SLOTS=slots)
-        done = subprocess.run([sys.executable, str(path), "--wait", "5"], env=env, capture_output=True, text=True,
-                              timeout=30)
+        done = script.run(url, chief_address, slots)
         assert done.returncode == 0, done.stderr
-        return done.stdout, ssh_hosts.read_text()
+        return done.stdout, script.ssh_hosts.read_text()
 
     return run
 

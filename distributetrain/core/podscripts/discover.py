@@ -10,11 +10,14 @@
 # Horovod and ssh, and the chief's ssh config maps that name to the address (HostName)
 # in @SSH_HOSTS_CONFIG@, which its ~/.ssh/config includes.
 #!/usr/bin/env python
-import os, sys, time, urllib.request
+import http.client, os, sys, time, urllib.request
 url = os.environ["DT_HOSTS_URL"]
 last = "/tmp/distributetrain-workers"
 def named(address):
     return "ipv6-" + address.replace(":", "-") if ":" in address else address
+# Asked again: 503 (not yet), an unreachable manager, an answer cut short (the manager
+# process that was answering ended: HTTPException, IncompleteRead among them).
+UNANSWERED = (OSError, http.client.HTTPException)
 def ask():
     with urllib.request.urlopen(url, timeout=2) as response:
         return response.read().decode()
@@ -24,14 +27,14 @@ if sys.argv[1:2] == ["--wait"]:
         try:
             workers = ask()
             break
-        except OSError as error:  # 503 (not yet) is one too, as is an unreachable manager
+        except UNANSWERED as error:
             if time.monotonic() >= give_up_at:
                 sys.exit(f"distributetrain: no hosts from the manager at {url} within {sys.argv[2]}s ({error})")
             time.sleep(1)
 else:
     try:
         workers = ask()
-    except OSError:
+    except UNANSWERED:
         with open(last) as previous:
             workers = previous.read()
 with open(last + ".partial", "w") as partial:

@@ -2,8 +2,6 @@
 
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 from hypothesis import given
@@ -19,7 +17,7 @@ from distributetrain.core.startprogress import Pulling
 from distributetrain.kube import events, waits
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import booking, elastic
-from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text
+from distributetrain.manager.discovery import HostList
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.run import Run
 from harness.builders import node
@@ -114,30 +112,6 @@ def test_an_elastic_plan_always_has_a_worker_and_the_same_gpus(free, gpus):
     assert all(share >= 1 for _, share in split)
     for used in {n for n, _ in split}:
         assert sum(s for n, s in split if n == used) <= free[used]
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return response.status, response.read().decode()
-
-
-def test_the_server_answers_the_published_hosts_and_refuses_before_any():
-    hosts = HostList()
-    with DiscoveryServer(hosts, port=0, address="127.0.0.1") as server:
-        url = f"http://127.0.0.1:{server.port}/hosts"
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            get(url)
-        assert refused.value.code == 503  # the chief's script keeps its last answer
-        assert hosts.publish([("10.0.1.1", 1), ("10.0.2.0", 2)])
-        assert get(url) == (200, "10.0.1.1:1\n10.0.2.0:2\n")
-        assert not hosts.publish([("10.0.1.1", 1), ("10.0.2.0", 2)])
-        with pytest.raises(urllib.error.HTTPError) as missing:
-            get(f"http://127.0.0.1:{server.port}/other")
-        assert missing.value.code == 404
-
-
-def test_hosts_text_is_horovods_discovery_format():
-    assert hosts_text([("a", 1), ("b", 4)]) == "a:1\nb:4\n"
 
 
 def parsed(*flags):
