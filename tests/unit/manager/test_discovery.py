@@ -121,8 +121,9 @@ class CutShortServer:
             except OSError:
                 return
             with connection:
-                while b"\r\n\r\n" not in (request := connection.recv(4096)) and request:
-                    pass
+                request = b""
+                while b"\r\n\r\n" not in request and (chunk := connection.recv(4096)):
+                    request += chunk  # the whole request head, however it arrives
                 self.requests += 1
                 body = HOSTS_ANSWER.encode()
                 sent = body[:5] if self.requests <= self.cut else body
