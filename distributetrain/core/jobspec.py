@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributetrain.core import errors, manifests, names, quantity, topology, validation
+from distributetrain.core import errors, manifests, names, podsecurity, quantity, topology, validation
 from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE, JobSettings, Level, PvcMount
 
 NO_DEFAULT = dataclasses.MISSING
@@ -71,6 +71,8 @@ def _job_name(text: str) -> str:
 
 def _pvc(text: str) -> PvcMount:
     pvc = PvcMount(*validation.pvc_mount(text))
+    if pvc.mount_path.rstrip("/") == manifests.SCRATCH_PATH:
+        raise ValueError(f"{manifests.SCRATCH_PATH} is the job's own scratch volume, got {pvc.claim}:{pvc.mount_path}")
     if pvc.mount_path.rstrip("/") == manifests.SHM_PATH:
         raise ValueError(f"{manifests.SHM_PATH} is the job's own memory-backed volume (size it with --shm-size), "
                          f"got {pvc.claim}:{pvc.mount_path}")
@@ -181,6 +183,15 @@ FIELDS: tuple[Field, ...] = (
           bare="true", help="let a service mesh (Istio, Linkerd) inject its sidecar into job pods"),
     Field("network_policy", "--network-policy", validation.boolean, lambda on: str(on).lower(), metavar="true|false",
           bare="true", help="NetworkPolicies by which only the job's own pods reach its pods, and they the manager"),
+    Field("run_as_user", "--run-as-user", podsecurity.run_as_user, metavar="UID|auto|platform",
+          help="user of job pods: a UID (an existing volume's owner, say); auto: 1000, or the platform's where "
+               "the namespace says it assigns UIDs (OpenShift); platform: none, the platform assigns it"),
+    Field("run_as_group", "--run-as-group", podsecurity.group_id, metavar="GID", default_help="the user's UID",
+          help="primary group and fsGroup of job pods"),
+    Field("read_only_root_filesystem", "--read-only-root-filesystem", validation.boolean, lambda on: str(on).lower(),
+          metavar="true|false", bare="true",
+          help="job pods' containers on a read-only root filesystem (the training script then writes to /tmp, "
+               "$HOME, /dev/shm and volumes only)"),
     # Set from the manager pod's environment (downward API) or after `--`: no flag.
     Field("manager_namespace"),
     Field("discovery_url"),

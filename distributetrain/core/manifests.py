@@ -6,16 +6,23 @@ output is deterministic and tests compare whole objects.
 
 from __future__ import annotations
 
-from distributetrain.core import exitcodes, names, podscripts, quantity
+from distributetrain.core import exitcodes, names, podscripts, podsecurity, quantity
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 
 SSH_VOLUME = "ssh"
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
-# The key files are root's, in the job user's group (fsGroup), readable by that group
-# alone: the user reads them, and sshd and ssh, which check the modes only of keys the
-# user owns, accept them. Nothing else in the pod runs as root or in that group.
+# Everything the pod scripts write, the chief's files, sshd's and ssh's user entry and the
+# home of a user the image does not know (podscripts/job-user.sh), Horovod's and Python's
+# temporary files: on an emptyDir, so a read-only root filesystem (a policy may force one)
+# breaks none of it.
+SCRATCH_VOLUME = "tmp"
+SCRATCH_PATH = "/tmp"
+# The key files are root's, in the pod's fsGroup (the job's group, or the one the platform
+# assigns), readable by that group alone: the user reads them, and sshd and ssh, which
+# check the modes only of keys the user owns, accept them. Nothing else in the pod runs as
+# root or in that group.
 SECRET_MODE = 0o440
 CLIENT_KEY_FILE = "id_ed25519"
 CLIENT_CONFIG_FILE = "config"
@@ -36,7 +43,7 @@ MESH_OPT_OUT_ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inje
 
 # The chief's names for IPv6 hosts (Horovod cannot take a colon in a host), written by
 # discover.py; ssh ignores an Include that matches no file.
-SSH_HOSTS_CONFIG = "/tmp/distributetrain-ssh-hosts"
+SSH_HOSTS_CONFIG = f"{SCRATCH_PATH}/distributetrain-ssh-hosts"
 # Client side of SSH, the chief's config file (the ssh wrapper passes it with -F). Strict
 # host checking against the job's own host key: no fingerprint prompt, and no other host
 # can pose as a worker. No User: ssh logs in as the chief's own user, the one the
@@ -54,7 +61,7 @@ Host *
 
 # Every sshd setting of a worker, given on its command line with `-f /dev/null`, so no
 # sshd_config in the image (a user's image may ship any) can weaken it. sshd runs as the
-# job's user (JOB_USER_UID), so it can log in that user alone and needs no privilege
+# pod's user (``podsecurity``), so it can log in that user alone and needs no privilege
 # separation directory. StrictModes is off because Secret volumes are world-traversable
 # symlink trees owned by root; the key files themselves are readable by the user alone.
 SSHD_OPTIONS = (
@@ -72,8 +79,11 @@ SSHD_OPTIONS = (
 
 # Shell functions of the workers: whether a chief is connected, counted in any /proc.
 SSHD_SESSIONS_SCRIPT = podscripts.load("sshd-sessions.sh")
-# First in both pod scripts: an image without the job's user fails at once, saying so.
-JOB_USER_CHECK_SCRIPT = podscripts.load("job-user.sh", IMAGE_UNFIT=str(exitcodes.IMAGE_UNFIT))
+# First in both pod scripts: the pod's user, known to ssh and sshd whatever the UID, or
+# an image that cannot give it one fails at once, saying so.
+NSS_WRAPPER_LIBRARIES = ("/usr/lib64/libnss_wrapper.so", "/usr/lib/*/libnss_wrapper.so", "/usr/lib/libnss_wrapper.so")
+JOB_USER_CHECK_SCRIPT = podscripts.load("job-user.sh", SCRATCH=SCRATCH_PATH, NSS_WRAPPER_LIBRARIES=" ".join(
+    NSS_WRAPPER_LIBRARIES), IMAGE_UNFIT=str(exitcodes.IMAGE_UNFIT))
 WORKER_SCRIPT = podscripts.load(
     "worker.sh",
     JOB_USER_CHECK=JOB_USER_CHECK_SCRIPT,
@@ -164,27 +174,12 @@ def _pinned_to(node: str) -> dict:
     }
 
 
-def pod_security_context(uid: int) -> dict:
-    """PodSecurity `restricted` for a pod of user ``uid``, with each container's half
-    (``container_security_context``); the manager's pod uses it too.
-
-    The user and group by number, so the kubelet can check that the user is not root
-    whatever the image's USER says; fsGroup makes the SSH files (and volumes) the user's.
-    """
-    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
-            "seccompProfile": {"type": "RuntimeDefault"}}
-
-
-def container_security_context() -> dict:
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
 def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes: list[dict]) -> dict:
     spec = {
         "restartPolicy": "Never",
         # No node: a queued attempt's pod, pinned once Kueue admits it (``podgroup``).
         **({"affinity": _pinned_to(node)} if node is not None else {}),
-        "securityContext": pod_security_context(names.JOB_USER_UID),
+        "securityContext": podsecurity.job_pod_security_context(settings),
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
@@ -231,13 +226,14 @@ def _job_pod(
     container = container | {
         "image": settings.image,
         "resources": _resources(settings, share),
-        "securityContext": container_security_context(),
+        "securityContext": podsecurity.container_security_context(settings.read_only_root_filesystem),
         # A script that fails (an image without the job's user, say) leaves its last log
         # lines as the termination message, which the manager reports.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": SSH_VOLUME, "mountPath": ssh_dir, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH},
             *pvc_mounts,
         ],
     }
@@ -251,7 +247,8 @@ def _job_pod(
         "metadata": metadata,
         "spec": _pod_spec(
             settings, node, container,
-            [_ssh_volume(settings, ssh_files), _shm_volume(settings, share), *pvc_volumes],
+            [_ssh_volume(settings, ssh_files), _shm_volume(settings, share), {"name": SCRATCH_VOLUME, "emptyDir": {}},
+             *pvc_volumes],
         ),
     }
 

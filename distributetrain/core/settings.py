@@ -27,6 +27,10 @@ DEFAULT_MEMORY_PER_GPU_BYTES = 8 * 2**30  # 8Gi
 # for every manager, so jobs in different namespaces never book the same GPUs. `default`
 # exists on every cluster and cannot be deleted; rbac/lease-role.yaml grants the Lease there.
 DEFAULT_LOCK_NAMESPACE = "default"
+# --run-as-user's words (``core.podsecurity``): 1000, or the platform's where the namespace
+# says it assigns UIDs (OpenShift); none at all, for the platform to assign.
+RUN_AS_AUTO = "auto"
+RUN_AS_PLATFORM = "platform"
 
 
 def gpu_toleration(resource: str) -> dict:
@@ -156,6 +160,13 @@ class JobSettings:
     # most, one per new node, which make the cluster grow (``core.scaleup``). 0: the job
     # waits for GPUs to free up, as without an autoscaler.
     scale_up_node_gpus: int = 0
+    # Who job pods run as (``core.podsecurity``): a UID, RUN_AS_AUTO or RUN_AS_PLATFORM; and
+    # their group and fsGroup (None: the UID, or the platform's where it assigns the UID).
+    run_as_user: int | str = RUN_AS_AUTO
+    run_as_group: int | None = None
+    # readOnlyRootFilesystem on job pods' containers, for clusters whose policies require it:
+    # what the pod scripts write is on volumes. Off: training scripts write where they like.
+    read_only_root_filesystem: bool = False
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

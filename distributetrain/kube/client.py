@@ -156,14 +156,15 @@ class Kube(KubeApi):
             items.extend(page)
         return items, version
 
-    def namespace_labels(self, name: str) -> dict[str, str] | None:
-        """The namespace's labels (its PodSecurity levels among them); None if it does not exist."""
+    def namespace_metadata(self, name: str) -> dict | None:
+        """The namespace's metadata (PodSecurity levels in its labels, OpenShift's UID range in
+        its annotations); None if it does not exist."""
         try:
             namespace = self._call(lambda: read_json(self.core.read_namespace(name, **REQUEST_OPTIONS)),
                                    f"read Namespace [{name}]")
         except errors.NotFound:
             return None
-        return (namespace.get("metadata") or {}).get("labels") or {}
+        return namespace.get("metadata") or {}
 
     def resource_quotas(self, namespace: str) -> list[dict]:
         """The namespace's ResourceQuotas: a handful, one request."""

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
-from distributetrain.core import errors, exitcodes
+from distributetrain.core import errors, exitcodes, podsecurity
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
@@ -123,6 +123,8 @@ def _execute(
         with cancellable():
             if phase in ("pre-training", "post-training", "run"):
                 reporter.spec()
+                # Who the pods run as, decided for the namespace (the record keeps what was asked).
+                settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
                 code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).run(
                     until_started=phase == "pre-training")
                 if phase != "pre-training":

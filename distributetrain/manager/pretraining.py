@@ -20,7 +20,7 @@ import contextlib
 import logging
 
 from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
-                                  podstate, scaleup, topology, validation)
+                                  podsecurity, podstate, scaleup, topology, validation)
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -53,10 +53,10 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     if not settings.discovery_url:
         raise errors.UsageError("MANAGER_POD_IP", "the chief asks the manager for its hosts: set it to the manager "
                                                   "pod's address (downward API status.podIP, as manager.yaml does)")
-    namespace_labels = kube.namespace_labels(settings.namespace)
-    if namespace_labels is None:
+    namespace = kube.namespace_metadata(settings.namespace)
+    if namespace is None:
         raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
-    level = validation.host_network_refused_by(namespace_labels)
+    level = validation.host_network_refused_by(namespace.get("labels") or {})
     if settings.host_network and level:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")
@@ -72,6 +72,8 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
             raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
         except errors.Invalid as e:
             raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
+        except errors.AdmissionRefused as e:
+            raise podsecurity.platform_refusal(settings, obj["kind"], str(e)) or e
         if obj["kind"] == "Pod" and not settings.queue and not podgroup.is_admitted(admitted_as):
             # Kueue's webhook gated a pod that names no queue: it manages every pod here.
             raise errors.UsageError("--queue", f"Kueue manages every pod of namespace {settings.namespace!r}: "

@@ -106,6 +106,10 @@ def apiserver_command(pki: Pki, binaries: Binaries) -> list[str]:
         f"--proxy-client-cert-file={pki.cert(FRONT_PROXY_CLIENT.name)}",
         f"--proxy-client-key-file={pki.key(FRONT_PROXY_CLIENT.name)}",
         "--enable-aggregator-routing=true",
+        # MutatingAdmissionPolicy (beta in 1.34, off by default): the OpenShift-like
+        # namespaces' admission (openshift.py) assigns their pods UIDs with it.
+        "--feature-gates=MutatingAdmissionPolicy=true",
+        "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         "--profiling=false",
     ]
 

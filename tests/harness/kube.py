@@ -76,6 +76,7 @@ class FakeKube(KubeApi):
         self.pending: dict[tuple[str, str], list[dict]] | None = None
         self.lease: dict | None = None
         self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels of a namespace that has any
+        self.namespace_annotations: dict[str, dict[str, str]] = {}  # name -> annotations of one that has any
         # The manager's own pod, outside ``pods``; None for the CLI, which runs in none.
         self.manager = (manager if manager is not None else manager_pod()) if in_manager_pod else None
         self.batch_jobs: dict[str, dict] = {}  # batch/v1 Jobs (a manager submitted --as-job)
@@ -182,8 +183,9 @@ class FakeKube(KubeApi):
             self.pod_lists += 1
             return self._pods(selectors), "1"
 
-    def namespace_labels(self, name: str) -> dict[str, str] | None:
-        return dict(self.namespaces.get(name, {}))
+    def namespace_metadata(self, name: str) -> dict | None:
+        return {"name": name, "labels": dict(self.namespaces.get(name, {})),
+                "annotations": dict(self.namespace_annotations.get(name, {}))}
 
     def resource_quotas(self, namespace: str) -> list[dict]:
         self._maybe_fail("resource_quotas")

@@ -27,10 +27,11 @@ PORTS = [{"name": "discovery", "containerPort": 8470, "protocol": "TCP"}]
 MANAGER_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true",
                        "sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
-# PodSecurity `restricted`, as the manager image's own user.
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# PodSecurity `restricted`, as the manager image's own user or the one the platform assigns
+# (no UID: OpenShift refuses any but its own), on a read-only root filesystem.
+POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                      "readOnlyRootFilesystem": True}
 
 
 def submitted(argv):

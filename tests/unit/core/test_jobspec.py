@@ -94,6 +94,9 @@ def job_settings(draw) -> JobSettings:
         lock_namespace=draw(st.sampled_from(["", "locks"])), service_account=draw(st.sampled_from(["", "sa"])),
         cpu_per_gpu_m=draw(st.integers(1, 64000)), memory_per_gpu_bytes=draw(st.integers(64 * 2**20, 2**40)),
         shm_size_bytes=draw(st.none() | st.integers(64 * 2**20, 2**40)),
+        run_as_user=draw(st.sampled_from(["auto", "platform"]) | st.integers(1, 2**31 - 1)),
+        run_as_group=draw(st.none() | st.integers(0, 2**31 - 1)),
+        read_only_root_filesystem=draw(st.booleans()),
     )
 
 

@@ -24,6 +24,10 @@ NODE_LOST = [{"key": f"node.kubernetes.io/{why}", "operator": "Exists", "effect"
 POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
                 "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# Everything the pod scripts write (and /tmp of the training script): an emptyDir, so a
+# read-only root filesystem breaks none of it.
+SCRATCH = {"name": "tmp", "emptyDir": {}}
+SCRATCH_MOUNT = {"name": "tmp", "mountPath": "/tmp"}
 # No mesh sidecar unless --mesh-injection: SSH and Gloo between pod IPs are not mesh traffic.
 NO_MESH = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 
@@ -88,12 +92,12 @@ def test_worker():
                 "securityContext": CONTAINER_SECURITY,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True},
-                                 {"name": "dshm", "mountPath": "/dev/shm"}],
+                                 {"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT],
             }],
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o440, "items": [
                 {"key": "authorized_keys", "path": "authorized_keys"},
                 {"key": "ssh_host_ed25519_key", "path": "ssh_host_ed25519_key"}]}},
-                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "40Gi"}}],
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "40Gi"}}, SCRATCH],
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
@@ -134,12 +138,12 @@ def test_chief():
                 "securityContext": CONTAINER_SECURITY,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh-client", "readOnly": True},
-                                 {"name": "dshm", "mountPath": "/dev/shm"}],
+                                 {"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT],
             }],
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o440, "items": [
                 {"key": "id_ed25519", "path": "id_ed25519"}, {"key": "known_hosts", "path": "known_hosts"},
                 {"key": "config", "path": "config"}]}},
-                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}],
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}, SCRATCH],
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
@@ -185,11 +189,11 @@ def test_pvcs_tolerations_deadline_and_service_account():
         service_account="trainer",
     )
     spec = manifests.worker_pod(settings, 0, "n", 1)["spec"]
-    assert spec["volumes"][2:] == [
+    assert spec["volumes"][3:] == [
         {"name": "data-0", "persistentVolumeClaim": {"claimName": "train-data", "readOnly": False}},
         {"name": "data-1", "persistentVolumeClaim": {"claimName": "ref", "readOnly": True}},
     ]
-    assert spec["containers"][0]["volumeMounts"][2:] == [
+    assert spec["containers"][0]["volumeMounts"][3:] == [
         {"name": "data-0", "mountPath": "/train", "readOnly": False},
         {"name": "data-1", "mountPath": "/ref", "readOnly": True},
     ]

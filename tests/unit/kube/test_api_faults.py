@@ -215,7 +215,7 @@ def test_deletes_patches_and_reads_reuse_one_connection():
         for name in ("a", "b", "c"):
             kube.delete("Pod", "ns", name)
         kube.annotate_pod("ns", "manager", {"distributetrain.io/phase": "Running"})
-        kube.namespace_labels("ns")
+        kube.namespace_metadata("ns")
         kube.delete_all("Pod", "ns", ["d"])
     assert len(server.client_ports) == 6
     assert len(set(server.client_ports)) == 1

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from distributetrain.core import errors, inventory, names, topology
+from distributetrain.core import errors, inventory, names, podsecurity, topology
 from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
@@ -69,16 +69,17 @@ def story(monkeypatch, tmp_path):
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
-            real_time=False):
+            real_time=False, namespace_annotations=None):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
         kubelet's), which the manager may not read with ``events_forbidden``; with
         ``real_time``, on the real clock (Events a story sends reach the manager on an
-        informer's own thread, in real time)."""
+        informer's own thread, in real time); ``namespace_annotations``: the job namespace's."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
                         clock=REAL_CLOCK if real_time else clock)
         kube.events = list(events)
+        kube.namespace_annotations[settings.namespace] = dict(namespace_annotations or {})
         if events_forbidden:
             kube.list_pages = refusing_events(kube.list_pages)
         kube.on_create = list(on_create)
@@ -111,6 +112,29 @@ def test_a_successful_job_tells_its_story_in_order(story):
         ("Succeeded", "Normal", "training finished (exit code 0)"),
     ]
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("annotations,asked,ids", [
+    ({}, "auto", {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}),
+    ({podsecurity.OPENSHIFT_UID_RANGE_ANNOTATION: "1000680000/10000"}, "auto", {}),
+    ({podsecurity.OPENSHIFT_UID_RANGE_ANNOTATION: "1000680000/10000"}, 1000680005,
+     {"runAsUser": 1000680005, "runAsGroup": 1000680005, "fsGroup": 1000680005}),
+], ids=["plain", "openshift", "openshift-asked"])
+def test_job_pods_run_as_the_namespace_allows(story, annotations, asked, ids):
+    """Where the namespace says the platform assigns UIDs, job pods name none (OpenShift
+    refuses any outside its range); a UID asked for is the user's to choose. The record
+    keeps what was asked."""
+    created = []
+    settings = SETTINGS.replace(run_as_user=asked)
+    code, _, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+                           [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]],
+                          settings=settings, phases=("pre-training", "post-training"),
+                          on_create=[created.append], namespace_annotations=annotations)
+    assert code == 0
+    contexts = [obj["spec"]["securityContext"] for obj in created if obj["kind"] == "Pod"]
+    assert len(contexts) == 4  # dry run and real, worker and chief
+    assert all(c == {"runAsNonRoot": True, **ids, "seccompProfile": {"type": "RuntimeDefault"}} for c in contexts)
+    assert JobRecord.of(kube.manager).spec == settings
 
 
 def test_a_job_that_one_rack_holds_lands_on_one_rack_and_says_so(story):

@@ -52,3 +52,38 @@ def test_a_manager_not_allowed_to_create_network_policies_stops_before_anything_
     assert refused.value.exit_code == exitcodes.PERMISSION_DENIED
     assert kube.actions == []
     pretraining.preflight(kube, SETTINGS.replace(network_policy=False))
+
+
+# OpenShift's answer to a pod no SCC admits (a 403), a UID outside the namespace's range.
+SCC_REFUSAL = ('pods "demo-worker-0" is forbidden: unable to validate against any security context constraint: '
+               '[provider "restricted-v2": .spec.securityContext.runAsUser: Invalid value: 2000: must be in the '
+               'ranges: [1000680000, 1000689999]]')
+
+
+@pytest.mark.parametrize("host_network,flag", [(False, "--run-as-user"), (True, "--host-network")])
+def test_a_pod_the_platforms_security_constraints_refuse_is_bad_input_naming_the_flag(host_network, flag):
+    kube = FakeKube()
+
+    def refuse_pods(obj: dict) -> None:
+        if obj["kind"] == "Pod":
+            raise errors.forbidden(SCC_REFUSAL)
+
+    kube.on_create.append(refuse_pods)
+    with pytest.raises(errors.UsageError) as refused:
+        pretraining.preflight(kube, SETTINGS.replace(run_as_user=2000, host_network=host_network))
+    assert refused.value.exit_code == exitcodes.USAGE
+    assert str(refused.value).startswith(f"{flag}: the namespace's security context constraints refuse the job's Pod")
+    assert SCC_REFUSAL in str(refused.value) and "\n" not in str(refused.value)
+    assert kube.actions == []
+
+
+def test_other_admission_refusals_stay_the_clusters():
+    kube = FakeKube()
+
+    def refuse(obj: dict) -> None:
+        raise errors.forbidden('pods "demo-worker-0" is forbidden: violates PodSecurity "restricted:latest": '
+                               'runAsNonRoot != true')
+
+    kube.on_create.append(refuse)
+    with pytest.raises(errors.AdmissionRefused):
+        pretraining.preflight(kube, SETTINGS)
