@@ -81,9 +81,11 @@ SSHD_OPTIONS = (
 SSHD_SESSIONS_SCRIPT = podscripts.load("sshd-sessions.sh")
 # First in both pod scripts: the pod's user, known to ssh and sshd whatever the UID, or
 # an image that cannot give it one fails at once, saying so.
+# Where distributions put nss_wrapper: RHEL's lib64, Debian's and Ubuntu's multiarch directories.
 NSS_WRAPPER_LIBRARIES = ("/usr/lib64/libnss_wrapper.so", "/usr/lib/*/libnss_wrapper.so", "/usr/lib/libnss_wrapper.so")
-JOB_USER_CHECK_SCRIPT = podscripts.load("job-user.sh", SCRATCH=SCRATCH_PATH, NSS_WRAPPER_LIBRARIES=" ".join(
-    NSS_WRAPPER_LIBRARIES), IMAGE_UNFIT=str(exitcodes.IMAGE_UNFIT))
+JOB_USER_CHECK_SCRIPT = podscripts.load(
+    "job-user.sh", SCRATCH=SCRATCH_PATH, NSS_WRAPPER_LIBRARIES=" ".join(NSS_WRAPPER_LIBRARIES),
+    IMAGE_UNFIT=str(exitcodes.IMAGE_UNFIT))
 WORKER_SCRIPT = podscripts.load(
     "worker.sh",
     JOB_USER_CHECK=JOB_USER_CHECK_SCRIPT,
