@@ -378,10 +378,13 @@ def ssh_volume_mount(pod, secret, directory):
 
 def pod_runtime(pod):
     """podman options that run a container as the pod's security context and volumes say:
-    its user and group, a read-only root filesystem (podman's own tmpfs mounts left out),
-    its emptyDir volumes as tmpfs."""
+    its user and group (and no /etc/passwd entry podman would add for them: the kubelet adds
+    none), a read-only root filesystem (podman's own tmpfs mounts left out), its emptyDir
+    volumes as tmpfs."""
     context, container = pod["spec"]["securityContext"], container_of(pod)
-    options = [f"--user={context['runAsUser']}:{context.get('runAsGroup', 0)}"] if "runAsUser" in context else []
+    options = []
+    if "runAsUser" in context:
+        options += ["--passwd=false", f"--user={context['runAsUser']}:{context.get('runAsGroup', 0)}"]
     if container["securityContext"].get("readOnlyRootFilesystem"):
         options += ["--read-only", "--read-only-tmpfs=false"]
     scratch = {v["name"] for v in pod["spec"]["volumes"] if v.get("emptyDir") == {}}
