@@ -119,20 +119,29 @@ def _refusal(field: str, detail: str) -> str:
     return (f"'{REFUSAL}: [provider \"restricted-v2\": {field}: ' + {detail} + ']'")
 
 
+def _asked_uids() -> str:
+    """Every UID the pod names: its own and its containers'."""
+    containers = " + ".join(
+        f"(has(object.spec.{c}) ? object.spec.{c}.filter(c, has(c.securityContext) && has(c.securityContext.runAsUser))"
+        f".map(c, c.securityContext.runAsUser) : [])" for c in CONTAINER_LISTS)
+    return f"({_unset('runAsUser')} ? [] : [{_POD_CONTEXT}.runAsUser]) + {containers}"
+
+
+# The validations' own: the UIDs the pod names outside the namespace's range.
+VALIDATION_VARIABLES = [
+    {"name": "uidsOutside",
+     "expression": f"({_asked_uids()}).filter(u, u < variables.uidMin || u > variables.uidMax)"},
+]
+
+
 def _validations() -> list[dict]:
-    in_range = "(u >= variables.uidMin && u <= variables.uidMax)"
-    uid_ok = (f"(!has({_POD_CONTEXT}) || !has({_POD_CONTEXT}.runAsUser) "
-              f"|| [{_POD_CONTEXT}.runAsUser].all(u, {in_range})) && "
-              + _every_container(f"!has(c.securityContext) || !has(c.securityContext.runAsUser) "
-                                 f"|| [c.securityContext.runAsUser].all(u, {in_range})"))
     ranges = "'must be in the ranges: [' + string(variables.uidMin) + ', ' + string(variables.uidMax) + ']'"
     group_ranges = ("'must be in the ranges: [' + string(variables.groupMin) + ', ' + string(variables.groupMax)"
                     " + ']'")
     return [
-        {"expression": uid_ok, "messageExpression": _refusal(
-            ".spec.securityContext.runAsUser",
-            f"'Invalid value: ' + ({_unset('runAsUser')} ? 'a container\\'s' : string({_POD_CONTEXT}.runAsUser))"
-            f" + ': ' + {ranges}")},
+        {"expression": "variables.uidsOutside.size() == 0",
+         "messageExpression": _refusal(".spec.securityContext.runAsUser",
+                                       f"'Invalid value: ' + string(variables.uidsOutside[0]) + ': ' + {ranges}")},
         {"expression": f"{_unset('fsGroup')} || ({_POD_CONTEXT}.fsGroup >= variables.groupMin "
                        f"&& {_POD_CONTEXT}.fsGroup <= variables.groupMax)",
          "messageExpression": _refusal(".spec.securityContext.fsGroup",
@@ -182,7 +191,8 @@ def admission_objects() -> list[dict]:
         {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicyBinding",
          "metadata": metadata, "spec": {"policyName": POLICY_NAME, "matchResources": _namespaces()}},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": metadata,
-         "spec": {"failurePolicy": "Fail", "matchConstraints": _match(), "variables": VARIABLES,
+         "spec": {"failurePolicy": "Fail", "matchConstraints": _match(),
+                  "variables": VARIABLES + VALIDATION_VARIABLES,
                   "validations": [{**v, "reason": "Forbidden"} for v in _validations()]}},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
          "metadata": metadata, "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"],

@@ -79,7 +79,7 @@ def test_the_admission_assigns_the_namespaces_ids_and_refuses_others(api_client,
            f"1000: {RANGES}]" in said, said
     said = refusal(api_client, openshift_like, pod("container-uid", containers=[
         {"name": "c", "image": IMAGE, "securityContext": {"runAsUser": 0}}]))
-    assert ".spec.securityContext.runAsUser: Invalid value: a container's" in said, said
+    assert f".spec.securityContext.runAsUser: Invalid value: 0: {RANGES}" in said, said
     assert ".spec.securityContext.fsGroup: Invalid value: 1000" in refusal(
         api_client, openshift_like, pod("group", {"fsGroup": 1000}))
     assert "privilege escalation" in refusal(api_client, openshift_like, pod("escalating", containers=[

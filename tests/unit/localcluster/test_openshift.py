@@ -54,7 +54,10 @@ def test_the_validations_refuse_in_openshifts_words_with_its_status():
     assert all(v["messageExpression"].startswith("'unable to validate against any security context constraint: "
                                                  "[provider \"restricted-v2\": ") for v in validations)
     uids, groups, privileges, host, volumes, seccomp = (v["expression"] for v in validations)
-    assert "u >= variables.uidMin && u <= variables.uidMax" in uids and "initContainers" in uids
+    assert uids == "variables.uidsOutside.size() == 0"
+    outside = openshift.admission_objects()[2]["spec"]["variables"][-1]
+    assert outside["name"] == "uidsOutside" and "object.spec.initContainers" in outside["expression"]
+    assert outside["expression"].endswith(".filter(u, u < variables.uidMin || u > variables.uidMax)")
     assert "variables.groupMin" in groups and "variables.groupMax" in groups
     assert "NET_BIND_SERVICE" in privileges and "allowPrivilegeEscalation" in privileges
     assert all(f"object.spec.{field}" in host for field in ("hostNetwork", "hostPID", "hostIPC")) and "hostPort" in host
