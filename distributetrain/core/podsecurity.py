@@ -30,21 +30,29 @@ OPENSHIFT_SCC_REFUSAL = "unable to validate against any security context constra
 MAX_ID = 2**31 - 1  # Kubernetes' bound of runAsUser, runAsGroup and fsGroup
 
 
+def _id(text: str) -> int | None:
+    """A decimal ID, or None."""
+    digits = text.strip()
+    return int(digits) if digits.isascii() and digits.isdigit() else None
+
+
 def run_as_user(text: str) -> int | str:
     """``--run-as-user``: a UID of 1 or more (never root), ``auto`` or ``platform``."""
     if text in (RUN_AS_AUTO, RUN_AS_PLATFORM):
         return text
-    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_ID:
+    uid = _id(text)
+    if uid is None or not 1 <= uid <= MAX_ID:
         raise ValueError(f"must be a UID from 1 to {MAX_ID} (never 0: job pods never run as root), "
                          f"{RUN_AS_AUTO} or {RUN_AS_PLATFORM}, got {text!r}")
-    return int(text)
+    return uid
 
 
 def group_id(text: str) -> int:
     """``--run-as-group``: a GID, 0 (OpenShift's group of arbitrary users) included."""
-    if not text.strip().isdigit() or int(text) > MAX_ID:
+    gid = _id(text)
+    if gid is None or gid > MAX_ID:
         raise ValueError(f"must be a GID from 0 to {MAX_ID}, got {text!r}")
-    return int(text)
+    return gid
 
 
 def for_namespace(settings: JobSettings, namespace: Mapping | None) -> JobSettings:

@@ -81,6 +81,7 @@ def test_any_non_root_uid_and_any_gid_are_taken(uid, gid):
     (("--run-as-user=2147483648",), "--run-as-user: must be a UID from 1 to 2147483647"),
     (("--run-as-user=-5",), "--run-as-user: must be a UID from 1 to 2147483647"),
     (("--run-as-group=wheel",), "--run-as-group: must be a GID from 0 to 2147483647, got 'wheel'"),
+    (("--run-as-group=²",), "--run-as-group: must be a GID from 0 to 2147483647, got '²'"),
     (("--pvc=data:/tmp",), "--pvc: /tmp is the job's own scratch volume, got data:/tmp"),
 ])
 def test_bad_ids_are_bad_input_naming_the_flag_and_form(argv, says):
