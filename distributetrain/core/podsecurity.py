@@ -70,11 +70,12 @@ def platform_refusal(settings: JobSettings, kind: str, message: str) -> errors.U
     naming the flag that chose what they refuse, not the cluster's admission at large."""
     if OPENSHIFT_SCC_REFUSAL not in message:
         return None
+    refused = f"the namespace's security context constraints refuse the job's {kind}"
     if settings.host_network:
-        return errors.UsageError("--host-network", f"the namespace's security context constraints refuse the job's "
-                                                   f"{kind}: {message}")
-    return errors.UsageError("--run-as-user", f"the namespace's security context constraints refuse the job's {kind} "
-                                              f"(leave the UID to them: --run-as-user {RUN_AS_AUTO}): {message}")
+        return errors.UsageError("--host-network", f"{refused}: {message}")
+    if settings.run_as_group is not None and "fsGroup" in message:
+        return errors.UsageError("--run-as-group", f"{refused} (leave the group to them: no --run-as-group): {message}")
+    return errors.UsageError("--run-as-user", f"{refused} (leave the UID to them: --run-as-user {RUN_AS_AUTO}): {message}")
 
 
 def job_ids(settings: JobSettings) -> tuple[int | None, int | None]:

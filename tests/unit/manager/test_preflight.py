@@ -60,20 +60,29 @@ SCC_REFUSAL = ('pods "demo-worker-0" is forbidden: unable to validate against an
                'ranges: [1000680000, 1000689999]]')
 
 
-@pytest.mark.parametrize("host_network,flag", [(False, "--run-as-user"), (True, "--host-network")])
-def test_a_pod_the_platforms_security_constraints_refuse_is_bad_input_naming_the_flag(host_network, flag):
+FS_GROUP_REFUSAL = ('pods "demo-worker-0" is forbidden: unable to validate against any security context constraint: '
+                    '[provider "restricted-v2": .spec.securityContext.fsGroup: Invalid value: 5: must be in the '
+                    'ranges: [1000680000, 1000689999]]')
+
+
+@pytest.mark.parametrize("refusal,changes,flag", [
+    (SCC_REFUSAL, {"run_as_user": 2000}, "--run-as-user"),
+    (SCC_REFUSAL, {"run_as_user": 2000, "host_network": True}, "--host-network"),
+    (FS_GROUP_REFUSAL, {"run_as_user": "platform", "run_as_group": 5}, "--run-as-group"),
+], ids=["uid", "host-network", "group"])
+def test_a_pod_the_platforms_security_constraints_refuse_is_bad_input_naming_the_flag(refusal, changes, flag):
     kube = FakeKube()
 
     def refuse_pods(obj: dict) -> None:
         if obj["kind"] == "Pod":
-            raise errors.forbidden(SCC_REFUSAL)
+            raise errors.forbidden(refusal)
 
     kube.on_create.append(refuse_pods)
     with pytest.raises(errors.UsageError) as refused:
-        pretraining.preflight(kube, SETTINGS.replace(run_as_user=2000, host_network=host_network))
+        pretraining.preflight(kube, SETTINGS.replace(**changes))
     assert refused.value.exit_code == exitcodes.USAGE
     assert str(refused.value).startswith(f"{flag}: the namespace's security context constraints refuse the job's Pod")
-    assert SCC_REFUSAL in str(refused.value) and "\n" not in str(refused.value)
+    assert refusal in str(refused.value) and "\n" not in str(refused.value)
     assert kube.actions == []
 
 
