@@ -75,7 +75,8 @@ def platform_refusal(settings: JobSettings, kind: str, message: str) -> errors.U
         return errors.UsageError("--host-network", f"{refused}: {message}")
     if settings.run_as_group is not None and "fsGroup" in message:
         return errors.UsageError("--run-as-group", f"{refused} (leave the group to them: no --run-as-group): {message}")
-    return errors.UsageError("--run-as-user", f"{refused} (leave the UID to them: --run-as-user {RUN_AS_AUTO}): {message}")
+    return errors.UsageError("--run-as-user",
+                             f"{refused} (leave the UID to them: --run-as-user {RUN_AS_AUTO}): {message}")
 
 
 def job_ids(settings: JobSettings) -> tuple[int | None, int | None]:

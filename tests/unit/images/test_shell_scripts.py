@@ -127,7 +127,8 @@ def test_a_uid_without_a_passwd_entry_is_a_user_ssh_knows(nss_wrapper, scratch):
     # The image's users are all still there: the entry is added, not alone.
     passwd = (scratch / "distributetrain-nss" / "passwd").read_text()
     assert passwd.startswith(Path("/etc/passwd").read_text().rstrip("\n") + "\n")
-    assert passwd.endswith(f"distributetrain-{ASSIGNED_UID}:x:{ASSIGNED_UID}:0:distributetrain job user:{home}:/bin/sh\n")
+    entry = f"distributetrain-{ASSIGNED_UID}:x:{ASSIGNED_UID}:0:distributetrain job user:{home}:/bin/sh\n"
+    assert passwd.endswith(entry)
 
 
 def test_a_gid_without_a_group_entry_gets_one(nss_wrapper, scratch):

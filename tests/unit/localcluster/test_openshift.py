@@ -20,7 +20,8 @@ def test_a_namespace_is_annotated_as_openshift_annotates_a_project():
                         "openshift.io/sa.scc.supplemental-groups": "1000680000/10000",
                         "openshift.io/sa.scc.mcs": "s0:c26,c15"},
     }
-    assert openshift.namespace_metadata(1000700000)["annotations"]["openshift.io/sa.scc.uid-range"] == "1000700000/10000"
+    other = openshift.namespace_metadata(1000700000)["annotations"]
+    assert other["openshift.io/sa.scc.uid-range"] == "1000700000/10000"
 
 
 def test_the_admission_applies_to_openshift_like_namespaces_alone_and_fails_closed():
