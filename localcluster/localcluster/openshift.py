@@ -34,6 +34,9 @@ pod's, which the containers inherit).
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import yaml
 
 PLATFORM_LABEL = "localcluster.distributetrain.io/platform"
@@ -45,7 +48,11 @@ MCS_ANNOTATION = "openshift.io/sa.scc.mcs"
 FIRST_UID = 1000680000
 RANGE_SIZE = 10000
 MCS_LEVEL = "s0:c26,c15"
-POLICY_NAME = "localcluster-openshift-restricted-v2"
+# The admission's objects are named after a digest of what they do, so a cluster that
+# holds an earlier version (a long-lived local cluster) is seen to enforce this one: the
+# apiserver names the refusing policy in its answer.
+POLICY_PREFIX = "localcluster-openshift-restricted-v2"
+ADMISSION_LABEL = "localcluster.distributetrain.io/admission"
 REFUSAL = "unable to validate against any security context constraint"
 ALLOWED_VOLUMES = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim",
                    "projected", "secret")
@@ -178,26 +185,34 @@ def _namespaces() -> dict:
     return {"namespaceSelector": {"matchLabels": {PLATFORM_LABEL: PLATFORM}}}
 
 
-def admission_objects() -> list[dict]:
-    """restricted-v2 as the local cluster's own admission: the policies and their bindings."""
-    metadata = {"name": POLICY_NAME}
+def _specs() -> list[tuple[str, str, dict]]:
+    """(apiVersion, kind, spec without the policy's name) of each object of the admission."""
     mutations = [_pod_mutation(), *(m for lists in CONTAINER_LISTS for m in _container_mutations(lists))]
     return [
-        {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy",
-         "metadata": metadata,
-         "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never", "matchConstraints": _match(),
-                  "variables": VARIABLES,
-                  "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": m}} for m in mutations]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicyBinding",
-         "metadata": metadata, "spec": {"policyName": POLICY_NAME, "matchResources": _namespaces()}},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": metadata,
-         "spec": {"failurePolicy": "Fail", "matchConstraints": _match(),
-                  "variables": VARIABLES + VALIDATION_VARIABLES,
-                  "validations": [{**v, "reason": "Forbidden"} for v in _validations()]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": metadata, "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"],
-                                        "matchResources": _namespaces()}},
+        ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicy",
+         {"failurePolicy": "Fail", "reinvocationPolicy": "Never", "matchConstraints": _match(), "variables": VARIABLES,
+          "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": m}} for m in mutations]}),
+        ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicyBinding", {"matchResources": _namespaces()}),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",
+         {"failurePolicy": "Fail", "matchConstraints": _match(), "variables": VARIABLES + VALIDATION_VARIABLES,
+          "validations": [{**v, "reason": "Forbidden"} for v in _validations()]}),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding",
+         {"validationActions": ["Deny"], "matchResources": _namespaces()}),
     ]
+
+
+def policy_name() -> str:
+    digest = hashlib.sha256(json.dumps(_specs(), sort_keys=True).encode()).hexdigest()[:10]
+    return f"{POLICY_PREFIX}-{digest}"
+
+
+def admission_objects() -> list[dict]:
+    """restricted-v2 as the local cluster's own admission: the policies and their bindings."""
+    name = policy_name()
+    metadata = {"name": name, "labels": {ADMISSION_LABEL: "openshift"}}
+    return [{"apiVersion": version, "kind": kind, "metadata": metadata,
+             "spec": {**({"policyName": name} if kind.endswith("Binding") else {}), **spec}}
+            for version, kind, spec in _specs()]
 
 
 def namespace_metadata(first_uid: int = FIRST_UID, size: int = RANGE_SIZE, mcs: str = MCS_LEVEL) -> dict:
@@ -211,17 +226,20 @@ def namespace_metadata(first_uid: int = FIRST_UID, size: int = RANGE_SIZE, mcs: 
     }
 
 
-def probe_pod(image: str) -> dict:
-    """A pod naming no UID: OpenShift-like admission gives it the namespace's first."""
+def probe_pod(image: str, security_context: dict | None = None) -> dict:
+    """A pod naming no UID (OpenShift-like admission gives it the namespace's first), or
+    with ``security_context``."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "openshift-admission-probe"},
-            "spec": {"containers": [{"name": "probe", "image": image}]}}
+            "spec": {"containers": [{"name": "probe", "image": image}],
+                     **({"securityContext": security_context} if security_context else {})}}
 
 
 def make_openshift_like(cluster, namespace: str, image: str, first_uid: int = FIRST_UID) -> None:
     """Make ``namespace`` (existing) OpenShift-like: the admission installed (once per
-    cluster; the apiserver must serve MutatingAdmissionPolicy, as ``components`` starts it),
-    the namespace annotated and labelled; returns once a pod created there (a dry run) is
-    given its UID, the admission's policies being loaded by then."""
+    cluster, an earlier version of it removed; the apiserver must serve
+    MutatingAdmissionPolicy, as ``components`` starts it), the namespace annotated and
+    labelled; returns once the apiserver enforces this version of both policies there: a
+    pod created there (a dry run) is given its UID, and one naming UID 1 is refused."""
     from kubernetes import client
 
     from localcluster.probe import wait_until
@@ -231,16 +249,27 @@ def make_openshift_like(cluster, namespace: str, image: str, first_uid: int = FI
     if applied.returncode != 0:
         raise RuntimeError(f"installing the OpenShift-like admission failed (an apiserver started without "
                            f"MutatingAdmissionPolicy: `localcluster down` and up again): {applied.stderr.strip()}")
+    kinds = ",".join(o["kind"] for o in admission_objects())
+    cluster.kubectl("delete", kinds, "-l", ADMISSION_LABEL, "--field-selector", f"metadata.name!={policy_name()}",
+                    check=True)
     core = client.CoreV1Api(cluster.api_client())
     core.patch_namespace(namespace, {"metadata": namespace_metadata(first_uid)})
 
-    def assigned() -> bool:
+    def enforced() -> bool:
         try:
-            pod = core.create_namespaced_pod(namespace, probe_pod(image), dry_run="All")
+            plain = core.create_namespaced_pod(namespace, probe_pod(image), dry_run="All")
         except client.ApiException as refused:
-            if refused.status not in (403, 503):  # the policies' types not loaded yet: they fail closed
+            if refused.status != 503:  # the mutating policy's types not loaded yet: it fails closed
                 raise
             return False
-        return (pod.spec.security_context.run_as_user or 0) == first_uid
+        if plain.spec.security_context.run_as_user != first_uid:
+            return False
+        try:
+            core.create_namespaced_pod(namespace, probe_pod(image, {"runAsUser": 1}), dry_run="All")
+        except client.ApiException as refused:
+            if refused.status != 403:
+                raise
+            return f"'{policy_name()}'" in (refused.body or "")
+        return False
 
-    wait_until(assigned, ACTIVE_TIMEOUT_S, f"OpenShift-like admission in namespace {namespace}")
+    wait_until(enforced, ACTIVE_TIMEOUT_S, f"OpenShift-like admission in namespace {namespace}")

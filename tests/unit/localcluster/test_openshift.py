@@ -31,8 +31,13 @@ def test_the_admission_applies_to_openshift_like_namespaces_alone_and_fails_clos
         "ValidatingAdmissionPolicyBinding"]
     for policy in (mutating, validating):
         assert policy["spec"]["matchConstraints"] == PODS_CREATED and policy["spec"]["failurePolicy"] == "Fail"
-    assert mutating_binding["spec"] == {"policyName": openshift.POLICY_NAME, "matchResources": OPENSHIFT_LIKE}
-    assert validating_binding["spec"] == {"policyName": openshift.POLICY_NAME, "validationActions": ["Deny"],
+    name = openshift.policy_name()
+    assert name.startswith("localcluster-openshift-restricted-v2-")
+    assert {o["metadata"]["name"] for o in openshift.admission_objects()} == {name}
+    assert all(o["metadata"]["labels"] == {"localcluster.distributetrain.io/admission": "openshift"}
+               for o in openshift.admission_objects())
+    assert mutating_binding["spec"] == {"policyName": name, "matchResources": OPENSHIFT_LIKE}
+    assert validating_binding["spec"] == {"policyName": name, "validationActions": ["Deny"],
                                           "matchResources": OPENSHIFT_LIKE}
 
 
