@@ -250,8 +250,10 @@ def make_openshift_like(cluster, namespace: str, image: str, first_uid: int = FI
         raise RuntimeError(f"installing the OpenShift-like admission failed (an apiserver started without "
                            f"MutatingAdmissionPolicy: `localcluster down` and up again): {applied.stderr.strip()}")
     kinds = ",".join(o["kind"] for o in admission_objects())
-    cluster.kubectl("delete", kinds, "-l", ADMISSION_LABEL, "--field-selector", f"metadata.name!={policy_name()}",
-                    check=True)
+    names = cluster.kubectl("get", kinds, "-o", "name", check=True).stdout.split()
+    stale = [n for n in names if n.split("/", 1)[1].startswith(POLICY_PREFIX) and not n.endswith(f"/{policy_name()}")]
+    if stale:
+        cluster.kubectl("delete", *stale, check=True)
     core = client.CoreV1Api(cluster.api_client())
     core.patch_namespace(namespace, {"metadata": namespace_metadata(first_uid)})
 
