@@ -52,7 +52,7 @@ MCS_LEVEL = "s0:c26,c15"
 # holds an earlier version (a long-lived local cluster) is seen to enforce this one: the
 # apiserver names the refusing policy in its answer.
 POLICY_PREFIX = "localcluster-openshift-restricted-v2"
-ADMISSION_LABEL = "localcluster.distributetrain.io/admission"
+ADMISSION_LABEL = "localcluster.distributetrain.io/admission"  # on each of its objects: whose they are
 REFUSAL = "unable to validate against any security context constraint"
 ALLOWED_VOLUMES = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim",
                    "projected", "secret")
