@@ -122,7 +122,8 @@ class Kube(KubeApi):
         if kind == "nodes":
             return self.core.list_node
         namespaced = {"events": self.core.list_namespaced_event, "resourcequotas":
-                      self.core.list_namespaced_resource_quota, "pods": self.core.list_namespaced_pod}[kind]
+                      self.core.list_namespaced_resource_quota, "pods": self.core.list_namespaced_pod,
+                      "leases": self.coordination.list_namespaced_lease}[kind]
         return functools.partial(namespaced, namespace) if namespace else self.core.list_pod_for_all_namespaces
 
     def each_pod_request(self, visit: Callable[[dict], None], restart: Callable[[], None], **selectors: str) -> str:
@@ -380,6 +381,11 @@ class Kube(KubeApi):
             )
         except errors.NotFound:
             return None
+
+    def watch_lease(self, namespace: str, name: str, resource_version: str,
+                    timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """One Lease's changes from ``resource_version`` (the placement lock waits on them)."""
+        return self._watch("leases", namespace, resource_version, timeout_s, {"field_selector": f"metadata.name={name}"})
 
     def create_lease(self, lease: dict) -> dict:
         namespace, name = lease["metadata"]["namespace"], lease["metadata"]["name"]

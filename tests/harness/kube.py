@@ -445,6 +445,17 @@ class FakeKube(KubeApi):
         with self.lock:
             return copy.deepcopy(self.lease)
 
+    def watch_lease(self, namespace: str, name: str, resource_version: str,
+                    timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """The Lease's next change after ``resource_version``: at once if it changed since,
+        else after ``timeout_s`` (of the clock), if it did by then."""
+        for _ in range(2):
+            with self.lock:
+                if self.lease is not None and self.lease["metadata"]["resourceVersion"] != resource_version:
+                    yield "MODIFIED", copy.deepcopy(self.lease)
+                    return
+            self.clock.sleep(timeout_s)
+
     def create_lease(self, lease: dict) -> dict:
         with self.lock:
             self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
