@@ -21,6 +21,7 @@ more) for the seconds between creating its workers and its chief.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -234,6 +235,12 @@ class GpuLedger:
         requested[PODS] += 1
         if self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
             self.own_nodes.add(node)
+
+    def copy(self) -> GpuLedger:
+        """The same nodes and pods, in a ledger of its own to add more pods to (the nodes'
+        parts are shared: nothing changes them once listed)."""
+        return dataclasses.replace(self, used=defaultdict(int, self.used), own_nodes=set(self.own_nodes),
+                                   requested={node: Counter(amounts) for node, amounts in self.requested.items()})
 
     def forget_pods(self) -> None:
         """Back to the nodes alone, as before the first ``add_pod``."""

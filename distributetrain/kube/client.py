@@ -44,7 +44,9 @@ WATCH_RECONNECT_DELAY_S = 0.2  # after a broken watch stream: never a busy loop
 REQUEST_OPTIONS = {"_preload_content": False}
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"  # Kueue's aggregated API: pending workloads
 VISIBILITY_VERSION = "v1beta1"  # served by Kueue since v0.9, and still by v0.19
-QUERY_NAMES = {"field_selector": "fieldSelector", "label_selector": "labelSelector"}  # the client's names: the API's
+# The client's names of list parameters: the API's.
+QUERY_NAMES = {"field_selector": "fieldSelector", "label_selector": "labelSelector",
+               "resource_version": "resourceVersion", "resource_version_match": "resourceVersionMatch"}
 AUTHZ_SETTLE_S = 30.0  # after the API was unreachable, "forbidden" is retried this long
 
 T = TypeVar("T")

@@ -1,15 +1,27 @@
 """Booking GPUs: plan and create a job's pods under the placement Lease.
 
 Every plan the job makes is made here: an attempt's placement (``pretraining``, first
-start and restarts alike) and an elastic job's replacements (``elastic``). Under the one
-cluster-wide Lease (``kube.lock``) the inventory is listed afresh, so every manager's
-pods count as used, this job's own included; the plan is chosen from what is free, and
-its pods are created before the Lease is let go. So no GPU is ever booked twice.
+start and restarts alike), a queued attempt's nodes (``queueing``) and an elastic job's
+replacements (``elastic``). What the Lease protects is the set of bookings: every job's
+workers and chiefs (``names.BOOKINGS_SELECTOR``). So only they are read under it:
+
+1. outside the Lease, the survey: the nodes, and what every other pod of the cluster
+   holds (the long list of a large cluster, which no other manager waits on);
+2. under the one cluster-wide Lease (``kube.lock``): a write to the manager's own pod
+   (``fence``), then the bookings listed at that write's resourceVersion or later, so
+   every pod an earlier holder created is among them (it created them before letting
+   the Lease go, and this write came after taking it); the plan is chosen from the
+   survey and the bookings, and its pods are created before the Lease is let go.
+
+So no GPU is ever booked twice (the proof: docs/architecture.md, "The placement Lease").
+A pod of another tenant that took GPUs after the survey is the scheduler's to refuse, as
+it always was: the plan then waits out --worker-ready-timeout and plans again.
 """
 
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -21,6 +33,11 @@ from distributetrain.core.podrequests import CPU, MEMORY
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
+
+def clock_text() -> str:
+    """Now, for people reading the manager pod (nothing is decided on it)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
 
 # What a booking plans from the free GPUs per node: raises ``InsufficientGPUs`` when
 # nothing it would accept fits, ``UsageError`` when nothing ever could.
@@ -36,6 +53,48 @@ class Short:
 
     def __str__(self) -> str:
         return f"{self.shortage}; unavailable: {self.ledger.unavailable()}"
+
+
+def survey(kube: Kube, settings: JobSettings) -> inventory.GpuLedger:
+    """Outside the Lease: the nodes, and what every pod but the bookings holds."""
+    ledger = _job_ledger(settings)
+    for page, _ in kube.list_pages("nodes"):
+        _add_nodes(ledger, page, settings)
+
+    def add_unless_booking(pod: dict) -> None:
+        if not names.is_booking(pod["metadata"].get("labels") or {}):
+            ledger.add_pod(pod)
+
+    kube.each_pod_request(add_unless_booking, ledger.forget_pods, field_selector=inventory.ACTIVE_PODS_SELECTOR)
+    return ledger
+
+
+def fence(kube: Kube, settings: JobSettings) -> str:
+    """Under the Lease: a write to the manager's own pod, whose resourceVersion is later
+    than that of every pod an earlier holder created; "" outside a manager pod (the
+    bookings are then read consistently, at the server's latest)."""
+    if not settings.owner_uid:
+        return ""
+    try:
+        pod = kube.patch_pod(settings.own_namespace, settings.job_name,
+                             {"metadata": {"annotations": {names.ANNOTATION_BOOKED_AT: clock_text()}}})
+    except errors.NotFound:  # the manager pod is being deleted: its teardown follows
+        return ""
+    return pod["metadata"].get("resourceVersion", "")
+
+
+def with_bookings(kube: Kube, surveyed: inventory.GpuLedger, version: str) -> inventory.GpuLedger:
+    """The survey plus every booking there is at ``version`` or later."""
+    ledger = surveyed.copy()
+
+    def start_over() -> None:
+        nonlocal ledger
+        ledger = surveyed.copy()
+
+    at = {"resource_version": version, "resource_version_match": "NotOlderThan"} if version else {}
+    kube.each_pod_request(lambda pod: ledger.add_pod(pod), start_over, label_selector=names.BOOKINGS_SELECTOR,
+                          field_selector=inventory.ACTIVE_PODS_SELECTOR, **at)
+    return ledger
 
 
 def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
@@ -130,18 +189,19 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
          wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
          clock: Clock = REAL_CLOCK) -> Plan | Short | None:
-    """Under the Lease: a fresh inventory, ``choose``'s plan, then ``create(plan)``.
+    """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``.
 
     A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (of ``clock``) if
     later. ``still_wanted`` is asked once the Lease is held: False (the GPUs were taken
-    while this job waited for it) returns None without listing anything.
+    while this job waited for it) returns None without reading anything more.
     """
+    surveyed = survey(kube, settings)
     holder = f"{settings.namespace}/{settings.job_name}"
     with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
                        clock=clock, wait_until=wait_until):
         if not still_wanted():
             return None
-        ledger, _ = take_inventory(kube, settings)
+        ledger = with_bookings(kube, surveyed, fence(kube, settings))
         try:
             plan = choose(ledger)
         except placement.InsufficientGPUs as shortage:

@@ -285,7 +285,9 @@ class FakeKube(KubeApi):
     def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
         self._maybe_fail("patch_pod")
         with self.lock:
-            pod = self.manager if name == self.manager["metadata"]["name"] else self.pods[name]
+            pod = self.manager if self._is_manager(name) else self.pods.get(name)
+            if pod is None:  # as the API server answers a patch of a pod gone
+                raise errors.NotFound(f'pods "{name}" not found')
             if isinstance(patch, list):
                 _json_patch(pod, patch)
             else:
@@ -464,7 +466,10 @@ class FakeKube(KubeApi):
 
     def replace_lease(self, lease: dict) -> dict:
         with self.lock:
-            version = int((self.lease or {}).get("metadata", {}).get("resourceVersion", "0")) + 1
+            current = (self.lease or {}).get("metadata", {}).get("resourceVersion", "0")
+            if lease["metadata"].get("resourceVersion") not in (None, current):  # as the API server checks it
+                raise errors.Conflict(f'leases "{lease["metadata"]["name"]}": the object has been modified')
+            version = int(current) + 1
             self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
             self._act("replace", "Lease", lease["metadata"]["name"])
             return copy.deepcopy(self.lease)

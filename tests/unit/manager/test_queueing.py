@@ -94,7 +94,8 @@ def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=2,b=1"]
     assert kube.annotation_history(names.ANNOTATION_PHASE)[0] == "Queued"
     creates = [(verb, name) for verb, kind, name in kube.actions if kind == "Pod" and verb in ("create", "patch")]
-    assert creates == [("patch", "demo"), ("create", "demo-worker-0"), ("create", "demo-chief"),
+    # The manager pod's fence under the Lease, then each pod pinned and un-gated.
+    assert creates == [("patch", "demo"), ("create", "demo-worker-0"), ("create", "demo-chief"), ("patch", "demo"),
                        ("patch", "demo-worker-0"), ("patch", "demo-worker-0"),
                        ("patch", "demo-chief"), ("patch", "demo-chief")]
 
