@@ -49,7 +49,7 @@ from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
 from distributetrain.manager import booking
-from distributetrain.manager.freegpus import FreeGpuWatch, waiting_client
+from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.run import Run
 from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import delete_because
@@ -142,7 +142,7 @@ class ElasticFollower:
     nothing while nothing changes."""
 
     def __init__(self, kube: Kube, run: Run, pods: Informer | None = None,
-                 free_gpus_client: Callable[[Kube], Kube] = waiting_client):
+                 free_gpus_client: Callable[[Kube], Kube] | None = None):
         self.kube = kube
         self.clock = run.clock  # the run's deadline is of it
         # The job's pods as post-training follows them (its own when not given).

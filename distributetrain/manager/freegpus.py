@@ -129,14 +129,16 @@ class FreeGpuWatch:
     is raised by either, in the manager's thread.
     """
 
-    def __init__(self, kube: Kube, settings: JobSettings, client: Callable[[Kube], Kube] = waiting_client,
-                 clock: Clock = REAL_CLOCK):
+    def __init__(self, kube: Kube, settings: JobSettings, client: Callable[[Kube], Kube] | None = None,
+                 clock: Clock = REAL_CLOCK, fits: Callable[[Mapping[str, int]], bool] | None = None):
         self.parts = LedgerParts.for_job(settings)
-        self.num_gpus = settings.num_gpus
+        # Whether the request fits these free GPUs: as the planner would plan --num-gpus,
+        # unless the caller's request is another (a queued attempt's fixed shares).
+        self.request_fits = fits or (lambda free: plannable(free, settings.num_gpus))
         self.generation = 0  # changes to the ledger so far
         self.clock = clock
         self._changed = threading.Condition()
-        waiting = client(kube)
+        waiting = (client or waiting_client)(kube)
         follow = dict(clock=clock, relist_delay_s=RELIST_DELAY_S, thread_span_s=WATCH_SPAN_S)
         self.nodes = Informer(waiting, "nodes", **follow)
         # A watch with the lists' selector reports a pod that ends as DELETED.
@@ -175,7 +177,7 @@ class FreeGpuWatch:
 
     def _fits(self) -> bool | None:
         free = self._free()
-        return None if free is None else plannable(free, self.num_gpus)
+        return None if free is None else self.request_fits(free)
 
     def wait_until_fits(self, after: int, until: float) -> bool:
         """Wait until a change after generation ``after`` makes the request fit (True), or
