@@ -225,16 +225,19 @@ class GpuLedger:
             return
         fits = self.fit is not None and node in self.allocatable
         amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES) if fits else (self.resource,))
-        if gpus := amounts[self.resource]:
+        self.add_usage(node, {**amounts, PODS: 1})
+        if fits and self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
+            self.own_nodes.add(node)
+
+    def add_usage(self, node: str, amounts: Mapping[str, int]) -> None:
+        """What pods request of ``node``, by resource (``PODS``: how many they are)."""
+        if gpus := amounts.get(self.resource, 0):
             self.used[node] += gpus
-        if not fits:
+        if self.fit is None or node not in self.allocatable:
             return
         requested = self.requested.setdefault(node, Counter())
-        for resource in NODE_RESOURCES:
-            requested[resource] += amounts[resource]
-        requested[PODS] += 1
-        if self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
-            self.own_nodes.add(node)
+        for resource in (*NODE_RESOURCES, PODS):
+            requested[resource] += amounts.get(resource, 0)
 
     def copy(self) -> GpuLedger:
         """The same nodes and pods, in a ledger of its own to add more pods to (the nodes'

@@ -125,7 +125,8 @@ class Kube(KubeApi):
             return self.core.list_node
         namespaced = {"events": self.core.list_namespaced_event, "resourcequotas":
                       self.core.list_namespaced_resource_quota, "pods": self.core.list_namespaced_pod,
-                      "leases": self.coordination.list_namespaced_lease}[kind]
+                      "leases": self.coordination.list_namespaced_lease,
+                      "configmaps": self.core.list_namespaced_config_map}[kind]
         return functools.partial(namespaced, namespace) if namespace else self.core.list_pod_for_all_namespaces
 
     def each_pod_request(self, visit: Callable[[dict], None], restart: Callable[[], None], **selectors: str) -> str:
@@ -179,6 +180,7 @@ class Kube(KubeApi):
     def _typed(self, verb: str, kind: str) -> Callable:
         """The typed client's ``verb`` ("create", "read", "delete") of a namespaced kind the job creates."""
         api, resource = {"Pod": (self.core, "pod"), "Secret": (self.core, "secret"),
+                         "ConfigMap": (self.core, "config_map"), "Lease": (self.coordination, "lease"),
                          "NetworkPolicy": (self.networking, "network_policy")}[kind]
         return getattr(api, f"{verb}_namespaced_{resource}")
 
@@ -205,6 +207,21 @@ class Kube(KubeApi):
         if not dry_run:
             log.info("created %s [%s/%s]", kind, namespace, name)
         return created
+
+    def create(self, obj: dict, dry_run: bool = False) -> dict:
+        """Create; ``AlreadyExists`` if the name is taken (whoever's it is)."""
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        create = self._typed("create", kind)
+        extra = {"dry_run": "All"} if dry_run else {}
+        return self._call(lambda: read_json(create(namespace, obj, **REQUEST_OPTIONS, **extra)),
+                          f"create {kind} [{namespace}/{name}]" + (" (dry run)" if dry_run else ""))
+
+    def replace(self, obj: dict) -> dict:
+        """Update the whole object as read (its resourceVersion: ``Conflict`` if it changed since)."""
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        replace = self._typed("replace", kind)
+        return self._call(lambda: read_json(replace(name, namespace, obj, **REQUEST_OPTIONS)),
+                          f"replace {kind} [{namespace}/{name}]")
 
     def create_all_owned(self, objs: list[dict]) -> list[dict]:
         return self._concurrently(self.create_owned, objs)
@@ -314,6 +331,12 @@ class Kube(KubeApi):
         """core/v1 Events of one namespace (the kubelet's about pods: image pulls)."""
         return self._watch("events", namespace, resource_version, timeout_s, selectors)
 
+    def watch_one(self, kind: str, namespace: str, name: str, resource_version: str,
+                  timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """One object's changes from ``resource_version``: a Lease ("leases", the placement
+        lock waits on it) or a ConfigMap ("configmaps", the published survey)."""
+        return self._watch(kind, namespace, resource_version, timeout_s, {"field_selector": f"metadata.name={name}"})
+
     def _watch(
         self, kind: str, namespace: str | None, resource_version: str, timeout_s: float, selectors: Mapping[str, str]
     ) -> Iterator[tuple[str, dict]]:
@@ -373,32 +396,3 @@ class Kube(KubeApi):
             # A stream left early still has the server writing to it: close it, not back to the pool.
             response.close()
             response.release_conn()
-
-    # -- leases ------------------------------------------------------------------------
-    def get_lease(self, namespace: str, name: str) -> dict | None:
-        try:
-            return self._call(
-                lambda: read_json(self.coordination.read_namespaced_lease(name, namespace, **REQUEST_OPTIONS)),
-                f"read Lease [{namespace}/{name}]",
-            )
-        except errors.NotFound:
-            return None
-
-    def watch_lease(self, namespace: str, name: str, resource_version: str,
-                    timeout_s: float) -> Iterator[tuple[str, dict]]:
-        """One Lease's changes from ``resource_version`` (the placement lock waits on them)."""
-        return self._watch("leases", namespace, resource_version, timeout_s, {"field_selector": f"metadata.name={name}"})
-
-    def create_lease(self, lease: dict) -> dict:
-        namespace, name = lease["metadata"]["namespace"], lease["metadata"]["name"]
-        return self._call(
-            lambda: read_json(self.coordination.create_namespaced_lease(namespace, lease, **REQUEST_OPTIONS)),
-            f"create Lease [{namespace}/{name}]",
-        )
-
-    def replace_lease(self, lease: dict) -> dict:
-        namespace, name = lease["metadata"]["namespace"], lease["metadata"]["name"]
-        return self._call(
-            lambda: read_json(self.coordination.replace_namespaced_lease(name, namespace, lease, **REQUEST_OPTIONS)),
-            f"replace Lease [{namespace}/{name}]",
-        )

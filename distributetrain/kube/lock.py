@@ -107,7 +107,7 @@ class PlacementLock:
     def __enter__(self) -> "PlacementLock":
         started = self.clock.monotonic()
         give_up_at = max(started + self.timeout_s, self.wait_until)
-        while not self._try_acquire(lease := self.kube.get_lease(self.namespace, self.name)):
+        while not self._try_acquire(lease := self.kube.read("Lease", self.namespace, self.name)):
             if self.clock.monotonic() > give_up_at:
                 raise errors.JobFailed(
                     f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s",
@@ -132,7 +132,7 @@ class PlacementLock:
         if wait_s <= 0:
             return
         version = lease["metadata"].get("resourceVersion", "")
-        for _ in self.kube.watch_lease(self.namespace, self.name, version, min(wait_s, LEASE_WATCH_S)):
+        for _ in self.kube.watch_one("leases", self.namespace, self.name, version, min(wait_s, LEASE_WATCH_S)):
             return  # any change: look again
 
     def _spec(self) -> dict:
@@ -159,11 +159,11 @@ class PlacementLock:
         sent_at = self.clock.monotonic()
         try:
             if lease is None:
-                written = self.kube.create_lease({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                written = self.kube.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                                                   "metadata": {"name": self.name, "namespace": self.namespace},
                                                   "spec": spec})
             else:
-                written = self.kube.replace_lease({**lease, "spec": spec})
+                written = self.kube.replace({**lease, "spec": spec})
         except (errors.AlreadyExists, errors.Conflict):
             return False  # another manager won this round
         self._acquire_time, self._renewed_at = spec["acquireTime"], sent_at
@@ -188,13 +188,13 @@ class PlacementLock:
             # write's error (a retried write whose first attempt landed conflicts too).
             sent_at = self.clock.monotonic()
             try:
-                lease = renewals.get_lease(self.namespace, self.name)
+                lease = renewals.read("Lease", self.namespace, self.name)
                 if not self._ours(lease):
                     self._lost = f"it now reads {(lease or {}).get('spec')}"
                     log.error("lost placement lock %s: %s", self.where, self._lost)
                     return
                 lease["spec"]["renewTime"] = _now()
-                self._written = renewals.replace_lease(lease)
+                self._written = renewals.replace(lease)
             except errors.DistributeTrainError as e:
                 log.warning("could not renew placement lock %s (next try in %.0fs): %s", self.where, interval_s, e)
                 continue
@@ -232,7 +232,7 @@ class PlacementLock:
         lease = self._written
         lease = {**lease, "spec": {"holderIdentity": None, "leaseDurationSeconds": lease["spec"]["leaseDurationSeconds"]}}
         try:
-            self.kube.replace_lease(lease)
+            self.kube.replace(lease)
         except errors.Conflict:
             return self._read_back()
         except errors.DistributeTrainError as e:
@@ -248,7 +248,7 @@ class PlacementLock:
         """After a release that conflicted: "" if the Lease is still this acquisition's
         (a renewal whose answer was lost wrote it), else why it is not; released either way."""
         try:
-            lease = self.kube.get_lease(self.namespace, self.name)
+            lease = self.kube.read("Lease", self.namespace, self.name)
         except errors.DistributeTrainError as e:
             return f"it changed and could not be read back ({e})"
         if not self._ours(lease):

@@ -33,6 +33,7 @@ from distributetrain.core.podrequests import CPU, MEMORY
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
+from distributetrain.manager import clusterview
 
 def clock_text() -> str:
     """Now, for people reading the manager pod (nothing is decided on it)."""
@@ -55,18 +56,13 @@ class Short:
         return f"{self.shortage}; unavailable: {self.ledger.unavailable()}"
 
 
-def survey(kube: Kube, settings: JobSettings) -> inventory.GpuLedger:
-    """Outside the Lease: the nodes, and what every pod but the bookings holds."""
-    ledger = _job_ledger(settings)
-    for page, _ in kube.list_pages("nodes"):
-        _add_nodes(ledger, page, settings)
-
-    def add_unless_booking(pod: dict) -> None:
-        if not names.is_booking(pod["metadata"].get("labels") or {}):
-            ledger.add_pod(pod)
-
-    kube.each_pod_request(add_unless_booking, ledger.forget_pods, field_selector=inventory.ACTIVE_PODS_SELECTOR)
-    return ledger
+def survey(kube: Kube, settings: JobSettings, shared: bool = False, clock: Clock = REAL_CLOCK) -> inventory.GpuLedger:
+    """Outside the Lease: the nodes, and what every pod but the bookings holds; ``shared``:
+    from a survey taken for every manager within the last moments (``clusterview``: a
+    burst of starts lists the cluster once), else one of its own, taken now (a manager
+    that waited for GPUs to free up must see them free)."""
+    view = clusterview.current(kube, settings, clock) if shared else clusterview.take(kube)
+    return view.ledger(_job_ledger(settings), settings.tolerations, dict(settings.node_selector))
 
 
 def fence(kube: Kube, settings: JobSettings) -> str:
@@ -97,14 +93,10 @@ def with_bookings(kube: Kube, surveyed: inventory.GpuLedger, version: str) -> in
     return ledger
 
 
-def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
-    """GPUs free per candidate node for the job's pods, and the pod list's resourceVersion
-    (to watch from)."""
-    ledger = _job_ledger(settings)
-    for page, _ in kube.list_pages("nodes"):
-        _add_nodes(ledger, page, settings)
-    version = kube.each_pod_request(ledger.add_pod, ledger.forget_pods, field_selector=inventory.ACTIVE_PODS_SELECTOR)
-    return ledger, version
+def take_inventory(kube: Kube, settings: JobSettings, shared: bool = False,
+                   clock: Clock = REAL_CLOCK) -> inventory.GpuLedger:
+    """GPUs free per candidate node for the job's pods now: the survey and the bookings."""
+    return with_bookings(kube, survey(kube, settings, shared, clock), "")
 
 
 def _job_ledger(settings: JobSettings) -> inventory.GpuLedger:
@@ -188,14 +180,15 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
          wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
-         clock: Clock = REAL_CLOCK) -> Plan | Short | None:
+         clock: Clock = REAL_CLOCK, shared_survey: bool = False) -> Plan | Short | None:
     """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``.
 
     A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (of ``clock``) if
     later. ``still_wanted`` is asked once the Lease is held: False (the GPUs were taken
     while this job waited for it) returns None without reading anything more.
+    ``shared_survey``: see ``survey``.
     """
-    surveyed = survey(kube, settings)
+    surveyed = survey(kube, settings, shared_survey, clock)
     holder = f"{settings.namespace}/{settings.job_name}"
     with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
                        clock=clock, wait_until=wait_until):

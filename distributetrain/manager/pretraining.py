@@ -193,6 +193,10 @@ class PreTraining:
         """
         wait_until = min(give_up_at, self.job_run.deadline)
         clock = self.job_run.clock
+        # What no other manager waits on is created before the Lease: the attempt's SSH
+        # keys and the job's NetworkPolicies.
+        self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
+        isolation.isolate(self.kube, self.settings)
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
@@ -208,8 +212,10 @@ class PreTraining:
                 seen = watch.generation if watch else 0
                 self.reporter.phase("Planning")
                 # A busy Lease is tried for as long as the job may wait for GPUs (LOCK_TIMEOUT_S at least).
+                # The first plan shares a survey of the cluster with the managers starting
+                # with it; one woken by GPUs freed surveys again (``booking.survey``).
                 booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, wait_until,
-                                      still_wanted, clock)
+                                      still_wanted, clock, shared_survey=watch is None)
                 if isinstance(booked, list):
                     return booked
                 if isinstance(booked, booking.Short):
@@ -253,15 +259,13 @@ class PreTraining:
                      self.settings.num_gpus)
 
     def _create_pods(self, plan: Plan) -> None:
-        """The Secret, the NetworkPolicies, the workers and the chief, in one burst (all under the Lease)."""
+        """The workers and the chief, in one burst (under the Lease)."""
         settings = self.settings
         in_domains = f" in {self.domains}" if self.domains else ""
         self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
-        secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
-        self.kube.create_owned(secret)
-        isolation.isolate(self.kube, settings)
+        _, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
         self.kube.create_all_owned(pods)
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(

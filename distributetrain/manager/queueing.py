@@ -96,7 +96,7 @@ class QueuedPlacement:
     def place(self) -> Plan:
         settings = self.run.settings
         check_queue(self.kube, settings)
-        ledger, _ = booking.take_inventory(self.kube, settings)
+        ledger = booking.take_inventory(self.kube, settings, shared=True, clock=self.run.clock)
         booking.check_request(ledger, settings)
         wanted = shares(ledger, settings.num_gpus, self.kind)
         return self.resume(wanted, self._create(wanted))

@@ -161,17 +161,18 @@ class RevisionedKube:
         return created
 
     # -- the Lease --------------------------------------------------------------------------
-    def get_lease(self, namespace: str, name: str) -> dict | None:
+    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        assert kind == "Lease"
         with self.stepper.step():
             return copy.deepcopy(self.lease)
 
-    def create_lease(self, lease: dict) -> dict:
+    def create(self, lease: dict) -> dict:
         with self.stepper.step():
             if self.lease is not None:
                 raise errors.AlreadyExists(f"leases {name_of(lease)} already exists")
             return self._write_lease(lease)
 
-    def replace_lease(self, lease: dict) -> dict:
+    def replace(self, lease: dict) -> dict:
         with self.stepper.step():
             if lease["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
                 raise errors.Conflict(f"leases {name_of(lease)}: the object has been modified")
@@ -183,7 +184,7 @@ class RevisionedKube:
         self.lease["metadata"]["resourceVersion"] = str(self.revision)
         return copy.deepcopy(self.lease)
 
-    def watch_lease(self, namespace: str, name: str, resource_version: str, timeout_s: float):
+    def watch_one(self, kind: str, namespace: str, name: str, resource_version: str, timeout_s: float):
         """A change since ``resource_version`` at once; else nothing (the caller looks again)."""
         with self.stepper.step():
             changed = self.lease is not None and self.lease["metadata"]["resourceVersion"] != resource_version

@@ -70,11 +70,13 @@ class FakeKube(KubeApi):
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
         self.network_policies: dict[str, dict] = {}
+        self.config_maps: dict[str, dict] = {}  # the lock namespace's (the published survey)
         self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
         self.quotas: list[dict] = []  # the job namespace's ResourceQuotas
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
         self.pending: dict[tuple[str, str], list[dict]] | None = None
-        self.lease: dict | None = None
+        self.lease: dict | None = None  # the placement Lease
+        self.other_leases: dict[str, dict] = {}
         self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels of a namespace that has any
         # The manager's own pod, outside ``pods``; None for the CLI, which runs in none.
         self.manager = (manager if manager is not None else manager_pod()) if in_manager_pod else None
@@ -142,7 +144,8 @@ class FakeKube(KubeApi):
         return [copy.deepcopy(p) for p in self.pods.values() if _matches(p, **selectors)]
 
     def _store(self, kind: str) -> dict[str, dict]:
-        return {"Pod": self.pods, "Job": self.batch_jobs, "NetworkPolicy": self.network_policies}.get(kind, self.secrets)
+        return {"Pod": self.pods, "Job": self.batch_jobs, "NetworkPolicy": self.network_policies,
+                "ConfigMap": self.config_maps}.get(kind, self.secrets)
 
     def _is_manager(self, name: str) -> bool:
         return self.manager is not None and name == self.manager["metadata"]["name"]
@@ -195,6 +198,8 @@ class FakeKube(KubeApi):
 
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         with self.lock:
+            if kind == "Lease":
+                return copy.deepcopy(self._leases_named(name))
             return copy.deepcopy(self._store(kind).get(name))
 
     def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
@@ -404,6 +409,8 @@ class FakeKube(KubeApi):
     # -- the user's commands' own calls (cli.jobs.api.JobsKube) ---------------------------
     def create(self, obj: dict, dry_run: bool = False) -> dict:
         """A Pod or batch/v1 Job, as admission leaves it (``on_create``); AlreadyExists if the name is taken."""
+        if obj["kind"] == "Lease":
+            return self._create_lease(obj)
         admitted = copy.deepcopy(obj)
         for mutate in self.on_create:
             mutate(admitted)
@@ -412,6 +419,7 @@ class FakeKube(KubeApi):
                 raise errors.AlreadyExists(f"{obj['kind']} {obj['metadata']['name']} already exists")
             (self.dry_runs if dry_run else self.created).append(copy.deepcopy(obj))
             if not dry_run:
+                admitted["metadata"].setdefault("resourceVersion", "1")
                 self._store(obj["kind"])[obj["metadata"]["name"]] = admitted
                 self._act("create", obj["kind"], obj["metadata"]["name"])
         return copy.deepcopy(admitted)
@@ -443,36 +451,66 @@ class FakeKube(KubeApi):
         yield from self.logs[(pod, container)].splitlines(keepends=True)
 
     # -- leases ---------------------------------------------------------------------------
-    def get_lease(self, namespace: str, name: str) -> dict | None:
-        with self.lock:
-            return copy.deepcopy(self.lease)
+    def _leases_named(self, name: str) -> dict | None:
+        """The placement Lease is ``lease``; others (the survey's surveyor) ``other_leases``."""
+        return self.lease if name == names.LOCK_LEASE_NAME else self.other_leases.get(name)
 
-    def watch_lease(self, namespace: str, name: str, resource_version: str,
-                    timeout_s: float) -> Iterator[tuple[str, dict]]:
-        """The Lease's next change after ``resource_version``: at once if it changed since,
+    def watch_one(self, kind: str, namespace: str, name: str, resource_version: str,
+                  timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """The object's next change after ``resource_version``: at once if it changed since,
         else after ``timeout_s`` (of the clock), if it did by then."""
         for _ in range(2):
             with self.lock:
-                if self.lease is not None and self.lease["metadata"]["resourceVersion"] != resource_version:
-                    yield "MODIFIED", copy.deepcopy(self.lease)
+                current = self._leases_named(name) if kind == "leases" else self.config_maps.get(name)
+                if current is not None and current["metadata"].get("resourceVersion") != resource_version:
+                    yield "MODIFIED", copy.deepcopy(current)
                     return
             self.clock.sleep(timeout_s)
 
-    def create_lease(self, lease: dict) -> dict:
+    def replace(self, obj: dict) -> dict:
+        """A Lease or ConfigMap updated as read: ``Conflict`` if it changed since."""
+        if obj["kind"] == "Lease":
+            return self._replace_lease(obj)
         with self.lock:
-            self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
-            self._act("create", "Lease", lease["metadata"]["name"])
-            return copy.deepcopy(self.lease)
+            store = self._store(obj["kind"])
+            current = store.get(obj["metadata"]["name"])
+            if current is None:
+                raise errors.NotFound(f'{obj["kind"]} {obj["metadata"]["name"]} not found')
+            version = current["metadata"].get("resourceVersion", "0")
+            if obj["metadata"].get("resourceVersion") != version:
+                raise errors.Conflict(f'{obj["kind"]} {obj["metadata"]["name"]}: the object has been modified')
+            replaced = copy.deepcopy(obj)
+            replaced["metadata"]["resourceVersion"] = str(int(version) + 1)
+            store[obj["metadata"]["name"]] = replaced
+            self._act("replace", obj["kind"], obj["metadata"]["name"])
+            return copy.deepcopy(replaced)
 
-    def replace_lease(self, lease: dict) -> dict:
+    def _create_lease(self, lease: dict) -> dict:
         with self.lock:
-            current = (self.lease or {}).get("metadata", {}).get("resourceVersion", "0")
+            name = lease["metadata"]["name"]
+            if self._leases_named(name) is not None:
+                raise errors.AlreadyExists(f'leases "{name}" already exists')
+            created = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
+            self._put_lease(name, created)
+            self._act("create", "Lease", name)
+            return copy.deepcopy(created)
+
+    def _put_lease(self, name: str, lease: dict) -> None:
+        if name == names.LOCK_LEASE_NAME:
+            self.lease = lease
+        else:
+            self.other_leases[name] = lease
+
+    def _replace_lease(self, lease: dict) -> dict:
+        with self.lock:
+            name = lease["metadata"]["name"]
+            current = (self._leases_named(name) or {}).get("metadata", {}).get("resourceVersion", "0")
             if lease["metadata"].get("resourceVersion") not in (None, current):  # as the API server checks it
-                raise errors.Conflict(f'leases "{lease["metadata"]["name"]}": the object has been modified')
-            version = int(current) + 1
-            self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
-            self._act("replace", "Lease", lease["metadata"]["name"])
-            return copy.deepcopy(self.lease)
+                raise errors.Conflict(f'leases "{name}": the object has been modified')
+            replaced = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(int(current) + 1)}}
+            self._put_lease(name, replaced)
+            self._act("replace", "Lease", name)
+            return copy.deepcopy(replaced)
 
 
 def _matches(pod: dict, label_selector: str = "", field_selector: str = "", **_: str) -> bool:

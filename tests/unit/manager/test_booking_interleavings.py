@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from distributetrain.core import names, placement
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.inventory import pod_claim
-from distributetrain.manager import booking
+from distributetrain.manager import booking, clusterview
 from harness.builders import GPU, JOB, make_node
 from harness.interleaving import RevisionedKube, Stepper, Tape
 
@@ -48,6 +48,13 @@ def book(kube: RevisionedKube, job: str, gpus: int):
                         lambda plan: kube.create_all_owned([booked_pod(job, i, node, share)
                                                             for i, (node, share) in enumerate(plan)]),
                         clock=FakeClock())
+
+
+@pytest.fixture(autouse=True)
+def own_surveys(monkeypatch):
+    """Each manager surveys the store itself, at a revision drawn like every list's: how
+    old the survey is, published or not, is what the rule must not depend on."""
+    monkeypatch.setattr(clusterview, "current", lambda kube, settings, clock: clusterview.take(kube))
 
 
 def run_managers(choices, jobs: dict[str, int]) -> dict[str, int]:
