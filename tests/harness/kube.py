@@ -98,6 +98,7 @@ class FakeKube(KubeApi):
         self.forbidden_lists: set[str] = set()  # kinds the caller may not list (a 403, as RBAC answers)
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
+        self.one_changed = threading.Condition(self.lock)  # a Lease or ConfigMap written
         self._node_events: queue.SimpleQueue = queue.SimpleQueue()
         self._cluster_pod_events: queue.SimpleQueue = queue.SimpleQueue()
         self.events: list[dict] = []  # core/v1 Events of the job's namespace (the kubelet's about pods)
@@ -197,6 +198,7 @@ class FakeKube(KubeApi):
             return copy.deepcopy(self.manager if self._is_manager(name) else self.pods.get(name))
 
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        self._maybe_fail("read")
         with self.lock:
             if kind == "Lease":
                 return copy.deepcopy(self._leases_named(name))
@@ -422,6 +424,7 @@ class FakeKube(KubeApi):
                 admitted["metadata"].setdefault("resourceVersion", "1")
                 self._store(obj["kind"])[obj["metadata"]["name"]] = admitted
                 self._act("create", obj["kind"], obj["metadata"]["name"])
+                self.one_changed.notify_all()
         return copy.deepcopy(admitted)
 
     def get_batch_job(self, namespace: str, name: str) -> dict | None:
@@ -458,14 +461,18 @@ class FakeKube(KubeApi):
     def watch_one(self, kind: str, namespace: str, name: str, resource_version: str,
                   timeout_s: float) -> Iterator[tuple[str, dict]]:
         """The object's next change after ``resource_version``: at once if it changed since,
-        else after ``timeout_s`` (of the clock), if it did by then."""
-        for _ in range(2):
-            with self.lock:
+        else when it is created or written, or nothing once ``timeout_s`` of the clock passed."""
+        ends_at = self.clock.monotonic() + timeout_s
+        with self.one_changed:
+            while True:
                 current = self._leases_named(name) if kind == "leases" else self.config_maps.get(name)
                 if current is not None and current["metadata"].get("resourceVersion") != resource_version:
-                    yield "MODIFIED", copy.deepcopy(current)
+                    changed = copy.deepcopy(current)
+                    break
+                if (left := ends_at - self.clock.monotonic()) <= 0:
                     return
-            self.clock.sleep(timeout_s)
+                self.clock.wait(self.one_changed, left)
+        yield "MODIFIED", changed
 
     def replace(self, obj: dict) -> dict:
         """A Lease or ConfigMap updated as read: ``Conflict`` if it changed since."""
@@ -482,6 +489,7 @@ class FakeKube(KubeApi):
             replaced = copy.deepcopy(obj)
             replaced["metadata"]["resourceVersion"] = str(int(version) + 1)
             store[obj["metadata"]["name"]] = replaced
+            self.one_changed.notify_all()
             self._act("replace", obj["kind"], obj["metadata"]["name"])
             return copy.deepcopy(replaced)
 
@@ -500,6 +508,7 @@ class FakeKube(KubeApi):
             self.lease = lease
         else:
             self.other_leases[name] = lease
+        self.one_changed.notify_all()
 
     def _replace_lease(self, lease: dict) -> dict:
         with self.lock:
