@@ -108,7 +108,7 @@ class PlacementLock:
         started = self.clock.monotonic()
         give_up_at = max(started + self.timeout_s, self.wait_until)
         while not self._try_acquire(lease := self.kube.read("Lease", self.namespace, self.name)):
-            if self.clock.monotonic() > give_up_at:
+            if self.clock.monotonic() >= give_up_at:
                 raise errors.JobFailed(
                     f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s",
                     exitcodes.TIMED_OUT,

@@ -45,6 +45,7 @@ import copy
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from distributetrain.core import errors, inventory, names
@@ -461,17 +462,24 @@ class FakeKube(KubeApi):
     def watch_one(self, kind: str, namespace: str, name: str, resource_version: str,
                   timeout_s: float) -> Iterator[tuple[str, dict]]:
         """The object's next change after ``resource_version``: at once if it changed since,
-        else when it is created or written, or nothing once ``timeout_s`` of the clock passed."""
-        ends_at = self.clock.monotonic() + timeout_s
+        else when it is created or written, or nothing once ``timeout_s`` has passed. On a
+        fake clock the story's thread waits a moment of real time for a change, then its
+        whole timeout (the clock moved on); another thread only that moment."""
+        real = self.clock is REAL_CLOCK
+        ends_at = (self.clock.monotonic() if real else time.monotonic()) + (timeout_s if real else BACKGROUND_WATCH_SPAN_S)
         with self.one_changed:
+            self._act("watch", {"leases": "Lease", "configmaps": "ConfigMap"}[kind], name)
             while True:
                 current = self._leases_named(name) if kind == "leases" else self.config_maps.get(name)
                 if current is not None and current["metadata"].get("resourceVersion") != resource_version:
                     changed = copy.deepcopy(current)
                     break
-                if (left := ends_at - self.clock.monotonic()) <= 0:
+                left = ends_at - (self.clock.monotonic() if real else time.monotonic())
+                if left <= 0:
+                    if not real and threading.current_thread() is self.story_thread:
+                        self.clock.sleep(timeout_s)
                     return
-                self.clock.wait(self.one_changed, left)
+                self.one_changed.wait(left)
         yield "MODIFIED", changed
 
     def replace(self, obj: dict) -> dict:

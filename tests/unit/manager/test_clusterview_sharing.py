@@ -53,7 +53,7 @@ def test_while_another_manager_surveys_the_others_wait_for_its_survey():
     got: list[ClusterView] = []
     waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB)), daemon=True)
     waiting.start()
-    poll_until(lambda: kube.clock.waiters() > 0, 5, "the manager waiting on the ConfigMap")
+    poll_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, 5, "the manager waiting on the ConfigMap")
     theirs = ClusterView(taken_at=time.time(), nodes=[{"metadata": {"name": "theirs", "labels": {}}}])
     kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": VIEW, "namespace": "default"},
                  "binaryData": {clusterview.DATA_KEY: base64.b64encode(theirs.encode()).decode()}})
