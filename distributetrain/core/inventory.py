@@ -294,7 +294,8 @@ class GpuLedger:
             if limit == SHARED:
                 shared = self.selected[node].shared
                 flag = "" if shared.one_per_container else " (--allow-shared-gpus)"
-                reasons.append(f"{node} has {gpus} GPUs free but they are {shared.why}: {share} for one rank of the job{flag}")
+                reasons.append(f"{node} has {gpus} GPUs free but they are {shared.why}: "
+                               f"{share} for one rank of the job{flag}")
             elif limit:
                 reasons.append(f"{node} has {gpus} GPUs free but {limit} for {share}")
         return reasons

@@ -117,12 +117,13 @@ def _held_back_by(limit: str | None, settings: JobSettings, ledger: inventory.Gp
 
 
 def _held_back_by_sharing(sharing: list[SharedUnits], settings: JobSettings) -> tuple[str, str]:
-    """In the platforms' words (their labels), how the GPUs are shared; the flag that lifts
-    the one-rank rule, unless the platforms refuse more than one unit per container."""
-    shown = [shared.why for shared in sharing[:MAX_SHARING_NAMED]]
-    more = f" (and {len(sharing) - MAX_SHARING_NAMED} more)" if len(sharing) > MAX_SHARING_NAMED else ""
+    """In the platforms' words (their labels), how the GPUs that take one rank are shared;
+    the flag that lifts the rule, unless their platforms give a container one unit at most."""
+    capping = [shared for shared in sharing if shared.one_per_container or not settings.allow_shared_gpus]
+    shown = [shared.why for shared in capping[:MAX_SHARING_NAMED]]
+    more = f" (and {len(capping) - MAX_SHARING_NAMED} more)" if len(capping) > MAX_SHARING_NAMED else ""
     why = f"they are {'; '.join(shown)}{more}: one rank of the job per node"
-    if settings.allow_shared_gpus or all(shared.one_per_container for shared in sharing):
+    if all(shared.one_per_container for shared in capping):
         return "--num-gpus", f"{why} (their platform gives a container one unit at most)"
     return "--allow-shared-gpus", why
 
