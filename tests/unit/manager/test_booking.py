@@ -23,6 +23,9 @@ RACKED = JOB.replace(topology=topology.parse(f"{RACK}!"))
      "they are GPUs time-shared by GKE (cloud.google.com/gke-gpu-sharing-strategy=time-sharing, "
      "cloud.google.com/gke-max-shared-clients-per-gpu=3): one rank of the job per node (their platform gives "
      "a container one unit at most)"),
+    ([sized_node("s", 8, labels=TIME_SLICED), sized_node("g", 6, labels=GKE_TIME_SHARED)],
+     JOB.replace(num_gpus=10, allow_shared_gpus=True), "--num-gpus",
+     "fit 9 of the 14 GPUs the cluster's nodes advertise: they are GPUs time-shared by GKE ("),  # allowed: GKE's alone
     ([sized_node("a", 4, pods="0")], JOB, "--num-gpus", "their allocatable pods holds too few of the job's pods"),
     ([sized_node("a", 2, labels={RACK: "r1"}), sized_node("b", 2, labels={RACK: "r2"})], RACKED, "--topology",
      f"requested 4 GPUs but one rack of the cluster's nodes holds 2 of the job's GPUs at most ({RACK}! is required)"),
