@@ -103,15 +103,23 @@ OPERATOR_H100_MIG_SINGLE = {
 # gpu-operator/manifests/output/mig-mixed-node-labels.json: all-balanced under the mixed
 # strategy (per GPU two 1g.10gb, one 2g.20gb, one 3g.40gb), on 8 GPUs.
 MIXED_PROFILES = {"1g.10gb": (2, "9984", "1"), "2g.20gb": (1, "20096", "2"), "3g.40gb": (1, "40320", "3")}
+
+
+def _mig_profile_labels(profile: str, per_gpu: int, memory: str, slices: str) -> dict[str, str]:
+    """GFD's labels of one MIG profile of the mixed strategy, on an 8-GPU node."""
+    prefix = f"nvidia.com/mig-{profile}"
+    return {f"{prefix}.count": str(8 * per_gpu), f"{prefix}.memory": memory,
+            f"{prefix}.product": f"NVIDIA-H100-80GB-HBM3-MIG-{profile}", f"{prefix}.replicas": "1",
+            f"{prefix}.sharing-strategy": "none", f"{prefix}.slices.ci": slices, f"{prefix}.slices.gi": slices}
+
+
 OPERATOR_H100_MIG_MIXED = {
     **OPERATOR_H100,
     "nvidia.com/gpu.replicas": "0",
     "nvidia.com/mig.config": "all-balanced",
     "nvidia.com/mig.strategy": "mixed",
-    **{f"nvidia.com/mig-{mig}.{key}": value for mig, (per_gpu, memory, slices) in MIXED_PROFILES.items()
-       for key, value in (("count", str(8 * per_gpu)), ("memory", memory), ("product", f"NVIDIA-H100-80GB-HBM3-MIG-{mig}"),
-                          ("replicas", "1"), ("sharing-strategy", "none"), ("slices.ci", slices),
-                          ("slices.gi", slices))},
+    **{key: value for profile, shape in MIXED_PROFILES.items()
+       for key, value in _mig_profile_labels(profile, *shape).items()},
 }
 # gpu-sharing.rst, "Verifying the GPU Time-Slicing Configuration" (a 4-T4 node, 4 replicas, the
 # node labelled with the docs' config name), with the sharing strategy GFD writes since v0.15
@@ -145,15 +153,17 @@ GKE_NODE = {"cloud.google.com/gke-boot-disk": "pd-balanced", "cloud.google.com/g
             "cloud.google.com/gke-gpu-driver-version": "default", "cloud.google.com/gke-os-distribution": "cos",
             "cloud.google.com/gke-provisioning": "standard", "topology.kubernetes.io/region": "us-central1",
             "topology.kubernetes.io/zone": "us-central1-a", "topology.gke.io/zone": "us-central1-a"}
-GKE_A100 = {**GKE_NODE, "cloud.google.com/gke-accelerator": "nvidia-tesla-a100", "cloud.google.com/gke-nodepool": "a100",
-            "cloud.google.com/machine-family": "a2", "node.kubernetes.io/instance-type": "a2-highgpu-8g"}
+GKE_A100 = {**GKE_NODE, "cloud.google.com/gke-accelerator": "nvidia-tesla-a100",
+            "cloud.google.com/gke-nodepool": "a100", "cloud.google.com/machine-family": "a2",
+            "node.kubernetes.io/instance-type": "a2-highgpu-8g"}
 GKE_T4_TIME_SHARED = {**GKE_NODE, "cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
                       "cloud.google.com/gke-nodepool": "t4-shared", "cloud.google.com/machine-family": "n1",
                       "node.kubernetes.io/instance-type": "n1-standard-16",
                       "cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
                       "cloud.google.com/gke-max-shared-clients-per-gpu": "3"}
-GKE_A100_PARTITIONED = {**GKE_A100, "cloud.google.com/gke-nodepool": "a100-1g", "cloud.google.com/gke-gpu-partition-size":
-                        "1g.5gb", "node.kubernetes.io/instance-type": "a2-highgpu-1g"}
+GKE_A100_PARTITIONED = {**GKE_A100, "cloud.google.com/gke-nodepool": "a100-1g",
+                        "cloud.google.com/gke-gpu-partition-size": "1g.5gb",
+                        "node.kubernetes.io/instance-type": "a2-highgpu-1g"}
 
 # EKS, a node Karpenter launched: karpenter-provider-aws's instance-types reference (the
 # p5.48xlarge labels), Karpenter's own (nodepool, capacity type, node class), EKS's zone and

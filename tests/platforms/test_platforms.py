@@ -96,8 +96,8 @@ def test_sixteen_gpus_train_on_two_gpu_operator_nodes_with_mig_off(cluster, jobs
     launched on EKS: tainted nvidia.com/gpu:NoSchedule, hostnames not their names."""
     mig_off = "gpu-operator-mig-off+eks-karpenter"
     with platform_nodes(cluster, {"a": mig_off, "b": mig_off}) as pool:
-        submit(jobs, pool, "sixteen", pool.selector(mig_off), "--num-gpus=16", *SIXTEEN_RANKS, "--worker-ready-timeout=180s",
-               "--", *FEW_STEPS)
+        submit(jobs, pool, "sixteen", pool.selector(mig_off), "--num-gpus=16", *SIXTEEN_RANKS,
+               "--worker-ready-timeout=180s", "--", *FEW_STEPS)
         assert jobs.exit_code("sixteen", timeout_s=TRAIN_TIMEOUT_S) == 0, jobs.report("sixteen")
         annotations = jobs.pod("sixteen")["metadata"]["annotations"]
         assert sorted(annotations[names.ANNOTATION_PLAN].split(",")) == [f"{pool.node('a')}=8", f"{pool.node('b')}=8"]
@@ -143,4 +143,5 @@ def test_jobs_on_mig_time_sliced_mps_and_gke_shared_gpus_get_one_rank_a_node(clu
         assert {name for name in jobs.pods() if name.startswith("two-")} == {f"two-{logical}" for logical in REFUSALS}
         assert jobs.exit_code("four") == 0, jobs.report("four")
         plan = jobs.pod("four")["metadata"]["annotations"][names.ANNOTATION_PLAN]
-        assert sorted(plan.split(",")) == sorted(f"{pool.node(logical)}=1" for logical in ("mig", "sliced", "mps", "gke"))
+        one_each = [f"{pool.node(logical)}=1" for logical in ("mig", "sliced", "mps", "gke")]
+        assert sorted(plan.split(",")) == sorted(one_each)
