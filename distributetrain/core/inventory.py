@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from distributetrain.core import names
-from distributetrain.core.gpusharing import shared_units
+from distributetrain.core.gpusharing import SharedUnits, shared_units
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import NODE_RESOURCES, PODS, amount, node_allocatable, pod_amounts, pod_request
 from distributetrain.core.settings import gpu_toleration
@@ -137,7 +137,7 @@ class NodeGpus:
     selected: bool  # its labels match the job's node selector
     refusal: str | None  # why the job's pods cannot go there now; None: a candidate
     room: tuple[tuple[str, int], ...] = ()  # allocatable cpu, memory, ephemeral storage, pods (``podrequests``)
-    shared: str | None = None  # why its GPU units are not devices of their own (``gpusharing``)
+    shared: SharedUnits | None = None  # how its GPU units share devices (``gpusharing``); None: they do not
 
 
 def node_gpus(
@@ -146,13 +146,14 @@ def node_gpus(
     metadata = node["metadata"]
     amounts = (node.get("status") or {}).get("allocatable") or {}
     labels = metadata.get("labels") or {}
+    gpus = gpu_count(amounts[resource]) if resource in amounts else None
     return NodeGpus(
         name=metadata["name"],
-        gpus=gpu_count(amounts[resource]) if resource in amounts else None,
+        gpus=gpus,
         selected=all(labels.get(k) == v for k, v in node_selector.items()),
         refusal=node_refusal(node, resource, tolerations, node_selector),
         room=tuple(node_allocatable(node.get("status") or {}).items()),
-        shared=shared_units(labels, resource),
+        shared=shared_units(labels, resource, gpus or 0),
     )
 
 
@@ -280,14 +281,21 @@ class GpuLedger:
                 held_back[limit] += part.gpus - share
         return most, (held_back.most_common(1)[0][0] if held_back else None)
 
+    def sharing(self) -> list[SharedUnits]:
+        """How the GPUs of the nodes the selector allows are shared, each way once."""
+        return list(dict.fromkeys(self.selected[name].shared for name in sorted(self.selected)
+                                  if self.selected[name].shared))
+
     def _capped(self) -> list[str]:
         """Candidates with GPUs free that the job's pod cannot take all of, and why."""
         reasons = []
         for node in sorted(self.allocatable):
             gpus, share, limit = self.usable(node)
             if limit == SHARED:
-                reasons.append(f"{node} has {gpus} GPUs free but shares them ({self.selected[node].shared}): "
-                               f"{share} for one rank of the job (--allow-shared-gpus)")
+                shared = self.selected[node].shared
+                flag = "" if shared.one_per_container else " (--allow-shared-gpus)"
+                reasons.append(f"{node} has {gpus} GPUs free but they are {shared.why}: "
+                               f"{share} for one rank of the job{flag}")
             elif limit:
                 reasons.append(f"{node} has {gpus} GPUs free but {limit} for {share}")
         return reasons

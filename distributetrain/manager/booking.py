@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from distributetrain.core import errors, inventory, names, placement, quantity, scaleup, topology
 from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.gpusharing import SharedUnits
 from distributetrain.core.placement import Plan
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import CPU, MEMORY
@@ -25,6 +26,7 @@ from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
 # What a booking plans from the free GPUs per node: raises ``InsufficientGPUs`` when
 # nothing it would accept fits, ``UsageError`` when nothing ever could.
 Choose = Callable[[inventory.GpuLedger], Plan]
+MAX_SHARING_NAMED = 3  # ways GPUs are shared, in a refusal: a few say it, a long list drowns it
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
             "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
     most, limit = ledger.most_for_job()
     if settings.num_gpus > most:
-        flag, why = _held_back_by(limit, settings)
+        flag, why = _held_back_by(limit, settings, ledger)
         raise errors.UsageError(flag, f"requested {settings.num_gpus} GPUs but the job's pods, one per node, fit "
                                       f"{most} of the {ledger.selectable} GPUs {where} advertise: {why}")
     _check_required_domain(ledger, settings, where)
@@ -101,7 +103,7 @@ def _check_required_domain(ledger: inventory.GpuLedger, settings: JobSettings, w
                                               f"holds {most} of the job's GPUs at most ({level} is required)")
 
 
-def _held_back_by(limit: str | None, settings: JobSettings) -> tuple[str, str]:
+def _held_back_by(limit: str | None, settings: JobSettings, ledger: inventory.GpuLedger) -> tuple[str, str]:
     """The flag to change when ``limit`` keeps the job off GPUs the cluster has, and why."""
     if limit == CPU:
         per_gpu = quantity.format_cpu(settings.cpu_per_gpu_m)
@@ -110,8 +112,20 @@ def _held_back_by(limit: str | None, settings: JobSettings) -> tuple[str, str]:
         per_gpu = quantity.format_memory(settings.memory_per_gpu_bytes)
         return "--memory-per-gpu", f"their allocatable memory holds too few pods of {per_gpu} per GPU"
     if limit == SHARED:
-        return "--allow-shared-gpus", "their GPUs are shared or MIG slices: one rank of the job per node"
+        return _held_back_by_sharing(ledger.sharing(), settings)
     return "--num-gpus", f"their allocatable {limit} holds too few of the job's pods"
+
+
+def _held_back_by_sharing(sharing: list[SharedUnits], settings: JobSettings) -> tuple[str, str]:
+    """In the platforms' words (their labels), how the GPUs that take one rank are shared;
+    the flag that lifts the rule, unless their platforms give a container one unit at most."""
+    capping = [shared for shared in sharing if shared.one_per_container or not settings.allow_shared_gpus]
+    shown = [shared.why for shared in capping[:MAX_SHARING_NAMED]]
+    more = f" (and {len(capping) - MAX_SHARING_NAMED} more)" if len(capping) > MAX_SHARING_NAMED else ""
+    why = f"they are {'; '.join(shown)}{more}: one rank of the job per node"
+    if all(shared.one_per_container for shared in capping):
+        return "--num-gpus", f"{why} (their platform gives a container one unit at most)"
+    return "--allow-shared-gpus", why
 
 
 def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[str, int],

@@ -17,6 +17,11 @@ GIB = 2**30
 JOB = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="i", owner_uid="uid-1")
 TIME_SLICED = {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4",
                "nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "Tesla-T4-SHARED"}
+GKE_TIME_SHARED = {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+                   "cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
+                   "cloud.google.com/gke-max-shared-clients-per-gpu": "3"}
+MIG_SLICED = {"nvidia.com/mig.strategy": "single", "nvidia.com/mig.capable": "true",
+              "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
 
 
 MANAGER_POD = "demo"
