@@ -178,8 +178,9 @@ def _volume_nodes(volume: str, pv: Mapping) -> dict:
     terms = None if terms is not None and any(not term for term in terms) else terms
     labels = (pv.get("metadata") or {}).get("labels") or {}
     zones = tuple((key, values) for key in ZONE_LABELS if (values := _zone_values(labels.get(key))))
-    return dict(terms=terms, zones=zones, where=f"PersistentVolume {volume}'s node affinity" + (
-        f" and labels {', '.join(f'{k}={labels[k]}' for k, _ in zones)}" if zones else ""))
+    said = (["node affinity"] if terms is not None else []) + (
+        [f"labels {', '.join(f'{key}={labels[key]}' for key, _ in zones)}"] if zones else [])
+    return dict(terms=terms, zones=zones, where=f"PersistentVolume {volume}'s {' and '.join(said)}") if said else {}
 
 
 def _zone_values(label: str | None) -> frozenset[str]:

@@ -8,9 +8,9 @@ credentials, and before the job plans at all: a claim that does not exist or tha
 can mount is bad input, and one that is not bound yet is waited for, as its pods would be.
 
 Reading them is granted by rbac/ (``persistentvolumeclaims``, ``persistentvolumes`` and
-``storageclasses``: get). An install whose RBAC predates it plans without what it cannot
-read (a WARNING, once per kind): as before, pods may then be pinned where a claim cannot
-be mounted.
+``storageclasses``: get), and required of a job with ``--pvc``: a manager that may not read
+them exits 77 before it creates anything, rather than pin pods where they could never
+start. ``submit`` checks what the user may read and leaves the rest to the manager.
 """
 
 from __future__ import annotations
@@ -27,27 +27,31 @@ log = logging.getLogger(__name__)
 
 BIND_POLL_S = 1.0  # a claim not bound yet is read again this often
 STORAGE_GROUP, STORAGE_VERSION = "storage.k8s.io", "v1"
-_refused: set[str] = set()  # kinds this process may not read, said once
 
 
-def read_claims(kube: KubeApi, settings: JobSettings, uses: bool = True) -> JobClaims | None:
+def read_claims(kube: KubeApi, settings: JobSettings, uses: bool = True,
+                unreadable_ok: bool = False) -> JobClaims | None:
     """The job's claims (None without ``--pvc``), with the pods that mount its one-node
-    claims now if ``uses``; ``UsageError`` for a claim that does not exist or no pod can mount."""
+    claims now if ``uses``; ``UsageError`` for a claim that does not exist or no pod can
+    mount; ``Forbidden`` where RBAC refuses a read, unless ``unreadable_ok`` (then what
+    could not be read restricts nothing)."""
     if not settings.pvcs:
         return None
-    claims = [read_claim(kube, settings.namespace, name) for name in dict.fromkeys(p.claim for p in settings.pvcs)]
+    claims = [read_claim(kube, settings.namespace, name, unreadable_ok)
+              for name in dict.fromkeys(p.claim for p in settings.pvcs)]
     mounted = _uses(kube, settings.namespace, claims) if uses and any(c.one_node for c in claims) else ()
     return volumeclaims.job_claims(claims, settings.num_gpus, mounted)
 
 
-def read_claim(kube: KubeApi, namespace: str, name: str) -> Claim:
-    pvc = _read(kube, "PersistentVolumeClaim", namespace, name)
+def read_claim(kube: KubeApi, namespace: str, name: str, unreadable_ok: bool = False) -> Claim:
+    pvc = _read(kube, "PersistentVolumeClaim", namespace, name, unreadable_ok)
     if pvc is UNREAD:
         return Claim(name)
     volume = ((pvc or {}).get("spec") or {}).get("volumeName") or ""
-    pv = _read(kube, "PersistentVolume", None, volume) if volume else UNREAD
+    pv = _read(kube, "PersistentVolume", None, volume, unreadable_ok) if volume else UNREAD
     class_name = volumeclaims.class_of(pvc or {})
-    storage_class = _read(kube, "storageclasses", None, class_name) if class_name and not volume else UNREAD
+    storage_class = (_read(kube, "storageclasses", None, class_name, unreadable_ok) if class_name and not volume
+                     else UNREAD)
     try:
         return volumeclaims.read_claim(name, pvc, pv, storage_class)
     except LookupError:
@@ -57,17 +61,16 @@ def read_claim(kube: KubeApi, namespace: str, name: str) -> Claim:
         raise errors.UsageError("--pvc", f"{e}: no pod of the job could ever mount it") from None
 
 
-def _read(kube: KubeApi, kind: str, namespace: str | None, name: str) -> dict | None:
-    """The object (None: absent), or ``UNREAD`` where RBAC does not let the manager read it."""
+def _read(kube: KubeApi, kind: str, namespace: str | None, name: str, unreadable_ok: bool) -> dict | None:
+    """The object (None: absent); ``UNREAD`` where RBAC refuses it and ``unreadable_ok``."""
     try:
         if kind == "storageclasses":
             return kube.read_custom(STORAGE_GROUP, STORAGE_VERSION, kind, None, name)
         return kube.read(kind, namespace, name)
     except errors.Forbidden as e:
-        if kind not in _refused:
-            _refused.add(kind)
-            log.warning("cannot read the job's claims fully (%s): where, and by how many pods, they can be mounted "
-                        "goes unchecked by it (rbac/ grants the read)", e)
+        if not unreadable_ok:
+            raise
+        log.info("cannot read %s %s (%s); the manager checks what it says", kind, name, e)
         return UNREAD
 
 

@@ -152,8 +152,12 @@ class FakeKube(KubeApi):
         return self.manager is not None and name == self.manager["metadata"]["name"]
 
     def put(self, obj: dict) -> None:
-        """A Pod, batch/v1 Job, Secret, PersistentVolumeClaim or PersistentVolume as it is in the cluster already."""
+        """A Pod, batch/v1 Job, Secret, PersistentVolumeClaim, PersistentVolume or StorageClass as
+        it is in the cluster already."""
         with self.lock:
+            if obj["kind"] == "StorageClass":  # read as the custom objects are, by its API group
+                self.custom[("storageclasses", None, obj["metadata"]["name"])] = copy.deepcopy(obj)
+                return
             self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(obj)
 
     # -- reads ----------------------------------------------------------------------------

@@ -177,9 +177,9 @@ def _check_against_nodes(kube: JobsKube, settings: JobSettings) -> None:
     """The manager's own check that the nodes could ever hold the job (``booking.check_nodes``),
     run with the user's credentials, so a request the manager would refuse as bad input is
     refused before anything is created; so is a ``--pvc`` claim that does not exist or that
-    no plan could serve (``volumeclaims``). A user who may not list nodes leaves it to the
-    manager; what of a claim the user may not read is not checked."""
-    claims = volumeclaims.read_claims(kube, settings, uses=False)
+    no plan could serve (``volumeclaims``). What the user may not list or read (nodes, a
+    claim's PersistentVolume) is left to the manager."""
+    claims = volumeclaims.read_claims(kube, settings, uses=False, unreadable_ok=True)
     try:
         nodes = [node for page, _ in kube.list_pages("nodes") for node in page]
     except errors.Forbidden as e:
