@@ -9,11 +9,12 @@ from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import PvcMount
 from distributetrain.core.volumeclaims import Claim, ClaimUse, JobClaims
 from distributetrain.manager import booking, queueing, volumeclaims
-from distributetrain.manager.freegpus import LedgerParts
+from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
 from distributetrain.manager.kinds import StaticJob
 from distributetrain.manager.run import Run
 from harness.builders import JOB, make_claim, make_node, make_pod, make_volume, node, sized_node, storage_class
 from harness.kube import FakeKube
+from harness.polling import poll_until
 from test_lifecycle_story import SETTINGS, PULLING, ended, running, story  # noqa: F401
 
 ZONE = "topology.kubernetes.io/zone"
@@ -244,3 +245,12 @@ def test_zone_labels_on_a_volume_leave_out_nodes_of_other_zones_only():
     nodes = [make_node("a").labels({ZONE: "z2"}).gpus(1).obj(), node("b", 1), node("c", 1)]
     ledger, _ = booking.take_inventory(cluster(claim, volume, nodes=nodes), JOB.replace(pvcs=DATA))
     assert sorted(ledger.free()) == ["b", "c"]
+
+
+@pytest.mark.parametrize("nodes,fits", [((("a", 2), ("b", 2)), False), ((("a", 2), ("c", 4)), True)])
+def test_a_job_waiting_for_gpus_on_a_one_node_claim_fits_only_where_one_node_holds_it(nodes, fits):
+    kube = FakeKube([node(name, gpus) for name, gpus in nodes])
+    claims = JobClaims((Claim("data", modes=(RWO,)),), 4, (ClaimUse("data", "gone-by-now", "z"),))
+    with FreeGpuWatch(kube, ON_DATA, client=lambda same: same, volume_claims=claims) as watch:
+        assert poll_until(lambda: watch.fits() is not None, 5, "both lists in") is not None
+        assert watch.fits() is fits  # who mounted it then is the booking's to read again
