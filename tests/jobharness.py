@@ -302,7 +302,7 @@ def node_volume(api_client, namespace: str, claim: str, directory: Path, files: 
     claim's access modes. Yields the claim's name."""
     _volume_files(directory, files)
     core = client.CoreV1Api(api_client)
-    pv_name = f"pv-{namespace}-{claim}"[:63]
+    pv_name = f"pv-{claim}-{uuid.uuid4().hex[:8]}"  # cluster-scoped: unique whatever the namespace's length
     source = ({"local": {"path": str(directory)}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(hostnames)}]}]}}}
         if hostnames else {"hostPath": {"path": str(directory)}})
@@ -330,7 +330,7 @@ def unbound_volume(api_client, namespace: str, claim: str, directory: Path) -> I
     one, for the job's first pod. Yields the claim's name."""
     _volume_files(directory, {})
     core, storage = client.CoreV1Api(api_client), client.StorageV1Api(api_client)
-    name = f"wait-{namespace}-{claim}"[:63]
+    name = f"wait-{claim}-{uuid.uuid4().hex[:8]}"  # the class and its one PV: cluster-scoped, unique
     storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
                                   "metadata": {"name": name}, "provisioner": "kubernetes.io/no-provisioner",
                                   "volumeBindingMode": "WaitForFirstConsumer"})
