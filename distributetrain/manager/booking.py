@@ -10,6 +10,7 @@ its pods are created before the Lease is let go. So no GPU is ever booked twice.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -20,8 +21,10 @@ from distributetrain.core.placement import Plan
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import CPU, MEMORY
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.volumeclaims import JobClaims
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
+from distributetrain.manager import volumeclaims
 
 # What a booking plans from the free GPUs per node: raises ``InsufficientGPUs`` when
 # nothing it would accept fits, ``UsageError`` when nothing ever could.
@@ -42,17 +45,19 @@ class Short:
 
 def take_inventory(kube: Kube, settings: JobSettings) -> tuple[inventory.GpuLedger, str]:
     """GPUs free per candidate node for the job's pods, and the pod list's resourceVersion
-    (to watch from)."""
-    ledger = _job_ledger(settings)
+    (to watch from). The job's claims are read first: they decide which nodes are candidates."""
+    ledger = _job_ledger(settings, volumeclaims.read_claims(kube, settings))
     for page, _ in kube.list_pages("nodes"):
         _add_nodes(ledger, page, settings)
     version = kube.each_pod_request(ledger.add_pod, ledger.forget_pods, field_selector=inventory.ACTIVE_PODS_SELECTOR)
     return ledger, version
 
 
-def _job_ledger(settings: JobSettings) -> inventory.GpuLedger:
-    """No node yet: the job's GPU resource, what its pods need besides GPUs, its --topology's levels."""
-    return inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology)
+def _job_ledger(settings: JobSettings, claims: JobClaims | None = None) -> inventory.GpuLedger:
+    """No node yet: the job's GPU resource, what its pods need besides GPUs, its --topology's
+    levels, its claims (``volumeclaims``)."""
+    return inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology,
+                               volume_claims=claims)
 
 
 def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: JobSettings) -> None:
@@ -61,11 +66,11 @@ def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: 
         ledger.add_node(node, settings.tolerations, selector)
 
 
-def check_nodes(nodes: Iterable[Mapping], settings: JobSettings) -> None:
-    """``check_request`` on the nodes alone, as the CLI runs it with the user's credentials
-    before it creates anything: no pod ever makes a request bad input, so the nodes say
-    all the manager would say."""
-    ledger = _job_ledger(settings)
+def check_nodes(nodes: Iterable[Mapping], settings: JobSettings, claims: JobClaims | None = None) -> None:
+    """``check_request`` on the nodes (and the job's claims) alone, as the CLI runs it with
+    the user's credentials before it creates anything: no pod ever makes a request bad
+    input, so they say all the manager would say."""
+    ledger = _job_ledger(settings, claims)
     _add_nodes(ledger, nodes, settings)
     check_request(ledger, settings)
 
@@ -73,8 +78,13 @@ def check_nodes(nodes: Iterable[Mapping], settings: JobSettings) -> None:
 def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
     """Requests no cluster state could ever satisfy are bad input, not a wait. A job that
     makes the cluster grow (``scaleup``) is bounded by no node that runs now: a cluster
-    scaled to zero has no GPU node at all."""
-    if scaleup.allowed(settings):
+    scaled to zero has no GPU node at all (unless a claim can be mounted on no new node).
+    The job's claims (``volumeclaims``) bound it too: the nodes they can be mounted on, all
+    its pods on one node (ReadWriteOnce), one pod (ReadWriteOncePod)."""
+    _check_one_pod(ledger.volume_claims, settings)
+    if scaleup.allowed(settings) and not (ledger.volume_claims and ledger.volume_claims.pinned):
+        _check_one_node(ledger, settings, f"the cluster's nodes or a new node of --scale-up-node-gpus "
+                                          f"{settings.scale_up_node_gpus}", settings.scale_up_node_gpus)
         return
     if not ledger.advertised:
         raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
@@ -83,6 +93,7 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
     # or more than the job's pods could take there with nothing else on those nodes.
     where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
     if settings.num_gpus > ledger.selectable:
+        _check_mountable(ledger, settings, where)
         raise errors.UsageError(
             "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
     most, limit = ledger.most_for_job()
@@ -90,7 +101,40 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
         flag, why = _held_back_by(limit, settings, ledger)
         raise errors.UsageError(flag, f"requested {settings.num_gpus} GPUs but the job's pods, one per node, fit "
                                       f"{most} of the {ledger.selectable} GPUs {where} advertise: {why}")
+    _check_one_node(ledger, settings, where)
     _check_required_domain(ledger, settings, where)
+
+
+def _check_one_pod(claims: JobClaims | None, settings: JobSettings) -> None:
+    """A ReadWriteOncePod claim: an elastic job's worker beside its chief could never mount it."""
+    claim = claims.one_pod if claims else None
+    if claim and settings.elastic:
+        raise errors.UsageError("--pvc", f"claim {claim.name} is ReadWriteOncePod: one pod may mount it, and an "
+                                         "elastic job (--elastic) runs a worker beside its chief; use a ReadWriteOnce "
+                                         "or ReadWriteMany claim, or no --elastic")
+
+
+def _check_mountable(ledger: inventory.GpuLedger, settings: JobSettings, where: str) -> None:
+    """More GPUs than the nodes the claims can be mounted on advertise, but not than all of them."""
+    left_out = sum(part.gpus for part in ledger.unmountable.values())
+    if ledger.unmountable and settings.num_gpus <= ledger.selectable + left_out:
+        why = Counter(part.unmountable for part in ledger.unmountable.values())
+        raise errors.UsageError("--pvc", f"requested {settings.num_gpus} GPUs but of the {ledger.selectable + left_out}"
+                                         f" GPUs {where} advertise, {ledger.selectable} are on nodes that can mount "
+                                         "the job's claims: " + "; ".join(f"{count} nodes {text}"
+                                                                          for text, count in sorted(why.items())))
+
+
+def _check_one_node(ledger: inventory.GpuLedger, settings: JobSettings, where: str, new_node_gpus: int = 0) -> None:
+    """A one-node claim (ReadWriteOnce, ReadWriteOncePod): the whole job on the largest node."""
+    claim = ledger.volume_claims.one_node if ledger.volume_claims else None
+    if claim is None:
+        return
+    most = max([new_node_gpus, *(ledger.when_idle(part)[0] for part in ledger.selected.values())])
+    if settings.num_gpus > most:
+        raise errors.UsageError("--pvc", f"requested {settings.num_gpus} GPUs but claim {claim.name} is {claim.mode}: "
+                                         f"every pod of the job on one node, and one of {where} takes {most} of "
+                                         "them at most")
 
 
 def _check_required_domain(ledger: inventory.GpuLedger, settings: JobSettings, where: str) -> None:
@@ -129,16 +173,20 @@ def _held_back_by_sharing(sharing: list[SharedUnits], settings: JobSettings) -> 
 
 
 def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[str, int],
-                 settings: JobSettings, may_wait: bool = True) -> Plan:
+                 settings: JobSettings, may_wait: bool = True, claims: JobClaims | None = None) -> Plan:
     """``plan`` on the free GPUs; short of them, where the job makes the cluster grow and
     ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``), so
-    the booking creates their pods at once."""
+    the booking creates their pods at once. Its ``claims`` may keep it off new nodes (a
+    claim mounted on a running node, or only ever on named ones), or put it on one new node."""
     try:
         return plan(free, settings.num_gpus)
     except placement.InsufficientGPUs:
-        if not (scaleup.allowed(settings) and may_wait):
+        if not (scaleup.allowed(settings) and may_wait and (claims is None or claims.new_nodes_may_mount())):
             raise
-        return scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
+        grown = scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
+        if claims and claims.one_node and len(grown) > 1:
+            raise
+        return grown
 
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
