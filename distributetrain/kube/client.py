@@ -178,9 +178,10 @@ class Kube(KubeApi):
 
     # -- writes ------------------------------------------------------------------------
     def _typed(self, verb: str, kind: str) -> Callable:
-        """The typed client's ``verb`` ("create", "read", "delete") of a namespaced kind the job creates."""
+        """The typed client's ``verb`` ("create", "read", "delete") of a namespaced kind the job creates or reads."""
         api, resource = {"Pod": (self.core, "pod"), "Secret": (self.core, "secret"),
                          "ConfigMap": (self.core, "config_map"), "Lease": (self.coordination, "lease"),
+                         "PersistentVolumeClaim": (self.core, "persistent_volume_claim"),
                          "NetworkPolicy": (self.networking, "network_policy")}[kind]
         return getattr(api, f"{verb}_namespaced_{resource}")
 
@@ -226,11 +227,12 @@ class Kube(KubeApi):
     def create_all_owned(self, objs: list[dict]) -> list[dict]:
         return self._concurrently(self.create_owned, objs)
 
-    def read(self, kind: str, namespace: str, name: str) -> dict | None:
-        read = self._typed("read", kind)
+    def read(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        """None if absent; ``namespace`` None: a cluster-scoped PersistentVolume."""
+        read = functools.partial(self._typed("read", kind), namespace=namespace) if namespace is not None else \
+            {"PersistentVolume": self.core.read_persistent_volume}[kind]
         try:
-            return self._call(lambda: read_json(read(name, namespace, **REQUEST_OPTIONS)),
-                              f"read {kind} [{namespace}/{name}]")
+            return self._call(lambda: read_json(read(name, **REQUEST_OPTIONS)), f"read {kind} [{namespace or ''}/{name}]")
         except errors.NotFound:
             return None
 

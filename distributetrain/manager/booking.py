@@ -21,19 +21,23 @@ it always was: the plan then waits out --worker-ready-timeout and plans again.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from datetime import datetime, timezone
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, inventory, names, placement, quantity, scaleup, topology
 from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.gpusharing import SharedUnits
 from distributetrain.core.placement import Plan
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import CPU, MEMORY
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.volumeclaims import JobClaims
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
-from distributetrain.manager import clusterview
+from distributetrain.manager import clusterview, volumeclaims
+
 
 def clock_text() -> str:
     """Now, for people reading the manager pod (nothing is decided on it)."""
@@ -43,6 +47,7 @@ def clock_text() -> str:
 # What a booking plans from the free GPUs per node: raises ``InsufficientGPUs`` when
 # nothing it would accept fits, ``UsageError`` when nothing ever could.
 Choose = Callable[[inventory.GpuLedger], Plan]
+MAX_SHARING_NAMED = 3  # ways GPUs are shared, in a refusal: a few say it, a long list drowns it
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,9 @@ def survey(kube: Kube, settings: JobSettings, shared: bool = False, clock: Clock
     from a survey taken for every manager within the last moments (``clusterview``: a
     burst of starts lists the cluster once), else one of its own, taken now (a manager
     that waited for GPUs to free up must see them free)."""
+    claims = volumeclaims.read_claims(kube, settings)  # they decide which nodes are candidates
     view = clusterview.current(kube, settings, clock) if shared else clusterview.take(kube)
-    return view.ledger(_job_ledger(settings), settings.tolerations, dict(settings.node_selector))
+    return view.ledger(_job_ledger(settings, claims), settings.tolerations, dict(settings.node_selector))
 
 
 def fence(kube: Kube, settings: JobSettings) -> str:
@@ -99,9 +105,11 @@ def take_inventory(kube: Kube, settings: JobSettings, shared: bool = False,
     return with_bookings(kube, survey(kube, settings, shared, clock), "")
 
 
-def _job_ledger(settings: JobSettings) -> inventory.GpuLedger:
-    """No node yet: the job's GPU resource, what its pods need besides GPUs, its --topology's levels."""
-    return inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology)
+def _job_ledger(settings: JobSettings, claims: JobClaims | None = None) -> inventory.GpuLedger:
+    """No node yet: the job's GPU resource, what its pods need besides GPUs, its --topology's
+    levels, its claims (``volumeclaims``)."""
+    return inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology,
+                               volume_claims=claims)
 
 
 def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: JobSettings) -> None:
@@ -110,11 +118,11 @@ def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: 
         ledger.add_node(node, settings.tolerations, selector)
 
 
-def check_nodes(nodes: Iterable[Mapping], settings: JobSettings) -> None:
-    """``check_request`` on the nodes alone, as the CLI runs it with the user's credentials
-    before it creates anything: no pod ever makes a request bad input, so the nodes say
-    all the manager would say."""
-    ledger = _job_ledger(settings)
+def check_nodes(nodes: Iterable[Mapping], settings: JobSettings, claims: JobClaims | None = None) -> None:
+    """``check_request`` on the nodes (and the job's claims) alone, as the CLI runs it with
+    the user's credentials before it creates anything: no pod ever makes a request bad
+    input, so they say all the manager would say."""
+    ledger = _job_ledger(settings, claims)
     _add_nodes(ledger, nodes, settings)
     check_request(ledger, settings)
 
@@ -122,8 +130,13 @@ def check_nodes(nodes: Iterable[Mapping], settings: JobSettings) -> None:
 def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
     """Requests no cluster state could ever satisfy are bad input, not a wait. A job that
     makes the cluster grow (``scaleup``) is bounded by no node that runs now: a cluster
-    scaled to zero has no GPU node at all."""
-    if scaleup.allowed(settings):
+    scaled to zero has no GPU node at all (unless a claim can be mounted on no new node).
+    The job's claims (``volumeclaims``) bound it too: the nodes they can be mounted on, all
+    its pods on one node (ReadWriteOnce), one pod (ReadWriteOncePod)."""
+    _check_one_pod(ledger.volume_claims, settings)
+    if scaleup.allowed(settings) and not (ledger.volume_claims and ledger.volume_claims.pinned):
+        _check_one_node(ledger, settings, f"the cluster's nodes or a new node of --scale-up-node-gpus "
+                                          f"{settings.scale_up_node_gpus}", settings.scale_up_node_gpus)
         return
     if not ledger.advertised:
         raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
@@ -132,14 +145,48 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
     # or more than the job's pods could take there with nothing else on those nodes.
     where = "the nodes matching --node-selector" if settings.node_selector else "the cluster's nodes"
     if settings.num_gpus > ledger.selectable:
+        _check_mountable(ledger, settings, where)
         raise errors.UsageError(
             "--num-gpus", f"requested {settings.num_gpus} GPUs but {where} advertise {ledger.selectable} in all")
     most, limit = ledger.most_for_job()
     if settings.num_gpus > most:
-        flag, why = _held_back_by(limit, settings)
+        flag, why = _held_back_by(limit, settings, ledger)
         raise errors.UsageError(flag, f"requested {settings.num_gpus} GPUs but the job's pods, one per node, fit "
                                       f"{most} of the {ledger.selectable} GPUs {where} advertise: {why}")
+    _check_one_node(ledger, settings, where)
     _check_required_domain(ledger, settings, where)
+
+
+def _check_one_pod(claims: JobClaims | None, settings: JobSettings) -> None:
+    """A ReadWriteOncePod claim: an elastic job's worker beside its chief could never mount it."""
+    claim = claims.one_pod if claims else None
+    if claim and settings.elastic:
+        raise errors.UsageError("--pvc", f"claim {claim.name} is ReadWriteOncePod: one pod may mount it, and an "
+                                         "elastic job (--elastic) runs a worker beside its chief; use a ReadWriteOnce "
+                                         "or ReadWriteMany claim, or no --elastic")
+
+
+def _check_mountable(ledger: inventory.GpuLedger, settings: JobSettings, where: str) -> None:
+    """More GPUs than the nodes the claims can be mounted on advertise, but not than all of them."""
+    left_out = sum(part.gpus for part in ledger.unmountable.values())
+    if ledger.unmountable and settings.num_gpus <= ledger.selectable + left_out:
+        why = Counter(part.unmountable for part in ledger.unmountable.values())
+        raise errors.UsageError("--pvc", f"requested {settings.num_gpus} GPUs but of the {ledger.selectable + left_out}"
+                                         f" GPUs {where} advertise, {ledger.selectable} are on nodes that can mount "
+                                         "the job's claims: " + "; ".join(f"{count} nodes {text}"
+                                                                          for text, count in sorted(why.items())))
+
+
+def _check_one_node(ledger: inventory.GpuLedger, settings: JobSettings, where: str, new_node_gpus: int = 0) -> None:
+    """A one-node claim (ReadWriteOnce, ReadWriteOncePod): the whole job on the largest node."""
+    claim = ledger.volume_claims.one_node if ledger.volume_claims else None
+    if claim is None:
+        return
+    most = max([new_node_gpus, *(ledger.when_idle(part)[0] for part in ledger.selected.values())])
+    if settings.num_gpus > most:
+        raise errors.UsageError("--pvc", f"requested {settings.num_gpus} GPUs but claim {claim.name} is {claim.mode}: "
+                                         f"every pod of the job on one node, and one of {where} takes {most} of "
+                                         "them at most")
 
 
 def _check_required_domain(ledger: inventory.GpuLedger, settings: JobSettings, where: str) -> None:
@@ -152,7 +199,7 @@ def _check_required_domain(ledger: inventory.GpuLedger, settings: JobSettings, w
                                               f"holds {most} of the job's GPUs at most ({level} is required)")
 
 
-def _held_back_by(limit: str | None, settings: JobSettings) -> tuple[str, str]:
+def _held_back_by(limit: str | None, settings: JobSettings, ledger: inventory.GpuLedger) -> tuple[str, str]:
     """The flag to change when ``limit`` keeps the job off GPUs the cluster has, and why."""
     if limit == CPU:
         per_gpu = quantity.format_cpu(settings.cpu_per_gpu_m)
@@ -161,21 +208,37 @@ def _held_back_by(limit: str | None, settings: JobSettings) -> tuple[str, str]:
         per_gpu = quantity.format_memory(settings.memory_per_gpu_bytes)
         return "--memory-per-gpu", f"their allocatable memory holds too few pods of {per_gpu} per GPU"
     if limit == SHARED:
-        return "--allow-shared-gpus", "their GPUs are shared or MIG slices: one rank of the job per node"
+        return _held_back_by_sharing(ledger.sharing(), settings)
     return "--num-gpus", f"their allocatable {limit} holds too few of the job's pods"
 
 
+def _held_back_by_sharing(sharing: list[SharedUnits], settings: JobSettings) -> tuple[str, str]:
+    """In the platforms' words (their labels), how the GPUs that take one rank are shared;
+    the flag that lifts the rule, unless their platforms give a container one unit at most."""
+    capping = [shared for shared in sharing if shared.one_per_container or not settings.allow_shared_gpus]
+    shown = [shared.why for shared in capping[:MAX_SHARING_NAMED]]
+    more = f" (and {len(capping) - MAX_SHARING_NAMED} more)" if len(capping) > MAX_SHARING_NAMED else ""
+    why = f"they are {'; '.join(shown)}{more}: one rank of the job per node"
+    if all(shared.one_per_container for shared in capping):
+        return "--num-gpus", f"{why} (their platform gives a container one unit at most)"
+    return "--allow-shared-gpus", why
+
+
 def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[str, int],
-                 settings: JobSettings, may_wait: bool = True) -> Plan:
+                 settings: JobSettings, may_wait: bool = True, claims: JobClaims | None = None) -> Plan:
     """``plan`` on the free GPUs; short of them, where the job makes the cluster grow and
     ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``), so
-    the booking creates their pods at once."""
+    the booking creates their pods at once. Its ``claims`` may keep it off new nodes (a
+    claim mounted on a running node, or only ever on named ones), or put it on one new node."""
     try:
         return plan(free, settings.num_gpus)
     except placement.InsufficientGPUs:
-        if not (scaleup.allowed(settings) and may_wait):
+        if not (scaleup.allowed(settings) and may_wait and (claims is None or claims.new_nodes_may_mount())):
             raise
-        return scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
+        grown = scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
+        if claims and claims.one_node and len(grown) > 1:
+            raise
+        return grown
 
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],

@@ -28,6 +28,7 @@ from distributetrain.core import placement
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim, node_gpus, pod_claim
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.volumeclaims import JobClaims
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import make_api_client
 from distributetrain.kube.informer import Change, Informer
@@ -58,17 +59,18 @@ class LedgerParts:
     resource: str
     tolerations: tuple[dict, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    volume_claims: JobClaims | None = None  # the job's PersistentVolumeClaims: where its pods can mount them
     nodes: dict[str, NodeGpus] = field(default_factory=dict)
     claims: dict[str, PodClaim] = field(default_factory=dict)
     used: Counter = field(default_factory=Counter)
 
     @classmethod
-    def for_job(cls, settings: JobSettings) -> LedgerParts:
+    def for_job(cls, settings: JobSettings, volume_claims: JobClaims | None = None) -> LedgerParts:
         # What take_inventory passes to the ledger: the same candidates.
-        return cls(settings.gpu_resource, tuple(settings.tolerations), dict(settings.node_selector))
+        return cls(settings.gpu_resource, tuple(settings.tolerations), dict(settings.node_selector), volume_claims)
 
     def node_part(self, node: Mapping) -> NodeGpus:
-        return node_gpus(node, self.resource, self.tolerations, self.node_selector)
+        return node_gpus(node, self.resource, self.tolerations, self.node_selector, self.volume_claims)
 
     def holds_gpus(self, pod: dict) -> dict | None:
         """The pod if it claims GPUs (what the pods' informer keeps); most pods do not."""
@@ -127,11 +129,17 @@ class FreeGpuWatch:
     ``generation``. ``fits()`` says whether the request fits now, and ``wait_until_fits``
     waits for a change that makes it fit. A permission missing for the list or the watch
     is raised by either, in the manager's thread.
+
+    With the job's ``volume_claims`` (as the last booking read them), nodes where they cannot be
+    mounted are not followed, and with a one-node claim the request fits only on a node
+    that holds it whole. Who mounts a claim now is not followed: the booking reads it.
     """
 
     def __init__(self, kube: Kube, settings: JobSettings, client: Callable[[Kube], Kube] | None = None,
-                 clock: Clock = REAL_CLOCK, fits: Callable[[Mapping[str, int]], bool] | None = None):
-        self.parts = LedgerParts.for_job(settings)
+                 clock: Clock = REAL_CLOCK, fits: Callable[[Mapping[str, int]], bool] | None = None,
+                 volume_claims: JobClaims | None = None):
+        self.volume_claims = volume_claims.lasting() if volume_claims else None
+        self.parts = LedgerParts.for_job(settings, self.volume_claims)
         # Whether the request fits these free GPUs: as the planner would plan --num-gpus,
         # unless the caller's request is another (a queued attempt's fixed shares).
         self.request_fits = fits or (lambda free: plannable(free, settings.num_gpus))
@@ -177,6 +185,8 @@ class FreeGpuWatch:
 
     def _fits(self) -> bool | None:
         free = self._free()
+        if free is not None and self.volume_claims:
+            free = self.volume_claims.candidates(free)
         return None if free is None else self.request_fits(free)
 
     def wait_until_fits(self, after: int, until: float) -> bool:

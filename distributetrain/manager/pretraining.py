@@ -2,7 +2,9 @@
 
 The port of the seeds' DistributeTrain_PreTraining.py, in order:
 1. pre-flight: every object is validated by a server-side dry run, so bad input
-   (missing namespace, invalid image, no permission) fails before anything exists;
+   (missing namespace, invalid image, no permission) fails before anything exists; so
+   does a ``--pvc`` claim that does not exist or no pod can mount, and one not bound yet
+   is waited for (``volumeclaims``);
 2. under the placement Lease (``booking``): inventory, plan, then the SSH Secret, the
    pinned workers and the chief in one burst, so every GPU of the plan is held from the
    start (the chief's too, through a multi-GB image pull: no other pod can take it
@@ -26,7 +28,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, isolation, newnodes, quotacheck
+from distributetrain.manager import booking, earlierruns, isolation, newnodes, quotacheck, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -61,6 +63,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")
     envsecrets.require_env_secrets(kube, settings)
+    volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
     probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
@@ -109,6 +112,7 @@ class PreTraining:
         if plan is None:
             self.job_run.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
             preflight(self.kube, settings)
+            volumeclaims.wait_until_bound(self.kube, self.job_run)
             earlierruns.clear(self.kube, settings, self.job_run.clock)
             plan = (QueuedPlacement(self.kube, self.job_run, self.kind).place() if settings.queue
                     else self._place(self.job_run.gpus_until))
@@ -222,7 +226,8 @@ class PreTraining:
                     self._short(booked, wait_until)
                 self.reporter.phase("WaitingForGPUs")
                 if watch is None:
-                    watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings, clock=clock))
+                    watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings, clock=clock,
+                                                               volume_claims=booked.ledger.volume_claims))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
@@ -231,7 +236,7 @@ class PreTraining:
         # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus).
         may_wait = self.job_run.clock.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
-                                    may_wait)
+                                    may_wait, ledger.volume_claims)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan

@@ -72,6 +72,8 @@ class FakeKube(KubeApi):
         self.secrets: dict[str, dict] = {}
         self.network_policies: dict[str, dict] = {}
         self.config_maps: dict[str, dict] = {}  # the lock namespace's (the published survey)
+        self.volume_claims: dict[str, dict] = {}  # PersistentVolumeClaims of the job's namespace
+        self.volumes: dict[str, dict] = {}  # PersistentVolumes
         self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
         self.quotas: list[dict] = []  # the job namespace's ResourceQuotas
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
@@ -97,6 +99,7 @@ class FakeKube(KubeApi):
         self.pod_lists = 0
         self.node_lists = 0
         self.forbidden_lists: set[str] = set()  # kinds the caller may not list (a 403, as RBAC answers)
+        self.forbidden_reads: set[str] = set()  # kinds (plurals for custom ones) the caller may not read
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
         self.one_changed = threading.Condition(self.lock)  # a Lease or ConfigMap written
@@ -147,14 +150,19 @@ class FakeKube(KubeApi):
 
     def _store(self, kind: str) -> dict[str, dict]:
         return {"Pod": self.pods, "Job": self.batch_jobs, "NetworkPolicy": self.network_policies,
-                "ConfigMap": self.config_maps}.get(kind, self.secrets)
+                "ConfigMap": self.config_maps, "PersistentVolumeClaim": self.volume_claims,
+                "PersistentVolume": self.volumes}.get(kind, self.secrets)
 
     def _is_manager(self, name: str) -> bool:
         return self.manager is not None and name == self.manager["metadata"]["name"]
 
     def put(self, obj: dict) -> None:
-        """A Pod, batch/v1 Job or Secret as it is in the cluster already."""
+        """A Pod, batch/v1 Job, Secret, PersistentVolumeClaim, PersistentVolume or StorageClass as
+        it is in the cluster already."""
         with self.lock:
+            if obj["kind"] == "StorageClass":  # read as the custom objects are, by its API group
+                self.custom[("storageclasses", None, obj["metadata"]["name"])] = copy.deepcopy(obj)
+                return
             self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(obj)
 
     # -- reads ----------------------------------------------------------------------------
@@ -198,8 +206,10 @@ class FakeKube(KubeApi):
         with self.lock:
             return copy.deepcopy(self.manager if self._is_manager(name) else self.pods.get(name))
 
-    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+    def read(self, kind: str, namespace: str | None, name: str) -> dict | None:
         self._maybe_fail("read")
+        if kind in self.forbidden_reads:
+            raise errors.forbidden(f'{kind} "{name}" is forbidden: User "dev" cannot get resource "{kind}"')
         with self.lock:
             if kind == "Lease":
                 return copy.deepcopy(self._leases_named(name))
@@ -207,6 +217,8 @@ class FakeKube(KubeApi):
 
     def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
         self._maybe_fail("read_custom")
+        if plural in self.forbidden_reads:
+            raise errors.forbidden(f'{plural}.{group} "{name}" is forbidden: User "dev" cannot get resource "{plural}"')
         with self.lock:
             return copy.deepcopy(self.custom.get((plural, namespace, name)))
 

@@ -40,6 +40,9 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     # "key[=value]:Effect", as kubectl taint takes them.
     taints: tuple[str, ...] = ()
+    # Extended resources besides `gpus` of `gpu_resource`: a MIG node of the mixed strategy
+    # advertises a resource per MIG profile ({"nvidia.com/mig-2g.20gb": 8}).
+    more_resources: Mapping[str, int] = field(default_factory=dict)
     # What a cloud instance's kubelet is given (Karpenter's nodes, localcluster/nodeclaims.py):
     # the Node's spec.providerID, and reservations ({"cpu": "100m", "memory": "10Mi"}) and a
     # pod limit that make its allocatable the instance type's rather than the host's.

@@ -260,10 +260,11 @@ class RealNode:
     def _advertise_gpus(self) -> None:
         """GPUs as extended resources in the Node's status capacity, the documented way to
         advertise a resource no device plugin serves; the kubelet keeps it in allocatable."""
-        if self.spec.gpus == 0:
+        amounts = {self.spec.gpu_resource: self.spec.gpus, **self.spec.more_resources}
+        operations = [{"op": "add", "path": "/status/capacity/" + resource.replace("~", "~0").replace("/", "~1"),
+                       "value": str(amount)} for resource, amount in amounts.items() if amount]
+        if not operations:
             return
-        path = "/status/capacity/" + self.spec.gpu_resource.replace("~", "~0").replace("/", "~1")
-        operations = [{"op": "add", "path": path, "value": str(self.spec.gpus)}]
         response = self.probe.json_patch(f"/api/v1/nodes/{self.spec.name}/status", operations)
         if response is None or response.status != 200:
             detail = response.body.decode(errors="replace") if response else "no answer"

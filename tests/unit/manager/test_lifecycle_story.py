@@ -69,16 +69,19 @@ def story(monkeypatch, tmp_path):
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
-            real_time=False):
+            real_time=False, objects=()):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
         kubelet's), which the manager may not read with ``events_forbidden``; with
         ``real_time``, on the real clock (Events a story sends reach the manager on an
-        informer's own thread, in real time)."""
+        informer's own thread, in real time); ``objects``: others the cluster has already
+        (the job's PersistentVolumeClaims and their volumes)."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
                         clock=REAL_CLOCK if real_time else clock)
         kube.events = list(events)
+        for obj in objects:
+            kube.put(obj)
         if events_forbidden:
             kube.list_pages = refusing_events(kube.list_pages)
         kube.on_create = list(on_create)
