@@ -271,6 +271,14 @@ def network_name(spec: NodeSpec) -> str:
     return f"{NETWORK_PREFIX}{spec.netns}"
 
 
+# The nodes share this machine's disk with its caches and builds. The upstream thresholds
+# are shares of the disk (imagefs.available<15%), which a build machine's disk crosses with
+# tens of GB free (252 GB with 40 GB free is 16 %), and every pod of every test would then
+# wait on a DiskPressure taint. Absolute ones: a node is short of disk when the machine is.
+EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "2Gi", "imagefs.available": "2Gi",
+                 "nodefs.inodesFree": "5%"}
+
+
 def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
     """The KubeletConfiguration: the upstream defaults but for what this machine needs.
 
@@ -309,6 +317,7 @@ def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
         "registerWithTaints": [_taint(taint) for taint in spec.taints],
         "resolvConf": "/etc/resolv.conf",
         "clusterDomain": CLUSTER_DOMAIN,
+        "evictionHard": EVICTION_HARD,
         **_cloud_instance(spec),
     }
 
