@@ -2,9 +2,12 @@
 # `make test-versions`: a smoke tier on each Kubernetes release the local cluster builds
 # (localcluster/controlplane/v*/), each in a cluster of its own, then a table of the results.
 #
-# Each release's cluster runs in private network and mount namespaces with its own run
-# directory (bench/isolated.sh), so the shared cluster of the host (fixed addresses) is left
-# alone. The smoke tier is existing tests, selected, not copied: the cluster runs the release
+# Each release's cluster runs in private network, mount and cgroup namespaces with its own run
+# directory (scripts/isolated-cluster.sh), from a cache of its own for what changes under a
+# cluster (the project's images, built from this checkout into a copy of the project's podman
+# store; the registry; the nodes' image stores) beside the builds it shares: so the host's shared
+# cluster, and the tests and image builds others run meanwhile, are left alone, nor change
+# anything under it. The smoke tier is existing tests, selected, not copied: the cluster runs the release
 # asked for (tests/versions), DRA GPUs (tests/cluster/test_dra.py), the demo's job trains, a
 # job in a PodSecurity `restricted` namespace under exactly rbac/, a restart after a lost
 # worker, a queued job through Kueue, a scale-up through Karpenter where its version allows.
@@ -12,9 +15,9 @@
 # the first time; none of it is built by `make setup` or `make test`.
 #
 # Usage: scripts/test-versions.sh [MAJOR.MINOR...]   (default: every release)
-# DT_CLUSTER_LOCK=FILE: hold this flock while each release's cluster runs (its nodes start
-# from the machine's image cache and registry, which a concurrent image build or a cluster of
-# the host would change under them). Results, the JUnit XML and logs: $DT_CACHE/test-versions/.
+# DT_VERSIONS_CACHE: that cache (default $DT_CACHE/test-versions/cache); DT_CLUSTER_LOCK=FILE:
+# hold this flock while the project's podman store is first copied (no image build may run
+# meanwhile). Results, the JUnit XML and logs: $DT_CACHE/test-versions/<date>/.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
@@ -47,7 +50,25 @@ if ((${#releases[@]} == 0)); then
   done
 fi
 results="$DT_CACHE/test-versions/$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$results"
+versions_cache="${DT_VERSIONS_CACHE:-$DT_CACHE/test-versions/cache}"
+containers_run=/run/distributetrain-test-versions-containers
+mkdir -p "$results" "$versions_cache/logs"
+for part in gomod gocache k8s kueue karpenter kube-router containerd dra; do
+  mkdir -p "$DT_CACHE/$part"
+  ln -sfn "$DT_CACHE/$part" "$versions_cache/$part"
+done
+if [ ! -d "$versions_cache/containers/storage" ]; then
+  echo "test-versions: copying the project's podman store into $versions_cache (once)"
+  if [ -n "${DT_CLUSTER_LOCK:-}" ]; then
+    flock "$DT_CLUSTER_LOCK" cp -a "$DT_CONTAINERS" "$versions_cache/containers"
+  else
+    cp -a "$DT_CONTAINERS" "$versions_cache/containers"
+  fi
+fi
+DT_CACHE="$versions_cache" DT_CONTAINERS_RUN="$containers_run" bash scripts/images/build.sh >"$results/images.log" 2>&1 || {
+  echo "test-versions: building the images failed; see $results/images.log" >&2
+  exit 2
+}
 
 echo "test-versions: building Kubernetes ${releases[*]}, Kueue, Karpenter, the DRA plugin and containerd 1.7 (logs: $results/build.log)"
 for release in "${releases[@]}"; do
@@ -70,12 +91,8 @@ run_release() {
   else
     skips+=("skip Karpenter=Karpenter v1.8 supports Kubernetes 1.29-1.34")
   fi
-  # A node of another cluster on this host shares its node slot's image store: wait for none.
-  if ip netns list 2>/dev/null | grep -q '^dt-n'; then
-    echo "test-versions: nodes of another local cluster run on this host (ip netns: dt-n*); stop them first" >&2
-    return 3
-  fi
-  DT_KUBERNETES_VERSION="$release" timeout "$RUN_TIMEOUT_S" bash bench/isolated.sh \
+  DT_KUBERNETES_VERSION="$release" DT_CACHE="$versions_cache" DT_CONTAINERS_RUN="$containers_run" \
+    timeout "$RUN_TIMEOUT_S" bash scripts/isolated-cluster.sh \
     "$DT_VENV/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$results/$release.xml" "${selection[@]}" \
     >"$results/$release.log" 2>&1
   local status=$?
@@ -87,14 +104,7 @@ run_release() {
 failed=0
 for release in "${releases[@]}"; do
   started=$(date +%s)
-  if [ -n "${DT_CLUSTER_LOCK:-}" ]; then
-    exec {lock}>"$DT_CLUSTER_LOCK"
-    flock "$lock"
-  fi
   run_release "$release" || failed=1
-  if [ -n "${DT_CLUSTER_LOCK:-}" ]; then
-    exec {lock}>&-
-  fi
   pinned="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "localcluster/controlplane/v$release/go.mod")"
   { echo "release=$pinned"; echo "seconds=$(($(date +%s) - started))"; } >>"$results/$release.run"
   echo "test-versions: Kubernetes $pinned: $(tail -n 1 "$results/$release.log") ($results/$release.log)"
