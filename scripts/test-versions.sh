@@ -53,8 +53,8 @@ results="$DT_CACHE/test-versions/$(date +%Y%m%d-%H%M%S)"
 versions_cache="${DT_VERSIONS_CACHE:-$DT_CACHE/test-versions/cache}"
 containers_run=/run/distributetrain-test-versions-containers
 mkdir -p "$results" "$versions_cache/logs"
-for part in gomod gocache k8s kueue karpenter kube-router containerd dra; do
-  mkdir -p "$DT_CACHE/$part"
+for part in gomod gocache k8s kueue karpenter kube-router containerd dra registry/bin; do
+  mkdir -p "$DT_CACHE/$part" "$(dirname "$versions_cache/$part")"
   ln -sfn "$DT_CACHE/$part" "$versions_cache/$part"
 done
 if [ ! -d "$versions_cache/containers/storage" ]; then

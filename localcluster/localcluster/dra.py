@@ -85,10 +85,20 @@ def plugin_command(plugin: Path, spec: NodeSpec, paths: NodePaths) -> list[str]:
         f"--node-name={spec.name}",
         f"--num-devices={spec.dra_gpus}",
         f"--cdi-root={paths.cdi_dir}",
-        f"--kubelet-plugins-directory-path={paths.kubelet_root / 'plugins'}",
-        f"--kubelet-registrar-directory-path={paths.kubelet_root / 'plugins_registry'}",
+        f"--kubelet-plugins-directory-path={kubelet_plugins_dir(paths)}",
+        f"--kubelet-registrar-directory-path={kubelet_registry_dir(paths)}",
         f"--kubeconfig={paths.root / 'dra-plugin.kubeconfig'}",
     ]
+
+
+def kubelet_plugins_dir(paths: NodePaths) -> Path:
+    """Where the kubelet finds plugins' sockets (/var/lib/kubelet/plugins on a real node)."""
+    return paths.kubelet_root / "plugins"
+
+
+def kubelet_registry_dir(paths: NodePaths) -> Path:
+    """Where the kubelet watches for plugins registering (/var/lib/kubelet/plugins_registry)."""
+    return paths.kubelet_root / "plugins_registry"
 
 
 def plugin_environment(spec: NodeSpec, environ: dict[str, str]) -> dict[str, str]:
@@ -108,6 +118,9 @@ def start_plugin(spec: NodeSpec, paths: NodePaths, pki_dir: Path, log_file: Path
     certs.ensure_client(pki, IDENTITY)
     kubeconfig.write(paths.root / "dra-plugin.kubeconfig",
                      kubeconfig.render(pki, IDENTITY, f"https://{netsetup.HOST_IP}:{APISERVER_PORT}"))
+    # The kubelet makes its plugin registry as it starts; the plugin must not race it there.
+    for directory in (kubelet_plugins_dir(paths), kubelet_registry_dir(paths)):
+        directory.mkdir(parents=True, exist_ok=True)
     argv = plugin_command(binaries.dra_plugin(), spec, paths)
     pid = processes.start_detached(["nsenter", f"--net={network.netns_path(spec)}", "--", *argv],
                                    paths.root / f"{DAEMON}.pid", log_file, cwd=paths.root,
