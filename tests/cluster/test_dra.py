@@ -33,13 +33,14 @@ def claim_template(name: str, count: int) -> dict:
 
 
 def pod_with_claim(name: str, template: str, selector: dict[str, str]) -> dict:
-    """A pod whose one container prints what the driver's CDI spec put in its environment."""
+    """A pod whose one container prints what the driver's CDI spec put in its environment, then
+    waits: a generated claim is deleted as soon as its pod has ended."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"restartPolicy": "Never", "nodeSelector": selector,
+            "spec": {"restartPolicy": "Never", "nodeSelector": selector, "terminationGracePeriodSeconds": 0,
                      "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
                      "containers": [{"name": "main", "image": IMAGE, "resources": {"claims": [{"name": "gpus"}]},
                                      "command": ["sh", "-c", "env | grep -E '^(GPU_DEVICE_|DRA_RESOURCE_DRIVER_NAME=)'"
-                                                             " | sort"]}]}}
+                                                             " | sort; echo done; exec sleep 600"]}]}}
 
 
 def test_a_dra_node_publishes_its_gpus_and_a_pod_s_claim_gets_two_of_them_until_the_pod_goes(
@@ -56,22 +57,26 @@ def test_a_dra_node_publishes_its_gpus_and_a_pod_s_claim_gets_two_of_them_until_
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaimtemplates",
                                                claim_template("two-gpus", 2))
         create_pod(core, namespace, pod_with_claim("uses-gpus", "two-gpus", label))
-        finished = poll_until(
-            lambda: (pod := read_pod(core, namespace, "uses-gpus")) and pod["status"].get("phase") in (
-                "Succeeded", "Failed") and pod, POD_TIMEOUT_S, "the pod with a claim to finish")
-        assert (finished["status"]["phase"], finished["spec"]["nodeName"]) == ("Succeeded", node)
+        running = poll_until(lambda: (pod := read_pod(core, namespace, "uses-gpus"))["status"].get("phase") != "Pending"
+                             and pod, POD_TIMEOUT_S,
+                             lambda: f"the pod with a claim to start: {read_pod(core, namespace, 'uses-gpus')}")
+        environment = poll_until(
+            lambda: "done" in (lines := core.read_namespaced_pod_log("uses-gpus", namespace).splitlines()) and lines,
+            POD_TIMEOUT_S, "the pod with a claim to print its devices")
+        assert (running["status"]["phase"], running["spec"]["nodeName"]) == ("Running", node)
 
-        [claim] = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims")["items"]
+        [claim_name] = [status["resourceClaimName"] for status in running["status"]["resourceClaimStatuses"]]
+        claim = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", claim_name)
         allocated = claim["status"]["allocation"]["devices"]["results"]
         assert sorted((r["driver"], r["pool"]) for r in allocated) == [(DEVICE_CLASS, node)] * 2
-        environment = core.read_namespaced_pod_log("uses-gpus", namespace).splitlines()
+        assert [consumer["name"] for consumer in claim["status"]["reservedFor"]] == ["uses-gpus"]
         devices = [m.group(2) for m in map(DEVICE_ENV.match, environment) if m]
         assert sorted(devices) == sorted(r["device"] for r in allocated)
         assert f"DRA_RESOURCE_DRIVER_NAME={DEVICE_CLASS}" in environment
         assert {line.split("=", 1)[1] for line in environment if "_RESOURCE_CLAIM=" in line} == {
             claim["metadata"]["uid"]}
 
-        core.delete_namespaced_pod("uses-gpus", namespace, grace_period_seconds=0)
+        core.delete_namespaced_pod("uses-gpus", namespace)
         poll_until(lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                                     "resourceclaims")["items"],
                    CLAIM_GONE_TIMEOUT_S, "the pod's claim to be deleted with the pod")
