@@ -7,8 +7,14 @@ controlplane/main.go. `up --kubernetes 1.36`, or DT_KUBERNETES_VERSION=1.36 for 
 started with (RunLayout.kubernetes_version_file), so a process that attaches to it later
 (a test session, the Karpenter nodes' launcher) runs the same binaries on its nodes.
 
-What differs between the releases in the components' flags and configuration is said once,
-in components.py and node/config.py, by comparing a KubernetesVersion.
+Nothing in the components' flags and configuration differs between these releases (checked
+in each release's source and by `make test-versions`): every flag components.py passes is
+defined in 1.37 too, as is every KubeletConfiguration and KubeProxyConfiguration (v1alpha1)
+field node/config.py writes; `failCgroupV1: false`, which this cgroup v1 host needs, is what
+1.34 defaults to and what 1.35 to 1.37 still honour; DRA is GA and on in all of them; the
+kubelet's fallback for a runtime without the RuntimeConfig call (Debian's containerd 1.6) stays
+until 1.38. A release that changes one of them gets its difference there, as a function of
+the cluster's KubernetesVersion (Cluster.version()) passed in.
 """
 
 from __future__ import annotations
@@ -35,11 +41,6 @@ class KubernetesVersion:
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}"
-
-    def at_least(self, text: str) -> bool:
-        """Whether this release is `text` ("1.35") or later."""
-        major, minor = (int(part) for part in text.split("."))
-        return (self.major, self.minor) >= (major, minor)
 
 
 def supported(source: Path = CONTROLPLANE_SRC) -> tuple[KubernetesVersion, ...]:
