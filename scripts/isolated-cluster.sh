@@ -12,7 +12,7 @@
 # cgroups, as a container's kubelet does with `--cgroupns=private`.
 # What it shares with the host stays read-only to it (set DT_CACHE to a cache of its own for
 # images, registry and node image stores: scripts/test-versions.sh does).
-# Usage: scripts/isolated-cluster.sh COMMAND...
+# Usage: scripts/isolated-cluster.sh COMMAND...   (DT_ISOLATED_LOGS=DIR keeps the cluster's logs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -85,7 +85,12 @@ inside)
   ip link set lo up
   status=0
   "$@" || status=$?
-  "$DT_VENV/bin/python" -m localcluster down --purge >/dev/null 2>&1 || true
+  "$DT_VENV/bin/python" -m localcluster down >/dev/null 2>&1 || true
+  # The components' and nodes' logs, kept where DT_ISOLATED_LOGS says (the run directory goes).
+  if [ -n "${DT_ISOLATED_LOGS:-}" ] && [ -d "$DT_RUN/logs" ]; then
+    mkdir -p "$DT_ISOLATED_LOGS"
+    cp -a "$DT_RUN/logs/." "$DT_ISOLATED_LOGS/"
+  fi
   exit "$status"
   ;;
 esac

@@ -92,6 +92,7 @@ run_release() {
     skips+=("skip Karpenter=Karpenter v1.8 supports Kubernetes 1.29-1.34")
   fi
   DT_KUBERNETES_VERSION="$release" DT_CACHE="$versions_cache" DT_CONTAINERS_RUN="$containers_run" \
+    DT_ISOLATED_LOGS="$results/$release-logs" \
     timeout "$RUN_TIMEOUT_S" bash scripts/isolated-cluster.sh \
     "$DT_VENV/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$results/$release.xml" "${selection[@]}" \
     >"$results/$release.log" 2>&1
