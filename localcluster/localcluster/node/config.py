@@ -54,6 +54,9 @@ class NodeSpec:
     # kubelet (its node IPs IPv6 first) reports the IPv6 one as status.podIP, as on an
     # IPv6 or dual-stack cluster whose primary family is IPv6.
     ipv6_first: bool = False
+    # GPUs the example DRA driver publishes as devices of DeviceClass gpu.example.com
+    # (localcluster/dra.py), beside or instead of `gpus` of `gpu_resource`.
+    dra_gpus: int = 0
 
     @property
     def ip(self) -> str:
@@ -150,6 +153,10 @@ class NodePaths:
     def kube_proxy_kubeconfig(self) -> Path:
         return self.root / "kube-proxy.kubeconfig"
 
+    @property
+    def cdi_dir(self) -> Path:
+        """The CDI specs the DRA plugin writes and the node's containerd reads (DRA nodes)."""
+        return self.root / "cdi"
 
 
 @dataclass(frozen=True)
@@ -160,9 +167,14 @@ class Mirror:
     registries: tuple[str, ...]
 
 
-def containerd_config(paths: NodePaths) -> str:
+def containerd_config(paths: NodePaths, cdi: bool = False) -> str:
     """containerd's config (TOML, version 2). `restrict_oom_score_adj` because this machine lacks
-    CAP_SYS_RESOURCE: without it every sandbox fails ("can't get final child's PID from pipe")."""
+    CAP_SYS_RESOURCE: without it every sandbox fails ("can't get final child's PID from pipe").
+    With `cdi` (a DRA node's containerd 1.7), containers get the CDI devices the kubelet names
+    from the specs in the node's CDI directory."""
+    cdi_settings = f"""
+  enable_cdi = true
+  cdi_spec_dirs = [{_toml(paths.cdi_dir)}]""" if cdi else ""
     return f"""version = 2
 root = {_toml(paths.image_store)}
 state = {_toml(paths.containerd_state / "state")}
@@ -181,7 +193,7 @@ state = {_toml(paths.containerd_state / "state")}
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   netns_mounts_under_state_dir = true
-  restrict_oom_score_adj = true
+  restrict_oom_score_adj = true{cdi_settings}
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
