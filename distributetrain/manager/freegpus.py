@@ -72,26 +72,31 @@ class LedgerParts:
     def node_part(self, node: Mapping) -> NodeGpus:
         return node_gpus(node, self.resource, self.tolerations, self.node_selector, self.volume_claims)
 
-    def holds_gpus(self, pod: dict) -> dict | None:
-        """The pod if it claims GPUs (what the pods' informer keeps); most pods do not."""
-        return pod if pod_claim(pod, self.resource) else None
+    def claim(self, pod: Mapping) -> PodClaim | None:
+        """What the pods' informer keeps of a pod: its claim on GPUs (most pods have none)."""
+        return pod_claim(pod, self.resource)
 
     def apply_node(self, event_type: str, node: Mapping) -> bool:
         """One node watch event; whether it changed the ledger (a heartbeat does not)."""
-        name = node["metadata"]["name"]
+        return self.apply_node_part(node["metadata"]["name"], None if event_type == "DELETED" else self.node_part(node))
+
+    def apply_node_part(self, name: str, new: NodeGpus | None) -> bool:
+        """A node's part (None: gone); whether it changed the ledger."""
         old = self.nodes.pop(name, None)
-        new = None if event_type == "DELETED" else self.node_part(node)
         if new:
             self.nodes[name] = new
         return new != old
 
     def apply_pod(self, event_type: str, pod: Mapping) -> bool:
         """One pod watch event; whether it changed what is used (most pods hold no GPU)."""
-        uid = pod["metadata"].get("uid", "")
-        old = self.claims.pop(uid, None)
-        new = None if event_type == "DELETED" else pod_claim(pod, self.resource)
+        old = self.claims.get(pod["metadata"].get("uid", ""))
+        return self.apply_claim(old, None if event_type == "DELETED" else self.claim(pod), pod["metadata"].get("uid", ""))
+
+    def apply_claim(self, old: PodClaim | None, new: PodClaim | None, uid: str = "") -> bool:
+        """A pod's claim replaced (None: it holds none, or is gone); whether it changed what is used."""
+        old = self.claims.pop(old.uid if old else uid, old)
         if new:
-            self.claims[uid] = new
+            self.claims[new.uid] = new
         if old:
             self._count(old, -1)
         if new:
@@ -148,12 +153,14 @@ class FreeGpuWatch:
         self._changed = threading.Condition()
         waiting = (client or waiting_client)(kube)
         follow = dict(clock=clock, relist_delay_s=RELIST_DELAY_S, thread_span_s=WATCH_SPAN_S)
-        self.nodes = Informer(waiting, "nodes", **follow)
+        # Each store keeps what the ledger reads: a node's part, a pod's claim on GPUs (most
+        # pods have none, and are not kept), so the memory is the ledger's, not the cluster's.
+        self.nodes = Informer(waiting, "nodes", keep=self.parts.node_part, **follow)
         # A watch with the lists' selector reports a pod that ends as DELETED.
         self.pods = Informer(waiting, "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
-                             keep=self.parts.holds_gpus, **follow)
-        self.nodes.add_handler(lambda changes: self._apply(self.parts.apply_node, changes))
-        self.pods.add_handler(lambda changes: self._apply(self.parts.apply_pod, changes))
+                             keep=self.parts.claim, **follow)
+        self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_node_part(c.key, c.new)))
+        self.pods.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_claim(c.old, c.new)))
         self._informers = (self.nodes, self.pods)
 
     def __enter__(self) -> FreeGpuWatch:
@@ -201,12 +208,10 @@ class FreeGpuWatch:
                 self.clock.wait(self._changed, remaining)
             return True
 
-    def _apply(self, apply: Callable[[str, dict], bool], changes: Sequence[Change]) -> None:
-        """One informer's batch (a list's differences or one event); a failure reaches the
-        waiter through the informer, so one wakes it here too."""
+    def _apply(self, changes: Sequence[Change], apply: Callable[[Change], bool]) -> None:
+        """One informer's batch (a list's differences or one event), each applied to the
+        ledger. A failure reaches the waiter through the informer, so one wakes it here too."""
         with self._changed:
-            changed = [apply(change.type, change.new if change.new is not None else change.old)
-                       for change in changes]
-            if any(changed):
+            if any([apply(change) for change in changes]):
                 self.generation += 1
             self._changed.notify_all()
