@@ -64,7 +64,7 @@ def refusal(api_client, namespace: str, manifest: dict) -> str:
     return json.loads(refused.value.body)["message"]
 
 
-def test_the_admission_assigns_the_namespaces_ids_and_refuses_others(api_client, openshift_like, namespace):
+def test_the_admission_assigns_the_namespaces_ids_and_refuses_others(api_client, openshift_like, rbac):
     spec = admitted(api_client, openshift_like, pod("plain"))["spec"]
     assert spec["securityContext"] == {"runAsUser": ASSIGNED, "fsGroup": ASSIGNED,
                                        "seLinuxOptions": {"level": openshift.MCS_LEVEL},
@@ -87,7 +87,7 @@ def test_the_admission_assigns_the_namespaces_ids_and_refuses_others(api_client,
     assert "Host network" in refusal(api_client, openshift_like, pod("host", hostNetwork=True))
     assert ".spec.volumes" in refusal(api_client, openshift_like, pod("host-path", volumes=[
         {"name": "h", "hostPath": {"path": "/etc"}}]))
-    # The manager as users apply it: no UID of its own, so the namespace's.
+    # The manager as users apply it (its ServiceAccount from rbac/): no UID of its own, so the namespace's.
     manager = yaml.safe_load((REPO / "manager.yaml").read_text())
     manager["metadata"]["namespace"] = openshift_like
     assert admitted(api_client, openshift_like, manager)["spec"]["securityContext"]["runAsUser"] == ASSIGNED
