@@ -67,6 +67,20 @@ def test_the_manager_in_the_same_pod_acts_as_its_serviceaccount(notebook_pod):
     assert host_and_token(manager) == (IN_CLUSTER_HOST, "bearer the-pods-token")
 
 
+def test_the_manager_in_a_pod_ignores_a_kubeconfig_its_arguments_name(notebook_pod):
+    """A manager pod's arguments are whatever its creator wrote: a kubeconfig whose exec
+    plugin runs a command (here, one leaving a marker) is never read in a pod."""
+    marker = notebook_pod / "plugin-ran"
+    kubeconfig = write_kubeconfig(notebook_pod / "tenant" / "config", "https://tenant.example:6443", "tenant")
+    document = yaml.safe_load(kubeconfig.read_text())
+    document["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                             "command": "sh", "args": ["-c", f"touch {marker}"]}}
+    kubeconfig.write_text(yaml.safe_dump(document))
+    manager = load_api_client(str(kubeconfig), "user", in_cluster_first=True)
+    assert host_and_token(manager) == (IN_CLUSTER_HOST, "bearer the-pods-token")
+    assert not marker.exists()
+
+
 def test_kubeconfig_before_home_and_the_flag_before_both(notebook_pod, monkeypatch):
     env_file = write_kubeconfig(notebook_pod / "env" / "config", "https://from-env.example:6443", "env-team")
     flag_file = write_kubeconfig(notebook_pod / "flag" / "config", "https://from-flag.example:6443", "flag-team")
