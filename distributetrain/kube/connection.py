@@ -131,6 +131,11 @@ def make_api_client(configuration: client.Configuration, timeouts: ApiTimeouts |
     """An ApiClient whose every request has a timeout and is tried once (``call`` retries)."""
     # urllib3 would otherwise retry 3 times on its own: unlogged, each costing a timeout.
     configuration.retries = False
+    # The client takes HTTPS_PROXY from the environment but drops NO_PROXY (kubernetes
+    # 34.1.0, kubernetes-client/python#2460): a platform's proxy variables would send every
+    # API call through its proxy, the cluster's own address included.
+    if configuration.no_proxy is None:
+        configuration.no_proxy = os.environ.get("NO_PROXY") or os.environ.get("no_proxy")
     configuration.connection_pool_maxsize = API_CONNECTIONS
     api_client = client.ApiClient(configuration)
     api_client.rest_client = TimedRestClient(configuration, timeouts or ApiTimeouts.from_environment())
