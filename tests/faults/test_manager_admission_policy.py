@@ -111,6 +111,7 @@ def policed(cluster, api_client) -> Iterator[Policed]:
     try:
         tenant = as_tenant(api_client, namespace)
         wait_until_active(tenant, namespace)
+        wait_until_the_platforms_list_holds(tenant, namespace)
         yield Policed(namespace, tenant, Jobs(api_client, namespace))
     finally:
         delete_shared_bindings(api_client, documents)
@@ -169,12 +170,15 @@ def wait_until_type_checked(api_client, name) -> dict:
 
 
 def wait_until_active(tenant, namespace):
-    """Once a manager on the host's PID namespace is refused, and one with what the
-    platform lists admitted, the policy is in force with the module's ConfigMap."""
+    """Once a manager on the host's PID namespace is refused, the policy is in force."""
     pod = manager(namespace, "probe")
     pod["spec"]["hostPID"] = True
     refusal(lambda: tenant.create_namespaced_pod(namespace, pod, dry_run="All"))
 
+
+def wait_until_the_platforms_list_holds(tenant, namespace):
+    """Once a manager with what the platform lists is admitted, the binding reads the
+    module's ConfigMap."""
     def admitted() -> bool:
         try:
             tenant.create_namespaced_pod(namespace, with_platform_additions(manager(namespace, "probe")), dry_run="All")
@@ -359,7 +363,7 @@ def connect(tenant: client.CoreV1Api, namespace: str, pod: str, subresource: str
              *([("command", "true")] if subresource == "exec" else [])]
     with pytest.raises(client.ApiException) as failed:
         tenant.api_client.call_api(f"/api/v1/namespaces/{namespace}/pods/{pod}/{subresource}", "POST",
-                                   query_params=query, _preload_content=False)
+                                   query_params=query, auth_settings=["BearerToken"], _preload_content=False)
     return failed.value
 
 
@@ -414,7 +418,7 @@ def test_a_kubeconfig_in_the_managers_arguments_runs_none_of_its_code(policed, m
     exit_code, output = run_to_its_end(policed, pod)
     assert MARKER not in output, output
     # It ran as its ServiceAccount: it read the cluster's nodes, none of which the job may use.
-    assert exit_code == 2 and "--node-selector" in output, (exit_code, output)
+    assert exit_code == 2 and "advertise" in output, (exit_code, output)
 
 
 def test_the_managers_interpreter_imports_nothing_from_its_working_directory(policed, manager_node):
