@@ -13,6 +13,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -39,14 +40,16 @@ OTHER_IMAGE = "python:3.11.10-slim-bookworm"  # published in the local registry:
 TENANT = "tenant@example.com"
 # The apiserver picks up a new policy and binding from its informers within about a second.
 POLICY_ACTIVE_TIMEOUT_S = 30.0
+
 NOWHERE = {"distributetrain.test/nowhere": "true"}  # a manager that must stay Pending
 # What a platform's webhooks add to every pod (a proxy's variables, a CA bundle), as its
-# team lists them in the policy's ConfigMap; with, by mistake, names and paths that would
-# run other code, which the policy must ignore.
+# team lists them in the policy; with, by mistake, names and paths that would run other
+# code, which the policy must ignore.
 PLATFORM_ENVIRONMENT = ["HTTPS_PROXY", "NO_PROXY"]
 PLATFORM_MOUNT_PATH = "/etc/ssl/certs"
-PLATFORM = {"environment": ",".join([*PLATFORM_ENVIRONMENT, "LD_PRELOAD", "PYTHONPATH"]),
-            "mountPaths": f"{PLATFORM_MOUNT_PATH},/usr/local/lib/python3.11,/etc,/run/secrets/kubernetes.io"}
+PLATFORM_LISTS = {"platformEnvironmentListed": [*PLATFORM_ENVIRONMENT, "LD_PRELOAD", "PYTHONPATH"],
+                  "platformMountPathsListed": [PLATFORM_MOUNT_PATH, "/usr/local/lib/python3.11", "/etc",
+                                               "/run/secrets/kubernetes.io"]}
 # Printed (or written) by a tenant's code if it ever runs.
 MARKER = "TENANT-CODE-RAN"
 PLANTED_CODE = f"import sys\nprint({MARKER!r}, file=sys.stderr)\n"
@@ -55,12 +58,12 @@ MANAGER_ENDS_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class Policed:
-    """The module's namespace, bound to rbac/'s policies with the platform's list, and a
-    tenant there."""
+    """A namespace of the module's, bound to rbac/'s policies, and a tenant there."""
 
     namespace: str
     tenant: client.CoreV1Api
     jobs: Jobs
+    policy: str = POLICY_NAME  # the name the pods' policy is refused under
 
 
 def as_tenant(api_client, namespace):
@@ -87,36 +90,59 @@ def as_tenant(api_client, namespace):
                                              header_value=TENANT))
 
 
-def with_platform_list(api_client, documents: list[dict], namespace: str) -> dict:
-    """The policy's ConfigMap as the platform team fills it (PLATFORM), a copy of the shipped
-    one for this namespace's binding alone: other tests' bindings keep the shipped one."""
-    shipped = next(d for d in documents if d["kind"] == "ConfigMap")
-    params = copy.deepcopy(shipped)
-    params["metadata"]["name"] = f"{shipped['metadata']['name']}-{namespace}"
-    params["data"] = {**shipped["data"], **PLATFORM}
-    client.CoreV1Api(api_client).create_namespaced_config_map(params["metadata"]["namespace"], params)
+def with_platform_lists(api_client, documents: list[dict], namespace: str) -> str:
+    """The pods' policy as the platform team fills its lists (PLATFORM_LISTS), under a name
+    of its own, bound to this namespace in place of the shipped one (which other tests'
+    namespaces keep as shipped); its name."""
+    admission = client.AdmissionregistrationV1Api(api_client)
+    policy = copy.deepcopy(next(d for d in documents if d["kind"] == POLICY and d["metadata"]["name"] == POLICY_NAME))
+    policy["metadata"]["name"] = f"{POLICY_NAME}-with-lists-{namespace}"
+    for variable in policy["spec"]["variables"]:
+        if variable["name"] in PLATFORM_LISTS:
+            variable["expression"] = json.dumps(PLATFORM_LISTS[variable["name"]])
+    admission.create_validating_admission_policy(policy)
     binding = next(d for d in documents if d["kind"] == POLICY_BINDING and d["spec"]["policyName"] == POLICY_NAME)
-    client.AdmissionregistrationV1Api(api_client).patch_validating_admission_policy_binding(
-        binding["metadata"]["name"], {"spec": {"paramRef": {"name": params["metadata"]["name"]}}})
-    return params
+    admission.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+    admission.create_validating_admission_policy_binding({
+        "metadata": {"name": policy["metadata"]["name"]},
+        "spec": {**binding["spec"], "policyName": policy["metadata"]["name"]}})
+    return policy["metadata"]["name"]
+
+
+@contextmanager
+def policed_namespace(api_client, test: str, platform: bool) -> Iterator[Policed]:
+    namespace = namespace_name(test)
+    core = client.CoreV1Api(api_client)
+    admission = client.AdmissionregistrationV1Api(api_client)
+    core.create_namespace({"metadata": {"name": namespace, "labels": {TEST_NAMESPACE_LABEL: "true"}}})
+    documents = apply_rbac(api_client, namespace)
+    policy = with_platform_lists(api_client, documents, namespace) if platform else POLICY_NAME
+    try:
+        tenant = as_tenant(api_client, namespace)
+        wait_until_active(tenant, namespace)
+        if platform:
+            wait_until_the_platforms_lists_hold(tenant, namespace)
+        yield Policed(namespace, tenant, Jobs(api_client, namespace), policy)
+    finally:
+        delete_shared_bindings(api_client, documents)
+        if platform:
+            admission.delete_validating_admission_policy_binding(policy)
+            admission.delete_validating_admission_policy(policy)
+        core.delete_namespace(namespace)
 
 
 @pytest.fixture(scope="module")
 def policed(cluster, api_client) -> Iterator[Policed]:
-    namespace = namespace_name("manager-admission-policy")
-    core = client.CoreV1Api(api_client)
-    core.create_namespace({"metadata": {"name": namespace, "labels": {TEST_NAMESPACE_LABEL: "true"}}})
-    documents = apply_rbac(api_client, namespace)
-    params = with_platform_list(api_client, documents, namespace)
-    try:
-        tenant = as_tenant(api_client, namespace)
-        wait_until_active(tenant, namespace)
-        wait_until_the_platforms_list_holds(tenant, namespace)
-        yield Policed(namespace, tenant, Jobs(api_client, namespace))
-    finally:
-        delete_shared_bindings(api_client, documents)
-        core.delete_namespaced_config_map(params["metadata"]["name"], params["metadata"]["namespace"])
-        core.delete_namespace(namespace)
+    """The module's namespace under rbac/'s policies as shipped."""
+    with policed_namespace(api_client, "manager-admission-policy", platform=False) as policed:
+        yield policed
+
+
+@pytest.fixture(scope="module")
+def platform_policed(cluster, api_client) -> Iterator[Policed]:
+    """A namespace under the pods' policy with the platform's lists filled in."""
+    with policed_namespace(api_client, "manager-admission-policy-platform", platform=True) as policed:
+        yield policed
 
 
 @pytest.fixture(scope="module")
@@ -170,23 +196,37 @@ def wait_until_type_checked(api_client, name) -> dict:
 
 
 def wait_until_active(tenant, namespace):
-    """Once a manager on the host's PID namespace is refused, the policy is in force."""
+    """Once a manager on the host's PID namespace is refused (403), the policy is in force."""
     pod = manager(namespace, "probe")
     pod["spec"]["hostPID"] = True
-    refusal(lambda: tenant.create_namespaced_pod(namespace, pod, dry_run="All"))
+    last: list[str] = []
+
+    def refused() -> bool:
+        try:
+            tenant.create_namespaced_pod(namespace, pod, dry_run="All")
+        except client.ApiException as e:
+            last[:] = [e.body]
+            return e.status == 403
+        last[:] = ["admitted"]
+        return False
+
+    poll_until(refused, POLICY_ACTIVE_TIMEOUT_S, lambda: f"the policy refusing a manager on hostPID: {last}")
 
 
-def wait_until_the_platforms_list_holds(tenant, namespace):
-    """Once a manager with what the platform lists is admitted, the binding reads the
-    module's ConfigMap."""
+def wait_until_the_platforms_lists_hold(tenant, namespace):
+    """Once a manager with what the platform lists is admitted, the policy with its lists
+    is the one bound."""
+    last: list[str] = []
+
     def admitted() -> bool:
         try:
             tenant.create_namespaced_pod(namespace, with_platform_additions(manager(namespace, "probe")), dry_run="All")
-        except client.ApiException:
+        except client.ApiException as e:
+            last[:] = [e.body]
             return False
         return True
 
-    poll_until(admitted, POLICY_ACTIVE_TIMEOUT_S, "the policy reading the module's ConfigMap")
+    poll_until(admitted, POLICY_ACTIVE_TIMEOUT_S, lambda: f"the platform's lists in force: {last}")
 
 
 def test_rbac_ships_the_policies_and_they_type_check(api_client, policed):
@@ -335,24 +375,29 @@ def with_platform_additions(pod: dict, volume: dict | None = None) -> dict:
     return with_ca_bundle(pod, volume)
 
 
-def test_what_the_platform_lists_is_admitted_never_what_would_run_other_code(policed):
-    """The platform's ConfigMap lists its webhooks' variables and paths (PLATFORM): a manager
-    with them is admitted; names and paths of the list that would change what runs are not,
-    nor a volume at the platform's path that is not plain files."""
+def test_what_the_platform_lists_is_admitted_never_what_would_run_other_code(platform_policed):
+    """The platform team lists its webhooks' variables and paths in the policy
+    (PLATFORM_LISTS): a manager with them is admitted; names and paths of the lists that
+    would change what runs are not, nor a volume at the platform's path that is not plain
+    files."""
+    policed = platform_policed
     policed.tenant.create_namespaced_pod(policed.namespace, with_platform_additions(manager(policed.namespace)),
                                          dry_run="All")
     for name in ("LD_PRELOAD", "PYTHONPATH"):
         pod = manager(policed.namespace)
         pod["spec"]["containers"][0]["env"].append({"name": name, "value": "/etc/ssl/certs/x"})
-        assert_refused_by_the_policy(dry_run_refusal(policed, pod), "and the platform's [HTTPS_PROXY, NO_PROXY]")
+        assert_refused_by_the_policy(dry_run_refusal(policed, pod), "and the platform's [HTTPS_PROXY, NO_PROXY]",
+                                     policed.policy)
     for path in ("/usr/local/lib/python3.11", "/etc", "/run/secrets/kubernetes.io"):
         pod = with_platform_additions(manager(policed.namespace))
         pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] = path
-        assert_refused_by_the_policy(dry_run_refusal(policed, pod), "files at the platform's [/etc/ssl/certs]")
+        assert_refused_by_the_policy(dry_run_refusal(policed, pod), "files at the platform's [/etc/ssl/certs]",
+                                     policed.policy)
     for volume in ({"persistentVolumeClaim": {"claimName": "x"}},
                    {"projected": {"sources": [{"serviceAccountToken": {"path": "token", "audience": "vault"}}]}}):
         pod = with_platform_additions(manager(policed.namespace), volume)
-        assert_refused_by_the_policy(dry_run_refusal(policed, pod), "files at the platform's [/etc/ssl/certs]")
+        assert_refused_by_the_policy(dry_run_refusal(policed, pod), "files at the platform's [/etc/ssl/certs]",
+                                     policed.policy)
 
 
 def connect(tenant: client.CoreV1Api, namespace: str, pod: str, subresource: str,
@@ -398,10 +443,11 @@ def run_to_its_end(policed: Policed, pod: dict) -> tuple[int, str]:
         policed.tenant.delete_namespaced_pod(name, policed.namespace, grace_period_seconds=0)
 
 
-def test_a_kubeconfig_in_the_managers_arguments_runs_none_of_its_code(policed, manager_node):
+def test_a_kubeconfig_in_the_managers_arguments_runs_none_of_its_code(platform_policed, manager_node):
     """The manager's arguments are free (they are the job), and the platform's path holds
     whatever ConfigMap the tenant mounts there: a kubeconfig whose exec plugin runs a command
     next to the token. The manager in a pod acts as its ServiceAccount and never reads it."""
+    policed = platform_policed
     kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "tenant",
                   "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443"}}],
                   "contexts": [{"name": "tenant", "context": {"cluster": "c", "user": "u"}}],
