@@ -138,6 +138,10 @@ class NodeGpus:
     refusal: str | None  # why the job's pods cannot go there now; None: a candidate
     room: tuple[tuple[str, int], ...] = ()  # allocatable cpu, memory, ephemeral storage, pods (``podrequests``)
     shared: str | None = None  # why its GPU units are not devices of their own (``gpusharing``)
+    # Where a queued pod may go is Kueue's to say (``kueuenodes``): read against these.
+    # Not compared: a label that changes (GFD's timestamp) changes no node's GPUs.
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    taints: tuple[Mapping, ...] = field(default=(), compare=False)
 
 
 def node_gpus(
@@ -153,6 +157,8 @@ def node_gpus(
         refusal=node_refusal(node, resource, tolerations, node_selector),
         room=tuple(node_allocatable(node.get("status") or {}).items()),
         shared=shared_units(labels, resource),
+        labels=labels,
+        taints=tuple((node.get("spec") or {}).get("taints") or ()),
     )
 
 

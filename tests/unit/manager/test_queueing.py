@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from distributetrain.core import inventory, names, placement, podgroup, podstate, topology
+from distributetrain.core import errors, inventory, names, placement, podgroup, podstate, topology
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import lifecycle, queueing
@@ -43,10 +43,32 @@ def kueue_gates(obj):
         obj["spec"]["schedulingGates"] = obj["spec"].get("schedulingGates", []) + KUEUE_GATES
 
 
-def admitted(kube, name):
-    """The pod once Kueue admitted its group: Kueue's gates removed, the job's left."""
+def admitted(kube, name, node_selector=None, tolerations=()):
+    """The pod once Kueue admitted its group: Kueue's gates removed, the job's left; with
+    its flavor's node labels and tolerations, and its topology domain, as Kueue adds them."""
     pod = kube.pods[name]
-    return "MODIFIED", pod | {"spec": pod["spec"] | {"schedulingGates": [{"name": podgroup.PLACEMENT_GATE}]}}
+    spec = pod["spec"] | {"schedulingGates": [{"name": podgroup.PLACEMENT_GATE}]}
+    if node_selector:
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **node_selector}
+    if tolerations:
+        spec["tolerations"] = [*spec.get("tolerations", []), *tolerations]
+    return "MODIFIED", pod | {"spec": spec}
+
+
+def kueue_admitting_into(flavor, domains=None):
+    """Kueue admitting a complete group into ``flavor`` (a ResourceFlavor); with
+    ``domains`` ({pod: node selector}), its topology assignment of each pod too."""
+
+    def story(kube, timeout_s):
+        gated = sorted(name for name, pod in kube.pods.items() if not podgroup.is_admitted(pod))
+        if not gated:
+            yield from kube.play_next_script(timeout_s)
+        spec = flavor.get("spec") or {}
+        for name in gated:
+            yield kube.apply(*admitted(kube, name, {**spec.get("nodeLabels", {}), **(domains or {}).get(name, {})},
+                                       spec.get("tolerations", ())))
+
+    return story
 
 
 @pytest.fixture
@@ -244,3 +266,93 @@ def test_queued_shares_are_what_each_node_could_give_the_job_s_pods_once_the_que
     assert queueing.shares(ledger_of(nodes), 7, StaticJob()) == [4, 2, 1]
     with pytest.raises(placement.InsufficientGPUs, match="requested 8 GPUs but only 7"):
         queueing.shares(ledger, 8, StaticJob())
+
+
+POOL = "example.com/pool"
+DEDICATED = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+FLAVOR = {"metadata": {"name": "ml"}, "spec": {"nodeLabels": {POOL: "ml"}, "tolerations": [DEDICATED]}}
+
+
+def flavored_nodes():
+    """a and b are the flavor's, labelled and tainted for it; c, free and untainted, is not."""
+    nodes = [node("a", 2, labels={POOL: "ml"}), node("b", 1, labels={POOL: "ml"}), node("c", 4)]
+    for flavored in nodes[:2]:
+        flavored["spec"]["taints"] = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    return nodes
+
+
+def queue_of(kube, flavor):
+    kube.custom[("clusterqueues", None, "gpus")] = {"spec": {"resourceGroups": [{
+        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+        "flavors": [{"name": flavor["metadata"]["name"], "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}}
+    kube.custom[("resourceflavors", None, flavor["metadata"]["name"])] = flavor
+
+
+def test_a_job_queued_into_a_flavor_is_planned_and_placed_on_the_flavor_s_nodes(queued_story):
+    kube, api = queued_story
+    kube.nodes = {n["metadata"]["name"]: n for n in flavored_nodes()}
+    queue_of(kube, FLAVOR)
+    kube.on_pod_watch = kueue_admitting_into(FLAVOR)
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    placed = {}
+    patch = kube.patch_pod
+    kube.patch_pod = lambda namespace, name, body: placed.setdefault(name, patch(namespace, name, body))
+    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    # Shares on the flavor's tainted nodes, not all on c: the pods run where Kueue put them.
+    assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["a=2,b=1"]
+    for name, node_name in (("demo-worker-0", "a"), ("demo-chief", "b")):  # Kueue's selector and the pin both hold
+        spec = placed[name]["spec"]
+        assert (inventory.pinned_node(spec), spec["nodeSelector"]) == (node_name, {POOL: "ml"})
+        assert DEDICATED in spec["tolerations"]
+
+
+def test_under_topology_aware_scheduling_each_pod_is_pinned_to_the_node_kueue_assigned_it(queued_story):
+    kube, api = queued_story
+    kube.nodes = {name: node(name, 2, labels={POOL: "ml"}) for name in ("a", "b")}
+    queue_of(kube, {"metadata": {"name": "tas"}, "spec": {"nodeLabels": {POOL: "ml"}, "topologyName": "default"}})
+    # 2 GPUs, one pod; the tightest fit by name would be a, Kueue's topology assignment says b.
+    kube.on_pod_watch = kueue_admitting_into(kube.custom[("resourceflavors", None, "tas")],
+                                             {"demo-chief": {"kubernetes.io/hostname": "b"}})
+    kube.pod_watches = [[("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]]
+    assert lifecycle.execute(kube, SETTINGS.replace(num_gpus=2), "run") == 0, [e["note"] for e in api.created]
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["b=2"]
+
+
+def test_a_pod_kueue_assigned_a_node_whose_gpus_are_taken_is_never_placed_elsewhere(queued_story, monkeypatch):
+    monkeypatch.setattr(queueing, "PLACE_RETRY_S", 0.05)
+    kube, api = queued_story
+    kube.nodes = {name: node(name, 2) for name in ("a", "b")}
+    kube.on_pod_watch = kueue_admitting_into({}, {"demo-chief": {"kubernetes.io/hostname": "b"}})
+
+    def meanwhile(kube, timeout_s):  # another team takes b while the job is queued
+        kube.pods["other-team-b"] = other_team_on("b", 2)
+        kube.on_pod_watch = kueue_admitting_into({}, {"demo-chief": {"kubernetes.io/hostname": "b"}})
+        yield from kube.on_pod_watch(kube, timeout_s)
+
+    kube.on_pod_watch = meanwhile
+    assert lifecycle.execute(kube, SETTINGS.replace(num_gpus=2, worker_ready_timeout_s=0.3), "run") == 69
+    assert "no nodes hold its pods now on the nodes Kueue allows them (kubernetes.io/hostname=b)" in \
+        api.created[-1]["note"], api.created[-1]["note"]
+    assert "demo-chief" not in kube.pods or not podgroup.is_placed(kube.pods["demo-chief"])
+
+
+def test_flavors_the_manager_may_not_read_leave_the_job_queued_on_its_own_view(queued_story, caplog):
+    kube, api = queued_story
+    queue_of(kube, FLAVOR)
+    kube.failures["read_kueue"] = [None, None, errors.forbidden('resourceflavors.kueue.x-k8s.io "ml" is forbidden')]
+    kube.pods["other-team-c"] = other_team_on("c", 4)
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    assert "cannot read ResourceFlavor ml" in caplog.text
+
+
+def test_without_kueue_s_api_a_queued_job_is_bad_input_naming_the_flag(queued_story):
+    kube, api = queued_story
+    kube.kueue_served = None
+    assert lifecycle.execute(kube, SETTINGS, "run") == 2
+    assert api.created[-1]["note"] == ("--queue: the cluster serves no Kueue LocalQueues (kueue.x-k8s.io): install "
+                                       "Kueue, or submit without --queue (exit code 2)")
+    assert kube.writes("create", "Pod") == []
