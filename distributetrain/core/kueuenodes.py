@@ -21,6 +21,12 @@ from dataclasses import dataclass, field
 
 from distributetrain.core.inventory import BLOCKING_TAINT_EFFECTS, NodeGpus, tolerates
 
+# What a pod under TAS carries (Kueue's apis/kueue/v1beta2/topology_types.go): Kueue adds
+# the unconstrained one to a pod it gives a domain without being asked for a level (the
+# job's pods ask for none); the others a user would set.
+TOPOLOGY_ANNOTATIONS = ("kueue.x-k8s.io/podset-unconstrained-topology", "kueue.x-k8s.io/podset-required-topology",
+                        "kueue.x-k8s.io/podset-preferred-topology")
+
 
 @dataclass(frozen=True)
 class NodeRule:
@@ -29,6 +35,7 @@ class NodeRule:
 
     labels: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Mapping, ...] = field(default=(), hash=False)
+    topology: bool = False  # Kueue's topology assignment chose the pod's domain (it may pack pods on a node)
 
     def allows(self, node: NodeGpus) -> bool:
         if any(node.labels.get(key) != value for key, value in self.labels):
@@ -42,8 +49,9 @@ class NodeRule:
 
 def pod_rule(pod: Mapping) -> NodeRule:
     """Where an admitted pod may run: its ``nodeSelector`` and tolerations as Kueue left them."""
-    spec = pod.get("spec") or {}
-    return NodeRule(tuple(sorted((spec.get("nodeSelector") or {}).items())), tuple(spec.get("tolerations") or ()))
+    spec, annotations = pod.get("spec") or {}, (pod.get("metadata") or {}).get("annotations") or {}
+    return NodeRule(tuple(sorted((spec.get("nodeSelector") or {}).items())), tuple(spec.get("tolerations") or ()),
+                    any(key in annotations for key in TOPOLOGY_ANNOTATIONS))
 
 
 def flavor_rule(flavor: Mapping, pod_tolerations: Iterable[Mapping]) -> NodeRule:

@@ -103,17 +103,18 @@ def is_admitted(pod: Mapping) -> bool:
     return not kueue_gated(pod)
 
 
-def assign(shares: Sequence[int], free: Mapping[str, int],
-           allowed: Sequence[Collection[str]] | None = None) -> list[str] | None:
+def assign(shares: Sequence[int], free: Mapping[str, int], allowed: Sequence[Collection[str]] | None = None,
+           stack: bool = False) -> list[str] | None:
     """A distinct node for each share, where that many GPUs are free (and, with
-    ``allowed``, among the nodes allowed to that share's pod); None if none fits.
+    ``allowed``, among the nodes allowed to that share's pod); None if none fits. With
+    ``stack``, shares may share a node its free GPUs hold them all (Kueue's topology
+    assignment may put two pods of a group on one node).
 
     Largest share first, each on the node with the fewest free GPUs that holds it: a node
     that holds a share holds every smaller one, so taking the tightest fit never takes a
     node a later (smaller) share needed, unless no assignment exists at all. Where pods
-    are allowed different nodes (Kueue's topology assignment gives each pod its domain),
-    the pod allowed the fewest nodes goes first among equal shares. Ties by node name, so
-    the result is deterministic.
+    are allowed different nodes (a topology domain each), the pod allowed the fewest
+    nodes goes first among equal shares. Ties by node name, so the result is deterministic.
     """
     allowed = allowed if allowed is not None else [free.keys()] * len(shares)
     order = sorted(range(len(shares)), key=lambda i: (-shares[i], len(allowed[i])))
@@ -125,7 +126,10 @@ def assign(shares: Sequence[int], free: Mapping[str, int],
             return None
         _, node = min(fitting)
         chosen[index] = node
-        del left[node]
+        if stack:
+            left[node] -= shares[index]
+        else:
+            del left[node]
     return [chosen[index] for index in range(len(shares))]
 
 

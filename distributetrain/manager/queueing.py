@@ -216,7 +216,8 @@ class _Choice:
     """A node for each admitted pod's share, among the nodes its rule allows: with one rule
     for all (a flavor), in the tightest network domain that holds them, as the planner
     would choose it; with a rule of each pod's own (Kueue's topology assignment, which
-    chose their domains), on nodes of the domain each was given."""
+    chose their domains), on nodes of the domain each was given, a node of its own if
+    they can, else as Kueue packed them."""
 
     def __init__(self, settings: JobSettings, wanted: list[int], rules: list[NodeRule]):
         self.settings, self.wanted, self.rules = settings, wanted, rules
@@ -231,6 +232,9 @@ class _Choice:
             nodes = topology.assign(self.wanted, allowed[0], ledger.paths, self.settings.topology)
         else:
             nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed])
+        if nodes is None and any(rule.topology for rule in self.rules) and not self.settings.host_network:
+            # Pods Kueue's topology assignment packed on one node go there (but hostPorts would collide).
+            nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed], stack=True)
         if nodes is None:
             raise placement.InsufficientGPUs(sum(self.wanted), sum(free.values()))
         self.domains = topology.describe(list(zip(nodes, self.wanted)), ledger.paths, self.settings.topology)

@@ -11,7 +11,8 @@ placement lock uses them). It misbehaves on demand in ways no cluster test can p
   ``ERROR`` event with the first code left, and ends.
 
 Only what ``distributetrain.kube.client`` sends is understood; anything else is a 404.
-``PodListServer`` serves the inventory's pod list in protobuf, whole or in pages, as an
+``PathServer`` answers GETs of fixed paths with fixed JSON (discovery documents, custom
+objects), a 404 Status for any other path. ``PodListServer`` serves the inventory's pod list in protobuf, whole or in pages, as an
 API server of a given version does, with a list that never comes whole (read from etcd),
 pages cut part way and continue tokens expired on demand. ``RudeServer`` is a TCP server
 that accepts connections and never answers, or closes them.
@@ -237,6 +238,49 @@ class FakeApiServer:
         line = json.dumps(event).encode() + b"\n"
         handler.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
         handler.wfile.flush()
+
+
+class PathServer(ThreadingHTTPServer):
+    """GETs of ``answers``' paths answered with their JSON; any other path a 404 Status, as
+    the API server answers a path it does not serve. ``paths``: every path asked, in order."""
+
+    def __init__(self, answers: dict[str, dict]):
+        self.answers = answers
+        self.paths: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(handler) -> None:
+                path = urlparse(handler.path).path
+                server.paths.append(path)
+                found = server.answers.get(path)
+                body = json.dumps(found if found is not None else _status(
+                    404, "NotFound", "the server could not find the requested resource")).encode()
+                handler.send_response(200 if found is not None else 404)
+                handler.send_header("Content-Type", "application/json")
+                handler.send_header("Content-Length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body)
+
+            def log_message(handler, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+    def __enter__(self) -> "PathServer":
+        threading.Thread(target=self.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
 
 
 class PodListServer(ThreadingHTTPServer):

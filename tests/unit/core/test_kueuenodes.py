@@ -41,10 +41,12 @@ def test_a_flavor_allows_its_labelled_nodes_and_their_taint_it_tolerates():
 
 def test_an_admitted_pod_runs_where_its_selector_and_tolerations_say():
     """As Kueue leaves a pod admitted under TAS: the flavor's label and its domain's, down to the node."""
-    pod = {"spec": {"nodeSelector": {POOL: "ml", "kubernetes.io/hostname": "b"},
+    pod = {"metadata": {"annotations": {"kueue.x-k8s.io/podset-unconstrained-topology": "true"}},
+           "spec": {"nodeSelector": {POOL: "ml", "kubernetes.io/hostname": "b"},
                     "tolerations": [*JOB.pod_tolerations, DEDICATED]}}
     rule = kueuenodes.pod_rule(pod)
-    assert str(rule) == "example.com/pool=ml,kubernetes.io/hostname=b"
+    assert str(rule) == "example.com/pool=ml,kubernetes.io/hostname=b" and rule.topology
+    assert not kueuenodes.pod_rule({"spec": pod["spec"]}).topology  # a flavor's selector alone
     allowed = {n: 8 for n in "abc"}
     nodes = {"a": part("a", {POOL: "ml"}), "b": part("b", {POOL: "ml"}, [("dedicated", "ml", "NoSchedule")]),
              "c": part("c")}
@@ -113,3 +115,9 @@ def test_a_pod_given_one_node_by_its_topology_assignment_gets_it():
     assert podgroup.assign([2, 2], {"a": 2, "b": 2, "c": 4}, [{"a", "b", "c"}, {"b"}]) == ["a", "b"]
     assert podgroup.assign([2], {"a": 2, "b": 2}, [{"b"}]) == ["b"]
     assert podgroup.assign([2], {"a": 2, "b": 1}, [{"b"}]) is None
+
+
+def test_pods_a_topology_assignment_packed_on_one_node_share_it_where_asked_to_and_it_holds_them():
+    assert podgroup.assign([2, 1], {"a": 4, "b": 1}, [{"a"}, {"a"}]) is None
+    assert podgroup.assign([2, 1], {"a": 4, "b": 1}, [{"a"}, {"a"}], stack=True) == ["a", "a"]
+    assert podgroup.assign([2, 2], {"a": 3}, [{"a"}, {"a"}], stack=True) is None

@@ -43,16 +43,20 @@ def kueue_gates(obj):
         obj["spec"]["schedulingGates"] = obj["spec"].get("schedulingGates", []) + KUEUE_GATES
 
 
-def admitted(kube, name, node_selector=None, tolerations=()):
+def admitted(kube, name, node_selector=None, tolerations=(), domain=None):
     """The pod once Kueue admitted its group: Kueue's gates removed, the job's left; with
-    its flavor's node labels and tolerations, and its topology domain, as Kueue adds them."""
+    its flavor's node labels and tolerations, and its topology ``domain``, as Kueue adds them."""
     pod = kube.pods[name]
     spec = pod["spec"] | {"schedulingGates": [{"name": podgroup.PLACEMENT_GATE}]}
-    if node_selector:
-        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **node_selector}
+    metadata = pod["metadata"]
+    if node_selector or domain:
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **(node_selector or {}), **(domain or {})}
     if tolerations:
         spec["tolerations"] = [*spec.get("tolerations", []), *tolerations]
-    return "MODIFIED", pod | {"spec": spec}
+    if domain:
+        metadata = metadata | {"annotations": {**metadata.get("annotations", {}),
+                                               "kueue.x-k8s.io/podset-unconstrained-topology": "true"}}
+    return "MODIFIED", pod | {"spec": spec, "metadata": metadata}
 
 
 def kueue_admitting_into(flavor, domains=None):
@@ -65,8 +69,8 @@ def kueue_admitting_into(flavor, domains=None):
             yield from kube.play_next_script(timeout_s)
         spec = flavor.get("spec") or {}
         for name in gated:
-            yield kube.apply(*admitted(kube, name, {**spec.get("nodeLabels", {}), **(domains or {}).get(name, {})},
-                                       spec.get("tolerations", ())))
+            yield kube.apply(*admitted(kube, name, spec.get("nodeLabels"), spec.get("tolerations", ()),
+                                       (domains or {}).get(name)))
 
     return story
 
@@ -356,3 +360,26 @@ def test_without_kueue_s_api_a_queued_job_is_bad_input_naming_the_flag(queued_st
     assert api.created[-1]["note"] == ("--queue: the cluster serves no Kueue LocalQueues (kueue.x-k8s.io): install "
                                        "Kueue, or submit without --queue (exit code 2)")
     assert kube.writes("create", "Pod") == []
+
+
+@pytest.mark.parametrize("host_network, code, plan", [(False, 0, ["a=2,a=1"]), (True, 69, [])])
+def test_two_pods_kueue_s_topology_assignment_put_on_one_node_go_there_unless_their_ports_collide(
+        queued_story, monkeypatch, host_network, code, plan):
+    monkeypatch.setattr(queueing, "PLACE_RETRY_S", 0.05)
+    kube, api = queued_story
+    kube.nodes = {"a": node("a", 4), "b": node("b", 1)}
+    kube.pods["other-team-a"] = other_team_on("a", 2)  # the shares: 2 on a, 1 on b
+    on_a = {"kubernetes.io/hostname": "a"}
+
+    def meanwhile(kube, timeout_s):  # a frees up while queued; Kueue packs both pods there
+        del kube.pods["other-team-a"]
+        kube.on_pod_watch = kueue_admitting_into({}, {"demo-worker-0": on_a, "demo-chief": on_a})
+        yield from kube.on_pod_watch(kube, timeout_s)
+
+    kube.on_pod_watch = meanwhile
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    settings = SETTINGS.replace(host_network=host_network, worker_ready_timeout_s=0.3)
+    assert lifecycle.execute(kube, settings, "run") == code, [e["note"] for e in api.created]
+    assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == plan
