@@ -57,7 +57,8 @@ def lists_from_cache(version: dict) -> bool:
 class PodLister:
     """``each_pod`` for one API server, which it reads whole or in pages (decided once)."""
 
-    def __init__(self, api_client: client.ApiClient, call: Call, retryable: Callable[[errors.DistributeTrainError], bool]):
+    def __init__(self, api_client: client.ApiClient, call: Call,
+                 retryable: Callable[[errors.DistributeTrainError], bool]):
         self.api_client = api_client
         self._call = call
         self._retryable = retryable

@@ -88,23 +88,17 @@ def check_queue(kube: Kube, settings: JobSettings) -> list[NodeRule]:
     if local is None:
         raise errors.UsageError("--queue", f"no LocalQueue {settings.queue!r} in namespace {settings.namespace!r}")
     cluster_queue_name = (local.get("spec") or {}).get("clusterQueue", "")
-    cluster_queue = _read_cluster_wide(kube, settings, "clusterqueues", cluster_queue_name,
-                                       "its quota is not checked, nor its flavors read")
-    quota = podgroup.gpu_quota(cluster_queue or {}, settings.gpu_resource)
+    try:
+        cluster_queue = kube.read_kueue("clusterqueues", None, cluster_queue_name) or {}
+    except errors.Forbidden as e:  # rbac/kueue/clusterrole.yaml not applied: queue it unchecked
+        log.warning("job %s: cannot read ClusterQueue %s (%s); its quota is not checked, nor its flavors read",
+                    settings.job_name, cluster_queue_name, e)
+        cluster_queue = {}
+    quota = podgroup.gpu_quota(cluster_queue, settings.gpu_resource)
     if quota is not None and settings.num_gpus > quota:
         raise errors.UsageError("--num-gpus", f"requested {settings.num_gpus} GPUs but queue {settings.queue}'s "
                                               f"ClusterQueue {cluster_queue_name} admits {quota} at most")
-    return _flavor_rules(kube, settings, cluster_queue or {})
-
-
-def _read_cluster_wide(kube: Kube, settings: JobSettings, plural: str, name: str, else_: str) -> dict | None:
-    """A ClusterQueue or ResourceFlavor; None if absent, or not readable
-    (rbac/kueue/clusterrole.yaml not applied: the job is queued all the same)."""
-    try:
-        return kube.read_kueue(plural, None, name)
-    except errors.Forbidden as e:
-        log.warning("job %s: cannot read %s %s (%s); %s", settings.job_name, plural, name, e, else_)
-        return None
+    return _flavor_rules(kube, settings, cluster_queue)
 
 
 def _flavor_rules(kube: Kube, settings: JobSettings, cluster_queue: Mapping) -> list[NodeRule]:
@@ -194,8 +188,8 @@ class QueuedPlacement:
                                                                 "(the chief's share last)")
                 return booked
             if clock.monotonic() >= give_up_at:
-                raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now{choice.where}: "
-                                       f"{booked}", exitcodes.INSUFFICIENT_GPUS)
+                raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now"
+                                       f"{choice.where}: {booked}", exitcodes.INSUFFICIENT_GPUS)
             clock.sleep(PLACE_RETRY_S)
 
     def _place_pods(self, pods: list[str], plan: Plan) -> None:
@@ -237,5 +231,6 @@ class _Choice:
             nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed], stack=True)
         if nodes is None:
             raise placement.InsufficientGPUs(sum(self.wanted), sum(free.values()))
-        self.domains = topology.describe(list(zip(nodes, self.wanted)), ledger.paths, self.settings.topology)
-        return list(zip(nodes, self.wanted))
+        plan = list(zip(nodes, self.wanted))
+        self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
+        return plan

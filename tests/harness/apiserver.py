@@ -12,10 +12,11 @@ placement lock uses them). It misbehaves on demand in ways no cluster test can p
 
 Only what ``distributetrain.kube.client`` sends is understood; anything else is a 404.
 ``PathServer`` answers GETs of fixed paths with fixed JSON (discovery documents, custom
-objects), a 404 Status for any other path. ``PodListServer`` serves the inventory's pod list in protobuf, whole or in pages, as an
-API server of a given version does, with a list that never comes whole (read from etcd),
-pages cut part way and continue tokens expired on demand. ``RudeServer`` is a TCP server
-that accepts connections and never answers, or closes them.
+objects), a 404 Status for any other path. ``PodListServer`` serves the inventory's pod
+list in protobuf, whole or in pages, as an API server of a given version does, with a
+list that never comes whole (read from etcd), pages cut part way and continue tokens
+expired on demand. ``RudeServer`` is a TCP server that accepts connections and never
+answers, or closes them.
 """
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ def status(body: dict) -> bytes:
     if details is not None:
         causes = b"".join(field(4, b"".join(text(n, c[k]) for n, k in ((1, "reason"), (2, "message"), (3, "field"))
                                             if k in c)) for c in details.get("causes") or ())
-        encoded += field(5, b"".join(text(n, details[k]) for n, k in ((1, "name"), (2, "group"), (3, "kind"), (6, "uid"))
-                                     if k in details) + causes
+        named = ((1, "name"), (2, "group"), (3, "kind"), (6, "uid"))
+        encoded += field(5, b"".join(text(n, details[k]) for n, k in named if k in details) + causes
                          + (number(5, details["retryAfterSeconds"]) if "retryAfterSeconds" in details else b""))
     encoded += number(6, body.get("code", 0) & (1 << 64) - 1)
     return b"k8s\x00" + field(1, text(1, "v1") + text(2, "Status")) + field(2, encoded) + ENVELOPE_TRAILER

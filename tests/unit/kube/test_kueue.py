@@ -13,7 +13,8 @@ from harness.apiserver import PathServer, kube_at
 
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=2.0, retry_deadline_s=2.0)
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1", queue="team-a")
-LOCAL_QUEUE = {"kind": "LocalQueue", "metadata": {"name": "team-a", "namespace": "ml"}, "spec": {"clusterQueue": "gpus"}}
+LOCAL_QUEUE = {"kind": "LocalQueue", "metadata": {"name": "team-a", "namespace": "ml"},
+               "spec": {"clusterQueue": "gpus"}}
 # A ClusterQueue as v1beta1 has it: cohort, not v1beta2's cohortName.
 CLUSTER_QUEUE = {"kind": "ClusterQueue", "metadata": {"name": "gpus"}, "spec": {"cohort": "", "resourceGroups": [
     {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],

@@ -58,9 +58,9 @@ def test_an_error_in_protobuf_keeps_its_message_and_its_kind():
     forbidden = calls.translate(protobuf_error(403, "Forbidden", denied))
     assert (type(forbidden), str(forbidden), forbidden.exit_code) == (errors.Forbidden, denied,
                                                                       exitcodes.PERMISSION_DENIED)
-    quota = calls.translate(protobuf_error(403, "Forbidden", 'pods "w" is forbidden: exceeded quota: gpus, requested: '
-                                                             'requests.nvidia.com/gpu=2, used: requests.nvidia.com/gpu=2, '
-                                                             'limited: requests.nvidia.com/gpu=2'))
+    quota = calls.translate(protobuf_error(
+        403, "Forbidden", 'pods "w" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=2, '
+                          'used: requests.nvidia.com/gpu=2, limited: requests.nvidia.com/gpu=2'))
     assert isinstance(quota, errors.QuotaFull)
     expired = calls.translate(protobuf_error(410, "Expired", "The provided continue parameter is too old"))
     assert (type(expired), str(expired)) == (errors.Gone, "The provided continue parameter is too old")

@@ -288,7 +288,8 @@ def flavored_nodes():
 def queue_of(kube, flavor):
     kube.custom[("clusterqueues", None, "gpus")] = {"spec": {"resourceGroups": [{
         "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-        "flavors": [{"name": flavor["metadata"]["name"], "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}}
+        "flavors": [{"name": flavor["metadata"]["name"],
+                     "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}}
     kube.custom[("resourceflavors", None, flavor["metadata"]["name"])] = flavor
 
 
