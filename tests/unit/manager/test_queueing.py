@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from distributetrain.core import errors, inventory, names, placement, podgroup, podstate, topology
+from distributetrain.core import errors, inventory, kueuenodes, names, placement, podgroup, podstate, topology
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import lifecycle, queueing
@@ -384,3 +384,15 @@ def test_two_pods_kueue_s_topology_assignment_put_on_one_node_go_there_unless_th
     assert lifecycle.execute(kube, settings, "run") == code, [e["note"] for e in api.created]
     assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
     assert kube.annotation_history(names.ANNOTATION_PLAN) == plan
+
+
+def test_queued_shares_are_planned_on_the_first_flavor_whose_nodes_hold_them():
+    x1, x2, y = (sized_node(name, gpus, labels={POOL: pool}) for name, gpus, pool in (("x1", 1, "x"), ("x2", 1, "x"),
+                                                                                       ("y", 4, "y")))
+    ledger = ledger_of([x1, x2, y])
+    x_flavor, y_flavor = (kueuenodes.flavor_rule({"spec": {"nodeLabels": {POOL: pool}}}, ()) for pool in "xy")
+    assert queueing.shares(ledger, 2, StaticJob(), [x_flavor, y_flavor]) == [1, 1]  # x's, tried first
+    assert queueing.shares(ledger, 3, StaticJob(), [x_flavor, y_flavor]) == [3]  # x cannot hold 3: y's
+    assert queueing.shares(ledger, 2, StaticJob()) == [2]  # no flavor known: the whole cluster's tightest plan
+    with pytest.raises(placement.InsufficientGPUs):
+        queueing.shares(ledger, 5, StaticJob(), [x_flavor, y_flavor])
