@@ -68,9 +68,16 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
     monkeypatch.setattr(podlist, "LIST_FROM_CACHE_SINCE", (99, 0))
     monkeypatch.setattr(podlist, "PAGE_SIZE", 1)
     paged, restarts = [], []
+
+    def restart() -> None:
+        restarts.append(len(paged))
+        paged.clear()
+
     kube = Kube(api_client)
-    assert int(kube.each_pod_request(paged.append, lambda: restarts.append(len(paged)), field_selector=selector)) > 0
-    assert (paged, restarts) == (listed, [0])
+    assert int(kube.each_pod_request(paged.append, restart, field_selector=selector)) > 0
+    names = [p["metadata"]["name"] for p in paged]
+    assert restarts == [0] and sorted(names) == sorted(p["metadata"]["name"] for p in listed), (names, restarts)
+    assert sorted(paged, key=lambda p: p["metadata"]["name"]) == sorted(listed, key=lambda p: p["metadata"]["name"])
     assert kube.requests - 1 >= len(listed)  # the server's version, then a page a pod (and an empty last one)
 
 
