@@ -65,7 +65,6 @@ class Kube(KubeApi):
         self.clock = clock  # of the retries' deadlines and delays, and of a watch's span
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
         self.networking = client.NetworkingV1Api(api_client)
         self.kueue = KueueReads(api_client, self._call)
         self.pod_lister = PodLister(api_client, self._call, self._retryable)
@@ -202,12 +201,15 @@ class Kube(KubeApi):
             return None
 
     def kueue_version(self) -> str | None:
+        """The version of Kueue's API the manager reads, decided once (``kube.kueue``)."""
         return self.kueue.version()
 
     def read_kueue(self, plural: str, namespace: str | None, name: str) -> dict | None:
+        """A LocalQueue, or a ClusterQueue or ResourceFlavor (``namespace`` None); None if absent."""
         return self.kueue.read(plural, namespace, name)
 
     def pending_workloads(self, namespace: str, local_queue: str) -> list[dict]:
+        """A LocalQueue's pending workloads from Kueue's visibility API, tried once."""
         return self.kueue.pending_workloads(namespace, local_queue)
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
