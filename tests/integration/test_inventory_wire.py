@@ -8,6 +8,7 @@ import json
 import pytest
 from kubernetes import client
 
+from distributetrain.core import inventory
 from distributetrain.kube import podlist, podwire, protowire
 from distributetrain.kube.client import Kube
 
@@ -63,10 +64,11 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
     listed = []
     assert int(Kube(api_client).each_pod_request(listed.append, listed.clear, field_selector=selector)) > 0
     assert sorted(listed, key=lambda p: p["metadata"]["name"]) == sorted(from_protobuf, key=lambda p: p["metadata"]["name"])
-    # In pages of one pod, as from a server older than 1.31: each page a request with the
-    # server's own continue token, the same pods.
+    # In pages, as from a server older than 1.31, the inventory's own query (every pod of
+    # the cluster): each page a request with the server's own continue token, one snapshot,
+    # each pod once, and this namespace's pods the same.
     monkeypatch.setattr(podlist, "LIST_FROM_CACHE_SINCE", (99, 0))
-    monkeypatch.setattr(podlist, "PAGE_SIZE", 1)
+    monkeypatch.setattr(podlist, "PAGE_SIZE", 5)
     paged, restarts = [], []
 
     def restart() -> None:
@@ -74,11 +76,12 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
         paged.clear()
 
     kube = Kube(api_client)
-    assert int(kube.each_pod_request(paged.append, restart, field_selector=selector)) > 0
-    names = [p["metadata"]["name"] for p in paged]
-    assert restarts == [0] and sorted(names) == sorted(p["metadata"]["name"] for p in listed), (names, restarts)
-    assert sorted(paged, key=lambda p: p["metadata"]["name"]) == sorted(listed, key=lambda p: p["metadata"]["name"])
-    assert kube.requests - 1 >= len(listed)  # the server's version, then a page a pod (and an empty last one)
+    assert int(kube.each_pod_request(paged.append, restart, field_selector=inventory.ACTIVE_PODS_SELECTOR)) > 0
+    uids = [p["metadata"]["uid"] for p in paged]
+    assert restarts == [0] and len(uids) == len(set(uids)), restarts
+    ours = [p for p in paged if p["metadata"].get("namespace") == namespace]
+    assert sorted(ours, key=lambda p: p["metadata"]["name"]) == sorted(listed, key=lambda p: p["metadata"]["name"])
+    assert kube.requests > 1 + len(paged) // 5  # the server's version, then pages of 5
 
 
 def raw(api_client, path: str, headers: dict) -> bytes:

@@ -1,7 +1,9 @@
 """protowire: an error the API server answers in protobuf (to the inventory's pod list,
 which asks for protobuf) is decoded whole, as its JSON reads, so it keeps its reason and
-message: the local API server's own bytes for a 403, a 404 and a 410 (fixtures written
-by tests/integration/test_inventory_wire.py), and any Status harness/podproto writes."""
+message: the local API server's own bytes for a 403 (a list by a user with no rights), a
+404 (a pod that is not there) and a 410 (a list at a revision etcd has compacted), each
+asked once in protobuf and once in JSON (fixtures/; tests/integration/test_inventory_wire.py
+asks the live server for the first two again), and any Status harness/podproto writes."""
 
 import json
 from pathlib import Path
