@@ -4,6 +4,7 @@ give the same pods, cut to what the inventory reads, as its JSON does, whole or 
 errors."""
 
 import json
+import math
 
 import pytest
 from kubernetes import client
@@ -81,7 +82,7 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
     assert restarts == [0] and len(uids) == len(set(uids)), restarts
     ours = [p for p in paged if p["metadata"].get("namespace") == namespace]
     assert sorted(ours, key=lambda p: p["metadata"]["name"]) == sorted(listed, key=lambda p: p["metadata"]["name"])
-    assert kube.requests > 1 + len(paged) // 5  # the server's version, then pages of 5
+    assert kube.requests >= 1 + math.ceil(len(paged) / 5)  # the server's version, then pages of 5
 
 
 def raw(api_client, path: str, headers: dict) -> bytes:
