@@ -16,12 +16,14 @@ read back from the pods once admitted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from distributetrain.core import errors, exitcodes, inventory, kueuenodes, placement, podgroup, record, topology
+from distributetrain.core.inventory import NodeGpus
 from distributetrain.core.kueuenodes import NodeRule
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
@@ -29,13 +31,13 @@ from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking, isolation
+from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.queuepositions import QueuePositions
 from distributetrain.manager.run import Run
 
 log = logging.getLogger(__name__)
 
-PLACE_RETRY_S = 1.0  # admitted but no node has the GPUs free yet: look again this often
 GROUP_TOKEN_BYTES = 2  # podgroup.group_name's token: 4 hex characters
 
 
@@ -127,7 +129,7 @@ class QueuedPlacement:
     def place(self) -> Plan:
         settings = self.run.settings
         flavors = check_queue(self.kube, settings)
-        ledger, _ = booking.take_inventory(self.kube, _tolerating(settings, flavors))
+        ledger = booking.take_inventory(self.kube, _tolerating(settings, flavors), shared=True, clock=self.run.clock)
         booking.check_request(ledger, settings)
         wanted = shares(ledger, settings.num_gpus, self.kind, flavors)
         return self.resume(wanted, self._create(wanted))
@@ -171,26 +173,39 @@ class QueuedPlacement:
         return view
 
     def _pin(self, pods: list[str], wanted: list[int], rules: list[NodeRule]) -> Plan:
-        """Nodes for the admitted pods, each among those its ``rules`` allow, from a fresh
-        inventory under the Lease."""
-        settings = self.run.settings
-        clock = self.run.clock
+        """Nodes for the admitted pods, each among those its ``rules`` allow, booked as
+        every plan is (``booking``). Short of GPUs, the free GPUs are followed
+        (``FreeGpuWatch``) and booked again only when they could hold the shares: no Lease
+        is taken, nothing listed, while nothing changes."""
+        settings, clock = self.run.settings, self.run.clock
         give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, self.run.deadline)
         choice = _Choice(settings, wanted, rules)
-        while True:
-            booked = booking.book(self.kube, _tolerating(settings, rules), choice,
-                                  lambda plan: self._place_pods(pods, plan), clock=clock)
-            if isinstance(booked, list):
-                self.run.reporter.planned(booked, choice.domains)
-                in_domains = f" in {choice.domains}" if choice.domains else ""
-                self.run.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
-                                                                f"{format_plan(booked)}{in_domains} "
-                                                                "(the chief's share last)")
-                return booked
-            if clock.monotonic() >= give_up_at:
-                raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now"
-                                       f"{choice.where}: {booked}", exitcodes.INSUFFICIENT_GPUS)
-            clock.sleep(PLACE_RETRY_S)
+        tolerating = _tolerating(settings, rules)
+        with contextlib.ExitStack() as waiting:
+            watch: FreeGpuWatch | None = None  # from the first shortage on
+            while True:
+                seen = watch.generation if watch else 0
+                booked = booking.book(self.kube, tolerating, choice, lambda plan: self._place_pods(pods, plan),
+                                      give_up_at, lambda: watch is None or watch.fits() is not False, clock)
+                if isinstance(booked, list):
+                    self._planned(booked, choice.domains)
+                    return booked
+                if clock.monotonic() >= give_up_at:
+                    raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now"
+                                           f"{choice.where}: {booked}", exitcodes.INSUFFICIENT_GPUS)
+                if watch is None:
+                    # fits is asked only here, once the watch is entered (and ``watch`` set)
+                    watch = waiting.enter_context(FreeGpuWatch(
+                        self.kube, tolerating, clock=clock,
+                        fits=lambda free: choice.nodes(free, watch.parts.nodes) is not None))
+                watch.wait_until_fits(seen, give_up_at)
+
+    def _planned(self, plan: Plan, domains: str) -> None:
+        settings = self.run.settings
+        self.run.reporter.planned(plan, domains)
+        in_domains = f" in {domains}" if domains else ""
+        self.run.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
+                                                        f"{format_plan(plan)}{in_domains} (the chief's share last)")
 
     def _place_pods(self, pods: list[str], plan: Plan) -> None:
         namespace = self.run.settings.namespace
@@ -221,16 +236,24 @@ class _Choice:
 
     def __call__(self, ledger: inventory.GpuLedger) -> Plan:
         free = ledger.free()
-        allowed = [kueuenodes.allowed(free, ledger.selected, rule) for rule in self.rules]
-        if all(rule == self.rules[0] for rule in self.rules):
-            nodes = topology.assign(self.wanted, allowed[0], ledger.paths, self.settings.topology)
-        else:
-            nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed])
-        if nodes is None and any(rule.topology for rule in self.rules) and not self.settings.host_network:
-            # Pods Kueue's topology assignment packed on one node go there (but hostPorts would collide).
-            nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed], stack=True)
+        nodes = self.nodes(free, ledger.selected, ledger.paths)
         if nodes is None:
             raise placement.InsufficientGPUs(sum(self.wanted), sum(free.values()))
         plan = list(zip(nodes, self.wanted))
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
         return plan
+
+    def nodes(self, free: Mapping[str, int], parts: Mapping[str, NodeGpus],
+              paths: Mapping[str, topology.Path] | None = None) -> list[str] | None:
+        """A node for each share on these free GPUs (``parts``: each node's labels and
+        taints), or None; without ``paths``, the network domains are not chosen."""
+        allowed = [kueuenodes.allowed(free, parts, rule) for rule in self.rules]
+        if all(rule == self.rules[0] for rule in self.rules):
+            nodes = (topology.assign(self.wanted, allowed[0], paths, self.settings.topology) if paths is not None
+                     else podgroup.assign(self.wanted, allowed[0]))
+        else:
+            nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed])
+        if nodes is None and any(rule.topology for rule in self.rules) and not self.settings.host_network:
+            # Pods Kueue's topology assignment packed on one node go there (but hostPorts would collide).
+            nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed], stack=True)
+        return nodes
