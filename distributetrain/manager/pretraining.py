@@ -230,7 +230,8 @@ class PreTraining:
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
                                     may_wait and not self.job_run.growth_stopped, ledger.paths)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
-        self.new_node_place = scaleup.new_node_place(plan, ledger.labels, self.settings)
+        if scaleup.new_node_shares(plan):
+            self.new_node_place = scaleup.new_node_place(plan, ledger.labels, self.settings)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
 
