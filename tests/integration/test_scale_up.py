@@ -27,10 +27,10 @@ from roughness import other_tenants
 pytestmark = pytest.mark.cluster
 
 BOOT_DELAY = "5s"  # the NodeClass's nodeRegistrationDelay: a cloud GPU node's minutes, in seconds
-# A job whose chief would give up on its hosts after 20 + 5 + 60 s, had it only the bound of
+# A job whose chief would give up on its hosts after 30 + 5 + 60 s, had it only the bound of
 # its start (--worker-ready-timeout, --image-pull-timeout and a minute): its new node boots longer.
-SHORT_START = ("--worker-ready-timeout=20s", "--image-pull-timeout=5s")
-SLOW_BOOT = "110s"
+SHORT_START = ("--worker-ready-timeout=30s", "--image-pull-timeout=5s")
+SLOW_BOOT = "120s"
 ZONE = "topology.kubernetes.io/zone"
 REFUSED_TIMEOUT_S = 90  # the manager's start and plan, Karpenter's batching, its refusal: well within --wait-for-gpus
 # gpu-8x has 1900m CPU and 16Gi allocatable: an 8-GPU pod must fit it.
