@@ -133,3 +133,15 @@ def test_with_no_running_share_or_labels_the_node_selector_alone_places_a_new_no
 def test_running_shares_across_zones_allow_either_zone():
     labels = {"a": {ZONE: "z2"}, "b": {ZONE: "z1"}}
     assert scaleup.new_node_place([(NEW, 8), ("a", 2), ("b", 2)], labels, JOB).required == ((ZONE, ("z1", "z2")),)
+
+
+@given(free=free_maps, racks=st.lists(st.sampled_from(["r1", "r2", "r3", None]), min_size=5, max_size=5),
+       gpus=st.integers(min_value=1, max_value=40), node_gpus=st.integers(min_value=1, max_value=8))
+def test_with_a_required_level_for_all_inputs_the_running_shares_share_one_known_domain(free, racks, gpus, node_gpus):
+    paths = {node: (rack,) for node, rack in zip(sorted(free), racks)}
+    plan = scaleup.plan(free, gpus, node_gpus, paths, topology.parse(f"{RACK}!"))
+    assert sum(share for _, share in plan) == gpus
+    running = [node for node, _ in plan if node != NEW]
+    assert len({paths[node] for node in running}) <= 1 and all(paths[node] != (None,) for node in running)
+    assert all(share <= free[node] for node, share in plan if node != NEW)
+    assert all(share <= node_gpus for node, share in plan if node == NEW)
