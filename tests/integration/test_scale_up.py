@@ -91,7 +91,7 @@ def test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after(karpente
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("grows", scale_up_args(pool, claim, namespace, "5m"))
         worker = jobs.wait_for("grows-worker-0", lambda p: True, 120)
-        assert worker["metadata"]["annotations"]["distributetrain.io/awaits-new-node"] == "true"
+        assert worker["metadata"]["labels"]["distributetrain.io/awaits-new-node"] == "true"
         claimed = launched_claims(custom, karpenter_nodes, 2)
         assert jobs.exit_code("grows", JOB_FINISH_TIMEOUT_S) == exitcodes.OK, jobs.report("grows")
         assert "(new node)=8,(new node)=4" in jobs.logs("grows")
