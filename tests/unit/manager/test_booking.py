@@ -4,7 +4,7 @@ import pytest
 
 from distributetrain.core import errors, placement, topology
 from distributetrain.manager import booking
-from harness.builders import JOB, TIME_SLICED, ledger_of, sized_node
+from harness.builders import GKE_TIME_SHARED, JOB, MIG_SLICED, TIME_SLICED, ledger_of, sized_node
 
 RACK = "example.com/rack"
 RACKED = JOB.replace(topology=topology.parse(f"{RACK}!"))
@@ -16,6 +16,16 @@ RACKED = JOB.replace(topology=topology.parse(f"{RACK}!"))
      "fit 2 of the 4 GPUs the cluster's nodes advertise: their allocatable CPU holds too few pods of 2 CPU per GPU"),
     ([sized_node("a", 4, memory="16Gi")], JOB, "--memory-per-gpu", "too few pods of 8Gi per GPU"),
     ([sized_node("s", 8, labels=TIME_SLICED)], JOB, "--allow-shared-gpus", "one rank of the job per node"),
+    ([sized_node("m", 7, labels=MIG_SLICED), sized_node("n", 7, labels=MIG_SLICED)], JOB, "--allow-shared-gpus",
+     "fit 2 of the 14 GPUs the cluster's nodes advertise: they are MIG slices "
+     "(nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-MIG-1g.10gb): one rank of the job per node"),
+    ([sized_node("g", 6, labels=GKE_TIME_SHARED)], JOB.replace(allow_shared_gpus=True), "--num-gpus",
+     "they are GPUs time-shared by GKE (cloud.google.com/gke-gpu-sharing-strategy=time-sharing, "
+     "cloud.google.com/gke-max-shared-clients-per-gpu=3): one rank of the job per node (their platform gives "
+     "a container one unit at most)"),
+    ([sized_node("s", 8, labels=TIME_SLICED), sized_node("g", 6, labels=GKE_TIME_SHARED)],
+     JOB.replace(num_gpus=10, allow_shared_gpus=True), "--num-gpus",
+     "fit 9 of the 14 GPUs the cluster's nodes advertise: they are GPUs time-shared by GKE ("),  # allowed: GKE's alone
     ([sized_node("a", 4, pods="0")], JOB, "--num-gpus", "their allocatable pods holds too few of the job's pods"),
     ([sized_node("a", 2, labels={RACK: "r1"}), sized_node("b", 2, labels={RACK: "r2"})], RACKED, "--topology",
      f"requested 4 GPUs but one rack of the cluster's nodes holds 2 of the job's GPUs at most ({RACK}! is required)"),

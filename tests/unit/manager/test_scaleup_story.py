@@ -98,7 +98,8 @@ def quick_waits(monkeypatch):
     """Real time, short: the wait for free GPUs after a release follows watches on threads of
     their own (``freegpus``), which move no fake clock. Its watches read the fake API."""
     monkeypatch.setattr("distributetrain.manager.pretraining.FreeGpuWatch",
-                        lambda kube, settings, clock: FreeGpuWatch(kube, settings, client=lambda same: same, clock=clock))
+                        lambda kube, settings, clock, **more: FreeGpuWatch(kube, settings, client=lambda same: same,
+                                                                           clock=clock, **more))
     monkeypatch.setattr("distributetrain.manager.newnodes.RECHECK_S", 0.1)
     monkeypatch.setattr("distributetrain.manager.newnodes.NO_AUTOSCALER_WINDOW_S", 0.5)
 
