@@ -16,6 +16,8 @@ from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.podfit import JobFit, PodShape
 from distributetrain.core.podrequests import pod_requests
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube import podwire
+from unit.core.test_manifests import KEYS
 
 
 def free_gpus(
@@ -366,9 +368,6 @@ def test_with_topology_levels_the_ledger_knows_each_nodes_place():
 
 def awaiting(gpus=8, selector=(), zone="z1", uid="p"):
     """Another manager's pod for a node the cluster adds, as the inventory reads it off the wire."""
-    from distributetrain.kube import podwire
-    from test_manifests import KEYS
-
     settings = A_JOB.replace(num_gpus=gpus + 1, node_selector=selector, owner_uid="uid-a")
     place = NewNodePlace(required=(("topology.kubernetes.io/zone", (zone,)),))
     _, waiting, _ = manifests.job_objects(settings, [(NEW_NODE, gpus), ("old", 1)], KEYS, new_node_place=place)
@@ -423,3 +422,13 @@ def test_of_the_nodes_a_pod_fits_the_empty_one_is_the_one_that_joined_for_it():
 def test_a_node_its_selector_does_not_allow_is_not_taken():
     nodes = [zoned("new-1", pool="cpu"), zoned("new-2", pool="gpu")]
     assert a_ledger(nodes, [awaiting(selector=(("pool", "gpu"),))]).free() == {"new-1": 8, "new-2": 0}
+
+
+def test_a_copy_of_the_survey_counts_its_awaiting_pods_alone():
+    """Each listing of the bookings starts from a copy of the survey: what one copy
+    counted is in no other (a listing started over, the next booking)."""
+    survey = a_ledger([zoned("new-1")], [])
+    assert survey.free() == {"new-1": 8}
+    booked = survey.copy()
+    booked.add_pod(awaiting())
+    assert (booked.free(), survey.free(), survey.copy().free()) == ({"new-1": 0}, {"new-1": 8}, {"new-1": 8})
