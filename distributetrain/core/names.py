@@ -67,8 +67,8 @@ NO_DISRUPTION_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "
 
 # On a job pod made for a node the cluster adds (``core.scaleup``): unpinned, Pending until
 # an autoscaler's node joins. Its wait is the node's boot, not a start gone wrong. A label,
-# not an annotation: every manager's inventory reads the labels of every pod (annotations
-# it never reads), and counts such a pod on the node that joins for it (``inventory``).
+# not an annotation: every booking reads the labels of the bookings under the Lease
+# (annotations it never reads), and counts such a pod on the node that joins for it (``inventory``).
 LABEL_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
 # The node of such a pod's share in a plan ("(new node)=8,gpu-a=4"): no Node can have this name.
 NEW_NODE = "(new node)"
