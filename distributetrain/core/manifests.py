@@ -7,6 +7,7 @@ output is deterministic and tests compare whole objects.
 from __future__ import annotations
 
 from distributetrain.core import exitcodes, names, podscripts, podsecurity, quantity
+from distributetrain.core.newnodepods import NewNodePlace, awaiting_new_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 
@@ -31,9 +32,8 @@ AUTHORIZED_KEYS_FILE = "authorized_keys"
 HOST_KEY_FILE = "ssh_host_ed25519_key"
 WORKER_READINESS_PERIOD_S = 1  # the chief waits on this; a short period starts training sooner
 TERMINATION_GRACE_S = 10
-# The chief waits for the workers' addresses a little longer than the manager waits for
-# the workers to be Ready (a worker's image pull besides, which that wait does not count):
-# it is the manager that gives up (and deletes the chief).
+# The chief waits for the workers' addresses a little longer than the manager may wait for
+# them (``hosts_wait_s``): it is the manager that gives up (and deletes the chief).
 HOSTS_WAIT_SLACK_S = 60
 ORPHAN_CHECK_MAX_S = 30
 # Job pods opt out of service-mesh sidecars unless --mesh-injection: SSH and Gloo go from
@@ -295,14 +295,25 @@ def _elastic_env(settings: JobSettings) -> list[dict]:
     ]
 
 
+def hosts_wait_s(settings: JobSettings) -> float:
+    """How long the chief asks the manager for its hosts: longer than the manager may take
+    to start the attempt once the chief runs. The nodes the cluster adds for the job
+    (``manager.newnodes``: --wait-for-gpus, from the manager's start, when the job grows
+    it), then the start (``startbudget``): --worker-ready-timeout, and a pod's slow starts
+    besides, a node launched for it (--scale-up-timeout) and then its image pull
+    (--image-pull-timeout)."""
+    new_nodes_s = settings.wait_for_gpus_s if settings.scale_up_node_gpus else 0.0
+    return (new_nodes_s + settings.worker_ready_timeout_s + settings.scale_up_timeout_s
+            + settings.image_pull_timeout_s + HOSTS_WAIT_SLACK_S)
+
+
 def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int = 0) -> dict:
     """Created with the workers; it learns their addresses from the manager (``discovery``)."""
     env = [
         {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "DT_CHIEF_SLOTS", "value": str(share)},
         {"name": "DT_HOSTS_URL", "value": settings.discovery_url},
-        {"name": "DT_HOSTS_WAIT_S", "value": str(round(settings.worker_ready_timeout_s + settings.image_pull_timeout_s
-                                                       + HOSTS_WAIT_SLACK_S))},
+        {"name": "DT_HOSTS_WAIT_S", "value": str(round(hosts_wait_s(settings)))},
         {"name": "DT_NUM_PROCS", "value": str(settings.num_gpus)},
         {"name": "DT_PORT", "value": str(settings.port)},
         {"name": "DT_FILENAME", "value": settings.filename},
@@ -331,37 +342,15 @@ def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int 
     )
 
 
-def awaiting_new_node(settings: JobSettings, pod: dict) -> dict:
-    """A job pod built with no node, for a node the cluster adds (``core.scaleup``).
-
-    Pinned to no node (none exists yet): an autoscaler adds one where the pod fits, as
-    the job's node selector allows (a required affinity, which Karpenter and the cluster
-    autoscaler both simulate). One share per node, as planned: a required anti-affinity
-    against the job's other pods on ``kubernetes.io/hostname``, so the autoscaler adds a
-    node per share and the scheduler never stacks two shares on one.
-    """
-    pod = {**pod, "metadata": {**pod["metadata"]}, "spec": {**pod["spec"]}}
-    pod["metadata"]["annotations"] = {**pod["metadata"]["annotations"], names.ANNOTATION_AWAITS_NEW_NODE: "true"}
-    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-        "labelSelector": {"matchLabels": {names.LABEL_JOB: settings.job_name,
-                                          **({names.LABEL_OWNER_UID: settings.owner_uid} if settings.owner_uid
-                                             else {})}},
-        "topologyKey": names.HOSTNAME_LABEL}]}}
-    if settings.node_selector:
-        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}
-                                  for key, value in settings.node_selector]}]}}
-    pod["spec"]["affinity"] = affinity
-    return pod
-
-
-def job_objects(settings: JobSettings, plan: list[tuple[str | None, int]], keys: JobKeys, attempt: int = 0) -> list[dict]:
+def job_objects(settings: JobSettings, plan: list[tuple[str | None, int]], keys: JobKeys, attempt: int = 0,
+                new_node_place: NewNodePlace = NewNodePlace()) -> list[dict]:
     """Everything one attempt creates, in creation order: Secret, workers, chief. A share on
-    ``names.NEW_NODE`` is a pod for a node the cluster adds (``awaiting_new_node``)."""
+    ``names.NEW_NODE`` is a pod for a node the cluster adds (``awaiting_new_node``, in ``new_node_place``)."""
     *worker_shares, (chief_node, chief_share) = plan
-    workers = [_placed(settings, worker_pod(settings, i, _node(node), share, attempt), node)
+    workers = [_placed(settings, worker_pod(settings, i, _node(node), share, attempt), node, new_node_place)
                for i, (node, share) in enumerate(worker_shares)]
-    chief = _placed(settings, chief_pod(settings, _node(chief_node), chief_share, attempt), chief_node)
+    chief = _placed(settings, chief_pod(settings, _node(chief_node), chief_share, attempt), chief_node,
+                    new_node_place)
     return [ssh_secret(settings, keys), *workers, chief]
 
 
@@ -369,5 +358,5 @@ def _node(planned: str | None) -> str | None:
     return None if planned == names.NEW_NODE else planned
 
 
-def _placed(settings: JobSettings, pod: dict, planned: str | None) -> dict:
-    return awaiting_new_node(settings, pod) if planned == names.NEW_NODE else pod
+def _placed(settings: JobSettings, pod: dict, planned: str | None, place: NewNodePlace) -> dict:
+    return awaiting_new_node(settings, pod, place) if planned == names.NEW_NODE else pod

@@ -139,7 +139,10 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
                                           f"{settings.scale_up_node_gpus}", settings.scale_up_node_gpus)
         return
     if not ledger.advertised:
-        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
+        # A node pool scaled to zero grows only for pods that wait for its nodes.
+        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}; "
+                                                  "where an autoscaler adds GPU nodes (a node pool scaled to zero), "
+                                                  "--scale-up-node-gpus N with --wait-for-gpus makes it add them")
     # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
     # only more GPUs than every node the selector allows advertises is never satisfiable,
     # or more than the job's pods could take there with nothing else on those nodes.
@@ -225,9 +228,11 @@ def _held_back_by_sharing(sharing: list[SharedUnits], settings: JobSettings) -> 
 
 
 def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[str, int],
-                 settings: JobSettings, may_wait: bool = True, claims: JobClaims | None = None) -> Plan:
+                 settings: JobSettings, may_wait: bool = True, claims: JobClaims | None = None,
+                 paths: Mapping[str, topology.Path] = {}) -> Plan:
     """``plan`` on the free GPUs; short of them, where the job makes the cluster grow and
-    ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``), so
+    ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``, the
+    running shares inside one domain of a required ``--topology`` level: ``paths``), so
     the booking creates their pods at once. Its ``claims`` may keep it off new nodes (a
     claim mounted on a running node, or only ever on named ones), or put it on one new node."""
     try:
@@ -235,7 +240,7 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
     except placement.InsufficientGPUs:
         if not (scaleup.allowed(settings) and may_wait and (claims is None or claims.new_nodes_may_mount())):
             raise
-        grown = scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
+        grown = scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus, paths, settings.topology)
         if claims and claims.one_node and len(grown) > 1:
             raise
         return grown

@@ -23,6 +23,7 @@ import logging
 
 from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
                                   podsecurity, podstate, scaleup, topology, validation)
+from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -104,6 +105,7 @@ class PreTraining:
         self.attempt = run.attempt
         self.last_shortage = ""  # logged once per change
         self.domains = ""  # with --topology: the network domains of the plan being booked
+        self.new_node_place = NewNodePlace()  # where the plan's shares on new nodes go (``scaleup``)
         self.keys_created = False  # the attempt's Secret and the job's NetworkPolicies, made before its first Lease
 
     def run(self) -> Plan:
@@ -242,11 +244,14 @@ class PreTraining:
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
-        # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus).
+        # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus),
+        # nor once none came for the job (``newnodes.NodesNotComing``).
         may_wait = self.job_run.clock.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
-                                    may_wait, ledger.volume_claims)
+                                    may_wait and not self.job_run.growth_stopped, ledger.volume_claims, ledger.paths)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
+        if scaleup.new_node_shares(plan):
+            self.new_node_place = scaleup.new_node_place(plan, ledger.labels, self.settings)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
 
@@ -255,7 +260,8 @@ class PreTraining:
         settings = self.settings
         if self.job_run.clock.monotonic() >= wait_until:
             advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
-            raise errors.JobFailed(f"{short}{advice}", exitcodes.INSUFFICIENT_GPUS)
+            grown = f"; before: {self.job_run.growth_stopped}" if self.job_run.growth_stopped else ""
+            raise errors.JobFailed(f"{short}{advice}{grown}", exitcodes.INSUFFICIENT_GPUS)
         if str(short) != self.last_shortage:
             log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, short,
                      settings.wait_for_gpus_s)
@@ -279,7 +285,8 @@ class PreTraining:
         self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
-        _, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
+        _, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number,
+                                         self.new_node_place)
         self.kube.create_all_owned(pods)
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(

@@ -125,7 +125,8 @@ def test_chief():
                     {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "DT_CHIEF_SLOTS", "value": "1"},
                     {"name": "DT_HOSTS_URL", "value": "http://10.0.0.9:8470/hosts"},
-                    {"name": "DT_HOSTS_WAIT_S", "value": "2160"},
+                    # The manager's longest start: 300 s ready, 900 s for a new node, 1800 s pulling, 60 s more.
+                    {"name": "DT_HOSTS_WAIT_S", "value": "3060"},
                     {"name": "DT_NUM_PROCS", "value": "6"},
                     {"name": "DT_PORT", "value": "12345"},
                     {"name": "DT_FILENAME", "value": "/train/train.py"},
@@ -311,28 +312,3 @@ def test_job_pods_run_as_the_job_user_with_its_ssh_files_readable_by_it_alone():
         assert pod["spec"]["containers"][0]["securityContext"] == CONTAINER_SECURITY
         ssh = next(v for v in pod["spec"]["volumes"] if v["name"] == "ssh")
         assert ssh["secret"]["defaultMode"] & 0o077 == 0o040  # the user's group reads, no one else
-
-
-def test_a_share_on_a_new_node_is_an_unpinned_pod_one_per_node():
-    settings = SETTINGS.replace(num_gpus=12, node_selector=(("pool", "gpu-8x"),))
-    _, worker, chief = manifests.job_objects(settings, [("(new node)", 8), ("gpu-a", 4)], KEYS)
-    built = manifests.worker_pod(settings, 0, None, 8)
-    assert worker == {**built, "metadata": {**built["metadata"], "annotations": {
-        "distributetrain.io/gpus": "8", **NO_DISRUPTION, **NO_MESH,
-        "distributetrain.io/awaits-new-node": "true"}},
-        "spec": {**built["spec"], "affinity": {
-            # A node the job's selector allows: the autoscaler adds one of those.
-            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchLabels": {"distributetrain.io/job": "demo",
-                                                  "distributetrain.io/owner-uid": "uid-1"}},
-                "topologyKey": "kubernetes.io/hostname"}]},
-            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu-8x"]}]}]}}}}}
-    assert worker["spec"]["tolerations"] == [GPU_TOLERATION, *NODE_LOST]
-    assert chief == manifests.chief_pod(settings, "gpu-a", 4)
-
-
-def test_without_a_node_selector_a_new_node_pod_keeps_only_its_anti_affinity():
-    _, chief = manifests.job_objects(SETTINGS.replace(num_gpus=4), [("(new node)", 4)], KEYS)
-    assert set(chief["spec"]["affinity"]) == {"podAntiAffinity"}
-    assert chief["metadata"]["annotations"]["distributetrain.io/awaits-new-node"] == "true"
