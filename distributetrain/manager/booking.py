@@ -54,9 +54,9 @@ def _job_ledger(settings: JobSettings) -> inventory.GpuLedger:
 
 
 def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: JobSettings) -> None:
-    selector = dict(settings.node_selector)
+    selector = settings.candidate_selector  # --node-selector's labels and the RuntimeClass's
     for node in nodes:
-        ledger.add_node(node, settings.tolerations, selector)
+        ledger.add_node(node, settings.candidate_tolerations, selector)
 
 
 def check_nodes(nodes: Iterable[Mapping], settings: JobSettings) -> None:

@@ -20,13 +20,13 @@ import contextlib
 import logging
 
 from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
-                                  podstate, scaleup, topology, validation)
+                                  podknobs, podstate, scaleup, topology, validation)
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, isolation, newnodes, quotacheck
+from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -61,6 +61,8 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")
     envsecrets.require_env_secrets(kube, settings)
+    podchecks.require_pull_secrets(kube, settings)
+    podchecks.require_ipv4_between_pods(kube, settings)
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
     probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
@@ -70,7 +72,12 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
             admitted_as = kube.create_owned(obj, dry_run=True)
         except errors.NotFound as e:
             raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
-        except errors.Invalid as e:
+        except (errors.Invalid, errors.AdmissionRefused) as e:
+            # A knob naming what is not there (a RuntimeClass, a PriorityClass), or limits a LimitRange breaks.
+            if knob := podknobs.refused_knob(str(e), settings):
+                raise errors.UsageError(*knob) from e
+            if isinstance(e, errors.AdmissionRefused):
+                raise
             raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
         if obj["kind"] == "Pod" and not settings.queue and not podgroup.is_admitted(admitted_as):
             # Kueue's webhook gated a pod that names no queue: it manages every pod here.
