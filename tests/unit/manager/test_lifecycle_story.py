@@ -11,7 +11,7 @@ from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
-from distributetrain.manager import lifecycle
+from distributetrain.manager import job, lifecycle
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -174,6 +174,11 @@ def test_workers_never_ready_are_released_and_the_job_fails_saying_why(story):
                               "demo-chief: container chief: ContainerCreating); released them")
     assert "demo-worker-0: not scheduled: 0/2 nodes are available" in recorded[5][2]
     assert kube.pods == {} and kube.secrets == {}
+
+
+def test_a_lost_attempts_pods_are_waited_for_their_grace_period_and_a_slack():
+    assert job.old_pods_gone_s(SETTINGS) == 30.0
+    assert job.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
 
 
 def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story, monkeypatch):
