@@ -313,6 +313,7 @@ class Cluster:
         taints: Sequence[str] = (),
         hostnames: Mapping[str, str] | None = None,
         ipv6_first: bool = False,
+        ipv6_only: bool = False,
     ) -> NodeGroup:
         """Start a real node for each of `spec` ({node name: GPUs}); returns once they are Ready
         and advertise their GPUs.
@@ -321,14 +322,14 @@ class Cluster:
         its registration, like a cloud's GPU node pool (GKE: "nvidia.com/gpu=present:NoSchedule").
         `hostnames` ({node name: hostname}) gives nodes a `kubernetes.io/hostname` label other
         than their name, as on EKS: {"ip-10-0-1-7.ec2.internal": "ip-10-0-1-7"}.
-        `ipv6_first`: their pods are dual-stack, IPv6 first (see NodeSpec).
+        `ipv6_first`: their pods are dual-stack, IPv6 first; `ipv6_only`: IPv6 alone (see NodeSpec).
         """
         hostnames = dict(hostnames or {})
         validate_hostnames(spec, hostnames)
         record = NodeGroupRegistry(self.layout).allocate(list(spec))
         group = NodeGroup(self, record)
         try:
-            group.start(spec, labels or {}, gpu_resource, tuple(taints), hostnames, ipv6_first)
+            group.start(spec, labels or {}, gpu_resource, tuple(taints), hostnames, ipv6_first, ipv6_only)
         except BaseException:
             group.stop()
             raise
@@ -560,11 +561,11 @@ class NodeGroup:
 
     def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
               taints: tuple[str, ...] = (), hostnames: Mapping[str, str] | None = None,
-              ipv6_first: bool = False) -> None:
+              ipv6_first: bool = False, ipv6_only: bool = False) -> None:
         hostnames = hostnames or {}
         self.start_nodes([NodeSpec(name=name, index=0, gpus=spec[name], gpu_resource=gpu_resource,
                                    hostname=hostnames.get(name, name), labels=labels, taints=taints,
-                                   ipv6_first=ipv6_first)
+                                   ipv6_first=ipv6_first, ipv6_only=ipv6_only)
                           for name in self.names])
 
     def start_nodes(self, specs: Sequence[NodeSpec]) -> None:
