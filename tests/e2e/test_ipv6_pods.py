@@ -53,11 +53,10 @@ def test_on_ipv6_only_pods_a_job_spanning_pods_is_refused_up_front_and_a_one_nod
     horovodrun cannot connect ranks of several pods over IPv6 (Horovod's driver needs an
     IPv4 address): such a job is bad input before anything exists, where it used to fail
     once its pods held their GPUs. One kept on one node trains, its ranks over loopback."""
-    with node_pool(cluster, {"a": 2}, ipv6_only=True) as pool:
-        base = ["--num-gpus=2", "--image=distributetrain/base:0.1.0", f"--node-selector={pool.selector}",
-                "--worker-ready-timeout=90s"]
-        jobs.submit("wide", base)
-        jobs.submit("narrow", [*base, "--topology=kubernetes.io/hostname!", "--", *TRAIN_ARGS])
+    with node_pool(cluster, {"a": 2, "b": 1}, ipv6_only=True) as pool:
+        base = ["--image=distributetrain/base:0.1.0", f"--node-selector={pool.selector}", "--worker-ready-timeout=90s"]
+        jobs.submit("wide", ["--num-gpus=3", *base, "--", *TRAIN_ARGS])  # a worker and the chief: two pods
+        jobs.submit("narrow", ["--num-gpus=2", *base, "--topology=kubernetes.io/hostname!", "--", *TRAIN_ARGS])
         assert jobs.exit_code("wide", timeout_s=120) == 2, jobs.report("wide")
         manager = jobs.pod("wide")
         assert [entry["ip"] for entry in manager["status"]["podIPs"]] == [manager["status"]["podIP"]]
