@@ -7,7 +7,7 @@ PYTHON := $(DT_VENV)/bin/python
 PYTEST := $(PYTHON) -m pytest -ra --durations=15
 export DT_CACHE DT_VENV
 
-.PHONY: setup setup-kueue setup-all demo demo-queue test test-unit test-cluster bench cluster-up cluster-down clean-cluster
+.PHONY: setup setup-kueue setup-all demo demo-queue test test-unit test-cluster test-versions bench cluster-up cluster-down clean-cluster
 
 # What `make demo` needs; the optional parts only where they are used.
 setup:
@@ -17,7 +17,7 @@ setup-kueue:
 	bash scripts/setup.sh kueue
 
 setup-all:
-	bash scripts/setup.sh kueue karpenter kube-router
+	bash scripts/setup.sh kueue karpenter kube-router dra
 
 demo: setup
 	$(PYTHON) scripts/demo.py
@@ -34,6 +34,13 @@ test: setup-all
 
 test-unit:
 	$(PYTEST) tests/unit
+
+# A smoke tier on each Kubernetes release the local cluster builds (1.34 to 1.37), each in a
+# cluster of its own, then a table of the results (scripts/test-versions.sh; README). Not in
+# `make test` (CI runs 1.34): it builds the other releases' control planes, 10-25 minutes each
+# the first time.
+test-versions: setup-all
+	bash scripts/test-versions.sh
 
 bench: setup-all
 	bash bench/run_all.sh

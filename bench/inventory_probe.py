@@ -17,7 +17,7 @@ from kubernetes import client, config
 
 from bench import testbed
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking
+from distributetrain.manager import booking, clusterview
 from localcluster.cluster import Cluster
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -54,11 +54,13 @@ def seeds_inventory(api_client: client.ApiClient) -> int:
 
 
 def our_inventory(api_client: client.ApiClient, namespace: str, selector: str) -> int:
-    """The manager's inventory (``booking.take_inventory``); returns its API requests."""
+    """The manager's survey of the cluster (``clusterview.take``: what one manager lists
+    for all that book within a while of it), folded into a job's ledger; returns its API requests."""
     settings = testbed.job_settings(namespace, "--job-name=bench-inventory", "--num-gpus=1",
                                     "--image=distributetrain/base:0.1.0", f"--node-selector={selector}")
     kube = Kube(api_client)
-    ledger, _ = booking.take_inventory(kube, settings)
+    ledger = clusterview.take(kube).ledger(booking._job_ledger(settings), settings.tolerations,
+                                           dict(settings.node_selector))
     assert ledger.allocatable or ledger.refused
     return kube.requests
 

@@ -3,11 +3,12 @@
 # project venv (manager package and test tools), the images the local cluster runs (built
 # with podman from the project's Dockerfiles on local stand-ins for their upstream bases),
 # the upstream Kubernetes control plane and node components and the image registry
-# (built with Go). Optional parts are built only when named: `kueue`, `karpenter`, `kube-router`
+# (built with Go). Optional parts are built only when named: `kueue`, `karpenter`, `kube-router`,
+# `dra` (the example DRA driver's kubelet plugin and the DRA nodes' containerd 1.7)
 # (`make test` and `make demo-queue` name what they use; the demo needs neither, and
 # localcluster would build one on first use). The slow builds run side by side; each
 # step prints one line, its tools' output goes to $DT_CACHE/logs.
-# Usage: scripts/setup.sh [kueue] [karpenter] [kube-router]
+# Usage: scripts/setup.sh [kueue] [karpenter] [kube-router] [dra]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
@@ -27,7 +28,8 @@ for part in "$@"; do
     kueue) go_parts+=(kueuecontroller); names+=", Kueue" ;;
     karpenter) go_parts+=(karpentercontroller); names+=", Karpenter" ;;
     kube-router) go_parts+=(kuberoutercontroller); names+=", kube-router" ;;
-    *) echo "setup: unknown part '$part' (valid: kueue, karpenter, kube-router)" >&2; exit 2 ;;
+    dra) go_parts+=(drakubeletplugin containerdruntime); names+=", the DRA plugin, containerd 1.7" ;;
+    *) echo "setup: unknown part '$part' (valid: kueue, karpenter, kube-router, dra)" >&2; exit 2 ;;
   esac
 done
 

@@ -10,7 +10,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
 cd "$here" || exit 1
 pytest=("$DT_VENV/bin/python" -m pytest -ra --durations=15)
-manager_tiers=(tests/integration tests/e2e tests/faults)
+manager_tiers=(tests/integration tests/e2e tests/platforms tests/faults)
 failed=0
 # Every step keeps the cluster up (DT_KEEP_CLUSTER=1); if tests started it, it goes down
 # after the last one: also when a step stopped before starting a session (an error

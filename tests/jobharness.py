@@ -284,3 +284,74 @@ def script_volume(api_client, namespace: str, files: dict[str, str], tmp_path: P
         except client.ApiException as e:
             if e.status != 404:
                 raise
+
+
+def _volume_files(directory: Path, files: Mapping[str, str]) -> None:
+    directory.mkdir(parents=True)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    os.chown(directory, JOB_USER_UID, JOB_USER_UID)  # the job user's to write (see script_volume)
+
+
+@contextmanager
+def node_volume(api_client, namespace: str, claim: str, directory: Path, files: Mapping[str, str] = {},
+                modes: tuple[str, ...] = ("ReadWriteMany",), hostnames: tuple[str, ...] = ()) -> Iterator[str]:
+    """A claim bound to a PV on ``directory`` holding ``files``: with ``hostnames``, a local
+    volume only those nodes mount (its node affinity, which the scheduler enforces, as a
+    zonal disk's); without, a hostPath one any node mounts. ``modes`` are the PV's and the
+    claim's access modes. Yields the claim's name."""
+    _volume_files(directory, files)
+    core = client.CoreV1Api(api_client)
+    pv_name = f"pv-{claim}-{uuid.uuid4().hex[:8]}"  # cluster-scoped: unique whatever the namespace's length
+    source = ({"local": {"path": str(directory)}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(hostnames)}]}]}}}
+        if hostnames else {"hostPath": {"path": str(directory)}})
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": list(modes), "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "claimRef": {"namespace": namespace, "name": claim},
+                 **source}})
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+        "spec": {"accessModes": list(modes), "storageClassName": "", "volumeName": pv_name,
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+    try:
+        poll_until(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound",
+                   CLAIM_BOUND_TIMEOUT_S, f"claim {claim} Bound", interval_s=0.2)
+        yield claim
+    finally:
+        _delete_cluster_scoped(lambda: core.delete_persistent_volume(pv_name))
+
+
+@contextmanager
+def unbound_volume(api_client, namespace: str, claim: str, directory: Path) -> Iterator[str]:
+    """A claim of a WaitForFirstConsumer class without a provisioner (as local volumes are
+    set up), unbound until the scheduler binds it to the one PV of that class, a hostPath
+    one, for the job's first pod. Yields the claim's name."""
+    _volume_files(directory, {})
+    core, storage = client.CoreV1Api(api_client), client.StorageV1Api(api_client)
+    name = f"wait-{claim}-{uuid.uuid4().hex[:8]}"  # the class and its one PV: cluster-scoped, unique
+    storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                  "metadata": {"name": name}, "provisioner": "kubernetes.io/no-provisioner",
+                                  "volumeBindingMode": "WaitForFirstConsumer"})
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": name,
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(directory)}}})
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": name,
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+    try:
+        yield claim
+    finally:
+        _delete_cluster_scoped(lambda: core.delete_persistent_volume(name))
+        _delete_cluster_scoped(lambda: storage.delete_storage_class(name))
+
+
+def _delete_cluster_scoped(delete: Callable[[], object]) -> None:
+    try:
+        delete()
+    except client.ApiException as e:
+        if e.status != 404:
+            raise

@@ -10,7 +10,10 @@ list of 150,000 pods never has to sit in memory.
 Given the job's pods (``podfit.JobFit``), a node offers only as many GPUs as one pod of
 the job with that share fits besides them: its CPU, memory, ephemeral storage and pod
 slots left, as the scheduler counts them (``podrequests``), and on a node of shared GPU
-units one rank of the job (``gpusharing``).
+units one rank of the job (``gpusharing``). Given its PersistentVolumeClaims
+(``volumeclaims``), a node where a pod could not mount one of them is never a candidate,
+as one the node selector leaves out, and GPUs are free only on the nodes the claims'
+access modes allow now (the whole job on one node; where one is mounted, there).
 
 Pods not yet bound but pinned to one node by required affinity (a job's workers and
 chief between creation and binding) are counted too: the scheduler does not see their
@@ -21,15 +24,17 @@ more) for the seconds between creating its workers and its chief.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from distributetrain.core import names
-from distributetrain.core.gpusharing import shared_units
+from distributetrain.core.gpusharing import SharedUnits, shared_units
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import NODE_RESOURCES, PODS, amount, node_allocatable, pod_amounts, pod_request
 from distributetrain.core.settings import gpu_toleration
 from distributetrain.core.topology import Level, Path, node_path
+from distributetrain.core.volumeclaims import JobClaims
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Terminal pods hold nothing: lists leave them out on the server (a cluster's finished
@@ -137,22 +142,30 @@ class NodeGpus:
     selected: bool  # its labels match the job's node selector
     refusal: str | None  # why the job's pods cannot go there now; None: a candidate
     room: tuple[tuple[str, int], ...] = ()  # allocatable cpu, memory, ephemeral storage, pods (``podrequests``)
-    shared: str | None = None  # why its GPU units are not devices of their own (``gpusharing``)
+    shared: SharedUnits | None = None  # how its GPU units share devices (``gpusharing``); None: they do not
+    unmountable: str | None = None  # which claim of the job no pod there can mount, and why
 
 
 def node_gpus(
-    node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}
+    node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {},
+    volume_claims: JobClaims | None = None,
 ) -> NodeGpus:
     metadata = node["metadata"]
     amounts = (node.get("status") or {}).get("allocatable") or {}
     labels = metadata.get("labels") or {}
+    gpus = gpu_count(amounts[resource]) if resource in amounts else None
+    refusal = node_refusal(node, resource, tolerations, node_selector)
+    # Never a candidate, whatever its state: said in place of a passing one (cordoned...).
+    unmountable = (volume_claims.refusal(node) if volume_claims and refusal != NOT_SELECTED and resource in amounts
+                   else None)
     return NodeGpus(
         name=metadata["name"],
-        gpus=gpu_count(amounts[resource]) if resource in amounts else None,
+        gpus=gpus,
         selected=all(labels.get(k) == v for k, v in node_selector.items()),
-        refusal=node_refusal(node, resource, tolerations, node_selector),
+        refusal=unmountable or refusal,
         room=tuple(node_allocatable(node.get("status") or {}).items()),
-        shared=shared_units(labels, resource),
+        shared=shared_units(labels, resource, gpus or 0),
+        unmountable=unmountable,
     )
 
 
@@ -186,8 +199,8 @@ class GpuLedger:
     used: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     refused: dict[str, str] = field(default_factory=dict)
     advertised: bool = False  # some node (candidate or not) has the resource at all
-    # GPUs of every node the node selector allows, whatever its state: cordoned, NotReady
-    # or tainted nodes may come back, so only a request beyond this is bad input.
+    # GPUs of every node the node selector (and the job's claims) allow, whatever its state:
+    # cordoned, NotReady or tainted nodes may come back, so only a request beyond this is bad input.
     selectable: int = 0
     fit: JobFit | None = None  # the job's pods; None: GPUs alone count
     selected: dict[str, NodeGpus] = field(default_factory=dict)  # those nodes' parts, by name
@@ -195,9 +208,11 @@ class GpuLedger:
     own_nodes: set[str] = field(default_factory=set)  # candidates holding a pod of this run of the job
     levels: tuple[Level, ...] = ()  # the job's --topology: read each node's place in the network
     paths: dict[str, Path] = field(default_factory=dict)  # by node: its label values at each level
+    volume_claims: JobClaims | None = None  # the job's PersistentVolumeClaims: which nodes, how many now
+    unmountable: dict[str, NodeGpus] = field(default_factory=dict)  # selected nodes a claim refuses, by name
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
-        self.count_node(node_gpus(node, self.resource, tolerations, node_selector))
+        self.count_node(node_gpus(node, self.resource, tolerations, node_selector, self.volume_claims))
         if self.levels:
             metadata = node["metadata"]
             self.paths[metadata["name"]] = node_path(metadata.get("labels") or {}, self.levels)
@@ -205,7 +220,9 @@ class GpuLedger:
     def count_node(self, part: NodeGpus) -> None:
         if part.gpus is not None:
             self.advertised = True
-            if part.selected:
+            if part.selected and part.unmountable:
+                self.unmountable[part.name] = part
+            elif part.selected:
                 self.selectable += part.gpus
                 self.selected[part.name] = part
         if part.refusal:
@@ -224,16 +241,25 @@ class GpuLedger:
             return
         fits = self.fit is not None and node in self.allocatable
         amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES) if fits else (self.resource,))
-        if gpus := amounts[self.resource]:
+        self.add_usage(node, {**amounts, PODS: 1})
+        if fits and self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
+            self.own_nodes.add(node)
+
+    def add_usage(self, node: str, amounts: Mapping[str, int]) -> None:
+        """What pods request of ``node``, by resource (``PODS``: how many they are)."""
+        if gpus := amounts.get(self.resource, 0):
             self.used[node] += gpus
-        if not fits:
+        if self.fit is None or node not in self.allocatable:
             return
         requested = self.requested.setdefault(node, Counter())
-        for resource in NODE_RESOURCES:
-            requested[resource] += amounts[resource]
-        requested[PODS] += 1
-        if self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
-            self.own_nodes.add(node)
+        for resource in (*NODE_RESOURCES, PODS):
+            requested[resource] += amounts.get(resource, 0)
+
+    def copy(self) -> GpuLedger:
+        """The same nodes and pods, in a ledger of its own to add more pods to (the nodes'
+        parts are shared: nothing changes them once listed)."""
+        return dataclasses.replace(self, used=defaultdict(int, self.used), own_nodes=set(self.own_nodes),
+                                   requested={node: Counter(amounts) for node, amounts in self.requested.items()})
 
     def forget_pods(self) -> None:
         """Back to the nodes alone, as before the first ``add_pod``."""
@@ -255,12 +281,16 @@ class GpuLedger:
         return (gpus, *self.fit.usable(gpus, room, part.shared, node in self.own_nodes))
 
     def free(self) -> dict[str, int]:
-        """GPUs free per candidate node: with a ``fit``, as many as one pod of the job takes there."""
-        return {node: self.usable(node)[1] for node in self.allocatable}
+        """GPUs free per candidate node: with a ``fit``, as many as one pod of the job takes
+        there; with ``volume_claims``, on the nodes their access modes allow now."""
+        return self._claimable({node: self.usable(node)[1] for node in self.allocatable})
 
     def idle(self) -> dict[str, int]:
         """What each candidate would give the job with no other pod on it (``when_idle``)."""
-        return {node: self.when_idle(self.selected[node])[0] for node in self.allocatable}
+        return self._claimable({node: self.when_idle(self.selected[node])[0] for node in self.allocatable})
+
+    def _claimable(self, gpus: dict[str, int]) -> dict[str, int]:
+        return self.volume_claims.candidates(gpus) if self.volume_claims else gpus
 
     def when_idle(self, part: NodeGpus) -> tuple[int, str | None]:
         """The most of a node's GPUs one pod of the job could ever take, and what caps it."""
@@ -280,14 +310,21 @@ class GpuLedger:
                 held_back[limit] += part.gpus - share
         return most, (held_back.most_common(1)[0][0] if held_back else None)
 
+    def sharing(self) -> list[SharedUnits]:
+        """How the GPUs of the nodes the selector allows are shared, each way once."""
+        return list(dict.fromkeys(self.selected[name].shared for name in sorted(self.selected)
+                                  if self.selected[name].shared))
+
     def _capped(self) -> list[str]:
         """Candidates with GPUs free that the job's pod cannot take all of, and why."""
         reasons = []
         for node in sorted(self.allocatable):
             gpus, share, limit = self.usable(node)
             if limit == SHARED:
-                reasons.append(f"{node} has {gpus} GPUs free but shares them ({self.selected[node].shared}): "
-                               f"{share} for one rank of the job (--allow-shared-gpus)")
+                shared = self.selected[node].shared
+                flag = "" if shared.one_per_container else " (--allow-shared-gpus)"
+                reasons.append(f"{node} has {gpus} GPUs free but they are {shared.why}: "
+                               f"{share} for one rank of the job{flag}")
             elif limit:
                 reasons.append(f"{node} has {gpus} GPUs free but {limit} for {share}")
         return reasons
@@ -297,9 +334,11 @@ class GpuLedger:
         taint) or offer fewer GPUs than they have free (cpu, memory, shared GPUs), bounded;
         nodes it may never use (the selector, no GPUs) are only counted."""
         never = (NOT_SELECTED, f"has no {self.resource}")
-        refused_now = [f"{node} {why}" for node, why in sorted(self.refused.items()) if why not in never]
-        now = refused_now + self._capped()
+        refused_now = [f"{node} {why}" for node, why in sorted(self.refused.items())
+                       if why not in never and node not in self.unmountable]
+        now = (self.volume_claims.restrictions() if self.volume_claims else []) + refused_now + self._capped()
         shown = now[:MAX_NODES_NAMED] + ([f"{len(now) - MAX_NODES_NAMED} more"] if len(now) > MAX_NODES_NAMED else [])
         others = len(self.refused) - len(refused_now)
+        claims = ", cannot mount the job's claims" if self.unmountable else ""
         return "; ".join(shown or ["no node unavailable"]) + (
-            f" ({others} other nodes are not selected or have no {self.resource})" if others else "")
+            f" ({others} other nodes are not selected{claims} or have no {self.resource})" if others else "")

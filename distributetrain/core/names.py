@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 DOMAIN = "distributetrain.io"
@@ -23,6 +24,10 @@ APP = "distributetrain"
 ROLE_WORKER = "worker"
 ROLE_CHIEF = "chief"
 ROLE_MANAGER = "manager"
+# The pods that book GPUs for a job: every manager's workers and chiefs, listed afresh
+# under the placement Lease (``manager.booking``).
+BOOKING_ROLES = (ROLE_WORKER, ROLE_CHIEF)
+BOOKINGS_SELECTOR = f"{LABEL_ROLE} in ({','.join(BOOKING_ROLES)})"
 
 # Annotations the manager keeps on its own pod: what `distributetrain status` reads.
 ANNOTATION_PHASE = f"{DOMAIN}/phase"
@@ -38,6 +43,9 @@ ANNOTATION_RESTARTS = f"{DOMAIN}/restarts"
 ANNOTATION_RESTART_REASON = f"{DOMAIN}/last-restart-reason"
 # Why each pod the manager waits on is not Ready yet (JSON: pod name -> reason).
 ANNOTATION_WAITING = f"{DOMAIN}/waiting"
+# When the manager last held the placement Lease to book GPUs: a write to its own pod in
+# the critical section, whose resourceVersion the bookings are read at (``manager.booking``).
+ANNOTATION_BOOKED_AT = f"{DOMAIN}/booked-at"
 # While the job waits in a Kueue queue: its workload's place in the LocalQueue, 1 for the
 # next one admitted (from Kueue's visibility API, where the cluster serves it).
 ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"
@@ -154,3 +162,8 @@ def owner_uids(obj: dict) -> set[str]:
     of the owner in another namespace, where owner references cannot point)."""
     owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or ()}
     return owners | ({uid} if (uid := owner_uid_of(obj)) else set())
+
+
+def is_booking(labels: Mapping[str, str]) -> bool:
+    """A pod of some job's attempt (``BOOKINGS_SELECTOR`` selects exactly these)."""
+    return labels.get(LABEL_ROLE) in BOOKING_ROLES

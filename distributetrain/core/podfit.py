@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from distributetrain.core import manifests, names
+from distributetrain.core.gpusharing import SharedUnits
 from distributetrain.core.podrequests import FIT_RESOURCES, Amounts, pod_requests
 from distributetrain.core.settings import JobSettings
 
@@ -74,11 +75,12 @@ class JobFit:
     def is_own(self, labels: Mapping[str, str]) -> bool:
         return bool(self.own_labels) and all(labels.get(k) == v for k, v in self.own_labels.items())
 
-    def usable(self, gpus: int, room: Mapping[str, int], shared: str | None, has_own_pod: bool) -> tuple[int, str | None]:
+    def usable(self, gpus: int, room: Mapping[str, int], shared: SharedUnits | None,
+               has_own_pod: bool) -> tuple[int, str | None]:
         """Of ``gpus`` free on a node, how many one pod of the job can take, and what
         caps it below ``gpus``: a resource of the node's room, or SHARED."""
         most, limit = gpus, None
-        if shared and not self.allow_shared:
+        if shared and (shared.one_per_container or not self.allow_shared):
             # One rank of the job per node of shared units: one GPU, none if it has one already.
             cap = 0 if has_own_pod else 1
             if cap < most:

@@ -83,6 +83,13 @@ def pod_amounts(spec: Mapping, resources: Iterable[str]) -> Amounts:
     return amounts
 
 
+def requested_resources(spec: Mapping) -> set[str]:
+    """Every resource a pod requests or limits, in any container, or as overhead."""
+    owners = [spec, *(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+    named = {resource for owner in owners for resource in _declared(owner)}
+    return named | set(spec.get("overhead") or {})
+
+
 def pod_request(spec: Mapping, resource: str) -> int:
     """Effective request of a pod for one resource (``pod_amounts``)."""
     return pod_amounts(spec, (resource,))[resource]

@@ -44,7 +44,9 @@ WATCH_RECONNECT_DELAY_S = 0.2  # after a broken watch stream: never a busy loop
 REQUEST_OPTIONS = {"_preload_content": False}
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"  # Kueue's aggregated API: pending workloads
 VISIBILITY_VERSION = "v1beta1"  # served by Kueue since v0.9, and still by v0.19
-QUERY_NAMES = {"field_selector": "fieldSelector", "label_selector": "labelSelector"}  # the client's names: the API's
+# The client's names of list parameters: the API's.
+QUERY_NAMES = {"field_selector": "fieldSelector", "label_selector": "labelSelector",
+               "resource_version": "resourceVersion", "resource_version_match": "resourceVersionMatch"}
 AUTHZ_SETTLE_S = 30.0  # after the API was unreachable, "forbidden" is retried this long
 
 T = TypeVar("T")
@@ -122,7 +124,9 @@ class Kube(KubeApi):
         if kind == "nodes":
             return self.core.list_node
         namespaced = {"events": self.core.list_namespaced_event, "resourcequotas":
-                      self.core.list_namespaced_resource_quota, "pods": self.core.list_namespaced_pod}[kind]
+                      self.core.list_namespaced_resource_quota, "pods": self.core.list_namespaced_pod,
+                      "leases": self.coordination.list_namespaced_lease,
+                      "configmaps": self.core.list_namespaced_config_map}[kind]
         return functools.partial(namespaced, namespace) if namespace else self.core.list_pod_for_all_namespaces
 
     def each_pod_request(self, visit: Callable[[dict], None], restart: Callable[[], None], **selectors: str) -> str:
@@ -174,8 +178,10 @@ class Kube(KubeApi):
 
     # -- writes ------------------------------------------------------------------------
     def _typed(self, verb: str, kind: str) -> Callable:
-        """The typed client's ``verb`` ("create", "read", "delete") of a namespaced kind the job creates."""
+        """The typed client's ``verb`` ("create", "read", "delete") of a namespaced kind the job creates or reads."""
         api, resource = {"Pod": (self.core, "pod"), "Secret": (self.core, "secret"),
+                         "ConfigMap": (self.core, "config_map"), "Lease": (self.coordination, "lease"),
+                         "PersistentVolumeClaim": (self.core, "persistent_volume_claim"),
                          "NetworkPolicy": (self.networking, "network_policy")}[kind]
         return getattr(api, f"{verb}_namespaced_{resource}")
 
@@ -203,14 +209,30 @@ class Kube(KubeApi):
             log.info("created %s [%s/%s]", kind, namespace, name)
         return created
 
+    def create(self, obj: dict, dry_run: bool = False) -> dict:
+        """Create; ``AlreadyExists`` if the name is taken (whoever's it is)."""
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        create = self._typed("create", kind)
+        extra = {"dry_run": "All"} if dry_run else {}
+        return self._call(lambda: read_json(create(namespace, obj, **REQUEST_OPTIONS, **extra)),
+                          f"create {kind} [{namespace}/{name}]" + (" (dry run)" if dry_run else ""))
+
+    def replace(self, obj: dict) -> dict:
+        """Update the whole object as read (its resourceVersion: ``Conflict`` if it changed since)."""
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        replace = self._typed("replace", kind)
+        return self._call(lambda: read_json(replace(name, namespace, obj, **REQUEST_OPTIONS)),
+                          f"replace {kind} [{namespace}/{name}]")
+
     def create_all_owned(self, objs: list[dict]) -> list[dict]:
         return self._concurrently(self.create_owned, objs)
 
-    def read(self, kind: str, namespace: str, name: str) -> dict | None:
-        read = self._typed("read", kind)
+    def read(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        """None if absent; ``namespace`` None: a cluster-scoped PersistentVolume."""
+        read = functools.partial(self._typed("read", kind), namespace=namespace) if namespace is not None else \
+            {"PersistentVolume": self.core.read_persistent_volume}[kind]
         try:
-            return self._call(lambda: read_json(read(name, namespace, **REQUEST_OPTIONS)),
-                              f"read {kind} [{namespace}/{name}]")
+            return self._call(lambda: read_json(read(name, **REQUEST_OPTIONS)), f"read {kind} [{namespace or ''}/{name}]")
         except errors.NotFound:
             return None
 
@@ -311,6 +333,12 @@ class Kube(KubeApi):
         """core/v1 Events of one namespace (the kubelet's about pods: image pulls)."""
         return self._watch("events", namespace, resource_version, timeout_s, selectors)
 
+    def watch_one(self, kind: str, namespace: str, name: str, resource_version: str,
+                  timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """One object's changes from ``resource_version``: a Lease ("leases", the placement
+        lock waits on it) or a ConfigMap ("configmaps", the published survey)."""
+        return self._watch(kind, namespace, resource_version, timeout_s, {"field_selector": f"metadata.name={name}"})
+
     def _watch(
         self, kind: str, namespace: str | None, resource_version: str, timeout_s: float, selectors: Mapping[str, str]
     ) -> Iterator[tuple[str, dict]]:
@@ -370,27 +398,3 @@ class Kube(KubeApi):
             # A stream left early still has the server writing to it: close it, not back to the pool.
             response.close()
             response.release_conn()
-
-    # -- leases ------------------------------------------------------------------------
-    def get_lease(self, namespace: str, name: str) -> dict | None:
-        try:
-            return self._call(
-                lambda: read_json(self.coordination.read_namespaced_lease(name, namespace, **REQUEST_OPTIONS)),
-                f"read Lease [{namespace}/{name}]",
-            )
-        except errors.NotFound:
-            return None
-
-    def create_lease(self, lease: dict) -> dict:
-        namespace, name = lease["metadata"]["namespace"], lease["metadata"]["name"]
-        return self._call(
-            lambda: read_json(self.coordination.create_namespaced_lease(namespace, lease, **REQUEST_OPTIONS)),
-            f"create Lease [{namespace}/{name}]",
-        )
-
-    def replace_lease(self, lease: dict) -> dict:
-        namespace, name = lease["metadata"]["namespace"], lease["metadata"]["name"]
-        return self._call(
-            lambda: read_json(self.coordination.replace_namespaced_lease(name, namespace, lease, **REQUEST_OPTIONS)),
-            f"replace Lease [{namespace}/{name}]",
-        )

@@ -5,9 +5,12 @@ Every manager uses the same Lease by default (``settings.DEFAULT_LOCK_NAMESPACE`
 whatever its job's namespace, because GPUs are a cluster-wide resource.
 
 - Taking it: a create, or an update carrying the resourceVersion just read, so exactly
-  one contender wins each round. A busy Lease is tried for ``LOCK_TIMEOUT_S``, or for as
-  long as the job may still wait for GPUs (``--wait-for-gpus``) if that is longer: a
-  manager allowed to wait an hour must not fail because others planned meanwhile.
+  one contender wins each round. A busy Lease is watched, not polled: a contender tries
+  again at the change that frees it (a release, or the holder's lease judged expired),
+  so the Lease passes from one manager to the next in one watch event, however many
+  wait. It is waited for for ``LOCK_TIMEOUT_S``, or for as long as the job may still
+  wait for GPUs (``--wait-for-gpus``) if that is longer: a manager allowed to wait an
+  hour must not fail because others planned meanwhile.
 - Holding it: a daemon thread renews it every third of its duration while the
   critical section runs (a large cluster's inventory plus the creates can outlast it).
 - Judging another holder's lease expired: as client-go's leader election does, on this
@@ -53,8 +56,10 @@ RENEW_RETRY_SHARE = 1 / 4  # of the interval: each call's retry deadline
 # Without a renewal for this share of the duration, a release that fails cannot prove
 # the section was exclusive: the rest is slack for the observers' clock rates and delays.
 SURE_WITHOUT_RENEWAL_SHARE = 2 / 3
-RETRY_MIN_S = 0.05
-RETRY_MAX_S = 0.5
+RETRY_MIN_S = 0.05  # after losing the race to create the Lease: read what the winner wrote
+# One watch of a busy Lease lasts this long at most: a change ends it at once, and a
+# holder's lease judged expired before it ends the wait at that moment.
+LEASE_WATCH_S = 30.0
 
 
 def _format(moment: datetime) -> str:
@@ -93,6 +98,7 @@ class PlacementLock:
         self._stopping = threading.Condition()  # notified when the section ends
         self._stopped = False
         self._renewer: threading.Thread | None = None
+        self._written: dict = {}  # the Lease as this holder last wrote it (its resourceVersion)
 
     @property
     def where(self) -> str:
@@ -101,19 +107,33 @@ class PlacementLock:
     def __enter__(self) -> "PlacementLock":
         started = self.clock.monotonic()
         give_up_at = max(started + self.timeout_s, self.wait_until)
-        delay = RETRY_MIN_S
-        while not self._try_acquire():
-            if self.clock.monotonic() > give_up_at:
+        while not self._try_acquire(lease := self.kube.read("Lease", self.namespace, self.name)):
+            if self.clock.monotonic() >= give_up_at:
                 raise errors.JobFailed(
                     f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s",
                     exitcodes.TIMED_OUT,
                 )
-            self.clock.sleep(random.uniform(delay / 2, delay))
-            delay = min(delay * 2, RETRY_MAX_S)
+            self._wait_for_change(lease, give_up_at)
         log.info("took placement lock %s", self.where)
         self._renewer = threading.Thread(target=self._renew_until_stopped, name="lease-renewer", daemon=True)
         self._renewer.start()
         return self
+
+    def _wait_for_change(self, lease: dict | None, give_up_at: float) -> None:
+        """Until the Lease changes (released, taken, renewed), its holder's lease would
+        count as expired, or ``give_up_at``, whichever comes first: a watch of the one
+        object, so a release wakes every contender at once and nothing polls meanwhile."""
+        if lease is None:  # another contender created it first: read what it wrote
+            self.clock.sleep(random.uniform(RETRY_MIN_S / 2, RETRY_MIN_S))
+            return
+        duration = (lease.get("spec") or {}).get("leaseDurationSeconds") or LEASE_DURATION_S
+        expires_at = self._observed_at + duration
+        wait_s = min(expires_at, give_up_at) - self.clock.monotonic()
+        if wait_s <= 0:
+            return
+        version = lease["metadata"].get("resourceVersion", "")
+        for _ in self.kube.watch_one("leases", self.namespace, self.name, version, min(wait_s, LEASE_WATCH_S)):
+            return  # any change: look again
 
     def _spec(self) -> dict:
         now = _now()
@@ -131,22 +151,23 @@ class PlacementLock:
         duration = spec.get("leaseDurationSeconds") or LEASE_DURATION_S
         return self.clock.monotonic() - self._observed_at < duration
 
-    def _try_acquire(self) -> bool:
-        lease = self.kube.get_lease(self.namespace, self.name)
+    def _try_acquire(self, lease: dict | None) -> bool:
+        """Take the Lease as ``lease`` (just read; None: there is none) shows it."""
         if lease is not None and self._held_by_another(lease):
             return False
         spec = self._spec()
         sent_at = self.clock.monotonic()
         try:
             if lease is None:
-                self.kube.create_lease({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                        "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec})
+                written = self.kube.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                                  "metadata": {"name": self.name, "namespace": self.namespace},
+                                                  "spec": spec})
             else:
-                lease["spec"] = spec
-                self.kube.replace_lease(lease)
+                written = self.kube.replace({**lease, "spec": spec})
         except (errors.AlreadyExists, errors.Conflict):
             return False  # another manager won this round
         self._acquire_time, self._renewed_at = spec["acquireTime"], sent_at
+        self._written = written
         return True
 
     def _ours(self, lease: dict | None) -> bool:
@@ -167,13 +188,13 @@ class PlacementLock:
             # write's error (a retried write whose first attempt landed conflicts too).
             sent_at = self.clock.monotonic()
             try:
-                lease = renewals.get_lease(self.namespace, self.name)
+                lease = renewals.read("Lease", self.namespace, self.name)
                 if not self._ours(lease):
                     self._lost = f"it now reads {(lease or {}).get('spec')}"
                     log.error("lost placement lock %s: %s", self.where, self._lost)
                     return
                 lease["spec"]["renewTime"] = _now()
-                renewals.replace_lease(lease)
+                self._written = renewals.replace(lease)
             except errors.DistributeTrainError as e:
                 log.warning("could not renew placement lock %s (next try in %.0fs): %s", self.where, interval_s, e)
                 continue
@@ -203,23 +224,34 @@ class PlacementLock:
         raise errors.JobFailed(message, exitcodes.API_ERROR)
 
     def _release(self) -> str:
-        """Why the section may not have been exclusive ("" if it was), releasing the Lease."""
+        """Why the section may not have been exclusive ("" if it was), releasing the Lease.
+
+        The release is an update of the Lease as this holder last wrote it: it succeeds
+        only if no one wrote it since, which proves the section exclusive in one request.
+        A conflict reads it back to see whose it is now."""
+        lease = self._written
+        lease = {**lease, "spec": {"holderIdentity": None, "leaseDurationSeconds": lease["spec"]["leaseDurationSeconds"]}}
         try:
-            lease = self.kube.get_lease(self.namespace, self.name)
+            self.kube.replace(lease)
+        except errors.Conflict:
+            return self._read_back()
         except errors.DistributeTrainError as e:
             unrenewed_s = self.clock.monotonic() - self._renewed_at
             if unrenewed_s > self.duration_s * SURE_WITHOUT_RENEWAL_SHARE:
-                return f"neither renewed for {unrenewed_s:.0f}s nor read back ({e})"
-            log.warning("could not release placement lock %s (it expires by itself): %s", self.where, e)
-            return ""
-        if not self._ours(lease):
-            return f"it now reads {(lease or {}).get('spec')}"
-        lease["spec"] = {"holderIdentity": None, "leaseDurationSeconds": lease["spec"]["leaseDurationSeconds"]}
-        try:
-            self.kube.replace_lease(lease)
-        except errors.DistributeTrainError as e:
-            # Exclusive all along (just read back); the lease expires by itself.
+                return f"neither renewed for {unrenewed_s:.0f}s nor released ({e})"
             log.warning("could not release placement lock %s (it expires by itself): %s", self.where, e)
             return ""
         log.info("released placement lock %s", self.where)
         return ""
+
+    def _read_back(self) -> str:
+        """After a release that conflicted: "" if the Lease is still this acquisition's
+        (a renewal whose answer was lost wrote it), else why it is not; released either way."""
+        try:
+            lease = self.kube.read("Lease", self.namespace, self.name)
+        except errors.DistributeTrainError as e:
+            return f"it changed and could not be read back ({e})"
+        if not self._ours(lease):
+            return f"it now reads {(lease or {}).get('spec')}"
+        self._written = lease
+        return self._release()

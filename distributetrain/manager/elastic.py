@@ -10,8 +10,9 @@ answer true and the job whole:
   published at the watch event that shows it, so Horovod sees it within about a second;
 - a lost worker does not end the job. While the job has fewer GPUs than ``--num-gpus``
   (counting workers still starting), the manager plans replacements on whatever GPUs are
-  free, under the placement Lease like any plan: at once after a loss, then every
-  ``REPLACE_RECHECK_S`` while still short (``booking``) if the free GPUs it follows
+  free where the job's claims can be mounted (a ReadWriteOnce claim: on the chief's node,
+  where it is mounted), under the placement Lease like any plan: at once after a loss,
+  then every ``REPLACE_RECHECK_S`` while still short (``booking``) if the free GPUs it follows
   meanwhile (``freegpus``: no list while nothing changes) show a replacement could fit;
   replacements get fresh names (the next worker index), hence fresh addresses, so no
   replacement waits on a pod stuck terminating and Horovod's blacklist of a failed host
@@ -49,7 +50,7 @@ from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
 from distributetrain.manager import booking
-from distributetrain.manager.freegpus import FreeGpuWatch, waiting_client
+from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.run import Run
 from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import delete_because
@@ -142,7 +143,7 @@ class ElasticFollower:
     nothing while nothing changes."""
 
     def __init__(self, kube: Kube, run: Run, pods: Informer | None = None,
-                 free_gpus_client: Callable[[Kube], Kube] = waiting_client):
+                 free_gpus_client: Callable[[Kube], Kube] | None = None):
         self.kube = kube
         self.clock = run.clock  # the run's deadline is of it
         # The job's pods as post-training follows them (its own when not given).
@@ -276,7 +277,8 @@ class ElasticFollower:
                 log.info("job %s: %s", settings.job_name, shortage)
                 self.last_shortage = shortage
             if self.free_gpus is None:
-                self.free_gpus = FreeGpuWatch(self.kube, settings, self.free_gpus_client, self.clock).__enter__()
+                self.free_gpus = FreeGpuWatch(self.kube, settings, self.free_gpus_client, self.clock,
+                                              booked.ledger.volume_claims).__enter__()
             return
         self._stop_following_free_gpus()
         self._replaced(booked, missing, first)

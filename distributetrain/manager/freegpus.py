@@ -28,6 +28,7 @@ from distributetrain.core import placement
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim, node_gpus, pod_claim
 from distributetrain.core.settings import JobSettings
+from distributetrain.core.volumeclaims import JobClaims
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import make_api_client
 from distributetrain.kube.informer import Change, Informer
@@ -58,38 +59,44 @@ class LedgerParts:
     resource: str
     tolerations: tuple[dict, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    volume_claims: JobClaims | None = None  # the job's PersistentVolumeClaims: where its pods can mount them
     nodes: dict[str, NodeGpus] = field(default_factory=dict)
     claims: dict[str, PodClaim] = field(default_factory=dict)
     used: Counter = field(default_factory=Counter)
 
     @classmethod
-    def for_job(cls, settings: JobSettings) -> LedgerParts:
+    def for_job(cls, settings: JobSettings, volume_claims: JobClaims | None = None) -> LedgerParts:
         # What take_inventory passes to the ledger: the same candidates.
-        return cls(settings.gpu_resource, settings.candidate_tolerations, settings.candidate_selector)
+        return cls(settings.gpu_resource, settings.candidate_tolerations, settings.candidate_selector, volume_claims)
 
     def node_part(self, node: Mapping) -> NodeGpus:
-        return node_gpus(node, self.resource, self.tolerations, self.node_selector)
+        return node_gpus(node, self.resource, self.tolerations, self.node_selector, self.volume_claims)
 
-    def holds_gpus(self, pod: dict) -> dict | None:
-        """The pod if it claims GPUs (what the pods' informer keeps); most pods do not."""
-        return pod if pod_claim(pod, self.resource) else None
+    def claim(self, pod: Mapping) -> PodClaim | None:
+        """What the pods' informer keeps of a pod: its claim on GPUs (most pods have none)."""
+        return pod_claim(pod, self.resource)
 
     def apply_node(self, event_type: str, node: Mapping) -> bool:
         """One node watch event; whether it changed the ledger (a heartbeat does not)."""
-        name = node["metadata"]["name"]
+        return self.apply_node_part(node["metadata"]["name"], None if event_type == "DELETED" else self.node_part(node))
+
+    def apply_node_part(self, name: str, new: NodeGpus | None) -> bool:
+        """A node's part (None: gone); whether it changed the ledger."""
         old = self.nodes.pop(name, None)
-        new = None if event_type == "DELETED" else self.node_part(node)
         if new:
             self.nodes[name] = new
         return new != old
 
     def apply_pod(self, event_type: str, pod: Mapping) -> bool:
         """One pod watch event; whether it changed what is used (most pods hold no GPU)."""
-        uid = pod["metadata"].get("uid", "")
-        old = self.claims.pop(uid, None)
-        new = None if event_type == "DELETED" else pod_claim(pod, self.resource)
+        old = self.claims.get(pod["metadata"].get("uid", ""))
+        return self.apply_claim(old, None if event_type == "DELETED" else self.claim(pod), pod["metadata"].get("uid", ""))
+
+    def apply_claim(self, old: PodClaim | None, new: PodClaim | None, uid: str = "") -> bool:
+        """A pod's claim replaced (None: it holds none, or is gone); whether it changed what is used."""
+        old = self.claims.pop(old.uid if old else uid, old)
         if new:
-            self.claims[uid] = new
+            self.claims[new.uid] = new
         if old:
             self._count(old, -1)
         if new:
@@ -127,23 +134,33 @@ class FreeGpuWatch:
     ``generation``. ``fits()`` says whether the request fits now, and ``wait_until_fits``
     waits for a change that makes it fit. A permission missing for the list or the watch
     is raised by either, in the manager's thread.
+
+    With the job's ``volume_claims`` (as the last booking read them), nodes where they cannot be
+    mounted are not followed, and with a one-node claim the request fits only on a node
+    that holds it whole. Who mounts a claim now is not followed: the booking reads it.
     """
 
-    def __init__(self, kube: Kube, settings: JobSettings, client: Callable[[Kube], Kube] = waiting_client,
-                 clock: Clock = REAL_CLOCK):
-        self.parts = LedgerParts.for_job(settings)
-        self.num_gpus = settings.num_gpus
+    def __init__(self, kube: Kube, settings: JobSettings, client: Callable[[Kube], Kube] | None = None,
+                 clock: Clock = REAL_CLOCK, fits: Callable[[Mapping[str, int]], bool] | None = None,
+                 volume_claims: JobClaims | None = None):
+        self.volume_claims = volume_claims.lasting() if volume_claims else None
+        self.parts = LedgerParts.for_job(settings, self.volume_claims)
+        # Whether the request fits these free GPUs: as the planner would plan --num-gpus,
+        # unless the caller's request is another (a queued attempt's fixed shares).
+        self.request_fits = fits or (lambda free: plannable(free, settings.num_gpus))
         self.generation = 0  # changes to the ledger so far
         self.clock = clock
         self._changed = threading.Condition()
-        waiting = client(kube)
+        waiting = (client or waiting_client)(kube)
         follow = dict(clock=clock, relist_delay_s=RELIST_DELAY_S, thread_span_s=WATCH_SPAN_S)
-        self.nodes = Informer(waiting, "nodes", **follow)
+        # Each store keeps what the ledger reads: a node's part, a pod's claim on GPUs (most
+        # pods have none, and are not kept), so the memory is the ledger's, not the cluster's.
+        self.nodes = Informer(waiting, "nodes", keep=self.parts.node_part, **follow)
         # A watch with the lists' selector reports a pod that ends as DELETED.
         self.pods = Informer(waiting, "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
-                             keep=self.parts.holds_gpus, **follow)
-        self.nodes.add_handler(lambda changes: self._apply(self.parts.apply_node, changes))
-        self.pods.add_handler(lambda changes: self._apply(self.parts.apply_pod, changes))
+                             keep=self.parts.claim, **follow)
+        self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_node_part(c.key, c.new)))
+        self.pods.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_claim(c.old, c.new)))
         self._informers = (self.nodes, self.pods)
 
     def __enter__(self) -> FreeGpuWatch:
@@ -175,7 +192,9 @@ class FreeGpuWatch:
 
     def _fits(self) -> bool | None:
         free = self._free()
-        return None if free is None else plannable(free, self.num_gpus)
+        if free is not None and self.volume_claims:
+            free = self.volume_claims.candidates(free)
+        return None if free is None else self.request_fits(free)
 
     def wait_until_fits(self, after: int, until: float) -> bool:
         """Wait until a change after generation ``after`` makes the request fit (True), or
@@ -189,12 +208,10 @@ class FreeGpuWatch:
                 self.clock.wait(self._changed, remaining)
             return True
 
-    def _apply(self, apply: Callable[[str, dict], bool], changes: Sequence[Change]) -> None:
-        """One informer's batch (a list's differences or one event); a failure reaches the
-        waiter through the informer, so one wakes it here too."""
+    def _apply(self, changes: Sequence[Change], apply: Callable[[Change], bool]) -> None:
+        """One informer's batch (a list's differences or one event), each applied to the
+        ledger. A failure reaches the waiter through the informer, so one wakes it here too."""
         with self._changed:
-            changed = [apply(change.type, change.new if change.new is not None else change.old)
-                       for change in changes]
-            if any(changed):
+            if any([apply(change) for change in changes]):
                 self.generation += 1
             self._changed.notify_all()

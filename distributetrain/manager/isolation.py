@@ -1,6 +1,6 @@
 """The job's network isolation (--network-policy): its NetworkPolicies, created with its
-Secret under the placement Lease, before any of its pods exists, so no pod of the job is
-ever reachable from outside it. Owned by the manager pod; deleted at teardown."""
+Secret before the placement Lease is taken, so before any of its pods exists: no pod of
+the job is ever reachable from outside it. Owned by the manager pod; deleted at teardown."""
 
 from __future__ import annotations
 

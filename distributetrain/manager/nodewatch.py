@@ -147,11 +147,11 @@ class NodeClocks:
         self._zone_not_ready: Counter[str] = Counter()
         self._calm_since: dict[str, float] = {}  # zone -> since when it is not in disruption
 
-    def seen(self, nodes: Mapping[str, Mapping | None], now: float) -> None:
-        """Nodes changed, as an event or a relist shows them (None: deleted; a node missing
-        from a relist comes as deleted, from the informer)."""
+    def seen(self, nodes: Mapping[str, NodeHealth | None], now: float) -> None:
+        """Nodes changed, as an event or a relist shows them (``node_health``; None: deleted;
+        a node missing from a relist comes as deleted, from the informer)."""
         zones = set()
-        for name, node in nodes.items():
+        for name, node in nodes.items():  # node: its health
             before = self._health.pop(name, None)
             if before is not None:
                 self._count(before, -1)
@@ -162,7 +162,7 @@ class NodeClocks:
                 self._unreachable_since.pop(name, None)
                 continue
             self._deleted.discard(name)
-            health = self._health[name] = node_health(node)
+            health = self._health[name] = node
             self._count(health, +1)
             zones.add(health.zone)
             self._start_clocks(name, before, health, now)
@@ -238,7 +238,8 @@ class NodeWatch:
         self.clock = clock
         # The job pods' own toleration (--node-lost-toleration) unless a test says otherwise.
         self.clocks = NodeClocks(settings.node_lost_toleration_s if toleration_s is None else toleration_s)
-        self.nodes = Informer(kube, "nodes", clock=clock, relist_delay_s=RELIST_DELAY_S)
+        # The store keeps what the rule reads of each node (``node_health``), not the Node.
+        self.nodes = Informer(kube, "nodes", keep=node_health, clock=clock, relist_delay_s=RELIST_DELAY_S)
         self.nodes.add_handler(self._seen)
         self._recheck_at: float | None = None  # when a verdict falls due with no node event
         self._stop = threading.Event()

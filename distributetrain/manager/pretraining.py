@@ -2,7 +2,9 @@
 
 The port of the seeds' DistributeTrain_PreTraining.py, in order:
 1. pre-flight: every object is validated by a server-side dry run, so bad input
-   (missing namespace, invalid image, no permission) fails before anything exists;
+   (missing namespace, invalid image, no permission) fails before anything exists; so
+   does a ``--pvc`` claim that does not exist or no pod can mount, and one not bound yet
+   is waited for (``volumeclaims``);
 2. under the placement Lease (``booking``): inventory, plan, then the SSH Secret, the
    pinned workers and the chief in one burst, so every GPU of the plan is held from the
    start (the chief's too, through a multi-GB image pull: no other pod can take it
@@ -26,7 +28,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck
+from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -63,6 +65,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     envsecrets.require_env_secrets(kube, settings)
     podchecks.require_pull_secrets(kube, settings)
     podchecks.require_ipv4_between_pods(kube, settings)
+    volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
     probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
@@ -116,6 +119,7 @@ class PreTraining:
         if plan is None:
             self.job_run.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
             preflight(self.kube, settings)
+            volumeclaims.wait_until_bound(self.kube, self.job_run)
             earlierruns.clear(self.kube, settings, self.job_run.clock)
             plan = (QueuedPlacement(self.kube, self.job_run, self.kind).place() if settings.queue
                     else self._place(self.job_run.gpus_until))
@@ -200,6 +204,10 @@ class PreTraining:
         """
         wait_until = min(give_up_at, self.job_run.deadline)
         clock = self.job_run.clock
+        # What no other manager waits on is created before the Lease: the attempt's SSH
+        # keys and the job's NetworkPolicies.
+        self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
+        isolation.isolate(self.kube, self.settings)
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
@@ -215,15 +223,18 @@ class PreTraining:
                 seen = watch.generation if watch else 0
                 self.reporter.phase("Planning")
                 # A busy Lease is tried for as long as the job may wait for GPUs (LOCK_TIMEOUT_S at least).
+                # The first plan shares a survey of the cluster with the managers starting
+                # with it; one woken by GPUs freed surveys again (``booking.survey``).
                 booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, wait_until,
-                                      still_wanted, clock)
+                                      still_wanted, clock, shared_survey=watch is None)
                 if isinstance(booked, list):
                     return booked
                 if isinstance(booked, booking.Short):
                     self._short(booked, wait_until)
                 self.reporter.phase("WaitingForGPUs")
                 if watch is None:
-                    watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings, clock=clock))
+                    watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings, clock=clock,
+                                                               volume_claims=booked.ledger.volume_claims))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
@@ -232,7 +243,7 @@ class PreTraining:
         # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus).
         may_wait = self.job_run.clock.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
-                                    may_wait)
+                                    may_wait, ledger.volume_claims)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
@@ -260,15 +271,13 @@ class PreTraining:
                      self.settings.num_gpus)
 
     def _create_pods(self, plan: Plan) -> None:
-        """The Secret, the NetworkPolicies, the workers and the chief, in one burst (all under the Lease)."""
+        """The workers and the chief, in one burst (under the Lease)."""
         settings = self.settings
         in_domains = f" in {self.domains}" if self.domains else ""
         self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
-        secret, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
-        self.kube.create_owned(secret)
-        isolation.isolate(self.kube, settings)
+        _, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
         self.kube.create_all_owned(pods)
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(

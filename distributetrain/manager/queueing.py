@@ -10,6 +10,7 @@ each pinned by its node's name, then un-gated, so the scheduler binds it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Mapping
@@ -22,13 +23,13 @@ from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking, isolation
+from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.queuepositions import QueuePositions
 from distributetrain.manager.run import Run
 
 log = logging.getLogger(__name__)
 
-PLACE_RETRY_S = 1.0  # admitted but no node has the GPUs free yet: look again this often
 GROUP_TOKEN_BYTES = 2  # podgroup.group_name's token: 4 hex characters
 
 
@@ -95,7 +96,7 @@ class QueuedPlacement:
     def place(self) -> Plan:
         settings = self.run.settings
         check_queue(self.kube, settings)
-        ledger, _ = booking.take_inventory(self.kube, settings)
+        ledger = booking.take_inventory(self.kube, settings, shared=True, clock=self.run.clock)
         booking.check_request(ledger, settings)
         wanted = shares(ledger, settings.num_gpus, self.kind)
         return self.resume(wanted, self._create(wanted))
@@ -136,11 +137,11 @@ class QueuedPlacement:
         log.info("job %s: admitted by queue %s", settings.job_name, settings.queue)
 
     def _pin(self, pods: list[str], wanted: list[int]) -> Plan:
-        """Nodes for the admitted pods, from a fresh inventory under the Lease."""
-        settings = self.run.settings
-        clock = self.run.clock
+        """Nodes for the admitted pods, booked as every plan is (``booking``). Short of
+        GPUs, the free GPUs are followed (``FreeGpuWatch``) and booked again only when they
+        could hold the shares: no Lease is taken, nothing listed, while nothing changes."""
+        settings, clock = self.run.settings, self.run.clock
         give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, self.run.deadline)
-
         domains = ""  # with --topology: the network domains of the nodes chosen
 
         def choose(ledger: inventory.GpuLedger) -> Plan:
@@ -153,19 +154,29 @@ class QueuedPlacement:
             domains = topology.describe(list(zip(nodes, wanted)), ledger.paths, settings.topology)
             return list(zip(nodes, wanted))
 
-        while True:
-            booked = booking.book(self.kube, settings, choose, lambda plan: self._place_pods(pods, plan), clock=clock)
-            if isinstance(booked, list):
-                self.run.reporter.planned(booked, domains)
-                in_domains = f" in {domains}" if domains else ""
-                self.run.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
-                                                                f"{format_plan(booked)}{in_domains} "
-                                                                "(the chief's share last)")
-                return booked
-            if clock.monotonic() >= give_up_at:
-                raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now: {booked}",
-                                       exitcodes.INSUFFICIENT_GPUS)
-            clock.sleep(PLACE_RETRY_S)
+        with contextlib.ExitStack() as waiting:
+            watch: FreeGpuWatch | None = None  # from the first shortage on
+            while True:
+                seen = watch.generation if watch else 0
+                booked = booking.book(self.kube, settings, choose, lambda plan: self._place_pods(pods, plan),
+                                      give_up_at, lambda: watch is None or watch.fits() is not False, clock)
+                if isinstance(booked, list):
+                    self._planned(booked, domains)
+                    return booked
+                if clock.monotonic() >= give_up_at:
+                    raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now: "
+                                           f"{booked}", exitcodes.INSUFFICIENT_GPUS)
+                if watch is None:
+                    watch = waiting.enter_context(FreeGpuWatch(
+                        self.kube, settings, clock=clock, fits=lambda free: podgroup.assign(wanted, free) is not None))
+                watch.wait_until_fits(seen, give_up_at)
+
+    def _planned(self, plan: Plan, domains: str) -> None:
+        settings = self.run.settings
+        self.run.reporter.planned(plan, domains)
+        in_domains = f" in {domains}" if domains else ""
+        self.run.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
+                                                        f"{format_plan(plan)}{in_domains} (the chief's share last)")
 
     def _place_pods(self, pods: list[str], plan: Plan) -> None:
         namespace = self.run.settings.namespace

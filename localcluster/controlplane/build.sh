@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the upstream Kubernetes control plane (one multi-call binary) into the
-# shared cache, keyed by the pinned version and a hash of go.mod, main.go and
-# this script, so a fresh clone on the same machine reuses it and a pin change
-# rebuilds it.
+# Builds the upstream Kubernetes control plane (one multi-call binary) of one release
+# into the shared cache, keyed by the pinned version and a hash of its wrapper module
+# (v<MINOR>/go.mod, go.sum), main.go and this script, so a fresh clone on the same
+# machine reuses it and a pin change rebuilds it.
+# Usage: build.sh [MINOR]   MINOR is 1.34 (the default: $DT_KUBERNETES_VERSION, else 1.34),
+# 1.35, 1.36 or 1.37: the releases with a wrapper module here (pin.sh writes one).
 # Prints the bin directory (symlinks kube-apiserver, kube-scheduler,
 # kube-controller-manager, kubectl, kubelet, kube-proxy, etcd) on stdout; progress goes to stderr.
 set -euo pipefail
@@ -12,8 +14,19 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../env.sh"
 
 COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy etcd)
-K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$HERE/go.mod")"
-SOURCE_HASH="$(cat "$HERE/go.mod" "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-12)"
+MINOR="${1:-${DT_KUBERNETES_VERSION:-1.34}}"
+MODULE="$HERE/v${MINOR#v}"
+if [[ ! "${MINOR#v}" =~ ^1\.[0-9]+$ || ! -f "$MODULE/go.mod" ]]; then
+    supported=""
+    for module in "$HERE"/v1.*/; do
+        module="${module%/}"
+        supported+=" ${module##*/v}"
+    done
+    echo "build.sh: no Kubernetes '$MINOR' here; give MAJOR.MINOR, one of:$supported" >&2
+    exit 2
+fi
+K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$MODULE/go.mod")"
+SOURCE_HASH="$(cat "$MODULE/go.mod" "$MODULE/go.sum" "$HERE/main.go" "$HERE/build.sh" | sha256sum | cut -c1-12)"
 OUT_DIR="$DT_CACHE/k8s/$K8S_VERSION-$SOURCE_HASH"
 BIN_DIR="$OUT_DIR/bin"
 
@@ -37,7 +50,7 @@ done
 mkdir -p "$OUT_DIR"
 rm -rf "$OUT_DIR/bin.tmp"
 # go.mod and go.sum are committed tidy, so -mod=mod leaves the checkout unchanged.
-(cd "$HERE" && go build -trimpath -ldflags="$LDFLAGS" -o "$OUT_DIR/bin.tmp/controlplane" .) >&2
+(cd "$MODULE" && go build -trimpath -ldflags="$LDFLAGS" -o "$OUT_DIR/bin.tmp/controlplane" .) >&2
 for component in "${COMPONENTS[@]}"; do
     ln -s controlplane "$OUT_DIR/bin.tmp/$component"
 done

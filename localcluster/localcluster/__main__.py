@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from localcluster import binaries, networkpolicy, nodeclaims
+from localcluster import binaries, networkpolicy, nodeclaims, profiles, versions
 from localcluster.cluster import DEFAULT_GPU_RESOURCE, Cluster, ClusterError, ClusterStatus
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_SPEC_FORMAT, NodeAllocationError, parse_node_spec
@@ -45,17 +46,35 @@ def main(argv: list[str] | None = None) -> int:
 def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     # Every value is checked before anything starts, so bad input creates nothing.
-    nodes, hostnames = _checked("--nodes", parse_node_spec, args.nodes) if args.nodes else (None, {})
+    nodes, profiled, hostnames = _nodes(args)
     labels = _checked("--labels", _parse_labels, args.labels)
     slow = _checked("--slow-registry", parse_pull_delays, args.slow_registry) if args.slow_registry else None
+    kubernetes = _checked(f"--kubernetes (or {versions.ENV})", versions.parse,
+                          args.kubernetes or os.environ.get(versions.ENV) or versions.DEFAULT)
     if args.karpenter_boot_delay is not None and not 0 <= args.karpenter_boot_delay < float("inf"):
         raise BadInput(f"--karpenter-boot-delay: must be seconds, 0 or more, got {args.karpenter_boot_delay:g}")
     cluster = Cluster.up(nodes, labels, args.gpu_resource, hostnames=hostnames, pull_delays=slow, kueue=args.kueue,
-                         karpenter=args.karpenter, karpenter_boot_delay_s=args.karpenter_boot_delay)
+                         karpenter=args.karpenter, karpenter_boot_delay_s=args.karpenter_boot_delay,
+                         kubernetes=kubernetes, dra=args.dra)
+    if profiled and not any(set(group.names) == set(profiled) for group in cluster.node_groups()):
+        profiles.add_nodes(cluster, profiled, labels, hostnames)
     if args.network_policy:
         networkpolicy.enforce_everywhere(cluster.node_groups(), binaries.kube_router())
     print(f"cluster up in {time.monotonic() - started:.1f} s; export KUBECONFIG={cluster.kubeconfig}")
     return 0
+
+
+def _nodes(args: argparse.Namespace) -> tuple[dict[str, int] | None, dict[str, profiles.NodeProfile], dict[str, str]]:
+    """--nodes as GPUs by node name, or, with --profile, as each node's profile; and the
+    hostname labels given."""
+    if not args.profile:
+        nodes, hostnames = _checked("--nodes", parse_node_spec, args.nodes) if args.nodes else (None, {})
+        return nodes, {}, hostnames
+    profile = _checked("--profile", profiles.node_profile, args.profile)
+    if not args.nodes:
+        raise BadInput("--profile: give the nodes it makes with --nodes NAME[/HOSTNAME][,...]")
+    profiled, hostnames = _checked("--nodes", lambda text: profiles.parse_nodes(text, profile), args.nodes)
+    return None, profiled, hostnames
 
 
 def _checked(flag: str, parse: Callable[[str], T], text: str) -> T:
@@ -148,7 +167,16 @@ def _parser() -> argparse.ArgumentParser:
         f"node group to add: {NODE_SPEC_FORMAT}. NAME/HOSTNAME gives the Node a kubernetes.io/hostname "
         "label other than its name, as on EKS (Karpenter) or kops/OpenStack"))
     up.add_argument("--labels", default="", help="labels for those nodes, e.g. pool=a,zone=z1")
+    up.add_argument("--profile", default="", metavar="PROFILE", help=(
+        f"make those nodes look as a platform sets them up (labels, taints, GPU resources): "
+        f"{profiles.PROFILE_FORMAT}; profiles: {', '.join(profiles.PROFILES)}. --nodes then names them only"))
     up.add_argument("--gpu-resource", default=DEFAULT_GPU_RESOURCE)
+    up.add_argument("--dra", action="store_true", help=(
+        "the --nodes group's GPUs are DRA devices of DeviceClass gpu.example.com, published by the example "
+        "DRA driver's kubelet plugin beside each kubelet, not the --gpu-resource extended resource"))
+    up.add_argument("--kubernetes", default="", metavar="MAJOR.MINOR", help=(
+        f"the Kubernetes release to run (default: ${versions.ENV}, else {versions.DEFAULT}): one of "
+        f"{', '.join(map(str, versions.supported()))}, built on first use (10-25 minutes)"))
     up.add_argument("--kueue", action="store_true",
                     help="run Kueue too (its CRDs, webhooks and controller manager): batch queueing for --queue")
     up.add_argument("--karpenter", action="store_true",

@@ -1,10 +1,10 @@
 """Finding (and, the first time, building or installing) the cluster's executables.
 
-The Kubernetes binaries (control plane, kubelet, kube-proxy) and etcd come from
-controlplane/build.sh, the registry from registryserver/build.sh
-(Kueue and Karpenter from theirs), each returning at once when its cache entry exists;
-containerd and the CNI plugins come from Debian, installed by install-system-deps.sh
-when missing.
+The Kubernetes binaries (control plane, kubelet, kube-proxy) and etcd of the chosen
+release come from controlplane/build.sh, the registry from registryserver/build.sh
+(Kueue, Karpenter, the example DRA driver's kubelet plugin and the DRA nodes' containerd
+from theirs), each returning at once when its cache entry exists; containerd and the CNI
+plugins come from Debian, installed by install-system-deps.sh when missing.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from localcluster.components import Binaries
 from localcluster.layout import CONTROLPLANE_SRC, PROJECT_ROOT
+from localcluster.versions import KubernetesVersion
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,8 @@ REGISTRY_BUILD_SCRIPT = PROJECT_ROOT / "registryserver" / "build.sh"
 KUEUE_BUILD_SCRIPT = PROJECT_ROOT / "kueuecontroller" / "build.sh"
 KARPENTER_BUILD_SCRIPT = PROJECT_ROOT / "karpentercontroller" / "build.sh"
 KUBE_ROUTER_BUILD_SCRIPT = PROJECT_ROOT / "kuberoutercontroller" / "build.sh"
+DRA_PLUGIN_BUILD_SCRIPT = PROJECT_ROOT / "drakubeletplugin" / "build.sh"
+CONTAINERD_BUILD_SCRIPT = PROJECT_ROOT / "containerdruntime" / "build.sh"
 SYSTEM_DEPS_SCRIPT = CONTROLPLANE_SRC / "install-system-deps.sh"
 # What real nodes need from Debian: containerd and the CNI plugins.
 SYSTEM_PATHS = (Path("/usr/bin/containerd"), Path("/usr/lib/cni/bridge"))
@@ -33,9 +36,10 @@ class BuildError(RuntimeError):
     """The control plane could not be built or its dependencies installed."""
 
 
-def ensure() -> Binaries:
+def ensure(version: KubernetesVersion) -> Binaries:
+    """Kubernetes `version`'s binaries (built on first use: 10-25 minutes) and the registry."""
     install_system_deps()
-    return Binaries(kubernetes_bin=_built(BUILD_SCRIPT), registry=_built(REGISTRY_BUILD_SCRIPT))
+    return Binaries(kubernetes_bin=_built(BUILD_SCRIPT, str(version)), registry=_built(REGISTRY_BUILD_SCRIPT))
 
 
 def kueue() -> Path:
@@ -59,9 +63,21 @@ def kube_router() -> Path:
     return _built(KUBE_ROUTER_BUILD_SCRIPT)
 
 
-def _built(script: Path) -> Path:
+def dra_plugin() -> Path:
+    """The example DRA driver's kubelet plugin (``localcluster.dra``), built from its Go module on
+    first use (about 4 minutes)."""
+    return _built(DRA_PLUGIN_BUILD_SCRIPT)
+
+
+def cdi_containerd() -> Path:
+    """The bin directory of containerd 1.7 and its runc shim, which DRA nodes run for CDI
+    (``localcluster.dra``), built from containerd's Go module on first use."""
+    return _built(CONTAINERD_BUILD_SCRIPT)
+
+
+def _built(script: Path, *args: str) -> Path:
     """What `script` builds (its last line of output), building it first if needed."""
-    result = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True, check=False)
+    result = subprocess.run([str(script), *args], stdout=subprocess.PIPE, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"{script} failed with exit code {result.returncode}; see its output above")
     return Path(result.stdout.strip().splitlines()[-1])

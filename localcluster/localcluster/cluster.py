@@ -29,9 +29,10 @@ import yaml
 
 from localcluster import (
     binaries, certs, components, karpenter, kubeconfig, kueue, leftovers, netsetup, nodeclaims, processes, registry,
-    slowpulls,
+    slowpulls, versions,
 )
 from localcluster.components import Binaries
+from localcluster.dra import install as install_dra
 from localcluster.layout import PROJECT_ROOT, RunLayout, cache_dir
 from localcluster.node import hostchanges, imagecache
 from localcluster.node.config import NodePaths, NodeSpec
@@ -113,6 +114,8 @@ class Cluster:
         kueue: bool = False,
         karpenter: bool = False,
         karpenter_boot_delay_s: float | None = None,
+        kubernetes: versions.KubernetesVersion | None = None,
+        dra: bool = False,
     ) -> Cluster:
         """Start the control plane and the registry (or attach to the running ones), publish
         the images podman built; optionally add nodes.
@@ -122,12 +125,15 @@ class Cluster:
         as for `add_nodes`. `pull_delays`, when given, replaces the registry's slow
         pulls (see `set_pull_delays`). `kueue` starts Kueue too (`start_kueue`), `karpenter`
         Karpenter (`start_karpenter`, its nodes booting in `karpenter_boot_delay_s`).
+        `kubernetes`: the release to run (default: versions.selected()); a cluster up with
+        another one is an error. `dra`: the nodes' GPUs are DRA devices (see add_nodes).
         """
         _require_root()
         layout = layout or RunLayout.from_env()
         started = time.monotonic()
         layout.make_dirs()
         cluster = cls(layout)
+        cluster._choose_version(kubernetes or versions.selected())
         cluster.binaries()
         with cluster._locked():
             dead_groups = cluster._remove_what_a_killed_run_left()
@@ -146,7 +152,7 @@ class Cluster:
         if pull_delays is not None:
             cluster.set_pull_delays(pull_delays)
         if nodes:
-            cluster._add_missing_nodes(nodes, labels or {}, gpu_resource, dict(hostnames or {}))
+            cluster._add_missing_nodes(nodes, labels or {}, gpu_resource, dict(hostnames or {}), dra)
         if kueue:
             cluster.start_kueue()
         if karpenter:
@@ -314,6 +320,7 @@ class Cluster:
         hostnames: Mapping[str, str] | None = None,
         ipv6_first: bool = False,
         ipv6_only: bool = False,
+        dra: bool = False,
     ) -> NodeGroup:
         """Start a real node for each of `spec` ({node name: GPUs}); returns once they are Ready
         and advertise their GPUs.
@@ -323,24 +330,28 @@ class Cluster:
         `hostnames` ({node name: hostname}) gives nodes a `kubernetes.io/hostname` label other
         than their name, as on EKS: {"ip-10-0-1-7.ec2.internal": "ip-10-0-1-7"}.
         `ipv6_first`: their pods are dual-stack, IPv6 first; `ipv6_only`: IPv6 alone (see NodeSpec).
+        `dra`: their GPUs are devices of DeviceClass gpu.example.com that the example DRA driver
+        publishes (localcluster/dra.py), not `gpu_resource`; other groups may keep the extended resource.
         """
         hostnames = dict(hostnames or {})
         validate_hostnames(spec, hostnames)
         record = NodeGroupRegistry(self.layout).allocate(list(spec))
         group = NodeGroup(self, record)
         try:
-            group.start(spec, labels or {}, gpu_resource, tuple(taints), hostnames, ipv6_first, ipv6_only)
+            if dra:
+                install_dra(self.kubectl)
+            group.start(spec, labels or {}, gpu_resource, tuple(taints), hostnames, ipv6_first, ipv6_only, dra)
         except BaseException:
             group.stop()
             raise
         return group
 
     def _add_missing_nodes(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
-                           hostnames: dict[str, str]) -> None:
+                           hostnames: dict[str, str], dra: bool = False) -> None:
         if any(set(group.names) == set(spec) for group in self.node_groups()):
             log.info("nodes %s are already up", ", ".join(spec))
             return
-        self.add_nodes(spec, labels, gpu_resource, hostnames=hostnames)
+        self.add_nodes(spec, labels, gpu_resource, hostnames=hostnames, dra=dra)
 
     def node_groups(self) -> list[NodeGroup]:
         return [NodeGroup(self, record) for record in NodeGroupRegistry(self.layout).records()]
@@ -387,8 +398,12 @@ class Cluster:
     def binaries(self) -> Binaries:
         """The executables, built on first use (so `down` never waits for a build)."""
         if self._binaries is None:
-            self._binaries = binaries.ensure()
+            self._binaries = binaries.ensure(self.version())
         return self._binaries
+
+    def version(self) -> versions.KubernetesVersion:
+        """The Kubernetes release this cluster runs (or, not started yet, would)."""
+        return versions.recorded(versions.version_file(self.layout.root)) or versions.selected()
 
     @property
     def kubeconfig(self) -> Path:
@@ -442,6 +457,15 @@ class Cluster:
         registry.write_config(self.layout)
         registry.storage_dir().mkdir(parents=True, exist_ok=True)
         netsetup.ensure_bridge()
+
+    def _choose_version(self, wanted: versions.KubernetesVersion) -> None:
+        """Run `wanted`; a control plane already up with another release is an error (a
+        cluster from before releases were recorded runs the default)."""
+        running = versions.recorded(versions.version_file(self.layout.root)) or versions.parse(versions.DEFAULT)
+        if running != wanted and any(processes.read_pid(self.layout.pid_file(name)) for name in components.COMPONENTS):
+            raise ClusterError(f"the cluster in {self.layout.root} runs Kubernetes {running}, not {wanted}: "
+                               "take it down first (python -m localcluster down)")
+        versions.record(versions.version_file(self.layout.root), wanted)
 
     def _remove_what_a_killed_run_left(self) -> list[NodeGroup]:
         """Starting from nothing, first remove what a run killed outright left, and the
@@ -561,11 +585,12 @@ class NodeGroup:
 
     def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
               taints: tuple[str, ...] = (), hostnames: Mapping[str, str] | None = None,
-              ipv6_first: bool = False, ipv6_only: bool = False) -> None:
+              ipv6_first: bool = False, ipv6_only: bool = False, dra: bool = False) -> None:
         hostnames = hostnames or {}
-        self.start_nodes([NodeSpec(name=name, index=0, gpus=spec[name], gpu_resource=gpu_resource,
+        self.start_nodes([NodeSpec(name=name, index=0, gpus=0 if dra else spec[name], gpu_resource=gpu_resource,
                                    hostname=hostnames.get(name, name), labels=labels, taints=taints,
-                                   ipv6_first=ipv6_first, ipv6_only=ipv6_only)
+                                   ipv6_first=ipv6_first, ipv6_only=ipv6_only,
+                                   dra_gpus=spec[name] if dra else 0)
                           for name in self.names])
 
     def start_nodes(self, specs: Sequence[NodeSpec]) -> None:

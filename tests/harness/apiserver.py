@@ -1,8 +1,8 @@
 """Stand-ins for the apiserver on 127.0.0.1, for black-box tests of the API layer.
 
 ``FakeApiServer`` serves the pods endpoints (list; watch, chunked, with ``timeoutSeconds``
-and bookmarks), and Leases (get, create, update with resourceVersion conflicts, as the
-placement lock uses them). It misbehaves on demand in ways no cluster test can produce:
+and bookmarks), and Leases (get, create, update with resourceVersion conflicts, and a
+watch, as the placement lock uses them). It misbehaves on demand in ways no cluster test can produce:
 
 - ``stall_watches``: that many next watch connections send their response headers and
   the events already due, then go silent with the connection held open (a stalled or
@@ -41,7 +41,8 @@ class FakeApiServer:
         self._lock = threading.Condition()
         self._version = 1
         self._pods: dict[str, dict] = {}
-        self._events: list[tuple[int, str, dict]] = []  # (resourceVersion, type, object)
+        self._events: list[tuple[int, str, dict]] = []  # (resourceVersion, type, pod)
+        self._lease_events: list[tuple[int, str, dict]] = []  # (resourceVersion, type, Lease)
         self.stall_watches = 0
         self.error_watches: list[int] = []  # status codes of the ERROR events still to send
         self.watch_requests: list[dict[str, str]] = []  # query of every watch, in order
@@ -99,6 +100,8 @@ class FakeApiServer:
             lease = json.loads(json.dumps(lease))
             lease["metadata"]["resourceVersion"] = str(self._version)
             self.leases[(lease["metadata"]["namespace"], lease["metadata"]["name"])] = lease
+            self._lease_events.append((self._version, "MODIFIED", lease))
+            self._lock.notify_all()
 
     def lease(self, namespace: str, name: str) -> dict | None:
         with self._lock:
@@ -123,6 +126,8 @@ class FakeApiServer:
             body["metadata"].update(namespace=namespace, resourceVersion=str(self._version))
             self.leases[key] = body
             self.lease_writes.append(json.loads(json.dumps(body["spec"])))
+            self._lease_events.append((self._version, "ADDED" if method == "POST" else "MODIFIED", body))
+            self._lock.notify_all()
             return (201 if method == "POST" else 200), body
 
     # -- serving -----------------------------------------------------------------------
@@ -142,12 +147,14 @@ class FakeApiServer:
                 url = urlparse(self.path)
                 fake.client_ports.append(self.client_address[1])
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                if "/leases" in url.path:
+                if "/leases" in url.path and query.get("watch", "").lower() == "true":
+                    fake._watch(self, query, fake._lease_events)
+                elif "/leases" in url.path:
                     self._json(*fake._lease_request("GET", url.path, None))
                 elif not url.path.endswith("/pods"):
                     self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not here"})
                 elif query.get("watch", "").lower() == "true":
-                    fake._watch(self, query)
+                    fake._watch(self, query, fake._events)
                 else:
                     fake._list(self)
 
@@ -183,7 +190,7 @@ class FakeApiServer:
                     "items": list(self._pods.values())}
         handler._json(200, body)
 
-    def _watch(self, handler, query: dict[str, str]) -> None:
+    def _watch(self, handler, query: dict[str, str], events: list[tuple[int, str, dict]]) -> None:
         with self._lock:
             self.watch_requests.append(query)
             stall = self.stall_watches > 0
@@ -199,10 +206,10 @@ class FakeApiServer:
         try:
             while not self._closing.is_set():
                 with self._lock:
-                    due = [(v, kind, obj) for v, kind, obj in self._events if v > since]
+                    due = [(v, kind, obj) for v, kind, obj in events if v > since]
                     if not due and not stall and error is None:
                         self._lock.wait(timeout=0.05)
-                        due = [(v, kind, obj) for v, kind, obj in self._events if v > since]
+                        due = [(v, kind, obj) for v, kind, obj in events if v > since]
                     version = self._version
                 for v, kind, obj in due:
                     self._send(handler, {"type": kind, "object": obj})

@@ -17,6 +17,11 @@ GIB = 2**30
 JOB = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="i", owner_uid="uid-1")
 TIME_SLICED = {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4",
                "nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "Tesla-T4-SHARED"}
+GKE_TIME_SHARED = {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+                   "cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
+                   "cloud.google.com/gke-max-shared-clients-per-gpu": "3"}
+MIG_SLICED = {"nvidia.com/mig.strategy": "single", "nvidia.com/mig.capable": "true",
+              "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
 
 
 MANAGER_POD = "demo"
@@ -155,3 +160,82 @@ def ledger_of(nodes, pods=(), settings=JOB):
     for p in pods:
         ledger.add_pod(p)
     return ledger
+
+
+class ClaimBuilder:
+    """A PersistentVolumeClaim as the API returns it: ``make_claim("data").modes(RWO).bound_to("pv-1").obj()``.
+    ReadWriteMany, of no StorageClass, Pending until told otherwise."""
+
+    def __init__(self, name: str, namespace: str = "ns"):
+        self._claim = {"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace},
+                       "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                                "resources": {"requests": {"storage": "1Gi"}}},
+                       "status": {"phase": "Pending"}}
+
+    def modes(self, *modes: str) -> ClaimBuilder:
+        self._claim["spec"]["accessModes"] = list(modes)
+        return self
+
+    def of_class(self, name: str) -> ClaimBuilder:
+        self._claim["spec"]["storageClassName"] = name
+        return self
+
+    def annotations(self, annotations: dict) -> ClaimBuilder:
+        self._claim["metadata"].setdefault("annotations", {}).update(annotations)
+        return self
+
+    def bound_to(self, volume: str) -> ClaimBuilder:
+        """Bound, as the PV controller completes a binding: its volume's modes in its status."""
+        self._claim["spec"]["volumeName"] = volume
+        self._claim["status"] = {"phase": "Bound", "accessModes": self._claim["spec"]["accessModes"]}
+        return self
+
+    def obj(self) -> dict:
+        return copy.deepcopy(self._claim)
+
+
+def make_claim(name: str, namespace: str = "ns") -> ClaimBuilder:
+    return ClaimBuilder(name, namespace)
+
+
+class VolumeBuilder:
+    """A PersistentVolume: ``make_volume("pv-1").modes(RWO).on_nodes(ZONE, "z1").obj()``; any node, ReadWriteMany."""
+
+    def __init__(self, name: str):
+        self._volume = {"kind": "PersistentVolume", "metadata": {"name": name, "labels": {}},
+                        "spec": {"accessModes": ["ReadWriteMany"], "capacity": {"storage": "1Gi"}}}
+
+    def modes(self, *modes: str) -> VolumeBuilder:
+        self._volume["spec"]["accessModes"] = list(modes)
+        return self
+
+    def labels(self, labels: dict) -> VolumeBuilder:
+        self._volume["metadata"]["labels"].update(labels)
+        return self
+
+    def node_affinity(self, *terms: dict) -> VolumeBuilder:
+        """``spec.nodeAffinity.required`` with these node selector terms (ORed)."""
+        self._volume["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": list(terms)}}
+        return self
+
+    def on_nodes(self, key: str, *values: str) -> VolumeBuilder:
+        """Mountable where label ``key`` is one of ``values`` (a zonal disk's zone, a local volume's host)."""
+        return self.node_affinity({"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]})
+
+    def obj(self) -> dict:
+        return copy.deepcopy(self._volume)
+
+
+def make_volume(name: str) -> VolumeBuilder:
+    return VolumeBuilder(name)
+
+
+def storage_class(name: str, binding: str = "WaitForFirstConsumer", provisioner: str = "ebs.csi.aws.com",
+                  topologies: list[dict] | None = None) -> dict:
+    """A StorageClass; ``topologies`` its allowedTopologies' terms, each {label: [values]}."""
+    found = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+             "provisioner": provisioner, "volumeBindingMode": binding}
+    if topologies is not None:
+        found["allowedTopologies"] = [{"matchLabelExpressions": [{"key": k, "values": v} for k, v in term.items()]}
+                                      for term in topologies]
+    return found

@@ -45,6 +45,7 @@ import copy
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from distributetrain.core import errors, inventory, names
@@ -70,11 +71,15 @@ class FakeKube(KubeApi):
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.secrets: dict[str, dict] = {}
         self.network_policies: dict[str, dict] = {}
+        self.config_maps: dict[str, dict] = {}  # the lock namespace's (the published survey)
+        self.volume_claims: dict[str, dict] = {}  # PersistentVolumeClaims of the job's namespace
+        self.volumes: dict[str, dict] = {}  # PersistentVolumes
         self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
         self.quotas: list[dict] = []  # the job namespace's ResourceQuotas
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
         self.pending: dict[tuple[str, str], list[dict]] | None = None
-        self.lease: dict | None = None
+        self.lease: dict | None = None  # the placement Lease
+        self.other_leases: dict[str, dict] = {}
         self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels of a namespace that has any
         # The manager's own pod, outside ``pods``; None for the CLI, which runs in none.
         self.manager = (manager if manager is not None else manager_pod()) if in_manager_pod else None
@@ -94,8 +99,10 @@ class FakeKube(KubeApi):
         self.pod_lists = 0
         self.node_lists = 0
         self.forbidden_lists: set[str] = set()  # kinds the caller may not list (a 403, as RBAC answers)
+        self.forbidden_reads: set[str] = set()  # kinds (plurals for custom ones) the caller may not read
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
+        self.one_changed = threading.Condition(self.lock)  # a Lease or ConfigMap written
         self._node_events: queue.SimpleQueue = queue.SimpleQueue()
         self._cluster_pod_events: queue.SimpleQueue = queue.SimpleQueue()
         self.events: list[dict] = []  # core/v1 Events of the job's namespace (the kubelet's about pods)
@@ -142,14 +149,20 @@ class FakeKube(KubeApi):
         return [copy.deepcopy(p) for p in self.pods.values() if _matches(p, **selectors)]
 
     def _store(self, kind: str) -> dict[str, dict]:
-        return {"Pod": self.pods, "Job": self.batch_jobs, "NetworkPolicy": self.network_policies}.get(kind, self.secrets)
+        return {"Pod": self.pods, "Job": self.batch_jobs, "NetworkPolicy": self.network_policies,
+                "ConfigMap": self.config_maps, "PersistentVolumeClaim": self.volume_claims,
+                "PersistentVolume": self.volumes}.get(kind, self.secrets)
 
     def _is_manager(self, name: str) -> bool:
         return self.manager is not None and name == self.manager["metadata"]["name"]
 
     def put(self, obj: dict) -> None:
-        """A Pod, batch/v1 Job or Secret as it is in the cluster already."""
+        """A Pod, batch/v1 Job, Secret, PersistentVolumeClaim, PersistentVolume or StorageClass as
+        it is in the cluster already."""
         with self.lock:
+            if obj["kind"] == "StorageClass":  # read as the custom objects are, by its API group
+                self.custom[("storageclasses", None, obj["metadata"]["name"])] = copy.deepcopy(obj)
+                return
             self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(obj)
 
     # -- reads ----------------------------------------------------------------------------
@@ -193,12 +206,19 @@ class FakeKube(KubeApi):
         with self.lock:
             return copy.deepcopy(self.manager if self._is_manager(name) else self.pods.get(name))
 
-    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+    def read(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        self._maybe_fail("read")
+        if kind in self.forbidden_reads:
+            raise errors.forbidden(f'{kind} "{name}" is forbidden: User "dev" cannot get resource "{kind}"')
         with self.lock:
+            if kind == "Lease":
+                return copy.deepcopy(self._leases_named(name))
             return copy.deepcopy(self._store(kind).get(name))
 
     def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
         self._maybe_fail("read_custom")
+        if plural in self.forbidden_reads:
+            raise errors.forbidden(f'{plural}.{group} "{name}" is forbidden: User "dev" cannot get resource "{plural}"')
         with self.lock:
             return copy.deepcopy(self.custom.get((plural, namespace, name)))
 
@@ -285,7 +305,9 @@ class FakeKube(KubeApi):
     def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
         self._maybe_fail("patch_pod")
         with self.lock:
-            pod = self.manager if name == self.manager["metadata"]["name"] else self.pods[name]
+            pod = self.manager if self._is_manager(name) else self.pods.get(name)
+            if pod is None:  # as the API server answers a patch of a pod gone
+                raise errors.NotFound(f'pods "{name}" not found')
             if isinstance(patch, list):
                 _json_patch(pod, patch)
             else:
@@ -402,6 +424,8 @@ class FakeKube(KubeApi):
     # -- the user's commands' own calls (cli.jobs.api.JobsKube) ---------------------------
     def create(self, obj: dict, dry_run: bool = False) -> dict:
         """A Pod or batch/v1 Job, as admission leaves it (``on_create``); AlreadyExists if the name is taken."""
+        if obj["kind"] == "Lease":
+            return self._create_lease(obj)
         admitted = copy.deepcopy(obj)
         for mutate in self.on_create:
             mutate(admitted)
@@ -410,8 +434,10 @@ class FakeKube(KubeApi):
                 raise errors.AlreadyExists(f"{obj['kind']} {obj['metadata']['name']} already exists")
             (self.dry_runs if dry_run else self.created).append(copy.deepcopy(obj))
             if not dry_run:
+                admitted["metadata"].setdefault("resourceVersion", "1")
                 self._store(obj["kind"])[obj["metadata"]["name"]] = admitted
                 self._act("create", obj["kind"], obj["metadata"]["name"])
+                self.one_changed.notify_all()
         return copy.deepcopy(admitted)
 
     def get_batch_job(self, namespace: str, name: str) -> dict | None:
@@ -441,22 +467,79 @@ class FakeKube(KubeApi):
         yield from self.logs[(pod, container)].splitlines(keepends=True)
 
     # -- leases ---------------------------------------------------------------------------
-    def get_lease(self, namespace: str, name: str) -> dict | None:
-        with self.lock:
-            return copy.deepcopy(self.lease)
+    def _leases_named(self, name: str) -> dict | None:
+        """The placement Lease is ``lease``; others (the survey's surveyor) ``other_leases``."""
+        return self.lease if name == names.LOCK_LEASE_NAME else self.other_leases.get(name)
 
-    def create_lease(self, lease: dict) -> dict:
-        with self.lock:
-            self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
-            self._act("create", "Lease", lease["metadata"]["name"])
-            return copy.deepcopy(self.lease)
+    def watch_one(self, kind: str, namespace: str, name: str, resource_version: str,
+                  timeout_s: float) -> Iterator[tuple[str, dict]]:
+        """The object's next change after ``resource_version``: at once if it changed since,
+        else when it is created or written, or nothing once ``timeout_s`` has passed. On a
+        fake clock the story's thread waits a moment of real time for a change, then its
+        whole timeout (the clock moved on); another thread only that moment."""
+        real = self.clock is REAL_CLOCK
+        ends_at = (self.clock.monotonic() if real else time.monotonic()) + (timeout_s if real else BACKGROUND_WATCH_SPAN_S)
+        with self.one_changed:
+            self._act("watch", {"leases": "Lease", "configmaps": "ConfigMap"}[kind], name)
+            while True:
+                current = self._leases_named(name) if kind == "leases" else self.config_maps.get(name)
+                if current is not None and current["metadata"].get("resourceVersion") != resource_version:
+                    changed = copy.deepcopy(current)
+                    break
+                left = ends_at - (self.clock.monotonic() if real else time.monotonic())
+                if left <= 0:
+                    if not real and threading.current_thread() is self.story_thread:
+                        self.clock.sleep(timeout_s)
+                    return
+                self.one_changed.wait(left)
+        yield "MODIFIED", changed
 
-    def replace_lease(self, lease: dict) -> dict:
+    def replace(self, obj: dict) -> dict:
+        """A Lease or ConfigMap updated as read: ``Conflict`` if it changed since."""
+        if obj["kind"] == "Lease":
+            return self._replace_lease(obj)
         with self.lock:
-            version = int((self.lease or {}).get("metadata", {}).get("resourceVersion", "0")) + 1
-            self.lease = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(version)}}
-            self._act("replace", "Lease", lease["metadata"]["name"])
-            return copy.deepcopy(self.lease)
+            store = self._store(obj["kind"])
+            current = store.get(obj["metadata"]["name"])
+            if current is None:
+                raise errors.NotFound(f'{obj["kind"]} {obj["metadata"]["name"]} not found')
+            version = current["metadata"].get("resourceVersion", "0")
+            if obj["metadata"].get("resourceVersion") != version:
+                raise errors.Conflict(f'{obj["kind"]} {obj["metadata"]["name"]}: the object has been modified')
+            replaced = copy.deepcopy(obj)
+            replaced["metadata"]["resourceVersion"] = str(int(version) + 1)
+            store[obj["metadata"]["name"]] = replaced
+            self.one_changed.notify_all()
+            self._act("replace", obj["kind"], obj["metadata"]["name"])
+            return copy.deepcopy(replaced)
+
+    def _create_lease(self, lease: dict) -> dict:
+        with self.lock:
+            name = lease["metadata"]["name"]
+            if self._leases_named(name) is not None:
+                raise errors.AlreadyExists(f'leases "{name}" already exists')
+            created = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
+            self._put_lease(name, created)
+            self._act("create", "Lease", name)
+            return copy.deepcopy(created)
+
+    def _put_lease(self, name: str, lease: dict) -> None:
+        if name == names.LOCK_LEASE_NAME:
+            self.lease = lease
+        else:
+            self.other_leases[name] = lease
+        self.one_changed.notify_all()
+
+    def _replace_lease(self, lease: dict) -> dict:
+        with self.lock:
+            name = lease["metadata"]["name"]
+            current = (self._leases_named(name) or {}).get("metadata", {}).get("resourceVersion", "0")
+            if lease["metadata"].get("resourceVersion") not in (None, current):  # as the API server checks it
+                raise errors.Conflict(f'leases "{name}": the object has been modified')
+            replaced = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(int(current) + 1)}}
+            self._put_lease(name, replaced)
+            self._act("replace", "Lease", name)
+            return copy.deepcopy(replaced)
 
 
 def _matches(pod: dict, label_selector: str = "", field_selector: str = "", **_: str) -> bool:

@@ -26,7 +26,7 @@ from distributetrain.cli.jobs.manager_spec import ManagerOptions
 from distributetrain.core import errors, exitcodes, names, podgroup, validation
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import booking
+from distributetrain.manager import booking, volumeclaims
 
 OUTPUT_FORMATS = ("table", "json")
 
@@ -176,13 +176,16 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
 def _check_against_nodes(kube: JobsKube, settings: JobSettings) -> None:
     """The manager's own check that the nodes could ever hold the job (``booking.check_nodes``),
     run with the user's credentials, so a request the manager would refuse as bad input is
-    refused before anything is created. A user who may not list nodes leaves it to the manager."""
+    refused before anything is created; so is a ``--pvc`` claim that does not exist or that
+    no plan could serve (``volumeclaims``). What the user may not list or read (nodes, a
+    claim's PersistentVolume) is left to the manager."""
+    claims = volumeclaims.read_claims(kube, settings, uses=False, unreadable_ok=True)
     try:
         nodes = [node for page, _ in kube.list_pages("nodes") for node in page]
     except errors.Forbidden as e:
         log.info("cannot list nodes (%s); the manager checks the request against them", e)
         return
-    booking.check_nodes(nodes, settings)
+    booking.check_nodes(nodes, settings, claims)
 
 
 def _through_kueue(kube: JobsKube, settings: JobSettings, options: ManagerOptions, manager: dict) -> dict:

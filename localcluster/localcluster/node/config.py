@@ -40,6 +40,9 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     # "key[=value]:Effect", as kubectl taint takes them.
     taints: tuple[str, ...] = ()
+    # Extended resources besides `gpus` of `gpu_resource`: a MIG node of the mixed strategy
+    # advertises a resource per MIG profile ({"nvidia.com/mig-2g.20gb": 8}).
+    more_resources: Mapping[str, int] = field(default_factory=dict)
     # What a cloud instance's kubelet is given (Karpenter's nodes, localcluster/nodeclaims.py):
     # the Node's spec.providerID, and reservations ({"cpu": "100m", "memory": "10Mi"}) and a
     # pod limit that make its allocatable the instance type's rather than the host's.
@@ -56,6 +59,9 @@ class NodeSpec:
     # an IPv4 interface for egress alone (eth1, masqueraded to the node's address: see
     # egress_cni_config), by which it reaches the apiserver's IPv4 Service.
     ipv6_only: bool = False
+    # GPUs the example DRA driver publishes as devices of DeviceClass gpu.example.com
+    # (localcluster/dra.py), beside or instead of `gpus` of `gpu_resource`.
+    dra_gpus: int = 0
 
     @property
     def ipv6(self) -> bool:
@@ -157,6 +163,10 @@ class NodePaths:
     def kube_proxy_kubeconfig(self) -> Path:
         return self.root / "kube-proxy.kubeconfig"
 
+    @property
+    def cdi_dir(self) -> Path:
+        """The CDI specs the DRA plugin writes and the node's containerd reads (DRA nodes)."""
+        return self.root / "cdi"
 
 
 @dataclass(frozen=True)
@@ -167,9 +177,14 @@ class Mirror:
     registries: tuple[str, ...]
 
 
-def containerd_config(paths: NodePaths) -> str:
+def containerd_config(paths: NodePaths, cdi: bool = False) -> str:
     """containerd's config (TOML, version 2). `restrict_oom_score_adj` because this machine lacks
-    CAP_SYS_RESOURCE: without it every sandbox fails ("can't get final child's PID from pipe")."""
+    CAP_SYS_RESOURCE: without it every sandbox fails ("can't get final child's PID from pipe").
+    With `cdi` (a DRA node's containerd 1.7), containers get the CDI devices the kubelet names
+    from the specs in the node's CDI directory."""
+    cdi_settings = f"""
+  enable_cdi = true
+  cdi_spec_dirs = [{_toml(paths.cdi_dir)}]""" if cdi else ""
     return f"""version = 2
 root = {_toml(paths.image_store)}
 state = {_toml(paths.containerd_state / "state")}
@@ -188,7 +203,7 @@ state = {_toml(paths.containerd_state / "state")}
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   netns_mounts_under_state_dir = true
-  restrict_oom_score_adj = true
+  restrict_oom_score_adj = true{cdi_settings}
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -306,6 +321,14 @@ def network_name(spec: NodeSpec) -> str:
     return f"{NETWORK_PREFIX}{spec.netns}"
 
 
+# The nodes share this machine's disk with its caches and builds. The upstream thresholds
+# are shares of the disk (imagefs.available<15%), which a build machine's disk crosses with
+# tens of GB free (252 GB with 40 GB free is 16 %), and every pod of every test would then
+# wait on a DiskPressure taint. Absolute ones: a node is short of disk when the machine is.
+EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "2Gi", "imagefs.available": "2Gi",
+                 "nodefs.inodesFree": "5%"}
+
+
 def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
     """The KubeletConfiguration: the upstream defaults but for what this machine needs.
 
@@ -344,6 +367,7 @@ def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
         "registerWithTaints": [_taint(taint) for taint in spec.taints],
         "resolvConf": "/etc/resolv.conf",
         "clusterDomain": CLUSTER_DOMAIN,
+        "evictionHard": EVICTION_HARD,
         **_cloud_instance(spec),
     }
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import certs, kubeconfig, leftovers, netsetup, processes, registry
+from localcluster import certs, dra, kubeconfig, leftovers, netsetup, processes, registry
 from localcluster.components import APISERVER_PORT, Binaries
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_DAEMONS as DAEMONS
@@ -72,16 +72,21 @@ class RealNode:
         network.create(self.spec)
         imagecache.prepare(self.paths.image_store)
         self._write_files()
-        self._start_containerd(config.containerd_command(CONTAINERD, self.paths))
+        containerd = dra.containerd() if self.spec.dra_gpus else CONTAINERD
+        self._start_containerd(config.containerd_command(containerd, self.paths))
         self.forget_replaced_images()
         self._start_daemon("kubelet", config.kubelet_command(self.binaries.kubernetes("kubelet"), self.spec, self.paths))
         self._start_daemon("kube-proxy", config.kube_proxy_command(self.binaries.kubernetes("kube-proxy"), self.paths))
+        if self.spec.dra_gpus:
+            dra.start_plugin(self.spec, self.paths, self.layout.pki, self.log_file(dra.DAEMON))
 
     def become_ready(self) -> None:
         """Return once the launched node is Ready, advertises its GPUs and is schedulable."""
         self._wait(self._registered_and_ready, "to be Ready")
         self._advertise_gpus()
         self._wait(self._schedulable, f"to advertise {self.spec.gpus} {self.spec.gpu_resource} and be schedulable")
+        if self.spec.dra_gpus:
+            dra.wait_published(self.probe, self.spec, self.paths, self.log_file(dra.DAEMON))
 
     def stop(self) -> None:
         """Stop the daemons, kill everything left in the node's cgroup, remove its netns,
@@ -198,7 +203,7 @@ class RealNode:
         for directory in (paths.root, paths.image_store, paths.containerd_state, paths.runc_root,
                           paths.cni_config_dir, paths.cni_ipam_dir, paths.kubelet_root, paths.pod_logs):
             directory.mkdir(parents=True, exist_ok=True)
-        paths.containerd_config.write_text(config.containerd_config(paths))
+        paths.containerd_config.write_text(config.containerd_config(paths, cdi=bool(self.spec.dra_gpus)))
         for mirrored, hosts in config.registry_hosts(self.mirror).items():
             (paths.registry_hosts / mirrored).mkdir(parents=True, exist_ok=True)
             (paths.registry_hosts / mirrored / "hosts.toml").write_text(hosts)
@@ -225,8 +230,11 @@ class RealNode:
             entered = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$1" && shift && exec "$@"', "sh",
                        self._hostname(), *entered]
         (self.paths.root / f"{daemon}.argv").write_text(json.dumps(argv))
+        env = processes.environment_without_proxy()
+        if daemon == "containerd":  # its runc shim is the one beside it (a DRA node's is not Debian's)
+            env["PATH"] = f"{Path(argv[0]).parent}:{env.get('PATH', os.defpath)}"
         pid = processes.start_detached(entered, self._pid_file(daemon), self.log_file(daemon),
-                                       cwd=self.paths.root, env=processes.environment_without_proxy(), program=argv[0])
+                                       cwd=self.paths.root, env=env, program=argv[0])
         cgroups.join_daemons(self.spec.cgroup, pid)
 
     def _hostname(self) -> str:
@@ -262,10 +270,11 @@ class RealNode:
     def _advertise_gpus(self) -> None:
         """GPUs as extended resources in the Node's status capacity, the documented way to
         advertise a resource no device plugin serves; the kubelet keeps it in allocatable."""
-        if self.spec.gpus == 0:
+        amounts = {self.spec.gpu_resource: self.spec.gpus, **self.spec.more_resources}
+        operations = [{"op": "add", "path": "/status/capacity/" + resource.replace("~", "~0").replace("/", "~1"),
+                       "value": str(amount)} for resource, amount in amounts.items() if amount]
+        if not operations:
             return
-        path = "/status/capacity/" + self.spec.gpu_resource.replace("~", "~0").replace("/", "~1")
-        operations = [{"op": "add", "path": path, "value": str(self.spec.gpus)}]
         response = self.probe.json_patch(f"/api/v1/nodes/{self.spec.name}/status", operations)
         if response is None or response.status != 200:
             detail = response.body.decode(errors="replace") if response else "no answer"

@@ -81,6 +81,13 @@ def test_submit_creates_the_manager_and_prints_the_name(capsys, kube):
     assert kube.created == [manager_spec.manager_pod(*commands.submission(args, []))]
 
 
+def test_submit_refuses_a_claim_that_does_not_exist_before_it_creates_anything(capsys, kube):
+    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--pvc", "data:/d")
+    assert (code, out, kube.created) == (2, "", [])
+    assert err == ("distributetrain: error: --pvc: no PersistentVolumeClaim 'data' in namespace 'ml' "
+                   "(CLAIM:/PATH[:ro] names a claim of the job's namespace)\n")
+
+
 @pytest.mark.parametrize("existing", [manager(), batch_job(), manager(pod_name="demo-x7k2p")])
 @pytest.mark.parametrize("as_job", [[], ["--as-job"]])
 def test_submit_refuses_a_name_in_use_however_it_was_submitted(capsys, kube, existing, as_job):

@@ -8,7 +8,7 @@ from distributetrain.core.inventory import GpuLedger
 from distributetrain.core.podfit import SHARED, JobFit, PodShape
 from distributetrain.core.podrequests import FIT_RESOURCES, pod_requests
 from distributetrain.core.settings import RuntimeClassTerms
-from harness.builders import GIB, GPU, JOB, TIME_SLICED, ledger_of, sized_node, tenant
+from harness.builders import GIB, GKE_TIME_SHARED, GPU, JOB, TIME_SLICED, ledger_of, sized_node, tenant
 
 
 @given(st.integers(1, 64), st.integers(1, 16_000), st.integers(64, 64 * 1024))
@@ -57,8 +57,18 @@ def test_a_time_sliced_node_offers_one_rank_and_none_where_the_job_has_one():
     other_run = tenant("sliced", gpus=1, labels={"distributetrain.io/job": "j", "distributetrain.io/owner-uid": "x"})
     assert ledger_of(nodes, [other_run]).free() == {"sliced": 1, "whole": 2}
     assert ledger_of(nodes, settings=JOB.replace(allow_shared_gpus=True)).free() == {"sliced": 8, "whole": 2}
-    assert "sliced has 8 GPUs free but shares them (time-slicing, 4 per GPU): 1 for one rank" in \
-        ledger_of(nodes).unavailable()
+    assert ("sliced has 8 GPUs free but they are time-sliced GPUs (nvidia.com/gpu.sharing-strategy=time-slicing, "
+            "nvidia.com/gpu.replicas=4): 1 for one rank of the job (--allow-shared-gpus)") in ledger_of(nodes).unavailable()
+
+
+def test_a_gke_time_shared_node_offers_one_rank_even_where_shared_gpus_are_allowed():
+    # GKE's device plugin refuses a container more than one time-shared unit.
+    nodes = [sized_node("gke", 6, labels=GKE_TIME_SHARED), sized_node("whole", 2)]
+    allowed = JOB.replace(allow_shared_gpus=True)
+    assert ledger_of(nodes, settings=allowed).free() == {"gke": 1, "whole": 2}
+    assert ledger_of(nodes, settings=allowed).unavailable() == (
+        "gke has 6 GPUs free but they are GPUs time-shared by GKE (cloud.google.com/gke-gpu-sharing-strategy="
+        "time-sharing, cloud.google.com/gke-max-shared-clients-per-gpu=3): 1 for one rank of the job")
 
 
 def test_a_mig_resource_is_a_gpu_resource_of_its_own_one_slice_per_pod():

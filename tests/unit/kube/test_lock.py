@@ -53,11 +53,11 @@ def test_another_holders_lease_expires_a_full_duration_after_this_process_first_
     held_by(server, "ns/a", renew_time)
     clock = FakeClock()
     contender = lock(server, clock=clock)
-    assert not contender._try_acquire()
+    assert not contender._try_acquire(server.lease(NAMESPACE, NAME))
     clock.advance(29.9)
-    assert not contender._try_acquire()
+    assert not contender._try_acquire(server.lease(NAMESPACE, NAME))
     clock.advance(0.2)
-    assert contender._try_acquire()
+    assert contender._try_acquire(server.lease(NAMESPACE, NAME))
     assert holder(server) == "ns/b"
 
 
@@ -65,19 +65,19 @@ def test_any_change_to_the_lease_starts_the_observers_count_again(server):
     held_by(server, "ns/a", "2001-01-01T00:00:00.000000Z")
     clock = FakeClock()
     contender = lock(server, clock=clock)
-    assert not contender._try_acquire()
+    assert not contender._try_acquire(server.lease(NAMESPACE, NAME))
     clock.advance(20)
     held_by(server, "ns/a", "2001-01-01T00:00:00.000000Z")  # renewed (same times: a skewed or stuck clock)
-    assert not contender._try_acquire()
+    assert not contender._try_acquire(server.lease(NAMESPACE, NAME))
     clock.advance(29.9)
-    assert not contender._try_acquire()  # 49.9 s since first seen, but 29.9 s since the renewal was
+    assert not contender._try_acquire(server.lease(NAMESPACE, NAME))  # 49.9 s since first seen, but 29.9 s since the renewal was
     clock.advance(0.2)
-    assert contender._try_acquire()
+    assert contender._try_acquire(server.lease(NAMESPACE, NAME))
 
 
 def test_a_released_lease_is_taken_at_once(server):
     held_by(server, None, "2099-01-01T00:00:00.000000Z")
-    assert lock(server, clock=FakeClock())._try_acquire()
+    assert lock(server, clock=FakeClock())._try_acquire(server.lease(NAMESPACE, NAME))
 
 
 def renewals(server, of="ns/b") -> list[dict]:
@@ -97,7 +97,7 @@ def test_a_holder_is_renewed_while_it_holds_and_not_taken_over(server):
             poll_until(lambda: holder_clock.waiters() == 1, 5, "the renewer waiting", interval_s=0.005)
             holder_clock.advance(interval_s)
             contender_clock.advance(interval_s)
-            assert not contender._try_acquire()
+            assert not contender._try_acquire(server.lease(NAMESPACE, NAME))
             poll_until(lambda: len(renewals(server)) == count, 5, f"renewal {count}", interval_s=0.005)
         assert holder(server) == "ns/b"
     assert [w["renewTime"] for w in renewals(server)] == sorted(set(w["renewTime"] for w in renewals(server)))
@@ -135,15 +135,14 @@ def test_the_sections_own_error_is_what_propagates_when_the_lease_was_also_lost(
     assert holder(server) == "ns/other"
 
 
-def hold_lease(server, until: Callable[[], bool]) -> threading.Thread:
-    """Another manager takes the Lease and keeps it until ``until()`` holds, then releases it."""
+def hold_lease(server, release: threading.Event) -> threading.Thread:
+    """Another manager takes the Lease and keeps it until ``release`` is set."""
     taken = threading.Event()
 
     def hold():
         with lock(server, holder="ns/a", duration_s=HELD_FOR_GOOD_S):
             taken.set()
-            while not until():
-                time.sleep(RELEASE_POLL_S)
+            release.wait()
 
     holder_thread = threading.Thread(target=hold, daemon=True)
     holder_thread.start()
@@ -151,25 +150,49 @@ def hold_lease(server, until: Callable[[], bool]) -> threading.Thread:
     return holder_thread
 
 
+def lease_watches(server) -> int:
+    return sum(1 for query in server.watch_requests if query.get("fieldSelector") == f"metadata.name={NAME}")
+
+
+def test_a_contender_waits_on_a_watch_and_takes_the_lease_at_its_release(server):
+    """No polling while the Lease is busy: one read, one watch, then the take at the
+    release's event, however long the holder keeps it."""
+    release = threading.Event()
+    holder_thread = hold_lease(server, release)
+    taken = threading.Event()
+    contender = threading.Thread(target=lambda: (lock(server, timeout_s=60).__enter__(), taken.set()), daemon=True)
+    contender.start()
+    poll_until(lambda: lease_watches(server) == 1, 5, "the contender watching the Lease", interval_s=0.005)
+    writes_before = len(server.lease_writes)
+    assert not taken.is_set()
+    release.set()
+    assert taken.wait(5)
+    holder_thread.join(5)
+    assert lease_watches(server) == 1
+    # The holder's release, then the contender's take: nothing in between.
+    assert [w.get("holderIdentity") for w in server.lease_writes[writes_before:]] == [None, "ns/b"]
+
+
 def test_a_lease_busy_past_the_lock_timeout_is_tried_for_as_long_as_the_job_may_wait(server):
-    clock = FakeClock()  # the contender's: its retries' sleeps move it
-    started = clock.monotonic()
-    holder_thread = hold_lease(server, until=lambda: clock.monotonic() >= started + 2)
-    # A lock timeout of 0.5 s stands for LOCK_TIMEOUT_S; the job may wait for GPUs far longer.
-    with lock(server, timeout_s=0.5, wait_until=started + 1000, clock=clock):
+    release = threading.Event()
+    holder_thread = hold_lease(server, release)
+    threading.Timer(1.0, release.set).start()  # held past the lock timeout below
+    started = time.monotonic()
+    # A lock timeout of 0.2 s stands for LOCK_TIMEOUT_S; the job may wait for GPUs far longer.
+    with lock(server, timeout_s=0.2, wait_until=time.monotonic() + 60):
         assert holder(server) == "ns/b"
-    assert clock.monotonic() - started >= 2
+    assert time.monotonic() - started >= 1.0
     holder_thread.join(5)
 
 
 def test_without_a_longer_wait_a_busy_lease_fails_at_the_lock_timeout(server):
-    clock = FakeClock()
-    started = clock.monotonic()
-    holder_thread = hold_lease(server, until=lambda: clock.monotonic() >= started + 2)
+    release = threading.Event()
+    holder_thread = hold_lease(server, release)
+    started = time.monotonic()
     with pytest.raises(errors.JobFailed) as failure:
-        with lock(server, timeout_s=0.5, wait_until=started + 0.2, clock=clock):
+        with lock(server, timeout_s=0.3, wait_until=time.monotonic() + 0.1):
             pass
     assert failure.value.exit_code == exitcodes.TIMED_OUT
-    assert clock.monotonic() - started < 1.5
-    clock.advance(2)  # the holder releases
+    assert 0.3 <= time.monotonic() - started < 2
+    release.set()
     holder_thread.join(5)

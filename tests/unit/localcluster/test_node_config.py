@@ -119,6 +119,9 @@ def test_the_kubelet_authenticates_by_the_cluster_ca_and_authorizes_through_the_
         "registerWithTaints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
         "resolvConf": "/etc/resolv.conf",
         "clusterDomain": "cluster.local",
+        # Short of disk when the machine is, not at 15 % of a build machine's large disk.
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2Gi", "imagefs.available": "2Gi",
+                         "nodefs.inodesFree": "5%"},
     }
 
 

@@ -6,7 +6,7 @@ from distributetrain.core import errors, placement, topology
 from distributetrain.core.settings import RuntimeClassTerms
 from distributetrain.manager import booking
 from distributetrain.manager.freegpus import LedgerParts
-from harness.builders import JOB, TIME_SLICED, ledger_of, sized_node
+from harness.builders import GKE_TIME_SHARED, JOB, MIG_SLICED, TIME_SLICED, ledger_of, sized_node
 from harness.kube import FakeKube
 
 RACK = "example.com/rack"
@@ -19,6 +19,16 @@ RACKED = JOB.replace(topology=topology.parse(f"{RACK}!"))
      "fit 2 of the 4 GPUs the cluster's nodes advertise: their allocatable CPU holds too few pods of 2 CPU per GPU"),
     ([sized_node("a", 4, memory="16Gi")], JOB, "--memory-per-gpu", "too few pods of 8Gi per GPU"),
     ([sized_node("s", 8, labels=TIME_SLICED)], JOB, "--allow-shared-gpus", "one rank of the job per node"),
+    ([sized_node("m", 7, labels=MIG_SLICED), sized_node("n", 7, labels=MIG_SLICED)], JOB, "--allow-shared-gpus",
+     "fit 2 of the 14 GPUs the cluster's nodes advertise: they are MIG slices "
+     "(nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-MIG-1g.10gb): one rank of the job per node"),
+    ([sized_node("g", 6, labels=GKE_TIME_SHARED)], JOB.replace(allow_shared_gpus=True), "--num-gpus",
+     "they are GPUs time-shared by GKE (cloud.google.com/gke-gpu-sharing-strategy=time-sharing, "
+     "cloud.google.com/gke-max-shared-clients-per-gpu=3): one rank of the job per node (their platform gives "
+     "a container one unit at most)"),
+    ([sized_node("s", 8, labels=TIME_SLICED), sized_node("g", 6, labels=GKE_TIME_SHARED)],
+     JOB.replace(num_gpus=10, allow_shared_gpus=True), "--num-gpus",
+     "fit 9 of the 14 GPUs the cluster's nodes advertise: they are GPUs time-shared by GKE ("),  # allowed: GKE's alone
     ([sized_node("a", 4, pods="0")], JOB, "--num-gpus", "their allocatable pods holds too few of the job's pods"),
     ([sized_node("a", 2, labels={RACK: "r1"}), sized_node("b", 2, labels={RACK: "r2"})], RACKED, "--topology",
      f"requested 4 GPUs but one rack of the cluster's nodes holds 2 of the job's GPUs at most ({RACK}! is required)"),
@@ -69,7 +79,7 @@ def test_the_nodes_of_the_runtime_class_are_the_candidates_as_they_are_while_wai
                               tolerations=({"key": "kata", "operator": "Exists", "effect": "NoSchedule"},))
     settings = JOB.replace(runtime_class="kata", runtime_class_terms=terms)
     kube = FakeKube([kata, sized_node("b", 4)])
-    assert booking.take_inventory(kube, settings)[0].free() == {"a": 4}
-    assert booking.take_inventory(kube, JOB)[0].free() == {"b": 4}
+    assert booking.take_inventory(kube, settings).free() == {"a": 4}
+    assert booking.take_inventory(kube, JOB).free() == {"b": 4}
     parts = LedgerParts.for_job(settings)  # what a job waiting for GPUs follows
     assert {name for name in ("a", "b") if not parts.node_part(kube.nodes[name]).refusal} == {"a"}

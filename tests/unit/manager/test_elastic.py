@@ -300,18 +300,20 @@ def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
     monkeypatch.setattr(booking, "LOCK_TIMEOUT_S", 0.1)
     kube = short_of_two_gpus(chief_ends_when=replacements)
     # Another manager holds the Lease for half a second, then releases it.
-    kube.lease = {"metadata": {"name": names.LOCK_LEASE_NAME, "namespace": "default", "resourceVersion": "5"},
+    kube.lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                  "metadata": {"name": names.LOCK_LEASE_NAME, "namespace": "default", "resourceVersion": "5"},
                   "spec": {"holderIdentity": "ns/other", "leaseDurationSeconds": 30, "acquireTime": "x"}}
     released_at = kube.clock.monotonic() + 0.5
-    read = kube.get_lease
+    read = kube.read
 
-    def get_lease(namespace, name):
-        if kube.clock.monotonic() >= released_at and kube.lease["spec"]["holderIdentity"] == "ns/other":
-            kube.lease = {"metadata": kube.lease["metadata"] | {"resourceVersion": "6"},
+    def read_lease(kind, namespace, name):
+        if kind == "Lease" and kube.clock.monotonic() >= released_at and kube.lease["spec"]["holderIdentity"] == "ns/other":
+            kube.lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                          "metadata": kube.lease["metadata"] | {"resourceVersion": "6"},
                           "spec": {"holderIdentity": None, "leaseDurationSeconds": 30}}
-        return read(namespace, name)
+        return read(kind, namespace, name)
 
-    kube.get_lease = get_lease
+    kube.read = read_lease
     outcome, recorded = follow(kube)
     assert outcome == waits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
     assert any(reason == events.REPLACE_FAILED and "could not take the placement lock" in note
@@ -377,9 +379,10 @@ def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes(quick):
                          clock=REAL_CLOCK)
     outcome, _ = follow(kube)
     assert outcome == waits.ChiefFinished(0) and replacements(kube) == []
-    # One fresh inventory under the Lease (nodes, pods) found nothing free; then the job's
-    # pods' informer and the free GPUs' informers listed once each, and nothing after.
-    assert (kube.node_lists, kube.pod_lists) == (2, 3)
+    # One booking (the nodes and every other pod outside the Lease, the bookings under it)
+    # found nothing free; then the job's pods' informer and the free GPUs' informers listed
+    # once each, and nothing after.
+    assert (kube.node_lists, kube.pod_lists) == (2, 4)
     assert kube.writes(kind="Lease") == [names.LOCK_LEASE_NAME] * 2  # the Lease taken once, let go once
 
 

@@ -11,7 +11,7 @@ from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
-from distributetrain.manager import job, lifecycle
+from distributetrain.manager import clusterview, job, lifecycle
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -69,16 +69,19 @@ def story(monkeypatch, tmp_path):
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
-            real_time=False):
+            real_time=False, objects=()):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
         kubelet's), which the manager may not read with ``events_forbidden``; with
         ``real_time``, on the real clock (Events a story sends reach the manager on an
-        informer's own thread, in real time)."""
+        informer's own thread, in real time); ``objects``: others the cluster has already
+        (the job's PersistentVolumeClaims and their volumes)."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
                         clock=REAL_CLOCK if real_time else clock)
         kube.events = list(events)
+        for obj in objects:
+            kube.put(obj)
         if events_forbidden:
             kube.list_pages = refusing_events(kube.list_pages)
         kube.on_create = list(on_create)
@@ -138,6 +141,9 @@ def test_pre_and_post_training_tell_the_same_story_once(story):
     assert JobRecord.of(kube.manager).spec == SETTINGS  # beside the record, for status and list
 
 
+VIEW = clusterview.VIEW_NAME
+
+
 def test_the_chief_holds_its_gpus_from_the_start(story):
     """Created in the same burst as the workers, before any of them is Ready: no other
     pod can take its GPUs while the workers start (or it pulls a multi-GB image)."""
@@ -145,8 +151,11 @@ def test_the_chief_holds_its_gpus_from_the_start(story):
                            [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
     assert code == 0
     creates_and_watches = [(verb, kind, name) for verb, kind, name in kube.actions if verb in ("create", "watch")]
-    assert creates_and_watches == [("create", "Lease", names.LOCK_LEASE_NAME), ("create", "Secret", "demo-ssh"),
-                                   ("create", "NetworkPolicy", "demo-pods"), ("create", "NetworkPolicy", "demo-manager"),
+    # What no other manager waits on first; then the cluster surveyed and the survey shared;
+    # then under the Lease the workers and the chief, before any pod is watched.
+    assert creates_and_watches == [("create", "Secret", "demo-ssh"), ("create", "NetworkPolicy", "demo-pods"),
+                                   ("create", "NetworkPolicy", "demo-manager"), ("create", "Lease", VIEW),
+                                   ("create", "ConfigMap", VIEW), ("create", "Lease", names.LOCK_LEASE_NAME),
                                    ("create", "Pod", "demo-worker-0"), ("create", "Pod", "demo-chief"),
                                    ("watch", "Pod", ""), ("watch", "Pod", ""), ("watch", "Pod", "")]
 

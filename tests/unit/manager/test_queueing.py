@@ -2,17 +2,20 @@
 Queued until Kueue's gates go, then placed from the inventory at admission."""
 
 import re
+import threading
 
 import pytest
 
 from distributetrain.core import inventory, names, placement, podgroup, podstate, topology
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
-from distributetrain.manager import lifecycle, queueing
+from distributetrain.core.clock import FakeClock
+from distributetrain.manager import freegpus, lifecycle, queueing
 from distributetrain.manager.kinds import StaticJob
 from harness.builders import TIME_SLICED, ledger_of, node, sized_node, tenant
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
+from harness.polling import poll_until
 from test_lifecycle_story import ended, free_port, running
 
 KUEUE_GATES = [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
@@ -94,7 +97,8 @@ def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=2,b=1"]
     assert kube.annotation_history(names.ANNOTATION_PHASE)[0] == "Queued"
     creates = [(verb, name) for verb, kind, name in kube.actions if kind == "Pod" and verb in ("create", "patch")]
-    assert creates == [("patch", "demo"), ("create", "demo-worker-0"), ("create", "demo-chief"),
+    # The manager pod's fence under the Lease, then each pod pinned and un-gated.
+    assert creates == [("patch", "demo"), ("create", "demo-worker-0"), ("create", "demo-chief"), ("patch", "demo"),
                        ("patch", "demo-worker-0"), ("patch", "demo-worker-0"),
                        ("patch", "demo-chief"), ("patch", "demo-chief")]
 
@@ -244,3 +248,63 @@ def test_queued_shares_are_what_each_node_could_give_the_job_s_pods_once_the_que
     assert queueing.shares(ledger_of(nodes), 7, StaticJob()) == [4, 2, 1]
     with pytest.raises(placement.InsufficientGPUs, match="requested 8 GPUs but only 7"):
         queueing.shares(ledger, 8, StaticJob())
+
+
+def placement_lease_writes(kube) -> int:
+    return kube.writes(kind="Lease").count(names.LOCK_LEASE_NAME)
+
+
+def test_admitted_but_short_of_gpus_a_queued_job_takes_the_lease_only_to_book(monkeypatch, tmp_path):
+    """Kueue holds the group back, then admits it while other teams hold every GPU: no
+    Lease and no list while it is held back, one booking that finds nothing free, then
+    nothing while nothing changes (the free GPUs followed), and one more booking once
+    GPUs free up. Time stands still meanwhile (a fake clock): a job that looked again on
+    a timer would take the Lease over and over."""
+    api = FakeEventsApi()
+    monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
+    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # followed on the fake itself
+    kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)], clock=FakeClock())
+    kube.on_create.append(kueue_gates)
+    kube.custom[("localqueues", "ml", "team-a")] = {"spec": {"clusterQueue": "gpus"}}
+    for name, gpus in (("a", 2), ("b", 1), ("c", 4)):
+        kube.pods[f"other-team-{name}"] = other_team_on(name, gpus)
+    held_back = {"watches": 0, "lease_writes": None, "node_lists": None}
+
+    def story(kube, timeout_s):
+        if held_back["watches"] < 5:  # Kueue holds the group back for five watches, a minute each
+            held_back["watches"] += 1
+            kube.clock.sleep(60)
+            return
+        if held_back["lease_writes"] is None:
+            held_back["lease_writes"], held_back["node_lists"] = placement_lease_writes(kube), kube.node_lists
+            kube.on_pod_watch = kueue
+        yield from kueue(kube, timeout_s)
+
+    failures = []
+
+    def free_gpus_once_followed():
+        try:
+            # The booking that found nothing free (the shares' inventory, the survey), then
+            # the free GPUs followed (their list): from then on nothing is taken or listed.
+            poll_until(lambda: placement_lease_writes(kube) == 2 and kube.node_lists == 3, 20,
+                       "a booking that found nothing free, then the free GPUs followed")
+            frozen_at = (placement_lease_writes(kube), kube.node_lists, kube.pod_lists)
+            poll_until(lambda: kube.clock.waiters() > 0, 20, "the job waiting for GPUs")
+            assert (placement_lease_writes(kube), kube.node_lists, kube.pod_lists) == frozen_at
+            kube.send_cluster_pods(("DELETED", kube.pods["other-team-c"]))
+        except BaseException as e:  # noqa: BLE001 - reported in the test's thread
+            failures.append(e)
+            kube.clock.advance(3600)  # the job's wait ends: the test fails, it does not hang
+
+    kube.on_pod_watch = story
+    kube.pod_watches = [[("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]]
+    freeing = threading.Thread(target=free_gpus_once_followed, daemon=True)
+    freeing.start()
+    code = lifecycle.execute(kube, SETTINGS, "run", clock=kube.clock)
+    freeing.join(5)
+    assert not failures, failures
+    assert code == 0, [e["note"] for e in api.created]
+    assert held_back == {"watches": 5, "lease_writes": 0, "node_lists": 1}  # the shares' inventory only
+    assert placement_lease_writes(kube) == 4  # two bookings: each took the Lease and let it go
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=3"]

@@ -173,7 +173,15 @@ def job(monkeypatch, tmp_path):
     def run(settings, frees):
         kube = FakeKube([node("a", 1), node("b", 1)])
         kube.quotas = [gpu_quota("1")]
-        kube.failures["create_all_owned"] = [errors.forbidden(REFUSAL)]
+        refusals = [errors.forbidden(REFUSAL)]  # the quota refuses the attempt's pods once
+        create = kube.create_all_owned
+
+        def create_all_owned(objs):
+            if refusals and objs and objs[0]["kind"] == "Pod":
+                raise refusals.pop()
+            return create(objs)
+
+        kube.create_all_owned = create_all_owned
         if frees:
             sent_after_the_list(kube, gpu_quota("0"))  # the other team's pod goes while the job waits
         kube.pod_watches = [[("demo-worker-0-r1", RUNNING), ("demo-chief-r1", RUNNING)],

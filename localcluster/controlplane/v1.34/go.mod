@@ -1,11 +1,7 @@
-// Module controlplane builds the upstream Kubernetes control plane as one
-// multi-call binary for the local test cluster. k8s.io/kubernetes cannot be
-// `go install`ed because its go.mod replaces the k8s.io/* staging modules with
-// local paths; this module replaces them with their published versions instead.
-// Keep every replace at v0.X.Y in step with the k8s.io/kubernetes pin v1.X.Y.
+// The wrapper module of Kubernetes v1.34.10 (written by ../pin.sh): see ../README.md.
 module distributetrain.local/localcluster/controlplane
 
-go 1.25.0
+go 1.24.0
 
 require (
 	github.com/spf13/cobra v1.9.1
@@ -233,5 +229,4 @@ replace (
 	k8s.io/metrics => k8s.io/metrics v0.34.10
 	k8s.io/mount-utils => k8s.io/mount-utils v0.34.10
 	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.34.10
-	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.34.10
 )

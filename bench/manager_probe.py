@@ -1,0 +1,86 @@
+"""One manager of ``bench.many_managers``: the booking of one job, in a process of its own.
+
+It imports what the manager imports and builds the job as pre-training does (its
+settings parsed by the manager's own flags, its record and Events on a stand-in manager
+pod), then waits for the benchmark's word on stdin, so that every manager of a run
+starts booking at the same moment whatever its start-up took; it books (pre-training's
+placement: the survey, the Lease, the pods created), and prints one JSON line: the
+seconds from the word to its pods created, its API requests (every HTTP request its
+clients sent), and its peak resident memory.
+
+Run from a tree's root (``python -m`` puts it first on the path), so a tree of another
+commit measures that commit's manager: ``PreTraining._place`` and the classes it takes
+are the same in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import urllib3
+
+from bench import testbed
+from bench.inventory_probe import admin_client, memory_mib
+from distributetrain.core.names import Attempt
+from distributetrain.kube.client import Kube
+from distributetrain.kube.events import EventRecorder
+from distributetrain.manager.discovery import HostList
+from distributetrain.manager.kinds import kind_of
+from distributetrain.manager.pretraining import PreTraining
+from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.run import Run
+from localcluster.cluster import Cluster
+
+WAIT_FOR_GPUS_S = 1800.0  # a busy Lease is waited for as long: no manager gives up in a run
+
+
+def count_requests() -> list[int]:
+    """Every HTTP request this process sends, whatever client sends it."""
+    sent = [0]
+    urlopen = urllib3.connectionpool.HTTPConnectionPool.urlopen
+
+    def counted(self, *args, **kwargs):
+        sent[0] += 1
+        return urlopen(self, *args, **kwargs)
+
+    urllib3.connectionpool.HTTPConnectionPool.urlopen = counted
+    return sent
+
+
+def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
+    sent = count_requests()
+    settings = testbed.job_settings(namespace, f"--job-name={job}", f"--num-gpus={gpus}", f"--owner-uid={uid}",
+                                    "--image=distributetrain/base:0.1.0", f"--node-selector={selector}",
+                                    "--cpu-per-gpu=0", "--memory-per-gpu=0", f"--wait-for-gpus={WAIT_FOR_GPUS_S:.0f}s",
+                                    "--toleration=:NoSchedule", "--toleration=:NoExecute")
+    kube = Kube(admin_client(Cluster.attach(), pool_size=8))
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
+    now = time.monotonic()
+    run = Run(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList())
+    placement = PreTraining(kube, run, kind_of(settings))
+    baseline_mib = memory_mib("VmRSS")
+    print("ready", flush=True)
+    sys.stdin.readline()  # the benchmark's word: every manager books from here
+    started = time.monotonic()
+    plan = placement._place(run.gpus_until)
+    seconds = time.monotonic() - started
+    reporter.events.close()
+    return {"job": job, "gpus": gpus, "seconds": seconds, "pods": len(plan), "requests": sent[0],
+            "baseline_rss_mib": baseline_mib, "peak_rss_mib": memory_mib("VmHWM")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in ("namespace", "job", "selector", "uid"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--gpus", type=int, required=True)
+    args = parser.parse_args()
+    print(json.dumps(book(args.namespace, args.job, args.gpus, args.selector, args.uid)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Managers that start together share one survey of the cluster: the first takes it and
+publishes it, the next ones read it; an old one is taken again, by one manager while the
+others wait for it; refused or too large, each manager surveys for itself."""
+
+import base64
+import threading
+import time
+
+import pytest
+
+from distributetrain.core import errors
+from distributetrain.core.clock import FakeClock
+from distributetrain.core.clusterview import MAX_AGE_S, ClusterView
+from distributetrain.manager import clusterview
+from harness.builders import JOB, make_node
+from harness.kube import FakeKube
+from harness.polling import poll_until
+
+NODES = [make_node("a").gpus(8).obj(), make_node("b").gpus(4).obj()]
+VIEW = clusterview.VIEW_NAME
+
+
+def published(kube: FakeKube) -> ClusterView | None:
+    config_map = kube.config_maps.get(VIEW)
+    return config_map and ClusterView.decode(base64.b64decode(config_map["binaryData"][clusterview.DATA_KEY]))
+
+
+def test_the_first_manager_surveys_and_publishes_and_the_next_reads_it():
+    kube = FakeKube(NODES)
+    first = clusterview.current(kube, JOB)
+    assert (kube.node_lists, kube.pod_lists) == (1, 1)
+    assert published(kube) == first and [n["metadata"]["name"] for n in first.nodes] == ["a", "b"]
+    assert kube.other_leases[VIEW]["spec"]["holderIdentity"] is None  # taken to survey, let go after
+    second = clusterview.current(kube, JOB.replace(job_name="k"))
+    assert second == first and (kube.node_lists, kube.pod_lists) == (1, 1)  # nothing listed
+
+
+def test_an_old_survey_is_taken_again_and_replaces_the_published_one(monkeypatch):
+    kube = FakeKube(NODES)
+    clusterview.current(kube, JOB)
+    later = time.time() + MAX_AGE_S + 1
+    monkeypatch.setattr(clusterview.time, "time", lambda: later)
+    again = clusterview.current(kube, JOB)
+    assert again.taken_at == later and published(kube) == again
+    assert (kube.node_lists, kube.pod_lists) == (2, 2)
+
+
+def test_while_another_manager_surveys_the_others_wait_for_its_survey():
+    kube = FakeKube(NODES, clock=FakeClock())
+    kube.other_leases[VIEW] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                               "metadata": {"name": VIEW, "namespace": "default", "resourceVersion": "1"},
+                               "spec": {"holderIdentity": "ns/surveyor", "leaseDurationSeconds": 60}}
+    got: list[ClusterView] = []
+    waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB)), daemon=True)
+    waiting.start()
+    poll_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, 5, "the manager waiting on the ConfigMap")
+    theirs = ClusterView(taken_at=time.time(), nodes=[{"metadata": {"name": "theirs", "labels": {}}}])
+    kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": VIEW, "namespace": "default"},
+                 "binaryData": {clusterview.DATA_KEY: base64.b64encode(theirs.encode()).decode()}})
+    waiting.join(10)
+    assert got == [theirs] and (kube.node_lists, kube.pod_lists) == (0, 0)
+
+
+def test_refused_the_shared_survey_a_manager_surveys_for_itself():
+    kube = FakeKube(NODES)
+    kube.failures["read"] = [errors.forbidden('configmaps "distributetrain-cluster-view" is forbidden: User "x" '
+                                              'cannot get resource "configmaps"')]
+    view = clusterview.current(kube, JOB)
+    assert [n["metadata"]["name"] for n in view.nodes] == ["a", "b"] and kube.config_maps == {}
+
+
+def test_a_survey_too_large_for_a_config_map_is_not_published(monkeypatch):
+    monkeypatch.setattr(clusterview, "MAX_PUBLISHED_BYTES", 10)
+    kube = FakeKube(NODES)
+    clusterview.current(kube, JOB)
+    assert kube.config_maps == {}
+
+
+@pytest.mark.parametrize("damage", [b"not a survey", ClusterView().encode()[:-3]])
+def test_a_published_survey_that_cannot_be_read_is_taken_again(damage):
+    kube = FakeKube(NODES)
+    kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": VIEW, "namespace": "default"},
+                 "binaryData": {clusterview.DATA_KEY: base64.b64encode(damage).decode()}})
+    view = clusterview.current(kube, JOB)
+    assert published(kube) == view and kube.node_lists == 1

@@ -1,0 +1,42 @@
+"""`make test-versions`' table (scripts/versions_table.py): one row per release, each smoke
+column's outcome from the release's JUnit XML, columns skipped on a release with their why."""
+
+import importlib.util
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location(
+    "versions_table", Path(__file__).resolve().parents[1].parent / "scripts" / "versions_table.py")
+versions_table = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(versions_table)
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.versions.test_cluster_release" name="test_the_api_server_and_a_kubelet_run_the_release_asked_for" time="20"/>
+<testcase classname="tests.cluster.test_dra" name="test_a_dra_node_publishes_its_gpus" time="50"/>
+<testcase classname="tests.e2e.test_training_job" name="test_three_gpus_over_2_1_train_and_clean_up" time="90"/>
+<testcase classname="tests.e2e.test_restricted_namespace" name="test_the_namespace_refuses_a_root_pod" time="1"/>
+<testcase classname="tests.e2e.test_restricted_namespace" name="test_the_demo_job_trains_and_leaves_nothing" time="99">
+<failure message="AssertionError">boom</failure></testcase>
+<testcase classname="tests.faults.test_restarts" name="test_a_worker_deleted_mid_training_restarts" time="120"/>
+</testsuite></testsuites>"""
+
+
+def test_a_release_s_row_has_each_column_s_outcome_a_failure_winning_and_what_did_not_run():
+    facts = versions_table.run_facts("skip Karpenter=Karpenter v1.8 supports Kubernetes 1.29-1.34\nexit=1\n"
+                                     "release=v1.36.3\nseconds=600\n")
+    assert versions_table.row("1.36", JUNIT, facts) == [
+        "v1.36.3", "pass", "pass", "pass", "FAIL", "pass", "not run",
+        "skipped: Karpenter v1.8 supports Kubernetes 1.29-1.34", "exit 1", "10 min"]
+
+
+def test_the_table_is_markdown_with_a_header_and_a_row_per_release():
+    rows = [["v1.34.10", *["pass"] * len(versions_table.COLUMNS), "green", "14 min"]]
+    lines = versions_table.table(rows).splitlines()
+    assert lines[0] == "| Kubernetes | cluster | DRA GPUs | demo job | restricted + rbac/ | restart | Kueue | " \
+                       "Karpenter | run | time |"
+    assert lines[1] == "| " + " | ".join(["---"] * 10) + " |"
+    assert lines[2] == "| v1.34.10 | pass | pass | pass | pass | pass | pass | pass | green | 14 min |"
+
+
+def test_a_release_whose_run_left_no_results_shows_nothing_run():
+    assert versions_table.row("1.35", None, {"exit": "124", "seconds": "1500"})[1:] == [
+        *["not run"] * len(versions_table.COLUMNS), "exit 124", "25 min"]
