@@ -144,6 +144,10 @@ class NodeGpus:
     room: tuple[tuple[str, int], ...] = ()  # allocatable cpu, memory, ephemeral storage, pods (``podrequests``)
     shared: SharedUnits | None = None  # how its GPU units share devices (``gpusharing``); None: they do not
     unmountable: str | None = None  # which claim of the job no pod there can mount, and why
+    # Where a queued pod may go is Kueue's to say (``kueuenodes``): read against these.
+    # Not compared: a label that changes (GFD's timestamp) changes no node's GPUs.
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    taints: tuple[Mapping, ...] = field(default=(), compare=False)
 
 
 def node_gpus(
@@ -166,6 +170,8 @@ def node_gpus(
         room=tuple(node_allocatable(node.get("status") or {}).items()),
         shared=shared_units(labels, resource, gpus or 0),
         unmountable=unmountable,
+        labels=labels,
+        taints=tuple((node.get("spec") or {}).get("taints") or ()),
     )
 
 

@@ -243,15 +243,19 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
          wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
-         clock: Clock = REAL_CLOCK, shared_survey: bool = False) -> Plan | Short | None:
+         clock: Clock = REAL_CLOCK, shared_survey: bool = False,
+         surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None) -> Plan | Short | None:
     """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``.
 
+    ``surveyed_hook(survey)`` runs before the Lease is taken: what no other manager waits
+    on (checking the request against the survey, objects of the job's own).
     A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (of ``clock``) if
     later. ``still_wanted`` is asked once the Lease is held: False (the GPUs were taken
     while this job waited for it) returns None without reading anything more.
     ``shared_survey``: see ``survey``.
     """
     surveyed = survey(kube, settings, shared_survey, clock)
+    surveyed_hook(surveyed)
     holder = f"{settings.namespace}/{settings.job_name}"
     with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
                        clock=clock, wait_until=wait_until):

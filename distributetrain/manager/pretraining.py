@@ -109,6 +109,7 @@ class PreTraining:
         self.attempt = run.attempt
         self.last_shortage = ""  # logged once per change
         self.domains = ""  # with --topology: the network domains of the plan being booked
+        self.keys_created = False  # the attempt's Secret and the job's NetworkPolicies, made before its first Lease
 
     def run(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
@@ -204,10 +205,6 @@ class PreTraining:
         """
         wait_until = min(give_up_at, self.job_run.deadline)
         clock = self.job_run.clock
-        # What no other manager waits on is created before the Lease: the attempt's SSH
-        # keys and the job's NetworkPolicies.
-        self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
-        isolation.isolate(self.kube, self.settings)
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
@@ -226,7 +223,8 @@ class PreTraining:
                 # The first plan shares a survey of the cluster with the managers starting
                 # with it; one woken by GPUs freed surveys again (``booking.survey``).
                 booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, wait_until,
-                                      still_wanted, clock, shared_survey=watch is None)
+                                      still_wanted, clock, shared_survey=watch is None,
+                                      surveyed_hook=self._before_the_lease)
                 if isinstance(booked, list):
                     return booked
                 if isinstance(booked, booking.Short):
@@ -236,6 +234,15 @@ class PreTraining:
                     watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings, clock=clock,
                                                                volume_claims=booked.ledger.volume_claims))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
+
+    def _before_the_lease(self, surveyed: inventory.GpuLedger) -> None:
+        """What no other manager waits on: the request checked against the survey (bad
+        input creates nothing), then the attempt's SSH keys and the job's NetworkPolicies."""
+        booking.check_request(surveyed, self.settings)
+        if not self.keys_created:
+            self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
+            isolation.isolate(self.kube, self.settings)
+            self.keys_created = True
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)

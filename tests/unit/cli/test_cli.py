@@ -197,3 +197,19 @@ def test_render_scale_up_prints_the_pods_for_new_nodes(capsys):
     settings = settings.replace(discovery_url="http://<manager pod IP>:8470/hosts")
     secret, *pods = manifests.job_objects(settings, [("(new node)", 8), ("gpu-a", 4)], render.PLACEHOLDER_KEYS)
     assert list(yaml.safe_load_all(out)) == [secret, networkpolicy.pods_policy(settings), *pods]
+
+
+def test_render_elastic_prints_the_worker_beside_the_chief_the_manager_creates(capsys):
+    """An elastic job keeps a worker beside its chief (``ElasticJob.plan``): all 4 GPUs of
+    one node become a 3-GPU worker and a 1-GPU chief, in render as in the manager."""
+    from distributetrain.cli import render
+    from distributetrain.core import manifests
+    import yaml
+
+    flags = ["--num-gpus", "4", "--nodes", "gpu-a=4", "--image", "reg/base:1", "--job-name", "demo", "--elastic"]
+    code, out, _ = run(capsys, ["render", *flags])
+    assert code == 0
+    settings = jobflags.settings_from_args(cli.build_parser().parse_args(["render", *flags]), [])
+    settings = settings.replace(discovery_url="http://<manager pod IP>:8470/hosts")
+    secret, *pods = manifests.job_objects(settings, [("gpu-a", 3), ("gpu-a", 1)], render.PLACEHOLDER_KEYS)
+    assert list(yaml.safe_load_all(out)) == [secret, networkpolicy.pods_policy(settings), *pods]

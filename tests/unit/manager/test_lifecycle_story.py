@@ -151,11 +151,12 @@ def test_the_chief_holds_its_gpus_from_the_start(story):
                            [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
     assert code == 0
     creates_and_watches = [(verb, kind, name) for verb, kind, name in kube.actions if verb in ("create", "watch")]
-    # What no other manager waits on first; then the cluster surveyed and the survey shared;
-    # then under the Lease the workers and the chief, before any pod is watched.
-    assert creates_and_watches == [("create", "Secret", "demo-ssh"), ("create", "NetworkPolicy", "demo-pods"),
-                                   ("create", "NetworkPolicy", "demo-manager"), ("create", "Lease", VIEW),
-                                   ("create", "ConfigMap", VIEW), ("create", "Lease", names.LOCK_LEASE_NAME),
+    # The cluster surveyed and the survey shared; then what no other manager waits on (once
+    # the survey said the request is good); then under the Lease the workers and the chief,
+    # before any pod is watched.
+    assert creates_and_watches == [("create", "Lease", VIEW), ("create", "ConfigMap", VIEW),
+                                   ("create", "Secret", "demo-ssh"), ("create", "NetworkPolicy", "demo-pods"),
+                                   ("create", "NetworkPolicy", "demo-manager"), ("create", "Lease", names.LOCK_LEASE_NAME),
                                    ("create", "Pod", "demo-worker-0"), ("create", "Pod", "demo-chief"),
                                    ("watch", "Pod", ""), ("watch", "Pod", ""), ("watch", "Pod", "")]
 
