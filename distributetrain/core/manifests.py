@@ -6,7 +6,7 @@ output is deterministic and tests compare whole objects.
 
 from __future__ import annotations
 
-from distributetrain.core import exitcodes, names, podscripts, podsecurity, quantity
+from distributetrain.core import exitcodes, names, podknobs, podscripts, podsecurity, quantity
 from distributetrain.core.newnodepods import NewNodePlace, awaiting_new_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -31,7 +31,6 @@ KNOWN_HOSTS_FILE = "known_hosts"
 AUTHORIZED_KEYS_FILE = "authorized_keys"
 HOST_KEY_FILE = "ssh_host_ed25519_key"
 WORKER_READINESS_PERIOD_S = 1  # the chief waits on this; a short period starts training sooner
-TERMINATION_GRACE_S = 10
 # The chief waits for the workers' addresses a little longer than the manager may wait for
 # them (``hosts_wait_s``): it is the manager that gives up (and deletes the chief).
 HOSTS_WAIT_SLACK_S = 60
@@ -184,7 +183,7 @@ def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes:
         "securityContext": podsecurity.job_pod_security_context(settings),
         "containers": [container],
         "volumes": volumes,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "terminationGracePeriodSeconds": int(settings.termination_grace_period_s),
         "enableServiceLinks": False,
     }
     if settings.service_account:
@@ -196,6 +195,7 @@ def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes:
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     # Always: every job pod asks for GPUs, and GPU nodes are often tainted with their resource.
     spec["tolerations"] = [dict(t) for t in settings.pod_tolerations]
+    spec.update(podknobs.spec_fields(settings))
     if settings.active_deadline_s:
         # Belt and braces: even if the manager dies hard, the pods release their GPUs.
         spec["activeDeadlineSeconds"] = max(1, int(settings.active_deadline_s))
@@ -203,19 +203,23 @@ def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes:
 
 
 def _resources(settings: JobSettings, share: int) -> dict:
-    """GPUs, and cpu and memory in proportion to them; memory is limited to its request,
-    so a rank that outgrows it is killed alone instead of starving the node."""
-    memory = quantity.format_memory(settings.memory_per_gpu_bytes * share)
+    """GPUs, and cpu and memory in proportion to them; memory is limited (to its request
+    unless --memory-limit-per-gpu), so a rank that outgrows it is killed alone instead of
+    starving the node; CPU only with --cpu-limit-per-gpu (ranks use idle cores)."""
+    limits = {settings.gpu_resource: str(share), "memory": quantity.format_memory(settings.memory_limit_per_gpu * share)}
+    if settings.cpu_limit_per_gpu_m:
+        limits["cpu"] = quantity.format_cpu(settings.cpu_limit_per_gpu_m * share)
     return {
-        "requests": {"cpu": quantity.format_cpu(settings.cpu_per_gpu_m * share), "memory": memory},
-        "limits": {settings.gpu_resource: str(share), "memory": memory},
+        "requests": {"cpu": quantity.format_cpu(settings.cpu_per_gpu_m * share),
+                     "memory": quantity.format_memory(settings.memory_per_gpu_bytes * share)},
+        "limits": limits,
     }
 
 
 def _shm_volume(settings: JobSettings, share: int) -> dict:
     # NCCL's shared-memory transport and TensorFlow's input pipelines outgrow the
     # container runtime's 64 MiB /dev/shm; a memory-backed emptyDir replaces it.
-    size = settings.shm_size_bytes or settings.memory_per_gpu_bytes * share
+    size = settings.shm_size_bytes or settings.memory_limit_per_gpu * share
     return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": quantity.format_memory(size)}}
 
 

@@ -68,7 +68,7 @@ def survey(kube: Kube, settings: JobSettings, shared: bool = False, clock: Clock
     that waited for GPUs to free up must see them free)."""
     claims = volumeclaims.read_claims(kube, settings)  # they decide which nodes are candidates
     view = clusterview.current(kube, settings, clock) if shared else clusterview.take(kube)
-    return view.ledger(_job_ledger(settings, claims), settings.tolerations, dict(settings.node_selector))
+    return view.ledger(_job_ledger(settings, claims), settings.candidate_tolerations, settings.candidate_selector)
 
 
 def fence(kube: Kube, settings: JobSettings) -> str:
@@ -113,9 +113,9 @@ def _job_ledger(settings: JobSettings, claims: JobClaims | None = None) -> inven
 
 
 def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: JobSettings) -> None:
-    selector = dict(settings.node_selector)
+    selector = settings.candidate_selector  # --node-selector's labels and the RuntimeClass's
     for node in nodes:
-        ledger.add_node(node, settings.tolerations, selector)
+        ledger.add_node(node, settings.candidate_tolerations, selector)
 
 
 def check_nodes(nodes: Iterable[Mapping], settings: JobSettings, claims: JobClaims | None = None) -> None:

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import urllib.parse
 
-from distributetrain.core import errors, exitcodes, manifests, restarts
+from distributetrain.core import errors, exitcodes, restarts
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
@@ -48,9 +48,13 @@ from distributetrain.manager.teardown import tear_down
 log = logging.getLogger(__name__)
 
 # How long a lost attempt's pods may take to go before the next attempt plans anyway:
-# their grace period, and time for the kubelet to confirm. One on a dead node may never
-# go; its node is not a candidate for the next plan either.
-OLD_PODS_GONE_S = manifests.TERMINATION_GRACE_S + 20.0
+# their grace period (--termination-grace-period), and this for the kubelet to confirm.
+# One on a dead node may never go; its node is not a candidate for the next plan either.
+OLD_PODS_GONE_SLACK_S = 20.0
+
+
+def old_pods_gone_s(settings: JobSettings) -> float:
+    return settings.termination_grace_period_s + OLD_PODS_GONE_SLACK_S
 
 
 class Job:
@@ -166,8 +170,9 @@ class Job:
         self.job_run.hosts.publish(None)
         tear_down(self.kube, settings, keep_chief=False)
         clock = self.job_run.clock
+        gone_within_s = old_pods_gone_s(settings)
         left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
-                                     clock.monotonic() + OLD_PODS_GONE_S, clock=clock)
+                                     clock.monotonic() + gone_within_s, clock=clock)
         if left:
             log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",
-                        settings.job_name, ", ".join(sorted(left)), OLD_PODS_GONE_S)
+                        settings.job_name, ", ".join(sorted(left)), gone_within_s)

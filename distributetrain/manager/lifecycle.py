@@ -21,6 +21,7 @@ from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import runtimeclass
 from distributetrain.manager.job import Job
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import tear_down_quietly
@@ -125,6 +126,8 @@ def _execute(
                 reporter.spec()
                 # Who the pods run as, decided for the namespace (the record keeps what was asked).
                 settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
+                # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
+                settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
                 code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).run(
                     until_started=phase == "pre-training")
                 if phase != "pre-training":

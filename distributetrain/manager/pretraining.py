@@ -22,14 +22,14 @@ import contextlib
 import logging
 
 from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
-                                  podsecurity, podstate, scaleup, topology, validation)
+                                  podknobs, podsecurity, podstate, scaleup, topology, validation)
 from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, isolation, newnodes, quotacheck, volumeclaims
+from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -64,6 +64,8 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")
     envsecrets.require_env_secrets(kube, settings)
+    podchecks.require_pull_secrets(kube, settings)
+    podchecks.require_ipv4_between_pods(kube, settings)
     volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
@@ -74,10 +76,14 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
             admitted_as = kube.create_owned(obj, dry_run=True)
         except errors.NotFound as e:
             raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
-        except errors.Invalid as e:
+        except (errors.Invalid, errors.AdmissionRefused) as e:
+            # A knob naming what is not there (a RuntimeClass, a PriorityClass), or limits a LimitRange breaks.
+            if knob := podknobs.refused_knob(str(e), settings):
+                raise errors.UsageError(*knob) from e
+            if isinstance(e, errors.AdmissionRefused):
+                # The platform's UIDs (OpenShift's SCCs) refuse what a flag asked; else the cluster's own.
+                raise podsecurity.platform_refusal(settings, obj["kind"], str(e)) or e
             raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
-        except errors.AdmissionRefused as e:
-            raise podsecurity.platform_refusal(settings, obj["kind"], str(e)) or e
         if obj["kind"] == "Pod" and not settings.queue and not podgroup.is_admitted(admitted_as):
             # Kueue's webhook gated a pod that names no queue: it manages every pod here.
             raise errors.UsageError("--queue", f"Kueue manages every pod of namespace {settings.namespace!r}: "

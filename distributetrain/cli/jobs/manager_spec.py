@@ -98,6 +98,12 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
     }
     if options.node_selector:
         spec["nodeSelector"] = dict(options.node_selector)
+    if settings.image_pull_secrets:
+        # A private registry of the job's image is most likely the manager image's too.
+        spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
+    if settings.pod_priority_class:
+        # The job's priority: preempted, the manager ends its job as surely as a lost worker.
+        spec["priorityClassName"] = settings.pod_priority_class
     return spec
 
 

@@ -65,6 +65,18 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--frobnicate"], "--frobnicate"),
         (["--num-gpus", "2", "--topology", "rack,,block"], "--topology"),
         (["--num-gpus", "2", "--topology", "example.com/rack!!"], "--topology"),
+        (["--num-gpus", "2", "--image-pull-secret", "Reg_Cred"], "--image-pull-secret"),
+        (["--num-gpus", "2", "--image-pull-secret", ""], "--image-pull-secret"),
+        (["--num-gpus", "2", "--runtime-class", "NVIDIA"], "--runtime-class"),
+        (["--num-gpus", "2", "--pod-priority-class", "High_1"], "--pod-priority-class"),
+        (["--num-gpus", "2", "--termination-grace-period", "1.5s"], "--termination-grace-period"),
+        (["--num-gpus", "2", "--termination-grace-period", "-10s"], "--termination-grace-period"),
+        (["--num-gpus", "2", "--node-lost-toleration", "soon"], "--node-lost-toleration"),
+        (["--num-gpus", "2", "--node-lost-toleration", "500ms"], "--node-lost-toleration"),
+        (["--num-gpus", "2", "--cpu-limit-per-gpu", "1"], "--cpu-limit-per-gpu"),  # below --cpu-per-gpu's 2
+        (["--num-gpus", "2", "--cpu-limit-per-gpu", "four"], "--cpu-limit-per-gpu"),
+        (["--num-gpus", "2", "--memory-limit-per-gpu", "4Gi"], "--memory-limit-per-gpu"),  # below 8Gi
+        (["--num-gpus", "2", "--memory-limit-per-gpu", "16"], "--memory-limit-per-gpu"),
         ([], "--num-gpus"),
     ],
 )

@@ -11,7 +11,7 @@ from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
-from distributetrain.manager import clusterview, lifecycle
+from distributetrain.manager import clusterview, job, lifecycle
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -211,16 +211,22 @@ def test_workers_never_ready_are_released_and_the_job_fails_saying_why(story):
     assert kube.pods == {} and kube.secrets == {}
 
 
+def test_a_lost_attempts_pods_are_waited_for_their_grace_period_and_a_slack():
+    assert job.old_pods_gone_s(SETTINGS) == 30.0
+    assert job.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
+
+
 def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story, monkeypatch):
     """The released pods stay terminating (their nodes died): the next attempt waits for
     them only a bounded time, never adopts them, and plans around them under new names,
     recorded as attempt 1."""
-    monkeypatch.setattr("distributetrain.manager.job.OLD_PODS_GONE_S", 0.2)
+    # The wait is the pods' grace period (--termination-grace-period) and a slack.
+    monkeypatch.setattr("distributetrain.manager.job.OLD_PODS_GONE_SLACK_S", 0.2)
     code, recorded, kube = story(
         [[("demo-worker-0", UNSCHEDULED)], None, None,
          [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
          [("demo-chief-r1", ended(0))]],
-        settings=SETTINGS.replace(worker_ready_timeout_s=0.5, wait_for_gpus_s=60.0),
+        settings=SETTINGS.replace(worker_ready_timeout_s=0.5, wait_for_gpus_s=60.0, termination_grace_period_s=0.0),
         nodes=(("a", 1), ("b", 1), ("c", 1), ("d", 1)), pods_stay_terminating=True)
     assert code == 0
     assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "PodWaiting", "Released",
