@@ -33,7 +33,7 @@ test: setup-all
 	bash scripts/test.sh
 
 test-unit:
-	$(PYTEST) tests/unit
+	$(PYTEST) -n 2 tests/unit
 
 bench: setup-all
 	bash bench/run_all.sh
