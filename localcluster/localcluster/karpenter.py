@@ -15,8 +15,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-import yaml
-
 from localcluster import controllers
 from localcluster.nodeclaims import HostCapacity, InstanceError, kubelet_reservations
 
@@ -106,7 +104,7 @@ def environment(kubeconfig: Path, instance_types_file: Path, python: str, python
 
 def install(api_client, module: Path) -> list[str]:
     """Karpenter's namespace and CRDs (created or replaced), idempotently; returns the CRDs' names."""
-    crds = [yaml.safe_load(path.read_text()) for path in crd_files(module)]
+    crds = controllers.read_crds(crd_files(module))
     return controllers.install_crds(api_client, NAMESPACE, crds)
 
 
