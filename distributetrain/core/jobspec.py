@@ -107,6 +107,9 @@ FIELDS: tuple[Field, ...] = (
           help="uid owning the job's objects"),
     Field("gpu_resource", "--gpu-resource", validation.resource_name, metavar="NAME",
           help="extended resource of the GPUs"),
+    Field("device_class", "--device-class", validation.dns_subdomain, metavar="NAME",
+          help="DeviceClass of the GPUs a DRA driver publishes (ResourceSlices): on a node without --gpu-resource, "
+               "the job's pod claims its share of them through a ResourceClaim of this class"),
     Field("node_selector", "--node-selector", validation.key_value, _pair, metavar="K=V[,K=V]", repeat=True,
           separator=",", help="only nodes with these labels"),
     Field("tolerations", "--toleration", validation.toleration, validation.format_toleration,

@@ -15,6 +15,9 @@ from distributetrain.core import names
 DEFAULT_PORT = 12345  # the seeds' sshd port
 DEFAULT_FILENAME = "/opt/distributetrain/train.py"  # where base_image/Dockerfile puts the example
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+# The DeviceClass of NVIDIA's DRA driver (dra-driver-nvidia-gpu) for whole GPUs: where it
+# publishes a node's GPUs (ResourceSlices), that node's pods claim them through this class.
+DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
 # Requests per GPU of a pod (a pod with 4 GPUs asks for 4x), sized so that the smallest
 # common GPU nodes, 4 vCPU and 16 GB with one GPU (AWS g4dn.xlarge and g5.xlarge, GKE
 # g2-standard-4 or n1-standard-4 with a T4), still fit one rank after what the kubelet
@@ -156,6 +159,10 @@ class JobSettings:
     # most, one per new node, which make the cluster grow (``core.scaleup``). 0: the job
     # waits for GPUs to free up, as without an autoscaler.
     scale_up_node_gpus: int = 0
+    # The DeviceClass of GPUs a DRA driver publishes (--device-class): a node without
+    # gpu_resource whose ResourceSlices hold devices of it offers those, and the job's pod
+    # there claims its share of them (a ResourceClaimTemplate of this class).
+    device_class: str = DEFAULT_DEVICE_CLASS
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:

@@ -33,6 +33,7 @@ from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.clusterview import MAX_AGE_S, ClusterView
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import PlacementLock
 
@@ -47,12 +48,16 @@ SURVEY_WAIT_S = 60.0  # how long a manager waits on another's survey before taki
 
 
 def take(kube: Kube) -> ClusterView:
-    """A survey of the cluster: every node, every unfinished pod (bookings are skipped)."""
+    """A survey of the cluster: every node, every unfinished pod (bookings are skipped), and
+    DRA GPUs: every ResourceSlice, the devices every ResourceClaim holds (the jobs' own skipped)."""
     view = ClusterView(taken_at=time.time())
     for page, _ in kube.list_pages("nodes"):
         for node in page:
             view.add_node(node)
     kube.each_pod_request(view.add_pod, view.forget_pods, field_selector=ACTIVE_PODS_SELECTOR)
+    view.add_slices(dra.listed(kube, dra.SLICES))
+    for page in dra.pages(kube, dra.CLAIMS):
+        view.add_claims(page)
     return view
 
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
-                                  podstate, scaleup, topology, validation)
+from distributetrain.core import (envsecrets, errors, exitcodes, gpuclaims, inventory, manifests, networkpolicy,
+                                  podgroup, podstate, scaleup, topology, validation)
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import events, waits
+from distributetrain.kube import dra, events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking, earlierruns, isolation, newnodes, quotacheck, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 # While waiting for GPUs, plan at most this often, however often GPUs free up and are taken.
 REPLAN_MIN_INTERVAL_S = 1.0
+PREFLIGHT_DRA_NODE = "preflight-dra-node"
 
 
 def job_pods(kube: Kube, settings: JobSettings) -> dict[str, dict]:
@@ -66,12 +67,20 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
-    probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
-    objects = [*networkpolicy.job_policies(settings), *manifests.job_objects(settings, probe_plan, keys)]
+    # A pod on a device-plugin node, and one on a DRA node with its ResourceClaimTemplate.
+    probe_plan = [("preflight-node", 1), (PREFLIGHT_DRA_NODE, 1)]
+    objects = [*networkpolicy.job_policies(settings),
+               *gpuclaims.job_objects(settings, probe_plan, keys, dra_nodes={PREFLIGHT_DRA_NODE})]
+    serves_dra = True
     for obj in objects:
+        if not serves_dra and (obj["kind"] == gpuclaims.TEMPLATE_KIND or gpuclaims.claims_gpus(obj)):
+            continue
         try:
             admitted_as = kube.create_owned(obj, dry_run=True)
         except errors.NotFound as e:
+            if obj["kind"] == gpuclaims.TEMPLATE_KIND:  # no resource.k8s.io/v1 here: no DRA GPUs either
+                serves_dra = False
+                continue
             raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
         except errors.Invalid as e:
             raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
@@ -102,6 +111,7 @@ class PreTraining:
         self.attempt = run.attempt
         self.last_shortage = ""  # logged once per change
         self.domains = ""  # with --topology: the network domains of the plan being booked
+        self.dra_nodes: set[str] = set()  # of the plan being booked: nodes whose pods claim their GPUs
 
     def run(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
@@ -227,7 +237,8 @@ class PreTraining:
                 self.reporter.phase("WaitingForGPUs")
                 if watch is None:
                     watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings, clock=clock,
-                                                               volume_claims=booked.ledger.volume_claims))
+                                                               volume_claims=booked.ledger.volume_claims,
+                                                               device_class=booked.ledger.device_class))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
@@ -238,6 +249,7 @@ class PreTraining:
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
                                     may_wait, ledger.volume_claims)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
+        self.dra_nodes = ledger.dra_nodes()
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
 
@@ -270,8 +282,10 @@ class PreTraining:
         self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
-        _, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
-        self.kube.create_all_owned(pods)
+        _, *objects = gpuclaims.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number,
+                                            self.dra_nodes)
+        dra.create_templates(self.kube, objects)
+        self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
                 f"{self.attempt.worker(index)} on {node} ({share} GPUs)"
