@@ -4,17 +4,17 @@ A booking reads the bookings (every job's workers and chiefs) afresh under the p
 Lease, and everything else from a survey taken before: the nodes, and what every other
 pod holds of each node (``manager.booking``). On a large cluster that survey is the long
 list (150,000 pods), the same for every job: so one manager takes it and publishes it
-(``manager.clusterview``), and the managers that start within ``MAX_AGE_S`` read it
-instead of listing the cluster again. This is that survey, for any job:
+(``manager.clusterview``), and the managers that asked for one while it was taken read
+it instead of listing the cluster again. This is that survey, for any job:
 
 - each node as the inventory reads it (``slim_node``: labels, taints, whether it is
   cordoned or Ready, its allocatable);
 - each node's usage: what its pods, but the bookings, request of every resource (GPUs
   of any name among them), and how many they are;
-- DRA GPUs, for whatever DeviceClass a job names (``dracounting``): each node's devices of
-  its node-local ResourceSlices with their attributes (each distinct set of attributes
-  once), and the devices allocated to ResourceClaims but the jobs' own (those are counted
-  from the bookings, like their pods' other requests).
+- in the survey of a job with --device-class, which it takes alone (never published): DRA
+  GPUs (``dracounting``), each node's devices of its node-local ResourceSlices, and the
+  devices allocated to ResourceClaims but the jobs' own (those are counted from the
+  bookings, like their pods' other requests).
 
 A job builds its ledger from it (``ledger``): its candidates, and those pods' part, by
 the same rules as an inventory of the objects themselves (tests compare the two).
@@ -33,10 +33,7 @@ from distributetrain.core.dracounting import Device, DeviceId
 from distributetrain.core.inventory import TERMINAL_PHASES, GpuLedger, pinned_node
 from distributetrain.core.podrequests import PODS, pod_amounts, requested_resources
 
-SCHEMA = 2  # of the encoded form: a reader skips a survey of another
-# A survey older than this is taken again: the managers starting in one burst share it,
-# and a plan it makes is at most this late in seeing another tenant's pods.
-MAX_AGE_S = 10.0
+SCHEMA = 1  # of the encoded form: a reader skips a survey of another
 
 
 def slim_node(node: Mapping) -> dict:
@@ -53,12 +50,13 @@ def slim_node(node: Mapping) -> dict:
 class ClusterView:
     """Nodes (``slim_node``) and, by node name, what pods other than the bookings request there."""
 
-    taken_at: float = 0.0  # wall-clock seconds, of the manager that took it
+    taken_at: float = 0.0  # wall-clock seconds when it was begun, of the manager that took it
     nodes: list[dict] = field(default_factory=list)
     usage: dict[str, Counter] = field(default_factory=dict)
-    devices: dict[str, list[list]] = field(default_factory=dict)  # by node: [driver, pool, name, attribute set]
-    attribute_sets: list[list] = field(default_factory=list)  # [[qualified name, [type, value]], ...]
-    allocated: set[DeviceId] = field(default_factory=set)  # to claims but the jobs' own
+    # DRA GPUs, in the survey of a job with --device-class only (never published): each node's
+    # devices (``dracounting``), and those allocated to claims but the jobs' own.
+    devices: dict[str, list[Device]] = field(default_factory=dict)
+    allocated: set[DeviceId] = field(default_factory=set)
 
     def add_node(self, node: Mapping) -> None:
         self.nodes.append(slim_node(node))
@@ -81,28 +79,15 @@ class ClusterView:
 
     def add_slices(self, slices: Iterable[Mapping]) -> None:
         """Every ResourceSlice of the cluster, at once (a pool's generations are compared)."""
-        index = {tuple((name, tuple(value)) for name, value in attributes): i
-                 for i, attributes in enumerate(self.attribute_sets)}
-        for node, devices in dracounting.node_devices(slices).items():
-            for device in devices:
-                if device.attributes not in index:
-                    index[device.attributes] = len(self.attribute_sets)
-                    self.attribute_sets.append([[name, list(value)] for name, value in device.attributes])
-                self.devices.setdefault(node, []).append([device.driver, device.pool, device.name,
-                                                          index[device.attributes]])
+        self.devices = dracounting.node_devices(slices)
 
     def add_claims(self, claims: Iterable[Mapping]) -> None:
         self.allocated.update(dracounting.allocated_devices(claims))
 
-    def node_devices(self) -> dict[str, list[Device]]:
-        sets = [tuple((name, tuple(value)) for name, value in attributes) for attributes in self.attribute_sets]
-        return {node: [Device(driver, pool, name, sets[i]) for driver, pool, name, i in devices]
-                for node, devices in self.devices.items()}
-
     def ledger(self, empty: GpuLedger, tolerations: Iterable[Mapping], node_selector: Mapping[str, str]) -> GpuLedger:
         """``empty`` (a job's ledger, no node yet) with every node and every pod but the bookings;
         with its ``device_class``, each node's devices of that class and the claims holding some."""
-        selected = dracounting.class_devices(self.node_devices(), empty.device_class) if empty.device_class else {}
+        selected = dracounting.class_devices(self.devices, empty.device_class) if empty.device_class else {}
         empty.dra = {node: len(ids) for node, ids in selected.items()}
         for node in self.nodes:
             empty.add_node(node, tolerations, node_selector)
@@ -114,9 +99,7 @@ class ClusterView:
 
     def encode(self) -> bytes:
         body = {"schema": SCHEMA, "takenAt": self.taken_at, "nodes": self.nodes,
-                "usage": {node: dict(amounts) for node, amounts in self.usage.items()},
-                "devices": self.devices, "attributeSets": self.attribute_sets,
-                "allocated": sorted(list(device) for device in self.allocated)}
+                "usage": {node: dict(amounts) for node, amounts in self.usage.items()}}
         return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6)
 
     @classmethod
@@ -129,5 +112,4 @@ class ClusterView:
         if not isinstance(body, dict) or body.get("schema") != SCHEMA:
             return None
         return cls(float(body["takenAt"]), body["nodes"],
-                   {node: Counter(amounts) for node, amounts in body["usage"].items()},
-                   body["devices"], body["attributeSets"], {tuple(device) for device in body["allocated"]})
+                   {node: Counter(amounts) for node, amounts in body["usage"].items()})

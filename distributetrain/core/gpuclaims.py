@@ -20,6 +20,7 @@ from collections.abc import Collection
 
 from distributetrain.core import manifests, names
 from distributetrain.core.dracounting import API_VERSION
+from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -68,11 +69,11 @@ def templates(settings: JobSettings, shares: Collection[int]) -> list[dict]:
 
 
 def job_objects(settings: JobSettings, plan: Plan, keys: JobKeys, attempt: int = 0,
-                dra_nodes: Collection[str] = ()) -> list[dict]:
+                new_node_place: NewNodePlace = NewNodePlace(), dra_nodes: Collection[str] = ()) -> list[dict]:
     """Everything one attempt creates, in creation order: the Secret, the templates of the
     shares on ``dra_nodes``, the workers, the chief (``manifests.job_objects``), those on
     ``dra_nodes`` claiming their GPUs."""
-    secret, *pods = manifests.job_objects(settings, plan, keys, attempt)
+    secret, *pods = manifests.job_objects(settings, plan, keys, attempt, new_node_place)
     on_dra = [node in dra_nodes for node, _ in plan]
     pods = [claiming_gpus(settings, pod) if dra else pod for pod, dra in zip(pods, on_dra)]
     return [secret, *templates(settings, [share for (_, share), dra in zip(plan, on_dra) if dra]), *pods]

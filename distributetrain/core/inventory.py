@@ -15,15 +15,15 @@ units one rank of the job (``gpusharing``). Given its PersistentVolumeClaims
 as one the node selector leaves out, and GPUs are free only on the nodes the claims'
 access modes allow now (the whole job on one node; where one is mounted, there).
 
-A node whose GPUs a DRA driver publishes advertises none of the resource: its GPUs are
-its devices of the job's DeviceClass (``dracounting``: ResourceSlices, less what
-ResourceClaims hold), given to ``add_node`` as ``dra``; a job's pod there claims its share
-(``gpuclaims``) and says how many devices, so it is counted as a pod requesting them.
+A node whose GPUs a DRA driver publishes advertises none: its GPUs are its devices of the
+job's DeviceClass (``dracounting``), given as ``dra``; a job's pod there claims its share
+(``gpuclaims``) and says how many devices in a label, so it counts as requesting them.
 
 Pods not yet bound but pinned to one node by required affinity (a job's workers and
 chief between creation and binding) are counted too: the scheduler does not see their
-claim yet, and two managers must not plan on the same GPUs. Accepted mid-upgrade: a
-manager of an earlier release booked its chief's share only in an annotation (read no
+claim yet, and two managers must not plan on the same GPUs. So are pods awaiting a node
+the cluster adds (another manager's scale-up), on the node that joins for them, until
+they are bound (``awaitingpods``). Accepted mid-upgrade: a manager of an earlier release booked its chief's share only in an annotation (read no
 more) for the seconds between creating its workers and its chief.
 """
 
@@ -33,7 +33,7 @@ import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from distributetrain.core import names
+from distributetrain.core import awaitingpods, names
 from distributetrain.core.dracounting import ClassSelector, pod_devices
 from distributetrain.core.gpusharing import SharedUnits, shared_units
 from distributetrain.core.podfit import SHARED, JobFit
@@ -120,8 +120,7 @@ def node_refusal(
     node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {},
     dra_devices: int = 0,
 ) -> str | None:
-    """Why a node cannot take the job's pods, or None if it can; ``dra_devices``: GPUs of
-    the job's DeviceClass its DRA driver publishes (``dracounting``)."""
+    """Why a node cannot take the job's pods, or None if it can (``dra_devices``: as ``node_gpus``)."""
     metadata, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     labels = metadata.get("labels") or {}
     if any(labels.get(k) != v for k, v in node_selector.items()):
@@ -153,20 +152,22 @@ class NodeGpus:
     shared: SharedUnits | None = None  # how its GPU units share devices (``gpusharing``); None: they do not
     unmountable: str | None = None  # which claim of the job no pod there can mount, and why
     dra: bool = False  # its GPUs are devices a DRA driver publishes: a pod claims them (``gpuclaims``)
+    # Where a queued pod may go is Kueue's to say (``kueuenodes``): read against these.
+    # Not compared: a label that changes (GFD's timestamp) changes no node's GPUs.
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    taints: tuple[Mapping, ...] = field(default=(), compare=False)
 
 
 def node_gpus(
     node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {},
     volume_claims: JobClaims | None = None, dra_devices: int = 0,
 ) -> NodeGpus:
-    """``dra_devices``: the node's devices of the job's DeviceClass (``dracounting``), its
-    GPUs where it advertises none of ``resource`` (a cluster may have nodes of both kinds)."""
+    """``dra_devices``: its devices of the job's DeviceClass, its GPUs if it advertises no ``resource``."""
     metadata = node["metadata"]
     amounts = (node.get("status") or {}).get("allocatable") or {}
     labels = metadata.get("labels") or {}
     gpus = gpu_count(amounts[resource]) if resource in amounts else None
-    dra = not gpus and dra_devices > 0
-    gpus = dra_devices if dra else gpus
+    gpus = dra_devices if (dra := not gpus and dra_devices > 0) else gpus
     refusal = node_refusal(node, resource, tolerations, node_selector, dra_devices)
     # Never a candidate, whatever its state: said in place of a passing one (cordoned...).
     unmountable = (volume_claims.refusal(node) if volume_claims and refusal != NOT_SELECTED and gpus is not None
@@ -177,10 +178,11 @@ def node_gpus(
         selected=all(labels.get(k) == v for k, v in node_selector.items()),
         refusal=unmountable or refusal,
         room=tuple(node_allocatable(node.get("status") or {}).items()),
-        # Sharing labels describe the device plugin's units; a DRA class's devices are its own.
-        shared=None if dra else shared_units(labels, resource, gpus or 0),
+        shared=None if dra else shared_units(labels, resource, gpus or 0),  # sharing labels: the device plugin's
         unmountable=unmountable,
         dra=dra,
+        labels=labels,
+        taints=tuple((node.get("spec") or {}).get("taints") or ()),
     )
 
 
@@ -227,15 +229,22 @@ class GpuLedger:
     unmountable: dict[str, NodeGpus] = field(default_factory=dict)  # selected nodes a claim refuses, by name
     device_class: ClassSelector | None = None  # the job's --device-class, if it exists: DRA GPUs count
     dra: dict[str, int] = field(default_factory=dict)  # by node: its devices of that class (set before its node)
+    labels: dict[str, Mapping[str, str]] = field(default_factory=dict)  # by candidate node
+    awaiting: list[awaitingpods.AwaitingPod] = field(default_factory=list)  # pods awaiting a new node
+    # ``awaiting`` placed on candidates (``awaitingpods.place``) once read, until a pod or node changes
+    _placed: tuple | None = field(default=None, repr=False, compare=False)
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
+        metadata = node["metadata"]
         self.count_node(node_gpus(node, self.resource, tolerations, node_selector, self.volume_claims,
-                                  self.dra.get(node["metadata"]["name"], 0)))
+                                  self.dra.get(metadata["name"], 0)))
         if self.levels:
-            metadata = node["metadata"]
             self.paths[metadata["name"]] = node_path(metadata.get("labels") or {}, self.levels)
+        if metadata["name"] in self.allocatable:
+            self.labels[metadata["name"]] = metadata.get("labels") or {}
 
     def count_node(self, part: NodeGpus) -> None:
+        self._placed = None
         if part.gpus is not None:
             self.advertised = True
             if part.selected and part.unmountable:
@@ -255,11 +264,17 @@ class GpuLedger:
         spec is read once."""
         spec = pod.get("spec") or {}
         node = spec.get("nodeName") or pinned_node(spec)
-        if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return
+        self._placed = None
+        if not node:
+            if awaitingpods.awaits_new_node(pod):
+                amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES))
+                if gpus := amounts.pop(self.resource):
+                    self.awaiting.append(awaitingpods.awaiting_pod(spec, gpus, {**amounts, PODS: 1}))
             return
         fits = self.fit is not None and node in self.allocatable
         amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES) if fits else (self.resource,))
-        # A booking on a DRA node says how many devices it claims, allocated or not yet.
         amounts[self.resource] += pod_devices((pod.get("metadata") or {}).get("labels") or {})
         self.add_usage(node, {**amounts, PODS: 1})
         if fits and self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
@@ -267,6 +282,7 @@ class GpuLedger:
 
     def add_usage(self, node: str, amounts: Mapping[str, int]) -> None:
         """What pods request of ``node``, by resource (``PODS``: how many they are)."""
+        self._placed = None
         if gpus := amounts.get(self.resource, 0):
             self.used[node] += gpus
         if self.fit is None or node not in self.allocatable:
@@ -279,25 +295,41 @@ class GpuLedger:
         """The same nodes and pods, in a ledger of its own to add more pods to (the nodes'
         parts are shared: nothing changes them once listed)."""
         return dataclasses.replace(self, used=defaultdict(int, self.used), own_nodes=set(self.own_nodes),
-                                   requested={node: Counter(amounts) for node, amounts in self.requested.items()})
+                                   requested={node: Counter(amounts) for node, amounts in self.requested.items()},
+                                   awaiting=list(self.awaiting), _placed=None)
 
     def forget_pods(self) -> None:
         """Back to the nodes alone, as before the first ``add_pod``."""
         self.used.clear()
         self.requested.clear()
         self.own_nodes.clear()
+        self.awaiting.clear()
+        self._placed = None
 
     def count_claim(self, claim: PodClaim) -> None:
+        self._placed = None
         self.used[claim.node] += claim.gpus
+
+    def _awaiting_on(self, node: str) -> tuple[int, Counter]:
+        """The GPUs and requests of pods awaiting a new node that this candidate is about to take."""
+        if not self.awaiting:
+            return 0, Counter()
+        if self._placed is None:
+            free = {name: self.allocatable[name] - self.used.get(name, 0) for name in self.allocatable}
+            self._placed = awaitingpods.place(self.awaiting, free, self.used, lambda name: self.labels.get(name, {}))
+        taken, requested = self._placed
+        return taken[node], requested.get(node, Counter())
 
     def usable(self, node: str) -> tuple[int, int, str | None]:
         """A candidate's free GPUs, how many of them one pod of the job can take, and what
         caps that (a resource, or ``podfit.SHARED``; None: nothing)."""
-        gpus = max(0, self.allocatable[node] - self.used.get(node, 0))
+        awaiting_gpus, awaiting_requested = self._awaiting_on(node)
+        gpus = max(0, self.allocatable[node] - self.used.get(node, 0) - awaiting_gpus)
         if self.fit is None:
             return gpus, gpus, None
         part, requested = self.selected[node], self.requested.get(node, {})
-        room = {resource: left - requested.get(resource, 0) for resource, left in part.room}
+        room = {resource: left - requested.get(resource, 0) - awaiting_requested[resource]
+                for resource, left in part.room}
         return (gpus, *self.fit.usable(gpus, room, part.shared, node in self.own_nodes))
 
     def free(self) -> dict[str, int]:

@@ -73,19 +73,23 @@ def survey(kube: Kube, settings: JobSettings, shared: bool = False, clock: Clock
     that waited for GPUs to free up must see them free)."""
     claims = volumeclaims.read_claims(kube, settings)  # they decide which nodes are candidates
     device_class = read_device_class(kube, settings)
-    view = clusterview.current(kube, settings, clock) if shared else clusterview.take(kube)
-    return view.ledger(_job_ledger(settings, claims, device_class), settings.tolerations, dict(settings.node_selector))
+    # DRA GPUs are in no shared survey (its managers ask for no DRA): a job of some class surveys alone.
+    view = (clusterview.current(kube, settings, clock) if shared and device_class is None
+            else clusterview.take(kube, dra_gpus=device_class is not None))
+    return view.ledger(_job_ledger(settings, claims, device_class), settings.candidate_tolerations,
+                       settings.candidate_selector)
 
 
 def read_device_class(kube: Kube, settings: JobSettings) -> dracounting.ClassSelector | None:
-    """What selects the job's DRA GPUs (``--device-class``); None where the class does not
-    exist, or for a queued job: its pods' requests are fixed before any node is chosen, and
-    Kueue admits them against quotas of extended resources (``queueing``)."""
-    if settings.queue:
+    """What selects the job's DRA GPUs (``--device-class``); None without it, or for a queued
+    job: its pods' requests are fixed before any node is chosen, and Kueue admits them
+    against quotas of extended resources (``queueing``)."""
+    if not settings.device_class or settings.queue:
         return None
     found = dra.device_class(kube, settings.device_class)
     if found is None:
-        return None
+        raise errors.UsageError("--device-class", f"the cluster has no DeviceClass {settings.device_class!r} "
+                                                  "(resource.k8s.io/v1; `kubectl get deviceclasses` lists them)")
     selector = dracounting.class_selector(found)
     if selector.unread:
         log.info("job %s: of DeviceClass %s, not applied when counting its devices: %s", settings.job_name,
@@ -136,9 +140,9 @@ def _job_ledger(settings: JobSettings, claims: JobClaims | None = None,
 
 
 def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: JobSettings) -> None:
-    selector = dict(settings.node_selector)
+    selector = settings.candidate_selector  # --node-selector's labels and the RuntimeClass's
     for node in nodes:
-        ledger.add_node(node, settings.tolerations, selector)
+        ledger.add_node(node, settings.candidate_tolerations, selector)
 
 
 def check_nodes(nodes: Iterable[Mapping], settings: JobSettings, claims: JobClaims | None = None,
@@ -165,10 +169,10 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
                                           f"{settings.scale_up_node_gpus}", settings.scale_up_node_gpus)
         return
     if not ledger.advertised:
-        dra_too = "" if settings.queue else f" nor has devices of DeviceClass {settings.device_class!r} (--device-class)"
-        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}{dra_too}"
-                                + (" (a queued job's pods request it: DRA GPUs are not queued)" if settings.queue
-                                   else ""))
+        # A node pool scaled to zero grows only for pods that wait for its nodes.
+        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}; "
+                                                  "where an autoscaler adds GPU nodes (a node pool scaled to zero), "
+                                                  "--scale-up-node-gpus N with --wait-for-gpus makes it add them")
     # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
     # only more GPUs than every node the selector allows advertises is never satisfiable,
     # or more than the job's pods could take there with nothing else on those nodes.
@@ -254,9 +258,11 @@ def _held_back_by_sharing(sharing: list[SharedUnits], settings: JobSettings) -> 
 
 
 def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[str, int],
-                 settings: JobSettings, may_wait: bool = True, claims: JobClaims | None = None) -> Plan:
+                 settings: JobSettings, may_wait: bool = True, claims: JobClaims | None = None,
+                 paths: Mapping[str, topology.Path] = {}) -> Plan:
     """``plan`` on the free GPUs; short of them, where the job makes the cluster grow and
-    ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``), so
+    ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``, the
+    running shares inside one domain of a required ``--topology`` level: ``paths``), so
     the booking creates their pods at once. Its ``claims`` may keep it off new nodes (a
     claim mounted on a running node, or only ever on named ones), or put it on one new node."""
     try:
@@ -264,7 +270,7 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
     except placement.InsufficientGPUs:
         if not (scaleup.allowed(settings) and may_wait and (claims is None or claims.new_nodes_may_mount())):
             raise
-        grown = scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
+        grown = scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus, paths, settings.topology)
         if claims and claims.one_node and len(grown) > 1:
             raise
         return grown
@@ -272,15 +278,19 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
          wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
-         clock: Clock = REAL_CLOCK, shared_survey: bool = False) -> Plan | Short | None:
+         clock: Clock = REAL_CLOCK, shared_survey: bool = False,
+         surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None) -> Plan | Short | None:
     """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``.
 
+    ``surveyed_hook(survey)`` runs before the Lease is taken: what no other manager waits
+    on (checking the request against the survey, objects of the job's own).
     A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (of ``clock``) if
     later. ``still_wanted`` is asked once the Lease is held: False (the GPUs were taken
     while this job waited for it) returns None without reading anything more.
     ``shared_survey``: see ``survey``.
     """
     surveyed = survey(kube, settings, shared_survey, clock)
+    surveyed_hook(surveyed)
     holder = f"{settings.namespace}/{settings.job_name}"
     with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
                        clock=clock, wait_until=wait_until):

@@ -8,7 +8,7 @@ nothing. Here a waiting manager lists nodes and pods once, then follows a watch 
 (an informer of each kind), keeping every node's and every GPU pod's part of the ledger
 (``inventory.node_gpus``, ``inventory.pod_claim``: the rules of a fresh inventory), so it
 learns without asking when its request would fit: a pod holding GPUs ended, a node
-became Ready, was uncordoned or lost a taint. Where the job's DeviceClass exists, DRA
+became Ready, was uncordoned or lost a taint. With the job's --device-class, DRA
 GPUs are followed too: the ResourceSlices (a node's devices) and the devices each
 ResourceClaim holds (``dracounting``: a claim deallocated when its pod ends). An elastic
 job short of GPUs follows them the same way (``elastic``).
@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 
 from distributetrain.core import dracounting, placement
 from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clusterview import slim_node
 from distributetrain.core.dracounting import ClassSelector, DeviceId
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim, node_gpus, pod_claim
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.volumeclaims import JobClaims
-from distributetrain.kube.client import Kube
 from distributetrain.kube import dra
+from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import make_api_client
 from distributetrain.kube.informer import Change, Informer
 
@@ -78,46 +79,56 @@ class LedgerParts:
     def for_job(cls, settings: JobSettings, volume_claims: JobClaims | None = None,
                 device_class: ClassSelector | None = None) -> LedgerParts:
         # What take_inventory passes to the ledger: the same candidates.
-        return cls(settings.gpu_resource, tuple(settings.tolerations), dict(settings.node_selector), volume_claims,
+        return cls(settings.gpu_resource, settings.candidate_tolerations, settings.candidate_selector, volume_claims,
                    device_class=device_class)
 
     def node_part(self, node: Mapping) -> NodeGpus:
         devices = len(self.dra.selected.get(node["metadata"]["name"], ())) if self.dra else 0
         return node_gpus(node, self.resource, self.tolerations, self.node_selector, self.volume_claims, devices)
 
-    def holds_gpus(self, pod: dict) -> dict | None:
-        """The pod if it claims GPUs (what the pods' informer keeps); most pods do not."""
-        return pod if pod_claim(pod, self.resource) else None
+    def claim(self, pod: Mapping) -> PodClaim | None:
+        """What the pods' informer keeps of a pod: its claim on GPUs (most pods have none)."""
+        return pod_claim(pod, self.resource)
 
     def apply_node(self, event_type: str, node: Mapping) -> bool:
         """One node watch event; whether it changed the ledger (a heartbeat does not)."""
-        name = node["metadata"]["name"]
+        return self.apply_kept_node(node["metadata"]["name"], None if event_type == "DELETED" else node)
+
+    def apply_kept_node(self, name: str, node: Mapping | None) -> bool:
+        """A node (None: gone); where DRA GPUs are followed, kept to make its part again when
+        its slices change."""
+        if self.dra:
+            self.dra.nodes.pop(name, None)
+            if node:
+                self.dra.nodes[name] = node
+        return self.apply_node_part(name, self.node_part(node) if node else None)
+
+    def apply_node_part(self, name: str, new: NodeGpus | None) -> bool:
+        """A node's part (None: gone); whether it changed the ledger."""
         old = self.nodes.pop(name, None)
-        new = None if event_type == "DELETED" else self.node_part(node)
         if new:
             self.nodes[name] = new
-        if self.dra:  # its part changes with its slices too
-            self.dra.raw_nodes.pop(name, None)
-            if new:
-                self.dra.raw_nodes[name] = node
         return new != old
 
-    def apply_slice(self, event_type: str, resource_slice: Mapping) -> bool:
-        """One ResourceSlice event: the parts of the nodes whose devices it changed."""
-        changed = self.dra.apply_slice(event_type, resource_slice)
-        return any([self.apply_node("MODIFIED", self.dra.raw_nodes[name]) for name in changed
-                    if name in self.dra.raw_nodes])
+    def apply_slice(self, key: str, resource_slice: Mapping | None) -> bool:
+        """A ResourceSlice (None: gone): the parts of the nodes whose devices it changed."""
+        changed = self.dra.apply_slice(key, resource_slice)
+        return any([self.apply_kept_node(name, self.dra.nodes[name]) for name in changed if name in self.dra.nodes])
 
-    def apply_claim(self, event_type: str, claim: Mapping) -> bool:
-        return self.dra.apply_claim(event_type, claim)
+    def apply_device_claim(self, key: str, claim: Mapping | None) -> bool:
+        """A ResourceClaim as kept (``slim_claim``; None: gone or holding none)."""
+        return self.dra.apply_claim(key, claim)
 
     def apply_pod(self, event_type: str, pod: Mapping) -> bool:
         """One pod watch event; whether it changed what is used (most pods hold no GPU)."""
-        uid = pod["metadata"].get("uid", "")
-        old = self.claims.pop(uid, None)
-        new = None if event_type == "DELETED" else pod_claim(pod, self.resource)
+        old = self.claims.get(pod["metadata"].get("uid", ""))
+        return self.apply_claim(old, None if event_type == "DELETED" else self.claim(pod), pod["metadata"].get("uid", ""))
+
+    def apply_claim(self, old: PodClaim | None, new: PodClaim | None, uid: str = "") -> bool:
+        """A pod's claim replaced (None: it holds none, or is gone); whether it changed what is used."""
+        old = self.claims.pop(old.uid if old else uid, old)
         if new:
-            self.claims[uid] = new
+            self.claims[new.uid] = new
         if old:
             self._count(old, -1)
         if new:
@@ -163,24 +174,22 @@ class DraParts:
     selected: dict[str, set[DeviceId]] = field(default_factory=dict)  # by node: its devices of the class
     claims: dict[str, tuple[DeviceId, ...]] = field(default_factory=dict)  # by namespace/name
     taken: Counter = field(default_factory=Counter)  # by node: its devices of the class claims hold
-    raw_nodes: dict[str, Mapping] = field(default_factory=dict)  # to make a node's part again
+    nodes: dict[str, Mapping] = field(default_factory=dict)  # as kept (``slim_node``): to make their parts again
 
-    def apply_slice(self, event_type: str, resource_slice: Mapping) -> set[str]:
+    def apply_slice(self, name: str, resource_slice: Mapping | None) -> set[str]:
         """The nodes whose devices of the class changed."""
-        name = resource_slice["metadata"]["name"]
         self.slices.pop(name, None)
-        if event_type != "DELETED":
+        if resource_slice is not None:
             self.slices[name] = resource_slice
         before = self.selected
         self.selected = dracounting.class_devices(dracounting.node_devices(self.slices.values()), self.device_class)
         self.taken = dracounting.taken_per_node(self.selected, {d for held in self.claims.values() for d in held})
         return {node for node in {*before, *self.selected} if before.get(node) != self.selected.get(node)}
 
-    def apply_claim(self, event_type: str, claim: Mapping) -> bool:
-        """One claim's event (``slim_claim``'s form); whether a node's devices taken changed."""
-        key = f"{claim['metadata'].get('namespace', '')}/{claim['metadata']['name']}"
+    def apply_claim(self, key: str, claim: Mapping | None) -> bool:
+        """A claim (``slim_claim``'s form; None: gone); whether a node's devices taken changed."""
         old = self.claims.pop(key, ())
-        new = () if event_type == "DELETED" else tuple(tuple(device) for device in claim.get("devices") or ())
+        new = tuple(tuple(device) for device in (claim or {}).get("devices") or ())
         if new:
             self.claims[key] = new
         before = Counter(self.taken)
@@ -224,19 +233,26 @@ class FreeGpuWatch:
         self._changed = threading.Condition()
         waiting = (client or waiting_client)(kube)
         follow = dict(clock=clock, relist_delay_s=RELIST_DELAY_S, thread_span_s=WATCH_SPAN_S)
-        self.nodes = Informer(waiting, "nodes", **follow)
+        # Each store keeps what the ledger reads: a node's part, a pod's claim on GPUs (most
+        # pods have none, and are not kept), so the memory is the ledger's, not the cluster's.
         # A watch with the lists' selector reports a pod that ends as DELETED.
         self.pods = Informer(waiting, "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
-                             keep=self.parts.holds_gpus, **follow)
-        self.nodes.add_handler(lambda changes: self._apply(self.parts.apply_node, changes))
-        self.pods.add_handler(lambda changes: self._apply(self.parts.apply_pod, changes))
-        self._informers: tuple[Informer, ...] = (self.nodes, self.pods)
-        if device_class is not None:  # DRA GPUs: the slices first, so claims find their nodes' devices
-            slices = Informer(waiting, dra.SLICES, **follow)
-            claims = Informer(waiting, dra.CLAIMS, keep=slim_claim, **follow)
-            slices.add_handler(lambda changes: self._apply(self.parts.apply_slice, changes))
-            claims.add_handler(lambda changes: self._apply(self.parts.apply_claim, changes))
-            self._informers = (slices, claims, *self._informers)
+                             keep=self.parts.claim, **follow)
+        self.pods.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_claim(c.old, c.new)))
+        if device_class is None:
+            self.nodes = Informer(waiting, "nodes", keep=self.parts.node_part, **follow)
+            self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_node_part(c.key, c.new)))
+            self._informers: tuple[Informer, ...] = (self.nodes, self.pods)
+            return
+        # DRA GPUs: a node's part changes with its slices too, so the node is kept (slim) to
+        # make its part again; the slices first, so claims find their nodes' devices.
+        self.nodes = Informer(waiting, "nodes", keep=slim_node, **follow)
+        self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_kept_node(c.key, c.new)))
+        slices = Informer(waiting, dra.SLICES, **follow)
+        claims = Informer(waiting, dra.CLAIMS, keep=slim_claim, **follow)
+        slices.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_slice(c.key, c.new)))
+        claims.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_device_claim(c.key, c.new)))
+        self._informers = (slices, claims, self.nodes, self.pods)
 
     def __enter__(self) -> FreeGpuWatch:
         for informer in self._informers:
@@ -283,12 +299,10 @@ class FreeGpuWatch:
                 self.clock.wait(self._changed, remaining)
             return True
 
-    def _apply(self, apply: Callable[[str, dict], bool], changes: Sequence[Change]) -> None:
-        """One informer's batch (a list's differences or one event); a failure reaches the
-        waiter through the informer, so one wakes it here too."""
+    def _apply(self, changes: Sequence[Change], apply: Callable[[Change], bool]) -> None:
+        """One informer's batch (a list's differences or one event), each applied to the
+        ledger. A failure reaches the waiter through the informer, so one wakes it here too."""
         with self._changed:
-            changed = [apply(change.type, change.new if change.new is not None else change.old)
-                       for change in changes]
-            if any(changed):
+            if any([apply(change) for change in changes]):
                 self.generation += 1
             self._changed.notify_all()

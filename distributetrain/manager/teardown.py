@@ -35,7 +35,8 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     deleted = [f"pod/{name}" for name in _delete_pods(kube, settings, doomed, kept)]
     if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
         deleted.append(f"secret/{names.secret_name(job)}")
-    return deleted + _delete_claim_templates(kube, settings) + isolation.remove(kube, settings)
+    templates = _delete_claim_templates(kube, settings) if settings.device_class else []
+    return deleted + templates + isolation.remove(kube, settings)
 
 
 def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:

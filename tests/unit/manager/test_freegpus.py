@@ -10,7 +10,7 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.core import errors
 from distributetrain.core.clock import REAL_CLOCK, FakeClock
-from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger
+from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.informer import Informer
@@ -18,6 +18,7 @@ from distributetrain.manager import freegpus
 from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
 from harness.apiserver import FakeApiServer, kube_at
 from harness.builders import GPU, make_node, make_pod
+from harness.kube import FakeKube
 from harness.polling import poll_until
 
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=2.0, retry_deadline_s=1.0, watch_chunk_s=1.0)
@@ -232,3 +233,16 @@ def test_what_cannot_be_followed_fails_the_wait_in_the_managers_thread(server):
             watch.wait_until_fits(0, time.monotonic() + 10)
         with pytest.raises(errors.NotFound):
             watch.fits()
+
+
+def test_the_followed_stores_keep_the_ledger_s_parts_not_the_objects(monkeypatch):
+    """A waiting manager's memory is the ledger's: each node's part and each GPU pod's
+    claim, however many other pods the nodes run (they are not kept at all)."""
+    monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # followed on the fake itself
+    others = [pod(f"busy-{i}", "a") for i in range(300)]
+    kube = FakeKube([node("a", 8), node("b", 8)], [*others, pod("training", "b", gpus=2)])
+    with FreeGpuWatch(kube, JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i")) as watch:
+        poll_until(lambda: watch.free() is not None, 10, "both lists in")
+    assert watch.free() == {"a": 8, "b": 6}
+    assert {name: type(part) for name, part in watch.nodes.store.items()} == {"a": NodeGpus, "b": NodeGpus}
+    assert list(watch.pods.store.values()) == [PodClaim("training", "b", 2)]
