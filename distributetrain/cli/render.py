@@ -55,8 +55,8 @@ _Dumper.add_representer(
 def render(settings: JobSettings, nodes: str, dra_nodes: str = "") -> str:
     free = parse_nodes(nodes)
     on_dra = {node for node in dra_nodes.split(",") if node}
-    if on_dra and settings.queue:
-        raise errors.UsageError("--dra-nodes", "a queued job's pods request --gpu-resource: DRA GPUs are not queued")
+    if on_dra and not settings.device_class:
+        raise errors.UsageError("--dra-nodes", "needs --device-class: the DeviceClass their pods claim GPUs of")
     if on_dra - set(free):
         raise errors.UsageError("--dra-nodes", f"names nodes not in --nodes: {', '.join(sorted(on_dra - set(free)))}")
     try:
