@@ -4,15 +4,18 @@ A cluster of one device-plugin node (``p``: 2 nvidia.com/gpu) and one DRA node (
 devices of the example driver's class in its ResourceSlice, none in its allocatable), as
 the local cluster's DRA nodes are (tests/cluster/test_dra.py)."""
 
+import time
+
 import pytest
 
 from distributetrain.core import dracounting, errors, gpuclaims, manifests, names
 from distributetrain.core.clusterview import slim_node
-from distributetrain.manager import booking
-from distributetrain.manager.freegpus import LedgerParts, slim_claim
+from distributetrain.manager import booking, freegpus
+from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts, slim_claim
 from distributetrain.manager.teardown import tear_down
 from harness.builders import JOB, make_node, sized_node
 from harness.kube import FakeKube
+from harness.polling import poll_until
 
 CLASS = "gpu.example.com"
 DRA_JOB = JOB.replace(device_class=CLASS, num_gpus=5)
@@ -92,3 +95,16 @@ def test_teardown_deletes_the_job_s_templates_in_one_request():
     assert tear_down(kube, DRA_JOB, keep_chief=False) == ["resourceclaimtemplate/j-gpus-2-uid-1"]
     assert sorted(kube.claim_templates) == ["j-gpus-2-uid-0"]
     assert names.claim_template_name("j", 2, "uid-1") not in kube.claim_templates
+
+
+def test_a_waiting_job_wakes_when_another_tenant_s_claim_frees_dra_gpus(monkeypatch):
+    monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # followed on the fake itself
+    held = tenant_claim("d", 0, 1, 2)
+    kube = cluster(DEVICE_CLASS, node_slice("d", 4), held)
+    with FreeGpuWatch(kube, DRA_JOB, device_class=dracounting.class_selector(DEVICE_CLASS)) as watch:
+        poll_until(lambda: watch.free() is not None, 10, "every list in")
+        assert (watch.free(), watch.fits()) == ({"p": 2, "d": 1}, False)
+        generation = watch.generation
+        kube.send_dra("resourceclaims", ("DELETED", held))
+        assert watch.wait_until_fits(generation, time.monotonic() + 10)
+        assert watch.free() == {"p": 2, "d": 4}
