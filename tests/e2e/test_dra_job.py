@@ -22,7 +22,7 @@ def test_a_job_trains_on_dra_and_device_plugin_nodes_and_leaves_no_claim(cluster
     with more_nodes(cluster, pool, {"a": 2, "c": 1}, dra=True), more_nodes(cluster, pool, {"b": 1}):
         jobs.submit("dra", ["--num-gpus=4", "--image=distributetrain/base:0.1.0", f"--node-selector={pool.selector}",
                             f"--device-class={DEVICE_CLASS}", "--worker-ready-timeout=90s",
-                            "--", "--epochs=1", "--samples=512"])
+                            "--", "--epochs=1", "--samples=1024", "--batch-size=32"])
         assert jobs.exit_code("dra", timeout_s=300) == 0, jobs.report("dra")
         plan = jobs.pod("dra")["metadata"]["annotations"]["distributetrain.io/plan"]
         assert sorted(plan.split(",")) == sorted([f"{pool.node('a')}=2", f"{pool.node('b')}=1",
