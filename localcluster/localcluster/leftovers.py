@@ -15,7 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import netsetup, processes
+from localcluster import hostnetwork, netsetup, processes
 from localcluster.layout import RunLayout
 from localcluster.node import cgroups
 
@@ -38,15 +38,15 @@ class Leftovers:
 
 def find(layout: RunLayout) -> Leftovers:
     """Everything the cluster of `layout` may have left."""
-    return _find(layout.root, netsetup.cluster_netns(), netsetup.cluster_links(), node_cgroups())
+    return _find(layout.root, hostnetwork.cluster_netns(), hostnetwork.cluster_links(), node_cgroups())
 
 
 def find_nodes(layout: RunLayout, indices: Collection[int]) -> Leftovers:
     """What the nodes of these indices may have left."""
     found = [_find(
         layout.node_dir(index),
-        [name for name in netsetup.cluster_netns() if netsetup.node_index_of(name) == index],
-        [name for name in netsetup.cluster_links() if netsetup.node_index_of(name) == index],
+        [name for name in hostnetwork.cluster_netns() if netsetup.node_index_of(name) == index],
+        [name for name in hostnetwork.cluster_links() if netsetup.node_index_of(name) == index],
         [name for name in node_cgroups() if netsetup.node_index_of(name) == index],
     ) for index in indices]
     return Leftovers(*(tuple(sorted({item for part in found for item in getattr(part, field)}))
@@ -67,8 +67,6 @@ def remove(layout: RunLayout) -> Leftovers:
     return _remove(find(layout))
 
 
-
-
 def mounts_under(root: Path) -> list[str]:
     """Mount points in this mount namespace at or under `root`."""
     with open("/proc/self/mountinfo") as mountinfo:
@@ -79,7 +77,7 @@ def mounts_under(root: Path) -> list[str]:
 def _find(root: Path, namespaces: list[str], links: list[str], node_cgroup_names: list[str]) -> Leftovers:
     pids = set(processes.pids_under(root))
     for name in namespaces:
-        pids.update(netsetup.netns_pids(name))
+        pids.update(hostnetwork.netns_pids(name))
     for name in node_cgroup_names:
         pids.update(cgroups.pids(name))
     return Leftovers(
@@ -102,9 +100,9 @@ def _remove(found: Leftovers) -> Leftovers:
     for pid in found.pids:
         processes.wait_exit(pid, KILL_WAIT_S)
     for name in found.netns:
-        netsetup.delete_netns(name)
+        hostnetwork.delete_netns(name)
     for link in found.links:
-        netsetup.delete_link(link)
+        hostnetwork.delete_link(link)
     # Deepest first, so nested mounts do not keep their parents busy.
     for mount_point in sorted(found.mounts, key=len, reverse=True):
         log.warning("unmounting leftover %s", mount_point)

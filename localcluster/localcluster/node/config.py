@@ -25,6 +25,8 @@ SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 CLUSTER_DOMAIN = "cluster.local"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 NETWORK_PREFIX = "localcluster-"
+# The extended resource nodes advertise their GPUs as, unless told another.
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -174,22 +176,22 @@ def containerd_config(paths: NodePaths, cdi: bool = False) -> str:
     from the specs in the node's CDI directory."""
     cdi_settings = f"""
   enable_cdi = true
-  cdi_spec_dirs = [{_toml(paths.cdi_dir)}]""" if cdi else ""
+  cdi_spec_dirs = [{toml_string(paths.cdi_dir)}]""" if cdi else ""
     return f"""version = 2
-root = {_toml(paths.image_store)}
-state = {_toml(paths.containerd_state / "state")}
+root = {toml_string(paths.image_store)}
+state = {toml_string(paths.containerd_state / "state")}
 
 [grpc]
-  address = {_toml(paths.containerd_socket)}
+  address = {toml_string(paths.containerd_socket)}
 
 [ttrpc]
-  address = {_toml(f"{paths.containerd_socket}.ttrpc")}
+  address = {toml_string(f"{paths.containerd_socket}.ttrpc")}
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = {_toml(paths.containerd_state / "opt")}
+  path = {toml_string(paths.containerd_state / "opt")}
 
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = {_toml(SANDBOX_IMAGE)}
+  sandbox_image = {toml_string(SANDBOX_IMAGE)}
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   netns_mounts_under_state_dir = true
@@ -204,32 +206,14 @@ state = {_toml(paths.containerd_state / "state")}
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = {_toml(paths.runc_root)}
+        Root = {toml_string(paths.runc_root)}
 
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = {_toml(CNI_BIN_DIR)}
-    conf_dir = {_toml(paths.cni_config_dir)}
+    bin_dir = {toml_string(CNI_BIN_DIR)}
+    conf_dir = {toml_string(paths.cni_config_dir)}
 
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = {_toml(paths.registry_hosts)}
-"""
-
-
-def seed_containerd_config(root: Path, state: Path, socket: Path) -> str:
-    """containerd for the machine's image cache (imagecache.py): images only, so no CRI."""
-    return f"""version = 2
-root = {_toml(root)}
-state = {_toml(state / "state")}
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-
-[grpc]
-  address = {_toml(socket)}
-
-[ttrpc]
-  address = {_toml(f"{socket}.ttrpc")}
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = {_toml(state / "opt")}
+    config_path = {toml_string(paths.registry_hosts)}
 """
 
 
@@ -402,6 +386,6 @@ def _taint(text: str) -> dict[str, str]:
     return taint
 
 
-def _toml(value: object) -> str:
+def toml_string(value: object) -> str:
     """A TOML basic string (JSON's string escapes are TOML's)."""
     return json.dumps(str(value))

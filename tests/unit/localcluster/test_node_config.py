@@ -156,19 +156,6 @@ def test_kube_proxy_leaves_the_hosts_conntrack_settings_alone():
         "/usr/bin/containerd", "--config=/run/dt/nodes/n3/containerd.toml"]
 
 
-def test_the_image_cache_s_containerd_holds_images_only():
-    root, state = Path("/cache/node-images/seed"), Path("/run/dt/seed-containerd")
-    assert tomllib.loads(config.seed_containerd_config(root, state, state / "containerd.sock")) == {
-        "version": 2,
-        "root": "/cache/node-images/seed",
-        "state": "/run/dt/seed-containerd/state",
-        "disabled_plugins": ["io.containerd.grpc.v1.cri"],
-        "grpc": {"address": "/run/dt/seed-containerd/containerd.sock"},
-        "ttrpc": {"address": "/run/dt/seed-containerd/containerd.sock.ttrpc"},
-        "plugins": {"io.containerd.internal.v1.opt": {"path": "/run/dt/seed-containerd/opt"}},
-    }
-
-
 def test_a_cloud_instance_s_kubelet_sets_its_provider_id_reservations_and_pod_limit():
     instance = dataclasses.replace(SPEC, provider_id="localcluster://gpu-x", kube_reserved={"cpu": "100m"},
                                    system_reserved={"memory": "1Gi"}, max_pods=110)
