@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages a training pod needs: the OpenSSH server the workers run
-# for horovodrun, the client the chief uses, and ps/ip for Horovod's process and
-# interface handling. Run by the Dockerfile.
+# for horovodrun, the client the chief uses, ps/ip for Horovod's process and interface
+# handling, and nss_wrapper, by which ssh and sshd know a UID the image has no
+# /etc/passwd entry for (the one OpenShift assigns, any --run-as-user: the pod scripts
+# preload it). Run by the Dockerfile.
 #
 # Installing openssh-server must not leave a system sshd on port 22 running: pods start
 # their own sshd on the job's port, and on a development host a stray daemon would be
@@ -9,7 +11,7 @@
 # scripts from starting it. The host's /etc/ssh/sshd_config is left as the package
 # makes it; pods run sshd with their own config file (-f), so it is never used.
 set -euo pipefail
-packages=(openssh-server openssh-client procps iproute2)
+packages=(openssh-server openssh-client procps iproute2 libnss-wrapper)
 
 missing=()
 for package in "${packages[@]}"; do

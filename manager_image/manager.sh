@@ -5,6 +5,11 @@
 # (pod deletion) is forwarded so the running phase tears the job down itself.
 set -u
 
+# Every interpreter runs isolated (python -I, Python 3.11: -E -s -P): no PYTHON* variable, no
+# user site-packages, and neither the working directory nor a script's directory on sys.path,
+# so nothing a pod spec can set (a working directory holding a package named distributetrain,
+# or a csv.py that importlib.metadata would import) runs in place of the manager's own code.
+
 child=0
 terminating=0
 # A signal between phases (no child yet, or one just started) is remembered: no new
@@ -13,7 +18,7 @@ forward() { terminating=1; [ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null
 trap forward TERM INT
 
 phase() {
-  python -m distributetrain "$@" &
+  python -I -m distributetrain "$@" &
   child=$!
   [ "$terminating" -eq 1 ] && [ "$1" != teardown ] && kill -TERM "$child" 2>/dev/null
   wait "$child"
@@ -31,11 +36,11 @@ phase() {
 for arg in "$@"; do
   case "$arg" in
     --) break ;;
-    -h|--help) exec python -m distributetrain pre-training --help ;;
+    -h|--help) exec python -I -m distributetrain pre-training --help ;;
   esac
 done
 
-version="$(python -c 'from importlib.metadata import version; print(version("distributetrain"))' 2>/dev/null)"
+version="$(python -I -c 'from importlib.metadata import version; print(version("distributetrain"))' 2>/dev/null)"
 echo "manager.sh: distributetrain ${version:-unknown} running as uid $(id -u)" >&2
 phase pre-training "$@"
 pre_training_status=$?

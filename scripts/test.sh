@@ -25,7 +25,10 @@ take_down() {
   fi
 }
 trap 'failed=1; take_down; exit 130' INT TERM
-DT_KEEP_CLUSTER=1 "${pytest[@]}" tests/unit tests/cluster || failed=1
+# The unit tests need no cluster and each takes its own ports and temporary paths: two at a
+# time, one per core.
+"${pytest[@]}" -n 2 tests/unit || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" tests/cluster || failed=1
 DT_KEEP_CLUSTER=1 "${pytest[@]}" -n 2 --dist loadgroup -m "not exclusive" "${manager_tiers[@]}" || failed=1
 DT_KEEP_CLUSTER=1 "${pytest[@]}" -m exclusive "${manager_tiers[@]}" || failed=1
 take_down

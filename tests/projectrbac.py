@@ -2,8 +2,7 @@
 cluster admin applies it for a team: for the tests' namespaces and the benchmarks'.
 
 Every namespaced object and every binding's subject goes to the namespace, but the
-placement Lease's grant, which goes to the Lease's namespace, and the manager's admission
-policy's allowed images, which stay where the platform team keeps them. Bindings outside
+placement Lease's grant, which goes to the Lease's namespace. Bindings outside
 the namespace are named after it: many namespaces share the cluster-wide ones and the
 Lease's namespace, and each removes its own; the admission policy's binding applies to the
 namespace alone.
@@ -70,10 +69,9 @@ def _update_shared(api_client, doc: dict) -> None:
     elif doc["kind"] == "Role":
         rbac.patch_namespaced_role(name, doc["metadata"]["namespace"], {"rules": doc["rules"]})
     elif doc["kind"] == POLICY:
-        client.AdmissionregistrationV1Api(api_client).patch_validating_admission_policy(name, {"spec": doc["spec"]})
-    elif doc["kind"] == "ConfigMap":
-        client.CoreV1Api(api_client).patch_namespaced_config_map(name, doc["metadata"]["namespace"],
-                                                                 {"data": doc["data"]})
+        # The whole spec: a merge patch would keep fields the file no longer has.
+        client.AdmissionregistrationV1Api(api_client).patch_validating_admission_policy(
+            name, [{"op": "replace", "path": "/spec", "value": doc["spec"]}])
 
 
 def delete_shared_bindings(api_client, documents: list[dict]) -> None:

@@ -46,8 +46,8 @@ def build_parser() -> Parser:
         # No help: listed in the epilog, apart from the users' commands.
         sub = commands.add_parser(command)
         add_job_flags(sub)
-        sub.add_argument("--kubeconfig", help="outside a pod: kubeconfig file")
-        sub.add_argument("--context", help="outside a pod: kubeconfig context")
+        sub.add_argument("--kubeconfig", help="outside a pod: kubeconfig file (in a pod: ignored)")
+        sub.add_argument("--context", help="outside a pod: kubeconfig context (in a pod: ignored)")
         if command == "teardown":
             sub.add_argument("--unless-restarting", action="store_true",
                              help="do nothing if the manager's container will be restarted (it adopts the job)")
@@ -89,7 +89,8 @@ def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
     from distributetrain.kube.connection import load_api_client
     from distributetrain.manager.lifecycle import execute
 
-    # The manager acts as its pod's ServiceAccount (rbac/), whatever kubeconfig its image holds.
+    # The manager acts as its pod's ServiceAccount (rbac/), whatever kubeconfig its image holds
+    # or its arguments name.
     kube = Kube(load_api_client(args.kubeconfig, args.context, in_cluster_first=True))
     return execute(kube, settings, args.command, getattr(args, "unless_restarting", False),
                    getattr(args, "failed_with", None))

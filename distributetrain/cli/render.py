@@ -15,7 +15,7 @@ import yaml
 from distributetrain.core import errors, manifests, networkpolicy, placement, podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys, KeyPair
-from distributetrain.manager import booking, discovery
+from distributetrain.manager import booking, discovery, kinds
 
 PLACEHOLDER_KEYS = JobKeys(
     client=KeyPair("<private key generated per job>", "<public key generated per job>"),
@@ -52,8 +52,9 @@ _Dumper.add_representer(
 
 def render(settings: JobSettings, nodes: str) -> str:
     try:
-        # As the manager plans: with --scale-up-node-gpus, what the nodes cannot hold on new ones.
-        plan = booking.plan_or_grow(placement.plan, parse_nodes(nodes), settings)
+        # As the manager plans: the job's kind (an elastic job's worker beside its chief);
+        # with --scale-up-node-gpus, what the nodes cannot hold on new ones.
+        plan = booking.plan_or_grow(kinds.kind_of(settings).plan, parse_nodes(nodes), settings)
     except placement.InsufficientGPUs as e:
         raise errors.UsageError("--num-gpus", str(e)) from None
     if not settings.discovery_url:

@@ -4,8 +4,8 @@ A booking reads the bookings (every job's workers and chiefs) afresh under the p
 Lease, and everything else from a survey taken before: the nodes, and what every other
 pod holds of each node (``manager.booking``). On a large cluster that survey is the long
 list (150,000 pods), the same for every job: so one manager takes it and publishes it
-(``manager.clusterview``), and the managers that start within ``MAX_AGE_S`` read it
-instead of listing the cluster again. This is that survey, for any job:
+(``manager.clusterview``), and the managers that asked for one while it was taken read
+it instead of listing the cluster again. This is that survey, for any job:
 
 - each node as the inventory reads it (``slim_node``: labels, taints, whether it is
   cordoned or Ready, its allocatable);
@@ -29,9 +29,6 @@ from distributetrain.core.inventory import TERMINAL_PHASES, GpuLedger, pinned_no
 from distributetrain.core.podrequests import PODS, pod_amounts, requested_resources
 
 SCHEMA = 1  # of the encoded form: a reader skips a survey of another
-# A survey older than this is taken again: the managers starting in one burst share it,
-# and a plan it makes is at most this late in seeing another tenant's pods.
-MAX_AGE_S = 10.0
 
 
 def slim_node(node: Mapping) -> dict:
@@ -48,7 +45,7 @@ def slim_node(node: Mapping) -> dict:
 class ClusterView:
     """Nodes (``slim_node``) and, by node name, what pods other than the bookings request there."""
 
-    taken_at: float = 0.0  # wall-clock seconds, of the manager that took it
+    taken_at: float = 0.0  # wall-clock seconds when it was begun, of the manager that took it
     nodes: list[dict] = field(default_factory=list)
     usage: dict[str, Counter] = field(default_factory=dict)
 

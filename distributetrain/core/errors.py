@@ -89,7 +89,8 @@ class QuotaExceeded(DistributeTrainError):
     def __init__(self, message: str):
         super().__init__(
             f"a ResourceQuota or LimitRange of the namespace refuses it: {message} (a job pod asks for "
-            f"--cpu-per-gpu and --memory-per-gpu times its GPUs: lower them or --num-gpus, or ask for more quota)"
+            f"--cpu-per-gpu and --memory-per-gpu times its GPUs, limited to --cpu-limit-per-gpu and "
+            f"--memory-limit-per-gpu times them: lower them or --num-gpus, or ask for more quota)"
         )
 
 

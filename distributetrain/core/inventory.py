@@ -17,7 +17,9 @@ access modes allow now (the whole job on one node; where one is mounted, there).
 
 Pods not yet bound but pinned to one node by required affinity (a job's workers and
 chief between creation and binding) are counted too: the scheduler does not see their
-claim yet, and two managers must not plan on the same GPUs. Accepted mid-upgrade: a
+claim yet, and two managers must not plan on the same GPUs. So are pods awaiting a node
+the cluster adds (another manager's scale-up), on the node that joins for them, until
+they are bound (``awaitingpods``). Accepted mid-upgrade: a
 manager of an earlier release booked its chief's share only in an annotation (read no
 more) for the seconds between creating its workers and its chief.
 """
@@ -28,7 +30,7 @@ import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from distributetrain.core import names
+from distributetrain.core import awaitingpods, names
 from distributetrain.core.gpusharing import SharedUnits, shared_units
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import NODE_RESOURCES, PODS, amount, node_allocatable, pod_amounts, pod_request
@@ -144,6 +146,10 @@ class NodeGpus:
     room: tuple[tuple[str, int], ...] = ()  # allocatable cpu, memory, ephemeral storage, pods (``podrequests``)
     shared: SharedUnits | None = None  # how its GPU units share devices (``gpusharing``); None: they do not
     unmountable: str | None = None  # which claim of the job no pod there can mount, and why
+    # Where a queued pod may go is Kueue's to say (``kueuenodes``): read against these.
+    # Not compared: a label that changes (GFD's timestamp) changes no node's GPUs.
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    taints: tuple[Mapping, ...] = field(default=(), compare=False)
 
 
 def node_gpus(
@@ -166,6 +172,8 @@ def node_gpus(
         room=tuple(node_allocatable(node.get("status") or {}).items()),
         shared=shared_units(labels, resource, gpus or 0),
         unmountable=unmountable,
+        labels=labels,
+        taints=tuple((node.get("spec") or {}).get("taints") or ()),
     )
 
 
@@ -210,14 +218,21 @@ class GpuLedger:
     paths: dict[str, Path] = field(default_factory=dict)  # by node: its label values at each level
     volume_claims: JobClaims | None = None  # the job's PersistentVolumeClaims: which nodes, how many now
     unmountable: dict[str, NodeGpus] = field(default_factory=dict)  # selected nodes a claim refuses, by name
+    labels: dict[str, Mapping[str, str]] = field(default_factory=dict)  # by candidate node
+    awaiting: list[awaitingpods.AwaitingPod] = field(default_factory=list)  # pods awaiting a new node
+    # ``awaiting`` placed on candidates (``awaitingpods.place``) once read, until a pod or node changes
+    _placed: tuple | None = field(default=None, repr=False, compare=False)
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
         self.count_node(node_gpus(node, self.resource, tolerations, node_selector, self.volume_claims))
+        metadata = node["metadata"]
         if self.levels:
-            metadata = node["metadata"]
             self.paths[metadata["name"]] = node_path(metadata.get("labels") or {}, self.levels)
+        if metadata["name"] in self.allocatable:
+            self.labels[metadata["name"]] = metadata.get("labels") or {}
 
     def count_node(self, part: NodeGpus) -> None:
+        self._placed = None
         if part.gpus is not None:
             self.advertised = True
             if part.selected and part.unmountable:
@@ -237,7 +252,14 @@ class GpuLedger:
         spec is read once."""
         spec = pod.get("spec") or {}
         node = spec.get("nodeName") or pinned_node(spec)
-        if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return
+        self._placed = None
+        if not node:
+            if awaitingpods.awaits_new_node(pod):
+                amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES))
+                if gpus := amounts.pop(self.resource):
+                    self.awaiting.append(awaitingpods.awaiting_pod(spec, gpus, {**amounts, PODS: 1}))
             return
         fits = self.fit is not None and node in self.allocatable
         amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES) if fits else (self.resource,))
@@ -247,6 +269,7 @@ class GpuLedger:
 
     def add_usage(self, node: str, amounts: Mapping[str, int]) -> None:
         """What pods request of ``node``, by resource (``PODS``: how many they are)."""
+        self._placed = None
         if gpus := amounts.get(self.resource, 0):
             self.used[node] += gpus
         if self.fit is None or node not in self.allocatable:
@@ -259,25 +282,41 @@ class GpuLedger:
         """The same nodes and pods, in a ledger of its own to add more pods to (the nodes'
         parts are shared: nothing changes them once listed)."""
         return dataclasses.replace(self, used=defaultdict(int, self.used), own_nodes=set(self.own_nodes),
-                                   requested={node: Counter(amounts) for node, amounts in self.requested.items()})
+                                   requested={node: Counter(amounts) for node, amounts in self.requested.items()},
+                                   awaiting=list(self.awaiting), _placed=None)
 
     def forget_pods(self) -> None:
         """Back to the nodes alone, as before the first ``add_pod``."""
         self.used.clear()
         self.requested.clear()
         self.own_nodes.clear()
+        self.awaiting.clear()
+        self._placed = None
 
     def count_claim(self, claim: PodClaim) -> None:
+        self._placed = None
         self.used[claim.node] += claim.gpus
+
+    def _awaiting_on(self, node: str) -> tuple[int, Counter]:
+        """The GPUs and requests of pods awaiting a new node that this candidate is about to take."""
+        if not self.awaiting:
+            return 0, Counter()
+        if self._placed is None:
+            free = {name: self.allocatable[name] - self.used.get(name, 0) for name in self.allocatable}
+            self._placed = awaitingpods.place(self.awaiting, free, self.used, lambda name: self.labels.get(name, {}))
+        taken, requested = self._placed
+        return taken[node], requested.get(node, Counter())
 
     def usable(self, node: str) -> tuple[int, int, str | None]:
         """A candidate's free GPUs, how many of them one pod of the job can take, and what
         caps that (a resource, or ``podfit.SHARED``; None: nothing)."""
-        gpus = max(0, self.allocatable[node] - self.used.get(node, 0))
+        awaiting_gpus, awaiting_requested = self._awaiting_on(node)
+        gpus = max(0, self.allocatable[node] - self.used.get(node, 0) - awaiting_gpus)
         if self.fit is None:
             return gpus, gpus, None
         part, requested = self.selected[node], self.requested.get(node, {})
-        room = {resource: left - requested.get(resource, 0) for resource, left in part.room}
+        room = {resource: left - requested.get(resource, 0) - awaiting_requested[resource]
+                for resource, left in part.room}
         return (gpus, *self.fit.usable(gpus, room, part.shared, node in self.own_nodes))
 
     def free(self) -> dict[str, int]:

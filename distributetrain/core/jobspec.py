@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributetrain.core import errors, manifests, names, quantity, topology, validation
-from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE, JobSettings, Level, PvcMount
+from distributetrain.core import errors, manifests, names, podsecurity, quantity, topology, validation
+from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE, JobSettings, Level, PvcMount, RuntimeClassTerms
 
 NO_DEFAULT = dataclasses.MISSING
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(JobSettings)}
@@ -71,6 +71,8 @@ def _job_name(text: str) -> str:
 
 def _pvc(text: str) -> PvcMount:
     pvc = PvcMount(*validation.pvc_mount(text))
+    if pvc.mount_path.rstrip("/") == manifests.SCRATCH_PATH:
+        raise ValueError(f"{manifests.SCRATCH_PATH} is the job's own scratch volume, got {pvc.claim}:{pvc.mount_path}")
     if pvc.mount_path.rstrip("/") == manifests.SHM_PATH:
         raise ValueError(f"{manifests.SHM_PATH} is the job's own memory-backed volume (size it with --shm-size), "
                          f"got {pvc.claim}:{pvc.mount_path}")
@@ -181,10 +183,42 @@ FIELDS: tuple[Field, ...] = (
           bare="true", help="let a service mesh (Istio, Linkerd) inject its sidecar into job pods"),
     Field("network_policy", "--network-policy", validation.boolean, lambda on: str(on).lower(), metavar="true|false",
           bare="true", help="NetworkPolicies by which only the job's own pods reach its pods, and they the manager"),
+    Field("run_as_user", "--run-as-user", podsecurity.run_as_user, metavar="UID|auto|platform",
+          help="user of job pods: a UID (an existing volume's owner, say); auto: 1000, or the platform's where "
+               "the namespace says it assigns UIDs (OpenShift); platform: none, the platform assigns it"),
+    Field("run_as_group", "--run-as-group", podsecurity.group_id, metavar="GID", default_help="the user's UID",
+          help="primary group and fsGroup of job pods"),
+    Field("read_only_root_filesystem", "--read-only-root-filesystem", validation.boolean, lambda on: str(on).lower(),
+          metavar="true|false", bare="true",
+          help="job pods' containers on a read-only root filesystem (the training script then writes to /tmp, "
+               "$HOME, /dev/shm and volumes only)"),
+    # Pod knobs (docs/job-pods.md#pod-knobs).
+    Field("image_pull_secrets", "--image-pull-secret", validation.dns_subdomain, metavar="NAME", repeat=True,
+          help="Secret of the job's namespace (kubernetes.io/dockerconfigjson) the job's image is pulled with "
+               "(repeatable; a private registry)"),
+    Field("runtime_class", "--runtime-class", validation.dns_subdomain, metavar="NAME",
+          help="RuntimeClass of job pods (e.g. nvidia on k3s, RKE2, Talos)"),
+    Field("pod_priority_class", "--pod-priority-class", validation.dns_subdomain, metavar="NAME",
+          help="PriorityClass of job pods and of submit's manager (not Kueue's --priority-class)"),
+    Field("termination_grace_period_s", "--termination-grace-period", **_duration(
+        parse=validation.whole_seconds,
+        help="grace period of job pods: SIGTERM, then this long for the ranks to save their work")),
+    Field("node_lost_toleration_s", "--node-lost-toleration", **_duration(
+        parse=validation.whole_seconds,
+        help="how long job pods stay on a NotReady or unreachable node before they are lost (evicted, or "
+             "deleted by the manager)")),
+    Field("cpu_limit_per_gpu_m", "--cpu-limit-per-gpu", quantity.cpu_millis, quantity.format_cpu, metavar="CPU",
+          help="CPU limit of a job pod per GPU it has, at least --cpu-per-gpu (default: no limit)"),
+    Field("memory_limit_per_gpu_bytes", "--memory-limit-per-gpu", quantity.memory_bytes, quantity.format_memory,
+          metavar="MEMORY", default_help="the memory request",
+          help="memory limit of a job pod per GPU it has, at least --memory-per-gpu"),
     # Set from the manager pod's environment (downward API) or after `--`: no flag.
     Field("manager_namespace"),
     Field("discovery_url"),
     Field("script_args", repeat=True),
+    # Read from the cluster by the manager (``manager.runtimeclass``): no flag.
+    Field("runtime_class_terms", from_json=lambda terms: RuntimeClassTerms(
+        **{key: _frozen(value) for key, value in terms.items()})),
 )
 FLAGS = tuple(field for field in FIELDS if field.flag)
 BY_NAME = {field.name: field for field in FIELDS}
@@ -266,6 +300,15 @@ def _check_scale_up(given: Mapping[str, Any]) -> None:
             raise errors.UsageError("--scale-up-node-gpus", f"cannot be used with {why}")
 
 
+def _check_limits(given: Mapping[str, Any]) -> None:
+    """A limit below its request makes every job pod invalid."""
+    for limit, request, form in (("cpu_limit_per_gpu_m", "cpu_per_gpu_m", quantity.format_cpu),
+                                 ("memory_limit_per_gpu_bytes", "memory_per_gpu_bytes", quantity.format_memory)):
+        if limit in given and given[limit] < _value(given, request):
+            raise errors.UsageError(BY_NAME[limit].flag, f"must be at least {BY_NAME[request].flag} "
+                                                         f"({form(_value(given, request))}), got {form(given[limit])}")
+
+
 def settings(given: Mapping[str, Any], **unflagged: Any) -> JobSettings:
     """JobSettings from the flags given (``parse_given``), after the rules between flags;
     ``unflagged``: the fields without a flag."""
@@ -273,6 +316,7 @@ def settings(given: Mapping[str, Any], **unflagged: Any) -> JobSettings:
     values = {**given, "min_gpus": _min_gpus(given), **unflagged}
     _check_queue(given)
     _check_scale_up(given)
+    _check_limits(given)
     values.pop("elastic", None)
     return JobSettings(**values)
 
@@ -299,6 +343,8 @@ def to_args(job: JobSettings) -> list[str]:
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, RuntimeClassTerms):
+        return {key: _jsonable(item) for key, item in dataclasses.asdict(value).items()}
     if isinstance(value, (PvcMount, Level)):
         return dataclasses.asdict(value)
     if isinstance(value, tuple):

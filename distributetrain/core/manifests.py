@@ -6,16 +6,24 @@ output is deterministic and tests compare whole objects.
 
 from __future__ import annotations
 
-from distributetrain.core import exitcodes, names, podscripts, quantity
+from distributetrain.core import exitcodes, names, podknobs, podscripts, podsecurity, quantity
+from distributetrain.core.newnodepods import NewNodePlace, awaiting_new_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 
 SSH_VOLUME = "ssh"
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
-# The key files are root's, in the job user's group (fsGroup), readable by that group
-# alone: the user reads them, and sshd and ssh, which check the modes only of keys the
-# user owns, accept them. Nothing else in the pod runs as root or in that group.
+# Everything the pod scripts write, the chief's files, sshd's and ssh's user entry and the
+# home of a user the image does not know (podscripts/job-user.sh), Horovod's and Python's
+# temporary files: on an emptyDir, so a read-only root filesystem (a policy may force one)
+# breaks none of it.
+SCRATCH_VOLUME = "tmp"
+SCRATCH_PATH = "/tmp"
+# The key files are root's, in the pod's fsGroup (the job's group, or the one the platform
+# assigns), readable by that group alone: the user reads them, and sshd and ssh, which
+# check the modes only of keys the user owns, accept them. Nothing else in the pod runs as
+# root or in that group.
 SECRET_MODE = 0o440
 CLIENT_KEY_FILE = "id_ed25519"
 CLIENT_CONFIG_FILE = "config"
@@ -23,10 +31,8 @@ KNOWN_HOSTS_FILE = "known_hosts"
 AUTHORIZED_KEYS_FILE = "authorized_keys"
 HOST_KEY_FILE = "ssh_host_ed25519_key"
 WORKER_READINESS_PERIOD_S = 1  # the chief waits on this; a short period starts training sooner
-TERMINATION_GRACE_S = 10
-# The chief waits for the workers' addresses a little longer than the manager waits for
-# the workers to be Ready (a worker's image pull besides, which that wait does not count):
-# it is the manager that gives up (and deletes the chief).
+# The chief waits for the workers' addresses a little longer than the manager may wait for
+# them (``hosts_wait_s``): it is the manager that gives up (and deletes the chief).
 HOSTS_WAIT_SLACK_S = 60
 ORPHAN_CHECK_MAX_S = 30
 # Job pods opt out of service-mesh sidecars unless --mesh-injection: SSH and Gloo go from
@@ -36,7 +42,7 @@ MESH_OPT_OUT_ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inje
 
 # The chief's names for IPv6 hosts (Horovod cannot take a colon in a host), written by
 # discover.py; ssh ignores an Include that matches no file.
-SSH_HOSTS_CONFIG = "/tmp/distributetrain-ssh-hosts"
+SSH_HOSTS_CONFIG = f"{SCRATCH_PATH}/distributetrain-ssh-hosts"
 # Client side of SSH, the chief's config file (the ssh wrapper passes it with -F). Strict
 # host checking against the job's own host key: no fingerprint prompt, and no other host
 # can pose as a worker. No User: ssh logs in as the chief's own user, the one the
@@ -54,7 +60,7 @@ Host *
 
 # Every sshd setting of a worker, given on its command line with `-f /dev/null`, so no
 # sshd_config in the image (a user's image may ship any) can weaken it. sshd runs as the
-# job's user (JOB_USER_UID), so it can log in that user alone and needs no privilege
+# pod's user (``podsecurity``), so it can log in that user alone and needs no privilege
 # separation directory. StrictModes is off because Secret volumes are world-traversable
 # symlink trees owned by root; the key files themselves are readable by the user alone.
 SSHD_OPTIONS = (
@@ -72,8 +78,13 @@ SSHD_OPTIONS = (
 
 # Shell functions of the workers: whether a chief is connected, counted in any /proc.
 SSHD_SESSIONS_SCRIPT = podscripts.load("sshd-sessions.sh")
-# First in both pod scripts: an image without the job's user fails at once, saying so.
-JOB_USER_CHECK_SCRIPT = podscripts.load("job-user.sh", IMAGE_UNFIT=str(exitcodes.IMAGE_UNFIT))
+# First in both pod scripts: the pod's user, known to ssh and sshd whatever the UID, or
+# an image that cannot give it one fails at once, saying so.
+# Where distributions put nss_wrapper: RHEL's lib64, Debian's and Ubuntu's multiarch directories.
+NSS_WRAPPER_LIBRARIES = ("/usr/lib64/libnss_wrapper.so", "/usr/lib/*/libnss_wrapper.so", "/usr/lib/libnss_wrapper.so")
+JOB_USER_CHECK_SCRIPT = podscripts.load(
+    "job-user.sh", SCRATCH=SCRATCH_PATH, NSS_WRAPPER_LIBRARIES=" ".join(NSS_WRAPPER_LIBRARIES),
+    IMAGE_UNFIT=str(exitcodes.IMAGE_UNFIT))
 WORKER_SCRIPT = podscripts.load(
     "worker.sh",
     JOB_USER_CHECK=JOB_USER_CHECK_SCRIPT,
@@ -164,30 +175,15 @@ def _pinned_to(node: str) -> dict:
     }
 
 
-def pod_security_context(uid: int) -> dict:
-    """PodSecurity `restricted` for a pod of user ``uid``, with each container's half
-    (``container_security_context``); the manager's pod uses it too.
-
-    The user and group by number, so the kubelet can check that the user is not root
-    whatever the image's USER says; fsGroup makes the SSH files (and volumes) the user's.
-    """
-    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
-            "seccompProfile": {"type": "RuntimeDefault"}}
-
-
-def container_security_context() -> dict:
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
 def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes: list[dict]) -> dict:
     spec = {
         "restartPolicy": "Never",
         # No node: a queued attempt's pod, pinned once Kueue admits it (``podgroup``).
         **({"affinity": _pinned_to(node)} if node is not None else {}),
-        "securityContext": pod_security_context(names.JOB_USER_UID),
+        "securityContext": podsecurity.job_pod_security_context(settings),
         "containers": [container],
         "volumes": volumes,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "terminationGracePeriodSeconds": int(settings.termination_grace_period_s),
         "enableServiceLinks": False,
     }
     if settings.service_account:
@@ -199,6 +195,7 @@ def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes:
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     # Always: every job pod asks for GPUs, and GPU nodes are often tainted with their resource.
     spec["tolerations"] = [dict(t) for t in settings.pod_tolerations]
+    spec.update(podknobs.spec_fields(settings))
     if settings.active_deadline_s:
         # Belt and braces: even if the manager dies hard, the pods release their GPUs.
         spec["activeDeadlineSeconds"] = max(1, int(settings.active_deadline_s))
@@ -206,19 +203,23 @@ def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes:
 
 
 def _resources(settings: JobSettings, share: int) -> dict:
-    """GPUs, and cpu and memory in proportion to them; memory is limited to its request,
-    so a rank that outgrows it is killed alone instead of starving the node."""
-    memory = quantity.format_memory(settings.memory_per_gpu_bytes * share)
+    """GPUs, and cpu and memory in proportion to them; memory is limited (to its request
+    unless --memory-limit-per-gpu), so a rank that outgrows it is killed alone instead of
+    starving the node; CPU only with --cpu-limit-per-gpu (ranks use idle cores)."""
+    limits = {settings.gpu_resource: str(share), "memory": quantity.format_memory(settings.memory_limit_per_gpu * share)}
+    if settings.cpu_limit_per_gpu_m:
+        limits["cpu"] = quantity.format_cpu(settings.cpu_limit_per_gpu_m * share)
     return {
-        "requests": {"cpu": quantity.format_cpu(settings.cpu_per_gpu_m * share), "memory": memory},
-        "limits": {settings.gpu_resource: str(share), "memory": memory},
+        "requests": {"cpu": quantity.format_cpu(settings.cpu_per_gpu_m * share),
+                     "memory": quantity.format_memory(settings.memory_per_gpu_bytes * share)},
+        "limits": limits,
     }
 
 
 def _shm_volume(settings: JobSettings, share: int) -> dict:
     # NCCL's shared-memory transport and TensorFlow's input pipelines outgrow the
     # container runtime's 64 MiB /dev/shm; a memory-backed emptyDir replaces it.
-    size = settings.shm_size_bytes or settings.memory_per_gpu_bytes * share
+    size = settings.shm_size_bytes or settings.memory_limit_per_gpu * share
     return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": quantity.format_memory(size)}}
 
 
@@ -231,13 +232,14 @@ def _job_pod(
     container = container | {
         "image": settings.image,
         "resources": _resources(settings, share),
-        "securityContext": container_security_context(),
+        "securityContext": podsecurity.container_security_context(settings.read_only_root_filesystem),
         # A script that fails (an image without the job's user, say) leaves its last log
         # lines as the termination message, which the manager reports.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": SSH_VOLUME, "mountPath": ssh_dir, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH},
             *pvc_mounts,
         ],
     }
@@ -251,7 +253,8 @@ def _job_pod(
         "metadata": metadata,
         "spec": _pod_spec(
             settings, node, container,
-            [_ssh_volume(settings, ssh_files), _shm_volume(settings, share), *pvc_volumes],
+            [_ssh_volume(settings, ssh_files), _shm_volume(settings, share), {"name": SCRATCH_VOLUME, "emptyDir": {}},
+             *pvc_volumes],
         ),
     }
 
@@ -296,14 +299,25 @@ def _elastic_env(settings: JobSettings) -> list[dict]:
     ]
 
 
+def hosts_wait_s(settings: JobSettings) -> float:
+    """How long the chief asks the manager for its hosts: longer than the manager may take
+    to start the attempt once the chief runs. The nodes the cluster adds for the job
+    (``manager.newnodes``: --wait-for-gpus, from the manager's start, when the job grows
+    it), then the start (``startbudget``): --worker-ready-timeout, and a pod's slow starts
+    besides, a node launched for it (--scale-up-timeout) and then its image pull
+    (--image-pull-timeout)."""
+    new_nodes_s = settings.wait_for_gpus_s if settings.scale_up_node_gpus else 0.0
+    return (new_nodes_s + settings.worker_ready_timeout_s + settings.scale_up_timeout_s
+            + settings.image_pull_timeout_s + HOSTS_WAIT_SLACK_S)
+
+
 def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int = 0) -> dict:
     """Created with the workers; it learns their addresses from the manager (``discovery``)."""
     env = [
         {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "DT_CHIEF_SLOTS", "value": str(share)},
         {"name": "DT_HOSTS_URL", "value": settings.discovery_url},
-        {"name": "DT_HOSTS_WAIT_S", "value": str(round(settings.worker_ready_timeout_s + settings.image_pull_timeout_s
-                                                       + HOSTS_WAIT_SLACK_S))},
+        {"name": "DT_HOSTS_WAIT_S", "value": str(round(hosts_wait_s(settings)))},
         {"name": "DT_NUM_PROCS", "value": str(settings.num_gpus)},
         {"name": "DT_PORT", "value": str(settings.port)},
         {"name": "DT_FILENAME", "value": settings.filename},
@@ -332,37 +346,15 @@ def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int 
     )
 
 
-def awaiting_new_node(settings: JobSettings, pod: dict) -> dict:
-    """A job pod built with no node, for a node the cluster adds (``core.scaleup``).
-
-    Pinned to no node (none exists yet): an autoscaler adds one where the pod fits, as
-    the job's node selector allows (a required affinity, which Karpenter and the cluster
-    autoscaler both simulate). One share per node, as planned: a required anti-affinity
-    against the job's other pods on ``kubernetes.io/hostname``, so the autoscaler adds a
-    node per share and the scheduler never stacks two shares on one.
-    """
-    pod = {**pod, "metadata": {**pod["metadata"]}, "spec": {**pod["spec"]}}
-    pod["metadata"]["annotations"] = {**pod["metadata"]["annotations"], names.ANNOTATION_AWAITS_NEW_NODE: "true"}
-    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-        "labelSelector": {"matchLabels": {names.LABEL_JOB: settings.job_name,
-                                          **({names.LABEL_OWNER_UID: settings.owner_uid} if settings.owner_uid
-                                             else {})}},
-        "topologyKey": names.HOSTNAME_LABEL}]}}
-    if settings.node_selector:
-        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}
-                                  for key, value in settings.node_selector]}]}}
-    pod["spec"]["affinity"] = affinity
-    return pod
-
-
-def job_objects(settings: JobSettings, plan: list[tuple[str | None, int]], keys: JobKeys, attempt: int = 0) -> list[dict]:
+def job_objects(settings: JobSettings, plan: list[tuple[str | None, int]], keys: JobKeys, attempt: int = 0,
+                new_node_place: NewNodePlace = NewNodePlace()) -> list[dict]:
     """Everything one attempt creates, in creation order: Secret, workers, chief. A share on
-    ``names.NEW_NODE`` is a pod for a node the cluster adds (``awaiting_new_node``)."""
+    ``names.NEW_NODE`` is a pod for a node the cluster adds (``awaiting_new_node``, in ``new_node_place``)."""
     *worker_shares, (chief_node, chief_share) = plan
-    workers = [_placed(settings, worker_pod(settings, i, _node(node), share, attempt), node)
+    workers = [_placed(settings, worker_pod(settings, i, _node(node), share, attempt), node, new_node_place)
                for i, (node, share) in enumerate(worker_shares)]
-    chief = _placed(settings, chief_pod(settings, _node(chief_node), chief_share, attempt), chief_node)
+    chief = _placed(settings, chief_pod(settings, _node(chief_node), chief_share, attempt), chief_node,
+                    new_node_place)
     return [ssh_secret(settings, keys), *workers, chief]
 
 
@@ -370,5 +362,5 @@ def _node(planned: str | None) -> str | None:
     return None if planned == names.NEW_NODE else planned
 
 
-def _placed(settings: JobSettings, pod: dict, planned: str | None) -> dict:
-    return awaiting_new_node(settings, pod) if planned == names.NEW_NODE else pod
+def _placed(settings: JobSettings, pod: dict, planned: str | None, place: NewNodePlace) -> dict:
+    return awaiting_new_node(settings, pod, place) if planned == names.NEW_NODE else pod

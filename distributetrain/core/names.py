@@ -52,9 +52,6 @@ ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"
 # The job's settings as the manager runs them (``core.jobspec``'s JSON form), written when
 # it starts: ``status`` and ``list`` read them instead of parsing its arguments again.
 ANNOTATION_SPEC = f"{DOMAIN}/spec"
-# On a job pod the manager created to make the cluster grow (a pod of a scale-up): until
-# it is scheduled it waits for a new node, which is progress, not a failure to start.
-ANNOTATION_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
 # With --topology: the network domains the current attempt's plan got ("block b1; rack r1, r2").
 ANNOTATION_DOMAINS = f"{DOMAIN}/domains"
 # On a job pod the manager deleted while the job ran (its node lost, never Ready): why,
@@ -69,8 +66,10 @@ NO_DISRUPTION_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "
                              "karpenter.sh/do-not-disrupt": "true"}
 
 # On a job pod made for a node the cluster adds (``core.scaleup``): unpinned, Pending until
-# an autoscaler's node joins. Its wait is the node's boot, not a start gone wrong.
-ANNOTATION_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
+# an autoscaler's node joins. Its wait is the node's boot, not a start gone wrong. A label,
+# not an annotation: every booking reads the labels of the bookings under the Lease
+# (annotations it never reads), and counts such a pod on the node that joins for it (``inventory``).
+LABEL_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
 # The node of such a pod's share in a plan ("(new node)=8,gpu-a=4"): no Node can have this name.
 NEW_NODE = "(new node)"
 

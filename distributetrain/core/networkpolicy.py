@@ -7,6 +7,15 @@ index) is the user's business, which the manager cannot know, and an egress rule
 have to admit DNS and the API server of every cluster besides. The kubelet's probes come
 from the node, which NetworkPolicy implementations admit. A pod on the node's network
 (--host-network) is beyond any NetworkPolicy: such a job gets none.
+
+Istio's ambient mode (a namespace or pod labelled istio.io/dataplane-mode=ambient) changes
+two sources, so both are admitted in every job, mesh or not: the kubelet's probes reach a
+pod from 169.254.7.127, and traffic between pods arrives on HBONE's port 15008 from the
+sending pod's own address (its ztunnel works inside that pod's network namespace). Istio's
+"Ambient and Kubernetes NetworkPolicy" page asks exactly for these two exceptions
+(istio.io/latest/docs/ambient/usage/networkpolicy/); both stay as narrow as the rest: the
+probe's address on the probed port only, HBONE from the job's own pods only. The
+link-local address is the node's alone (RFC 3927: never routed beyond it).
 """
 
 from __future__ import annotations
@@ -16,6 +25,10 @@ from distributetrain.core.settings import JobSettings
 
 API_VERSION = "networking.k8s.io/v1"
 ROLE_NETWORK_POLICY = "network-policy"
+# Istio ambient: the address its node agent gives the kubelet's probes (SNAT), and the
+# port of its HBONE tunnel between pods (istio.io/latest/docs/ambient/usage/networkpolicy/).
+AMBIENT_PROBE_SOURCE_CIDR = "169.254.7.127/32"
+HBONE_PORT = 15008
 
 
 def _job_pods(settings: JobSettings) -> dict:
@@ -37,7 +50,8 @@ def _metadata(settings: JobSettings, name: str) -> dict:
 
 
 def pods_policy(settings: JobSettings) -> dict:
-    """The job's pods admit the job's own pods alone, on every port."""
+    """The job's pods admit the job's own pods alone, on every port (HBONE's too), and the
+    kubelet's readiness probe of the workers' sshd as Istio ambient rewrites it."""
     return {
         "apiVersion": API_VERSION,
         "kind": "NetworkPolicy",
@@ -45,14 +59,17 @@ def pods_policy(settings: JobSettings) -> dict:
         "spec": {
             "podSelector": _job_pods(settings),
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": _job_pods(settings)}]}],
+            "ingress": [{"from": [{"podSelector": _job_pods(settings)}]},
+                        {"from": [{"ipBlock": {"cidr": AMBIENT_PROBE_SOURCE_CIDR}}],
+                         "ports": [{"protocol": "TCP", "port": settings.port}]}],
         },
     }
 
 
 def manager_policy(settings: JobSettings) -> dict:
-    """The manager pod admits the job's pods on its discovery port alone. It is selected by
-    the label with its UID it puts on itself (``manager_label``)."""
+    """The manager pod admits the job's pods on its discovery port alone (and HBONE's, which
+    carries it in Istio ambient). It is selected by the label with its UID it puts on
+    itself (``manager_label``)."""
     return {
         "apiVersion": API_VERSION,
         "kind": "NetworkPolicy",
@@ -61,7 +78,8 @@ def manager_policy(settings: JobSettings) -> dict:
             "podSelector": {"matchLabels": manager_label(settings)},
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": _job_pods(settings)}],
-                         "ports": [{"protocol": "TCP", "port": names.DISCOVERY_PORT}]}],
+                         "ports": [{"protocol": "TCP", "port": names.DISCOVERY_PORT},
+                                   {"protocol": "TCP", "port": HBONE_PORT}]}],
         },
     }
 

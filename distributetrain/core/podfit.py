@@ -51,8 +51,10 @@ class PodShape:
 
 
 def _job_pod_requests(settings: JobSettings, share: int) -> Amounts:
-    worker = pod_requests(manifests.worker_pod(settings, 0, None, share)["spec"])
-    chief = pod_requests(manifests.chief_pod(settings, None, share)["spec"])
+    # As admitted: the RuntimeClass's overhead (--runtime-class) is the pod's too.
+    overhead = {"overhead": dict(settings.runtime_class_terms.overhead)}
+    worker = pod_requests({**manifests.worker_pod(settings, 0, None, share)["spec"], **overhead})
+    chief = pod_requests({**manifests.chief_pod(settings, None, share)["spec"], **overhead})
     return {resource: max(worker[resource], chief[resource]) for resource in FIT_RESOURCES}
 
 

@@ -13,7 +13,7 @@ are chosen when the pods are created; admission chooses the nodes for them (``as
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from distributetrain.core import manifests, names
 from distributetrain.core.settings import JobSettings
@@ -28,10 +28,6 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClas
 RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
 PLACEMENT_GATE = f"{names.DOMAIN}/placement"
-
-
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
 
 
 def gpu_quota(cluster_queue: Mapping, resource: str) -> int | None:
@@ -107,24 +103,33 @@ def is_admitted(pod: Mapping) -> bool:
     return not kueue_gated(pod)
 
 
-def assign(shares: Sequence[int], free: Mapping[str, int]) -> list[str] | None:
-    """A distinct node for each share, where that many GPUs are free; None if none fits.
+def assign(shares: Sequence[int], free: Mapping[str, int], allowed: Sequence[Collection[str]] | None = None,
+           stack: bool = False) -> list[str] | None:
+    """A distinct node for each share, where that many GPUs are free (and, with
+    ``allowed``, among the nodes allowed to that share's pod); None if none fits. With
+    ``stack``, shares may share a node its free GPUs hold them all (Kueue's topology
+    assignment may put two pods of a group on one node).
 
     Largest share first, each on the node with the fewest free GPUs that holds it: a node
     that holds a share holds every smaller one, so taking the tightest fit never takes a
-    node a later (smaller) share needed, unless no assignment exists at all. Ties by
-    node name, so the result is deterministic.
+    node a later (smaller) share needed, unless no assignment exists at all. Where pods
+    are allowed different nodes (a topology domain each), the pod allowed the fewest
+    nodes goes first among equal shares. Ties by node name, so the result is deterministic.
     """
-    order = sorted(range(len(shares)), key=lambda i: -shares[i])
+    allowed = allowed if allowed is not None else [free.keys()] * len(shares)
+    order = sorted(range(len(shares)), key=lambda i: (-shares[i], len(allowed[i])))
     left = dict(free)
     chosen: dict[int, str] = {}
     for index in order:
-        fitting = [(gpus, node) for node, gpus in left.items() if gpus >= shares[index]]
+        fitting = [(gpus, node) for node, gpus in left.items() if gpus >= shares[index] and node in allowed[index]]
         if not fitting:
             return None
         _, node = min(fitting)
         chosen[index] = node
-        del left[node]
+        if stack:
+            left[node] -= shares[index]
+        else:
+            del left[node]
     return [chosen[index] for index in range(len(shares))]
 
 

@@ -42,32 +42,47 @@ def job_totals(settings: JobSettings) -> dict[str, tuple[str, str, int]]:
     """Each quota key the job's pods count against: (resource, flag, the least they request)."""
     requests = PodShape.of_job(settings).requests(settings.num_gpus)  # one pod: the least the job can be
     cpu, memory = ("--cpu-per-gpu", requests[CPU]), ("--memory-per-gpu", requests[MEMORY])
+    # Memory is each pod's limit too (manifests), the request unless --memory-limit-per-gpu.
+    memory_limit = ("--memory-limit-per-gpu" if settings.memory_limit_per_gpu_bytes else "--memory-per-gpu",
+                    settings.memory_limit_per_gpu * settings.num_gpus)
+    cpu_limit = {"limits.cpu": (CPU, "--cpu-limit-per-gpu", settings.cpu_limit_per_gpu_m * settings.num_gpus)
+                 } if settings.cpu_limit_per_gpu_m else {}
     return {
         "pods": (PODS, "--num-gpus", requests[PODS]), "count/pods": (PODS, "--num-gpus", requests[PODS]),
-        "cpu": (CPU, *cpu), "requests.cpu": (CPU, *cpu),
-        # Memory is each pod's limit too (manifests).
-        "memory": (MEMORY, *memory), "requests.memory": (MEMORY, *memory), "limits.memory": (MEMORY, *memory),
+        "cpu": (CPU, *cpu), "requests.cpu": (CPU, *cpu), **cpu_limit,
+        "memory": (MEMORY, *memory), "requests.memory": (MEMORY, *memory), "limits.memory": (MEMORY, *memory_limit),
         f"requests.{settings.gpu_resource}": (settings.gpu_resource, "--num-gpus", settings.num_gpus),
     }
 
 
 def applies_to_job_pods(quota: Mapping, settings: JobSettings) -> bool:
-    """Whether the quota's scopes select the job's pods: Burstable, with no priority class,
-    terminating (activeDeadlineSeconds) only with ``--active-deadline``. A scope not known
-    here selects nothing, so an unknown quota is never taken for a limit."""
+    """Whether the quota's scopes select the job's pods: Burstable, of ``--pod-priority-class``
+    (or none), terminating (activeDeadlineSeconds) only with ``--active-deadline``. A scope
+    not known here selects nothing, so an unknown quota is never taken for a limit."""
     spec = quota.get("spec") or {}
-    scopes = [(scope, "Exists") for scope in spec.get("scopes") or ()] + [
-        (term.get("scopeName"), term.get("operator")) for term in (spec.get("scopeSelector") or {}).get(
-            "matchExpressions") or ()]
+    scopes = [(scope, "Exists", ()) for scope in spec.get("scopes") or ()] + [
+        (term.get("scopeName"), term.get("operator"), term.get("values") or ())
+        for term in (spec.get("scopeSelector") or {}).get("matchExpressions") or ()]
     matches = {"Terminating": bool(settings.active_deadline_s), "NotTerminating": not settings.active_deadline_s,
                "BestEffort": False, "NotBestEffort": True}
-    for scope, operator in scopes:
-        if scope == "PriorityClass":  # no priorityClassName: only "not one of these classes" selects it
-            if operator != "NotIn":
+    for scope, operator, values in scopes:
+        if scope == "PriorityClass":
+            if not _priority_class_selected(settings.pod_priority_class, operator, values):
                 return False
         elif scope not in matches or matches[scope] != (operator != "DoesNotExist"):
             return False
     return True
+
+
+def _priority_class_selected(priority_class: str, operator: str, values) -> bool:
+    """The quota scope's rule for a pod's priorityClassName ("": the pod names none)."""
+    if operator == "Exists":
+        return bool(priority_class)
+    if operator == "DoesNotExist":
+        return not priority_class
+    if operator == "In":
+        return bool(priority_class) and priority_class in values
+    return operator == "NotIn" and priority_class not in values
 
 
 def exceeded(quotas: list[Mapping], settings: JobSettings) -> QuotaExceeded | None:

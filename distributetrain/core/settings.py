@@ -27,6 +27,10 @@ DEFAULT_MEMORY_PER_GPU_BYTES = 8 * 2**30  # 8Gi
 # for every manager, so jobs in different namespaces never book the same GPUs. `default`
 # exists on every cluster and cannot be deleted; rbac/lease-role.yaml grants the Lease there.
 DEFAULT_LOCK_NAMESPACE = "default"
+# --run-as-user's words (``core.podsecurity``): 1000, or the platform's where the namespace
+# says it assigns UIDs (OpenShift); none at all, for the platform to assign.
+RUN_AS_AUTO = "auto"
+RUN_AS_PLATFORM = "platform"
 
 
 def gpu_toleration(resource: str) -> dict:
@@ -40,16 +44,31 @@ def gpu_toleration(resource: str) -> dict:
 
 
 # How long a job pod stays on a node that stopped reporting (NotReady) or cannot be
-# reached. Kubernetes' default is 300 s: five minutes of a dead worker's GPUs booked and
-# its replacement not started. Short enough that the pod is evicted (and the manager
-# restarts or replaces it) in tens of seconds; long enough to ride out a kubelet restart.
+# reached, by default (--node-lost-toleration). Kubernetes' default is 300 s: five minutes
+# of a dead worker's GPUs booked and its replacement not started. Short enough that the
+# pod is evicted (and the manager restarts or replaces it) in tens of seconds; long enough
+# to ride out a kubelet restart.
 NODE_LOST_TOLERATION_S = 30
 NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+# Job pods' grace period by default (--termination-grace-period): SIGTERM, then SIGKILL.
+TERMINATION_GRACE_S = 10
 
 
-def node_lost_tolerations() -> tuple[dict, ...]:
-    return tuple({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_LOST_TOLERATION_S}
+def node_lost_tolerations(toleration_s: float = NODE_LOST_TOLERATION_S) -> tuple[dict, ...]:
+    return tuple({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": int(toleration_s)}
                  for key in NODE_LOST_TAINTS)
+
+
+@dataclass(frozen=True)
+class RuntimeClassTerms:
+    """What the job's RuntimeClass (--runtime-class) adds to each of its pods at admission,
+    read by the manager from the RuntimeClass itself (``manager.runtimeclass``): its
+    ``overhead.podFixed``, which the scheduler counts beside the containers' requests, and
+    its ``scheduling``, merged into the pod's nodeSelector and tolerations."""
+
+    overhead: tuple[tuple[str, str], ...] = ()  # resource -> quantity, as the RuntimeClass says them
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[dict, ...] = field(default=(), hash=False)
 
 
 REQUIRED_MARK = "!"  # after a --topology level: the job never crosses it
@@ -156,12 +175,48 @@ class JobSettings:
     # most, one per new node, which make the cluster grow (``core.scaleup``). 0: the job
     # waits for GPUs to free up, as without an autoscaler.
     scale_up_node_gpus: int = 0
+    # Who job pods run as (``core.podsecurity``): a UID, RUN_AS_AUTO or RUN_AS_PLATFORM; and
+    # their group and fsGroup (None: the UID, or the platform's where it assigns the UID).
+    run_as_user: int | str = RUN_AS_AUTO
+    run_as_group: int | None = None
+    # readOnlyRootFilesystem on job pods' containers, for clusters whose policies require it:
+    # what the pod scripts write is on volumes. Off: training scripts write where they like.
+    read_only_root_filesystem: bool = False
+    # Pod knobs (docs/job-pods.md#pod-knobs). Secrets of the job's namespace the kubelet
+    # pulls the job's image with (a private registry).
+    image_pull_secrets: tuple[str, ...] = ()
+    runtime_class: str = ""  # RuntimeClass of job pods (`nvidia` on k3s, RKE2, Talos); "": the node's default
+    # PriorityClass (scheduling.k8s.io) of job pods and of submit's manager: its priority and
+    # its preemption. Not --priority-class, Kueue's WorkloadPriorityClass, another object.
+    pod_priority_class: str = ""
+    termination_grace_period_s: float = TERMINATION_GRACE_S  # SIGTERM to SIGKILL: the ranks' time to save
+    # How long job pods stay on a NotReady or unreachable node (their tolerationSeconds),
+    # and how long the manager waits before it deletes them itself (``nodewatch``).
+    node_lost_toleration_s: float = NODE_LOST_TOLERATION_S
+    cpu_limit_per_gpu_m: int | None = None  # CPU limit per GPU, millicores; None: none (ranks use idle cores)
+    memory_limit_per_gpu_bytes: int | None = None  # memory limit per GPU, bytes; None: the request
+    # Read from the RuntimeClass by the manager (no flag): what admission adds to each pod.
+    runtime_class_terms: RuntimeClassTerms = field(default=RuntimeClassTerms(), hash=False)
 
     @property
     def pod_tolerations(self) -> tuple[dict, ...]:
         """What job pods tolerate: their GPUs' taint, a lost node briefly, then the user's ``--toleration``s."""
-        own = (gpu_toleration(self.gpu_resource), *node_lost_tolerations())
+        own = (gpu_toleration(self.gpu_resource), *node_lost_tolerations(self.node_lost_toleration_s))
         return (*own, *(t for t in self.tolerations if t not in own))
+
+    @property
+    def candidate_tolerations(self) -> tuple[dict, ...]:
+        """The taints a node may carry for the job's pods: ``--toleration``s and the RuntimeClass's."""
+        return (*self.tolerations, *self.runtime_class_terms.tolerations)
+
+    @property
+    def candidate_selector(self) -> dict[str, str]:
+        """The labels a node needs for the job's pods: ``--node-selector`` and the RuntimeClass's."""
+        return {**dict(self.runtime_class_terms.node_selector), **dict(self.node_selector)}
+
+    @property
+    def memory_limit_per_gpu(self) -> int:
+        return self.memory_limit_per_gpu_bytes or self.memory_per_gpu_bytes
 
     @property
     def elastic(self) -> bool:

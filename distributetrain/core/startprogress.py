@@ -12,8 +12,11 @@ doing is read from the Events recorded about it (core/v1, ``involvedObject`` the
   is reported as any error is (``podstate``);
 - an autoscaler acting for an unscheduled pod: Karpenter's ``Nominated`` ("Pod should
   schedule on: nodeclaim/..."), the cluster autoscaler's ``TriggeredScaleUp``, until it
-  says it cannot (``NotTriggerScaleUp``, ``FailedScaleUp``). A pod the manager created to
-  make the cluster grow says so itself (``names.ANNOTATION_AWAITS_NEW_NODE``).
+  says it cannot (``refusal``): Karpenter's own ``FailedScheduling`` ("Failed to schedule
+  pod, ... all available instance types exceed limits for nodepool"), the cluster
+  autoscaler's ``NotTriggerScaleUp`` ("pod didn't trigger scale-up: ...") or
+  ``FailedScaleUp``. A pod the manager created to make the cluster grow says so itself
+  (``awaitingpods.awaits_new_node``).
 
 Pure: Events in, stages out. Times are the Events' own (wall clock), used only to order
 one pod's Events; how long a stage lasts is measured on the manager's clock
@@ -27,14 +30,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from distributetrain.core import names, podstate
+from distributetrain.core import awaitingpods, podstate
 
 PULLING = "Pulling"
 PULLED = "Pulled"
 PULL_FAILED = "Failed"
 NOMINATED = "Nominated"  # Karpenter: the pod should schedule on a NodeClaim (or a node) it launched
 TRIGGERED_SCALE_UP = "TriggeredScaleUp"  # the cluster autoscaler grows a node group for the pod
-SCALE_UP_REFUSED = frozenset({"NotTriggerScaleUp", "FailedScaleUp"})  # the cluster autoscaler gave up
+FAILED_SCHEDULING = "FailedScheduling"  # the scheduler's (not kept: the pod's condition says it) or Karpenter's
+SCHEDULER = "default-scheduler"
+# An autoscaler adds no node for the pod: Karpenter's FailedScheduling, the cluster autoscaler's two.
+SCALE_UP_REFUSED = frozenset({FAILED_SCHEDULING, "NotTriggerScaleUp", "FailedScaleUp"})
+# What makes a refusal one for now: it may change while nobody changes the job or the
+# autoscaler, as other nodes go or the cloud has capacity again. A Karpenter NodePool or
+# a node group at its limits (Karpenter v1.8's "all available instance types exceed
+# limits for nodepool"; the cluster autoscaler's "max node group size reached", "max
+# cluster cpu limit reached"), a node group backing off after a failed scale-up, a cloud
+# out of quota or capacity (FailedScaleUp: "GCE quota exceeded", "out of resources").
+# Every other refusal is final: no node the autoscaler can add would ever hold the pod
+# (requirements, taints, instance types: Karpenter's "incompatible requirements", "no
+# instance type ...", "did not tolerate taint"; "didn't match Pod's node affinity").
+# (Not "capacity" alone: Karpenter's final words list requirements on karpenter.sh/capacity-type.)
+FOR_NOW_WORDS = ("exceed limits", "max node group size reached", "limit reached", "backoff", "quota",
+                 "out of resources", "insufficientinstancecapacity")
 PULL_REASONS = frozenset({PULLING, PULLED, PULL_FAILED})
 SCALE_UP_REASONS = frozenset({NOMINATED, TRIGGERED_SCALE_UP, *SCALE_UP_REFUSED})
 FOLLOWED_REASONS = PULL_REASONS | SCALE_UP_REASONS
@@ -55,6 +73,7 @@ class PodEvent:
     image: str = ""  # pull Events name theirs
     node: str = ""  # where the kubelet that recorded it runs
     uid: str = ""  # of the pod: an earlier pod of the same name has another
+    said: str = ""  # an autoscaler's words (its Event's message), passed on as said
 
 
 def _seconds(text: str | None) -> float:
@@ -72,12 +91,17 @@ def pod_event(event: Mapping) -> PodEvent | None:
     regarding = event.get("involvedObject") or {}
     if reason not in FOLLOWED_REASONS or regarding.get("kind") != "Pod":
         return None
+    by = event.get("reportingComponent") or (event.get("source") or {}).get("component") or ""
+    if reason == FAILED_SCHEDULING and by in ("", SCHEDULER):
+        return None  # the scheduler's: what the pod's condition says, again at every try
     series = event.get("series") or {}
     at = max(_seconds(event.get("lastTimestamp")), _seconds(series.get("lastObservedTime")),
              _seconds(event.get("eventTime")), _seconds(event.get("firstTimestamp")))
-    image = _IMAGE.search(event.get("message") or "")
+    message = event.get("message") or ""
+    image = _IMAGE.search(message)
     return PodEvent(pod=regarding.get("name", ""), reason=reason, at=at, image=image.group(1) if image else "",
-                    node=(event.get("source") or {}).get("host", ""), uid=regarding.get("uid", ""))
+                    node=(event.get("source") or {}).get("host", ""), uid=regarding.get("uid", ""),
+                    said=" ".join(message.split()) if reason in SCALE_UP_REASONS else "")
 
 
 @dataclass(frozen=True)
@@ -127,13 +151,22 @@ def _pulling(pod: Mapping, events: list[PodEvent]) -> Pulling | None:
 def _awaiting_node(pod: Mapping, events: list[PodEvent]) -> AwaitingNode | None:
     if podstate.node(pod):
         return None
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(names.ANNOTATION_AWAITS_NEW_NODE) == "true":
+    if awaitingpods.awaits_new_node(pod):
         return AwaitingNode()
-    scale_ups = [event for event in events if event.reason in SCALE_UP_REASONS]
-    if scale_ups and scale_ups[-1].reason not in SCALE_UP_REFUSED:
-        return AwaitingNode()
-    return None
+    answer = _last_answer(events)
+    return AwaitingNode() if answer is not None and answer.reason not in SCALE_UP_REFUSED else None
+
+
+def _own(pod: Mapping, events: Iterable[PodEvent]) -> list[PodEvent]:
+    """``pod``'s Events in order (an earlier pod of the same name has another uid)."""
+    metadata = pod.get("metadata") or {}
+    return _in_order(e for e in events if e.pod == metadata.get("name")
+                     and (not e.uid or not metadata.get("uid") or e.uid == metadata["uid"]))
+
+
+def _last_answer(own: list[PodEvent]) -> PodEvent | None:
+    """An autoscaler's latest word about a pod: acting for it, or refusing."""
+    return next((event for event in reversed(own) if event.reason in SCALE_UP_REASONS), None)
 
 
 def stage(pod: Mapping, events: Iterable[PodEvent]) -> Stage | None:
@@ -141,10 +174,33 @@ def stage(pod: Mapping, events: Iterable[PodEvent]) -> Stage | None:
     when it is Ready, ended, being deleted, failing, or simply not in one."""
     if podstate.is_ready(pod) or podstate.is_finished(pod) or podstate.is_terminating(pod):
         return None
-    metadata = pod.get("metadata") or {}
-    own = _in_order(e for e in events if e.pod == metadata.get("name")
-                    and (not e.uid or not metadata.get("uid") or e.uid == metadata["uid"]))
+    own = _own(pod, events)
     return _pulling(pod, own) or _awaiting_node(pod, own)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An autoscaler's latest word about an unscheduled pod: it adds no node for it."""
+
+    words: str  # as it said them
+    final: bool  # no node it can add would ever hold the pod (else: not for now, ``FOR_NOW_WORDS``)
+
+
+def autoscaler_said(pod: Mapping, events: Iterable[PodEvent]) -> str | None:
+    """What an autoscaler last said of ``pod`` (acting for it or refusing), None if nothing."""
+    answer = _last_answer(_own(pod, events))
+    return answer.said if answer is not None else None
+
+
+def refusal(pod: Mapping, events: Iterable[PodEvent]) -> Refusal | None:
+    """The autoscaler's refusal of a pod not yet on a node, if that is its latest word."""
+    if podstate.node(pod):
+        return None
+    answer = _last_answer(_own(pod, events))
+    if answer is None or answer.reason not in SCALE_UP_REFUSED:
+        return None
+    words = answer.said or answer.reason
+    return Refusal(words, final=not any(marker in words.lower() for marker in FOR_NOW_WORDS))
 
 
 def format_elapsed(seconds: float) -> str:

@@ -91,6 +91,14 @@ def format_duration(seconds: float) -> str:
     return f"{Decimal(repr(seconds)):f}s"  # repr is exact; Decimal writes it without an exponent
 
 
+def whole_seconds(text: str) -> float:
+    """A duration of whole seconds (a pod's grace period, a toleration's seconds)."""
+    seconds = duration_s(text)
+    if seconds != int(seconds):
+        raise ValueError(f"must be a whole number of seconds, like 30s, 5m or 1h, got {text!r}")
+    return seconds
+
+
 def positive_duration_s(text: str) -> float:
     seconds = duration_s(text)
     if seconds < 1:

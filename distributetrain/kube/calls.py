@@ -1,6 +1,7 @@
 """One API call: its errors translated once, its transient failures retried.
 
-API errors are translated here, once, into ``distributetrain.core.errors`` types.
+API errors are translated here, once, into ``distributetrain.core.errors`` types, with
+the message and reason of the error's Status, in JSON or in protobuf (``protowire``).
 ``call`` is the one retry loop (urllib3's retries are off), and it logs every retry.
 Transient failures (connection refused while the apiserver restarts, timeouts, 429,
 5xx) are retried with backoff until the retry deadline.
@@ -19,6 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors
 from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.kube import protowire
 from distributetrain.kube.connection import ApiTimeouts
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,12 @@ def translate(error: Exception) -> errors.DistributeTrainError:
 
 
 def _api_body(error: ApiException) -> dict:
+    """The error's Status, in JSON or, for a request that asked for protobuf, in protobuf."""
+    body = error.body or b""
+    if isinstance(body, bytes) and (decoded := protowire.status(body)) is not None:
+        return decoded
     try:
-        return json.loads(error.body or "{}")
+        return json.loads(body or "{}")
     except (TypeError, ValueError):
         return {}
 

@@ -30,20 +30,18 @@ from kubernetes import client
 
 from distributetrain.core import errors, names
 from distributetrain.core.clock import REAL_CLOCK, Clock
-from distributetrain.kube import podwire
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.calls import call, drain, is_transient, read_json
 from distributetrain.kube.connection import API_CONCURRENCY, ApiTimeouts
+from distributetrain.kube.kueue import KueueReads
+from distributetrain.kube.podlist import PodLister
 
 log = logging.getLogger(__name__)
 
 LIST_PAGE_SIZE = 500
-POD_LIST_CHUNK_BYTES = 1 << 18  # an unpaginated pod list is read this much at a time (some 250 pods)
 WATCH_RECONNECT_DELAY_S = 0.2  # after a broken watch stream: never a busy loop
 # Objects come back as plain JSON (see the module docstring).
 REQUEST_OPTIONS = {"_preload_content": False}
-VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"  # Kueue's aggregated API: pending workloads
-VISIBILITY_VERSION = "v1beta1"  # served by Kueue since v0.9, and still by v0.19
 # The client's names of list parameters: the API's.
 QUERY_NAMES = {"field_selector": "fieldSelector", "label_selector": "labelSelector",
                "resource_version": "resourceVersion", "resource_version_match": "resourceVersionMatch"}
@@ -71,14 +69,20 @@ class Kube(KubeApi):
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.networking = client.NetworkingV1Api(api_client)
+        self.kueue = KueueReads(api_client, self._call)
+        self.pod_lister = PodLister(api_client, self._call, self._retryable)
         self.requests = 0  # API requests made, for the benchmarks
         self._requests_lock = threading.Lock()
         self._unreachable_at = float("-inf")  # when (of the clock) the API last failed transiently
 
-    def _call(self, operation: Callable[[], T], what: str = "API call") -> T:
+    def _call(self, operation: Callable[[], T], what: str = "API call", deadline_s: float | None = None,
+              retryable: Callable[[errors.DistributeTrainError], bool] | None = None) -> T:
+        """``operation`` retried as ``calls.call`` retries, until the client's retry deadline
+        (or ``deadline_s``) while ``retryable`` (or the client's rule) says so."""
         with self._requests_lock:
             self.requests += 1
-        return call(operation, self.timeouts.retry_deadline_s, self._retryable, what, self.clock)
+        deadline_s = self.timeouts.retry_deadline_s if deadline_s is None else deadline_s
+        return call(operation, deadline_s, retryable or self._retryable, what, self.clock)
 
     @staticmethod
     def _concurrently(operation: Callable[[A], T], items: Iterable[A]) -> list[T]:
@@ -131,28 +135,11 @@ class Kube(KubeApi):
 
     def each_pod_request(self, visit: Callable[[dict], None], restart: Callable[[], None], **selectors: str) -> str:
         """Every pod of the cluster, cut to what an inventory reads (``podwire``), to
-        ``visit``; returns the list's resourceVersion. One request, unpaginated: a
-        consistent list is served from the API server's watch cache in one snapshot, where
-        each further page of a paginated one costs the server some 50 ms and, once the
-        cache has let go of the list's snapshot, a read of etcd. Its protobuf is decoded as
-        it arrives, so the manager holds a chunk at a time, never the list. A list that
-        fails part way is retried whole, after ``restart`` (forget the pods visited)."""
+        ``visit``; returns the list's resourceVersion. One request from the API server's
+        watch cache, or pages where it reads the list from etcd (``podlist``); ``restart``
+        forgets the pods visited before a list starts over."""
         query = [(QUERY_NAMES[key], value) for key, value in selectors.items()]
-
-        def read() -> str:
-            restart()
-            response = self.api_client.call_api(
-                "/api/v1/pods", "GET", query_params=query, header_params={"Accept": podwire.ACCEPT},
-                auth_settings=["BearerToken"], _return_http_data_only=True, **REQUEST_OPTIONS)
-            chunks = iter(lambda: response.read(POD_LIST_CHUNK_BYTES), b"")
-            try:
-                version = podwire.read_pod_list(response.headers.get("Content-Type", ""), chunks, visit)
-            except BaseException:
-                response.close()  # the rest of a list nobody will read: drop the connection
-                raise
-            drain(response)  # the envelope's last bytes: the connection goes back to the pool
-            return version
-        return self._call(read, f"list pods {_where(None, selectors)}")
+        return self.pod_lister.each_pod(visit, restart, query, f"list pods {_where(None, selectors)}")
 
     def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
         items, version = [], ""
@@ -160,14 +147,14 @@ class Kube(KubeApi):
             items.extend(page)
         return items, version
 
-    def namespace_labels(self, name: str) -> dict[str, str] | None:
-        """The namespace's labels (its PodSecurity levels among them); None if it does not exist."""
+    def namespace_metadata(self, name: str) -> dict | None:
+        """Its labels (PodSecurity levels), annotations (OpenShift's UIDs); None if it does not exist."""
         try:
             namespace = self._call(lambda: read_json(self.core.read_namespace(name, **REQUEST_OPTIONS)),
                                    f"read Namespace [{name}]")
         except errors.NotFound:
             return None
-        return (namespace.get("metadata") or {}).get("labels") or {}
+        return namespace.get("metadata") or {}
 
     def resource_quotas(self, namespace: str) -> list[dict]:
         """The namespace's ResourceQuotas: a handful, one request."""
@@ -237,7 +224,7 @@ class Kube(KubeApi):
             return None
 
     def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
-        """A custom resource (a Kueue LocalQueue, a ClusterQueue when ``namespace`` is None); None if absent."""
+        """An object of an API group the client has no typed call for (a StorageClass); None if absent."""
         if namespace is None:
             def read() -> dict:
                 return read_json(self.custom.get_cluster_custom_object(group, version, plural, name, **REQUEST_OPTIONS))
@@ -250,22 +237,17 @@ class Kube(KubeApi):
         except errors.NotFound:
             return None
 
+    def kueue_version(self) -> str | None:
+        """The version of Kueue's API the manager reads, decided once (``kube.kueue``)."""
+        return self.kueue.version()
+
+    def read_kueue(self, plural: str, namespace: str | None, name: str) -> dict | None:
+        """A LocalQueue, or a ClusterQueue or ResourceFlavor (``namespace`` None); None if absent."""
+        return self.kueue.read(plural, namespace, name)
+
     def pending_workloads(self, namespace: str, local_queue: str) -> list[dict]:
-        """The workloads waiting in a Kueue LocalQueue, in queue order, from Kueue's
-        visibility API (an aggregated API a cluster may not serve: NotFound then). One
-        attempt, no retries: the answer is news, and the next one comes soon."""
-        path = (f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/namespaces/{namespace}/localqueues/"
-                f"{local_queue}/pendingworkloads")
-
-        def read() -> dict:
-            return read_json(self.api_client.call_api(path, "GET", header_params={"Accept": "application/json"},
-                                                      auth_settings=["BearerToken"], _return_http_data_only=True,
-                                                      **REQUEST_OPTIONS))
-
-        with self._requests_lock:
-            self.requests += 1
-        return call(read, 0, what=f"read pending workloads of [{namespace}/{local_queue}]",
-                    clock=self.clock).get("items") or []
+        """A LocalQueue's pending workloads from Kueue's visibility API, tried once."""
+        return self.kueue.pending_workloads(namespace, local_queue)
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
         """Delete in the background; True if it was there. 'Not found' is a state, not an error."""

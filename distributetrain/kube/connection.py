@@ -131,6 +131,11 @@ def make_api_client(configuration: client.Configuration, timeouts: ApiTimeouts |
     """An ApiClient whose every request has a timeout and is tried once (``call`` retries)."""
     # urllib3 would otherwise retry 3 times on its own: unlogged, each costing a timeout.
     configuration.retries = False
+    # The client takes HTTPS_PROXY from the environment but drops NO_PROXY (kubernetes
+    # 34.1.0, kubernetes-client/python#2460): a platform's proxy variables would send every
+    # API call through its proxy, the cluster's own address included.
+    if configuration.no_proxy is None:
+        configuration.no_proxy = os.environ.get("NO_PROXY") or os.environ.get("no_proxy")
     configuration.connection_pool_maxsize = API_CONNECTIONS
     api_client = client.ApiClient(configuration)
     api_client.rest_client = TimedRestClient(configuration, timeouts or ApiTimeouts.from_environment())
@@ -147,18 +152,22 @@ def uses_in_cluster(kubeconfig: str | None, context: str | None, *, in_cluster_f
     """Whether ``load_api_client`` acts as the pod's ServiceAccount rather than a kubeconfig.
 
     ``in_cluster_first``: the manager, whose pod acts as its own ServiceAccount whatever
-    files its image holds. Otherwise kubectl's order, for the user's commands (the CLI
-    and the kubectl plugin in a notebook pod act as its user): ``--kubeconfig``,
-    ``$KUBECONFIG``, ~/.kube/config, and the ServiceAccount only when none exists.
+    files its image holds and whatever its arguments say: ``--kubeconfig`` and ``--context``
+    are for outside a pod (a kubeconfig's exec plugin would run any command, next to the
+    token). Otherwise kubectl's order, for the user's commands (the CLI and the kubectl
+    plugin in a notebook pod act as its user): ``--kubeconfig``, ``$KUBECONFIG``,
+    ~/.kube/config, and the ServiceAccount only when none exists.
     """
-    if kubeconfig is not None or context is not None:
-        return False
     # client-go's InClusterConfig.Possible(): the service's env and the token file.
     in_a_pod = all(os.environ.get(name) for name in (incluster_config.SERVICE_HOST_ENV_NAME,
                                                      incluster_config.SERVICE_PORT_ENV_NAME))
     if not in_a_pod or not os.path.isfile(incluster_config.SERVICE_TOKEN_FILENAME):
         return False
-    return in_cluster_first or not any(
+    if in_cluster_first:
+        return True
+    if kubeconfig is not None or context is not None:
+        return False
+    return not any(
         os.path.exists(os.path.expanduser(path)) for path in kubeconfig_path().split(os.pathsep) if path)
 
 

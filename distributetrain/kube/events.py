@@ -20,7 +20,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from kubernetes import client
@@ -46,6 +45,7 @@ CHIEF_STARTED = "ChiefStarted"
 WAITING_FOR_GPUS = "WaitingForGPUs"
 WAITING_FOR_QUOTA = "WaitingForQuota"  # a ResourceQuota refused the job for what others use: it waits
 NODES_ADDED = "NodesAdded"  # the cluster added nodes for the job's scale-up pods (``core.scaleup``)
+WAITING_FOR_NODES = "WaitingForNodes"  # no autoscaler answers for the job's scale-up pods
 RELEASED = "Released"
 RESTARTING = "Restarting"
 RESIZED = "Resized"  # an elastic job lost or gained GPUs
@@ -69,6 +69,7 @@ KINDS = {
     WAITING_FOR_GPUS: (WARNING, "Plan"),
     WAITING_FOR_QUOTA: (WARNING, "Wait"),
     NODES_ADDED: (NORMAL, "Wait"),
+    WAITING_FOR_NODES: (WARNING, "Release"),
     RELEASED: (WARNING, "Release"),
     RESTARTING: (WARNING, "Restart"),
     RESIZED: (NORMAL, "Resize"),
@@ -129,27 +130,6 @@ def series_patch(count: int, at: float) -> dict:
     return {"series": {"count": count, "lastObservedTime": micro_time(at)}}
 
 
-# Why an autoscaler adds no node for a pod, said in Events regarding the pod: Karpenter's
-# FailedScheduling ("Failed to schedule pod, ... all available instance types exceed limits
-# for nodepool"), the cluster autoscaler's NotTriggerScaleUp ("pod didn't trigger
-# scale-up: ..."). The scheduler's own FailedScheduling says what the pod's condition says.
-SCALE_UP_REFUSALS = ("FailedScheduling", "NotTriggerScaleUp")
-SCHEDULER = "default-scheduler"
-
-
-def autoscaler_note(items: list[dict], uid: str = "") -> str | None:
-    """The latest note of an autoscaler's refusal among the Events regarding one pod (of ``uid``, if known)."""
-    def said_by(event: dict) -> str:
-        return event.get("reportingController") or (event.get("deprecatedSource") or {}).get("component") or ""
-
-    def when(event: dict) -> str:
-        return event.get("eventTime") or event.get("deprecatedLastTimestamp") or ""
-
-    refusals = [event for event in items if event.get("reason") in SCALE_UP_REFUSALS and said_by(event) != SCHEDULER
-                and (not uid or (event.get("regarding") or {}).get("uid", uid) == uid)]
-    return " ".join(max(refusals, key=when).get("note", "").split()) if refusals else None
-
-
 class EventsApi:
     """The recorder's calls, translated and retried like every other (``kube.call``), each bounded."""
 
@@ -164,12 +144,6 @@ class EventsApi:
     def patch(self, namespace: str, name: str, patch: dict) -> None:
         call(lambda: read_json(self.api.patch_namespaced_event(name, namespace, patch, **REQUEST_OPTIONS)),
              deadline_s=SEND_DEADLINE_S)
-
-    def regarding(self, namespace: str, pod: str) -> list[dict]:
-        """The Events regarding one pod of ``namespace`` (what others said of it)."""
-        page = call(lambda: read_json(self.api.list_namespaced_event(
-            namespace, field_selector=f"regarding.name={pod}", **REQUEST_OPTIONS)), deadline_s=SEND_DEADLINE_S)
-        return page.get("items") or []
 
 
 class EventRecorder:
@@ -200,20 +174,6 @@ class EventRecorder:
             self._thread = threading.Thread(target=self._run, name="events", daemon=True)
             self._thread.start()
         self._queue.put((reason, note, time.time()))
-
-    def autoscaler_says(self, namespace: str, pods: Mapping[str, str]) -> dict[str, str]:
-        """What an autoscaler last said of each pod (name -> uid) it adds no node for, by
-        pod name. Best effort: nothing where Events cannot be read (rbac/role.yaml grants
-        events list)."""
-        said = {}
-        try:
-            for pod, uid in pods.items():
-                if self._api is not None and (note := autoscaler_note(self._api.regarding(namespace, pod), uid)):
-                    said[pod] = note
-        except errors.DistributeTrainError as e:
-            log.warning("cannot read the Events regarding the job's pods in [%s] (%s); the reason given is the "
-                        "pods' own (rbac/role.yaml grants events list)", namespace, e)
-        return said
 
     def close(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         """Send what is queued, waiting at most ``timeout_s``; later records are dropped."""

@@ -10,9 +10,9 @@ cuts a JSON pod to exactly that, so both encodings give the same dicts (tests co
 them). The list is read as it arrives (``read_pod_list``), a chunk at a time, so a list
 of any length takes the manager the same memory.
 
-The encoding: ``k8s\\0`` then a ``runtime.Unknown`` whose field 2 is the PodList's own
-protobuf; field numbers are those of k8s.io/api core/v1 and apimachinery meta/v1
-``generated.proto``, stable across releases (protobuf compatibility).
+The encoding (``protowire``): ``k8s\\0`` then a ``runtime.Unknown`` whose field 2 is the
+PodList's own protobuf; field numbers are those of k8s.io/api core/v1 and apimachinery
+meta/v1 ``generated.proto``, stable across releases (protobuf compatibility).
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ import functools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-PROTOBUF = "application/vnd.kubernetes.protobuf"
+from distributetrain.kube.protowire import LENGTH_DELIMITED, PROTOBUF, Stream, WireError
+from distributetrain.kube.protowire import fields as _fields
+from distributetrain.kube.protowire import last as _last
+from distributetrain.kube.protowire import text as _text
+
 ACCEPT = f"{PROTOBUF}, application/json"  # protobuf if the server has it (any kube-apiserver does)
-MAGIC = b"k8s\x00"
-LENGTH_DELIMITED, VARINT, FIXED64, FIXED32 = 2, 0, 1, 5
 
 # Field numbers (generated.proto). A message's fields read here; all others are skipped.
 # Strings are on the wire even when empty; an empty one is left out, as JSON leaves it.
-UNKNOWN_RAW = 2
 LIST_META, LIST_ITEMS = 1, 2
-LIST_RESOURCE_VERSION = 2
+LIST_RESOURCE_VERSION, LIST_CONTINUE = 2, 3
 POD_METADATA, POD_SPEC, POD_STATUS = 1, 2, 3
 META_NAME, META_NAMESPACE, META_UID, META_LABELS = 1, 3, 5, 11
 SPEC_CONTAINERS, SPEC_NODE_NAME, SPEC_AFFINITY, SPEC_INIT_CONTAINERS, SPEC_OVERHEAD, SPEC_RESOURCES = 2, 10, 18, 20, 32, 40
@@ -57,29 +58,22 @@ STATUS_READ = _tags(STATUS_PHASE)
 MEMO_SIZE = 4096  # distinct label pairs, quantities and resource sets remembered (a few MiB at most)
 
 
-class WireError(ValueError):
-    """Bytes that are not a protobuf PodList."""
-
-
-def read_pod_list(content_type: str, chunks: Iterable[bytes], visit: Callable[[dict], None]) -> str:
+def read_pod_list(content_type: str, chunks: Iterable[bytes], visit: Callable[[dict], None]) -> tuple[str, str]:
     """Each pod of a pod list, cut as ``slim`` cuts it, to ``visit``, decoded as the list's
     bytes arrive (``chunks``, in any sizes), so the manager holds one chunk, not the list;
-    returns the list's resourceVersion. A server that answers JSON (a proxy, an older or a
-    fake one) is read whole, as JSON, and cut the same way."""
+    returns the list's resourceVersion and continue token (empty but on a page before the
+    last). A server that answers JSON (a proxy, an older or a fake one) is read whole, as
+    JSON, and cut the same way."""
     if not content_type.startswith(PROTOBUF):
         page = json.loads(b"".join(chunks))
         for pod in page.get("items") or ():
             visit(slim(pod))
-        return (page.get("metadata") or {}).get("resourceVersion", "")
-    stream = _Stream(iter(chunks))
-    stream.expect(MAGIC)
-    while True:
-        number, size = stream.header()
-        if number == UNKNOWN_RAW:
-            break
-        stream.body(size)  # the envelope's type, before the object
+        metadata = page.get("metadata") or {}
+        return metadata.get("resourceVersion", ""), metadata.get("continue", "")
+    stream = Stream(iter(chunks))
+    size = stream.object_size()
     end = stream.offset + size
-    version = ""
+    version = token = ""
     while stream.offset < end:
         number, size = stream.header()
         start, stop = stream.body(size)
@@ -89,9 +83,11 @@ def read_pod_list(content_type: str, chunks: Iterable[bytes], visit: Callable[[d
             for meta, a, b in _fields(stream.buffer, start, stop):
                 if meta == LIST_RESOURCE_VERSION:
                     version = _text(stream.buffer, a, b)
+                elif meta == LIST_CONTINUE:
+                    token = _text(stream.buffer, a, b)
     if stream.offset != end:
         raise WireError("an item runs past its list")
-    return version
+    return version, token
 
 
 def slim(pod: Mapping) -> dict:
@@ -142,133 +138,7 @@ def _affinity(terms: list[tuple[list[dict], list[dict]]]) -> dict:
         {"matchExpressions": expressions, "matchFields": fields} for expressions, fields in terms]}}}
 
 
-# -- the wire ---------------------------------------------------------------------------
-class _Stream:
-    """A protobuf message arriving in chunks, read front to back: ``buffer`` holds what
-    has arrived and is not yet consumed, from ``position`` on."""
-
-    HEADER_BYTES = 20  # a field's key and length: two varints
-
-    def __init__(self, chunks: Iterator[bytes]):
-        self._chunks = chunks
-        self.buffer = b""
-        self.position = 0
-        self._before = 0  # bytes of the stream before ``buffer``
-
-    @property
-    def offset(self) -> int:
-        return self._before + self.position
-
-    def _fill(self, size: int) -> bool:
-        """``size`` bytes past ``position`` in ``buffer``, unless the stream ends first."""
-        while len(self.buffer) - self.position < size:
-            chunk = next(self._chunks, b"")
-            if not chunk:
-                return False
-            self._before += self.position
-            self.buffer = self.buffer[self.position:] + chunk
-            self.position = 0
-        return True
-
-    def expect(self, prefix: bytes) -> None:
-        if not self._fill(len(prefix)) or not self.buffer.startswith(prefix, self.position):
-            raise WireError("no protobuf envelope (k8s\\0)")
-        self.position += len(prefix)
-
-    def header(self) -> tuple[int, int]:
-        """The next field's number and length (every field read here is length-delimited)."""
-        self._fill(self.HEADER_BYTES)  # fewer only at the stream's end
-        try:
-            key, i = _varint(self.buffer, self.position)
-            size, i = _varint(self.buffer, i)
-        except IndexError:
-            raise WireError("truncated") from None
-        if key & 7 != LENGTH_DELIMITED:
-            raise WireError(f"unsupported wire type {key & 7}")
-        self.position = i
-        return key >> 3, size
-
-    def body(self, size: int) -> tuple[int, int]:
-        """Where the field's bytes lie in ``buffer`` (valid until the next ``header``)."""
-        if not self._fill(size):
-            raise WireError("truncated")
-        start = self.position
-        self.position += size
-        return start, self.position
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    byte = buf[i]
-    if byte < 0x80:
-        return byte, i + 1
-    value, shift = byte & 0x7F, 7
-    while True:
-        i += 1
-        byte = buf[i]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, i + 1
-        shift += 7
-
-
-def _fields(buf: bytes, i: int, end: int, wanted: frozenset[int] | None = None) -> list[tuple[int, int, int]]:
-    """(field number, start, end) of each length-delimited field in buf[i:end] (of those
-    whose tags are ``wanted``, if given); fields of other wire types (numbers, booleans)
-    are skipped: none is read here. Keys and lengths of one or two bytes (nearly all) are
-    read inline: this loop runs some 40 times a pod."""
-    found = []
-    try:
-        while i < end:
-            key = buf[i]
-            i += 1
-            if key >= 0x80:  # field numbers from 16: two bytes
-                if buf[i] < 0x80:
-                    key, i = key & 0x7F | buf[i] << 7, i + 1
-                else:
-                    key, i = _varint(buf, i - 1)
-            wire = key & 7
-            if wire == LENGTH_DELIMITED:
-                size = buf[i]
-                i += 1
-                if size >= 0x80:  # 128 bytes to 16 KiB: two bytes
-                    if buf[i] < 0x80:
-                        size, i = size & 0x7F | buf[i] << 7, i + 1
-                    else:
-                        size, i = _varint(buf, i - 1)
-                if i + size > end:
-                    raise WireError("a field runs past its message")
-                if wanted is None or key in wanted:
-                    found.append((key >> 3, i, i + size))
-                i += size
-            elif wire == VARINT:
-                while buf[i] >= 0x80:
-                    i += 1
-                i += 1
-            elif wire == FIXED64:
-                i += 8
-            elif wire == FIXED32:
-                i += 4
-            else:
-                raise WireError(f"unsupported wire type {wire}")
-    except IndexError:
-        raise WireError("truncated") from None
-    if i > end:
-        raise WireError("a number runs past its message")
-    return found
-
-
-def _last(buf: bytes, i: int, end: int, wanted: int) -> tuple[int, int] | None:
-    found = None
-    for number, start, stop in _fields(buf, i, end):
-        if number == wanted:
-            found = (start, stop)
-    return found
-
-
-def _text(buf: bytes, start: int, end: int) -> str:
-    return buf[start:end].decode()
-
-
+# -- the pod, field by field ------------------------------------------------------------
 def _entry(buf: bytes, start: int, end: int, quantity: bool) -> tuple[str, str]:
     """A map entry: string key, and a string value or a Quantity's string."""
     key = value = ""

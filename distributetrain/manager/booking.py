@@ -68,7 +68,7 @@ def survey(kube: Kube, settings: JobSettings, shared: bool = False, clock: Clock
     that waited for GPUs to free up must see them free)."""
     claims = volumeclaims.read_claims(kube, settings)  # they decide which nodes are candidates
     view = clusterview.current(kube, settings, clock) if shared else clusterview.take(kube)
-    return view.ledger(_job_ledger(settings, claims), settings.tolerations, dict(settings.node_selector))
+    return view.ledger(_job_ledger(settings, claims), settings.candidate_tolerations, settings.candidate_selector)
 
 
 def fence(kube: Kube, settings: JobSettings) -> str:
@@ -113,9 +113,9 @@ def _job_ledger(settings: JobSettings, claims: JobClaims | None = None) -> inven
 
 
 def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: JobSettings) -> None:
-    selector = dict(settings.node_selector)
+    selector = settings.candidate_selector  # --node-selector's labels and the RuntimeClass's
     for node in nodes:
-        ledger.add_node(node, settings.tolerations, selector)
+        ledger.add_node(node, settings.candidate_tolerations, selector)
 
 
 def check_nodes(nodes: Iterable[Mapping], settings: JobSettings, claims: JobClaims | None = None) -> None:
@@ -139,7 +139,10 @@ def check_request(ledger: inventory.GpuLedger, settings: JobSettings) -> None:
                                           f"{settings.scale_up_node_gpus}", settings.scale_up_node_gpus)
         return
     if not ledger.advertised:
-        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}")
+        # A node pool scaled to zero grows only for pods that wait for its nodes.
+        raise errors.UsageError("--gpu-resource", f"no node in the cluster advertises {settings.gpu_resource!r}; "
+                                                  "where an autoscaler adds GPU nodes (a node pool scaled to zero), "
+                                                  "--scale-up-node-gpus N with --wait-for-gpus makes it add them")
     # Cordoned, NotReady or tainted nodes may come back (--wait-for-gpus waits for them):
     # only more GPUs than every node the selector allows advertises is never satisfiable,
     # or more than the job's pods could take there with nothing else on those nodes.
@@ -225,9 +228,11 @@ def _held_back_by_sharing(sharing: list[SharedUnits], settings: JobSettings) -> 
 
 
 def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[str, int],
-                 settings: JobSettings, may_wait: bool = True, claims: JobClaims | None = None) -> Plan:
+                 settings: JobSettings, may_wait: bool = True, claims: JobClaims | None = None,
+                 paths: Mapping[str, topology.Path] = {}) -> Plan:
     """``plan`` on the free GPUs; short of them, where the job makes the cluster grow and
-    ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``), so
+    ``may_wait`` for the nodes still, the rest on nodes the cluster adds (``scaleup``, the
+    running shares inside one domain of a required ``--topology`` level: ``paths``), so
     the booking creates their pods at once. Its ``claims`` may keep it off new nodes (a
     claim mounted on a running node, or only ever on named ones), or put it on one new node."""
     try:
@@ -235,7 +240,7 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
     except placement.InsufficientGPUs:
         if not (scaleup.allowed(settings) and may_wait and (claims is None or claims.new_nodes_may_mount())):
             raise
-        grown = scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus)
+        grown = scaleup.plan(free, settings.num_gpus, settings.scale_up_node_gpus, paths, settings.topology)
         if claims and claims.one_node and len(grown) > 1:
             raise
         return grown
@@ -243,15 +248,19 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
          wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
-         clock: Clock = REAL_CLOCK, shared_survey: bool = False) -> Plan | Short | None:
+         clock: Clock = REAL_CLOCK, shared_survey: bool = False,
+         surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None) -> Plan | Short | None:
     """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``.
 
+    ``surveyed_hook(survey)`` runs before the Lease is taken: what no other manager waits
+    on (checking the request against the survey, objects of the job's own).
     A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (of ``clock``) if
     later. ``still_wanted`` is asked once the Lease is held: False (the GPUs were taken
     while this job waited for it) returns None without reading anything more.
     ``shared_survey``: see ``survey``.
     """
     surveyed = survey(kube, settings, shared_survey, clock)
+    surveyed_hook(surveyed)
     holder = f"{settings.namespace}/{settings.job_name}"
     with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
                        clock=clock, wait_until=wait_until):

@@ -1,4 +1,4 @@
-"""One survey of the cluster for every manager that books within ``MAX_AGE_S`` of it.
+"""One survey of the cluster for every manager that asks for one while it is taken.
 
 A booking starts from a survey of the cluster (``core.clusterview``: the nodes, and what
 every pod but the bookings holds), then reads the bookings afresh under the placement
@@ -7,11 +7,14 @@ of them), and many managers starting together (a sweep of trials, a burst of Kue
 admissions) would each take it. So the survey is shared, in a ConfigMap of the lock
 namespace (``VIEW_NAME``):
 
-- a manager reads it; taken less than ``MAX_AGE_S`` ago (the writer's wall clock against
-  the reader's: a skew of seconds only makes it a little staler), it is used as it is;
-- older or absent, the manager that takes the Lease ``VIEW_NAME`` (held only while it
-  surveys) lists the cluster and publishes the survey; the others meanwhile wait on the
-  ConfigMap (a watch) for at most ``SURVEY_WAIT_S``, then use the new one;
+- a manager uses only a survey begun after it asked for one, so it sees every node and
+  pod there was when it asked, as a survey of its own would (a node labelled, a pod
+  deleted just before the job was submitted): the writer's wall clock against the
+  reader's, where a skew only makes a manager survey for itself;
+- none such published, the manager that takes the Lease ``VIEW_NAME`` (held only while
+  it surveys) lists the cluster and publishes the survey; the others meanwhile wait on
+  the ConfigMap (a watch), use the survey published next if it began after they asked,
+  else try the Lease again, for at most ``SURVEY_WAIT_S`` in all;
 - anything else (the ConfigMap unreadable, the RBAC of an older ``rbac/`` without it, a
   survey too large to publish, a surveyor that never published): the manager surveys
   for itself. A survey is never needed for correctness, only for a plan that fits: the
@@ -30,7 +33,7 @@ import time
 
 from distributetrain.core import errors, names
 from distributetrain.core.clock import REAL_CLOCK, Clock
-from distributetrain.core.clusterview import MAX_AGE_S, ClusterView
+from distributetrain.core.clusterview import ClusterView
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
@@ -43,7 +46,7 @@ DATA_KEY = "view.json.zlib"
 # A ConfigMap holds 1 MiB at most; base64 takes a third more. Beyond it, each surveys alone.
 MAX_PUBLISHED_BYTES = 700 * 1024
 SURVEYOR_LEASE_S = 60  # a surveyor that died lets another survey after this long
-SURVEY_WAIT_S = 60.0  # how long a manager waits on another's survey before taking its own
+SURVEY_WAIT_S = 60.0  # how long a manager waits on others' surveys before taking its own
 
 
 def take(kube: Kube) -> ClusterView:
@@ -56,22 +59,25 @@ def take(kube: Kube) -> ClusterView:
     return view
 
 
-def fresh(view: ClusterView | None) -> bool:
-    return view is not None and abs(time.time() - view.taken_at) < MAX_AGE_S
+def begun_after(view: ClusterView | None, asked_at: float) -> bool:
+    return view is not None and view.taken_at >= asked_at
 
 
 def current(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> ClusterView:
-    """A survey taken within MAX_AGE_S: the published one, or a new one (published)."""
+    """A survey begun after this call: another manager's (published), or its own
+    (published for the others)."""
+    asked_at = time.time()
     namespace = settings.lease_namespace
     try:
         published, version = _read(kube, namespace)
-        if fresh(published):
-            return published
-        surveyed = _survey_as_the_surveyor(kube, settings, clock, version)
-        if surveyed is None:
-            surveyed = _another_survey(kube, namespace, version, clock)
-        if surveyed is not None:
-            return surveyed
+        give_up_at = clock.monotonic() + SURVEY_WAIT_S
+        while clock.monotonic() < give_up_at:
+            if begun_after(published, asked_at):
+                return published
+            surveyed = _survey_as_the_surveyor(kube, settings, clock, version)
+            if surveyed is not None:
+                return surveyed
+            published, version = _next_published(kube, namespace, version, give_up_at, clock)
     except (errors.Forbidden, errors.AdmissionRefused, errors.QuotaExceeded, errors.Invalid, errors.NotFound) as e:
         # Refused, not unreachable: an older rbac/, a policy of the namespace. Unreachable,
         # the survey of its own would fail as well: that is raised, as any list's failure.
@@ -126,15 +132,15 @@ def _publish(kube: Kube, namespace: str, view: ClusterView, version: str) -> Non
         pass  # another manager published meanwhile: its survey is as good
 
 
-def _another_survey(kube: Kube, namespace: str, version: str, clock: Clock) -> ClusterView | None:
-    """The survey another manager is taking, once published (a watch of the ConfigMap);
-    None if none came within SURVEY_WAIT_S."""
-    give_up_at = clock.monotonic() + SURVEY_WAIT_S
+def _next_published(kube: Kube, namespace: str, version: str, give_up_at: float,
+                    clock: Clock) -> tuple[ClusterView | None, str]:
+    """The survey another manager is taking, once published (a watch of the ConfigMap
+    from ``version``, until it changes or ``give_up_at``)."""
     while (left := give_up_at - clock.monotonic()) > 0:
         # From "" (none published yet), the watch starts now and sees it created.
         for _ in kube.watch_one("configmaps", namespace, VIEW_NAME, version, left):
             break
-        published, version = _read(kube, namespace)
-        if fresh(published):
-            return published
-    return None
+        published, new_version = _read(kube, namespace)
+        if new_version != version:
+            return published, new_version
+    return None, version

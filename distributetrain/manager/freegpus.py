@@ -67,7 +67,7 @@ class LedgerParts:
     @classmethod
     def for_job(cls, settings: JobSettings, volume_claims: JobClaims | None = None) -> LedgerParts:
         # What take_inventory passes to the ledger: the same candidates.
-        return cls(settings.gpu_resource, tuple(settings.tolerations), dict(settings.node_selector), volume_claims)
+        return cls(settings.gpu_resource, settings.candidate_tolerations, settings.candidate_selector, volume_claims)
 
     def node_part(self, node: Mapping) -> NodeGpus:
         return node_gpus(node, self.resource, self.tolerations, self.node_selector, self.volume_claims)

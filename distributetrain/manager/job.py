@@ -10,7 +10,10 @@ attempt is lost, the loop alone decides what comes next:
 - pods not started within ``--worker-ready-timeout`` (someone took the GPUs, a node
   died): another attempt, re-planned, while ``--wait-for-gpus`` lasts, else 75;
 - pods refused by a ResourceQuota full for now: another attempt once the quota's use
-  changed (``quotawait``), while ``--wait-for-gpus`` lasts, else 73.
+  changed (``quotawait``), while ``--wait-for-gpus`` lasts, else 73;
+- no node coming for the pods of a scale-up (``newnodes``: an autoscaler at its limits,
+  or none answering): another attempt that waits for free GPUs instead, while
+  ``--wait-for-gpus`` lasts, else 69.
 
 Either way the lost attempt is torn down and its pods are waited out before the next
 one plans: until they are gone the scheduler counts their GPUs as used, so a job that
@@ -27,13 +30,13 @@ import contextlib
 import logging
 import urllib.parse
 
-from distributetrain.core import errors, exitcodes, manifests, restarts
+from distributetrain.core import errors, exitcodes, restarts
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import quotawait
+from distributetrain.manager import newnodes, quotawait
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
@@ -45,9 +48,13 @@ from distributetrain.manager.teardown import tear_down
 log = logging.getLogger(__name__)
 
 # How long a lost attempt's pods may take to go before the next attempt plans anyway:
-# their grace period, and time for the kubelet to confirm. One on a dead node may never
-# go; its node is not a candidate for the next plan either.
-OLD_PODS_GONE_S = manifests.TERMINATION_GRACE_S + 20.0
+# their grace period (--termination-grace-period), and this for the kubelet to confirm.
+# One on a dead node may never go; its node is not a candidate for the next plan either.
+OLD_PODS_GONE_SLACK_S = 20.0
+
+
+def old_pods_gone_s(settings: JobSettings) -> float:
+    return settings.termination_grace_period_s + OLD_PODS_GONE_SLACK_S
 
 
 class Job:
@@ -83,6 +90,8 @@ class Job:
                         self._plan_again(late)
                     except errors.QuotaFull as full:
                         self._wait_for_quota(full)
+                    except newnodes.NodesNotComing as not_coming:
+                        self._stop_growing(not_coming)
         finally:
             if not until_started:
                 deleted = tear_down(self.kube, self.settings, keep_chief=keep_chief)
@@ -142,14 +151,28 @@ class Job:
         if isinstance(self.quota_wait.wait(full, until), quotawait.StillFull):
             raise full
 
+    def _stop_growing(self, not_coming: newnodes.NodesNotComing) -> None:
+        """Release the attempt whose new nodes are not coming, so its shares on running
+        nodes do not hold their GPUs idle, and plan on free GPUs alone from now on."""
+        self._end_attempt()
+        self.job_run.growth_stopped = not_coming.cause
+        left_s = max(0.0, min(self.job_run.gpus_until, self.job_run.deadline) - self.job_run.clock.monotonic())
+        self.job_run.reporter.events.record(
+            events.RELEASED, f"{not_coming.cause}; released the job's pods and waiting up to {left_s:.0f}s more for "
+                             "free GPUs (--wait-for-gpus)")
+        log.warning("job %s: %s; released its pods, waiting for free GPUs", self.settings.job_name, not_coming.cause)
+        self.job_run.attempt = self.job_run.attempt.next()
+        self.job_run.reporter.record_attempt(self.job_run.attempt.number)
+
     def _end_attempt(self) -> None:
         """Delete the attempt's pods and wait (bounded) until they are gone."""
         settings = self.settings
         self.job_run.hosts.publish(None)
         tear_down(self.kube, settings, keep_chief=False)
         clock = self.job_run.clock
+        gone_within_s = old_pods_gone_s(settings)
         left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
-                                     clock.monotonic() + OLD_PODS_GONE_S, clock=clock)
+                                     clock.monotonic() + gone_within_s, clock=clock)
         if left:
             log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",
-                        settings.job_name, ", ".join(sorted(left)), OLD_PODS_GONE_S)
+                        settings.job_name, ", ".join(sorted(left)), gone_within_s)

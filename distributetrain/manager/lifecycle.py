@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
-from distributetrain.core import errors, exitcodes
+from distributetrain.core import errors, exitcodes, podsecurity
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import runtimeclass
 from distributetrain.manager.job import Job
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import tear_down_quietly
@@ -123,6 +124,10 @@ def _execute(
         with cancellable():
             if phase in ("pre-training", "post-training", "run"):
                 reporter.spec()
+                # Who the pods run as, decided for the namespace (the record keeps what was asked).
+                settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
+                # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
+                settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
                 code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).run(
                     until_started=phase == "pre-training")
                 if phase != "pre-training":

@@ -6,9 +6,20 @@ GPU node boots, joins, pulls). That is the job waiting for GPUs, so it is bounde
 ``--wait-for-gpus``, not by ``--worker-ready-timeout``, whose clock then starts on pods
 that have their nodes. Once every pod is bound (to a new node, or to a running one whose
 GPUs freed up meanwhile) the plan is recorded with the nodes' names and the attempt
-starts as any other. A job that gives up exits 69 with what its pods last said (the
-scheduler's message: no node fits); its teardown deletes every pod, so the autoscaler adds
-nothing more, and the nodes it added for them empty out and go back.
+starts as any other.
+
+Meanwhile the autoscaler's Events about the pods are followed (``startwatch``'s Events,
+read by ``startprogress``), so the wait ends as soon as it is known to be vain:
+- a final refusal (no node the autoscaler can add would ever hold a pod: its
+  requirements, taints, instance types): the job fails at once, 69, in its words;
+- a refusal for now (a NodePool or node group at its limits, a cloud out of capacity),
+  or no autoscaler answering within ``NO_AUTOSCALER_WINDOW_S`` of the pods' being found
+  unschedulable: ``NodesNotComing``, and the job's loop releases every pod (its shares on
+  running nodes would hold their GPUs idle meanwhile) and waits for free GPUs as a job
+  without ``--scale-up-node-gpus`` does, for the rest of ``--wait-for-gpus``.
+A job that gives up exits 69 with what its pods last said, and what the autoscaler said
+of them; its teardown deletes every pod at once, so the autoscaler adds nothing more, and
+the nodes it added for them empty out and go back.
 """
 
 from __future__ import annotations
@@ -17,15 +28,21 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, exitcodes, podstate, scaleup
+from distributetrain.core import errors, exitcodes, podstate, scaleup, startprogress
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
 from distributetrain.manager.reporting import PodWaits
 from distributetrain.manager.run import Run
+from distributetrain.manager.startwatch import RECHECK_S, StartWatch
 
 log = logging.getLogger(__name__)
+
+# Karpenter answers a pending pod within its batch window (1-10 s) and the cluster
+# autoscaler within its scan interval (10 s): with neither answering for two minutes
+# after the scheduler found no node, no autoscaler acts for the job's pods.
+NO_AUTOSCALER_WINDOW_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,34 @@ class NodesAdded:
     """Every pod of the attempt bound to a node: the plan with each share's node named."""
 
     plan: Plan
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The autoscaler's latest word about some of the attempt's pods: no node for them."""
+
+    refusals: dict[str, startprogress.Refusal]  # by pod
+
+    @property
+    def final(self) -> bool:
+        return any(refusal.final for refusal in self.refusals.values())
+
+    def __str__(self) -> str:
+        shown = {pod: r for pod, r in self.refusals.items() if r.final} if self.final else self.refusals
+        return "; ".join(f"{pod}: {refusal.words}" for pod, refusal in shown.items())
+
+
+@dataclass(frozen=True)
+class NoAutoscaler:
+    """No autoscaler said anything of the attempt's pods within NO_AUTOSCALER_WINDOW_S."""
+
+
+class NodesNotComing(errors.DistributeTrainError):
+    """The cluster adds no node for the attempt's pods for now: the job stops making it grow."""
+
+    def __init__(self, cause: str):
+        self.cause = cause
+        super().__init__(cause)
 
 
 def all_bound(chief: str, workers: list[str], shares: list[int]) -> waits.Judge:
@@ -50,48 +95,114 @@ def all_bound(chief: str, workers: list[str], shares: list[int]) -> waits.Judge:
     return judge
 
 
-def _reporting(pod_waits: PodWaits, judge: waits.Judge) -> waits.Judge:
-    """``judge``, each view of the pods first reported: why each pod still waits."""
+class _Answers:
+    """What the autoscaler said of the attempt's pods (``StartWatch``'s Events), judged
+    beside them: a refusal, or no answer at all long after the pods were found unschedulable."""
 
-    def observe_then_judge(pods):
-        pod_waits.observe(pods)
-        return judge(pods)
+    def __init__(self, watch: StartWatch, run: Run, names: list[str]):
+        self.watch = watch
+        self.clock = run.clock
+        self.names = names
+        self.unschedulable_since: float | None = None
 
-    return observe_then_judge
+    def judge(self, pods: Mapping[str, dict]) -> Refused | NoAutoscaler | None:
+        waiting = [pods[name] for name in self.names if name in pods and not podstate.node(pods[name])]
+        said = self.watch.pod_events()
+        refusals = {pod["metadata"]["name"]: found for pod in waiting
+                    if (found := startprogress.refusal(pod, said)) is not None}
+        if refusals:
+            return Refused(refusals)
+        if self.unschedulable_since is None and any(map(_unschedulable, waiting)):
+            self.unschedulable_since = self.clock.monotonic()
+        answered = any(startprogress.autoscaler_said(pods[name], said) is not None
+                       for name in self.names if name in pods)
+        if (self.watch.followed and not answered and self.unschedulable_since is not None
+                and self.clock.monotonic() - self.unschedulable_since >= NO_AUTOSCALER_WINDOW_S):
+            return NoAutoscaler()
+        return None
+
+
+def _unschedulable(pod: Mapping) -> bool:
+    """The scheduler found no node for the pod (its PodScheduled condition)."""
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               for c in (pod.get("status") or {}).get("conditions") or ())
 
 
 def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: list[str]) -> Plan:
     """The attempt's plan once the cluster has added nodes for its scale-up pods; raise
-    ``JobFailed`` (69) when ``--wait-for-gpus`` runs out first, ``PodLost`` when a pod is lost."""
+    ``JobFailed`` (69) when ``--wait-for-gpus`` runs out first or the autoscaler refuses
+    for good, ``NodesNotComing`` when it refuses for now or none answers, ``PodLost`` when
+    a pod is lost."""
     settings = run.settings
     added = scaleup.new_node_shares(plan)
     log.info("job %s: waiting up to %.0fs (--wait-for-gpus) for the cluster to add %d nodes for %s",
              settings.job_name, max(0.0, run.gpus_until - run.clock.monotonic()), added, format_plan(plan))
     run.reporter.phase("WaitingForNodes")
+    names = [*workers, chief]
     pods = waits.job_pods(kube, settings.namespace, settings.selector, run.clock)
-    pod_waits = PodWaits(run.reporter, [*workers, chief])  # why each pod waits, on the manager pod
+    pod_waits = PodWaits(run.reporter, names)  # why each pod waits, on the manager pod
+    bound = all_bound(chief, workers, [share for _, share in plan])
     try:
-        outcome = waits.watch_job(pods, _reporting(pod_waits, all_bound(chief, workers, [share for _, share in plan])),
-                                  min(run.gpus_until, run.deadline), [*workers, chief])
+        with StartWatch(kube, settings, run.clock) as watch:
+            answers = _Answers(watch, run, names)
+
+            def judge(view: Mapping[str, dict]):
+                pod_waits.observe(view)
+                return bound(view) or answers.judge(view)
+
+            outcome, view = _watch(pods, judge, min(run.gpus_until, run.deadline), run, names)
+            why = _why(watch, view, outcome) if isinstance(outcome, waits.TimedOut) else ""
     finally:
         pod_waits.done()
+    return _outcome(run, outcome, added, why)
+
+
+def _watch(pods: Informer, judge: waits.Judge, until: float, run: Run,
+           names: list[str]) -> tuple[waits.Outcome, Mapping[str, dict]]:
+    """``judge``'s outcome, judged on every change of the pods and every RECHECK_S (the
+    autoscaler's Events come meanwhile), or ``TimedOut`` at ``until``; and the last view."""
+    while True:
+        outcome, view = waits.judged(pods, judge, min(until, run.clock.monotonic() + RECHECK_S))
+        if outcome is None:  # a wake with no change of the pods: time went on, Events may have come
+            outcome = judge(view)
+        if outcome is not None:
+            return outcome, view
+        if run.clock.monotonic() >= until:
+            return waits.TimedOut(waits.pending_reasons(view, names)), view
+
+
+def _outcome(run: Run, outcome, added: int, why: str) -> Plan:
+    settings = run.settings
     if isinstance(outcome, waits.PodLost):
         raise outcome.error(" while the cluster added nodes")
+    if isinstance(outcome, Refused) and outcome.final:
+        raise errors.JobFailed(f"the cluster's autoscaler adds no node that could hold the job's pods: {outcome}",
+                               exitcodes.INSUFFICIENT_GPUS)
+    if isinstance(outcome, Refused):
+        raise NodesNotComing(f"the cluster's autoscaler adds no node for the job's pods for now: {outcome}")
+    if isinstance(outcome, NoAutoscaler):
+        note = (f"no autoscaler has answered for the job's pods within {NO_AUTOSCALER_WINDOW_S:.0f}s of the "
+                "scheduler's finding no node for them")
+        run.reporter.events.record(events.WAITING_FOR_NODES, note)
+        raise NodesNotComing(note)
     if isinstance(outcome, waits.TimedOut):
         bound = ("--active-deadline" if run.deadline < run.gpus_until
                  else f"--wait-for-gpus ({settings.wait_for_gpus_s:.0f}s)")
         raise errors.JobFailed(f"the cluster did not add the {added} nodes the job's pods wait for within {bound}: "
-                               f"{_why(run, pods, outcome)}", exitcodes.INSUFFICIENT_GPUS)
+                               f"{why}", exitcodes.INSUFFICIENT_GPUS)
     run.reporter.events.record(events.NODES_ADDED, f"the job's pods have their nodes: {format_plan(outcome.plan)}")
     run.reporter.planned(outcome.plan)
     return outcome.plan
 
 
-def _why(run: Run, pods: Informer, late: waits.TimedOut) -> str:
-    """Each pod's own reason, and what the cluster's autoscaler said of it, if anything
-    (Karpenter's NodePool limits, no instance type that fits): passed through as said."""
-    uids = {name: (pod.get("metadata") or {}).get("uid", "") for name, pod in pods.store.items()
-            if name in late.waiting_for and not podstate.node(pod)}
-    said = run.reporter.events.autoscaler_says(run.settings.namespace, uids)
-    return "; ".join(f"{pod}: {why}" + (f" (autoscaler: {said[pod]})" if pod in said else "")
-                     for pod, why in late.waiting_for.items())
+def _why(watch: StartWatch, pods: Mapping[str, dict], late: waits.TimedOut) -> str:
+    """Each pod's own reason, and what the cluster's autoscaler last said of it, if anything
+    (Karpenter's NodePool limits, no instance type that fits; a node on its way): passed
+    through as said."""
+    said = watch.pod_events()
+
+    def autoscaler(pod: str) -> str:
+        words = startprogress.autoscaler_said(pods[pod], said) if pod in pods else None
+        return f" (autoscaler: {words})" if words else ""
+
+    return "; ".join(f"{pod}: {why}{autoscaler(pod)}" for pod, why in late.waiting_for.items())

@@ -9,13 +9,16 @@ its rules rather than act on one not-Ready report:
 - **Unreachable.** A node whose kubelet has not reported for the controller's grace
   period (``--node-monitor-grace-period``, 50 s by default) becomes ``Ready=Unknown``
   and, within a monitor pass, gets the ``node.kubernetes.io/unreachable:NoExecute``
-  taint: the controller's verdict. The manager acts once that taint has stood for
-  ``UNREACHABLE_STANDS_S`` on its own clock: long enough to see the controller take it
-  back (when it finds every node down it removes the taints it has just added), well
-  before the taint's eviction (``settings.NODE_LOST_TOLERATION_S`` after it is added).
+  taint: the controller's verdict. The taint evicts the job's pods when their toleration
+  (``--node-lost-toleration``, 30 s by default) runs out after it is added; the manager
+  acts ``EVICTION_LEAD_S`` before that, on its own clock, so their replacement starts
+  sooner, but never before the taint has stood ``UNREACHABLE_STANDS_S``: long enough to
+  see the controller take it back (when it finds every node down it removes the taints
+  it has just added). A longer toleration is the user's word that such a spell is ridden
+  out: the manager waits it out too.
 - **Not Ready.** A kubelet that reports ``Ready=False`` gets the
   ``node.kubernetes.io/not-ready:NoExecute`` taint at once, and the taint evicts the
-  job's pods only when their toleration (``NODE_LOST_TOLERATION_S``) runs out. So that
+  job's pods only when their toleration runs out. So that
   taint is not a verdict: the manager acts when the node has been not Ready for the
   job's toleration window, measured from when this manager first saw it not Ready (its
   own monotonic clock: nodes' clocks never enter it; a changed ``lastTransitionTime``
@@ -76,9 +79,12 @@ UNHEALTHY_ZONE_THRESHOLD = 0.55  # --unhealthy-zone-threshold
 UNHEALTHY_ZONE_MIN_NODES = 3  # "more than 2" nodes not Ready before a zone with Ready nodes counts as disrupted
 # The controller taints the first nodes of a brownout before it sees that every node is
 # down (node heartbeats are spread over their 10 s renew interval, passes run every 5 s),
-# then takes the taints back. Waiting this long sees it; the taint evicts only after
-# NODE_LOST_TOLERATION_S, so the manager still acts first.
+# then takes the taints back. Waiting this long sees it; the taint evicts only after the
+# pods' toleration, so with the default one the manager still acts first.
 UNREACHABLE_STANDS_S = 10.0
+# How long before an unreachable node's taint would evict the job's pods the manager
+# deletes them itself: at UNREACHABLE_STANDS_S with the default toleration.
+EVICTION_LEAD_S = NODE_LOST_TOLERATION_S - UNREACHABLE_STANDS_S
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,7 @@ class NodeClocks:
 
     def __init__(self, toleration_s: float):
         self.toleration_s = toleration_s
+        self.unreachable_after_s = max(UNREACHABLE_STANDS_S, toleration_s - EVICTION_LEAD_S)
         self._health: dict[str, NodeHealth] = {}
         self._deleted: set[str] = set()
         self._not_ready_since: dict[str, float] = {}
@@ -200,7 +207,7 @@ class NodeClocks:
                 continue  # its zone is in disruption: the controller's call, not the manager's
             due_at = max(not_ready_since, calm_since) + self.toleration_s
             if name in self._unreachable_since:
-                due_at = min(due_at, max(self._unreachable_since[name], calm_since) + UNREACHABLE_STANDS_S)
+                due_at = min(due_at, max(self._unreachable_since[name], calm_since) + self.unreachable_after_s)
             if now >= due_at:
                 lost[name] = f"is not Ready ({health.not_ready})"
             else:
@@ -224,12 +231,13 @@ class NodeWatch:
     wakes when a verdict falls due with no node event."""
 
     def __init__(self, kube: KubeApi, settings: JobSettings, reporter: Reporter,
-                 toleration_s: float = NODE_LOST_TOLERATION_S, clock: Clock = REAL_CLOCK):
+                 toleration_s: float | None = None, clock: Clock = REAL_CLOCK):
         self.kube = kube
         self.settings = settings
         self.reporter = reporter
         self.clock = clock
-        self.clocks = NodeClocks(toleration_s)
+        # The job pods' own toleration (--node-lost-toleration) unless a test says otherwise.
+        self.clocks = NodeClocks(settings.node_lost_toleration_s if toleration_s is None else toleration_s)
         # The store keeps what the rule reads of each node (``node_health``), not the Node.
         self.nodes = Informer(kube, "nodes", keep=node_health, clock=clock, relist_delay_s=RELIST_DELAY_S)
         self.nodes.add_handler(self._seen)

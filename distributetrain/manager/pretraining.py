@@ -22,13 +22,14 @@ import contextlib
 import logging
 
 from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
-                                  podstate, scaleup, topology, validation)
+                                  podknobs, podsecurity, podstate, scaleup, topology, validation)
+from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, isolation, newnodes, quotacheck, volumeclaims
+from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -55,14 +56,16 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     if not settings.discovery_url:
         raise errors.UsageError("MANAGER_POD_IP", "the chief asks the manager for its hosts: set it to the manager "
                                                   "pod's address (downward API status.podIP, as manager.yaml does)")
-    namespace_labels = kube.namespace_labels(settings.namespace)
-    if namespace_labels is None:
+    namespace = kube.namespace_metadata(settings.namespace)
+    if namespace is None:
         raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
-    level = validation.host_network_refused_by(namespace_labels)
+    level = validation.host_network_refused_by(namespace.get("labels") or {})
     if settings.host_network and level:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")
     envsecrets.require_env_secrets(kube, settings)
+    podchecks.require_pull_secrets(kube, settings)
+    podchecks.require_ipv4_between_pods(kube, settings)
     volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
@@ -73,7 +76,13 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
             admitted_as = kube.create_owned(obj, dry_run=True)
         except errors.NotFound as e:
             raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
-        except errors.Invalid as e:
+        except (errors.Invalid, errors.AdmissionRefused) as e:
+            # A knob naming what is not there (a RuntimeClass, a PriorityClass), or limits a LimitRange breaks.
+            if knob := podknobs.refused_knob(str(e), settings):
+                raise errors.UsageError(*knob) from e
+            if isinstance(e, errors.AdmissionRefused):
+                # The platform's UIDs (OpenShift's SCCs) refuse what a flag asked; else the cluster's own.
+                raise podsecurity.platform_refusal(settings, obj["kind"], str(e)) or e
             raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
         if obj["kind"] == "Pod" and not settings.queue and not podgroup.is_admitted(admitted_as):
             # Kueue's webhook gated a pod that names no queue: it manages every pod here.
@@ -102,6 +111,8 @@ class PreTraining:
         self.attempt = run.attempt
         self.last_shortage = ""  # logged once per change
         self.domains = ""  # with --topology: the network domains of the plan being booked
+        self.new_node_place = NewNodePlace()  # where the plan's shares on new nodes go (``scaleup``)
+        self.keys_created = False  # the attempt's Secret and the job's NetworkPolicies, made before its first Lease
 
     def run(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
@@ -197,10 +208,6 @@ class PreTraining:
         """
         wait_until = min(give_up_at, self.job_run.deadline)
         clock = self.job_run.clock
-        # What no other manager waits on is created before the Lease: the attempt's SSH
-        # keys and the job's NetworkPolicies.
-        self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
-        isolation.isolate(self.kube, self.settings)
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
@@ -219,7 +226,8 @@ class PreTraining:
                 # The first plan shares a survey of the cluster with the managers starting
                 # with it; one woken by GPUs freed surveys again (``booking.survey``).
                 booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, wait_until,
-                                      still_wanted, clock, shared_survey=watch is None)
+                                      still_wanted, clock, shared_survey=watch is None,
+                                      surveyed_hook=self._before_the_lease)
                 if isinstance(booked, list):
                     return booked
                 if isinstance(booked, booking.Short):
@@ -230,14 +238,26 @@ class PreTraining:
                                                                volume_claims=booked.ledger.volume_claims))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
 
+    def _before_the_lease(self, surveyed: inventory.GpuLedger) -> None:
+        """What no other manager waits on: the request checked against the survey (bad
+        input creates nothing), then the attempt's SSH keys and the job's NetworkPolicies."""
+        booking.check_request(surveyed, self.settings)
+        if not self.keys_created:
+            self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
+            isolation.isolate(self.kube, self.settings)
+            self.keys_created = True
+
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
-        # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus).
+        # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus),
+        # nor once none came for the job (``newnodes.NodesNotComing``).
         may_wait = self.job_run.clock.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
-                                    may_wait, ledger.volume_claims)
+                                    may_wait and not self.job_run.growth_stopped, ledger.volume_claims, ledger.paths)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
+        if scaleup.new_node_shares(plan):
+            self.new_node_place = scaleup.new_node_place(plan, ledger.labels, self.settings)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
 
@@ -246,7 +266,8 @@ class PreTraining:
         settings = self.settings
         if self.job_run.clock.monotonic() >= wait_until:
             advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
-            raise errors.JobFailed(f"{short}{advice}", exitcodes.INSUFFICIENT_GPUS)
+            grown = f"; before: {self.job_run.growth_stopped}" if self.job_run.growth_stopped else ""
+            raise errors.JobFailed(f"{short}{advice}{grown}", exitcodes.INSUFFICIENT_GPUS)
         if str(short) != self.last_shortage:
             log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, short,
                      settings.wait_for_gpus_s)
@@ -270,7 +291,8 @@ class PreTraining:
         self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
-        _, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number)
+        _, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number,
+                                         self.new_node_place)
         self.kube.create_all_owned(pods)
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(

@@ -6,6 +6,12 @@ the job, and the job is Queued while Kueue holds its own gates on them. Once the
 admitted, the pods are placed from the inventory at that moment (a plan made before
 hours in a queue is stale), under the placement Lease like every plan (``booking``):
 each pinned by its node's name, then un-gated, so the scheduler binds it.
+
+Where Kueue puts them is Kueue's to say (``core.kueuenodes``): the flavor it admits the
+group into writes its node labels and tolerations into the pods, and its Topology Aware
+Scheduling each pod's domain. So the pods' shares are planned on the nodes of the queue's
+flavors, and each pod is pinned to a node its own selector and tolerations allow, as
+read back from the pods once admitted.
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from distributetrain.core import errors, exitcodes, inventory, manifests, placement, podgroup, record, topology
+from distributetrain.core import errors, exitcodes, inventory, kueuenodes, placement, podgroup, record, topology
+from distributetrain.core.inventory import NodeGpus
+from distributetrain.core.kueuenodes import NodeRule
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
@@ -38,16 +46,23 @@ class Admitted:
     pass
 
 
-def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | ElasticJob) -> list[int]:
+def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | ElasticJob,
+           flavors: Sequence[NodeRule] = ()) -> list[int]:
     """The pods' GPU counts, fixed at creation (a pod's requests never change): planned on
     the GPUs free now for the job's pods if they fit, else on what each candidate node
     could give them with nothing else on it (what the cluster gives the job once the
-    queue ahead of it has drained): its GPUs, as far as its CPU, memory and GPU sharing allow."""
-    try:
-        plan = kind.plan(ledger.free(), num_gpus, ledger.paths)
-    except placement.InsufficientGPUs:
-        plan = kind.plan(ledger.idle(), num_gpus, ledger.paths)
-    return [share for _, share in plan]
+    queue ahead of it has drained): its GPUs, as far as its CPU, memory and GPU sharing
+    allow. With the queue's ``flavors`` (in the ClusterQueue's order, as Kueue tries
+    them), on the nodes of one flavor: the group is admitted into one, and runs there."""
+    shortage = None
+    for gpus in (ledger.free(), ledger.idle()):
+        for rule in flavors or (None,):
+            candidates = gpus if rule is None else kueuenodes.allowed(gpus, ledger.selected, rule)
+            try:
+                return [share for _, share in kind.plan(candidates, num_gpus, ledger.paths)]
+            except placement.InsufficientGPUs as e:
+                shortage = e
+    raise shortage
 
 
 def admission(pods_of_group: list[str]) -> waits.Judge:
@@ -63,26 +78,44 @@ def admission(pods_of_group: list[str]) -> waits.Judge:
     return judge
 
 
-def check_queue(kube: Kube, settings: JobSettings) -> None:
+def check_queue(kube: Kube, settings: JobSettings) -> list[NodeRule]:
     """Bad input, before anything is created: a queue that does not exist, or a request
     its ClusterQueue could never admit (under StrictFIFO it would block every job behind
-    it for ever)."""
-    local = kube.read_custom(podgroup.KUEUE_GROUP, podgroup.KUEUE_VERSION, "localqueues", settings.namespace,
-                             settings.queue)
+    it for ever). Returns where the queue's flavors put the job's pods, in the
+    ClusterQueue's order (none known where the manager may not read them)."""
+    if kube.kueue_version() is None:
+        raise errors.UsageError("--queue", "the cluster serves no Kueue LocalQueues (kueue.x-k8s.io): "
+                                           "install Kueue, or submit without --queue")
+    local = kube.read_kueue("localqueues", settings.namespace, settings.queue)
     if local is None:
         raise errors.UsageError("--queue", f"no LocalQueue {settings.queue!r} in namespace {settings.namespace!r}")
     cluster_queue_name = (local.get("spec") or {}).get("clusterQueue", "")
     try:
-        cluster_queue = kube.read_custom(podgroup.KUEUE_GROUP, podgroup.KUEUE_VERSION, "clusterqueues", None,
-                                         cluster_queue_name)
+        cluster_queue = kube.read_kueue("clusterqueues", None, cluster_queue_name) or {}
     except errors.Forbidden as e:  # rbac/kueue/clusterrole.yaml not applied: queue it unchecked
-        log.warning("job %s: cannot read ClusterQueue %s (%s); its quota is not checked", settings.job_name,
-                    cluster_queue_name, e)
-        cluster_queue = None
-    quota = podgroup.gpu_quota(cluster_queue or {}, settings.gpu_resource)
+        log.warning("job %s: cannot read ClusterQueue %s (%s); its quota is not checked, nor its flavors read",
+                    settings.job_name, cluster_queue_name, e)
+        cluster_queue = {}
+    quota = podgroup.gpu_quota(cluster_queue, settings.gpu_resource)
     if quota is not None and settings.num_gpus > quota:
         raise errors.UsageError("--num-gpus", f"requested {settings.num_gpus} GPUs but queue {settings.queue}'s "
                                               f"ClusterQueue {cluster_queue_name} admits {quota} at most")
+    return _flavor_rules(kube, settings, cluster_queue)
+
+
+def _flavor_rules(kube: Kube, settings: JobSettings, cluster_queue: Mapping) -> list[NodeRule]:
+    """Where each of the ClusterQueue's flavors of the job's GPUs puts its pods, in order."""
+    rules = []
+    for name in kueuenodes.gpu_flavors(cluster_queue, settings.gpu_resource):
+        try:
+            flavor = kube.read_kueue("resourceflavors", None, name)
+        except errors.Forbidden as e:
+            log.warning("job %s: cannot read ResourceFlavor %s (%s); the pods' shares are planned on every node "
+                        "the job may use", settings.job_name, name, e)
+            return []
+        if flavor is not None:  # a flavor gone: Kueue admits nothing into it
+            rules.append(kueuenodes.flavor_rule(flavor, settings.pod_tolerations))
+    return rules
 
 
 class QueuedPlacement:
@@ -95,10 +128,10 @@ class QueuedPlacement:
 
     def place(self) -> Plan:
         settings = self.run.settings
-        check_queue(self.kube, settings)
-        ledger = booking.take_inventory(self.kube, settings, shared=True, clock=self.run.clock)
+        flavors = check_queue(self.kube, settings)
+        ledger = booking.take_inventory(self.kube, _tolerating(settings, flavors), shared=True, clock=self.run.clock)
         booking.check_request(ledger, settings)
-        wanted = shares(ledger, settings.num_gpus, self.kind)
+        wanted = shares(ledger, settings.num_gpus, self.kind, flavors)
         return self.resume(wanted, self._create(wanted))
 
     def resume(self, wanted: list[int], group: str) -> Plan:
@@ -108,8 +141,9 @@ class QueuedPlacement:
         attempt = self.run.attempt
         pods = [*attempt.workers(len(wanted) - 1), attempt.chief]
         with QueuePositions(self.kube, self.run.reporter, workload=group):  # a group's Workload is named so
-            self._wait_for_admission(pods)
-        return self._pin(pods, wanted)
+            admitted = self._wait_for_admission(pods)
+        # As Kueue left them: its flavor's node labels and tolerations, its topology's domain.
+        return self._pin(pods, wanted, [kueuenodes.pod_rule(admitted[name]) for name in pods])
 
     def _create(self, wanted: list[int]) -> str:
         settings, attempt = self.run.settings, self.run.attempt
@@ -125,50 +159,45 @@ class QueuedPlacement:
         self.run.reporter.phase(record.QUEUED)
         return group
 
-    def _wait_for_admission(self, pods: list[str]) -> None:
+    def _wait_for_admission(self, pods: list[str]) -> Mapping[str, dict]:
+        """The pods once admitted (Kueue's gates gone)."""
         settings = self.run.settings
-        outcome, _ = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
-                                       self.run.deadline, self.run.clock)
+        outcome, view = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
+                                          self.run.deadline, self.run.clock)
         if isinstance(outcome, waits.PodLost):
             raise outcome.error(" while queued")
         if outcome is None:
             raise errors.JobFailed(f"not admitted by queue {settings.queue} within --active-deadline "
                                    f"{settings.active_deadline_s:.0f}s", exitcodes.TIMED_OUT)
         log.info("job %s: admitted by queue %s", settings.job_name, settings.queue)
+        return view
 
-    def _pin(self, pods: list[str], wanted: list[int]) -> Plan:
-        """Nodes for the admitted pods, booked as every plan is (``booking``). Short of
-        GPUs, the free GPUs are followed (``FreeGpuWatch``) and booked again only when they
-        could hold the shares: no Lease is taken, nothing listed, while nothing changes."""
+    def _pin(self, pods: list[str], wanted: list[int], rules: list[NodeRule]) -> Plan:
+        """Nodes for the admitted pods, each among those its ``rules`` allow, booked as
+        every plan is (``booking``). Short of GPUs, the free GPUs are followed
+        (``FreeGpuWatch``) and booked again only when they could hold the shares: no Lease
+        is taken, nothing listed, while nothing changes."""
         settings, clock = self.run.settings, self.run.clock
         give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, self.run.deadline)
-        domains = ""  # with --topology: the network domains of the nodes chosen
-
-        def choose(ledger: inventory.GpuLedger) -> Plan:
-            nonlocal domains
-            free = ledger.free()
-            # The tightest network domain that holds the shares, as the planner would choose it.
-            nodes = topology.assign(wanted, free, ledger.paths, settings.topology)
-            if nodes is None:
-                raise placement.InsufficientGPUs(sum(wanted), sum(free.values()))
-            domains = topology.describe(list(zip(nodes, wanted)), ledger.paths, settings.topology)
-            return list(zip(nodes, wanted))
-
+        choice = _Choice(settings, wanted, rules)
+        tolerating = _tolerating(settings, rules)
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
             while True:
                 seen = watch.generation if watch else 0
-                booked = booking.book(self.kube, settings, choose, lambda plan: self._place_pods(pods, plan),
+                booked = booking.book(self.kube, tolerating, choice, lambda plan: self._place_pods(pods, plan),
                                       give_up_at, lambda: watch is None or watch.fits() is not False, clock)
                 if isinstance(booked, list):
-                    self._planned(booked, domains)
+                    self._planned(booked, choice.domains)
                     return booked
                 if clock.monotonic() >= give_up_at:
-                    raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now: "
-                                           f"{booked}", exitcodes.INSUFFICIENT_GPUS)
+                    raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now"
+                                           f"{choice.where}: {booked}", exitcodes.INSUFFICIENT_GPUS)
                 if watch is None:
+                    # fits is asked only here, once the watch is entered (and ``watch`` set)
                     watch = waiting.enter_context(FreeGpuWatch(
-                        self.kube, settings, clock=clock, fits=lambda free: podgroup.assign(wanted, free) is not None))
+                        self.kube, tolerating, clock=clock,
+                        fits=lambda free: choice.nodes(free, watch.parts.nodes) is not None))
                 watch.wait_until_fits(seen, give_up_at)
 
     def _planned(self, plan: Plan, domains: str) -> None:
@@ -183,3 +212,48 @@ class QueuedPlacement:
         for name, (node, _) in zip(pods, plan):
             placed = self.kube.patch_pod(namespace, name, podgroup.pin_patch(node))
             self.kube.patch_pod(namespace, name, podgroup.ungate_patch(placed))
+
+
+def _tolerating(settings: JobSettings, rules: Sequence[NodeRule]) -> JobSettings:
+    """The job's settings for an inventory of every node ``rules`` may allow: tolerating
+    the taints they tolerate too (a flavor's), whatever the job's own tolerations."""
+    extra = kueuenodes.tolerations_beyond(rules, settings.pod_tolerations)
+    return settings.replace(tolerations=(*settings.tolerations, *extra)) if extra else settings
+
+
+class _Choice:
+    """A node for each admitted pod's share, among the nodes its rule allows: with one rule
+    for all (a flavor), in the tightest network domain that holds them, as the planner
+    would choose it; with a rule of each pod's own (Kueue's topology assignment, which
+    chose their domains), on nodes of the domain each was given, a node of its own if
+    they can, else as Kueue packed them."""
+
+    def __init__(self, settings: JobSettings, wanted: list[int], rules: list[NodeRule]):
+        self.settings, self.wanted, self.rules = settings, wanted, rules
+        self.domains = ""  # with --topology: the network domains of the nodes chosen
+        distinct = sorted({str(rule) for rule in rules} - {str(NodeRule())})
+        self.where = f" on the nodes Kueue allows them ({'; '.join(distinct)})" if distinct else ""
+
+    def __call__(self, ledger: inventory.GpuLedger) -> Plan:
+        free = ledger.free()
+        nodes = self.nodes(free, ledger.selected, ledger.paths)
+        if nodes is None:
+            raise placement.InsufficientGPUs(sum(self.wanted), sum(free.values()))
+        plan = list(zip(nodes, self.wanted))
+        self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
+        return plan
+
+    def nodes(self, free: Mapping[str, int], parts: Mapping[str, NodeGpus],
+              paths: Mapping[str, topology.Path] | None = None) -> list[str] | None:
+        """A node for each share on these free GPUs (``parts``: each node's labels and
+        taints), or None; without ``paths``, the network domains are not chosen."""
+        allowed = [kueuenodes.allowed(free, parts, rule) for rule in self.rules]
+        if all(rule == self.rules[0] for rule in self.rules):
+            nodes = (topology.assign(self.wanted, allowed[0], paths, self.settings.topology) if paths is not None
+                     else podgroup.assign(self.wanted, allowed[0]))
+        else:
+            nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed])
+        if nodes is None and any(rule.topology for rule in self.rules) and not self.settings.host_network:
+            # Pods Kueue's topology assignment packed on one node go there (but hostPorts would collide).
+            nodes = podgroup.assign(self.wanted, free, [set(nodes) for nodes in allowed], stack=True)
+        return nodes

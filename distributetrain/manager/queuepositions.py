@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Mapping
 
 from distributetrain.core import errors
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import KubeApi
 from distributetrain.manager.reporting import Reporter
 
@@ -40,13 +41,15 @@ class QueuePositions:
     """Within ``with``: polls the workload's position and records each change."""
 
     def __init__(self, kube: KubeApi, reporter: Reporter, workload: str, poll_s: float = POLL_S,
-                 first_poll_s: float = FIRST_POLL_S):
+                 first_poll_s: float = FIRST_POLL_S, clock: Clock = REAL_CLOCK):
         self.kube = kube
         self.reporter = reporter
         self.workload = workload
         self.poll_s = poll_s
         self.first_poll_s = min(first_poll_s, poll_s)
-        self._stop = threading.Event()
+        self._clock = clock
+        self._stopping = threading.Condition()
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="queue-positions", daemon=True)
 
     def __enter__(self) -> QueuePositions:
@@ -54,13 +57,22 @@ class QueuePositions:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._stop.set()
+        with self._stopping:
+            self._stopped = True
+            self._stopping.notify_all()
         self._thread.join(STOP_TIMEOUT_S)
+
+    def _pause(self, seconds: float) -> None:
+        """``seconds`` of the clock, or less once the wait is left."""
+        until = self._clock.monotonic() + seconds
+        with self._stopping:
+            while not self._stopped and self._clock.monotonic() < until:
+                self._clock.wait(self._stopping, until - self._clock.monotonic())
 
     def _run(self) -> None:
         settings = self.reporter.settings
         recorded: int | None = None
-        while not self._stop.is_set():
+        while not self._stopped:
             try:
                 position = position_of(self.kube.pending_workloads(settings.namespace, settings.queue), self.workload)
             except (errors.NotFound, errors.Forbidden) as e:
@@ -69,9 +81,9 @@ class QueuePositions:
             except errors.DistributeTrainError as e:
                 log.debug("job %s: queue position not read: %s", settings.job_name, e)
             else:
-                if position != recorded and not self._stop.is_set():
+                if position != recorded and not self._stopped:
                     if position is not None:
                         log.info("job %s: number %d in queue %s", settings.job_name, position, settings.queue)
                     if self.reporter.queue_position(position):
                         recorded = position
-            self._stop.wait(self.poll_s if recorded is not None else self.first_poll_s)
+            self._pause(self.poll_s if recorded is not None else self.first_poll_s)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from distributetrain.core import errors, podstate, record, startprogress
+from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.placement import Plan
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
@@ -120,9 +121,11 @@ class LatestWriter(Generic[T]):
     ``interval_s``: the caller never waits on a write, and values superseded before
     their turn are never written."""
 
-    def __init__(self, write: Callable[[T], None], interval_s: float = WAITING_WRITE_INTERVAL_S):
+    def __init__(self, write: Callable[[T], None], interval_s: float = WAITING_WRITE_INTERVAL_S,
+                 clock: Clock = REAL_CLOCK):
         self._write = write
         self._interval_s = interval_s
+        self._clock = clock
         self._changed = threading.Condition()
         self._pending: list[T] = []  # the newest value not written yet, if any
         self._closed = False
@@ -154,7 +157,9 @@ class LatestWriter(Generic[T]):
             self._write(value)
             with self._changed:
                 # Changes within the interval are written once, at its end (at once when closing).
-                self._changed.wait_for(lambda: self._closed, timeout=self._interval_s)
+                until = self._clock.monotonic() + self._interval_s
+                while not self._closed and self._clock.monotonic() < until:
+                    self._clock.wait(self._changed, until - self._clock.monotonic())
 
 
 class PodWaits:
@@ -167,12 +172,13 @@ class PodWaits:
     ``distributetrain status`` and ``submit --follow`` show them.
     """
 
-    def __init__(self, reporter: Reporter, pods: list[str], write_interval_s: float = WAITING_WRITE_INTERVAL_S):
+    def __init__(self, reporter: Reporter, pods: list[str], write_interval_s: float = WAITING_WRITE_INTERVAL_S,
+                 clock: Clock = REAL_CLOCK):
         self.reporter = reporter
         self.pods = pods
         self.reasons: dict[str, str | None] = {}  # last reported, without time so far; None: Ready
         self.annotated: dict[str, str] = {}
-        self.annotation = LatestWriter(reporter.waiting, write_interval_s)
+        self.annotation = LatestWriter(reporter.waiting, write_interval_s, clock)
 
     def observe(self, pods: Mapping[str, dict], slow: Mapping[str, tuple[Stage, float]] | None = None,
                 now: float = 0.0) -> None:

@@ -3,15 +3,16 @@
 # netns), containerd with runc and the CNI plugins (the nodes' container runtime),
 # podman (the image builder), mmdebstrap (the root filesystem of the python base
 # stand-in), openssh-client (the ssh-keygen the unit tests check the job's keys
-# with), shellcheck (the tests lint every shell script) and ipset (kube-router, the
+# with), shellcheck (the tests lint every shell script), ipset (kube-router, the
 # nodes' NetworkPolicy controller with `up --network-policy`, writes its address
-# sets with it). Not etcd: build.sh builds the one these Kubernetes modules require.
+# sets with it) and libnss-wrapper (the unit tests run the job pods' user script with it,
+# as the base image does). Not etcd: build.sh builds the one these Kubernetes modules require.
 # Idempotent. The cluster runs one containerd per node, so the package's system
 # service must never be left running: service starts are denied during the install.
 set -euo pipefail
 
 PACKAGES=(iproute2 podman runc containerd containernetworking-plugins mmdebstrap openssh-client
-          shellcheck ipset)
+          shellcheck ipset libnss-wrapper)
 POLICY_RC_D=/usr/sbin/policy-rc.d
 
 missing=()

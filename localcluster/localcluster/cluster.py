@@ -319,6 +319,7 @@ class Cluster:
         taints: Sequence[str] = (),
         hostnames: Mapping[str, str] | None = None,
         ipv6_first: bool = False,
+        ipv6_only: bool = False,
         dra: bool = False,
     ) -> NodeGroup:
         """Start a real node for each of `spec` ({node name: GPUs}); returns once they are Ready
@@ -328,9 +329,9 @@ class Cluster:
         its registration, like a cloud's GPU node pool (GKE: "nvidia.com/gpu=present:NoSchedule").
         `hostnames` ({node name: hostname}) gives nodes a `kubernetes.io/hostname` label other
         than their name, as on EKS: {"ip-10-0-1-7.ec2.internal": "ip-10-0-1-7"}.
-        `ipv6_first`: their pods are dual-stack, IPv6 first (see NodeSpec). `dra`: their GPUs
-        are devices of DeviceClass gpu.example.com that the example DRA driver publishes
-        (localcluster/dra.py), not `gpu_resource`; other groups may keep the extended resource.
+        `ipv6_first`: their pods are dual-stack, IPv6 first; `ipv6_only`: IPv6 alone (see NodeSpec).
+        `dra`: their GPUs are devices of DeviceClass gpu.example.com that the example DRA driver
+        publishes (localcluster/dra.py), not `gpu_resource`; other groups may keep the extended resource.
         """
         hostnames = dict(hostnames or {})
         validate_hostnames(spec, hostnames)
@@ -339,7 +340,7 @@ class Cluster:
         try:
             if dra:
                 install_dra(self.kubectl)
-            group.start(spec, labels or {}, gpu_resource, tuple(taints), hostnames, ipv6_first, dra)
+            group.start(spec, labels or {}, gpu_resource, tuple(taints), hostnames, ipv6_first, ipv6_only, dra)
         except BaseException:
             group.stop()
             raise
@@ -584,11 +585,12 @@ class NodeGroup:
 
     def start(self, spec: dict[str, int], labels: dict[str, str], gpu_resource: str,
               taints: tuple[str, ...] = (), hostnames: Mapping[str, str] | None = None,
-              ipv6_first: bool = False, dra: bool = False) -> None:
+              ipv6_first: bool = False, ipv6_only: bool = False, dra: bool = False) -> None:
         hostnames = hostnames or {}
         self.start_nodes([NodeSpec(name=name, index=0, gpus=0 if dra else spec[name], gpu_resource=gpu_resource,
                                    hostname=hostnames.get(name, name), labels=labels, taints=taints,
-                                   ipv6_first=ipv6_first, dra_gpus=spec[name] if dra else 0)
+                                   ipv6_first=ipv6_first, ipv6_only=ipv6_only,
+                                   dra_gpus=spec[name] if dra else 0)
                           for name in self.names])
 
     def start_nodes(self, specs: Sequence[NodeSpec]) -> None:

@@ -108,6 +108,12 @@ def apiserver_command(pki: Pki, binaries: Binaries) -> list[str]:
         f"--proxy-client-cert-file={pki.cert(FRONT_PROXY_CLIENT.name)}",
         f"--proxy-client-key-file={pki.key(FRONT_PROXY_CLIENT.name)}",
         "--enable-aggregator-routing=true",
+        # MutatingAdmissionPolicy (beta in 1.34 and 1.35, off by default; GA from 1.36, where
+        # the gate and v1beta1 are still accepted, through 1.37: k8s.io/apiserver's
+        # kube_features.go, k8s.io/api's admissionregistration/v1beta1): the OpenShift-like
+        # namespaces' admission (openshift.py) assigns their pods UIDs with it.
+        "--feature-gates=MutatingAdmissionPolicy=true",
+        "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         "--profiling=false",
     ]
 

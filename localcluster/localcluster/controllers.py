@@ -8,8 +8,19 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import yaml
 
 READYZ_TIMEOUT_S = 2.0
+# A controller's CRDs are megabytes of YAML: libyaml's loader reads them several times
+# faster than the pure-Python one, which Kueue's start waited on for seconds.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_crds(paths: Iterable[Path]) -> list[dict]:
+    """The CRDs in ``paths``, one document each, in that order."""
+    return [yaml.load(path.read_text(), Loader=YAML_LOADER) for path in paths]
 
 
 def readyz(port: int) -> bool:

@@ -15,8 +15,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-import yaml
-
 from localcluster import controllers
 from localcluster.nodeclaims import HostCapacity, InstanceError, kubelet_reservations
 
@@ -35,8 +33,15 @@ FEATURE_GATES = "NodeRepair=true"
 REPAIR_TOLERATION_ENV = "LOCALCLUSTER_REPAIR_TOLERATION"  # the provider's (karpentercontroller/cloudprovider)
 # A cloud GPU node takes minutes to boot and join; `up --karpenter-boot-delay` changes it.
 DEFAULT_BOOT_DELAY_S = 120.0
-ON_DEMAND_ZONE_A = [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]
+# Each instance type is offered on demand in two zones, zone-b for a little more: nodes go
+# to zone-a unless a pod requires zone-b (a job keeping its running shares' zone), as a
+# cloud's cheapest offering wins.
+ZONES = {"zone-a": 1.0, "zone-b": 1.05}  # zone -> price factor
+
+
+def on_demand_in(zone: str) -> list[dict]:
+    return [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]
 
 
 def instance_types(boot_delay_s: float = DEFAULT_BOOT_DELAY_S) -> list[dict]:
@@ -45,7 +50,8 @@ def instance_types(boot_delay_s: float = DEFAULT_BOOT_DELAY_S) -> list[dict]:
     def instance_type(name: str, cpu: str, memory: str, gpus: int, price: float) -> dict:
         return {"name": name, "architecture": "amd64", "operatingSystems": ["linux"],
                 "resources": {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)},
-                "offerings": [{"Price": price, "Available": True, "Requirements": ON_DEMAND_ZONE_A}],
+                "offerings": [{"Price": round(price * factor, 3), "Available": True, "Requirements": on_demand_in(zone)}
+                              for zone, factor in ZONES.items()],
                 "bootDelay": f"{boot_delay_s:g}s"}
 
     return [instance_type("gpu-8x", "2", "16Gi", 8, 8.0), instance_type("gpu-4x", "2", "8Gi", 4, 4.2),
@@ -98,7 +104,7 @@ def environment(kubeconfig: Path, instance_types_file: Path, python: str, python
 
 def install(api_client, module: Path) -> list[str]:
     """Karpenter's namespace and CRDs (created or replaced), idempotently; returns the CRDs' names."""
-    crds = [yaml.safe_load(path.read_text()) for path in crd_files(module)]
+    crds = controllers.read_crds(crd_files(module))
     return controllers.install_crds(api_client, NAMESPACE, crds)
 
 

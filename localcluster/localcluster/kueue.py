@@ -179,7 +179,7 @@ def unregister_visibility(api_client) -> None:
 
 
 def custom_resource_definitions(crd_files: Iterable[Path]) -> list[dict]:
-    return [yaml.safe_load(path.read_text()) for path in sorted(crd_files)]
+    return controllers.read_crds(sorted(crd_files))
 
 
 # Without internal certificate management, Kueue v0.19.2 reads its metrics server's

@@ -9,7 +9,9 @@ worker and chief pods are rendered by distributetrain.core.manifests with fresh 
 distributetrain.core.sshkeys: the worker container runs the pod's own command (WORKER_SCRIPT,
 sshd from the command line) and both get the pod's SSH Secret files at the pod's paths,
 so a change to either breaks this test. Each "host" is a container in a network
-namespace of its own on a private bridge, with a pod's hostname and /etc/hosts.
+namespace of its own on a private bridge, with a pod's hostname and /etc/hosts. The two
+pods run as OpenShift runs them (a UID of a namespace's range that the image's /etc/passwd
+does not have, group 0), on read-only root filesystems, as their security context says.
 """
 
 import ipaddress
@@ -155,9 +157,9 @@ def horovodrun(hosts, processes, train_args, extra_args=()):
             "python", TRAIN_SCRIPT, *TRAIN_ARGS, *train_args]
 
 
-def checkpoint_mount(directory):
+def checkpoint_mount(directory, owner=names.JOB_USER_UID):
     """A host directory for checkpoints, the job user's to write (as a job's volume is)."""
-    os.chown(directory, names.JOB_USER_UID, names.JOB_USER_UID)
+    os.chown(directory, owner, owner)
     return f"--mount=type=bind,source={directory},destination={CHECKPOINT_MOUNT}"
 
 
@@ -342,9 +344,10 @@ def two_hosts(containers, workdir):
         yield hosts
 
 
-def rendered_job(name):
-    """The job's SSH Secret and its worker and chief pods, as the product builds them."""
-    settings = JobSettings(job_name=name, namespace="default", num_gpus=2, image=IMAGE, port=SSHD_PORT)
+def rendered_job(name, **options):
+    """The job's SSH Secret and its worker and chief pods, as the product builds them
+    (``options``: more of the job's settings)."""
+    settings = JobSettings(job_name=name, namespace="default", num_gpus=2, image=IMAGE, port=SSHD_PORT, **options)
     keys = JobKeys.generate(name)
     worker = manifests.worker_pod(settings, 0, "worker-node", 1)
     chief = manifests.chief_pod(settings, "chief-node", 1)
@@ -373,6 +376,22 @@ def ssh_volume_mount(pod, secret, directory):
     return f"--mount=type=bind,source={directory},destination={mount['mountPath']},ro=true"
 
 
+def pod_runtime(pod):
+    """podman options that run a container as the pod's security context and volumes say:
+    its user and group (and no /etc/passwd entry podman would add for them: the kubelet adds
+    none), a read-only root filesystem (podman's own tmpfs mounts left out), its emptyDir
+    volumes as tmpfs."""
+    context, container = pod["spec"]["securityContext"], container_of(pod)
+    options = []
+    if "runAsUser" in context:
+        options += ["--passwd=false", f"--user={context['runAsUser']}:{context.get('runAsGroup', 0)}"]
+    if container["securityContext"].get("readOnlyRootFilesystem"):
+        options += ["--read-only", "--read-only-tmpfs=false"]
+    scratch = {v["name"] for v in pod["spec"]["volumes"] if v.get("emptyDir") == {}}
+    return options + [f"--mount=type=tmpfs,destination={m['mountPath']},tmpfs-mode=0777"
+                      for m in container["volumeMounts"] if m["name"] in scratch]
+
+
 def plain_env(pod):
     return [f"--env={e['name']}={e['value']}" for e in container_of(pod).get("env", []) if "value" in e]
 
@@ -384,16 +403,22 @@ def wait_for_sshd(hosts, containers, worker):
                hopeless=lambda: not containers.running(worker))
 
 
+# A UID of an OpenShift namespace's range: the image has no /etc/passwd entry for it.
+ASSIGNED_UID = 1000680000
+
+
 def test_ranks_on_two_hosts_over_ssh(containers, two_hosts, workdir):
-    secret, worker_pod, chief_pod = rendered_job(containers.name("job"))
+    secret, worker_pod, chief_pod = rendered_job(containers.name("job"), run_as_user=ASSIGNED_UID, run_as_group=0,
+                                                 read_only_root_filesystem=True)
     worker_checkpoints = workdir / "worker-checkpoints"
     worker_checkpoints.mkdir()
 
     # The worker pod's own command (sshd, every option on its command line) and environment.
     worker = containers.start(
         "worker",
-        [*two_hosts.container_options("worker"), *plain_env(worker_pod),
-         ssh_volume_mount(worker_pod, secret, workdir / "worker-ssh"), checkpoint_mount(worker_checkpoints)],
+        [*two_hosts.container_options("worker"), *pod_runtime(worker_pod), *plain_env(worker_pod),
+         ssh_volume_mount(worker_pod, secret, workdir / "worker-ssh"),
+         checkpoint_mount(worker_checkpoints, ASSIGNED_UID)],
         container_of(worker_pod)["args"])
     wait_for_sshd(two_hosts, containers, worker)
 
@@ -404,12 +429,14 @@ def test_ranks_on_two_hosts_over_ssh(containers, two_hosts, workdir):
     hosts = f"{WORKER_ADDRESS}:1,{CHIEF_ADDRESS}:1"
     train = horovodrun(hosts, 2, ["--epochs", "2", "--checkpoint-dir", CHECKPOINT_MOUNT],
                        ["-p", str(SSHD_PORT), "--network-interface", POD_INTERFACE])
-    # The chief's ssh first on PATH, as chief.sh puts it: it names the job's config file.
-    command = ["/bin/sh", "-c", manifests.SSH_WRAPPER_SCRIPT + 'ssh -p "$1" "$2" true && shift 2 && exec "$@"',
-               "chief", str(SSHD_PORT), WORKER_ADDRESS, *train]
+    # The chief's user, then its ssh first on PATH, as chief.sh puts them: the ssh names the
+    # job's config file.
+    command = ["/bin/sh", "-c", manifests.JOB_USER_CHECK_SCRIPT + manifests.SSH_WRAPPER_SCRIPT
+               + 'ssh -p "$1" "$2" true && shift 2 && exec "$@"', "chief", str(SSHD_PORT), WORKER_ADDRESS, *train]
     result = containers.run(
         "chief",
-        [*two_hosts.container_options("chief"), ssh_volume_mount(chief_pod, secret, workdir / "chief-ssh")],
+        [*two_hosts.container_options("chief"), *pod_runtime(chief_pod),
+         ssh_volume_mount(chief_pod, secret, workdir / "chief-ssh")],
         command)
     assert result.returncode == 0, describe(result) + "\n--- worker (sshd)\n" + containers.logs(worker)
 
@@ -419,3 +446,4 @@ def test_ranks_on_two_hosts_over_ssh(containers, two_hosts, workdir):
     assert [int(m.group(3)) for m in CHECKPOINT_LINE.finditer(result.stdout)] == [0, 0], describe(result)
     assert sorted(p.name for p in worker_checkpoints.glob("*.index")) == ["checkpoint-0001.index",
                                                                            "checkpoint-0002.index"]
+    assert {p.stat().st_uid for p in worker_checkpoints.iterdir()} == {ASSIGNED_UID}

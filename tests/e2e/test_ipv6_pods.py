@@ -45,3 +45,27 @@ def test_a_job_trains_on_ipv6_pod_addresses(cluster, jobs):
         assert env["DT_HOSTS_URL"] == f"http://[{manager['status']['podIP']}]:8470/hosts", env
         jobs.wait_gone(["six-worker-0"])
         assert jobs.secrets("six-") == []
+
+
+def test_on_ipv6_only_pods_a_job_spanning_pods_is_refused_up_front_and_a_one_node_job_trains(cluster, jobs):
+    """Pods with IPv6 addresses alone (the local cluster's ipv6_only nodes: as on EKS's IPv6
+    clusters, an IPv4 interface for egress only, which Kubernetes does not report).
+    horovodrun cannot connect ranks of several pods over IPv6 (Horovod's driver needs an
+    IPv4 address): such a job is bad input before anything exists, where it used to fail
+    once its pods held their GPUs. One kept on one node trains, its ranks over loopback."""
+    with node_pool(cluster, {"a": 2, "b": 1}, ipv6_only=True) as pool:
+        base = ["--image=distributetrain/base:0.1.0", f"--node-selector={pool.selector}", "--worker-ready-timeout=90s"]
+        jobs.submit("wide", ["--num-gpus=3", *base, "--", *TRAIN_ARGS])  # a worker and the chief: two pods
+        jobs.submit("narrow", ["--num-gpus=2", *base, "--topology=kubernetes.io/hostname!", "--", *TRAIN_ARGS])
+        assert jobs.exit_code("wide", timeout_s=120) == 2, jobs.report("wide")
+        manager = jobs.pod("wide")
+        assert [entry["ip"] for entry in manager["status"]["podIPs"]] == [manager["status"]["podIP"]]
+        assert is_ipv6(manager["status"]["podIP"]), manager["status"]
+        errors = [line for line in jobs.logs("wide").splitlines() if "error" in line.lower()]
+        assert len(errors) == 1 and "--topology: the cluster's pods have IPv6 addresses only" in errors[0], errors
+        assert [name for name in jobs.pods() if name.startswith("wide-")] == [] and jobs.secrets("wide-") == []
+        assert jobs.exit_code("narrow", timeout_s=300) == 0, jobs.report("narrow")
+        chief = jobs.pod("narrow-chief")
+        assert [is_ipv6(entry["ip"]) for entry in chief["status"]["podIPs"]] == [True], chief["status"]
+        sizes = {int(m.group(2)) for m in EPOCH_LINE.finditer(jobs.logs("narrow-chief"))}
+        assert sizes == {2}, jobs.logs("narrow-chief")  # both ranks, in the chief's pod

@@ -64,13 +64,13 @@ def test_host_network_is_refused_up_front_naming_the_level(cluster, restricted, 
 
 
 def test_an_image_without_the_job_user_fails_in_one_line_not_a_hang(cluster, restricted, jobs):
-    # The python stand-in base: no uid 1000 in its /etc/passwd, no sshd.
+    # The python stand-in base: no uid 1000 in its /etc/passwd, no nss_wrapper, no sshd.
     with node_pool(cluster, {"a": 1}) as pool:
         jobs.submit("nouser", ["--num-gpus=1", f"--image={IMAGE_WITHOUT_JOB_USER}", "--cpu-per-gpu=250m",
                                "--memory-per-gpu=2Gi", f"--node-selector={pool.selector}", "--worker-ready-timeout=90s"])
         assert jobs.exit_code("nouser", timeout_s=120) == exitcodes.IMAGE_UNFIT, jobs.report("nouser")
         (chief,) = jobs.pod("nouser-chief")["status"]["containerStatuses"]
         message = chief["state"]["terminated"]["message"]
-        assert message.strip() == ("distributetrain: the image has no user with uid 1000 (an /etc/passwd entry with a "
-                                   "home directory, as base_image/Dockerfile creates): ssh and sshd cannot run "
-                                   "without one"), message
+        assert message.strip() == ("distributetrain: the image has no user with uid 1000 and no nss_wrapper to give "
+                                   "it one (install libnss-wrapper, as base_image/ does, or add an /etc/passwd entry): "
+                                   "ssh and sshd cannot run without one"), message

@@ -24,6 +24,12 @@ CATALOGUE = {
     "secret-name": (["--num-gpus=1", "--env-from-secret=Not_A_Name"], "--env-from-secret"),
     # Created, a chief with envFrom a missing Secret would never start (CreateContainerConfigError).
     "secret-missing": (["--num-gpus=1", "--env-from-secret=no-such-secret"], "--env-from-secret"),
+    # Pod knobs naming what the cluster does not have: the manager's own read (a pull
+    # Secret, a RuntimeClass under rbac/), the dry run's refusal (a PriorityClass).
+    "pull-secret-missing": (["--num-gpus=1", "--image-pull-secret=no-such-secret"], "--image-pull-secret: no Secret"),
+    "runtime-class-missing": (["--num-gpus=1", "--runtime-class=no-such-class"], "--runtime-class: no RuntimeClass"),
+    "priority-class-missing": (["--num-gpus=1", "--pod-priority-class=no-such-class"],
+                               "--pod-priority-class: no PriorityClass"),
 }
 
 

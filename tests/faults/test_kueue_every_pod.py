@@ -1,7 +1,8 @@
 """A namespace where Kueue queues every pod, queue name or not (manageJobsWithoutQueueName,
 as a platform team that makes every workload go through a queue configures it): the
 manager itself runs, going through the job's queue without holding quota, and the job is
-admitted as one workload; a job submitted without --queue is refused, naming it."""
+admitted as one workload, its queue read in v1beta1 (as Kueue v0.14 and earlier serve
+it); a job submitted without --queue is refused, naming it."""
 
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from kubernetes import client
 
 from distributetrain.core import names, podgroup
 from jobharness import LOCAL_NODE_SIZING, REPO, SCRIPTS, job_args, node_pool, script_volume
-from kueueharness import gpu_queue, workloads
+from kueueharness import gpu_queue, served_in_v1beta1_only, workloads
 
 # Kueue is started per module, configured its own way: its modules share a worker (conftest.py).
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("kueue")]
@@ -43,12 +44,14 @@ def submit(cluster, namespace, *args):
                            "--namespace", namespace, *args], capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=REPO)
 
 
-def test_the_manager_runs_through_the_queue_asking_no_quota_and_the_job_is_one_workload(
+def test_the_manager_runs_through_the_queue_asking_no_quota_and_the_job_is_one_workload_on_kueue_v1beta1(
         kueue_queues_every_pod, api_client, managed_namespace, jobs, tmp_path):
+    """With Kueue's queues and flavors served in v1beta1 only, as Kueue v0.14 and earlier
+    serve them: the manager reads them in v1beta1."""
     namespace = managed_namespace
     with node_pool(kueue_queues_every_pod, {"a": 2, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
-            gpu_queue(api_client, namespace, 3) as queue:
+            gpu_queue(api_client, namespace, 3) as queue, served_in_v1beta1_only(api_client):
         done = submit(kueue_queues_every_pod, namespace, "--name", "everypod", "--queue", queue.name,
                       "--manager-node-selector", pool.selector, *LOCAL_NODE_SIZING,
                       *job_args(pool, claim, 3, script_args=("0",)))

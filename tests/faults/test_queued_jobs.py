@@ -1,7 +1,7 @@
 """Jobs through a Kueue queue (--queue) on the local cluster, the manager under exactly
 rbac/ plus rbac/kueue/: quota never exceeded and queue order kept with several jobs at
-once, one workload for a job split over two nodes, and preemption (restart from the
-checkpoint, or exit 72)."""
+once, one workload for a job split over a flavor's two tainted nodes, a job under Kueue's
+Topology Aware Scheduling, and preemption (restart from the checkpoint, or exit 72)."""
 
 import json
 import subprocess
@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import names, podgroup, podstate
-from jobharness import HOLD_UNTIL_RELEASED, SCRIPTS, job_args, node_pool, release_ranks, script_volume
-from kueueharness import gpu_queue, gpus_reserved, is_admitted, priority_classes, workloads
+from jobharness import HOLD_UNTIL_RELEASED, SCRIPTS, TEST_NODE_LABEL, job_args, node_pool, release_ranks, script_volume
+from kueueharness import gpu_queue, gpus_reserved, is_admitted, priority_classes, topology, workloads
 from harness.polling import poll_until
 
 # Kueue is started per module, configured its own way: its modules share a worker (conftest.py).
@@ -25,6 +25,7 @@ QUEUED_TIMEOUT_S = 120.0
 POSITION_TIMEOUT_S = 60.0  # the manager reads positions every 10 s
 CLI_TIMEOUT_S = 60.0
 JOB_TIMEOUT_S = 600.0
+RACK = "network.topology.kubernetes.io/rack"
 # Rank 0 counts the steps done in a file of the volume (the job's checkpoint) and goes on
 # from it; every rank then holds until the test releases it.
 CHECKPOINTED = HOLD_UNTIL_RELEASED + """\
@@ -120,12 +121,27 @@ def test_jobs_at_once_through_a_4_gpu_queue_never_exceed_it_and_keep_its_order(k
             assert sampler.admitted_at[earlier] <= sampler.admitted_at[later], (sampler.created, sampler.admitted_at)
 
 
-def test_a_job_split_over_two_nodes_is_one_workload_that_starts_only_when_all_of_it_fits(
+def flavored(core, pool, logical_nodes) -> dict:
+    """``logical_nodes`` of ``pool`` labelled and tainted as a platform team dedicates a
+    node pool to a ResourceFlavor; returns the flavor's spec: those labels, that taint
+    tolerated (Kueue adds both to the pods it admits into the flavor)."""
+    key = "distributetrain.test/flavor"
+    for logical in logical_nodes:
+        core.patch_node(pool.node(logical), {"metadata": {"labels": {key: pool.prefix}}, "spec": {"taints": [
+            {"key": key, "value": pool.prefix, "effect": "NoSchedule"}]}})
+    return {"nodeLabels": {key: pool.prefix},
+            "tolerations": [{"key": key, "operator": "Equal", "value": pool.prefix, "effect": "NoSchedule"}]}
+
+
+def test_a_job_split_over_a_flavor_s_two_nodes_is_one_workload_that_starts_only_when_all_of_it_fits(
         kueue_running, api_client, namespace, jobs, tmp_path):
+    """The flavor's nodes a and b are labelled for it and tainted; c, untainted and free,
+    is not the flavor's: the job's pods are planned and placed on a and b, where Kueue's
+    node selector and tolerations let them run."""
     core = client.CoreV1Api(api_client)
-    with node_pool(kueue_running, {"a": 2, "b": 1}) as pool, \
+    with node_pool(kueue_running, {"a": 2, "b": 1, "c": 3}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
-            gpu_queue(api_client, namespace, 3) as queue:
+            gpu_queue(api_client, namespace, 3, flavor_spec=flavored(core, pool, ("a", "b"))) as queue:
         jobs.submit("holder", job_args(pool, claim, 1, f"--queue={queue.name}", script_args=("0", "hold")))
         jobs.wait_for("holder", lambda p: phase(p) == "Training", QUEUED_TIMEOUT_S)
         # 2 GPUs free on a, 3 wanted: shares 2 and 1 over both nodes; 2 of 3 GPUs of quota left.
@@ -146,9 +162,31 @@ def test_a_job_split_over_two_nodes_is_one_workload_that_starts_only_when_all_of
         assert jobs.exit_code("split", JOB_TIMEOUT_S) == 0, jobs.report("split")
         plan = (jobs.pod("split")["metadata"].get("annotations") or {})[names.ANNOTATION_PLAN]
         assert plan == f"{pool.node('a')}=2,{pool.node('b')}=1"
+        chief = jobs.pod("split-chief")["spec"]
+        assert chief["nodeSelector"] == {"distributetrain.test/flavor": pool.prefix}  # Kueue's, beside the pin
         events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=split").items
         reasons = [e.reason for e in sorted(events, key=lambda e: e.metadata.creation_timestamp)]
         assert reasons.index("Queued") < reasons.index("Planned"), reasons
+
+
+def test_under_topology_aware_scheduling_a_job_runs_on_the_node_kueue_assigned_it(
+        kueue_running, api_client, namespace, jobs, tmp_path):
+    """Kueue's TAS gives the one 2-GPU pod a node of two alike: b, the first by its rack
+    (r1 before r2); the manager, left to itself, would take a, the first by name."""
+    core = client.CoreV1Api(api_client)
+    with node_pool(kueue_running, {"a": 2, "b": 2}) as pool, \
+            script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
+            topology(api_client, [RACK, names.HOSTNAME_LABEL]) as levels:
+        for logical, rack in (("a", "r2"), ("b", "r1")):
+            core.patch_node(pool.node(logical), {"metadata": {"labels": {RACK: f"{pool.prefix}-{rack}"}}})
+        flavor = {"nodeLabels": {TEST_NODE_LABEL: pool.prefix}, "topologyName": levels}
+        with gpu_queue(api_client, namespace, 2, flavor_spec=flavor) as queue:
+            jobs.submit("tas", job_args(pool, claim, 2, f"--queue={queue.name}", script_args=("0",)))
+            assert jobs.exit_code("tas", JOB_TIMEOUT_S) == 0, jobs.report("tas")
+        plan = (jobs.pod("tas")["metadata"].get("annotations") or {})[names.ANNOTATION_PLAN]
+        assert plan == f"{pool.node('b')}=2"
+        chief = jobs.pod("tas-chief")["spec"]
+        assert (chief["nodeName"], chief["nodeSelector"][names.HOSTNAME_LABEL]) == (pool.node("b"), pool.hostname("b"))
 
 
 @pytest.mark.parametrize("restarts, code", [(1, 0), (0, 72)])

@@ -158,14 +158,15 @@ def test_of_the_leases_only_the_placement_lease(api_client, namespace, rbac):
         return review.create_subject_access_review({"apiVersion": "authorization.k8s.io/v1",
                                                     "kind": "SubjectAccessReview", "spec": spec}).status.allowed
 
-    for verb in ("get", "update"):
+    for verb in ("get", "update", "watch"):  # watch: a busy Lease is taken at its release
         assert allowed(verb, DEFAULT_LOCK_NAMESPACE, LOCK_LEASE_NAME)
         assert not allowed(verb, DEFAULT_LOCK_NAMESPACE, "another-lease")
         assert not allowed(verb, namespace, LOCK_LEASE_NAME)  # nor in the job's own namespace
         assert not allowed(verb, "kube-node-lease", "some-node")
     assert allowed("create", DEFAULT_LOCK_NAMESPACE)  # RBAC cannot limit create by name
-    for verb in ("list", "watch", "delete", "patch"):
+    for verb in ("list", "delete", "patch"):
         assert not allowed(verb, DEFAULT_LOCK_NAMESPACE, LOCK_LEASE_NAME)
+    assert not allowed("watch", DEFAULT_LOCK_NAMESPACE)  # every Lease of the namespace
 
     # And an attempt, as the manager's ServiceAccount: another Lease in the Lease namespace
     # cannot be changed.

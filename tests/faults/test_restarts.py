@@ -4,6 +4,7 @@ test runs in a namespace that enforces PodSecurity `restricted`."""
 
 import os
 import signal
+import time
 
 import pytest
 from kubernetes import client
@@ -124,3 +125,61 @@ def test_a_worker_node_lost_while_the_worker_starts_restarts_the_job_on_a_ready_
             os.kill(losable.kubelet_pid(pool.node("a")), signal.SIGCONT)
         jobs.wait_gone(["startlost-worker-0", "startlost-chief", "startlost-worker-0-r1"])
         assert jobs.secrets("startlost") == []
+
+
+# Each rank waits for /work/go (written by the test), so the job ends when the test says.
+UNTIL_GO = """\
+import os, sys, time
+print(f"rank={os.environ.get('HOROVOD_RANK')} waiting", flush=True)
+give_up_at = time.monotonic() + 600
+while not os.path.exists("/work/go") and time.monotonic() < give_up_at:
+    time.sleep(0.5)
+sys.exit(0 if os.path.exists("/work/go") else 1)
+"""
+# Past the taint's eviction at the default toleration (30 s), and the manager's own
+# deletion of the pods 10 s after the taint.
+SPELL_AFTER_TAINT_S = 45
+
+
+def unreachable_taint(core, node: str) -> bool:
+    taints = core.read_node(node).spec.taints or []
+    return any(t.key == "node.kubernetes.io/unreachable" and t.effect == "NoExecute" for t in taints)
+
+
+def test_a_longer_node_lost_toleration_rides_out_a_spell_past_30s(cluster, api_client, namespace, jobs, tmp_path):
+    """--node-lost-toleration 3m: the node of one of the job's pods stops reporting (its
+    kubelet frozen) until the node controller's unreachable taint has stood 45 s. Neither
+    the taint (tolerated for 3 minutes) nor the manager (which waits the same window)
+    takes the pod; the kubelet comes back and the job trains to its end, no restart. With
+    the default 30 s, the manager would have deleted the pod 10 s after the taint."""
+    core = client.CoreV1Api(api_client)
+    with node_pool(cluster, {"b": 1}) as pool, \
+            more_nodes(cluster, pool, {"a": 1}, taints=[f"{LOSABLE}:NoSchedule"]) as losable, \
+            script_volume(api_client, namespace, {"until_go.py": UNTIL_GO}, tmp_path) as claim:
+        args = job_args(pool, claim, 2, "--node-lost-toleration=3m", f"--toleration={LOSABLE}")
+        args[args.index("--filename=/work/hello.py")] = "--filename=/work/until_go.py"
+        jobs.submit("spell", args)
+        poll_until(lambda: all(f"rank={r} waiting" in jobs.log_tail("spell-chief") for r in (0, 1)), 180,
+                   lambda: f"both ranks started; the manager's log:\n{jobs.log_tail('spell')}")
+        on_a = [name for name, pod in jobs.pods().items() if pod["spec"].get("nodeName") == pool.node("a")]
+        assert len(on_a) == 1 and on_a[0].startswith("spell-"), on_a
+        tolerations = {t["key"]: t.get("tolerationSeconds") for t in jobs.pod(on_a[0])["spec"]["tolerations"]}
+        assert tolerations["node.kubernetes.io/unreachable"] == tolerations["node.kubernetes.io/not-ready"] == 180
+        os.kill(losable.kubelet_pid(pool.node("a")), signal.SIGSTOP)
+        try:
+            poll_until(lambda: unreachable_taint(core, pool.node("a")), NODE_LOST_TIMEOUT_S,
+                       "the node controller's unreachable taint on the frozen node", interval_s=1)
+            tainted_at = time.monotonic()
+            while time.monotonic() < tainted_at + SPELL_AFTER_TAINT_S:
+                pod = jobs.pod(on_a[0])
+                assert pod and not pod["metadata"].get("deletionTimestamp"), (pod, jobs.log_tail("spell"))
+                time.sleep(1)
+        finally:
+            os.kill(losable.kubelet_pid(pool.node("a")), signal.SIGCONT)
+        poll_until(lambda: not unreachable_taint(core, pool.node("a")), 60, "the node Ready again", interval_s=1)
+        (tmp_path / "volume" / "go").write_text("")
+        assert jobs.exit_code("spell") == 0, jobs.report("spell")
+        annotations = jobs.pod("spell")["metadata"]["annotations"]
+        assert annotations.get("distributetrain.io/restarts", "0") == "0", annotations
+        jobs.wait_gone(["spell-worker-0"])
+        assert jobs.secrets("spell") == []

@@ -1,7 +1,11 @@
 """SSH: fresh keys per job, private key only in the chief and only for the job's user, keys
-only (no passwords), and another job's pod cannot log into this job's workers."""
+only (no passwords), and another job's pod cannot log into this job's workers. The second
+job runs as the owner of files an earlier job left on the volume (--run-as-user 2000, a UID
+the image has no /etc/passwd entry for): its ranks, the worker's over SSH, write there,
+where the first job's user may not."""
 
 import base64
+import os
 import subprocess
 
 import pytest
@@ -12,6 +16,7 @@ from jobharness import HOLD_UNTIL_RELEASED, REPO, SCRIPTS, job_args, node_pool, 
 pytestmark = pytest.mark.cluster
 
 BASE_IMAGE_USER = "distributetrain"  # uid 1000 of base_image/Dockerfile: the one user its sshd logs in
+VOLUME_OWNER = 2000  # an earlier job's UID, whose files are on the volume; the base image has no such user
 
 # Each rank reports what it can see of the SSH keys where it runs, then holds until the
 # test releases it.
@@ -24,6 +29,12 @@ for path in ("/etc/distributetrain/ssh-client/id_ed25519", "/etc/distributetrain
         print(f"rank={rank} {path} mode={oct(stat.S_IMODE(st.st_mode))} uid={st.st_uid} gid={st.st_gid}", flush=True)
     except FileNotFoundError:
         print(f"rank={rank} {path} absent", flush=True)
+try:
+    with open(f"/work/owned/rank-{rank}-uid-{os.getuid()}", "w") as written:
+        written.write("checkpoint")
+    print(f"rank={rank} uid={os.getuid()} wrote to the volume", flush=True)
+except PermissionError:
+    print(f"rank={rank} uid={os.getuid()} refused by the volume", flush=True)
 hold_until_released()
 """
 
@@ -37,9 +48,14 @@ def test_keys_fresh_private_only_for_the_job_user_in_the_chief_never_logged(clus
                                                                           tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1, "c": 1, "d": 1}) as pool, \
             script_volume(api_client, namespace, {**SCRIPTS, "probe.py": KEY_PROBE}, tmp_path) as claim:
-        for job in ("one", "two"):
+        owned = tmp_path / "volume" / "owned"  # as an earlier job as VOLUME_OWNER left it
+        owned.mkdir(mode=0o755)
+        (owned / "checkpoint-0001.index").write_text("")
+        for path in (owned, owned / "checkpoint-0001.index"):
+            os.chown(path, VOLUME_OWNER, VOLUME_OWNER)
+        for job, user in (("one", ()), ("two", (f"--run-as-user={VOLUME_OWNER}",))):
             jobs.submit(job, [a.replace("/work/hello.py", "/work/probe.py") for a in
-                              job_args(pool, claim, 2, "--delete-chief")])
+                              job_args(pool, claim, 2, "--delete-chief", *user)])
         for job in ("one", "two"):
             try:
                 # Training: the worker Ready, the chief running (it runs from its creation).
@@ -53,17 +69,25 @@ def test_keys_fresh_private_only_for_the_job_user_in_the_chief_never_logged(clus
         for pod in jobs.pods().values():
             assert "PRIVATE KEY" not in str(pod)
 
-        def with_rank_1() -> str:
-            log = jobs.logs("one-chief")
-            return log if "rank=1" in log else ""
+        def with_both_ranks(chief: str) -> str:
+            log = jobs.logs(chief)
+            return log if "rank=1 uid=" in log and "rank=0 uid=" in log else ""
 
-        chief_log = poll_until(with_rank_1, 30,
-                               lambda: f"rank=1 in one-chief's log, which is:\n{jobs.logs('one-chief')}")
-        # In the chief only, root's and readable by the job user's group alone (fsGroup 1000).
-        assert "rank=0 /etc/distributetrain/ssh-client/id_ed25519 mode=0o440 uid=0 gid=1000" in chief_log
-        assert "rank=1 /etc/distributetrain/ssh-client/id_ed25519 absent" in chief_log  # no client key on workers
-        assert "rank=0 /etc/distributetrain/ssh/ssh_host_ed25519_key absent" in chief_log
-        assert "rank=1 /etc/distributetrain/ssh/ssh_host_ed25519_key mode=0o440 uid=0 gid=1000" in chief_log
+        for job, uid in (("one", 1000), ("two", VOLUME_OWNER)):
+            chief_log = poll_until(lambda: with_both_ranks(f"{job}-chief"), 30,
+                                   lambda: f"both ranks in {job}-chief's log, which is:\n{jobs.logs(f'{job}-chief')}")
+            # In the chief only, root's and readable by the job user's group alone (fsGroup).
+            assert f"rank=0 /etc/distributetrain/ssh-client/id_ed25519 mode=0o440 uid=0 gid={uid}" in chief_log
+            assert "rank=1 /etc/distributetrain/ssh-client/id_ed25519 absent" in chief_log  # no client key on workers
+            assert "rank=0 /etc/distributetrain/ssh/ssh_host_ed25519_key absent" in chief_log
+            assert f"rank=1 /etc/distributetrain/ssh/ssh_host_ed25519_key mode=0o440 uid=0 gid={uid}" in chief_log
+            # The volume's files are VOLUME_OWNER's: its job writes there (the worker's rank
+            # over SSH too, under a UID no /etc/passwd has), the other one may not.
+            verdict = "wrote to" if uid == VOLUME_OWNER else "refused by"
+            for rank in (0, 1):
+                assert f"rank={rank} uid={uid} {verdict} the volume" in chief_log, chief_log
+        assert sorted(p.name for p in owned.iterdir()) == [
+            "checkpoint-0001.index", f"rank-0-uid-{VOLUME_OWNER}", f"rank-1-uid-{VOLUME_OWNER}"]
 
         # Another job's key cannot log into this job's worker; neither can a password.
         worker_ip = jobs.pod("one-worker-0")["status"]["podIP"]

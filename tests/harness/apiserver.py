@@ -11,7 +11,12 @@ watch, as the placement lock uses them). It misbehaves on demand in ways no clus
   ``ERROR`` event with the first code left, and ends.
 
 Only what ``distributetrain.kube.client`` sends is understood; anything else is a 404.
-``RudeServer`` is a TCP server that accepts connections and never answers, or closes them.
+``PathServer`` answers GETs of fixed paths with fixed JSON (discovery documents, custom
+objects), a 404 Status for any other path. ``PodListServer`` serves the inventory's pod
+list in protobuf, whole or in pages, as an API server of a given version does, with a
+list that never comes whole (read from etcd), pages cut part way and continue tokens
+expired on demand. ``RudeServer`` is a TCP server that accepts connections and never
+answers, or closes them.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from urllib.parse import parse_qs, urlparse
 
 from kubernetes import client
 
+from distributetrain.kube import podwire
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
+from harness.podproto import pod_list, status
 
 BOOKMARK_BEFORE_END_S = 0.5  # the real apiserver sends one 2 s before a watch's timeout
 SHUTDOWN_POLL_S = 0.02  # how often the server looks for a shutdown: every test waits this long on exit
@@ -239,6 +246,128 @@ class FakeApiServer:
         line = json.dumps(event).encode() + b"\n"
         handler.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
         handler.wfile.flush()
+
+
+class PathServer(ThreadingHTTPServer):
+    """GETs of ``answers``' paths answered with their JSON; any other path a 404 Status, as
+    the API server answers a path it does not serve. ``paths``: every path asked, in order."""
+
+    def __init__(self, answers: dict[str, dict]):
+        self.answers = answers
+        self.paths: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(handler) -> None:
+                path = urlparse(handler.path).path
+                server.paths.append(path)
+                found = server.answers.get(path)
+                body = json.dumps(found if found is not None else _status(
+                    404, "NotFound", "the server could not find the requested resource")).encode()
+                handler.send_response(200 if found is not None else 404)
+                handler.send_header("Content-Type", "application/json")
+                handler.send_header("Content-Length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body)
+
+            def log_message(handler, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+    def __enter__(self) -> "PathServer":
+        threading.Thread(target=self.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class PodListServer(ThreadingHTTPServer):
+    """``/version`` and the pod list of ``pods`` in protobuf, all of it one snapshot
+    (resourceVersion ``version``): whole without ``limit``, else ``limit`` pods from the
+    continue token's and the next token. On demand:
+
+    - ``silent_whole``: an unpaginated list answers nothing, as a server reading every pod
+      of a large cluster from etcd (1.30, or its watch cache off), past any read timeout;
+    - ``cuts``: the numbers (from 1) of pod list requests whose answer stops half way;
+    - ``expired``: continue tokens answered once with 410 Gone, in protobuf, as etcd's
+      compaction of the list's revision makes them.
+    """
+
+    def __init__(self, pods: list[dict], git_version: str = "v1.34.10", version: str = "77",
+                 silent_whole: bool = False, cuts: tuple[int, ...] = (), expired: tuple[str, ...] = ()):
+        self.pods, self.git_version, self.version = pods, git_version, version
+        self.silent_whole, self.cuts, self.expired = silent_whole, cuts, list(expired)
+        self.requests: list[dict[str, str]] = []  # the query of each pod list request, in order
+        self.closing = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(handler) -> None:
+                url = urlparse(handler.path)
+                if url.path == "/version":
+                    return server._send(handler, 200, "application/json",
+                                        json.dumps({"gitVersion": server.git_version}).encode())
+                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                server.requests.append(query)
+                number = len(server.requests)
+                if "limit" not in query and server.silent_whole:
+                    server.closing.wait()  # held, silent, until the test ends
+                    return None
+                code, body = server._answer(query)
+                return server._send(handler, code, podwire.PROTOBUF, body, cut=number in server.cuts)
+
+            def log_message(handler, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.daemon_threads = True
+
+    def _answer(self, query: dict[str, str]) -> tuple[int, bytes]:
+        if "limit" not in query:
+            return 200, pod_list(self.pods, self.version)
+        token = query.get("continue", "")
+        if token in self.expired:
+            self.expired.remove(token)
+            return 410, status({"metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+                                "message": "The provided continue parameter is too old to display a consistent "
+                                           "list result."})
+        start, limit = int(token or 0), int(query["limit"])
+        following = str(start + limit) if start + limit < len(self.pods) else ""
+        return 200, pod_list(self.pods[start:start + limit], self.version, following)
+
+    @staticmethod
+    def _send(handler, code: int, content_type: str, body: bytes, cut: bool = False) -> None:
+        handler.send_response(code)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body[:len(body) // 2] if cut else body)
+        handler.close_connection = cut
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+    def __enter__(self) -> "PodListServer":
+        threading.Thread(target=self.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closing.set()
+        self.shutdown()
+        self.server_close()
 
 
 class RudeServer:

@@ -3,7 +3,7 @@
 It keeps what the manager recorded in order, two ways: ``created`` holds every Event as
 sent (a repeat: the first Event again, with the patch's series, as the apiserver would
 show it) and ``calls`` says which call each was, as (verb, reason, note or count). What a
-test scripts: Events others recorded regarding pods (``others``), and the API's faults.
+test scripts: the API's faults.
 """
 
 from __future__ import annotations
@@ -14,23 +14,15 @@ from distributetrain.core import errors
 
 
 class FakeEventsApi:
-    def __init__(self, others: dict[str, list[dict]] | None = None, fail_with: BaseException | None = None,
-                 block: threading.Event | None = None, expire_at_once: bool = False, refusals: int = 0,
-                 regarding_fails_with: BaseException | None = None):
+    def __init__(self, fail_with: BaseException | None = None, block: threading.Event | None = None,
+                 expire_at_once: bool = False, refusals: int = 0):
         self.created: list[dict] = []
         self.calls: list[tuple] = []
         self.stored: dict[str, dict] = {}
-        self.others = others if others is not None else {}  # pod name -> Events others recorded regarding it
         self.fail_with = fail_with  # what every create raises
         self.block = block  # creates wait for it: an API that hangs
         self.expire_at_once = expire_at_once  # every Event's time to live has passed when it is patched
         self.refusals = refusals  # the first creates are forbidden
-        self.regarding_fails_with = regarding_fails_with  # what listing others' Events raises
-
-    def regarding(self, namespace: str, pod: str) -> list[dict]:
-        if self.regarding_fails_with is not None:
-            raise self.regarding_fails_with
-        return self.others.get(pod, [])
 
     def create(self, event: dict) -> None:
         if self.block is not None:

@@ -23,7 +23,7 @@ What the tests script:
 - ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
   (``break_node_watch(error)`` ends it with an error);
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
-  ``create_owned``, ``annotate_pod``, ...);
+  ``create_owned``, ``annotate_pod``, ...); None for a call that succeeds;
 - ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node);
 - ``on_create``: functions that change each object created, as mutating webhooks do
   (Kueue's adds its scheduling gates to the pods of a queue).
@@ -75,12 +75,14 @@ class FakeKube(KubeApi):
         self.volume_claims: dict[str, dict] = {}  # PersistentVolumeClaims of the job's namespace
         self.volumes: dict[str, dict] = {}  # PersistentVolumes
         self.custom: dict[tuple[str, str | None, str], dict] = {}  # (plural, namespace, name) -> object
+        self.kueue_served: str | None = "v1beta2"  # the version of Kueue's API read; None: not installed
         self.quotas: list[dict] = []  # the job namespace's ResourceQuotas
         # Kueue's visibility API: (namespace, LocalQueue) -> pending workloads; None: not served
         self.pending: dict[tuple[str, str], list[dict]] | None = None
         self.lease: dict | None = None  # the placement Lease
         self.other_leases: dict[str, dict] = {}
         self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels of a namespace that has any
+        self.namespace_annotations: dict[str, dict[str, str]] = {}  # name -> annotations of one that has any
         # The manager's own pod, outside ``pods``; None for the CLI, which runs in none.
         self.manager = (manager if manager is not None else manager_pod()) if in_manager_pod else None
         self.batch_jobs: dict[str, dict] = {}  # batch/v1 Jobs (a manager submitted --as-job)
@@ -142,8 +144,8 @@ class FakeKube(KubeApi):
         return [patch[key] for name, patch in self.annotated if name == pod and key in patch]
 
     def _maybe_fail(self, call: str) -> None:
-        if self.failures.get(call):
-            raise self.failures[call].pop(0)
+        if self.failures.get(call) and (failure := self.failures[call].pop(0)) is not None:
+            raise failure
 
     def _pods(self, selectors: dict[str, str]) -> list[dict]:
         return [copy.deepcopy(p) for p in self.pods.values() if _matches(p, **selectors)]
@@ -195,8 +197,9 @@ class FakeKube(KubeApi):
             self.pod_lists += 1
             return self._pods(selectors), "1"
 
-    def namespace_labels(self, name: str) -> dict[str, str] | None:
-        return dict(self.namespaces.get(name, {}))
+    def namespace_metadata(self, name: str) -> dict | None:
+        return {"name": name, "labels": dict(self.namespaces.get(name, {})),
+                "annotations": dict(self.namespace_annotations.get(name, {}))}
 
     def resource_quotas(self, namespace: str) -> list[dict]:
         self._maybe_fail("resource_quotas")
@@ -214,6 +217,14 @@ class FakeKube(KubeApi):
             if kind == "Lease":
                 return copy.deepcopy(self._leases_named(name))
             return copy.deepcopy(self._store(kind).get(name))
+
+    def kueue_version(self) -> str | None:
+        return self.kueue_served
+
+    def read_kueue(self, plural: str, namespace: str | None, name: str) -> dict | None:
+        self._maybe_fail("read_kueue")
+        with self.lock:
+            return copy.deepcopy(self.custom.get((plural, namespace, name)))
 
     def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
         self._maybe_fail("read_custom")

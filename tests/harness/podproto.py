@@ -76,3 +76,20 @@ ENVELOPE_TRAILER = text(3, "") + text(4, "")  # the runtime.Unknown's content en
 def pod_list(pods: list[dict], version: str = "42", token: str = "") -> bytes:
     listed = field(1, text(2, version) + text(3, token)) + b"".join(field(2, pod(p)) for p in pods)
     return b"k8s\x00" + field(1, text(1, "v1") + text(2, "PodList")) + field(2, listed) + ENVELOPE_TRAILER
+
+
+def status(body: dict) -> bytes:
+    """A meta/v1 Status in protobuf, as the API server writes an error to a client that
+    asked for protobuf (``body`` as its JSON reads)."""
+    details = body.get("details")
+    encoded = field(1, b"".join(text(n, body["metadata"][k]) for n, k in ((2, "resourceVersion"), (3, "continue"))
+                                if body.get("metadata", {}).get(k)))
+    encoded += text(2, body.get("status", "")) + text(3, body.get("message", "")) + text(4, body.get("reason", ""))
+    if details is not None:
+        causes = b"".join(field(4, b"".join(text(n, c[k]) for n, k in ((1, "reason"), (2, "message"), (3, "field"))
+                                            if k in c)) for c in details.get("causes") or ())
+        named = ((1, "name"), (2, "group"), (3, "kind"), (6, "uid"))
+        encoded += field(5, b"".join(text(n, details[k]) for n, k in named if k in details) + causes
+                         + (number(5, details["retryAfterSeconds"]) if "retryAfterSeconds" in details else b""))
+    encoded += number(6, body.get("code", 0) & (1 << 64) - 1)
+    return b"k8s\x00" + field(1, text(1, "v1") + text(2, "Status")) + field(2, encoded) + ENVELOPE_TRAILER

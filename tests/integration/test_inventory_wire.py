@@ -1,10 +1,16 @@
 """The inventory reads pods in the API server's protobuf encoding: the real server's bytes
-give the same pods, cut to what the inventory reads, as its JSON does."""
+give the same pods, cut to what the inventory reads, as its JSON does, whole or in pages
+(as from a server that reads them from etcd); and its errors in protobuf read as its JSON
+errors."""
+
+import json
+import math
 
 import pytest
 from kubernetes import client
 
-from distributetrain.kube import podwire
+from distributetrain.core import inventory
+from distributetrain.kube import podlist, podwire, protowire
 from distributetrain.kube.client import Kube
 
 pytestmark = pytest.mark.cluster
@@ -34,7 +40,8 @@ def pods(namespace):
     ]
 
 
-def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_reads(api_client, namespace):
+def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_reads(api_client, namespace,
+                                                                                    monkeypatch):
     core = client.CoreV1Api(api_client)
     for body in pods(namespace):
         core.create_namespaced_pod(namespace, body)
@@ -44,11 +51,11 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
                                    _return_http_data_only=True, _preload_content=False)
     assert response.headers["Content-Type"].startswith(podwire.PROTOBUF)
     from_protobuf = []
-    version = podwire.read_pod_list(response.headers["Content-Type"], [response.data], from_protobuf.append)
+    version, token = podwire.read_pod_list(response.headers["Content-Type"], [response.data], from_protobuf.append)
     as_json, _ = Kube(api_client).list_all("pods", namespace)
     assert sorted(from_protobuf, key=lambda p: p["metadata"]["name"]) == \
         sorted((podwire.slim(p) for p in as_json), key=lambda p: p["metadata"]["name"])
-    assert int(version) > 0
+    assert int(version) > 0 and token == ""
     by_name = {p["metadata"]["name"]: p for p in from_protobuf}
     assert by_name["init"]["spec"]["initContainers"][0] == {
         "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}
@@ -58,3 +65,38 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
     listed = []
     assert int(Kube(api_client).each_pod_request(listed.append, listed.clear, field_selector=selector)) > 0
     assert sorted(listed, key=lambda p: p["metadata"]["name"]) == sorted(from_protobuf, key=lambda p: p["metadata"]["name"])
+    # In pages, as from a server older than 1.31, the inventory's own query (every pod of
+    # the cluster): each page a request with the server's own continue token, one snapshot,
+    # each pod once, and this namespace's pods the same.
+    monkeypatch.setattr(podlist, "LIST_FROM_CACHE_SINCE", (99, 0))
+    monkeypatch.setattr(podlist, "PAGE_SIZE", 5)
+    paged, restarts = [], []
+
+    def restart() -> None:
+        restarts.append(len(paged))
+        paged.clear()
+
+    kube = Kube(api_client)
+    assert int(kube.each_pod_request(paged.append, restart, field_selector=inventory.ACTIVE_PODS_SELECTOR)) > 0
+    uids = [p["metadata"]["uid"] for p in paged]
+    assert restarts == [0] and len(uids) == len(set(uids)), restarts
+    ours = [p for p in paged if p["metadata"].get("namespace") == namespace]
+    assert sorted(ours, key=lambda p: p["metadata"]["name"]) == sorted(listed, key=lambda p: p["metadata"]["name"])
+    assert kube.requests >= 1 + math.ceil(len(paged) / 5)  # the server's version, then pages of 5
+
+
+def raw(api_client, path: str, headers: dict) -> bytes:
+    """The body of a GET the server refuses, as it sent it."""
+    with pytest.raises(client.ApiException) as refused:
+        api_client.call_api(path, "GET", header_params=headers, auth_settings=["BearerToken"],
+                            _return_http_data_only=True, _preload_content=False)
+    return refused.value.body
+
+
+@pytest.mark.parametrize("what", ["forbidden", "not found"])
+def test_the_servers_errors_in_protobuf_read_as_its_errors_in_json(api_client, namespace, what):
+    path, headers = {"forbidden": ("/api/v1/pods", {"Impersonate-User": "nobody"}),
+                     "not found": (f"/api/v1/namespaces/{namespace}/pods/missing", {})}[what]
+    as_protobuf = raw(api_client, path, {**headers, "Accept": podwire.ACCEPT})
+    assert as_protobuf.startswith(protowire.MAGIC)
+    assert protowire.status(as_protobuf) == json.loads(raw(api_client, path, {**headers, "Accept": "application/json"}))

@@ -25,7 +25,7 @@ REASON_WITHIN_S = 5.0  # the issue's promise: why a pod waits is known this soon
 # training once they are Ready.
 SUCCESS_STORY = ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted", "Succeeded"]
 FAILURE_STORY = ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted", "Failed"]
-UNBOUND = "pod has unbound immediate PersistentVolumeClaims"
+UNBOUND = "didn't find available persistent volumes to bind"  # the scheduler's VolumeBinding plugin
 OUR_REASONS = set(SUCCESS_STORY) | {"Failed", "PodWaiting", "Released", "WaitingForGPUs"}
 
 
@@ -93,14 +93,29 @@ def test_a_failed_jobs_events_end_with_the_exit_code(cluster, api_client, namesp
 
 
 def test_an_unschedulable_worker_says_why_within_5s(cluster, api_client, namespace, jobs, tmp_path):
-    """The issue's own case: a claim nothing binds (no PV matches its selector). The
-    scheduler says so at once; the manager must say it too, not wait out its timeout."""
+    """A worker the scheduler refuses for a reason the manager cannot foresee: a claim of a
+    local-volume class (no provisioner, bound where the first pod goes), which no
+    PersistentVolume matches; which nodes have one would take a list of every PV, so the
+    manager plans without it. The scheduler says so at once; the manager must say it too,
+    not wait out its timeout."""
     core = client.CoreV1Api(api_client)
+    storage = client.StorageV1Api(api_client)
+    local_class = f"local-{namespace}"[:63]
+    storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                  "metadata": {"name": local_class}, "provisioner": "kubernetes.io/no-provisioner",
+                                  "volumeBindingMode": "WaitForFirstConsumer"})
     core.create_namespaced_persistent_volume_claim(namespace, {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "never-bound"},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": local_class,
                  "selector": {"matchLabels": {"distributetrain.test/volume": "none"}},
                  "resources": {"requests": {"storage": "1Gi"}}}})
+    try:
+        _unschedulable_worker_says_why(cluster, api_client, namespace, jobs, tmp_path)
+    finally:
+        storage.delete_storage_class(local_class)
+
+
+def _unschedulable_worker_says_why(cluster, api_client, namespace, jobs, tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
         jobs.submit("unsched", job_args(pool, claim, 2, "--pvc=never-bound:/data", "--worker-ready-timeout=20s"))

@@ -14,7 +14,7 @@ import string
 from dataclasses import dataclass
 
 from distributetrain.cli import jobflags
-from distributetrain.core import jobspec, manifests, names, podgroup
+from distributetrain.core import jobspec, manifests, names, podgroup, podsecurity
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import discovery
 
@@ -23,8 +23,6 @@ DEFAULT_MANAGER_SERVICE_ACCOUNT = "distributetrain-manager"  # rbac/serviceaccou
 DEFAULT_JOB_TTL_S = 24 * 3600  # a finished Job (and so its chief's logs) stays a day
 MANAGER_CONTAINER = "manager"
 MANAGER_COMMAND = "manager.sh"  # manager_image/manager.sh: pre-training, then post-training
-# manager_image/Dockerfile's USER: the manager passes PodSecurity `restricted` like job pods.
-MANAGER_UID = 65532
 MANAGER_TERMINATION_GRACE_S = 60  # teardown on deletion needs a few seconds of API calls
 MANAGER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 QUEUED_MANAGER_REQUESTS = {"cpu": "0", "memory": "0"}  # see in_queue
@@ -74,7 +72,10 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
         # The manager's exit code is the job's outcome: never restart it.
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": MANAGER_TERMINATION_GRACE_S,
-        "securityContext": manifests.pod_security_context(MANAGER_UID),
+        # PodSecurity `restricted` as job pods, under the image's numeric USER (65532), or
+        # the UID the platform assigns (OpenShift refuses any other): the manager needs
+        # no /etc/passwd entry, and writes nothing but to the API.
+        "securityContext": podsecurity.pod_security_context(),
         "containers": [
             {
                 "name": MANAGER_CONTAINER,
@@ -91,12 +92,18 @@ def manager_pod_spec(settings: JobSettings, options: ManagerOptions) -> dict:
                 ],
                 "ports": [{"name": "discovery", "containerPort": discovery.DISCOVERY_PORT, "protocol": "TCP"}],
                 "resources": {kind: dict(amounts) for kind, amounts in MANAGER_RESOURCES.items()},
-                "securityContext": manifests.container_security_context(),
+                "securityContext": podsecurity.container_security_context(read_only_root=True),
             }
         ],
     }
     if options.node_selector:
         spec["nodeSelector"] = dict(options.node_selector)
+    if settings.image_pull_secrets:
+        # A private registry of the job's image is most likely the manager image's too.
+        spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
+    if settings.pod_priority_class:
+        # The job's priority: preempted, the manager ends its job as surely as a lost worker.
+        spec["priorityClassName"] = settings.pod_priority_class
     return spec
 
 

@@ -56,9 +56,19 @@ class NodeSpec:
     # kubelet (its node IPs IPv6 first) reports the IPv6 one as status.podIP, as on an
     # IPv6 or dual-stack cluster whose primary family is IPv6.
     ipv6_first: bool = False
+    # Pods of IPv6 alone, as on an IPv6 cluster (the node itself as ipv6_first): eth0 has an
+    # IPv6 address only, all Kubernetes reports. Like EKS's IPv6 clusters, a pod also gets
+    # an IPv4 interface for egress alone (eth1, masqueraded to the node's address: see
+    # egress_cni_config), by which it reaches the apiserver's IPv4 Service.
+    ipv6_only: bool = False
     # GPUs the example DRA driver publishes as devices of DeviceClass gpu.example.com
     # (localcluster/dra.py), beside or instead of `gpus` of `gpu_resource`.
     dra_gpus: int = 0
+
+    @property
+    def ipv6(self) -> bool:
+        """The node has an IPv6 address, its primary."""
+        return self.ipv6_first or self.ipv6_only
 
     @property
     def ip(self) -> str:
@@ -71,7 +81,7 @@ class NodeSpec:
     @property
     def node_ips(self) -> list[str]:
         """The kubelet's --node-ip, its primary family first."""
-        return [self.ip_v6, self.ip] if self.ipv6_first else [self.ip]
+        return [self.ip_v6, self.ip] if self.ipv6 else [self.ip]
 
     @property
     def pod_subnet(self) -> str:
@@ -211,6 +221,8 @@ state = {toml_string(paths.containerd_state / "state")}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = {toml_string(CNI_BIN_DIR)}
     conf_dir = {toml_string(paths.cni_config_dir)}
+    # An ipv6_only node's egress network is a second one (eth1); others have one.
+    max_conf_num = 2
 
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = {toml_string(paths.registry_hosts)}
@@ -248,7 +260,8 @@ def cni_config(spec: NodeSpec, paths: NodePaths) -> dict:
                 "ipam": {
                     "type": "host-local",
                     "ranges": _pod_ranges(spec),
-                    "routes": [{"dst": "0.0.0.0/0"}, *([{"dst": "::/0"}] if spec.ipv6_first else [])],
+                    "routes": [*([] if spec.ipv6_only else [{"dst": "0.0.0.0/0"}]),
+                               *([{"dst": "::/0"}] if spec.ipv6 else [])],
                     "dataDir": str(paths.cni_ipam_dir),
                 },
             },
@@ -258,8 +271,33 @@ def cni_config(spec: NodeSpec, paths: NodePaths) -> dict:
 
 
 def _pod_ranges(spec: NodeSpec) -> list[list[dict]]:
-    v4 = [{"subnet": spec.pod_subnet}]
-    return [[{"subnet": netsetup.pod_subnet_v6(spec.index)}], v4] if spec.ipv6_first else [v4]
+    v4, v6 = [{"subnet": spec.pod_subnet}], [{"subnet": netsetup.pod_subnet_v6(spec.index)}]
+    if spec.ipv6_only:
+        return [v6]
+    return [v6, v4] if spec.ipv6_first else [v4]
+
+
+# EKS's IPv6 clusters give pods this IPv4 range for egress, the same on every node
+# (the VPC CNI's v4 egress interface), masqueraded to the node's own address.
+EGRESS_V4_SUBNET = "169.254.172.0/22"
+
+
+def egress_cni_config(spec: NodeSpec, paths: NodePaths) -> dict:
+    """An ipv6_only node's second network (eth1 in each pod, containerd's max_conf_num):
+    IPv4 out of the pod alone, masqueraded to the node's address. Kubernetes reports only
+    eth0's addresses, so the pod is IPv6-only to it and to every other pod."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": f"{network_name(spec)}-egress",
+        "plugins": [{
+            "type": "bridge",
+            "bridge": "cni1",
+            "isGateway": True,
+            "ipMasq": True,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": EGRESS_V4_SUBNET}]],
+                     "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(paths.cni_ipam_dir)},
+        }],
+    }
 
 
 def network_name(spec: NodeSpec) -> str:
@@ -288,7 +326,7 @@ def kubelet_config(spec: NodeSpec, paths: NodePaths, pki: Pki) -> dict:
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         # An IPv6-first node is reached at its IPv6 address too: both families.
-        "address": "::" if spec.ipv6_first else spec.ip,
+        "address": "::" if spec.ipv6 else spec.ip,
         "port": KUBELET_PORT,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",

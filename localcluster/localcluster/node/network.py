@@ -41,7 +41,7 @@ def create(spec: NodeSpec) -> None:
     _ip_batch([f"addr add {spec.ip}/{prefix} dev eth0", "link set eth0 up", "link set lo up"], netns=spec.netns)
     # Per-namespace settings: the host's own stay as they are.
     _sysctl(spec.netns, "net.ipv4.ip_forward=1", "net.ipv4.conf.eth0.proxy_arp=1")
-    if spec.ipv6_first:
+    if spec.ipv6:
         _add_ipv6(spec)
     log.info("node %s: netns %s at %s, pods in %s", spec.name, spec.netns, spec.ip, spec.pod_subnet)
 

@@ -208,6 +208,8 @@ class RealNode:
             (paths.registry_hosts / mirrored).mkdir(parents=True, exist_ok=True)
             (paths.registry_hosts / mirrored / "hosts.toml").write_text(hosts)
         _write_json(paths.cni_config_dir / "10-bridge.conflist", config.cni_config(self.spec, paths))
+        if self.spec.ipv6_only:
+            _write_json(paths.cni_config_dir / "20-egress.conflist", config.egress_cni_config(self.spec, paths))
         pki = certs.Pki(self.layout.pki)
         _write_json(paths.kubelet_config, config.kubelet_config(self.spec, paths, pki))
         identity = certs.node_identity(self.spec.name)

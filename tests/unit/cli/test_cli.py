@@ -65,6 +65,18 @@ def run(capsys, argv):
         (["--num-gpus", "2", "--frobnicate"], "--frobnicate"),
         (["--num-gpus", "2", "--topology", "rack,,block"], "--topology"),
         (["--num-gpus", "2", "--topology", "example.com/rack!!"], "--topology"),
+        (["--num-gpus", "2", "--image-pull-secret", "Reg_Cred"], "--image-pull-secret"),
+        (["--num-gpus", "2", "--image-pull-secret", ""], "--image-pull-secret"),
+        (["--num-gpus", "2", "--runtime-class", "NVIDIA"], "--runtime-class"),
+        (["--num-gpus", "2", "--pod-priority-class", "High_1"], "--pod-priority-class"),
+        (["--num-gpus", "2", "--termination-grace-period", "1.5s"], "--termination-grace-period"),
+        (["--num-gpus", "2", "--termination-grace-period", "-10s"], "--termination-grace-period"),
+        (["--num-gpus", "2", "--node-lost-toleration", "soon"], "--node-lost-toleration"),
+        (["--num-gpus", "2", "--node-lost-toleration", "500ms"], "--node-lost-toleration"),
+        (["--num-gpus", "2", "--cpu-limit-per-gpu", "1"], "--cpu-limit-per-gpu"),  # below --cpu-per-gpu's 2
+        (["--num-gpus", "2", "--cpu-limit-per-gpu", "four"], "--cpu-limit-per-gpu"),
+        (["--num-gpus", "2", "--memory-limit-per-gpu", "4Gi"], "--memory-limit-per-gpu"),  # below 8Gi
+        (["--num-gpus", "2", "--memory-limit-per-gpu", "16"], "--memory-limit-per-gpu"),
         ([], "--num-gpus"),
     ],
 )
@@ -184,4 +196,20 @@ def test_render_scale_up_prints_the_pods_for_new_nodes(capsys):
     settings = jobflags.settings_from_args(cli.build_parser().parse_args(["render", *flags]), [])
     settings = settings.replace(discovery_url="http://<manager pod IP>:8470/hosts")
     secret, *pods = manifests.job_objects(settings, [("(new node)", 8), ("gpu-a", 4)], render.PLACEHOLDER_KEYS)
+    assert list(yaml.safe_load_all(out)) == [secret, networkpolicy.pods_policy(settings), *pods]
+
+
+def test_render_elastic_prints_the_worker_beside_the_chief_the_manager_creates(capsys):
+    """An elastic job keeps a worker beside its chief (``ElasticJob.plan``): all 4 GPUs of
+    one node become a 3-GPU worker and a 1-GPU chief, in render as in the manager."""
+    from distributetrain.cli import render
+    from distributetrain.core import manifests
+    import yaml
+
+    flags = ["--num-gpus", "4", "--nodes", "gpu-a=4", "--image", "reg/base:1", "--job-name", "demo", "--elastic"]
+    code, out, _ = run(capsys, ["render", *flags])
+    assert code == 0
+    settings = jobflags.settings_from_args(cli.build_parser().parse_args(["render", *flags]), [])
+    settings = settings.replace(discovery_url="http://<manager pod IP>:8470/hosts")
+    secret, *pods = manifests.job_objects(settings, [("gpu-a", 3), ("gpu-a", 1)], render.PLACEHOLDER_KEYS)
     assert list(yaml.safe_load_all(out)) == [secret, networkpolicy.pods_policy(settings), *pods]

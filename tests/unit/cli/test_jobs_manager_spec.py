@@ -27,10 +27,11 @@ PORTS = [{"name": "discovery", "containerPort": 8470, "protocol": "TCP"}]
 MANAGER_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true",
                        "sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
-# PodSecurity `restricted`, as the manager image's own user.
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# PodSecurity `restricted`, as the manager image's own user or the one the platform assigns
+# (no UID: OpenShift refuses any but its own), on a read-only root filesystem.
+POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                      "readOnlyRootFilesystem": True}
 
 
 def submitted(argv):
@@ -177,3 +178,35 @@ def test_generated_names_are_valid_and_distinct():
 @pytest.mark.parametrize("as_job,longest", [(False, 50), (True, 44)])
 def test_longest_name_keeps_every_derived_name_valid(as_job, longest):
     assert manager_spec.max_name_length(as_job) == longest
+
+
+def test_the_manager_pulls_with_the_jobs_secrets_and_has_its_priority():
+    """Its image is most likely in the job's private registry, and preempted it ends the job."""
+    assert submitted(["--num-gpus", "2", "--image", "reg.example.com/base:1", "--namespace", "ml", "--name", "demo",
+                      "--manager-image", "reg.example.com/manager:1", "--image-pull-secret", "regcred",
+                      "--pod-priority-class", "training-high", "--runtime-class", "nvidia"]) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "demo", "namespace": "ml", "labels": LABELS, "annotations": MANAGER_ANNOTATIONS},
+        "spec": {
+            "serviceAccountName": "distributetrain-manager",
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 60,
+            "securityContext": POD_SECURITY,
+            "containers": [{
+                "name": "manager",
+                "image": "reg.example.com/manager:1",
+                "command": ["manager.sh"],
+                "args": ["--num-gpus=2", "--image=reg.example.com/base:1", "--port=12345",
+                         "--filename=/opt/distributetrain/train.py", "--host-network=false",
+                         "--image-pull-secret=regcred", "--runtime-class=nvidia", "--pod-priority-class=training-high"],
+                "env": DOWNWARD_ENV,
+                "ports": PORTS,
+                "resources": RESOURCES,
+                "securityContext": CONTAINER_SECURITY,
+            }],
+            # Not its runtime class: the manager needs no GPU.
+            "imagePullSecrets": [{"name": "regcred"}],
+            "priorityClassName": "training-high",
+        },
+    }

@@ -162,7 +162,8 @@ SIX_GPUS = [node("a", 2), node("b", 2), node("c", 2)]
 @pytest.mark.parametrize("flags,says", [
     (["--num-gpus", "9"], "--num-gpus: requested 9 GPUs but the cluster's nodes advertise 6 in all"),
     (["--num-gpus", "2", "--gpu-resource", "amd.com/gpu"],
-     "--gpu-resource: no node in the cluster advertises 'amd.com/gpu'"),
+     "--gpu-resource: no node in the cluster advertises 'amd.com/gpu'; where an autoscaler adds GPU nodes (a node "
+     "pool scaled to zero), --scale-up-node-gpus N with --wait-for-gpus makes it add them"),
     (["--num-gpus", "4", "--node-selector", "pool=big"],
      "--num-gpus: requested 4 GPUs but the nodes matching --node-selector advertise 0 in all"),
 ])

@@ -11,9 +11,13 @@ from distributetrain.core.inventory import (
     BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, gpu_count, node_gpus, node_refusal, pinned_node,
     pod_claim, pod_request, tolerates,
 )
+from distributetrain.core.names import NEW_NODE
+from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.podfit import JobFit, PodShape
 from distributetrain.core.podrequests import pod_requests
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube import podwire
+from unit.core.test_manifests import KEYS
 
 
 def free_gpus(
@@ -360,3 +364,71 @@ def test_with_topology_levels_the_ledger_knows_each_nodes_place():
     ledger.add_node(node("b", labels={"example.com/block": "b1"}))
     assert ledger.paths == {"a": ("b1", "r1"), "b": ("b1", None)}
     assert GpuLedger(GPU).paths == {}
+
+
+def awaiting(gpus=8, selector=(), zone="z1", uid="p"):
+    """Another manager's pod for a node the cluster adds, as the inventory reads it off the wire."""
+    settings = A_JOB.replace(num_gpus=gpus + 1, node_selector=selector, owner_uid="uid-a")
+    place = NewNodePlace(required=(("topology.kubernetes.io/zone", (zone,)),))
+    _, waiting, _ = manifests.job_objects(settings, [(NEW_NODE, gpus), ("old", 1)], KEYS, new_node_place=place)
+    waiting["metadata"]["uid"] = uid
+    return {**podwire.slim(waiting), "status": {"phase": "Pending"}}
+
+
+def zoned(name, gpus="8", zone="z1", **labels):
+    return node(name, gpus, gpus, labels={"topology.kubernetes.io/zone": zone, **labels})
+
+
+def a_ledger(nodes, pods):
+    ledger = GpuLedger(GPU, fit=JobFit.of_job(A_JOB))
+    for n in nodes:
+        ledger.add_node(n)
+    for p in pods:
+        ledger.add_pod(p)
+    return ledger
+
+
+def test_a_node_that_joined_for_another_managers_pod_is_not_free_until_that_pod_is_bound():
+    """Manager A's pod waits for the node its autoscaler adds; the node has joined, and the
+    scheduler has not bound the pod yet: B's inventory counts the pod there, not twice."""
+    tenant = pod("old", [container(4)], uid="t")
+    nodes = [zoned("old"), zoned("new-1"), zoned("new-2", zone="z2")]
+    ledger = a_ledger(nodes, [tenant, awaiting()])
+    assert ledger.free() == {"old": 4, "new-1": 0, "new-2": 8}
+    bound = {**awaiting(), "spec": {**awaiting()["spec"], "nodeName": "new-1"}}
+    assert a_ledger(nodes, [tenant, bound]).free() == {"old": 4, "new-1": 0, "new-2": 8}
+
+
+def test_a_pod_awaiting_a_node_that_has_not_joined_takes_no_running_gpus():
+    nodes = [zoned("old", gpus="4"), zoned("other", zone="z2"), zoned("small", gpus="4")]
+    assert a_ledger(nodes, [awaiting()]).free() == {"old": 4, "other": 8, "small": 4}
+
+
+def test_each_awaiting_pod_takes_one_node_and_no_node_beyond_its_gpus():
+    nodes = [zoned("new-1"), zoned("new-2", gpus="4")]
+    pods = [awaiting(uid="p1"), awaiting(uid="p2"), awaiting(4, uid="p3")]
+    assert a_ledger(nodes, pods).free() == {"new-1": 0, "new-2": 0}
+
+
+def test_of_the_nodes_a_pod_fits_the_empty_one_is_the_one_that_joined_for_it():
+    busy = zoned("busy", gpus="16")
+    ledger = a_ledger([busy, zoned("new-1")], [pod("busy", [container(4)], uid="t"), awaiting()])
+    assert ledger.free() == {"busy": 12, "new-1": 0}
+    # A finished pod awaits nothing.
+    done = {**awaiting(), "status": {"phase": "Failed"}}
+    assert a_ledger([busy, zoned("new-1")], [done]).free() == {"busy": 16, "new-1": 8}
+
+
+def test_a_node_its_selector_does_not_allow_is_not_taken():
+    nodes = [zoned("new-1", pool="cpu"), zoned("new-2", pool="gpu")]
+    assert a_ledger(nodes, [awaiting(selector=(("pool", "gpu"),))]).free() == {"new-1": 8, "new-2": 0}
+
+
+def test_a_copy_of_the_survey_counts_its_awaiting_pods_alone():
+    """Each listing of the bookings starts from a copy of the survey: what one copy
+    counted is in no other (a listing started over, the next booking)."""
+    survey = a_ledger([zoned("new-1")], [])
+    assert survey.free() == {"new-1": 8}
+    booked = survey.copy()
+    booked.add_pod(awaiting())
+    assert (booked.free(), survey.free(), survey.copy().free()) == ({"new-1": 0}, {"new-1": 8}, {"new-1": 8})

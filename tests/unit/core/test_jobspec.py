@@ -10,7 +10,7 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.cli import jobflags, main as cli
 from distributetrain.core import errors, jobspec, validation
-from distributetrain.core.settings import JobSettings, PvcMount
+from distributetrain.core.settings import JobSettings, PvcMount, RuntimeClassTerms
 
 REPO = Path(__file__).resolve().parents[3]
 ROW = re.compile(r"^\| `(--[a-z-]+)(?: ([^`]+))?` \| ([^|]+) \|")
@@ -73,6 +73,7 @@ def job_settings(draw) -> JobSettings:
     elastic = draw(st.booleans()) and num_gpus > 1
     queue = "" if elastic else draw(st.sampled_from(["", "team-a"]))
     host_network = draw(st.booleans())
+    cpu_m, memory = draw(st.integers(1, 64000)), draw(st.integers(64 * 2**20, 2**40))
     return JobSettings(
         job_name="demo", namespace="ml", num_gpus=num_gpus, image=draw(st.sampled_from(["img:1", "reg:5000/a/b"])),
         port=draw(st.integers(1024, 65535)), host_network=host_network,
@@ -92,8 +93,17 @@ def job_settings(draw) -> JobSettings:
         delete_chief=draw(st.booleans()), allow_shared_gpus=draw(st.booleans()), mesh_injection=draw(st.booleans()),
         queue=queue, priority_class=draw(st.sampled_from(["", "high"])) if queue else "",
         lock_namespace=draw(st.sampled_from(["", "locks"])), service_account=draw(st.sampled_from(["", "sa"])),
-        cpu_per_gpu_m=draw(st.integers(1, 64000)), memory_per_gpu_bytes=draw(st.integers(64 * 2**20, 2**40)),
+        cpu_per_gpu_m=cpu_m, memory_per_gpu_bytes=memory,
         shm_size_bytes=draw(st.none() | st.integers(64 * 2**20, 2**40)),
+        run_as_user=draw(st.sampled_from(["auto", "platform"]) | st.integers(1, 2**31 - 1)),
+        run_as_group=draw(st.none() | st.integers(0, 2**31 - 1)),
+        read_only_root_filesystem=draw(st.booleans()),
+        image_pull_secrets=tuple(draw(st.lists(names, max_size=2))),
+        runtime_class=draw(st.sampled_from(["", "nvidia"])), pod_priority_class=draw(st.sampled_from(["", "high"])),
+        termination_grace_period_s=float(draw(st.integers(0, 7200))),
+        node_lost_toleration_s=float(draw(st.integers(0, 7200))),
+        cpu_limit_per_gpu_m=draw(st.none() | st.integers(cpu_m, 128000)),
+        memory_limit_per_gpu_bytes=draw(st.none() | st.integers(memory, 2**41)),
     )
 
 
@@ -114,6 +124,11 @@ def test_settings_go_through_the_managers_arguments_unchanged(job):
 def test_settings_go_through_the_stored_form_unchanged(job):
     job = job.replace(owner_uid="uid-1", manager_namespace="ops", discovery_url="http://10.0.0.9:8470/hosts")
     assert jobspec.from_json(jobspec.to_json(job)) == job
+    # What the manager read of the job's RuntimeClass too (docs/job-pods.md#pod-knobs).
+    terms = RuntimeClassTerms(overhead=(("cpu", "250m"), ("memory", "160Mi")), node_selector=(("pool", "kata"),),
+                              tolerations=({"key": "kata", "operator": "Exists", "effect": "NoSchedule"},))
+    read = job.replace(runtime_class="kata", runtime_class_terms=terms)
+    assert jobspec.from_json(jobspec.to_json(read)) == read
 
 
 def test_a_stored_form_of_a_newer_release_reads_what_it_knows():
@@ -173,3 +188,33 @@ def test_scale_up_needs_a_job_that_waits_outside_kueue_and_static(given, why):
     job = jobspec.settings({"num_gpus": 12, "image": "img:1", "scale_up_node_gpus": 8, "wait_for_gpus_s": 300.0},
                            job_name="j", namespace="ml")
     assert job.scale_up_node_gpus == 8
+
+
+def test_the_pod_knobs_are_written_in_their_flags_own_forms():
+    job = JobSettings(job_name="demo", namespace="ml", num_gpus=4, image="img:1",
+                      image_pull_secrets=("regcred", "mirror"), runtime_class="nvidia", pod_priority_class="high",
+                      termination_grace_period_s=300.0, node_lost_toleration_s=180.0, cpu_limit_per_gpu_m=2500,
+                      memory_limit_per_gpu_bytes=16 * 2**30)
+    assert jobspec.to_args(job)[5:] == [
+        "--image-pull-secret=regcred", "--image-pull-secret=mirror", "--runtime-class=nvidia",
+        "--pod-priority-class=high", "--termination-grace-period=5m", "--node-lost-toleration=3m",
+        "--cpu-limit-per-gpu=2500m", "--memory-limit-per-gpu=16Gi"]
+    # At their defaults none is written: a grace of 10 s, a toleration of 30 s, no CPU limit.
+    assert jobspec.to_args(JobSettings(job_name="d", namespace="ml", num_gpus=4, image="img:1"))[5:] == []
+
+
+@pytest.mark.parametrize("given, flag, says", [
+    ({"cpu_limit_per_gpu_m": 1500}, "--cpu-limit-per-gpu", "must be at least --cpu-per-gpu (2), got 1500m"),
+    ({"cpu_per_gpu_m": 4000, "cpu_limit_per_gpu_m": 3000}, "--cpu-limit-per-gpu",
+     "must be at least --cpu-per-gpu (4), got 3"),
+    ({"memory_limit_per_gpu_bytes": 4 * 2**30}, "--memory-limit-per-gpu",
+     "must be at least --memory-per-gpu (8Gi), got 4Gi"),
+])
+def test_a_limit_below_its_request_is_bad_input(given, flag, says):
+    with pytest.raises(errors.UsageError) as refused:
+        jobspec.settings({"num_gpus": 2, "image": "img:1", **given}, job_name="j", namespace="ml")
+    assert refused.value.flag == flag and says in str(refused.value)
+    equal = {key: value for key, value in given.items() if "limit" not in key}
+    limits = {key: equal.get(key.replace("_limit", ""), jobspec.BY_NAME[key.replace("_limit", "")].default)
+              for key in given if "limit" in key}
+    assert jobspec.settings({"num_gpus": 2, "image": "img:1", **equal, **limits}, job_name="j", namespace="ml")

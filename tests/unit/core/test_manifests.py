@@ -2,7 +2,7 @@
 
 from hypothesis import given, strategies as st
 
-from distributetrain.core import manifests, quantity
+from distributetrain.core import manifests, podgroup, quantity
 from distributetrain.core.settings import JobSettings, PvcMount
 from distributetrain.core.sshkeys import JobKeys, keypair_from_seed
 
@@ -24,6 +24,10 @@ NODE_LOST = [{"key": f"node.kubernetes.io/{why}", "operator": "Exists", "effect"
 POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
                 "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# Everything the pod scripts write (and /tmp of the training script): an emptyDir, so a
+# read-only root filesystem breaks none of it.
+SCRATCH = {"name": "tmp", "emptyDir": {}}
+SCRATCH_MOUNT = {"name": "tmp", "mountPath": "/tmp"}
 # No mesh sidecar unless --mesh-injection: SSH and Gloo between pod IPs are not mesh traffic.
 NO_MESH = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 
@@ -88,12 +92,12 @@ def test_worker():
                 "securityContext": CONTAINER_SECURITY,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True},
-                                 {"name": "dshm", "mountPath": "/dev/shm"}],
+                                 {"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT],
             }],
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o440, "items": [
                 {"key": "authorized_keys", "path": "authorized_keys"},
                 {"key": "ssh_host_ed25519_key", "path": "ssh_host_ed25519_key"}]}},
-                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "40Gi"}}],
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "40Gi"}}, SCRATCH],
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
@@ -121,7 +125,8 @@ def test_chief():
                     {"name": "DT_CHIEF_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "DT_CHIEF_SLOTS", "value": "1"},
                     {"name": "DT_HOSTS_URL", "value": "http://10.0.0.9:8470/hosts"},
-                    {"name": "DT_HOSTS_WAIT_S", "value": "2160"},
+                    # The manager's longest start: 300 s ready, 900 s for a new node, 1800 s pulling, 60 s more.
+                    {"name": "DT_HOSTS_WAIT_S", "value": "3060"},
                     {"name": "DT_NUM_PROCS", "value": "6"},
                     {"name": "DT_PORT", "value": "12345"},
                     {"name": "DT_FILENAME", "value": "/train/train.py"},
@@ -134,12 +139,12 @@ def test_chief():
                 "securityContext": CONTAINER_SECURITY,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh-client", "readOnly": True},
-                                 {"name": "dshm", "mountPath": "/dev/shm"}],
+                                 {"name": "dshm", "mountPath": "/dev/shm"}, SCRATCH_MOUNT],
             }],
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o440, "items": [
                 {"key": "id_ed25519", "path": "id_ed25519"}, {"key": "known_hosts", "path": "known_hosts"},
                 {"key": "config", "path": "config"}]}},
-                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}],
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}, SCRATCH],
             "terminationGracePeriodSeconds": 10,
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
@@ -185,11 +190,11 @@ def test_pvcs_tolerations_deadline_and_service_account():
         service_account="trainer",
     )
     spec = manifests.worker_pod(settings, 0, "n", 1)["spec"]
-    assert spec["volumes"][2:] == [
+    assert spec["volumes"][3:] == [
         {"name": "data-0", "persistentVolumeClaim": {"claimName": "train-data", "readOnly": False}},
         {"name": "data-1", "persistentVolumeClaim": {"claimName": "ref", "readOnly": True}},
     ]
-    assert spec["containers"][0]["volumeMounts"][2:] == [
+    assert spec["containers"][0]["volumeMounts"][3:] == [
         {"name": "data-0", "mountPath": "/train", "readOnly": False},
         {"name": "data-1", "mountPath": "/ref", "readOnly": True},
     ]
@@ -309,26 +314,88 @@ def test_job_pods_run_as_the_job_user_with_its_ssh_files_readable_by_it_alone():
         assert ssh["secret"]["defaultMode"] & 0o077 == 0o040  # the user's group reads, no one else
 
 
-def test_a_share_on_a_new_node_is_an_unpinned_pod_one_per_node():
-    settings = SETTINGS.replace(num_gpus=12, node_selector=(("pool", "gpu-8x"),))
-    _, worker, chief = manifests.job_objects(settings, [("(new node)", 8), ("gpu-a", 4)], KEYS)
-    built = manifests.worker_pod(settings, 0, None, 8)
-    assert worker == {**built, "metadata": {**built["metadata"], "annotations": {
-        "distributetrain.io/gpus": "8", **NO_DISRUPTION, **NO_MESH,
-        "distributetrain.io/awaits-new-node": "true"}},
-        "spec": {**built["spec"], "affinity": {
-            # A node the job's selector allows: the autoscaler adds one of those.
-            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchLabels": {"distributetrain.io/job": "demo",
-                                                  "distributetrain.io/owner-uid": "uid-1"}},
-                "topologyKey": "kubernetes.io/hostname"}]},
-            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu-8x"]}]}]}}}}}
-    assert worker["spec"]["tolerations"] == [GPU_TOLERATION, *NODE_LOST]
-    assert chief == manifests.chief_pod(settings, "gpu-a", 4)
+# Every pod knob set (docs/job-pods.md#pod-knobs): GKE Autopilot's accelerator label, a
+# private registry, the NVIDIA RuntimeClass of k3s, a PriorityClass, a long grace period,
+# a NotReady spell of 3 minutes ridden out, limits above the requests.
+KNOBS = SETTINGS.replace(
+    node_selector=(("cloud.google.com/gke-accelerator", "nvidia-l4"),), image_pull_secrets=("regcred", "mirror"),
+    runtime_class="nvidia", pod_priority_class="training-high", termination_grace_period_s=120.0,
+    node_lost_toleration_s=180.0, cpu_limit_per_gpu_m=3000, memory_limit_per_gpu_bytes=12 * quantity.GIB)
+NODE_LOST_3M = [{"key": f"node.kubernetes.io/{why}", "operator": "Exists", "effect": "NoExecute",
+                 "tolerationSeconds": 180} for why in ("not-ready", "unreachable")]
+KNOB_FIELDS = {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+               "imagePullSecrets": [{"name": "regcred"}, {"name": "mirror"}], "runtimeClassName": "nvidia",
+               "priorityClassName": "training-high", "terminationGracePeriodSeconds": 120}
 
 
-def test_without_a_node_selector_a_new_node_pod_keeps_only_its_anti_affinity():
-    _, chief = manifests.job_objects(SETTINGS.replace(num_gpus=4), [("(new node)", 4)], KEYS)
-    assert set(chief["spec"]["affinity"]) == {"podAntiAffinity"}
-    assert chief["metadata"]["annotations"]["distributetrain.io/awaits-new-node"] == "true"
+def test_a_worker_with_every_pod_knob():
+    assert manifests.worker_pod(KNOBS, 0, "gpu-a", 2) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "demo-worker-0",
+            "namespace": "ml",
+            "labels": labels("worker", **{"distributetrain.io/worker-index": "0"}),
+            "ownerReferences": OWNER,
+            "annotations": {"distributetrain.io/gpus": "2", **NO_DISRUPTION, **NO_MESH},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "affinity": pinned("gpu-a"),
+            "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+            "imagePullSecrets": [{"name": "regcred"}, {"name": "mirror"}],
+            "runtimeClassName": "nvidia",
+            "priorityClassName": "training-high",
+            "securityContext": POD_SECURITY,
+            "containers": [{
+                "name": "worker",
+                "image": "reg.example.com/base:1",
+                "args": ["/bin/sh", "-c", manifests.WORKER_SCRIPT],
+                "env": [{"name": "DT_PORT", "value": "12345"},
+                        {"name": "DT_MANAGER_URL", "value": "http://10.0.0.9:8470/hosts"},
+                        {"name": "DT_ORPHAN_AFTER_S", "value": "300"},
+                        {"name": "DT_ORPHAN_CHECK_S", "value": "30"}],
+                "ports": [{"name": "ssh", "containerPort": 12345, "protocol": "TCP"}],
+                "readinessProbe": {"tcpSocket": {"port": 12345}, "periodSeconds": 1, "failureThreshold": 3},
+                # Limits are per GPU too, above the requests.
+                "resources": {"requests": {"cpu": "4", "memory": "16Gi"},
+                              "limits": {"nvidia.com/gpu": "2", "cpu": "6", "memory": "24Gi"}},
+                "securityContext": CONTAINER_SECURITY,
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True},
+                                 {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
+            }],
+            # /dev/shm is the pod's memory limit, which is no longer its request.
+            "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o440, "items": [
+                {"key": "authorized_keys", "path": "authorized_keys"},
+                {"key": "ssh_host_ed25519_key", "path": "ssh_host_ed25519_key"}]}},
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "24Gi"}}, {"name": "tmp", "emptyDir": {}}],
+            "terminationGracePeriodSeconds": 120,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "tolerations": [GPU_TOLERATION, *NODE_LOST_3M],
+        },
+    }
+
+
+def test_every_job_pod_pinned_for_a_new_node_or_queued_carries_the_knobs():
+    settings = KNOBS.replace(num_gpus=5)
+    _, *pinned = manifests.job_objects(settings, [("gpu-a", 2), ("(new node)", 2), ("gpu-c", 1)], KEYS)
+    _, *queued = podgroup.queued_attempt(settings, [2, 2, 1], KEYS, 0, "demo-r0-abc")
+    assert len(pinned) == len(queued) == 3
+    for pod in (*pinned, *queued):
+        assert {key: pod["spec"][key] for key in KNOB_FIELDS} == KNOB_FIELDS, pod["metadata"]["name"]
+        assert pod["spec"]["tolerations"] == [GPU_TOLERATION, *NODE_LOST_3M]
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] in ("3", "6")
+    # The pod for a new node keeps its own affinity: the selector's labels are in both.
+    assert pinned[1]["metadata"]["labels"]["distributetrain.io/awaits-new-node"] == "true"
+    assert pinned[1]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "cloud.google.com/gke-accelerator", "operator": "In", "values": ["nvidia-l4"]}]}]}
+
+
+def test_without_knobs_a_pod_names_none_of_them():
+    for pod in manifests.job_objects(SETTINGS, [("a", 1), ("b", 1)], KEYS)[1:]:
+        spec = pod["spec"]
+        assert not {"nodeSelector", "imagePullSecrets", "runtimeClassName", "priorityClassName"} & set(spec)
+        assert spec["terminationGracePeriodSeconds"] == 10 and "cpu" not in spec["containers"][0]["resources"]["limits"]

@@ -16,23 +16,32 @@ OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "demo", "uid": "uid-1"}]
 JOB_PODS = {"matchLabels": {"distributetrain.io/job": "demo", "distributetrain.io/owner-uid": "uid-1"}}
 
 
-def test_the_job_s_pods_admit_the_job_s_pods_alone_on_every_port():
-    assert networkpolicy.pods_policy(SETTINGS) == {
+# Istio ambient (istio.io/latest/docs/ambient/usage/networkpolicy/): the kubelet's probes
+# arrive from this address, and pods reach each other on HBONE's port.
+AMBIENT_PROBES = {"ipBlock": {"cidr": "169.254.7.127/32"}}
+HBONE = {"protocol": "TCP", "port": 15008}
+
+
+def test_the_job_s_pods_admit_the_job_s_pods_alone_on_every_port_and_ambient_s_probes_on_sshd_s():
+    assert networkpolicy.pods_policy(SETTINGS.replace(port=2222)) == {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": "demo-pods", "namespace": "ml", "labels": LABELS, "ownerReferences": OWNER},
-        "spec": {"podSelector": JOB_PODS, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": JOB_PODS}]}]},
+        "spec": {"podSelector": JOB_PODS, "policyTypes": ["Ingress"],
+                 "ingress": [{"from": [{"podSelector": JOB_PODS}]},
+                             {"from": [AMBIENT_PROBES], "ports": [{"protocol": "TCP", "port": 2222}]}]},
     }
 
 
-def test_the_manager_admits_the_job_s_pods_on_its_discovery_port_alone():
+def test_the_manager_admits_the_job_s_pods_on_its_discovery_port_and_hbone_s_alone():
     assert networkpolicy.manager_policy(SETTINGS) == {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": "demo-manager", "namespace": "ml", "labels": LABELS, "ownerReferences": OWNER},
         "spec": {"podSelector": {"matchLabels": {"distributetrain.io/manager-uid": "uid-1"}},
                  "policyTypes": ["Ingress"],
-                 "ingress": [{"from": [{"podSelector": JOB_PODS}], "ports": [{"protocol": "TCP", "port": 8470}]}]},
+                 "ingress": [{"from": [{"podSelector": JOB_PODS}],
+                              "ports": [{"protocol": "TCP", "port": 8470}, HBONE]}]},
     }
 
 

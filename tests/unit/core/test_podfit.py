@@ -7,6 +7,7 @@ from distributetrain.core import manifests, placement
 from distributetrain.core.inventory import GpuLedger
 from distributetrain.core.podfit import SHARED, JobFit, PodShape
 from distributetrain.core.podrequests import FIT_RESOURCES, pod_requests
+from distributetrain.core.settings import RuntimeClassTerms
 from harness.builders import GIB, GKE_TIME_SHARED, GPU, JOB, TIME_SLICED, ledger_of, sized_node, tenant
 
 
@@ -114,3 +115,18 @@ def test_every_planned_share_fits_its_node_and_shared_nodes_take_one_rank_unless
         asks = shape.requests(share)
         assert share <= g and asks["cpu"] <= cpu * 1000 and asks["memory"] <= memory * GIB and pods >= 1
         assert share == 1 or not shared or allowed
+
+
+KATA = RuntimeClassTerms(overhead=(("cpu", "500m"), ("memory", "1Gi")))
+
+
+def test_the_runtime_classs_overhead_counts_in_each_pod_of_the_job():
+    """Admission adds the RuntimeClass's overhead to each pod and the scheduler counts it:
+    so does the plan."""
+    plain, kata = PodShape.of_job(JOB), PodShape.of_job(JOB.replace(runtime_class="kata", runtime_class_terms=KATA))
+    assert kata.per_gpu == plain.per_gpu
+    assert kata.fixed == {**plain.fixed, "cpu": plain.fixed["cpu"] + 500, "memory": plain.fixed["memory"] + GIB}
+    # 8 CPUs hold 4 GPUs' requests (2 CPUs each) but not their overhead besides: 3.
+    settings = JOB.replace(runtime_class="kata", runtime_class_terms=KATA)
+    assert ledger_of([sized_node("a", 4, cpu="8")], settings=JOB).free() == {"a": 4}
+    assert ledger_of([sized_node("a", 4, cpu="8")], settings=settings).free() == {"a": 3}

@@ -6,7 +6,8 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain.core import scaleup
+from distributetrain.core import awaitingpods, scaleup, topology
+from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import format_plan, parse_plan
 from distributetrain.core.settings import JobSettings
 
@@ -89,4 +90,58 @@ def test_a_pods_node_in_the_plan_read_back():
     bound = {**waiting, "spec": {**waiting["spec"], "nodeName": "new-1"}}
     queued = manifests.chief_pod(SETTINGS, None, 4)
     assert [scaleup.planned_node(pod) for pod in (waiting, pinned, bound, queued)] == [NEW, "gpu-a", "new-1", ""]
-    assert [scaleup.awaits_new_node(pod) for pod in (waiting, pinned, bound, queued)] == [True, False, True, False]
+    assert [awaitingpods.awaits_new_node(pod) for pod in (waiting, pinned, bound, queued)] == [True, False, True,
+                                                                                                False]
+
+
+RACK, ROW = "example.com/rack", "example.com/row"
+ZONE, PRODUCT, AWS_GPU = "topology.kubernetes.io/zone", "nvidia.com/gpu.product", "karpenter.k8s.aws/instance-gpu-name"
+JOB = JobSettings(job_name="j", namespace="ns", num_gpus=12, image="i", scale_up_node_gpus=8, wait_for_gpus_s=300)
+
+
+def test_with_a_required_level_the_running_shares_stay_in_one_domain():
+    levels = topology.parse(f"{RACK}!")
+    paths = {"a": ("r1",), "b": ("r2",), "d": (None,)}
+    # 6 + 6 free across two racks beside one new node strand nothing, but a rack is never
+    # crossed: two new nodes beside 4 of a (r1 before r2, as good); d, in no known rack, is
+    # no candidate. A level not required is crossed.
+    assert scaleup.plan({"a": 6, "b": 6, "d": 8}, 20, 8, paths, levels) == [(NEW, 8), (NEW, 8), ("a", 4)]
+    assert scaleup.plan({"a": 6, "b": 6}, 20, 8, paths, topology.parse(RACK)) == [(NEW, 8), ("a", 6), ("b", 6)]
+    assert scaleup.plan({"d": 8}, 12, 8, paths, levels) == [(NEW, 8), (NEW, 4)]
+
+
+def test_a_new_node_is_placed_like_the_running_shares_nodes():
+    settings = JOB.replace(topology=topology.parse(f"{RACK}!,{ROW}"))
+    labels = {"a": {ZONE: "z1", RACK: "r1", ROW: "w2", PRODUCT: "A100", AWS_GPU: "a100"},
+              "b": {ZONE: "z1", RACK: "r1", ROW: "w1", PRODUCT: "A100", AWS_GPU: "a100"},
+              "c": {ZONE: "z1", RACK: "r1", PRODUCT: "H100"}}
+    plan = [(NEW, 8), ("b", 4), ("a", 2), ("c", 1)]
+    # Every running node has its zone and rack: required; c has no AWS label: not required.
+    # Preferred: GFD's model of most running GPUs, then the largest share's row.
+    assert scaleup.new_node_place(plan, labels, settings) == NewNodePlace(
+        required=((ZONE, ("z1",)), (RACK, ("r1",))),
+        preferred=(((PRODUCT, "A100"),), ((ROW, "w1"),)))
+    assert scaleup.new_node_place(plan[:3], labels, JOB) == NewNodePlace(
+        required=((ZONE, ("z1",)), (AWS_GPU, ("a100",))), preferred=(((PRODUCT, "A100"),),))
+
+
+def test_with_no_running_share_or_labels_the_node_selector_alone_places_a_new_node():
+    assert scaleup.new_node_place([(NEW, 8), (NEW, 4)], {}, JOB) == NewNodePlace()
+    assert scaleup.new_node_place([(NEW, 8), ("a", 4)], {"a": {}}, JOB) == NewNodePlace()
+
+
+def test_running_shares_across_zones_allow_either_zone():
+    labels = {"a": {ZONE: "z2"}, "b": {ZONE: "z1"}}
+    assert scaleup.new_node_place([(NEW, 8), ("a", 2), ("b", 2)], labels, JOB).required == ((ZONE, ("z1", "z2")),)
+
+
+@given(free=free_maps, racks=st.lists(st.sampled_from(["r1", "r2", "r3", None]), min_size=5, max_size=5),
+       gpus=st.integers(min_value=1, max_value=40), node_gpus=st.integers(min_value=1, max_value=8))
+def test_with_a_required_level_for_all_inputs_the_running_shares_share_one_known_domain(free, racks, gpus, node_gpus):
+    paths = {node: (rack,) for node, rack in zip(sorted(free), racks)}
+    plan = scaleup.plan(free, gpus, node_gpus, paths, topology.parse(f"{RACK}!"))
+    assert sum(share for _, share in plan) == gpus
+    running = [node for node, _ in plan if node != NEW]
+    assert len({paths[node] for node in running}) <= 1 and all(paths[node] != (None,) for node in running)
+    assert all(share <= free[node] for node, share in plan if node != NEW)
+    assert all(share <= node_gpus for node, share in plan if node == NEW)

@@ -3,7 +3,7 @@
 import pytest
 
 from distributetrain.core import names, startprogress
-from distributetrain.core.startprogress import AwaitingNode, PodEvent, Pulling, StageClocks
+from distributetrain.core.startprogress import AwaitingNode, PodEvent, Pulling, Refusal, StageClocks
 
 IMAGE = "distributetrain/base:0.1.0"
 
@@ -23,11 +23,11 @@ def pulled(image=IMAGE, at="2026-11-26T20:06:00Z", present=False):
     return event("Pulled", message, at=at)
 
 
-def pod(waiting="ContainerCreating", node="node-a", annotations=None, ready=False, name="w0", uid="u0"):
+def pod(waiting="ContainerCreating", node="node-a", labels=None, ready=False, name="w0", uid="u0"):
     status = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
     if waiting:
         status["containerStatuses"] = [{"name": "worker", "state": {"waiting": {"reason": waiting}}}]
-    return {"metadata": {"name": name, "uid": uid, "annotations": annotations or {}},
+    return {"metadata": {"name": name, "uid": uid, "labels": labels or {}},
             "spec": {"nodeName": node} if node else {}, "status": status}
 
 
@@ -93,9 +93,60 @@ def test_an_unscheduled_pod_awaits_a_new_node_when_an_autoscaler_acts_for_it():
 
 
 def test_a_pod_made_to_grow_the_cluster_awaits_its_node_until_scheduled():
-    grows = {names.ANNOTATION_AWAITS_NEW_NODE: "true"}
-    assert stage(pod(waiting=None, node="", annotations=grows)) == AwaitingNode()
-    assert stage(pod(annotations=grows)) is None
+    grows = {names.LABEL_AWAITS_NEW_NODE: "true"}
+    assert stage(pod(waiting=None, node="", labels=grows)) == AwaitingNode()
+    assert stage(pod(labels=grows)) is None
+
+
+def said(reason, message, by, at="2026-11-26T20:00:00Z", uid="u0"):
+    """An Event an autoscaler (or the scheduler: ``by``) records about the pod, as core/v1 shows it."""
+    return {**event(reason, message, at=at, uid=uid), "source": {"component": by}, "reportingComponent": by}
+
+
+LIMITS = ('Failed to schedule pod, incompatible with nodepool "gpu-1a", daemonset overhead={"pods":"0"}, '
+          'all available instance types exceed limits for nodepool')
+NO_OFFERING = ('Failed to schedule pod, incompatible with nodepool "gpu-1a", daemonset overhead={"pods":"0"}, '
+               'no instance type which met the scheduling requirements and had enough resources, had a required '
+               'offering, requirements=karpenter.sh/capacity-type In [on-demand], topology.kubernetes.io/zone In '
+               '[zone-c]')
+MAX_SIZE = "pod didn't trigger scale-up: 1 max node group size reached"
+NO_MATCH = "pod didn't trigger scale-up: 2 node(s) didn't match Pod's node affinity/selector"
+
+
+@pytest.mark.parametrize("answers, refused", [
+    ([said("FailedScheduling", NO_OFFERING, "karpenter")], Refusal(NO_OFFERING, final=True)),
+    ([said("FailedScheduling", LIMITS, "karpenter")], Refusal(LIMITS, final=False)),
+    ([said("NotTriggerScaleUp", MAX_SIZE, "cluster-autoscaler")], Refusal(MAX_SIZE, final=False)),
+    ([said("NotTriggerScaleUp", NO_MATCH, "cluster-autoscaler")], Refusal(NO_MATCH, final=True)),
+    ([said("FailedScaleUp", "Node scale up in zones z associated with this pod failed: GCE quota exceeded.",
+           "cluster-autoscaler")],
+     Refusal("Node scale up in zones z associated with this pod failed: GCE quota exceeded.", final=False)),
+    # The latest word counts: room freed, a node launched for it.
+    ([said("FailedScheduling", LIMITS, "karpenter"),
+      said("Nominated", "Pod should schedule on: nodeclaim/gpu-1a-x7", "karpenter", at="2026-11-26T20:01:00Z")], None),
+    # The scheduler's FailedScheduling is no autoscaler's word; nor is an earlier pod's.
+    ([said("FailedScheduling", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", "default-scheduler")], None),
+    ([said("FailedScheduling", NO_OFFERING, "karpenter", uid="earlier")], None),
+    ([], None),
+])
+def test_an_autoscalers_refusal_is_final_unless_its_words_say_for_now(answers, refused):
+    unscheduled = pod(waiting=None, node="")
+    events = [e for e in map(startprogress.pod_event, answers) if e]
+    assert startprogress.refusal(unscheduled, events) == refused
+    assert startprogress.refusal(pod(), events) is None  # bound: the autoscaler's words are past
+
+
+def test_what_the_autoscaler_last_said_of_a_pod_is_passed_through_as_said():
+    nominated = said("Nominated", "Pod should schedule on:\n nodeclaim/gpu-1a-x7", "karpenter")
+    events = [startprogress.pod_event(nominated)]
+    assert startprogress.autoscaler_said(pod(waiting=None, node=""), events) == \
+        "Pod should schedule on: nodeclaim/gpu-1a-x7"
+    assert startprogress.autoscaler_said(pod(name="w1"), events) is None
+
+
+def test_a_refusal_after_a_nomination_ends_the_wait_for_a_node():
+    refused = said("FailedScheduling", LIMITS, "karpenter", at="2026-11-26T20:01:00Z")
+    assert stage(pod(waiting=None, node=""), said("Nominated", "x", "karpenter"), refused) is None
 
 
 def test_events_that_say_nothing_of_a_slow_start_are_not_kept():

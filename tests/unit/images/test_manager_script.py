@@ -1,9 +1,11 @@
 """manager.sh's phases and signals, run for real with a stand-in `python` on PATH that
-records which phase ran and acts out the timing under test."""
+records which phase ran and acts out the timing under test; and with the real interpreter,
+from a working directory holding code of a tenant's."""
 
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -13,15 +15,16 @@ MANAGER_SH = Path(__file__).resolve().parents[3] / "manager_image" / "manager.sh
 
 
 def fake_python(tmp_path: Path, body: str) -> dict[str, str]:
-    """A `python` whose `-m distributetrain PHASE` appends PHASE to phases.log, then runs
-    body (a sh snippet; $phase is the phase). The version query prints nothing."""
+    """A `python` whose `-I -m distributetrain PHASE` (isolated: see below) appends PHASE to
+    phases.log, then runs body (a sh snippet; $phase is the phase). The version query
+    prints nothing."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "python"
     script.write_text(textwrap.dedent("""\
         #!/bin/sh
-        [ "$1" = "-m" ] || exit 0
-        phase="$3"
+        [ "$1" = "-I" ] && [ "$2" = "-m" ] || exit 0
+        phase="$4"
         echo "$phase" >> "{log}"
         {body}
         """).format(log=tmp_path / "phases.log", body=body))
@@ -77,3 +80,34 @@ def test_sigterm_as_pre_training_finishes_never_starts_training(tmp_path, trial)
     exit 0"""
     code, phases = run_manager(tmp_path, body)
     assert (code, phases) == (128 + signal.SIGTERM, ["pre-training", "teardown"])
+
+
+# What a tenant's pod spec could put in the manager's working directory (a volume made its
+# workingDir): a package named distributetrain, and a module the version query's
+# importlib.metadata imports. Each would leave a marker if it ran.
+PLANTED = {
+    "distributetrain/__init__.py": "open('planted-package-ran', 'w').close()\n",
+    "distributetrain/__main__.py": "open('planted-main-ran', 'w').close()\n",
+    "csv.py": "open('planted-csv-ran', 'w').close()\n",
+}
+
+
+def test_no_interpreter_imports_from_the_working_directory(tmp_path):
+    """manager.sh with the real interpreter (this one, 3.11 as in the image), run from a
+    directory of planted code: the manager's own package answers (bad input: exit 2, its
+    one-line error) and nothing planted ran."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # A script, not a link: the interpreter finds its virtualenv from the path it runs as.
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    workdir = tmp_path / "workdir"
+    for name, code in PLANTED.items():
+        (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / name).write_text(code)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    result = subprocess.run(["sh", str(MANAGER_SH), "--num-gpus=0", "--image=img"], cwd=workdir, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "distributetrain: error: " in result.stderr
+    assert sorted(p.name for p in workdir.iterdir()) == ["csv.py", "distributetrain"]

@@ -16,13 +16,11 @@ from pathlib import Path
 import pytest
 
 from distributetrain.core import errors, exitcodes
-from distributetrain.kube import podwire, waits
-from distributetrain.kube import client as kube_client
+from distributetrain.kube import waits
 from distributetrain.kube.client import WATCH_RECONNECT_DELAY_S
 from distributetrain.kube.connection import ApiTimeouts
 from harness.apiserver import SHUTDOWN_POLL_S, FakeApiServer, RudeServer, kube_at, kubeconfig
 from harness.builders import pod
-from harness.podproto import pod_list
 from harness.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[3]
@@ -215,56 +213,7 @@ def test_deletes_patches_and_reads_reuse_one_connection():
         for name in ("a", "b", "c"):
             kube.delete("Pod", "ns", name)
         kube.annotate_pod("ns", "manager", {"distributetrain.io/phase": "Running"})
-        kube.namespace_labels("ns")
+        kube.namespace_metadata("ns")
         kube.delete_all("Pod", "ns", ["d"])
     assert len(server.client_ports) == 6
     assert len(set(server.client_ports)) == 1
-
-
-class CutListServer(ThreadingHTTPServer):
-    """Serves one protobuf pod list; the first ``cuts`` answers stop half way and close."""
-
-    def __init__(self, body: bytes, cuts: int):
-        self.body, self.cuts, self.requests = body, cuts, 0
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(handler) -> None:
-                self.requests += 1
-                cut = self.requests <= self.cuts
-                handler.send_response(200)
-                handler.send_header("Content-Type", podwire.PROTOBUF)
-                handler.send_header("Content-Length", str(len(self.body)))
-                handler.end_headers()
-                handler.wfile.write(self.body[:len(self.body) // 2] if cut else self.body)
-                handler.close_connection = cut
-
-            def log_message(handler, *args) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.daemon_threads = True
-        threading.Thread(target=self.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_port}"
-
-
-def test_a_pod_list_cut_part_way_is_read_again_whole_and_its_pods_counted_once(monkeypatch):
-    monkeypatch.setattr(kube_client, "POD_LIST_CHUNK_BYTES", 1024)  # pods are visited before the cut
-    pods = [{"metadata": {"name": f"p{i}", "uid": f"u{i}", "labels": {}},
-             "spec": {"nodeName": "n", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-             "status": {"phase": "Running"}} for i in range(40)]
-    server = CutListServer(pod_list(pods, "77"), cuts=2)
-    try:
-        visited, restarts = [], []
-        version = kube_at(server.url, ApiTimeouts(read_s=2.0, retry_deadline_s=10.0)).each_pod_request(
-            visited.append, lambda: (restarts.append(len(visited)), visited.clear()))
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert server.requests == 3
-    assert restarts[0] == 0 and all(restarts[1:])  # each cut try had visited pods, then forgot them
-    assert (visited, version) == ([podwire.slim(p) for p in pods], "77")

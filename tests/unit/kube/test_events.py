@@ -137,29 +137,3 @@ def test_nothing_is_recorded_outside_a_manager_pod():
     recorder.record(events.PLANNED, "a=1,b=1")
     recorder.close()
     assert recorder._thread is None
-
-
-def refusal(note, by="karpenter", at="2026-01-02T12:00:00Z", uid="u-1", reason="FailedScheduling"):
-    return {"reason": reason, "deprecatedSource": {"component": by}, "note": note, "deprecatedLastTimestamp": at,
-            "regarding": {"kind": "Pod", "name": "demo-worker-0", "uid": uid}}
-
-
-def test_the_autoscalers_latest_refusal_of_the_pod_itself_is_what_it_says():
-    items = [refusal("exceed limits", at="2026-01-02T12:00:09Z"), refusal("older", at="2026-01-02T12:00:01Z"),
-             refusal("an earlier run's pod", at="2026-01-02T12:00:10Z", uid="u-0"),
-             refusal("0/3 nodes are available", by="default-scheduler", at="2026-01-02T12:00:11Z"),
-             refusal("pod didn't trigger scale-up: 1 max node group size reached", by="cluster-autoscaler",
-                     at="2026-01-02T12:00:08Z", reason="NotTriggerScaleUp")]
-    assert events.autoscaler_note(items, "u-1") == "exceed limits"
-    assert events.autoscaler_note(items[4:], "u-1") == "pod didn't trigger scale-up: 1 max node group size reached"
-    assert events.autoscaler_note(items[3:4], "u-1") is None
-
-
-def test_what_the_autoscaler_says_is_best_effort(caplog):
-    said = EventRecorder(SETTINGS, FakeEventsApi(others={"demo-worker-0": [refusal("exceed limits")]}))
-    assert said.autoscaler_says("ml", {"demo-worker-0": "u-1", "demo-chief": "u-2"}) == {
-        "demo-worker-0": "exceed limits"}
-    refused = EventRecorder(SETTINGS, FakeEventsApi(regarding_fails_with=errors.Forbidden("cannot list resource \"events\"")))
-    with caplog.at_level(logging.WARNING):
-        assert refused.autoscaler_says("ml", {"demo-worker-0": "u-1"}) == {}
-    assert any("rbac/role.yaml grants events list" in r.getMessage() for r in caplog.records)

@@ -10,6 +10,7 @@ from distributetrain.kube import informer as informer_module
 from distributetrain.kube.informer import Change, DeadlineReached, Informer, Satisfied
 from harness.builders import make_pod
 from harness.kube import FakeKube
+from harness.polling import poll_until
 
 
 def pod(name, version="1", phase="Running", namespace="ns"):
@@ -163,6 +164,12 @@ def test_the_store_keeps_only_what_keep_returns_keyed_by_namespace_across_namesp
     assert changes == [Change("ADDED", "x/a", None, "Running"), Change("DELETED", "x/a", "Running", None)]
 
 
+def once_waiting(clock, then) -> None:
+    """``then()`` once a thread waits on the clock (the test's own, in ``wait_until``)."""
+    poll_until(lambda: clock.waiters() > 0, 5, "a wait on the clock", interval_s=0.005)
+    then()
+
+
 def test_on_its_own_thread_a_wait_reads_the_live_store():
     clock = FakeClock()
     kube = FakeKube(pods=[pod("a")], clock=clock)
@@ -175,8 +182,7 @@ def test_on_its_own_thread_a_wait_reads_the_live_store():
 
     kube.on_pod_watch = story
     with pods_informer(kube, clock) as informer:
-        waiter = threading.Timer(0.05, release.set)
-        waiter.start()
+        threading.Thread(target=once_waiting, args=(clock, release.set), daemon=True).start()
         assert informer.wait_until(phase_of("a", "Failed"), clock.monotonic() + 60) == Satisfied(True)
     assert kube.pod_lists == 1
 
@@ -186,7 +192,6 @@ def test_on_its_own_thread_the_deadline_is_a_step_of_the_clock():
     kube = FakeKube(pods=[pod("a")], clock=clock)
     kube.on_pod_watch = lambda fake, timeout_s: iter(())  # the watch ends at once, and resumes
     with pods_informer(kube, clock) as informer:
-        stepper = threading.Timer(0.05, clock.advance, (30,))
-        stepper.start()
+        threading.Thread(target=once_waiting, args=(clock, lambda: clock.advance(30)), daemon=True).start()
         outcome = informer.wait_until(lambda pods: None, clock.monotonic() + 30)
     assert isinstance(outcome, DeadlineReached) and list(outcome.last_view) == ["a"]

@@ -1,7 +1,7 @@
 """The API layer without a server: its timeouts, its retry policy and its concurrent calls."""
 
 import socket
-import time
+import threading
 
 import pytest
 import urllib3
@@ -73,22 +73,23 @@ def test_forbidden_long_after_an_outage_is_final():
 
 
 def test_concurrent_calls_return_in_order_and_stop_at_the_first_error():
-    seen = []
+    assert Kube._concurrently(lambda item: item * 2, [0, 1, 2]) == [0, 2, 4]
+    # Items 0-2 are in flight when item 3 fails (they go on once it has), the rest wait.
+    failed, started, finished = threading.Event(), [], []
 
     def operation(item):
-        time.sleep(0.01)
-        seen.append(item)
+        started.append(item)
         if item == 3:
+            failed.set()
             raise errors.NotFound("three")
-        return item * 2
+        assert failed.wait(5), "item 3 never ran beside the first ones"
+        finished.append(item)
 
-    assert Kube._concurrently(operation, [0, 1, 2]) == [0, 2, 4]
-    seen.clear()
     with pytest.raises(errors.NotFound):
         Kube._concurrently(operation, range(100))
-    called = len(seen)
-    time.sleep(0.1)
-    assert len(seen) == called < 100  # nothing runs behind the caller, and the rest was not started
+    # Nothing runs behind the caller: every call started has returned and the pool's threads are gone.
+    assert sorted(finished) == sorted(set(started) - {3}) and len(started) < 100
+    assert not [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")]
 
 
 def test_timeouts_come_from_the_environment_and_bad_ones_are_refused():

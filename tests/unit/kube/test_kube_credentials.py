@@ -3,6 +3,7 @@ $KUBECONFIG, ~/.kube/config, then the pod's ServiceAccount); the manager acts as
 ServiceAccount. Real kubeconfig files and real in-cluster files, in a temporary HOME."""
 
 import pytest
+import urllib3
 import yaml
 from kubernetes.config import incluster_config
 
@@ -65,6 +66,32 @@ def test_the_cli_in_a_pod_acts_as_the_user_of_the_kubeconfig(notebook_pod):
 def test_the_manager_in_the_same_pod_acts_as_its_serviceaccount(notebook_pod):
     manager = load_api_client(None, None, in_cluster_first=True)
     assert host_and_token(manager) == (IN_CLUSTER_HOST, "bearer the-pods-token")
+
+
+def test_the_manager_in_a_pod_ignores_a_kubeconfig_its_arguments_name(notebook_pod):
+    """A manager pod's arguments are whatever its creator wrote: a kubeconfig whose exec
+    plugin runs a command (here, one leaving a marker) is never read in a pod."""
+    marker = notebook_pod / "plugin-ran"
+    kubeconfig = write_kubeconfig(notebook_pod / "tenant" / "config", "https://tenant.example:6443", "tenant")
+    document = yaml.safe_load(kubeconfig.read_text())
+    document["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                             "command": "sh", "args": ["-c", f"touch {marker}"]}}
+    kubeconfig.write_text(yaml.safe_dump(document))
+    manager = load_api_client(str(kubeconfig), "user", in_cluster_first=True)
+    assert host_and_token(manager) == (IN_CLUSTER_HOST, "bearer the-pods-token")
+    assert not marker.exists()
+
+
+def test_a_platforms_no_proxy_keeps_the_api_server_off_its_proxy(notebook_pod, monkeypatch):
+    """A platform's webhook gives pods its proxy's variables: the in-cluster API server,
+    which NO_PROXY names, is reached directly, anything else through the proxy."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "10.96.0.1,.svc")
+    manager = load_api_client(None, None, in_cluster_first=True)
+    assert not isinstance(manager.rest_client.pool_manager, urllib3.ProxyManager)
+    monkeypatch.setenv("NO_PROXY", "10.0.0.0")
+    manager = load_api_client(None, None, in_cluster_first=True)
+    assert isinstance(manager.rest_client.pool_manager, urllib3.ProxyManager)
 
 
 def test_kubeconfig_before_home_and_the_flag_before_both(notebook_pod, monkeypatch):

@@ -20,10 +20,6 @@ NAME = "distributetrain-placement"
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=1.0)
 SHORT_LEASE_S = 3  # renewed every second
 HELD_FOR_GOOD_S = 3600  # a holder's lease that neither needs renewing nor expires within a test
-RELEASE_POLL_S = 0.005  # real seconds: how often a holder looks whether to release
-# Real seconds for a renewal the fake clock made due to be written (a fake clock's wait
-# notices the clock moved within FAKE_WAIT_POLL_S; a renewal is two local requests).
-STRAY_RENEWAL_S = 0.3
 
 
 @pytest.fixture
@@ -108,11 +104,10 @@ def test_the_renewer_stops_on_exit(server):
     clock = FakeClock()
     with lock(server, duration_s=SHORT_LEASE_S, clock=clock):
         pass
+    assert [t for t in threading.enumerate() if t.name == "lease-renewer"] == []  # so no renewal after
     writes = len(server.lease_writes)
     clock.advance(SHORT_LEASE_S * 2 / 3)  # two renewal intervals
-    time.sleep(STRAY_RENEWAL_S)
     assert len(server.lease_writes) == writes
-    assert [t for t in threading.enumerate() if t.name == "lease-renewer"] == []
 
 
 def test_a_holder_whose_lease_was_taken_over_fails_on_exit_and_leaves_it(server):
@@ -120,8 +115,9 @@ def test_a_holder_whose_lease_was_taken_over_fails_on_exit_and_leaves_it(server)
     with pytest.raises(errors.JobFailed) as failure:
         with lock(server, duration_s=SHORT_LEASE_S, clock=clock):
             held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")  # as an expired-lease takeover writes
-            clock.advance(SHORT_LEASE_S / 2)  # past a renewal: the renewer may read it first, and stop
-            time.sleep(STRAY_RENEWAL_S)
+            clock.advance(SHORT_LEASE_S / 2)  # past a renewal: the renewer reads it, and stops
+            poll_until(lambda: not [t for t in threading.enumerate() if t.name == "lease-renewer"], 5,
+                       "the renewer to find the takeover and stop", interval_s=0.005)
     assert failure.value.exit_code == exitcodes.API_ERROR
     assert "ns/other" in str(failure.value)
     assert holder(server) == "ns/other"

@@ -12,12 +12,13 @@ from distributetrain.kube.podwire import PROTOBUF, REQUIRED, WireError, read_pod
 from harness.podproto import ENVELOPE_TRAILER, field, pod_list
 
 
-def read(body: bytes, chunk_size: int | None = None, content_type: str = PROTOBUF) -> tuple[list[dict], str]:
-    """The pods and resourceVersion of ``body``, arriving ``chunk_size`` bytes at a time."""
+def read(body: bytes, chunk_size: int | None = None, content_type: str = PROTOBUF) -> tuple[list[dict], str, str]:
+    """The pods, resourceVersion and continue token of ``body``, arriving ``chunk_size``
+    bytes at a time."""
     size = chunk_size or max(len(body), 1)
     pods: list[dict] = []
-    version = read_pod_list(content_type, (body[i:i + size] for i in range(0, len(body), size)), pods.append)
-    return pods, version
+    version, token = read_pod_list(content_type, (body[i:i + size] for i in range(0, len(body), size)), pods.append)
+    return pods, version, token
 
 
 NAMES = st.text("abcxyz-./", min_size=1, max_size=8)
@@ -43,13 +44,14 @@ PODS = st.fixed_dictionaries({
 
 @given(st.lists(PODS, max_size=4), NAMES, st.integers(1, 300))
 def test_protobuf_pods_read_as_their_json_cut_by_slim_in_chunks_of_any_size(pods, token, chunk_size):
-    assert read(pod_list(pods, "17", token), chunk_size) == ([slim(p) for p in pods], "17")
+    assert read(pod_list(pods, "17", token), chunk_size) == ([slim(p) for p in pods], "17", token)
 
 
 @given(st.lists(PODS, max_size=3), st.integers(1, 50))
 def test_a_json_list_is_read_whole_and_cut_the_same(pods, chunk_size):
-    body = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "9"}, "items": pods}).encode()
-    assert read(body, chunk_size, "application/json") == ([slim(p) for p in pods], "9")
+    body = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "9", "continue": "next"},
+                       "items": pods}).encode()
+    assert read(body, chunk_size, "application/json") == ([slim(p) for p in pods], "9", "next")
 
 
 def test_what_the_inventory_reads_survives_the_cut():
@@ -88,4 +90,4 @@ def test_long_fields_and_numbered_fields_read_past_one_byte_lengths():
                     "initContainers": [{"restartPolicy": "Always"}], "overhead": {"cpu": "1"}},
            "status": {"phase": "Running"}}
     assert read(pod_list([big, big | {"metadata": {"name": "small", "uid": "v"}}]), 1000) == \
-        ([slim(big), slim(big | {"metadata": {"name": "small", "uid": "v"}})], "42")
+        ([slim(big), slim(big | {"metadata": {"name": "small", "uid": "v"}})], "42", "")

@@ -5,8 +5,6 @@ On real files in a temporary cache (the seed's containerd is the cluster tests')
 from __future__ import annotations
 
 import os
-import tomllib
-from pathlib import Path
 
 import pytest
 
@@ -74,16 +72,3 @@ def test_a_generation_names_the_set_of_images_whatever_their_order():
     one = imagecache.generation_of({"docker.io/a:1": "sha256:1", "docker.io/b:1": "sha256:2"})
     assert one == imagecache.generation_of({"docker.io/b:1": "sha256:2", "docker.io/a:1": "sha256:1"})
     assert one != imagecache.generation_of({"docker.io/a:1": "sha256:1", "docker.io/b:1": "sha256:3"})
-
-
-def test_the_image_cache_s_containerd_holds_images_only():
-    root, state = Path("/cache/node-images/seed"), Path("/run/dt/seed-containerd")
-    assert tomllib.loads(imagecache.seed_containerd_config(root, state, state / "containerd.sock")) == {
-        "version": 2,
-        "root": "/cache/node-images/seed",
-        "state": "/run/dt/seed-containerd/state",
-        "disabled_plugins": ["io.containerd.grpc.v1.cri"],
-        "grpc": {"address": "/run/dt/seed-containerd/containerd.sock"},
-        "ttrpc": {"address": "/run/dt/seed-containerd/containerd.sock.ttrpc"},
-        "plugins": {"io.containerd.internal.v1.opt": {"path": "/run/dt/seed-containerd/opt"}},
-    }

@@ -44,7 +44,7 @@ def test_containerd_keeps_its_images_in_the_cache_and_the_rest_in_the_run_direct
                         "options": {"SystemdCgroup": False, "Root": "/run/dt/nodes/n3/runc"},
                     }},
                 },
-                "cni": {"bin_dir": "/usr/lib/cni", "conf_dir": "/run/dt/nodes/n3/cni/net.d"},
+                "cni": {"bin_dir": "/usr/lib/cni", "conf_dir": "/run/dt/nodes/n3/cni/net.d", "max_conf_num": 2},
                 "registry": {"config_path": "/run/dt/nodes/n3/registry-hosts"},
             },
         },
@@ -175,3 +175,19 @@ def test_an_ipv6_first_node_gives_its_pods_both_families_ipv6_first_and_is_reach
     assert "--node-ip=fd74:6400::d,10.233.0.13" in config.kubelet_command(Path("/bin/kubelet"), six, PATHS)
     assert config.kubelet_config(six, PATHS, PKI)["address"] == "::"
     assert config.kubelet_config(SPEC, PATHS, PKI)["address"] == "10.233.0.13"
+
+
+def test_an_ipv6_only_node_gives_its_pods_ipv6_alone_and_an_ipv4_interface_for_egress():
+    """As EKS's IPv6 clusters: Kubernetes sees only eth0's IPv6 address; eth1 reaches IPv4
+    (the apiserver's Service) masqueraded to the node."""
+    six = dataclasses.replace(SPEC, ipv6_only=True)
+    assert six.node_ips == ["fd74:6400::d", "10.233.0.13"] and config.kubelet_config(six, PATHS, PKI)["address"] == "::"
+    ipam = config.cni_config(six, PATHS)["plugins"][0]["ipam"]
+    assert (ipam["ranges"], ipam["routes"]) == ([[{"subnet": "fd74:6400:0:3::/64"}]], [{"dst": "::/0"}])
+    assert config.egress_cni_config(six, PATHS) == {
+        "cniVersion": "0.4.0",
+        "name": "localcluster-dt-n3-egress",
+        "plugins": [{"type": "bridge", "bridge": "cni1", "isGateway": True, "ipMasq": True,
+                     "ipam": {"type": "host-local", "ranges": [[{"subnet": "169.254.172.0/22"}]],
+                              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(PATHS.cni_ipam_dir)}}],
+    }

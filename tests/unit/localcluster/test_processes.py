@@ -8,13 +8,14 @@ from localcluster import processes
 
 # The main thread (the thread-group leader) exits alone while another thread still holds a
 # listening port, as a SIGKILLed apiserver's leader does while its other threads still exit.
+# That thread runs until its stdin is closed.
 LEADER_EXITS_FIRST = """\
-import ctypes, socket, sys, threading, time
+import ctypes, socket, sys, threading
 server = socket.socket()
 server.bind(("127.0.0.1", 0))
 server.listen()
 print(server.getsockname()[1], flush=True)
-threading.Thread(target=time.sleep, args=(float(sys.argv[1]),)).start()
+threading.Thread(target=sys.stdin.read).start()
 ctypes.CDLL(None).pthread_exit(None)
 """
 
@@ -29,17 +30,21 @@ def port_is_free(port: int) -> bool:
 
 
 def test_a_process_whose_leader_exited_while_its_threads_run_is_alive_until_they_end():
-    process = subprocess.Popen([sys.executable, "-c", LEADER_EXITS_FIRST, "1.5"], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", LEADER_EXITS_FIRST], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
     try:
         port = int(process.stdout.readline())
         assert processes.wait_exit(process.pid, 0.3) is False  # the leader is a zombie by now
         assert not port_is_free(port)
+        process.stdin.close()  # the other thread ends
         assert processes.wait_exit(process.pid, 30)
         assert port_is_free(port)  # what a restarted apiserver needs: its port
     finally:
         process.kill()
         process.wait()
         process.stdout.close()
+        if not process.stdin.closed:
+            process.stdin.close()
 
 
 def test_a_reaped_or_unknown_process_is_not_alive():

@@ -3,8 +3,11 @@
 import pytest
 
 from distributetrain.core import errors, placement, topology
+from distributetrain.core.settings import RuntimeClassTerms
 from distributetrain.manager import booking
+from distributetrain.manager.freegpus import LedgerParts
 from harness.builders import GKE_TIME_SHARED, JOB, MIG_SLICED, TIME_SLICED, ledger_of, sized_node
+from harness.kube import FakeKube
 
 RACK = "example.com/rack"
 RACKED = JOB.replace(topology=topology.parse(f"{RACK}!"))
@@ -65,3 +68,18 @@ def test_short_of_gpus_the_rest_goes_on_new_nodes_while_the_job_may_wait():
     for settings, may_wait in ((GROWS, False), (GROWS.replace(scale_up_node_gpus=0), True)):
         with pytest.raises(placement.InsufficientGPUs):
             booking.plan_or_grow(placement.plan, {"a": 4}, settings, may_wait)
+
+
+def test_the_nodes_of_the_runtime_class_are_the_candidates_as_they_are_while_waiting():
+    """Admission merges the RuntimeClass's scheduling into each pod: only nodes with its
+    labels can take them, and its tolerations let them on its nodes' taints."""
+    kata = sized_node("a", 4, labels={"pool": "kata"})
+    kata["spec"]["taints"] = [{"key": "kata", "effect": "NoSchedule"}]
+    terms = RuntimeClassTerms(node_selector=(("pool", "kata"),),
+                              tolerations=({"key": "kata", "operator": "Exists", "effect": "NoSchedule"},))
+    settings = JOB.replace(runtime_class="kata", runtime_class_terms=terms)
+    kube = FakeKube([kata, sized_node("b", 4)])
+    assert booking.take_inventory(kube, settings).free() == {"a": 4}
+    assert booking.take_inventory(kube, JOB).free() == {"b": 4}
+    parts = LedgerParts.for_job(settings)  # what a job waiting for GPUs follows
+    assert {name for name in ("a", "b") if not parts.node_part(kube.nodes[name]).refusal} == {"a"}

@@ -22,6 +22,7 @@ from distributetrain.core.inventory import pod_claim
 from distributetrain.manager import booking, clusterview
 from harness.builders import GPU, JOB, make_node
 from harness.interleaving import RevisionedKube, Stepper, Tape
+from unit.core.test_inventory import awaiting
 
 NODES = [make_node(name).gpus(gpus).allocatable({"cpu": "64", "memory": "512Gi", "pods": "110"}).obj()
          for name, gpus in (("a", 4), ("b", 4), ("c", 2))]
@@ -103,3 +104,16 @@ def test_the_rule_rests_on_the_fence(monkeypatch):
     assert overbooked(run_managers(Tape([]), jobs)) == {}
     monkeypatch.setattr(booking, "fence", lambda kube, settings: "1")
     assert overbooked(run_managers(Tape([]), jobs)) == {"a": 8}
+
+
+def test_a_node_that_joined_for_another_managers_scale_up_pod_is_booked_by_no_one_else():
+    """Manager x's pod awaits the node its autoscaler adds (a booking, listed under the
+    Lease); node n has joined for it and the scheduler has not bound the pod yet. j0's
+    plan, which n alone would hold, goes on the running nodes."""
+    joined = make_node("n").labels({"topology.kubernetes.io/zone": "z1"}).gpus(8).allocatable(
+        {"cpu": "64", "memory": "512Gi", "pods": "110"}).obj()
+    waiting = awaiting(8, uid="uid-x")
+    stepper = Stepper(Tape([]), ["j0"])
+    kube = RevisionedKube(stepper, [*NODES, joined], [manager_pod("j0"), waiting])
+    plan = stepper.run_as("j0", lambda: book(kube, "j0", 8))()
+    assert sorted(plan) == [("a", 4), ("b", 4)]

@@ -1,6 +1,6 @@
-"""Managers that start together share one survey of the cluster: the first takes it and
-publishes it, the next ones read it; an old one is taken again, by one manager while the
-others wait for it; refused or too large, each manager surveys for itself."""
+"""Managers that ask together share one survey of the cluster: one takes it and publishes
+it while the others wait for it; a survey begun before a manager asked is never its
+(it would miss what changed just before); refused or too large, each surveys for itself."""
 
 import base64
 import threading
@@ -10,7 +10,7 @@ import pytest
 
 from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
-from distributetrain.core.clusterview import MAX_AGE_S, ClusterView
+from distributetrain.core.clusterview import ClusterView
 from distributetrain.manager import clusterview
 from harness.builders import JOB, make_node
 from harness.kube import FakeKube
@@ -25,23 +25,22 @@ def published(kube: FakeKube) -> ClusterView | None:
     return config_map and ClusterView.decode(base64.b64decode(config_map["binaryData"][clusterview.DATA_KEY]))
 
 
-def test_the_first_manager_surveys_and_publishes_and_the_next_reads_it():
+def test_the_first_manager_surveys_and_publishes_and_lets_the_surveyor_lease_go():
     kube = FakeKube(NODES)
     first = clusterview.current(kube, JOB)
     assert (kube.node_lists, kube.pod_lists) == (1, 1)
     assert published(kube) == first and [n["metadata"]["name"] for n in first.nodes] == ["a", "b"]
-    assert kube.other_leases[VIEW]["spec"]["holderIdentity"] is None  # taken to survey, let go after
-    second = clusterview.current(kube, JOB.replace(job_name="k"))
-    assert second == first and (kube.node_lists, kube.pod_lists) == (1, 1)  # nothing listed
+    assert kube.other_leases[VIEW]["spec"]["holderIdentity"] is None
 
 
-def test_an_old_survey_is_taken_again_and_replaces_the_published_one(monkeypatch):
+def test_a_survey_begun_before_a_manager_asked_is_not_its_own():
+    """The node labelled, the pod deleted just before the job was submitted: a manager
+    sees them, as a survey of its own would."""
     kube = FakeKube(NODES)
     clusterview.current(kube, JOB)
-    later = time.time() + MAX_AGE_S + 1
-    monkeypatch.setattr(clusterview.time, "time", lambda: later)
-    again = clusterview.current(kube, JOB)
-    assert again.taken_at == later and published(kube) == again
+    kube.send_nodes(make_node("c").gpus(2).obj())
+    again = clusterview.current(kube, JOB.replace(job_name="k"))
+    assert [n["metadata"]["name"] for n in again.nodes] == ["a", "b", "c"] and published(kube) == again
     assert (kube.node_lists, kube.pod_lists) == (2, 2)
 
 
@@ -59,6 +58,23 @@ def test_while_another_manager_surveys_the_others_wait_for_its_survey():
                  "binaryData": {clusterview.DATA_KEY: base64.b64encode(theirs.encode()).decode()}})
     waiting.join(10)
     assert got == [theirs] and (kube.node_lists, kube.pod_lists) == (0, 0)
+
+
+def test_a_survey_another_manager_began_before_one_asked_is_waited_out_then_taken_anew():
+    kube = FakeKube(NODES, clock=FakeClock())
+    kube.other_leases[VIEW] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                               "metadata": {"name": VIEW, "namespace": "default", "resourceVersion": "1"},
+                               "spec": {"holderIdentity": "ns/surveyor", "leaseDurationSeconds": 60}}
+    begun_before = ClusterView(taken_at=time.time() - 1, nodes=[{"metadata": {"name": "theirs", "labels": {}}}])
+    got: list[ClusterView] = []
+    waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB)), daemon=True)
+    waiting.start()
+    poll_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, 5, "the manager waiting on the ConfigMap")
+    kube.other_leases[VIEW]["spec"]["holderIdentity"] = None  # the surveyor publishes and lets go
+    kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": VIEW, "namespace": "default"},
+                 "binaryData": {clusterview.DATA_KEY: base64.b64encode(begun_before.encode()).decode()}})
+    waiting.join(10)
+    assert [n["metadata"]["name"] for n in got[0].nodes] == ["a", "b"] and published(kube) == got[0]
 
 
 def test_refused_the_shared_survey_a_manager_surveys_for_itself():

@@ -21,15 +21,21 @@ HOSTS_ANSWER = "10.0.1.1:1\n10.0.2.0:2\n"
 # thread more), and ends when told (a line on its stdin), as pre-training ends right after
 # it publishes them.
 SERVING_PROCESS = textwrap.dedent("""
-    import sys, threading, time
+    import sys, threading
     from distributetrain.manager.discovery import DiscoveryServer, HostList
     hosts = HostList()
     hosts.publish([("10.0.1.1", 1), ("10.0.2.0", 2)])
     with DiscoveryServer(hosts, port=0, address="127.0.0.1") as server:
-        serving = threading.active_count()
+        answering = threading.Event()
+        start = threading.Thread.start
+
+        def start_and_say(thread):  # the server starts a thread per request
+            start(thread)
+            answering.set()
+
+        threading.Thread.start = start_and_say
         print(server.port, flush=True)
-        while threading.active_count() == serving:
-            time.sleep(0.01)
+        answering.wait()
         print("answering", flush=True)
         sys.stdin.readline()
     print("closed", flush=True)

@@ -6,12 +6,12 @@ import socket
 
 import pytest
 
-from distributetrain.core import errors, inventory, names, topology
+from distributetrain.core import errors, inventory, names, podsecurity, topology
 from distributetrain.core.clock import REAL_CLOCK, FakeClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
-from distributetrain.manager import clusterview, lifecycle
+from distributetrain.manager import clusterview, job, lifecycle
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -69,19 +69,21 @@ def story(monkeypatch, tmp_path):
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
-            real_time=False, objects=()):
+            real_time=False, objects=(), namespace_annotations=None):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
         kubelet's), which the manager may not read with ``events_forbidden``; with
         ``real_time``, on the real clock (Events a story sends reach the manager on an
         informer's own thread, in real time); ``objects``: others the cluster has already
-        (the job's PersistentVolumeClaims and their volumes)."""
+        (the job's PersistentVolumeClaims and their volumes); ``namespace_annotations``: the job
+        namespace's."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
                         clock=REAL_CLOCK if real_time else clock)
         kube.events = list(events)
         for obj in objects:
             kube.put(obj)
+        kube.namespace_annotations[settings.namespace] = dict(namespace_annotations or {})
         if events_forbidden:
             kube.list_pages = refusing_events(kube.list_pages)
         kube.on_create = list(on_create)
@@ -114,6 +116,29 @@ def test_a_successful_job_tells_its_story_in_order(story):
         ("Succeeded", "Normal", "training finished (exit code 0)"),
     ]
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("annotations,asked,ids", [
+    ({}, "auto", {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}),
+    ({podsecurity.OPENSHIFT_UID_RANGE_ANNOTATION: "1000680000/10000"}, "auto", {}),
+    ({podsecurity.OPENSHIFT_UID_RANGE_ANNOTATION: "1000680000/10000"}, 1000680005,
+     {"runAsUser": 1000680005, "runAsGroup": 1000680005, "fsGroup": 1000680005}),
+], ids=["plain", "openshift", "openshift-asked"])
+def test_job_pods_run_as_the_namespace_allows(story, annotations, asked, ids):
+    """Where the namespace says the platform assigns UIDs, job pods name none (OpenShift
+    refuses any outside its range); a UID asked for is the user's to choose. The record
+    keeps what was asked."""
+    created = []
+    settings = SETTINGS.replace(run_as_user=asked)
+    code, _, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+                           [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]],
+                          settings=settings, phases=("pre-training", "post-training"),
+                          on_create=[created.append], namespace_annotations=annotations)
+    assert code == 0
+    contexts = [obj["spec"]["securityContext"] for obj in created if obj["kind"] == "Pod"]
+    assert len(contexts) == 4  # dry run and real, worker and chief
+    assert all(c == {"runAsNonRoot": True, **ids, "seccompProfile": {"type": "RuntimeDefault"}} for c in contexts)
+    assert JobRecord.of(kube.manager).spec == settings
 
 
 def test_a_job_that_one_rack_holds_lands_on_one_rack_and_says_so(story):
@@ -151,11 +176,12 @@ def test_the_chief_holds_its_gpus_from_the_start(story):
                            [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
     assert code == 0
     creates_and_watches = [(verb, kind, name) for verb, kind, name in kube.actions if verb in ("create", "watch")]
-    # What no other manager waits on first; then the cluster surveyed and the survey shared;
-    # then under the Lease the workers and the chief, before any pod is watched.
-    assert creates_and_watches == [("create", "Secret", "demo-ssh"), ("create", "NetworkPolicy", "demo-pods"),
-                                   ("create", "NetworkPolicy", "demo-manager"), ("create", "Lease", VIEW),
-                                   ("create", "ConfigMap", VIEW), ("create", "Lease", names.LOCK_LEASE_NAME),
+    # The cluster surveyed and the survey shared; then what no other manager waits on (once
+    # the survey said the request is good); then under the Lease the workers and the chief,
+    # before any pod is watched.
+    assert creates_and_watches == [("create", "Lease", VIEW), ("create", "ConfigMap", VIEW),
+                                   ("create", "Secret", "demo-ssh"), ("create", "NetworkPolicy", "demo-pods"),
+                                   ("create", "NetworkPolicy", "demo-manager"), ("create", "Lease", names.LOCK_LEASE_NAME),
                                    ("create", "Pod", "demo-worker-0"), ("create", "Pod", "demo-chief"),
                                    ("watch", "Pod", ""), ("watch", "Pod", ""), ("watch", "Pod", "")]
 
@@ -185,16 +211,22 @@ def test_workers_never_ready_are_released_and_the_job_fails_saying_why(story):
     assert kube.pods == {} and kube.secrets == {}
 
 
+def test_a_lost_attempts_pods_are_waited_for_their_grace_period_and_a_slack():
+    assert job.old_pods_gone_s(SETTINGS) == 30.0
+    assert job.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
+
+
 def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story, monkeypatch):
     """The released pods stay terminating (their nodes died): the next attempt waits for
     them only a bounded time, never adopts them, and plans around them under new names,
     recorded as attempt 1."""
-    monkeypatch.setattr("distributetrain.manager.job.OLD_PODS_GONE_S", 0.2)
+    # The wait is the pods' grace period (--termination-grace-period) and a slack.
+    monkeypatch.setattr("distributetrain.manager.job.OLD_PODS_GONE_SLACK_S", 0.2)
     code, recorded, kube = story(
         [[("demo-worker-0", UNSCHEDULED)], None, None,
          [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
          [("demo-chief-r1", ended(0))]],
-        settings=SETTINGS.replace(worker_ready_timeout_s=0.5, wait_for_gpus_s=60.0),
+        settings=SETTINGS.replace(worker_ready_timeout_s=0.5, wait_for_gpus_s=60.0, termination_grace_period_s=0.0),
         nodes=(("a", 1), ("b", 1), ("c", 1), ("d", 1)), pods_stay_terminating=True)
     assert code == 0
     assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "PodWaiting", "Released",

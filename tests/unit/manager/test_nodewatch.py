@@ -292,15 +292,32 @@ def test_the_watch_acts_when_the_window_runs_out_with_no_node_event():
     assert api.notes() == [(events.NODE_LOST, f"node a {cause.removeprefix('its node a ')}: deleted demo-worker-0")]
 
 
-def test_the_watch_acts_on_the_unreachable_taint_long_before_the_window(monkeypatch):
-    monkeypatch.setattr(nodewatch, "UNREACHABLE_STANDS_S", 0.3)
+@pytest.mark.parametrize("toleration_s, acts_after_s", [
+    (30.0, 10.0),  # the default: once the taint has stood UNREACHABLE_STANDS_S, 20 s before it evicts
+    (5.0, 5.0),  # a toleration shorter than UNREACHABLE_STANDS_S: its own window, as the taint evicts
+    (300.0, 280.0),  # the user's longer --node-lost-toleration: ridden out until 20 s before the eviction
+])
+def test_the_watch_acts_on_the_unreachable_taint_20s_before_it_evicts(toleration_s, acts_after_s):
     kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
-    watch, _, _ = watching(kube, toleration_s=60.0)
+    watch, _, _ = watching(kube, toleration_s=toleration_s)
     run_for(watch, 0.2)
+    tainted_at = kube.clock.monotonic()
     kube.send_nodes(node("a", silent()), node("a", silent(), taints=[UNREACHABLE]))
+    run_for(watch, acts_after_s - 0.5)
+    assert deleted(kube) == [], "acted before its time"
     run_for(watch, 5)
     assert [(pod, why) for _, pod, why in deleted(kube)] == [
         ("demo-worker-0", "its node a is not Ready (NodeStatusUnknown: Kubelet stopped posting node status.)")]
+    assert acts_after_s <= deleted(kube)[0][0] - tainted_at < acts_after_s + 2
+
+
+def test_the_watch_s_window_is_the_jobs_toleration():
+    """Without a test's own window, the node watch waits the job pods' --node-lost-toleration."""
+    kube = nodes_kube([fine("a")], [])
+    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, FakeEventsApi()))
+    assert NodeWatch(kube, SETTINGS, reporter).clocks.toleration_s == 30.0
+    longer = SETTINGS.replace(node_lost_toleration_s=120.0)
+    assert NodeWatch(kube, longer, reporter).clocks.toleration_s == 120.0
 
 
 def test_a_node_missing_from_a_relist_was_deleted():

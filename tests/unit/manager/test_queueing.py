@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from distributetrain.core import inventory, names, placement, podgroup, podstate, topology
+from distributetrain.core import errors, inventory, kueuenodes, names, placement, podgroup, podstate, topology
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.core.clock import FakeClock
@@ -46,10 +46,36 @@ def kueue_gates(obj):
         obj["spec"]["schedulingGates"] = obj["spec"].get("schedulingGates", []) + KUEUE_GATES
 
 
-def admitted(kube, name):
-    """The pod once Kueue admitted its group: Kueue's gates removed, the job's left."""
+def admitted(kube, name, node_selector=None, tolerations=(), domain=None):
+    """The pod once Kueue admitted its group: Kueue's gates removed, the job's left; with
+    its flavor's node labels and tolerations, and its topology ``domain``, as Kueue adds them."""
     pod = kube.pods[name]
-    return "MODIFIED", pod | {"spec": pod["spec"] | {"schedulingGates": [{"name": podgroup.PLACEMENT_GATE}]}}
+    spec = pod["spec"] | {"schedulingGates": [{"name": podgroup.PLACEMENT_GATE}]}
+    metadata = pod["metadata"]
+    if node_selector or domain:
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **(node_selector or {}), **(domain or {})}
+    if tolerations:
+        spec["tolerations"] = [*spec.get("tolerations", []), *tolerations]
+    if domain:
+        metadata = metadata | {"annotations": {**metadata.get("annotations", {}),
+                                               "kueue.x-k8s.io/podset-unconstrained-topology": "true"}}
+    return "MODIFIED", pod | {"spec": spec, "metadata": metadata}
+
+
+def kueue_admitting_into(flavor, domains=None):
+    """Kueue admitting a complete group into ``flavor`` (a ResourceFlavor); with
+    ``domains`` ({pod: node selector}), its topology assignment of each pod too."""
+
+    def story(kube, timeout_s):
+        gated = sorted(name for name, pod in kube.pods.items() if not podgroup.is_admitted(pod))
+        if not gated:
+            yield from kube.play_next_script(timeout_s)
+        spec = flavor.get("spec") or {}
+        for name in gated:
+            yield kube.apply(*admitted(kube, name, spec.get("nodeLabels"), spec.get("tolerations", ()),
+                                       (domains or {}).get(name)))
+
+    return story
 
 
 @pytest.fixture
@@ -58,6 +84,7 @@ def queued_story(monkeypatch, tmp_path):
     monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)
+    monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # free GPUs followed on the fake itself
     kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)])
     kube.on_create.append(kueue_gates)
     kube.on_pod_watch = kueue
@@ -248,6 +275,130 @@ def test_queued_shares_are_what_each_node_could_give_the_job_s_pods_once_the_que
     assert queueing.shares(ledger_of(nodes), 7, StaticJob()) == [4, 2, 1]
     with pytest.raises(placement.InsufficientGPUs, match="requested 8 GPUs but only 7"):
         queueing.shares(ledger, 8, StaticJob())
+
+
+POOL = "example.com/pool"
+DEDICATED = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+FLAVOR = {"metadata": {"name": "ml"}, "spec": {"nodeLabels": {POOL: "ml"}, "tolerations": [DEDICATED]}}
+
+
+def flavored_nodes():
+    """a and b are the flavor's, labelled and tainted for it; c, free and untainted, is not."""
+    nodes = [node("a", 2, labels={POOL: "ml"}), node("b", 1, labels={POOL: "ml"}), node("c", 4)]
+    for flavored in nodes[:2]:
+        flavored["spec"]["taints"] = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    return nodes
+
+
+def queue_of(kube, flavor):
+    kube.custom[("clusterqueues", None, "gpus")] = {"spec": {"resourceGroups": [{
+        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+        "flavors": [{"name": flavor["metadata"]["name"],
+                     "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}}
+    kube.custom[("resourceflavors", None, flavor["metadata"]["name"])] = flavor
+
+
+def test_a_job_queued_into_a_flavor_is_planned_and_placed_on_the_flavor_s_nodes(queued_story):
+    kube, api = queued_story
+    kube.nodes = {n["metadata"]["name"]: n for n in flavored_nodes()}
+    queue_of(kube, FLAVOR)
+    kube.on_pod_watch = kueue_admitting_into(FLAVOR)
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    placed = {}
+    patch = kube.patch_pod
+    kube.patch_pod = lambda namespace, name, body: placed.setdefault(name, patch(namespace, name, body))
+    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    # Shares on the flavor's tainted nodes, not all on c: the pods run where Kueue put them.
+    assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["a=2,b=1"]
+    for name, node_name in (("demo-worker-0", "a"), ("demo-chief", "b")):  # Kueue's selector and the pin both hold
+        spec = placed[name]["spec"]
+        assert (inventory.pinned_node(spec), spec["nodeSelector"]) == (node_name, {POOL: "ml"})
+        assert DEDICATED in spec["tolerations"]
+
+
+def test_under_topology_aware_scheduling_each_pod_is_pinned_to_the_node_kueue_assigned_it(queued_story):
+    kube, api = queued_story
+    kube.nodes = {name: node(name, 2, labels={POOL: "ml"}) for name in ("a", "b")}
+    queue_of(kube, {"metadata": {"name": "tas"}, "spec": {"nodeLabels": {POOL: "ml"}, "topologyName": "default"}})
+    # 2 GPUs, one pod; the tightest fit by name would be a, Kueue's topology assignment says b.
+    kube.on_pod_watch = kueue_admitting_into(kube.custom[("resourceflavors", None, "tas")],
+                                             {"demo-chief": {"kubernetes.io/hostname": "b"}})
+    kube.pod_watches = [[("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]]
+    assert lifecycle.execute(kube, SETTINGS.replace(num_gpus=2), "run") == 0, [e["note"] for e in api.created]
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["b=2"]
+
+
+def test_a_pod_kueue_assigned_a_node_whose_gpus_are_taken_is_never_placed_elsewhere(queued_story, monkeypatch):
+    kube, api = queued_story
+    kube.nodes = {name: node(name, 2) for name in ("a", "b")}
+    kube.on_pod_watch = kueue_admitting_into({}, {"demo-chief": {"kubernetes.io/hostname": "b"}})
+
+    def meanwhile(kube, timeout_s):  # another team takes b while the job is queued
+        kube.pods["other-team-b"] = other_team_on("b", 2)
+        kube.on_pod_watch = kueue_admitting_into({}, {"demo-chief": {"kubernetes.io/hostname": "b"}})
+        yield from kube.on_pod_watch(kube, timeout_s)
+
+    kube.on_pod_watch = meanwhile
+    assert lifecycle.execute(kube, SETTINGS.replace(num_gpus=2, worker_ready_timeout_s=0.3), "run") == 69
+    assert "no nodes hold its pods now on the nodes Kueue allows them (kubernetes.io/hostname=b)" in \
+        api.created[-1]["note"], api.created[-1]["note"]
+    assert "demo-chief" not in kube.pods or not podgroup.is_placed(kube.pods["demo-chief"])
+
+
+def test_flavors_the_manager_may_not_read_leave_the_job_queued_on_its_own_view(queued_story, caplog):
+    kube, api = queued_story
+    queue_of(kube, FLAVOR)
+    kube.failures["read_kueue"] = [None, None, errors.forbidden('resourceflavors.kueue.x-k8s.io "ml" is forbidden')]
+    kube.pods["other-team-c"] = other_team_on("c", 4)
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    assert "cannot read ResourceFlavor ml" in caplog.text
+
+
+def test_without_kueue_s_api_a_queued_job_is_bad_input_naming_the_flag(queued_story):
+    kube, api = queued_story
+    kube.kueue_served = None
+    assert lifecycle.execute(kube, SETTINGS, "run") == 2
+    assert api.created[-1]["note"] == ("--queue: the cluster serves no Kueue LocalQueues (kueue.x-k8s.io): install "
+                                       "Kueue, or submit without --queue (exit code 2)")
+    assert kube.writes("create", "Pod") == []
+
+
+@pytest.mark.parametrize("host_network, code, plan", [(False, 0, ["a=2,a=1"]), (True, 69, [])])
+def test_two_pods_kueue_s_topology_assignment_put_on_one_node_go_there_unless_their_ports_collide(
+        queued_story, monkeypatch, host_network, code, plan):
+    kube, api = queued_story
+    kube.nodes = {"a": node("a", 4), "b": node("b", 1)}
+    kube.pods["other-team-a"] = other_team_on("a", 2)  # the shares: 2 on a, 1 on b
+    on_a = {"kubernetes.io/hostname": "a"}
+
+    def meanwhile(kube, timeout_s):  # a frees up while queued; Kueue packs both pods there
+        del kube.pods["other-team-a"]
+        kube.on_pod_watch = kueue_admitting_into({}, {"demo-worker-0": on_a, "demo-chief": on_a})
+        yield from kube.on_pod_watch(kube, timeout_s)
+
+    kube.on_pod_watch = meanwhile
+    kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                        [("demo-chief", ended(0))]]
+    settings = SETTINGS.replace(host_network=host_network, worker_ready_timeout_s=0.3)
+    assert lifecycle.execute(kube, settings, "run") == code, [e["note"] for e in api.created]
+    assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == plan
+
+
+def test_queued_shares_are_planned_on_the_first_flavor_whose_nodes_hold_them():
+    x1, x2, y = (sized_node(name, gpus, labels={POOL: pool}) for name, gpus, pool in (("x1", 1, "x"), ("x2", 1, "x"),
+                                                                                       ("y", 4, "y")))
+    ledger = ledger_of([x1, x2, y])
+    x_flavor, y_flavor = (kueuenodes.flavor_rule({"spec": {"nodeLabels": {POOL: pool}}}, ()) for pool in "xy")
+    assert queueing.shares(ledger, 2, StaticJob(), [x_flavor, y_flavor]) == [1, 1]  # x's, tried first
+    assert queueing.shares(ledger, 3, StaticJob(), [x_flavor, y_flavor]) == [3]  # x cannot hold 3: y's
+    assert queueing.shares(ledger, 2, StaticJob()) == [2]  # no flavor known: the whole cluster's tightest plan
+    with pytest.raises(placement.InsufficientGPUs):
+        queueing.shares(ledger, 5, StaticJob(), [x_flavor, y_flavor])
 
 
 def placement_lease_writes(kube) -> int:

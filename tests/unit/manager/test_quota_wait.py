@@ -165,8 +165,7 @@ def job(monkeypatch, tmp_path):
     (exit code, Event reasons, kube)."""
     recorded = []
     monkeypatch.setattr(events, "EventsApi", lambda api_client: type("Api", (), {
-        "create": lambda self, event: recorded.append(event["reason"]), "patch": lambda self, *a: None,
-        "regarding": lambda self, namespace, pod: []})())
+        "create": lambda self, event: recorded.append(event["reason"]), "patch": lambda self, *a: None})())
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.01)
 

@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from distributetrain.core import errors, quotas
-from distributetrain.core.settings import JobSettings
+from distributetrain.core.settings import JobSettings, RuntimeClassTerms
 from distributetrain.manager import pretraining, quotacheck
 from harness.kube import FakeKube
 
@@ -35,10 +35,27 @@ def test_a_hard_limit_below_the_whole_job_names_its_flag(hard, flag, says):
     assert found.flag == flag and says in str(found)
 
 
+@pytest.mark.parametrize("hard,settings,flag,says", [
+    ({"limits.memory": "64Gi"}, JOB.replace(memory_limit_per_gpu_bytes=12 * 2**30), "--memory-limit-per-gpu",
+     "limits.memory 96Gi at least"),
+    ({"limits.cpu": "16"}, JOB.replace(cpu_limit_per_gpu_m=3000), "--cpu-limit-per-gpu", "limits.cpu 24 at least"),
+    # The RuntimeClass's overhead is each pod's request too.
+    ({"requests.cpu": "16"}, JOB.replace(runtime_class="kata", runtime_class_terms=RuntimeClassTerms(
+        overhead=(("cpu", "250m"),))), "--cpu-per-gpu", "requests.cpu 16250m at least"),
+])
+def test_the_pods_limits_and_overhead_count_against_a_quota(hard, settings, flag, says):
+    found = quotas.exceeded([{"metadata": {"name": "team"}, "spec": {"hard": hard}}], settings)
+    assert found.flag == flag and says in str(found)
+    assert quotas.exceeded([{"metadata": {"name": "team"}, "spec": {"hard": hard}}], JOB) is None
+
+
 def test_limits_the_job_fits_and_what_the_job_does_not_request_are_no_bar():
     roomy = {"requests.nvidia.com/gpu": "8", "requests.cpu": "16", "requests.memory": "64Gi", "pods": "10",
              "limits.cpu": "1", "requests.ephemeral-storage": "0", "services": "0", "requests.amd.com/gpu": "0"}
     assert quotas.exceeded([{"metadata": {"name": "team"}, "spec": {"hard": roomy}}], JOB) is None
+
+
+HIGH = JOB.replace(pod_priority_class="high")
 
 
 @pytest.mark.parametrize("scopes,selector,settings,applies", [
@@ -51,6 +68,13 @@ def test_limits_the_job_fits_and_what_the_job_does_not_request_are_no_bar():
     ((), ({"scopeName": "Terminating", "operator": "DoesNotExist"},), JOB, True),
     ((), ({"scopeName": "PriorityClass", "operator": "In", "values": ["high"]},), JOB, False),
     ((), ({"scopeName": "PriorityClass", "operator": "NotIn", "values": ["high"]},), JOB, True),
+    # --pod-priority-class: the pods' priorityClassName, which such scopes select by.
+    ((), ({"scopeName": "PriorityClass", "operator": "In", "values": ["high"]},), HIGH, True),
+    ((), ({"scopeName": "PriorityClass", "operator": "In", "values": ["low"]},), HIGH, False),
+    ((), ({"scopeName": "PriorityClass", "operator": "NotIn", "values": ["high"]},), HIGH, False),
+    ((), ({"scopeName": "PriorityClass", "operator": "Exists"},), HIGH, True),
+    ((), ({"scopeName": "PriorityClass", "operator": "Exists"},), JOB, False),
+    ((), ({"scopeName": "PriorityClass", "operator": "DoesNotExist"},), JOB, True),
     (("CrossNamespacePodAffinity",), (), JOB, False),
 ])
 def test_only_quotas_whose_scopes_select_the_job_s_pods_count(scopes, selector, settings, applies):

@@ -3,13 +3,14 @@ when someone must act, the current reasons on its pod; and the outcome."""
 
 import json
 import logging
-import time
 
+from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startprogress import Pulling
 from distributetrain.kube import events
 from distributetrain.manager.reporting import PodWaits, Reporter
 from harness.kube import FakeKube
+from harness.polling import poll_until
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1")
 UNSCHEDULABLE = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
@@ -88,19 +89,22 @@ def test_each_change_is_reported_once(caplog):
 
 
 def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_per_interval():
-    kube = FakeKube()
-    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-worker-0"], write_interval_s=1.0)
-    started = time.monotonic()
+    kube, clock = FakeKube(), FakeClock()
+    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-worker-0"], write_interval_s=1.0, clock=clock)
     waits.observe({"demo-worker-0": worker("demo-worker-0")})
-    time.sleep(0.1)
+    poll_until(lambda: clock.waiters() == 1, 5, "the writer waiting out its interval", interval_s=0.005)
     assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}]  # at once
     waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1")})
     waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})})
-    time.sleep(0.1)
+    clock.advance(0.9)
     assert len(patches(kube)) == 1  # within the interval: not yet
-    waits.done()  # the end of the wait writes its newest state at once: nothing waits any more
-    assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}, None]
-    assert time.monotonic() - started < 0.9
+    clock.advance(0.1)
+    poll_until(lambda: len(patches(kube)) == 2 and clock.waiters() == 1, 5, "the newest change written once",
+               interval_s=0.005)
+    assert waiting_annotations(kube)[-1] == {"demo-worker-0": "container worker: ContainerCreating"}
+    waits.done()  # the end of the wait writes its newest state at once, its clock still: nothing waits any more
+    assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"},
+                                         {"demo-worker-0": "container worker: ContainerCreating"}, None]
 
 
 def test_pods_ready_when_first_seen_are_no_news(caplog):

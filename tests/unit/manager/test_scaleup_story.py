@@ -4,7 +4,10 @@ whose nodes never come exits 69 with what the autoscaler said, and leaves nothin
 
 import json
 
+import pytest
+
 from distributetrain.core import names
+from distributetrain.manager.freegpus import FreeGpuWatch
 from test_lifecycle_story import PULLING, SETTINGS, UNSCHEDULABLE, UNSCHEDULED, ended, running, story  # noqa: F401
 
 
@@ -55,29 +58,95 @@ def test_with_no_gpu_node_at_all_every_share_waits_for_a_new_node(story):
     assert ("NodesAdded", "Normal", "the job's pods have their nodes: new-1=8,new-2=4") in recorded
 
 
+def said_by(autoscaler, reason, message, pod="demo-worker-0", at="2026-01-02T12:00:01Z"):
+    """A core/v1 Event an autoscaler (or the scheduler) records about one of the job's pods."""
+    return {"metadata": {"name": f"{pod}.{reason}.{at}"}, "reason": reason, "message": message,
+            "lastTimestamp": at, "source": {"component": autoscaler}, "reportingComponent": autoscaler,
+            "involvedObject": {"kind": "Pod", "name": pod}}
+
+
 KARPENTER_LIMITS = ("Failed to schedule pod, incompatible with nodepool \"gpu\", all available instance types "
                     "exceed limits for nodepool")
+NO_OFFERING = ("Failed to schedule pod, incompatible with nodepool \"gpu\", no instance type which met the "
+               "scheduling requirements and had enough resources, had a required offering, "
+               "requirements=topology.kubernetes.io/zone In [zone-c]")
+SCHEDULER_SAYS = said_by("default-scheduler", "FailedScheduling", "0/1 nodes are available")
+def seconds_in(kube, *action):
+    """When the job took ``action``, in seconds from its first."""
+    return kube.when(*action) - kube.action_times[0]
 
 
-def test_a_job_whose_nodes_never_come_gives_up_with_69_naming_why_and_leaves_nothing(story):
-    """Karpenter says why in an Event regarding the pod (its NodePool's limits): the job's
-    reason passes it through; the scheduler's own Event adds nothing to the pod's condition."""
-    story.events_api.others["demo-worker-0"] = [
-        {"reason": "FailedScheduling", "reportingController": "default-scheduler", "note": "0/0 nodes",
-         "eventTime": "2026-01-02T12:00:05.000000Z"},
-        {"reason": "FailedScheduling", "deprecatedSource": {"component": "karpenter"}, "note": KARPENTER_LIMITS,
-         "deprecatedLastTimestamp": "2026-01-02T12:00:01Z"}]
-    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED)]],
-                                 settings=SCALE_UP.replace(wait_for_gpus_s=0.5), nodes=())
+TEARDOWN = "distributetrain.io/job=demo,distributetrain.io/owner-uid=uid-1,distributetrain.io/role in (chief,worker)"
+
+
+def test_an_autoscaler_that_refuses_for_good_ends_the_wait_at_once_in_its_words(story):
+    """No node Karpenter can add holds the pod (no offering in the running share's zone):
+    the job exits 69 long before --wait-for-gpus, every pod deleted at once."""
+    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED)]], settings=SCALE_UP.replace(wait_for_gpus_s=3600),
+                                 nodes=(("a", 4),), events=[SCHEDULER_SAYS, said_by("karpenter", "FailedScheduling",
+                                                                                    NO_OFFERING)])
+    assert code == 69
+    assert recorded[-1] == ("Failed", "Warning", "the cluster's autoscaler adds no node that could hold the job's "
+                                                 f"pods: demo-worker-0: {NO_OFFERING} (exit code 69)")
+    assert seconds_in(kube, "deletecollection", "Pod", TEARDOWN) < 60  # not --wait-for-gpus
+    assert kube.pods == {} and kube.secrets == {}
+    assert kube.writes("delete", "Pod") == [] and kube.writes("deletecollection", "Pod") == [TEARDOWN]
+
+
+@pytest.fixture
+def quick_waits(monkeypatch):
+    """Real time, short: the wait for free GPUs after a release follows watches on threads of
+    their own (``freegpus``), which move no fake clock. Its watches read the fake API."""
+    monkeypatch.setattr("distributetrain.manager.pretraining.FreeGpuWatch",
+                        lambda kube, settings, clock, **more: FreeGpuWatch(kube, settings, client=lambda same: same,
+                                                                           clock=clock, **more))
+    monkeypatch.setattr("distributetrain.manager.newnodes.RECHECK_S", 0.1)
+    monkeypatch.setattr("distributetrain.manager.newnodes.NO_AUTOSCALER_WINDOW_S", 0.5)
+
+
+def test_a_node_pool_at_its_limits_releases_the_pods_and_the_job_waits_for_free_gpus(story, quick_waits):
+    """A refusal for now (other nodes may go): nothing is held meanwhile; once --wait-for-gpus
+    is over the job exits 69 saying what the autoscaler said."""
+    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED)]], settings=SCALE_UP.replace(wait_for_gpus_s=3.0),
+                                 nodes=(("a", 4),), events=[said_by("karpenter", "FailedScheduling", KARPENTER_LIMITS)],
+                                 real_time=True)
+    assert code == 69
+    reasons = [r[0] for r in recorded]
+    assert reasons[:3] == ["Planned", "WorkersCreated", "ChiefCreated"]
+    released = next(note for reason, _, note in recorded if reason == "Released")
+    assert released.startswith("the cluster's autoscaler adds no node for the job's pods for now: demo-worker-0: "
+                               f"{KARPENTER_LIMITS}; released the job's pods and waiting up to ")
+    assert "WaitingForGPUs" in reasons[reasons.index("Released"):]
+    assert recorded[-1][2].endswith(f"; before: the cluster's autoscaler adds no node for the job's pods for now: "
+                                    f"demo-worker-0: {KARPENTER_LIMITS} (exit code 69)")
+    # Released at once, not at the end of the wait; one plan only: the job no longer grows.
+    assert seconds_in(kube, "deletecollection", "Pod", TEARDOWN) < 2.0
+    assert kube.annotation_history(names.ANNOTATION_PLAN) == ["(new node)=8,a=4"]
+    assert kube.pods == {} and kube.secrets == {}
+
+
+def test_with_no_autoscaler_answering_the_job_says_so_and_holds_no_gpu_while_it_waits(story, quick_waits):
+    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED)]], settings=SCALE_UP.replace(wait_for_gpus_s=3.0),
+                                 nodes=(("a", 4),), events=[SCHEDULER_SAYS], real_time=True)
+    assert code == 69
+    said = "no autoscaler has answered for the job's pods within 0s of the scheduler's finding no node for them"
+    assert ("WaitingForNodes", "Warning", said) in recorded
+    assert 0.5 <= seconds_in(kube, "deletecollection", "Pod", TEARDOWN) < 2.5
+    assert recorded[-1][2].endswith(f"; before: {said} (exit code 69)")
+    assert kube.pods == {} and kube.secrets == {}
+
+
+def test_nodes_that_do_not_come_in_time_give_69_with_what_the_autoscaler_last_said(story):
+    nominated = said_by("karpenter", "Nominated", "Pod should schedule on: nodeclaim/gpu-x7")
+    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED)]], settings=SCALE_UP.replace(wait_for_gpus_s=30.0),
+                                 nodes=(), events=[SCHEDULER_SAYS, nominated])
     assert code == 69
     assert recorded[-1][:2] == ("Failed", "Warning")
-    assert ("the cluster did not add the 2 nodes the job's pods wait for within --wait-for-gpus (0s): "
-            f"demo-worker-0: not scheduled: {UNSCHEDULABLE} (autoscaler: {KARPENTER_LIMITS}); "
+    assert ("the cluster did not add the 2 nodes the job's pods wait for within --wait-for-gpus (30s): "
+            f"demo-worker-0: not scheduled: {UNSCHEDULABLE} (autoscaler: Pod should schedule on: nodeclaim/gpu-x7); "
             "demo-chief: waiting for the scheduler") in recorded[-1][2]
     assert kube.pods == {} and kube.secrets == {}
-    # Every pod of the attempt at once, in one request (teardown's deletecollection).
-    assert kube.writes("delete", "Pod") == [] and kube.writes("deletecollection", "Pod") == [
-        "distributetrain.io/job=demo,distributetrain.io/owner-uid=uid-1,distributetrain.io/role in (chief,worker)"]
+    assert kube.writes("delete", "Pod") == [] and kube.writes("deletecollection", "Pod") == [TEARDOWN]
 
 
 def test_post_training_adopts_the_attempt_on_the_added_node(story):
