@@ -10,12 +10,14 @@ tied to the run directory or inside the cluster's network namespaces, the
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import hostnetwork, netsetup, processes
+from localcluster.errors import ClusterError
 from localcluster.layout import RunLayout
 from localcluster.node import cgroups
 
@@ -65,6 +67,26 @@ def node_cgroups() -> list[str]:
 def remove(layout: RunLayout) -> Leftovers:
     """Kill, delete and unmount everything `find` reports; returns what was found."""
     return _remove(find(layout))
+
+
+def forget_api_state(layout: RunLayout) -> None:
+    """Remove the stopped cluster's objects (RunLayout.api_state), so the next `up` starts
+    empty: a last run's pods would otherwise come back, on nodes that no longer exist."""
+    for path in layout.api_state:
+        mounted = mounts_under(path)
+        if mounted:  # never delete through a mount
+            raise ClusterError(f"not removing {path}: still mounted: {mounted}")
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def purge(root: Path) -> None:
+    """Delete the run directory `root`, never through a mount (a bind-mounted directory
+    would lose its files)."""
+    remaining = mounts_under(root)
+    if remaining:
+        raise ClusterError(f"not purging {root}: still mounted: {remaining}")
+    log.info("deleting %s", root)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def mounts_under(root: Path) -> list[str]:

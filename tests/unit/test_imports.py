@@ -1,5 +1,7 @@
 """The package's modules import one another without a circle, and only downwards
 through its four layers: core (pure) <- kube (the API layer) <- manager <- cli.
+localcluster's the same way through its three: its parts <- cluster (the handle that
+orders them) <- __main__ (the CLI).
 
 A circle works only while every module in it happens to be imported in a lucky order
 (or lazily, inside a function); the next import moved to the top breaks start-up. The
@@ -12,20 +14,22 @@ import ast
 from pathlib import Path
 
 import distributetrain
+import localcluster
 
 PACKAGE = "distributetrain"
 PACKAGE_DIR = Path(distributetrain.__file__).parent
+LOCALCLUSTER_DIR = Path(localcluster.__file__).parent
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+def module_name(path: Path, package_dir: Path = PACKAGE_DIR) -> str:
+    parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def package_modules() -> dict[str, Path]:
-    return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+def package_modules(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
+    return {module_name(path, package_dir): path for path in sorted(package_dir.rglob("*.py"))}
 
 
 def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
@@ -48,8 +52,8 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = package_modules()
+def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, set[str]]:
+    modules = package_modules(package_dir)
     return {name: imported_modules(name, path, set(modules)) for name, path in modules.items()}
 
 
@@ -80,6 +84,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_package_has_no_import_circle():
     cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_localcluster_has_no_import_circle():
+    cycle = find_cycle(import_graph(LOCALCLUSTER_DIR))
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
@@ -153,3 +162,32 @@ def test_localcluster_imports_nothing_of_the_project():
     assert len(sources) > 20
     assert {str(path.relative_to(checkout)): sorted(top_level_imports(path) & project)
             for path in sources if top_level_imports(path) & project} == {}
+
+
+# localcluster's layers: every module is a part (the host, the control plane, a node, a
+# controller) but the handle that orders them and the CLI on top.
+LOCALCLUSTER_LAYERS = {"localcluster.cluster": 1, "localcluster.__main__": 2}
+
+
+def localcluster_layer_of(module: str) -> int:
+    return LOCALCLUSTER_LAYERS.get(module, 0)
+
+
+def localcluster_upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if localcluster_layer_of(target) > localcluster_layer_of(module))
+
+
+def test_localcluster_has_its_layers():
+    assert set(LOCALCLUSTER_LAYERS) <= set(import_graph(LOCALCLUSTER_DIR))
+
+
+def test_no_part_of_localcluster_imports_the_cluster_or_its_cli():
+    assert localcluster_upward_imports(import_graph(LOCALCLUSTER_DIR)) == []
+
+
+def test_an_upward_import_of_localcluster_is_found():
+    assert localcluster_upward_imports({"localcluster.nodeclaims": {"localcluster.cluster", "localcluster.layout"},
+                                        "localcluster.cluster": {"localcluster.nodeclaims"},
+                                        "localcluster.profiles": {"localcluster.__main__"}}) == [
+        "localcluster.nodeclaims -> localcluster.cluster", "localcluster.profiles -> localcluster.__main__"]

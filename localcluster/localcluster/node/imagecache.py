@@ -32,7 +32,7 @@ from pathlib import Path
 
 from localcluster import processes, registry
 from localcluster.layout import RunLayout, cache_dir
-from localcluster.node import config
+from localcluster.node import containerdconfig
 from localcluster.node.config import Mirror
 from localcluster.probe import wait_until
 
@@ -130,24 +130,6 @@ def _locked() -> Iterator[None]:
         yield
 
 
-def seed_containerd_config(root: Path, state: Path, socket: Path) -> str:
-    """containerd for the seed: images only, so no CRI."""
-    return f"""version = 2
-root = {config.toml_string(root)}
-state = {config.toml_string(state / "state")}
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-
-[grpc]
-  address = {config.toml_string(socket)}
-
-[ttrpc]
-  address = {config.toml_string(f"{socket}.ttrpc")}
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = {config.toml_string(state / "opt")}
-"""
-
-
 @contextmanager
 def _seed_containerd(layout: RunLayout) -> Iterator[tuple[Callable[..., str], Path]]:
     """A containerd of the seed alone (no CRI, nothing runs), for the time of a refresh;
@@ -157,11 +139,11 @@ def _seed_containerd(layout: RunLayout) -> Iterator[tuple[Callable[..., str], Pa
     socket = state / "containerd.sock"
     hosts = state / "registry-hosts"
     mirror = Mirror(f"http://{registry.address()}", registry.MIRRORED_REGISTRIES)
-    for mirrored, text in config.registry_hosts(mirror).items():
+    for mirrored, text in containerdconfig.registry_hosts(mirror).items():
         (hosts / mirrored).mkdir(parents=True, exist_ok=True)
         (hosts / mirrored / "hosts.toml").write_text(text)
     config_file = state / "containerd.toml"
-    config_file.write_text(seed_containerd_config(seed_dir(), state, socket))
+    config_file.write_text(containerdconfig.seed_containerd_config(seed_dir(), state, socket))
     pid_file = layout.pid_file("seed-containerd")
     pid = processes.start_detached([str(CONTAINERD), f"--config={config_file}"], pid_file,
                                    layout.log_file("seed-containerd"), cwd=state,
