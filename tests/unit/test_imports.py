@@ -1,7 +1,7 @@
 """The package's modules import one another without a circle, and only downwards
 through its four layers: core (pure) <- kube (the API layer) <- manager <- cli.
-localcluster's the same way through its three: its parts <- cluster (the handle that
-orders them) <- __main__ (the CLI).
+localcluster's the same way through its four: its base (the plan and the host's
+primitives) <- its parts <- cluster (the handle that orders them) <- __main__ (the CLI).
 
 A circle works only while every module in it happens to be imported in a lucky order
 (or lazily, inside a function); the next import moved to the top breaks start-up. The
@@ -164,13 +164,22 @@ def test_localcluster_imports_nothing_of_the_project():
             for path in sources if top_level_imports(path) & project} == {}
 
 
-# localcluster's layers: every module is a part (the host, the control plane, a node, a
-# controller) but the handle that orders them and the CLI on top.
-LOCALCLUSTER_LAYERS = {"localcluster.cluster": 1, "localcluster.__main__": 2}
+# localcluster's four layers. Its base: the cluster's plan (names, addresses, files, command
+# lines) and the host's primitives (processes, certificates, the apiserver probe, the bridge).
+# Its parts, every other module: one piece of the cluster each (the control plane's processes,
+# the registry, a node, a node group, Kueue, Karpenter...). Then the handle that orders the
+# parts, and the CLI.
+LOCALCLUSTER_BASE = {f"localcluster.{name}" for name in (
+    "certs", "components", "controllers", "errors", "hostnetwork", "kubeconfig", "layout", "netsetup", "node",
+    "node.cgroups", "node.config", "node.containerdconfig", "podman", "probe", "processes", "slowpulls", "versions")}
+LOCALCLUSTER_TOP = {"localcluster.cluster": 2, "localcluster.__main__": 3}
 
 
 def localcluster_layer_of(module: str) -> int:
-    return LOCALCLUSTER_LAYERS.get(module, 0)
+    """0 the base (and the package itself), 1 a part, 2 the cluster, 3 the CLI."""
+    if module in LOCALCLUSTER_BASE or module == "localcluster":
+        return 0
+    return LOCALCLUSTER_TOP.get(module, 1)
 
 
 def localcluster_upward_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -178,16 +187,18 @@ def localcluster_upward_imports(graph: dict[str, set[str]]) -> list[str]:
                   if localcluster_layer_of(target) > localcluster_layer_of(module))
 
 
-def test_localcluster_has_its_layers():
-    assert set(LOCALCLUSTER_LAYERS) <= set(import_graph(LOCALCLUSTER_DIR))
+def test_localcluster_s_layers_name_its_modules():
+    assert LOCALCLUSTER_BASE | set(LOCALCLUSTER_TOP) <= set(import_graph(LOCALCLUSTER_DIR))
 
 
-def test_no_part_of_localcluster_imports_the_cluster_or_its_cli():
+def test_no_module_of_localcluster_imports_a_layer_above_it():
     assert localcluster_upward_imports(import_graph(LOCALCLUSTER_DIR)) == []
 
 
 def test_an_upward_import_of_localcluster_is_found():
     assert localcluster_upward_imports({"localcluster.nodeclaims": {"localcluster.cluster", "localcluster.layout"},
+                                        "localcluster.components": {"localcluster.registry"},
                                         "localcluster.cluster": {"localcluster.nodeclaims"},
                                         "localcluster.profiles": {"localcluster.__main__"}}) == [
-        "localcluster.nodeclaims -> localcluster.cluster", "localcluster.profiles -> localcluster.__main__"]
+        "localcluster.components -> localcluster.registry", "localcluster.nodeclaims -> localcluster.cluster",
+        "localcluster.profiles -> localcluster.__main__"]
