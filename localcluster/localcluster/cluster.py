@@ -160,7 +160,8 @@ class Cluster:
 
     def stop_kueue(self) -> None:
         """Its webhooks and APIServices first (the webhooks fail closed: without Kueue no
-        pod could be created; see unregister_visibility); then its finalizers, which no one would remove any more, off what still has them."""
+        pod could be created; see unregister_visibility); then its finalizers, which no one
+        would remove any more, off what still has them."""
         if self.is_up():
             kueue.unregister_webhooks(self.api_client())
             kueue.unregister_visibility(self.api_client())

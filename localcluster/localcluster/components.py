@@ -49,7 +49,7 @@ def etcd_url() -> str:
 
 
 def commands(layout: RunLayout, pki: Pki, binaries: Binaries) -> dict[str, list[str]]:
-    """The Kubernetes components' command lines (the registry's and its pull proxy's are the registry's)."""
+    """The Kubernetes components' command lines (controlplane.commands adds the registry's and its pull proxy's)."""
     return {
         ETCD: etcd_command(layout, binaries),
         APISERVER: apiserver_command(pki, binaries),

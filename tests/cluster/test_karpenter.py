@@ -174,7 +174,8 @@ def test_stopping_karpenter_terminates_every_node_it_launched(karpenter_running,
             karpenter_running.stop_karpenter()
             assert not karpenter.ready()
             assert claims_of(custom, pool) == [] and nodeclaims.Instances(layout).list() == []
-            assert netsetup.node_netns(index) not in hostnetwork.cluster_netns() and not nodeclaims.processes.alive(kubelet)
+            assert netsetup.node_netns(index) not in hostnetwork.cluster_netns()
+            assert not nodeclaims.processes.alive(kubelet)
             poll_until(lambda: not core.list_node(field_selector=f"metadata.name={name}").items, CLEANUP_TIMEOUT_S,
                        f"Node {name} deleted, Karpenter's finalizer released")
         finally:

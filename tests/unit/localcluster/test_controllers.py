@@ -136,8 +136,8 @@ def test_karpenter_s_nodeclaims_are_deleted_and_its_node_finalizers_released(mon
 
 
 def test_a_stopped_controller_s_finalizers_are_dropped_and_the_others_kept():
-    kept = controllers.finalizers_without(["kueue.x-k8s.io/managed", "example.com/keep", "kueue.x-k8s.io/resource-in-use"],
-                                          "kueue.x-k8s.io/")
+    finalizers = ["kueue.x-k8s.io/managed", "example.com/keep", "kueue.x-k8s.io/resource-in-use"]
+    kept = controllers.finalizers_without(finalizers, "kueue.x-k8s.io/")
     assert kept == ["example.com/keep"]
     assert controllers.finalizers_without(["kueue.x-k8s.io/managed"], "kueue.x-k8s.io/") == []
 
