@@ -42,6 +42,8 @@ def build_parser() -> Parser:
     add_job_flags(render)
     render.add_argument("--nodes", required=True, metavar="NODE=FREE[,NODE=FREE]",
                         help="free GPUs per node to plan on, e.g. gpu-a=5,gpu-b=3")
+    render.add_argument("--dra-nodes", default="", metavar="NODE[,NODE]",
+                        help="those of --nodes whose GPUs a DRA driver publishes: their pods claim them (--device-class)")
     for command in MANAGER_COMMANDS:
         # No help: listed in the epilog, apart from the users' commands.
         sub = commands.add_parser(command)
@@ -83,7 +85,7 @@ def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
     if args.command == "render":
         from distributetrain.cli.render import render
 
-        print(render(settings, args.nodes), end="")
+        print(render(settings, args.nodes, args.dra_nodes), end="")
         return exitcodes.OK
     from distributetrain.kube.client import Kube
     from distributetrain.kube.connection import load_api_client

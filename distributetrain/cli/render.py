@@ -6,13 +6,15 @@ made by the manager at submission and never printed). With ``--queue`` the pods 
 the manager creates for Kueue (``core.podgroup``): unpinned, gated, in one pod group whose
 name ends in a random token per group, shown as a placeholder. The NetworkPolicy of the
 job's pods is shown; the manager's own selects it by its UID, which exists only once it runs.
+Pods on ``--dra-nodes`` claim their GPUs through the ResourceClaimTemplates shown before them
+(``core.gpuclaims``); queued pods never do.
 """
 
 from __future__ import annotations
 
 import yaml
 
-from distributetrain.core import errors, manifests, networkpolicy, placement, podgroup
+from distributetrain.core import errors, gpuclaims, networkpolicy, placement, podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys, KeyPair
 from distributetrain.manager import booking, discovery, kinds
@@ -50,11 +52,17 @@ _Dumper.add_representer(
 )
 
 
-def render(settings: JobSettings, nodes: str) -> str:
+def render(settings: JobSettings, nodes: str, dra_nodes: str = "") -> str:
+    free = parse_nodes(nodes)
+    on_dra = {node for node in dra_nodes.split(",") if node}
+    if on_dra and not settings.device_class:
+        raise errors.UsageError("--dra-nodes", "needs --device-class: the DeviceClass their pods claim GPUs of")
+    if on_dra - set(free):
+        raise errors.UsageError("--dra-nodes", f"names nodes not in --nodes: {', '.join(sorted(on_dra - set(free)))}")
     try:
         # As the manager plans: the job's kind (an elastic job's worker beside its chief);
         # with --scale-up-node-gpus, what the nodes cannot hold on new ones.
-        plan = booking.plan_or_grow(kinds.kind_of(settings).plan, parse_nodes(nodes), settings)
+        plan = booking.plan_or_grow(kinds.kind_of(settings).plan, free, settings)
     except placement.InsufficientGPUs as e:
         raise errors.UsageError("--num-gpus", str(e)) from None
     if not settings.discovery_url:
@@ -63,6 +71,6 @@ def render(settings: JobSettings, nodes: str) -> str:
         group = podgroup.group_name(settings.job_name, 0, PLACEHOLDER_GROUP_TOKEN)
         objects = podgroup.queued_attempt(settings, [share for _, share in plan], PLACEHOLDER_KEYS, 0, group)
     else:
-        objects = manifests.job_objects(settings, plan, PLACEHOLDER_KEYS)
-    secret, *pods = objects  # the manager creates its NetworkPolicies after the Secret, before any pod
+        objects = gpuclaims.job_objects(settings, plan, PLACEHOLDER_KEYS, dra_nodes=on_dra)
+    secret, *pods = objects  # the manager creates its NetworkPolicies after the Secret, before any pod (and template)
     return yaml.dump_all([secret, *networkpolicy.job_policies(settings), *pods], Dumper=_Dumper, sort_keys=False, default_flow_style=False)

@@ -10,7 +10,11 @@ it instead of listing the cluster again. This is that survey, for any job:
 - each node as the inventory reads it (``slim_node``: labels, taints, whether it is
   cordoned or Ready, its allocatable);
 - each node's usage: what its pods, but the bookings, request of every resource (GPUs
-  of any name among them), and how many they are.
+  of any name among them), and how many they are;
+- in the survey of a job with --device-class, which it takes alone (never published): DRA
+  GPUs (``dracounting``), each node's devices of its node-local ResourceSlices, and the
+  devices allocated to ResourceClaims but the jobs' own (those are counted from the
+  bookings, like their pods' other requests).
 
 A job builds its ledger from it (``ledger``): its candidates, and those pods' part, by
 the same rules as an inventory of the objects themselves (tests compare the two).
@@ -24,7 +28,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from distributetrain.core import names
+from distributetrain.core import dracounting, names
+from distributetrain.core.dracounting import Device, DeviceId
 from distributetrain.core.inventory import TERMINAL_PHASES, GpuLedger, pinned_node
 from distributetrain.core.podrequests import PODS, pod_amounts, requested_resources
 
@@ -48,6 +53,10 @@ class ClusterView:
     taken_at: float = 0.0  # wall-clock seconds when it was begun, of the manager that took it
     nodes: list[dict] = field(default_factory=list)
     usage: dict[str, Counter] = field(default_factory=dict)
+    # DRA GPUs, in the survey of a job with --device-class only (never published): each node's
+    # devices (``dracounting``), and those allocated to claims but the jobs' own.
+    devices: dict[str, list[Device]] = field(default_factory=dict)
+    allocated: set[DeviceId] = field(default_factory=set)
 
     def add_node(self, node: Mapping) -> None:
         self.nodes.append(slim_node(node))
@@ -68,12 +77,24 @@ class ClusterView:
     def forget_pods(self) -> None:
         self.usage.clear()
 
+    def add_slices(self, slices: Iterable[Mapping]) -> None:
+        """Every ResourceSlice of the cluster, at once (a pool's generations are compared)."""
+        self.devices = dracounting.node_devices(slices)
+
+    def add_claims(self, claims: Iterable[Mapping]) -> None:
+        self.allocated.update(dracounting.allocated_devices(claims))
+
     def ledger(self, empty: GpuLedger, tolerations: Iterable[Mapping], node_selector: Mapping[str, str]) -> GpuLedger:
-        """``empty`` (a job's ledger, no node yet) with every node and every pod but the bookings."""
+        """``empty`` (a job's ledger, no node yet) with every node and every pod but the bookings;
+        with its ``device_class``, each node's devices of that class and the claims holding some."""
+        selected = dracounting.class_devices(self.devices, empty.device_class) if empty.device_class else {}
+        empty.dra = {node: len(ids) for node, ids in selected.items()}
         for node in self.nodes:
             empty.add_node(node, tolerations, node_selector)
         for node, amounts in self.usage.items():
             empty.add_usage(node, amounts)
+        for node, taken in dracounting.taken_per_node(selected, self.allocated).items():
+            empty.add_usage(node, {empty.resource: taken})
         return empty
 
     def encode(self) -> bytes:

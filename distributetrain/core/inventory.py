@@ -15,12 +15,15 @@ units one rank of the job (``gpusharing``). Given its PersistentVolumeClaims
 as one the node selector leaves out, and GPUs are free only on the nodes the claims'
 access modes allow now (the whole job on one node; where one is mounted, there).
 
+A node whose GPUs a DRA driver publishes advertises none: its GPUs are its devices of the
+job's DeviceClass (``dracounting``), given as ``dra``; a job's pod there claims its share
+(``gpuclaims``) and says how many devices in a label, so it counts as requesting them.
+
 Pods not yet bound but pinned to one node by required affinity (a job's workers and
 chief between creation and binding) are counted too: the scheduler does not see their
 claim yet, and two managers must not plan on the same GPUs. So are pods awaiting a node
 the cluster adds (another manager's scale-up), on the node that joins for them, until
-they are bound (``awaitingpods``). Accepted mid-upgrade: a
-manager of an earlier release booked its chief's share only in an annotation (read no
+they are bound (``awaitingpods``). Accepted mid-upgrade: a manager of an earlier release booked its chief's share only in an annotation (read no
 more) for the seconds between creating its workers and its chief.
 """
 
@@ -31,6 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from distributetrain.core import awaitingpods, names
+from distributetrain.core.dracounting import ClassSelector, pod_devices
 from distributetrain.core.gpusharing import SharedUnits, shared_units
 from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import NODE_RESOURCES, PODS, amount, node_allocatable, pod_amounts, pod_request
@@ -113,9 +117,10 @@ def node_not_ready(node: Mapping) -> str | None:
 
 
 def node_refusal(
-    node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}
+    node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {},
+    dra_devices: int = 0,
 ) -> str | None:
-    """Why a node cannot take the job's pods, or None if it can."""
+    """Why a node cannot take the job's pods, or None if it can (``dra_devices``: as ``node_gpus``)."""
     metadata, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     labels = metadata.get("labels") or {}
     if any(labels.get(k) != v for k, v in node_selector.items()):
@@ -129,7 +134,7 @@ def node_refusal(
     for taint in spec.get("taints") or ():
         if taint.get("effect") in BLOCKING_TAINT_EFFECTS and not tolerates(tolerations, taint):
             return f"has taint {taint.get('key')}:{taint.get('effect')} the job does not tolerate"
-    if resource not in (status.get("allocatable") or {}):
+    if resource not in (status.get("allocatable") or {}) and not dra_devices:
         return f"has no {resource}"
     return None
 
@@ -146,6 +151,7 @@ class NodeGpus:
     room: tuple[tuple[str, int], ...] = ()  # allocatable cpu, memory, ephemeral storage, pods (``podrequests``)
     shared: SharedUnits | None = None  # how its GPU units share devices (``gpusharing``); None: they do not
     unmountable: str | None = None  # which claim of the job no pod there can mount, and why
+    dra: bool = False  # its GPUs are devices a DRA driver publishes: a pod claims them (``gpuclaims``)
     # Where a queued pod may go is Kueue's to say (``kueuenodes``): read against these.
     # Not compared: a label that changes (GFD's timestamp) changes no node's GPUs.
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -154,15 +160,17 @@ class NodeGpus:
 
 def node_gpus(
     node: Mapping, resource: str, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {},
-    volume_claims: JobClaims | None = None,
+    volume_claims: JobClaims | None = None, dra_devices: int = 0,
 ) -> NodeGpus:
+    """``dra_devices``: its devices of the job's DeviceClass, its GPUs if it advertises no ``resource``."""
     metadata = node["metadata"]
     amounts = (node.get("status") or {}).get("allocatable") or {}
     labels = metadata.get("labels") or {}
     gpus = gpu_count(amounts[resource]) if resource in amounts else None
-    refusal = node_refusal(node, resource, tolerations, node_selector)
+    gpus = dra_devices if (dra := not gpus and dra_devices > 0) else gpus
+    refusal = node_refusal(node, resource, tolerations, node_selector, dra_devices)
     # Never a candidate, whatever its state: said in place of a passing one (cordoned...).
-    unmountable = (volume_claims.refusal(node) if volume_claims and refusal != NOT_SELECTED and resource in amounts
+    unmountable = (volume_claims.refusal(node) if volume_claims and refusal != NOT_SELECTED and gpus is not None
                    else None)
     return NodeGpus(
         name=metadata["name"],
@@ -170,8 +178,9 @@ def node_gpus(
         selected=all(labels.get(k) == v for k, v in node_selector.items()),
         refusal=unmountable or refusal,
         room=tuple(node_allocatable(node.get("status") or {}).items()),
-        shared=shared_units(labels, resource, gpus or 0),
+        shared=None if dra else shared_units(labels, resource, gpus or 0),  # sharing labels: the device plugin's
         unmountable=unmountable,
+        dra=dra,
         labels=labels,
         taints=tuple((node.get("spec") or {}).get("taints") or ()),
     )
@@ -193,7 +202,7 @@ def pod_claim(pod: Mapping, resource: str) -> PodClaim | None:
     if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return None
     node = spec.get("nodeName") or pinned_node(spec)
-    gpus = pod_request(spec, resource) if node else 0
+    gpus = pod_request(spec, resource) + pod_devices(metadata.get("labels") or {}) if node else 0
     return PodClaim(metadata.get("uid", ""), node, gpus) if gpus else None
 
 
@@ -218,14 +227,17 @@ class GpuLedger:
     paths: dict[str, Path] = field(default_factory=dict)  # by node: its label values at each level
     volume_claims: JobClaims | None = None  # the job's PersistentVolumeClaims: which nodes, how many now
     unmountable: dict[str, NodeGpus] = field(default_factory=dict)  # selected nodes a claim refuses, by name
+    device_class: ClassSelector | None = None  # the job's --device-class, if it exists: DRA GPUs count
+    dra: dict[str, int] = field(default_factory=dict)  # by node: its devices of that class (set before its node)
     labels: dict[str, Mapping[str, str]] = field(default_factory=dict)  # by candidate node
     awaiting: list[awaitingpods.AwaitingPod] = field(default_factory=list)  # pods awaiting a new node
     # ``awaiting`` placed on candidates (``awaitingpods.place``) once read, until a pod or node changes
     _placed: tuple | None = field(default=None, repr=False, compare=False)
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
-        self.count_node(node_gpus(node, self.resource, tolerations, node_selector, self.volume_claims))
         metadata = node["metadata"]
+        self.count_node(node_gpus(node, self.resource, tolerations, node_selector, self.volume_claims,
+                                  self.dra.get(metadata["name"], 0)))
         if self.levels:
             self.paths[metadata["name"]] = node_path(metadata.get("labels") or {}, self.levels)
         if metadata["name"] in self.allocatable:
@@ -263,6 +275,7 @@ class GpuLedger:
             return
         fits = self.fit is not None and node in self.allocatable
         amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES) if fits else (self.resource,))
+        amounts[self.resource] += pod_devices((pod.get("metadata") or {}).get("labels") or {})
         self.add_usage(node, {**amounts, PODS: 1})
         if fits and self.fit.is_own((pod.get("metadata") or {}).get("labels") or {}):
             self.own_nodes.add(node)
@@ -348,6 +361,10 @@ class GpuLedger:
             if limit:
                 held_back[limit] += part.gpus - share
         return most, (held_back.most_common(1)[0][0] if held_back else None)
+
+    def dra_nodes(self) -> set[str]:
+        """The nodes the selector allows whose GPUs come through DRA claims (``gpuclaims``)."""
+        return {name for name, part in self.selected.items() if part.dra}
 
     def sharing(self) -> list[SharedUnits]:
         """How the GPUs of the nodes the selector allows are shared, each way once."""

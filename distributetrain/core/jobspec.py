@@ -109,6 +109,9 @@ FIELDS: tuple[Field, ...] = (
           help="uid owning the job's objects"),
     Field("gpu_resource", "--gpu-resource", validation.resource_name, metavar="NAME",
           help="extended resource of the GPUs"),
+    Field("device_class", "--device-class", validation.dns_subdomain, metavar="NAME",
+          help="DeviceClass of the GPUs a DRA driver publishes (ResourceSlices): on a node without --gpu-resource, "
+               "the job's pod claims its share of them through a ResourceClaim of this class"),
     Field("node_selector", "--node-selector", validation.key_value, _pair, metavar="K=V[,K=V]", repeat=True,
           separator=",", help="only nodes with these labels"),
     Field("tolerations", "--toleration", validation.toleration, validation.format_toleration,
@@ -277,12 +280,15 @@ def _min_gpus(given: Mapping[str, Any]) -> int:
 
 def _check_queue(given: Mapping[str, Any]) -> None:
     """``--queue`` never with ``--elastic`` (Kueue admits a pod group as a whole, and a group
-    does not grow or shrink); ``--priority-class`` only with a queue, which alone reads it."""
+    does not grow or shrink) nor ``--device-class``; ``--priority-class`` only with a queue, which alone reads it."""
     if "queue" in given and given.get("elastic"):
         raise errors.UsageError("--queue", "cannot be used with --elastic: Kueue admits a job's pods as one group "
                                            "of a fixed size")
     if "priority_class" in given and "queue" not in given:
         raise errors.UsageError("--priority-class", "only applies with --queue (a Kueue WorkloadPriorityClass)")
+    if "queue" in given and given.get("device_class"):
+        # A queued pod's request is fixed before Kueue picks its node: it asks for --gpu-resource.
+        raise errors.UsageError("--device-class", "cannot be used with --queue: queued pods request --gpu-resource")
 
 
 def _check_scale_up(given: Mapping[str, Any]) -> None:

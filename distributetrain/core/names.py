@@ -28,6 +28,13 @@ ROLE_MANAGER = "manager"
 # under the placement Lease (``manager.booking``).
 BOOKING_ROLES = (ROLE_WORKER, ROLE_CHIEF)
 BOOKINGS_SELECTOR = f"{LABEL_ROLE} in ({','.join(BOOKING_ROLES)})"
+# A job's ResourceClaimTemplates (its pods' GPUs on DRA nodes), and the ResourceClaims made
+# from them, which carry the template's labels: an inventory counts their devices from the
+# job's pods (``core.dracounting``), never from the claims as well.
+ROLE_GPUS = "gpus"
+# On a job pod whose GPUs come through a ResourceClaim (a DRA node): how many devices it
+# claims, so an inventory counts them from the pod, as it counts extended-resource requests.
+LABEL_DRA_GPUS = f"{DOMAIN}/dra-gpus"
 
 # Annotations the manager keeps on its own pod: what `distributetrain status` reads.
 ANNOTATION_PHASE = f"{DOMAIN}/phase"
@@ -131,6 +138,12 @@ def secret_name(job: str) -> str:
     return f"{job}-ssh"
 
 
+def claim_template_name(job: str, share: int, owner_uid: str = "") -> str:
+    """The ResourceClaimTemplate of the job's pods of ``share`` GPUs on DRA nodes; with the
+    manager's UID in it, an earlier run's (deleted with its manager) never stands in its way."""
+    return f"{job}-gpus-{share}" + (f"-{owner_uid[:8]}" if owner_uid else "")
+
+
 def pods_policy_name(job: str) -> str:
     return f"{job}-pods"
 
@@ -166,3 +179,8 @@ def owner_uids(obj: dict) -> set[str]:
 def is_booking(labels: Mapping[str, str]) -> bool:
     """A pod of some job's attempt (``BOOKINGS_SELECTOR`` selects exactly these)."""
     return labels.get(LABEL_ROLE) in BOOKING_ROLES
+
+
+def is_job_claim(labels: Mapping[str, str]) -> bool:
+    """A ResourceClaim made from a job's template (``ROLE_GPUS``): its pod accounts for it."""
+    return labels.get(LABEL_ROLE) == ROLE_GPUS and labels.get(LABEL_MANAGED_BY) == APP

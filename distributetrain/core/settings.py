@@ -175,6 +175,11 @@ class JobSettings:
     # most, one per new node, which make the cluster grow (``core.scaleup``). 0: the job
     # waits for GPUs to free up, as without an autoscaler.
     scale_up_node_gpus: int = 0
+    # The DeviceClass of GPUs a DRA driver publishes (--device-class): a node without
+    # gpu_resource whose ResourceSlices hold devices of it offers those, and the job's pod
+    # there claims its share of them (a ResourceClaimTemplate of this class). "": no DRA
+    # GPUs (nothing of resource.k8s.io is read).
+    device_class: str = ""
     # Who job pods run as (``core.podsecurity``): a UID, RUN_AS_AUTO or RUN_AS_PLATFORM; and
     # their group and fsGroup (None: the UID, or the platform's where it assigns the UID).
     run_as_user: int | str = RUN_AS_AUTO

@@ -33,6 +33,7 @@ from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.calls import call, drain, is_transient, read_json
 from distributetrain.kube.connection import API_CONCURRENCY, ApiTimeouts
+from distributetrain.kube.dra import LISTS as DRA_LISTS, DraCalls
 from distributetrain.kube.kueue import KueueReads
 from distributetrain.kube.podlist import PodLister
 
@@ -57,7 +58,7 @@ def _where(namespace: str | None, selectors: Mapping[str, str]) -> str:
     return f"[{namespace or 'all namespaces'}]" + (f" {terms}" if terms else "")
 
 
-class Kube(KubeApi):
+class Kube(DraCalls, KubeApi):
     """The calls the manager makes, each one line of intent."""
 
     def __init__(self, api_client: client.ApiClient, timeouts: ApiTimeouts | None = None,
@@ -125,8 +126,8 @@ class Kube(KubeApi):
 
     def _lister(self, kind: str, namespace: str | None) -> Callable:
         """The list call of a kind; with ``watch=True`` it is the kind's watch."""
-        if kind == "nodes":
-            return self.core.list_node
+        if kind == "nodes" or kind in DRA_LISTS:  # cluster-wide (``kube.dra``: every namespace's claims)
+            return self.core.list_node if kind == "nodes" else getattr(self.resource, DRA_LISTS[kind])
         namespaced = {"events": self.core.list_namespaced_event, "resourcequotas":
                       self.core.list_namespaced_resource_quota, "pods": self.core.list_namespaced_pod,
                       "leases": self.coordination.list_namespaced_lease,
@@ -169,7 +170,7 @@ class Kube(KubeApi):
         api, resource = {"Pod": (self.core, "pod"), "Secret": (self.core, "secret"),
                          "ConfigMap": (self.core, "config_map"), "Lease": (self.coordination, "lease"),
                          "PersistentVolumeClaim": (self.core, "persistent_volume_claim"),
-                         "NetworkPolicy": (self.networking, "network_policy")}[kind]
+                         "NetworkPolicy": (self.networking, "network_policy"), **self.dra_kinds}[kind]
         return getattr(api, f"{verb}_namespaced_{resource}")
 
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
@@ -304,9 +305,8 @@ class Kube(KubeApi):
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
         return self._watch("nodes", None, resource_version, timeout_s, {})
 
-    def watch_resource_quotas(
-        self, namespace: str, resource_version: str, timeout_s: float
-    ) -> Iterator[tuple[str, dict]]:
+    def watch_resource_quotas(self, namespace: str, resource_version: str,
+                              timeout_s: float) -> Iterator[tuple[str, dict]]:
         return self._watch("resourcequotas", namespace, resource_version, timeout_s, {})
 
     def watch_events(

@@ -1,6 +1,7 @@
 """One informer per kind: every watch of the manager lists once, then follows a watch.
 
-An ``Informer`` follows one kind ("pods", "nodes", core/v1 "events" or "resourcequotas"),
+An ``Informer`` follows one kind ("pods", "nodes", core/v1 "events" or "resourcequotas",
+or for DRA GPUs "resourceslices" and "resourceclaims": ``kube.dra``),
 in one namespace or all, with a label or field selector, as client-go's Reflector and
 SharedInformer do: it lists (page by page), then watches from the list's resourceVersion with bookmarks, each watch call
 resumed from the last version seen (``Kube.watch_pods`` chains short requests and
@@ -32,6 +33,7 @@ from typing import Any, Generic, TypeVar
 from distributetrain.core import errors
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import KubeApi
+from distributetrain.kube.dra import LISTS as DRA_LISTS
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +188,8 @@ class Informer:
             return self.kube.watch_events(self.namespace, self.version, remaining_s, **self.selectors)
         if self.kind == "resourcequotas":
             return self.kube.watch_resource_quotas(self.namespace, self.version, remaining_s)
+        if self.kind in DRA_LISTS:
+            return self.kube.watch_cluster(self.kind, self.version, remaining_s)
         return self.kube.watch_pods(self.namespace, self.version, remaining_s, **self.selectors)
 
     def key(self, obj: dict) -> str:

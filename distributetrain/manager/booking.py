@@ -20,13 +20,14 @@ it always was: the plan then waits out --worker-ready-timeout and plans again.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from datetime import datetime, timezone
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, inventory, names, placement, quantity, scaleup, topology
+from distributetrain.core import dracounting, errors, inventory, names, placement, quantity, scaleup, topology
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.gpusharing import SharedUnits
 from distributetrain.core.placement import Plan
@@ -34,9 +35,13 @@ from distributetrain.core.podfit import SHARED, JobFit
 from distributetrain.core.podrequests import CPU, MEMORY
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.volumeclaims import JobClaims
+from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
 from distributetrain.manager import clusterview, volumeclaims
+
+
+log = logging.getLogger(__name__)
 
 
 def clock_text() -> str:
@@ -67,8 +72,29 @@ def survey(kube: Kube, settings: JobSettings, shared: bool = False, clock: Clock
     burst of starts lists the cluster once), else one of its own, taken now (a manager
     that waited for GPUs to free up must see them free)."""
     claims = volumeclaims.read_claims(kube, settings)  # they decide which nodes are candidates
-    view = clusterview.current(kube, settings, clock) if shared else clusterview.take(kube)
-    return view.ledger(_job_ledger(settings, claims), settings.candidate_tolerations, settings.candidate_selector)
+    device_class = read_device_class(kube, settings)
+    # DRA GPUs are in no shared survey (its managers ask for no DRA): a job of some class surveys alone.
+    view = (clusterview.current(kube, settings, clock) if shared and device_class is None
+            else clusterview.take(kube, dra_gpus=device_class is not None))
+    return view.ledger(_job_ledger(settings, claims, device_class), settings.candidate_tolerations,
+                       settings.candidate_selector)
+
+
+def read_device_class(kube: Kube, settings: JobSettings) -> dracounting.ClassSelector | None:
+    """What selects the job's DRA GPUs (``--device-class``); None without it, or for a queued
+    job: its pods' requests are fixed before any node is chosen, and Kueue admits them
+    against quotas of extended resources (``queueing``)."""
+    if not settings.device_class or settings.queue:
+        return None
+    found = dra.device_class(kube, settings.device_class)
+    if found is None:
+        raise errors.UsageError("--device-class", f"the cluster has no DeviceClass {settings.device_class!r} "
+                                                  "(resource.k8s.io/v1; `kubectl get deviceclasses` lists them)")
+    selector = dracounting.class_selector(found)
+    if selector.unread:
+        log.info("job %s: of DeviceClass %s, not applied when counting its devices: %s", settings.job_name,
+                 selector.name, "; ".join(selector.unread))
+    return selector
 
 
 def fence(kube: Kube, settings: JobSettings) -> str:
@@ -105,11 +131,12 @@ def take_inventory(kube: Kube, settings: JobSettings, shared: bool = False,
     return with_bookings(kube, survey(kube, settings, shared, clock), "")
 
 
-def _job_ledger(settings: JobSettings, claims: JobClaims | None = None) -> inventory.GpuLedger:
+def _job_ledger(settings: JobSettings, claims: JobClaims | None = None,
+                device_class: dracounting.ClassSelector | None = None) -> inventory.GpuLedger:
     """No node yet: the job's GPU resource, what its pods need besides GPUs, its --topology's
-    levels, its claims (``volumeclaims``)."""
+    levels, its claims (``volumeclaims``), its DeviceClass (``dracounting``)."""
     return inventory.GpuLedger(settings.gpu_resource, fit=JobFit.of_job(settings), levels=settings.topology,
-                               volume_claims=claims)
+                               volume_claims=claims, device_class=device_class)
 
 
 def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: JobSettings) -> None:
@@ -118,11 +145,14 @@ def _add_nodes(ledger: inventory.GpuLedger, nodes: Iterable[Mapping], settings: 
         ledger.add_node(node, settings.candidate_tolerations, selector)
 
 
-def check_nodes(nodes: Iterable[Mapping], settings: JobSettings, claims: JobClaims | None = None) -> None:
-    """``check_request`` on the nodes (and the job's claims) alone, as the CLI runs it with
-    the user's credentials before it creates anything: no pod ever makes a request bad
-    input, so they say all the manager would say."""
+def check_nodes(nodes: Iterable[Mapping], settings: JobSettings, claims: JobClaims | None = None,
+                dra_devices: Mapping[str, int] | None = None) -> None:
+    """``check_request`` on the nodes (and the job's claims, and its DRA GPUs per node: the
+    devices of its class, allocated or not) alone, as the CLI runs it with the user's
+    credentials before it creates anything: no pod ever makes a request bad input, so they
+    say all the manager would say."""
     ledger = _job_ledger(settings, claims)
+    ledger.dra = dict(dra_devices or {})
     _add_nodes(ledger, nodes, settings)
     check_request(ledger, settings)
 

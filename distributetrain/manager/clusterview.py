@@ -36,6 +36,7 @@ from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.clusterview import ClusterView
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import PlacementLock
 
@@ -49,13 +50,18 @@ SURVEYOR_LEASE_S = 60  # a surveyor that died lets another survey after this lon
 SURVEY_WAIT_S = 60.0  # how long a manager waits on others' surveys before taking its own
 
 
-def take(kube: Kube) -> ClusterView:
-    """A survey of the cluster: every node, every unfinished pod (bookings are skipped)."""
+def take(kube: Kube, dra_gpus: bool = False) -> ClusterView:
+    """A survey of the cluster: every node, every unfinished pod (bookings are skipped); with
+    ``dra_gpus``, every ResourceSlice and the devices every ResourceClaim holds (the jobs' own skipped)."""
     view = ClusterView(taken_at=time.time())
     for page, _ in kube.list_pages("nodes"):
         for node in page:
             view.add_node(node)
     kube.each_pod_request(view.add_pod, view.forget_pods, field_selector=ACTIVE_PODS_SELECTOR)
+    if dra_gpus:
+        view.add_slices(dra.listed(kube, dra.SLICES))
+        for page in dra.pages(kube, dra.CLAIMS):
+            view.add_claims(page)
     return view
 
 

@@ -40,13 +40,13 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from distributetrain.core import errors, manifests, placement, podstate
+from distributetrain.core import errors, gpuclaims, inventory, manifests, placement, podstate
 from distributetrain.core.names import Attempt
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudgets
 from distributetrain.core.startprogress import Stage, StageClocks
-from distributetrain.kube import events, waits
+from distributetrain.kube import dra, events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
 from distributetrain.manager import booking
@@ -264,11 +264,14 @@ class ElasticFollower:
         if not self._could_fit(missing):
             return  # nothing freed since the last fresh inventory: no Lease, no list
         first = next_worker_index(pods)
+        dra_nodes: set[str] = set()  # of the plan: nodes whose pods claim their GPUs
+
+        def choose(ledger: inventory.GpuLedger) -> Plan:
+            dra_nodes.update(ledger.dra_nodes())
+            return placement.up_to(ledger.free(), missing)
+
         # From a fresh inventory under the Lease: the job's own pods count as used.
-        booked = booking.book(self.kube, settings, lambda ledger: placement.up_to(ledger.free(), missing),
-                              lambda plan: self.kube.create_all_owned(
-                                  [manifests.worker_pod(settings, first + i, node, share, self.attempt.number)
-                                   for i, (node, share) in enumerate(plan)]),
+        booked = booking.book(self.kube, settings, choose, lambda plan: self._create_replacements(plan, first, dra_nodes),
                               clock=self.clock)
         if isinstance(booked, booking.Short):
             shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
@@ -278,10 +281,21 @@ class ElasticFollower:
                 self.last_shortage = shortage
             if self.free_gpus is None:
                 self.free_gpus = FreeGpuWatch(self.kube, settings, self.free_gpus_client, self.clock,
-                                              booked.ledger.volume_claims).__enter__()
+                                              booked.ledger.volume_claims, booked.ledger.device_class).__enter__()
             return
         self._stop_following_free_gpus()
         self._replaced(booked, missing, first)
+
+    def _create_replacements(self, plan: Plan, first: int, dra_nodes: set[str]) -> None:
+        """Workers of the next indexes on the plan's nodes; on a DRA node, claiming their GPUs."""
+        settings = self.settings
+        pods = [manifests.worker_pod(settings, first + i, node, share, self.attempt.number)
+                for i, (node, share) in enumerate(plan)]
+        pods = [gpuclaims.claiming_gpus(settings, pod) if node in dra_nodes else pod
+                for pod, (node, _) in zip(pods, plan)]
+        dra.create_templates(self.kube, gpuclaims.templates(settings, [share for node, share in plan
+                                                                        if node in dra_nodes]))
+        self.kube.create_all_owned(pods)
 
     def _could_fit(self, missing: int) -> bool:
         """Whether the followed free GPUs could take a replacement (as the booking would

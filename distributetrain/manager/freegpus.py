@@ -8,8 +8,10 @@ nothing. Here a waiting manager lists nodes and pods once, then follows a watch 
 (an informer of each kind), keeping every node's and every GPU pod's part of the ledger
 (``inventory.node_gpus``, ``inventory.pod_claim``: the rules of a fresh inventory), so it
 learns without asking when its request would fit: a pod holding GPUs ended, a node
-became Ready, was uncordoned or lost a taint. An elastic job short of GPUs follows them
-the same way (``elastic``).
+became Ready, was uncordoned or lost a taint. With the job's --device-class, DRA
+GPUs are followed too: the ResourceSlices (a node's devices) and the devices each
+ResourceClaim holds (``dracounting``: a claim deallocated when its pod ends). An elastic
+job short of GPUs follows them the same way (``elastic``).
 
 That answer only says when to try. The plan is still made under the Lease from a fresh
 inventory (``pretraining``): a watch lags the cluster, and only a list taken while
@@ -24,11 +26,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from distributetrain.core import placement
+from distributetrain.core import dracounting, placement
 from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clusterview import slim_node
+from distributetrain.core.dracounting import ClassSelector, DeviceId
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim, node_gpus, pod_claim
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.volumeclaims import JobClaims
+from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import make_api_client
 from distributetrain.kube.informer import Change, Informer
@@ -63,14 +68,23 @@ class LedgerParts:
     nodes: dict[str, NodeGpus] = field(default_factory=dict)
     claims: dict[str, PodClaim] = field(default_factory=dict)
     used: Counter = field(default_factory=Counter)
+    device_class: ClassSelector | None = None  # the job's: DRA GPUs are followed (``DraParts``)
+    dra: DraParts | None = None
+
+    def __post_init__(self) -> None:
+        if self.device_class is not None and self.dra is None:
+            self.dra = DraParts(self.device_class)
 
     @classmethod
-    def for_job(cls, settings: JobSettings, volume_claims: JobClaims | None = None) -> LedgerParts:
+    def for_job(cls, settings: JobSettings, volume_claims: JobClaims | None = None,
+                device_class: ClassSelector | None = None) -> LedgerParts:
         # What take_inventory passes to the ledger: the same candidates.
-        return cls(settings.gpu_resource, settings.candidate_tolerations, settings.candidate_selector, volume_claims)
+        return cls(settings.gpu_resource, settings.candidate_tolerations, settings.candidate_selector, volume_claims,
+                   device_class=device_class)
 
     def node_part(self, node: Mapping) -> NodeGpus:
-        return node_gpus(node, self.resource, self.tolerations, self.node_selector, self.volume_claims)
+        devices = len(self.dra.selected.get(node["metadata"]["name"], ())) if self.dra else 0
+        return node_gpus(node, self.resource, self.tolerations, self.node_selector, self.volume_claims, devices)
 
     def claim(self, pod: Mapping) -> PodClaim | None:
         """What the pods' informer keeps of a pod: its claim on GPUs (most pods have none)."""
@@ -78,7 +92,16 @@ class LedgerParts:
 
     def apply_node(self, event_type: str, node: Mapping) -> bool:
         """One node watch event; whether it changed the ledger (a heartbeat does not)."""
-        return self.apply_node_part(node["metadata"]["name"], None if event_type == "DELETED" else self.node_part(node))
+        return self.apply_kept_node(node["metadata"]["name"], None if event_type == "DELETED" else node)
+
+    def apply_kept_node(self, name: str, node: Mapping | None) -> bool:
+        """A node (None: gone); where DRA GPUs are followed, kept to make its part again when
+        its slices change."""
+        if self.dra:
+            self.dra.nodes.pop(name, None)
+            if node:
+                self.dra.nodes[name] = node
+        return self.apply_node_part(name, self.node_part(node) if node else None)
 
     def apply_node_part(self, name: str, new: NodeGpus | None) -> bool:
         """A node's part (None: gone); whether it changed the ledger."""
@@ -86,6 +109,15 @@ class LedgerParts:
         if new:
             self.nodes[name] = new
         return new != old
+
+    def apply_slice(self, key: str, resource_slice: Mapping | None) -> bool:
+        """A ResourceSlice (None: gone): the parts of the nodes whose devices it changed."""
+        changed = self.dra.apply_slice(key, resource_slice)
+        return any([self.apply_kept_node(name, self.dra.nodes[name]) for name in changed if name in self.dra.nodes])
+
+    def apply_device_claim(self, key: str, claim: Mapping | None) -> bool:
+        """A ResourceClaim as kept (``slim_claim``; None: gone or holding none)."""
+        return self.dra.apply_claim(key, claim)
 
     def apply_pod(self, event_type: str, pod: Mapping) -> bool:
         """One pod watch event; whether it changed what is used (most pods hold no GPU)."""
@@ -107,7 +139,9 @@ class LedgerParts:
         self.used[claim.node] += sign * claim.gpus
 
     def free(self) -> dict[str, int]:
-        return {name: max(0, part.gpus - self.used[name]) for name, part in self.nodes.items() if not part.refusal}
+        taken = self.dra.taken if self.dra else Counter()
+        return {name: max(0, part.gpus - self.used[name] - taken[name]) for name, part in self.nodes.items()
+                if not part.refusal}
 
     def ledger(self) -> GpuLedger:
         """The ledger a fresh inventory of the same objects would give."""
@@ -116,7 +150,53 @@ class LedgerParts:
             ledger.count_node(part)
         for claim in self.claims.values():
             ledger.count_claim(claim)
+        for node, taken in (self.dra.taken if self.dra else {}).items():
+            ledger.add_usage(node, {self.resource: taken})
         return ledger
+
+
+def slim_claim(claim: Mapping) -> dict | None:
+    """What the claims' informer keeps of a claim: its name and the devices it takes from
+    others (``dracounting.claim_devices``); None for one that takes none."""
+    devices = dracounting.claim_devices(claim)
+    metadata = claim.get("metadata") or {}
+    return {"metadata": {key: metadata.get(key, "") for key in ("name", "namespace")},
+            "devices": [list(device) for device in devices]} if devices else None
+
+
+@dataclass
+class DraParts:
+    """DRA GPUs as followed: the slices (each node's devices of the class) and the devices
+    each claim takes, kept summed per node (``taken``)."""
+
+    device_class: ClassSelector
+    slices: dict[str, Mapping] = field(default_factory=dict)
+    selected: dict[str, set[DeviceId]] = field(default_factory=dict)  # by node: its devices of the class
+    claims: dict[str, tuple[DeviceId, ...]] = field(default_factory=dict)  # by namespace/name
+    taken: Counter = field(default_factory=Counter)  # by node: its devices of the class claims hold
+    nodes: dict[str, Mapping] = field(default_factory=dict)  # as kept (``slim_node``): to make their parts again
+
+    def apply_slice(self, name: str, resource_slice: Mapping | None) -> set[str]:
+        """The nodes whose devices of the class changed."""
+        self.slices.pop(name, None)
+        if resource_slice is not None:
+            self.slices[name] = resource_slice
+        before = self.selected
+        self.selected = dracounting.class_devices(dracounting.node_devices(self.slices.values()), self.device_class)
+        self.taken = dracounting.taken_per_node(self.selected, {d for held in self.claims.values() for d in held})
+        return {node for node in {*before, *self.selected} if before.get(node) != self.selected.get(node)}
+
+    def apply_claim(self, key: str, claim: Mapping | None) -> bool:
+        """A claim (``slim_claim``'s form; None: gone); whether a node's devices taken changed."""
+        old = self.claims.pop(key, ())
+        new = tuple(tuple(device) for device in (claim or {}).get("devices") or ())
+        if new:
+            self.claims[key] = new
+        before = Counter(self.taken)
+        self.taken.subtract(dracounting.taken_per_node(self.selected, old))
+        self.taken.update(dracounting.taken_per_node(self.selected, new))
+        self.taken = +self.taken
+        return self.taken != before
 
 
 def waiting_client(kube: Kube) -> Kube:
@@ -142,9 +222,9 @@ class FreeGpuWatch:
 
     def __init__(self, kube: Kube, settings: JobSettings, client: Callable[[Kube], Kube] | None = None,
                  clock: Clock = REAL_CLOCK, fits: Callable[[Mapping[str, int]], bool] | None = None,
-                 volume_claims: JobClaims | None = None):
+                 volume_claims: JobClaims | None = None, device_class: ClassSelector | None = None):
         self.volume_claims = volume_claims.lasting() if volume_claims else None
-        self.parts = LedgerParts.for_job(settings, self.volume_claims)
+        self.parts = LedgerParts.for_job(settings, self.volume_claims, device_class)
         # Whether the request fits these free GPUs: as the planner would plan --num-gpus,
         # unless the caller's request is another (a queued attempt's fixed shares).
         self.request_fits = fits or (lambda free: plannable(free, settings.num_gpus))
@@ -155,13 +235,24 @@ class FreeGpuWatch:
         follow = dict(clock=clock, relist_delay_s=RELIST_DELAY_S, thread_span_s=WATCH_SPAN_S)
         # Each store keeps what the ledger reads: a node's part, a pod's claim on GPUs (most
         # pods have none, and are not kept), so the memory is the ledger's, not the cluster's.
-        self.nodes = Informer(waiting, "nodes", keep=self.parts.node_part, **follow)
         # A watch with the lists' selector reports a pod that ends as DELETED.
         self.pods = Informer(waiting, "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
                              keep=self.parts.claim, **follow)
-        self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_node_part(c.key, c.new)))
         self.pods.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_claim(c.old, c.new)))
-        self._informers = (self.nodes, self.pods)
+        if device_class is None:
+            self.nodes = Informer(waiting, "nodes", keep=self.parts.node_part, **follow)
+            self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_node_part(c.key, c.new)))
+            self._informers: tuple[Informer, ...] = (self.nodes, self.pods)
+            return
+        # DRA GPUs: a node's part changes with its slices too, so the node is kept (slim) to
+        # make its part again; the slices first, so claims find their nodes' devices.
+        self.nodes = Informer(waiting, "nodes", keep=slim_node, **follow)
+        self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_kept_node(c.key, c.new)))
+        slices = Informer(waiting, dra.SLICES, **follow)
+        claims = Informer(waiting, dra.CLAIMS, keep=slim_claim, **follow)
+        slices.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_slice(c.key, c.new)))
+        claims.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_device_claim(c.key, c.new)))
+        self._informers = (slices, claims, self.nodes, self.pods)
 
     def __enter__(self) -> FreeGpuWatch:
         for informer in self._informers:

@@ -21,13 +21,13 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from distributetrain.core import (envsecrets, errors, exitcodes, inventory, manifests, networkpolicy, podgroup,
+from distributetrain.core import (envsecrets, errors, exitcodes, gpuclaims, inventory, manifests, networkpolicy, podgroup,
                                   podknobs, podsecurity, podstate, scaleup, topology, validation)
 from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import events, waits
+from distributetrain.kube import dra, events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 # While waiting for GPUs, plan at most this often, however often GPUs free up and are taken.
 REPLAN_MIN_INTERVAL_S = 1.0
+PREFLIGHT_DRA_NODE = "preflight-dra-node"
 
 
 def job_pods(kube: Kube, settings: JobSettings) -> dict[str, dict]:
@@ -69,12 +70,17 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
     quotacheck.check_quotas(kube, settings)
     keys = JobKeys.generate(settings.job_name)
-    probe_plan = [("preflight-node", 1), ("preflight-node", 1)]
-    objects = [*networkpolicy.job_policies(settings), *manifests.job_objects(settings, probe_plan, keys)]
+    # With --device-class, the chief as on a DRA node, after its ResourceClaimTemplate.
+    dra_probe = {PREFLIGHT_DRA_NODE} if settings.device_class and not settings.queue else set()
+    probe_plan = [("preflight-node", 1), (PREFLIGHT_DRA_NODE if dra_probe else "preflight-node", 1)]
+    objects = [*networkpolicy.job_policies(settings), *gpuclaims.job_objects(settings, probe_plan, keys,
+                                                                            dra_nodes=dra_probe)]
     for obj in objects:
         try:
             admitted_as = kube.create_owned(obj, dry_run=True)
         except errors.NotFound as e:
+            if obj["kind"] == gpuclaims.TEMPLATE_KIND:
+                raise errors.UsageError("--device-class", f"the cluster serves no resource.k8s.io/v1 ({e})") from e
             raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist ({e})") from e
         except (errors.Invalid, errors.AdmissionRefused) as e:
             # A knob naming what is not there (a RuntimeClass, a PriorityClass), or limits a LimitRange breaks.
@@ -111,6 +117,7 @@ class PreTraining:
         self.attempt = run.attempt
         self.last_shortage = ""  # logged once per change
         self.domains = ""  # with --topology: the network domains of the plan being booked
+        self.dra_nodes: set[str] = set()  # of the plan being booked: nodes whose pods claim their GPUs
         self.new_node_place = NewNodePlace()  # where the plan's shares on new nodes go (``scaleup``)
         self.keys_created = False  # the attempt's Secret and the job's NetworkPolicies, made before its first Lease
 
@@ -235,7 +242,8 @@ class PreTraining:
                 self.reporter.phase("WaitingForGPUs")
                 if watch is None:
                     watch = waiting.enter_context(FreeGpuWatch(self.kube, self.settings, clock=clock,
-                                                               volume_claims=booked.ledger.volume_claims))
+                                                               volume_claims=booked.ledger.volume_claims,
+                                                               device_class=booked.ledger.device_class))
                 self._wait_for_freed_gpus(watch, seen, wait_until)
 
     def _before_the_lease(self, surveyed: inventory.GpuLedger) -> None:
@@ -256,6 +264,7 @@ class PreTraining:
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
                                     may_wait and not self.job_run.growth_stopped, ledger.volume_claims, ledger.paths)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
+        self.dra_nodes = ledger.dra_nodes()
         if scaleup.new_node_shares(plan):
             self.new_node_place = scaleup.new_node_place(plan, ledger.labels, self.settings)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
@@ -291,9 +300,10 @@ class PreTraining:
         self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
-        _, *pods = manifests.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number,
-                                         self.new_node_place)
-        self.kube.create_all_owned(pods)
+        _, *objects = gpuclaims.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number,
+                                            self.new_node_place, self.dra_nodes)
+        dra.create_templates(self.kube, objects)
+        self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
         if len(plan) > 1:
             self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
                 f"{self.attempt.worker(index)} on {node} ({share} GPUs)"

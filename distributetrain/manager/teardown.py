@@ -13,7 +13,8 @@ log = logging.getLogger(__name__)
 
 
 def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Delete the job's workers, Secret, chief and NetworkPolicies; return what was deleted.
+    """Delete the job's workers, Secret, chief, ResourceClaimTemplates and NetworkPolicies;
+    return what was deleted.
 
     ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
     left: each lost attempt is torn down whole); a chief still running (its manager died
@@ -34,7 +35,23 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     deleted = [f"pod/{name}" for name in _delete_pods(kube, settings, doomed, kept)]
     if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
         deleted.append(f"secret/{names.secret_name(job)}")
-    return deleted + isolation.remove(kube, settings)
+    templates = _delete_claim_templates(kube, settings) if settings.device_class else []
+    return deleted + templates + isolation.remove(kube, settings)
+
+
+def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
+    """This run's templates of its pods' GPUs on DRA nodes (``gpuclaims``), by its labels, in
+    one request (the claims made from them go with their pods). Where the cluster serves no
+    DRA there are none; refused (an older rbac/), they go with the manager pod that owns them."""
+    try:
+        gone = kube.delete_claim_templates(settings.namespace, settings.selector)
+    except errors.NotFound:
+        return []
+    except errors.Forbidden as e:
+        log.warning("job %s: cannot delete its ResourceClaimTemplates (%s); they are deleted with the manager pod",
+                    settings.job_name, e)
+        return []
+    return [f"resourceclaimtemplate/{name}" for name in gone]
 
 
 def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: list[str]) -> list[str]:

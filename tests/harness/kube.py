@@ -22,6 +22,9 @@ What the tests script:
   running quota watch as they are sent;
 - ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
   (``break_node_watch(error)`` ends it with an error);
+- DRA GPUs: ``put`` a DeviceClass, ResourceSlices and ResourceClaims; ``send_dra(kind,
+  ...)`` changes slices or claims, delivered to the running watch of that kind;
+  ``dra_served = False`` answers their reads with 404 (no ``resource.k8s.io/v1``);
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
   ``create_owned``, ``annotate_pod``, ...); None for a call that succeeds;
 - ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node);
@@ -112,6 +115,10 @@ class FakeKube(KubeApi):
         self._quota_events: queue.SimpleQueue = queue.SimpleQueue()
         self.quota_lists = 0
         self.quota_watches = 0
+        self.dra_served = True
+        self.dra: dict[str, dict[str, dict]] = {"resourceslices": {}, "resourceclaims": {}}  # kind -> key -> object
+        self.claim_templates: dict[str, dict] = {}  # the job namespace's ResourceClaimTemplates
+        self._dra_events = {kind: queue.SimpleQueue() for kind in self.dra}
 
     # -- what tests use to set the scene --------------------------------------------------
     def send_nodes(self, *changed: dict) -> None:
@@ -119,6 +126,16 @@ class FakeKube(KubeApi):
             with self.lock:
                 self.nodes[n["metadata"]["name"]] = copy.deepcopy(n)
             self._node_events.put(("MODIFIED", copy.deepcopy(n)))
+
+    def send_dra(self, kind: str, *changes: tuple[str, dict]) -> None:
+        """(event type, object) events of ResourceSlices or ResourceClaims (``kind``: their plural)."""
+        for event_type, obj in changes:
+            with self.lock:
+                if event_type == "DELETED":
+                    self.dra[kind].pop(_dra_key(obj), None)
+                else:
+                    self.dra[kind][_dra_key(obj)] = copy.deepcopy(obj)
+            self._dra_events[kind].put((event_type, copy.deepcopy(obj)))
 
     def send_quotas(self, *changed: dict) -> None:
         for quota in changed:
@@ -153,7 +170,7 @@ class FakeKube(KubeApi):
     def _store(self, kind: str) -> dict[str, dict]:
         return {"Pod": self.pods, "Job": self.batch_jobs, "NetworkPolicy": self.network_policies,
                 "ConfigMap": self.config_maps, "PersistentVolumeClaim": self.volume_claims,
-                "PersistentVolume": self.volumes}.get(kind, self.secrets)
+                "PersistentVolume": self.volumes, "ResourceClaimTemplate": self.claim_templates}.get(kind, self.secrets)
 
     def _is_manager(self, name: str) -> bool:
         return self.manager is not None and name == self.manager["metadata"]["name"]
@@ -162,8 +179,11 @@ class FakeKube(KubeApi):
         """A Pod, batch/v1 Job, Secret, PersistentVolumeClaim, PersistentVolume or StorageClass as
         it is in the cluster already."""
         with self.lock:
-            if obj["kind"] == "StorageClass":  # read as the custom objects are, by its API group
-                self.custom[("storageclasses", None, obj["metadata"]["name"])] = copy.deepcopy(obj)
+            if obj["kind"] in ("StorageClass", "DeviceClass"):  # read as the custom objects are, by their API group
+                self.custom[(obj["kind"].lower() + "es", None, obj["metadata"]["name"])] = copy.deepcopy(obj)
+                return
+            if obj["kind"] in ("ResourceSlice", "ResourceClaim"):
+                self.dra[obj["kind"].lower() + "s"][_dra_key(obj)] = copy.deepcopy(obj)
                 return
             self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(obj)
 
@@ -194,6 +214,10 @@ class FakeKube(KubeApi):
             if kind == "resourcequotas":
                 self.quota_lists += 1
                 return copy.deepcopy(self.quotas), "1"
+            if kind in self.dra:
+                if not self.dra_served:
+                    raise errors.NotFound("the server could not find the requested resource")
+                return copy.deepcopy(list(self.dra[kind].values())), "1"
             self.pod_lists += 1
             return self._pods(selectors), "1"
 
@@ -230,6 +254,8 @@ class FakeKube(KubeApi):
         self._maybe_fail("read_custom")
         if plural in self.forbidden_reads:
             raise errors.forbidden(f'{plural}.{group} "{name}" is forbidden: User "dev" cannot get resource "{plural}"')
+        if plural == "deviceclasses" and not self.dra_served:
+            return None  # as Kube.read_custom answers a 404
         with self.lock:
             return copy.deepcopy(self.custom.get((plural, namespace, name)))
 
@@ -296,6 +322,18 @@ class FakeKube(KubeApi):
                     self.pods[name]["metadata"]["deletionTimestamp"] = DELETED_AT
                 else:
                     del self.pods[name]
+            return deleted
+
+    def delete_claim_templates(self, namespace: str, label_selector: str) -> list[str]:
+        """One deletecollection; an action per template deleted (none: no action)."""
+        self._maybe_fail("delete_claim_templates")
+        if not self.dra_served:
+            raise errors.NotFound("the server could not find the requested resource")
+        with self.lock:
+            deleted = sorted(o["metadata"]["name"] for o in _selected(self.claim_templates, label_selector))
+            for name in deleted:
+                del self.claim_templates[name]
+                self._act("delete", "ResourceClaimTemplate", name)
             return deleted
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
@@ -405,9 +443,11 @@ class FakeKube(KubeApi):
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
         return self._sent(self._node_events, timeout_s)
 
-    def watch_resource_quotas(
-        self, namespace: str, resource_version: str, timeout_s: float
-    ) -> Iterator[tuple[str, dict]]:
+    def watch_cluster(self, kind: str, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
+        return self._sent(self._dra_events[kind], timeout_s)
+
+    def watch_resource_quotas(self, namespace: str, resource_version: str,
+                              timeout_s: float) -> Iterator[tuple[str, dict]]:
         with self.lock:
             self.quota_watches += 1
         self._maybe_fail("watch_resource_quotas")
@@ -551,6 +591,11 @@ class FakeKube(KubeApi):
             self._put_lease(name, replaced)
             self._act("replace", "Lease", name)
             return copy.deepcopy(replaced)
+
+
+def _dra_key(obj: dict) -> str:
+    metadata = obj["metadata"]
+    return f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
 
 
 def _matches(pod: dict, label_selector: str = "", field_selector: str = "", **_: str) -> bool:

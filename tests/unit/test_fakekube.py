@@ -8,13 +8,15 @@ from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import names
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.client import Kube
+from distributetrain.kube.dra import DraCalls
 from harness.kube import FakeKube
 
 API = sorted(name for name, member in vars(KubeApi).items() if inspect.isfunction(member) and not name.startswith("_"))
 
 
 def test_the_protocol_is_every_public_call_of_kube():
-    public = sorted(name for name, member in vars(Kube).items() if inspect.isfunction(member) and not name.startswith("_"))
+    public = sorted(name for part in (Kube, DraCalls) for name, member in vars(part).items()
+                    if inspect.isfunction(member) and not name.startswith("_"))
     assert public == API
 
 

@@ -23,9 +23,10 @@ from distributetrain.cli.jobs import cancel, connection, lookup, manager_spec, p
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.cli.jobs.follow import INTERRUPTED, Follower
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
-from distributetrain.core import errors, exitcodes, names, podgroup, validation
+from distributetrain.core import dracounting, errors, exitcodes, names, podgroup, validation
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube import dra
 from distributetrain.manager import booking, volumeclaims
 
 OUTPUT_FORMATS = ("table", "json")
@@ -182,10 +183,21 @@ def _check_against_nodes(kube: JobsKube, settings: JobSettings) -> None:
     claims = volumeclaims.read_claims(kube, settings, uses=False, unreadable_ok=True)
     try:
         nodes = [node for page, _ in kube.list_pages("nodes") for node in page]
+        dra_devices = _dra_devices(kube, settings)
     except errors.Forbidden as e:
-        log.info("cannot list nodes (%s); the manager checks the request against them", e)
+        log.info("cannot list nodes or DRA GPUs (%s); the manager checks the request against them", e)
         return
-    booking.check_nodes(nodes, settings, claims)
+    booking.check_nodes(nodes, settings, claims, dra_devices)
+
+
+def _dra_devices(kube: JobsKube, settings: JobSettings) -> dict[str, int]:
+    """Each node's devices of the job's DeviceClass (``dracounting``), allocated or not: what
+    it could ever give the job (none for a queued job: its pods request extended resources)."""
+    selector = booking.read_device_class(kube, settings)
+    if selector is None:
+        return {}
+    devices = dracounting.class_devices(dracounting.node_devices(dra.listed(kube, dra.SLICES)), selector)
+    return {node: len(ids) for node, ids in devices.items()}
 
 
 def _through_kueue(kube: JobsKube, settings: JobSettings, options: ManagerOptions, manager: dict) -> dict:

@@ -101,6 +101,32 @@ def test_render_prints_every_object(capsys):
     assert "PRIVATE KEY" not in out
 
 
+def test_render_dra_nodes_prints_the_claim_templates_their_pods_name(capsys):
+    code, out, _ = run(capsys, ["render", "--num-gpus", "6", "--nodes", "gpu-a=5,dra-b=3", "--dra-nodes", "dra-b",
+                                "--device-class", "gpu.example.com", "--image", "reg/base:1", "--job-name", "demo"])
+    import yaml
+
+    docs = list(yaml.safe_load_all(out))
+    assert code == 0
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Secret", "demo-ssh"), ("NetworkPolicy", "demo-pods"), ("ResourceClaimTemplate", "demo-gpus-1"),
+        ("Pod", "demo-worker-0"), ("Pod", "demo-chief")]
+    assert docs[2]["spec"]["spec"]["devices"]["requests"] == [
+        {"name": "gpus", "exactly": {"deviceClassName": "gpu.example.com", "count": 1}}]
+    assert docs[3]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "5", "memory": "40Gi"}
+    chief = docs[4]["spec"]
+    assert chief["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "demo-gpus-1"}]
+    assert chief["containers"][0]["resources"]["limits"] == {"memory": "8Gi"}
+    assert chief["containers"][0]["resources"]["claims"] == [{"name": "gpus"}]
+
+
+def test_render_dra_nodes_need_a_device_class(capsys):
+    code, out, err = run(capsys, ["render", "--num-gpus", "2", "--nodes", "dra-b=3", "--dra-nodes", "dra-b",
+                                  "--image", "reg/base:1", "--job-name", "demo"])
+    assert (code, out) == (2, "")
+    assert err.startswith("distributetrain: error: --dra-nodes: needs --device-class")
+
+
 def test_settings_from_flags_and_downward_api_env(monkeypatch):
     monkeypatch.setenv(jobflags.ENV_POD_NAME, "job-7")
     monkeypatch.setenv(jobflags.ENV_POD_NAMESPACE, "team")
