@@ -163,7 +163,8 @@ def test_a_job_split_over_a_flavor_s_two_nodes_is_one_workload_that_starts_only_
         plan = (jobs.pod("split")["metadata"].get("annotations") or {})[names.ANNOTATION_PLAN]
         assert plan == f"{pool.node('a')}=2,{pool.node('b')}=1"
         chief = jobs.pod("split-chief")["spec"]
-        assert chief["nodeSelector"] == {"distributetrain.test/flavor": pool.prefix}  # Kueue's, beside the pin
+        # Kueue's (the flavor's nodeLabels) beside --node-selector's, and the pin.
+        assert chief["nodeSelector"] == {"distributetrain.test/flavor": pool.prefix, TEST_NODE_LABEL: pool.prefix}
         events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=split").items
         reasons = [e.reason for e in sorted(events, key=lambda e: e.metadata.creation_timestamp)]
         assert reasons.index("Queued") < reasons.index("Planned"), reasons

@@ -3,6 +3,7 @@ the job's story, every other one for the job itself), no wildcard, Secrets only 
 manager's namespace, and of the Leases in the shared Lease namespace only the placement
 Lease can be read or changed."""
 
+import contextlib
 import copy
 import uuid
 
@@ -27,6 +28,15 @@ BEST_EFFORT_RULES = {("events", "create"): "cannot record Events",
                      ("configmaps", "get"): "cannot share the survey of the cluster",
                      ("configmaps", "create"): "cannot share the survey of the cluster"}
 SHARED_KINDS = {POLICY, "ConfigMap"}
+# Rules only a flag's job uses (resource, first verb): the flag whose job is run without
+# the rule, the cluster-scoped object it names (made by the test), and the line its log
+# says then for a best-effort rule (None: the job fails, 77).
+RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "runc"}
+DEVICE_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "spec": {}}
+FLAG_RULES = {("runtimeclasses", "get"): ("--runtime-class", RUNTIME_CLASS, "cannot read RuntimeClass"),
+              ("deviceclasses", "get"): ("--device-class", DEVICE_CLASS, None),
+              ("resourceslices", "list"): ("--device-class", DEVICE_CLASS, None),
+              ("resourceclaimtemplates", "create"): ("--device-class", DEVICE_CLASS, None)}
 
 
 def all_rules():
@@ -72,6 +82,23 @@ def apply_without(api_client, namespace, kind, name, index) -> tuple[list[dict],
     return documents, f"{removed['verbs']} {removed['resources']}"
 
 
+@contextlib.contextmanager
+def cluster_object(api_client, obj, prefix):
+    """A RuntimeClass or DeviceClass of its own for a flag's job (None: nothing); its name."""
+    if obj is None:
+        yield None
+        return
+    name = f"rbac-{prefix}"
+    group, version = obj["apiVersion"].split("/")
+    plural = obj["kind"].lower() + "es"
+    custom = client.CustomObjectsApi(api_client)
+    custom.create_cluster_custom_object(group, version, plural, {**obj, "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        custom.delete_cluster_custom_object(group, version, plural, name)
+
+
 def delete_cluster_objects(api_client, documents):
     rbac = client.RbacAuthorizationV1Api(api_client)
     for doc in documents:
@@ -89,21 +116,24 @@ def delete_cluster_objects(api_client, documents):
 def test_every_rule_is_needed(cluster, api_client, namespace, tmp_path, kind, name, index, rule):
     documents, removed = apply_without(api_client, namespace, kind, name, index)
     jobs = Jobs(api_client, namespace)
+    resource = rule["resources"][0]
+    flag, named, says = FLAG_RULES.get((resource, rule["verbs"][0]), (None, None, None))
+    best_effort = BEST_EFFORT_RULES.get((resource, rule["verbs"][0])) or says
     try:
         # Besides the script's claim (bound: its PersistentVolume is read), one not bound
         # yet (its StorageClass is read), which the scheduler binds for the first pod.
         with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
                 script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
-                unbound_volume(api_client, namespace, "scratch", tmp_path / "scratch") as scratch:
+                unbound_volume(api_client, namespace, "scratch", tmp_path / "scratch") as scratch, \
+                cluster_object(api_client, named, pool.prefix) as named_name:
+            extra = [f"{flag}={named_name}"] if flag else []
             jobs.submit("rbac", job_args(pool, claim, 2, f"--lock-namespace={namespace}",
-                                         f"--pvc={scratch}:/scratch"))
+                                         f"--pvc={scratch}:/scratch", *extra))
             code = jobs.exit_code("rbac", timeout_s=120)
             log = jobs.logs("rbac")
-            resource = rule["resources"][0]
-            if (resource, rule["verbs"][0]) in BEST_EFFORT_RULES:
+            if best_effort:
                 assert code == 0, (removed, log)
-                assert BEST_EFFORT_RULES[resource, rule["verbs"][0]] in log and f'resource "{resource}"' in log, \
-                    (removed, log)
+                assert best_effort in log and f'resource "{resource}"' in log, (removed, log)
                 return
             assert code == 77, (removed, log)
             assert f'resource "{resource}"' in log and "cannot" in log, (removed, log)
