@@ -33,7 +33,8 @@ from kubernetes import client
 from distributetrain.cli import main as cli, jobflags
 from distributetrain.core.settings import JobSettings
 from localcluster import netsetup
-from localcluster.cluster import Cluster, ClusterNotRunning
+from localcluster.cluster import Cluster
+from localcluster.errors import ClusterNotRunning
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from localcluster import binaries, networkpolicy, nodeclaims, profiles, versions
-from localcluster.cluster import DEFAULT_GPU_RESOURCE, Cluster, ClusterError, ClusterStatus
+from localcluster.cluster import Cluster
+from localcluster.clusterstatus import ClusterStatus
+from localcluster.errors import ClusterError
+from localcluster.node.config import DEFAULT_GPU_RESOURCE
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_SPEC_FORMAT, NodeAllocationError, parse_node_spec
 
@@ -57,7 +60,7 @@ def _up(args: argparse.Namespace) -> int:
                          karpenter=args.karpenter, karpenter_boot_delay_s=args.karpenter_boot_delay,
                          kubernetes=kubernetes, dra=args.dra)
     if profiled and not any(set(group.names) == set(profiled) for group in cluster.node_groups()):
-        profiles.add_nodes(cluster, profiled, labels, hostnames)
+        cluster.add_node_specs(profiles.node_specs(profiled, labels, hostnames))
     if args.network_policy:
         networkpolicy.enforce_everywhere(cluster.node_groups(), binaries.kube_router())
     print(f"cluster up in {time.monotonic() - started:.1f} s; export KUBECONFIG={cluster.kubeconfig}")
@@ -159,10 +162,7 @@ def _parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__)
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    up = commands.add_parser("up", help="start the cluster (or attach); optionally add nodes")
+def _add_up_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument("--nodes", default="", help=(
         f"node group to add: {NODE_SPEC_FORMAT}. NAME/HOSTNAME gives the Node a kubernetes.io/hostname "
         "label other than its name, as on EKS (Karpenter) or kops/OpenStack"))
@@ -192,6 +192,12 @@ def _parser() -> argparse.ArgumentParser:
         f"make the registry slow to serve these images: {PULL_DELAYS_FORMAT} (seconds per image, as pods "
         "name it; a node pulls an image once, later pods there find it present). Replaces the delays set before"))
     up.set_defaults(handler=_up)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    _add_up_arguments(commands.add_parser("up", help="start the cluster (or attach); optionally add nodes"))
     down = commands.add_parser("down", help="stop everything and remove what is left")
     kept = down.add_mutually_exclusive_group()
     kept.add_argument("--purge", action="store_true", help="also delete the run directory ($DT_RUN)")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import netsetup, registry
+from localcluster import netsetup
 from localcluster.certs import APISERVER_KUBELET_CLIENT, FRONT_PROXY_CLIENT, Pki
-from localcluster.layout import RunLayout, venv_dir
+from localcluster.layout import RunLayout
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
@@ -22,6 +22,9 @@ REGISTRY = "registry"
 PULL_PROXY = "registry-pull-proxy"
 # Order of start-up; `down` stops them in reverse.
 COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, REGISTRY, PULL_PROXY)
+# Controllers run beside them on demand (`up --kueue`, `up --karpenter`); `down` stops them first.
+KUEUE = "kueue"
+KARPENTER = "karpenter"
 
 # Not etcd's default ports, so a system etcd cannot get in the way.
 ETCD_CLIENT_PORT = 12379
@@ -46,13 +49,12 @@ def etcd_url() -> str:
 
 
 def commands(layout: RunLayout, pki: Pki, binaries: Binaries) -> dict[str, list[str]]:
+    """The Kubernetes components' command lines (controlplane.commands adds the registry's and its pull proxy's)."""
     return {
         ETCD: etcd_command(layout, binaries),
         APISERVER: apiserver_command(pki, binaries),
         CONTROLLER_MANAGER: controller_manager_command(layout, pki, binaries),
         SCHEDULER: scheduler_command(layout, binaries),
-        REGISTRY: registry.command(binaries.registry, layout.registry_config),
-        PULL_PROXY: registry.pull_proxy_command(venv_dir() / "bin" / "python", layout.pull_delays_file),
     }
 
 

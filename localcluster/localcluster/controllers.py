@@ -32,6 +32,14 @@ def readyz(port: int) -> bool:
         return False
 
 
+def finalizers_without(finalizers: Iterable[str] | None, prefix: str) -> list[str] | None:
+    """``finalizers`` without the stopped controller's (those starting with ``prefix``), which
+    no one would remove any more; None when there are none of them (nothing to patch)."""
+    finalizers = list(finalizers or ())
+    kept = [finalizer for finalizer in finalizers if not finalizer.startswith(prefix)]
+    return kept if len(kept) != len(finalizers) else None
+
+
 def ignore_gone(call: Callable[[], object]) -> None:
     """Run one cleanup call; an object already gone (404) is what it wanted."""
     from kubernetes import client

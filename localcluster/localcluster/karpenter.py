@@ -11,13 +11,19 @@ overrides it). Each NodeClaim becomes a real node (localcluster/nodeclaims.py).
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from localcluster import controllers
+from localcluster import binaries, controllers, nodeclaims, processes
+from localcluster.components import KARPENTER
+from localcluster.layout import PROJECT_ROOT, RunLayout, cache_dir
 from localcluster.nodeclaims import HostCapacity, InstanceError, kubelet_reservations
+from localcluster.probe import wait_until
 
+READY_TIMEOUT_S = 60.0
 NAMESPACE = "karpenter"  # SYSTEM_NAMESPACE: where Karpenter would run in a cluster
 # Not Karpenter's defaults (8080, 8081), and clear of Kueue's 18081 and 18082.
 METRICS_PORT = 18090
@@ -37,6 +43,26 @@ DEFAULT_BOOT_DELAY_S = 120.0
 # to zone-a unless a pod requires zone-b (a job keeping its running shares' zone), as a
 # cloud's cheapest offering wins.
 ZONES = {"zone-a": 1.0, "zone-b": 1.05}  # zone -> price factor
+
+
+def start(layout: RunLayout, api, instance_types: Sequence[Mapping], repair_toleration_s: float | None) -> None:
+    """Karpenter's CRDs and its controller (a host process, like the control plane), with the
+    local cloud provider: a real node per NodeClaim (see Cluster.start_karpenter). Idempotent:
+    a running Karpenter keeps its settings. Returns once Karpenter answers /readyz."""
+    validate_instance_types(instance_types, HostCapacity.of_this_host())
+    binary = binaries.karpenter()
+    module = module_dir(binaries.KARPENTER_BUILD_SCRIPT.parent / "go.mod", cache_dir() / "gomod")
+    crds = install(api, module)
+    wait_until(lambda: established(api, crds), READY_TIMEOUT_S, "Karpenter's CRDs to be served")
+    if processes.read_pid(layout.pid_file(KARPENTER)) is None:
+        types_file = layout.root / "karpenter-instance-types.json"
+        types_file.write_text(json.dumps(list(instance_types), indent=2) + "\n")
+        env = environment(layout.kubeconfig, types_file, nodeclaims.python_executable(),
+                          processes.prepend_path(str(PROJECT_ROOT), os.environ.get("PYTHONPATH")),
+                          processes.environment_without_proxy(), repair_toleration_s)
+        processes.start_detached([str(binary)], layout.pid_file(KARPENTER), layout.log_file(KARPENTER),
+                                 cwd=layout.root, env=env)
+    wait_until(ready, READY_TIMEOUT_S, "Karpenter's /readyz")
 
 
 def on_demand_in(zone: str) -> list[dict]:
@@ -129,9 +155,8 @@ def release(api_client) -> list[str]:
                 API_GROUP, API_VERSION, "nodeclaims", name, {"metadata": {"finalizers": None}}))
         released.append(f"nodeclaim/{name}")
     for node in core.list_node().items:
-        finalizers = node.metadata.finalizers or ()
-        kept = [f for f in finalizers if not f.startswith(FINALIZER_PREFIX)]
-        if len(kept) != len(finalizers):
+        kept = controllers.finalizers_without(node.metadata.finalizers, FINALIZER_PREFIX)
+        if kept is not None:
             # A JSON patch: a strategic merge patch would merge the list, not replace it.
             controllers.ignore_gone(lambda: core.patch_node(node.metadata.name, [
                 {"op": "replace", "path": "/metadata/finalizers", "value": kept}]))

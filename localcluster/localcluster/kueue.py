@@ -17,13 +17,18 @@ from __future__ import annotations
 import base64
 import copy
 import re
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
 
-from localcluster import controllers, netsetup
+from localcluster import binaries, certs, controllers, netsetup, processes
+from localcluster.components import KUEUE
+from localcluster.layout import RunLayout, cache_dir
+from localcluster.probe import wait_until
 
+READY_TIMEOUT_S = 60.0
 WEBHOOK_PORT = 19443
 VISIBILITY_PORT = 18082  # not Kueue's default 8082: a host port this cluster claims
 VISIBILITY_SERVICE = "visibility-server"  # the name Kueue's APIService manifests give
@@ -43,6 +48,44 @@ WEBHOOK_PATHS = re.compile(r"^/(mutate|validate)-(kueue-x-k8s-io-v1beta2-[a-z]+|
 # queue name or not ("strong exemption"); inside it, only pods naming a queue are, unless
 # manageJobsWithoutQueueName (a platform team's choice, tried by a test of its own).
 NEVER_MANAGED = ("kube-system", NAMESPACE)
+
+
+def start(layout: RunLayout, pki: certs.Pki, api, every_pod_of: Mapping[str, str] | None = None) -> None:
+    """Kueue's CRDs, its controller manager (a host process, like the control plane)
+    and then its webhooks; idempotent. Returns once Kueue answers /readyz. With
+    `every_pod_of`, see `configuration` (a running Kueue keeps its configuration:
+    stop it first)."""
+    binary = binaries.kueue()
+    module = module_dir(binaries.KUEUE_BUILD_SCRIPT.parent / "go.mod", cache_dir() / "gomod")
+    certs.ensure_server(pki, WEBHOOK_CERT, "kueue-webhook", ("127.0.0.1",))
+    certs.ensure_server(pki, VISIBILITY_CERT, "kueue-visibility", (netsetup.HOST_IP,), (visibility_dns_name(),))
+    # tls.crt and tls.key in each directory, as controller-runtime and Kueue read them
+    cert_dir, visibility_certs = layout.root / "kueue-certs", layout.root / "kueue-visibility-certs"
+    for directory, cert in ((cert_dir, WEBHOOK_CERT), (visibility_certs, VISIBILITY_CERT)):
+        directory.mkdir(exist_ok=True)
+        shutil.copyfile(pki.cert(cert), directory / "tls.crt")
+        shutil.copyfile(pki.key(cert), directory / "tls.key")
+    config_file = layout.root / "kueue-config.yaml"
+    config_file.write_text(yaml.safe_dump(configuration(cert_dir, every_pod_of)))
+    crds = install(api, module)
+    wait_until(lambda: established(api, crds), READY_TIMEOUT_S, "Kueue's CRDs to be served")
+    etc_overlay = layout.root / "kueue-etc"
+    metrics_certs = etc_overlay / "upper" / METRICS_CERT_DIR
+    metrics_certs.mkdir(parents=True, exist_ok=True)
+    (etc_overlay / "work").mkdir(exist_ok=True)
+    for name in ("tls.crt", "tls.key"):
+        shutil.copyfile(cert_dir / name, metrics_certs / name)
+    root = layout.root / "kueue-root"  # a mount point, inside Kueue's mount namespace only
+    root.mkdir(exist_ok=True)
+    if processes.read_pid(layout.pid_file(KUEUE)) is None:
+        processes.start_detached(command(binary, config_file, layout.kubeconfig, root, visibility_certs, etc_overlay),
+                                 layout.pid_file(KUEUE), layout.log_file(KUEUE), cwd=layout.root,
+                                 program=str(binary))
+    wait_until(ready, READY_TIMEOUT_S, "Kueue's /readyz")
+    register_webhooks(api, module, pki.ca_cert.read_bytes())
+    api_services = register_visibility(api, module, pki.ca_cert.read_bytes())
+    wait_until(lambda: visibility_available(api, api_services), READY_TIMEOUT_S,
+               "Kueue's visibility API to be available")
 
 
 def configuration(cert_dir: Path, every_pod_of: Mapping[str, str] | None = None) -> dict:
@@ -281,15 +324,15 @@ def release_finalizers(api_client) -> list[str]:
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     released = []
     for pod in controllers.every_pod_metadata(api_client):
-        kept = [f for f in pod.get("finalizers") or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
-        if len(kept) != len(pod.get("finalizers") or ()):
+        kept = controllers.finalizers_without(pod.get("finalizers"), KUEUE_FINALIZER_PREFIX)
+        if kept is not None:
             controllers.ignore_gone(lambda: core.patch_namespaced_pod(pod["name"], pod["namespace"],
                                                                       {"metadata": {"finalizers": kept or None}}))
             released.append(f"pod/{pod['namespace']}/{pod['name']}")
     for workload in controllers.all_objects(custom, API_GROUP, API_VERSION, "workloads"):
         metadata = workload["metadata"]
-        kept = [f for f in metadata.get("finalizers") or () if not f.startswith(KUEUE_FINALIZER_PREFIX)]
-        if len(kept) != len(metadata.get("finalizers") or ()):
+        kept = controllers.finalizers_without(metadata.get("finalizers"), KUEUE_FINALIZER_PREFIX)
+        if kept is not None:
             controllers.ignore_gone(lambda: custom.patch_namespaced_custom_object(
                 API_GROUP, API_VERSION, metadata["namespace"], "workloads", metadata["name"],
                 {"metadata": {"finalizers": kept or None}}))

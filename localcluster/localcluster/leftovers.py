@@ -10,12 +10,14 @@ tied to the run directory or inside the cluster's network namespaces, the
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import netsetup, processes
+from localcluster import hostnetwork, netsetup, processes
+from localcluster.errors import ClusterError
 from localcluster.layout import RunLayout
 from localcluster.node import cgroups
 
@@ -38,15 +40,15 @@ class Leftovers:
 
 def find(layout: RunLayout) -> Leftovers:
     """Everything the cluster of `layout` may have left."""
-    return _find(layout.root, netsetup.cluster_netns(), netsetup.cluster_links(), node_cgroups())
+    return _find(layout.root, hostnetwork.cluster_netns(), hostnetwork.cluster_links(), node_cgroups())
 
 
 def find_nodes(layout: RunLayout, indices: Collection[int]) -> Leftovers:
     """What the nodes of these indices may have left."""
     found = [_find(
         layout.node_dir(index),
-        [name for name in netsetup.cluster_netns() if netsetup.node_index_of(name) == index],
-        [name for name in netsetup.cluster_links() if netsetup.node_index_of(name) == index],
+        [name for name in hostnetwork.cluster_netns() if netsetup.node_index_of(name) == index],
+        [name for name in hostnetwork.cluster_links() if netsetup.node_index_of(name) == index],
         [name for name in node_cgroups() if netsetup.node_index_of(name) == index],
     ) for index in indices]
     return Leftovers(*(tuple(sorted({item for part in found for item in getattr(part, field)}))
@@ -67,6 +69,24 @@ def remove(layout: RunLayout) -> Leftovers:
     return _remove(find(layout))
 
 
+def forget_api_state(layout: RunLayout) -> None:
+    """Remove the stopped cluster's objects (RunLayout.api_state), so the next `up` starts
+    empty: a last run's pods would otherwise come back, on nodes that no longer exist."""
+    for path in layout.api_state:
+        mounted = mounts_under(path)
+        if mounted:  # never delete through a mount
+            raise ClusterError(f"not removing {path}: still mounted: {mounted}")
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def purge(root: Path) -> None:
+    """Delete the run directory `root`, never through a mount (a bind-mounted directory
+    would lose its files)."""
+    remaining = mounts_under(root)
+    if remaining:
+        raise ClusterError(f"not purging {root}: still mounted: {remaining}")
+    log.info("deleting %s", root)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -79,7 +99,7 @@ def mounts_under(root: Path) -> list[str]:
 def _find(root: Path, namespaces: list[str], links: list[str], node_cgroup_names: list[str]) -> Leftovers:
     pids = set(processes.pids_under(root))
     for name in namespaces:
-        pids.update(netsetup.netns_pids(name))
+        pids.update(hostnetwork.netns_pids(name))
     for name in node_cgroup_names:
         pids.update(cgroups.pids(name))
     return Leftovers(
@@ -102,9 +122,9 @@ def _remove(found: Leftovers) -> Leftovers:
     for pid in found.pids:
         processes.wait_exit(pid, KILL_WAIT_S)
     for name in found.netns:
-        netsetup.delete_netns(name)
+        hostnetwork.delete_netns(name)
     for link in found.links:
-        netsetup.delete_link(link)
+        hostnetwork.delete_link(link)
     # Deepest first, so nested mounts do not keep their parents busy.
     for mount_point in sorted(found.mounts, key=len, reverse=True):
         log.warning("unmounting leftover %s", mount_point)

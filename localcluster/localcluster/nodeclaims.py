@@ -29,7 +29,7 @@ from pathlib import Path
 
 from localcluster import processes
 from localcluster.layout import PROJECT_ROOT, RunLayout
-from localcluster.node.config import NodeSpec
+from localcluster.node.config import DEFAULT_GPU_RESOURCE, NodeSpec
 from localcluster.nodegroups import NodeGroupRegistry
 
 log = logging.getLogger(__name__)
@@ -252,8 +252,6 @@ class Instances:
 def boot(cluster, name: str) -> None:
     """The booter: wait out the instance's boot delay, then start its node and wait until it is
     Ready and advertises its GPUs (Karpenter then registers and initializes it)."""
-    from localcluster.cluster import DEFAULT_GPU_RESOURCE
-
     instance = Instances(cluster.layout).get(name)
     if instance is None:
         raise InstanceError(f"no instance {name} to boot")

@@ -39,6 +39,8 @@ import json
 
 import yaml
 
+from localcluster.probe import wait_until
+
 PLATFORM_LABEL = "localcluster.distributetrain.io/platform"
 PLATFORM = "openshift"
 UID_RANGE_ANNOTATION = "openshift.io/sa.scc.uid-range"
@@ -241,8 +243,6 @@ def make_openshift_like(cluster, namespace: str, image: str, first_uid: int = FI
     labelled; returns once the apiserver enforces this version of both policies there: a
     pod created there (a dry run) is given its UID, and one naming UID 1 is refused."""
     from kubernetes import client
-
-    from localcluster.probe import wait_until
 
     applied = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                               input=yaml.safe_dump_all(admission_objects()))

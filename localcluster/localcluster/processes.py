@@ -30,6 +30,11 @@ def environment_without_proxy() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key.lower() not in PROXY_VARIABLES}
 
 
+def prepend_path(entry: str, path: str | None) -> str:
+    """A search path (PATH, PYTHONPATH) with `entry` first."""
+    return f"{entry}:{path}" if path else entry
+
+
 def start_detached(
     argv: list[str],
     pid_file: Path,

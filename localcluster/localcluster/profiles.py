@@ -7,8 +7,9 @@ node look as the platform's own does: its labels, taints and extended resources,
 the platform's documentation and real label dumps (each profile names its sources). Only
 the GPUs stay simulated; what the manager reads is the platform's.
 
-`add_nodes` starts a node group whose nodes take profiles (one each, possibly different);
-`python -m localcluster up --profile NAME --nodes a,b` does the same from the shell.
+`node_specs` gives nodes their profiles (one each, possibly different), for
+`Cluster.add_node_specs` to start; `python -m localcluster up --profile NAME --nodes a,b`
+does the same from the shell.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from localcluster.cluster import Cluster, NodeGroup
 from localcluster.node.config import NodeSpec
-from localcluster.nodegroups import NodeGroupRegistry, parse_node_spec, validate_hostnames
+from localcluster.nodegroups import parse_node_spec
 
 NVIDIA_GPU = "nvidia.com/gpu"
 # The taints GPU nodes carry: GKE's on every GPU node pool of a cluster that has other
@@ -257,19 +257,3 @@ def node_specs(nodes: Mapping[str, NodeProfile], labels: Mapping[str, str] = {},
                      hostname=hostnames.get(name, profile.hostname(name)), labels={**profile.labels, **labels},
                      taints=profile.taints, more_resources=dict(profile.more_resources))
             for name, profile in nodes.items()]
-
-
-def add_nodes(cluster: Cluster, nodes: Mapping[str, NodeProfile], labels: Mapping[str, str] = {},
-              hostnames: Mapping[str, str] = {}) -> NodeGroup:
-    """Start a node group of `nodes` ({node name: profile}), as Cluster.add_nodes does; returns
-    once they are Ready and advertise their GPUs."""
-    specs = node_specs(nodes, labels, hostnames)
-    validate_hostnames({spec.name: spec.gpus for spec in specs}, {spec.name: spec.hostname for spec in specs
-                                                                   if spec.hostname != spec.name})
-    group = NodeGroup(cluster, NodeGroupRegistry(cluster.layout).allocate(list(nodes)))
-    try:
-        group.start_nodes(specs)
-    except BaseException:
-        group.stop()
-        raise
-    return group

@@ -22,6 +22,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -51,6 +52,19 @@ def delay_for(delays: dict, node_ip: str, image: str) -> float:
     if image in per_node:
         return float(per_node[image])
     return float(delays.get("all", {}).get(image, 0.0))
+
+
+def set_delays(path: Path, delays: Mapping[str, float], node_ips: Sequence[str] | None = None) -> None:
+    """Replace the delays (image: seconds) of every node, or with `node_ips` of those nodes
+    alone (over every node's), in the delays file at `path`."""
+    current = read_delays(path)
+    normalized = {normalize(image): seconds for image, seconds in delays.items()}
+    if node_ips is None:
+        current["all"] = normalized
+    else:
+        for ip in node_ips:
+            current.setdefault("nodes", {})[ip] = normalized
+    write_delays(path, current)
 
 
 def write_delays(path: Path, delays: dict) -> None:

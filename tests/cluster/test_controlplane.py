@@ -24,7 +24,7 @@ from kubernetes import client
 
 from clusterfixtures import SessionRegistry, namespace_name
 from harness.polling import poll_until
-from localcluster import components, leftovers, netsetup, processes
+from localcluster import components, hostnetwork, leftovers, netsetup, processes
 from localcluster.cluster import Cluster
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NodeAllocationError, NodeGroupRegistry, parse_node_spec
@@ -176,7 +176,7 @@ def test_node_group_registers_ready_gpu_nodes_and_removes_them(cluster: Cluster,
     for name in ("cp-gpu-a", "cp-gpu-b"):
         poll_until(lambda: not_found(lambda: core.read_node(name)), NODE_GROUP_TIMEOUT_S, f"node {name} deleted",
                    POLL_INTERVAL_S)
-    assert not netsetup.cluster_netns()
+    assert not hostnetwork.cluster_netns()
 
 
 @pytest.mark.cluster

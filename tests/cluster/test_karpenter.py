@@ -19,7 +19,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from karpenterharness import (CLEANUP_TIMEOUT_S, INSTANCE_TYPE, ISOLATION_TAINT, claims_of, karpenter_pool,
                                running_karpenter)
-from localcluster import karpenter, netsetup, nodeclaims
+from localcluster import hostnetwork, karpenter, netsetup, nodeclaims
 from localcluster.nodegroups import NodeGroupRegistry
 from harness.polling import poll_until
 
@@ -135,7 +135,7 @@ def test_a_pending_gpu_pod_gets_a_real_node_that_goes_once_it_is_empty(karpenter
 
         poll_until(running_there, POD_RUNNING_TIMEOUT_S, f"the pod running on node {name}")
         index = node_index(layout, name)
-        assert index is not None and netsetup.node_netns(index) in netsetup.cluster_netns()
+        assert index is not None and netsetup.node_netns(index) in hostnetwork.cluster_netns()
         kubelet = karpenter_running.node_group(name).kubelet_pid(name)
         assert kubelet is not None
 
@@ -143,7 +143,7 @@ def test_a_pending_gpu_pod_gets_a_real_node_that_goes_once_it_is_empty(karpenter
         poll_until(lambda: not claims_of(custom, pool) and not core.list_node(
                        field_selector=f"metadata.name={name}").items,
                    CONSOLIDATED_TIMEOUT_S, f"Karpenter to consolidate the empty node {name}")
-        assert netsetup.node_netns(index) not in netsetup.cluster_netns()
+        assert netsetup.node_netns(index) not in hostnetwork.cluster_netns()
         assert not nodeclaims.processes.alive(kubelet)
         assert nodeclaims.Instances(layout).get(name) is None
 
@@ -174,7 +174,8 @@ def test_stopping_karpenter_terminates_every_node_it_launched(karpenter_running,
             karpenter_running.stop_karpenter()
             assert not karpenter.ready()
             assert claims_of(custom, pool) == [] and nodeclaims.Instances(layout).list() == []
-            assert netsetup.node_netns(index) not in netsetup.cluster_netns() and not nodeclaims.processes.alive(kubelet)
+            assert netsetup.node_netns(index) not in hostnetwork.cluster_netns()
+            assert not nodeclaims.processes.alive(kubelet)
             poll_until(lambda: not core.list_node(field_selector=f"metadata.name={name}").items, CLEANUP_TIMEOUT_S,
                        f"Node {name} deleted, Karpenter's finalizer released")
         finally:
@@ -218,4 +219,4 @@ def test_a_node_whose_kubelet_died_is_repaired(karpenter_running, api_client, na
         poll_until(lambda: name not in [claim["metadata"]["name"] for claim in claims_of(custom, pool)]
                    and nodeclaims.Instances(layout).get(name) is None,
                    REPAIR_TIMEOUT_S, f"Karpenter to repair node {name} (its NodeClaim and instance gone)")
-        assert netsetup.node_netns(index) not in netsetup.cluster_netns()
+        assert netsetup.node_netns(index) not in hostnetwork.cluster_netns()

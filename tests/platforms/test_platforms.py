@@ -69,7 +69,7 @@ def platform_nodes(cluster, spec: Mapping[str, str], managers: str = "m") -> Ite
         name = f"{prefix}-{logical}" + (".ec2.internal" if profile.short_hostname else "")
         pool.names[logical], pool.profile_of[logical] = name, text
         nodes[name] = dataclasses.replace(profile, labels={**profile.labels, PLATFORM_LABEL: pool.platform(text)})
-    group = profiles.add_nodes(cluster, nodes, labels={TEST_NODE_LABEL: prefix})
+    group = cluster.add_node_specs(profiles.node_specs(nodes, labels={TEST_NODE_LABEL: prefix}))
     try:
         yield pool
     finally:

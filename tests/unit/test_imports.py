@@ -1,5 +1,7 @@
 """The package's modules import one another without a circle, and only downwards
 through its four layers: core (pure) <- kube (the API layer) <- manager <- cli.
+localcluster's the same way through its four: its base (the plan and the host's
+primitives) <- its parts <- cluster (the handle that orders them) <- __main__ (the CLI).
 
 A circle works only while every module in it happens to be imported in a lucky order
 (or lazily, inside a function); the next import moved to the top breaks start-up. The
@@ -12,20 +14,22 @@ import ast
 from pathlib import Path
 
 import distributetrain
+import localcluster
 
 PACKAGE = "distributetrain"
 PACKAGE_DIR = Path(distributetrain.__file__).parent
+LOCALCLUSTER_DIR = Path(localcluster.__file__).parent
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+def module_name(path: Path, package_dir: Path = PACKAGE_DIR) -> str:
+    parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def package_modules() -> dict[str, Path]:
-    return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+def package_modules(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
+    return {module_name(path, package_dir): path for path in sorted(package_dir.rglob("*.py"))}
 
 
 def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
@@ -48,8 +52,8 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = package_modules()
+def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, set[str]]:
+    modules = package_modules(package_dir)
     return {name: imported_modules(name, path, set(modules)) for name, path in modules.items()}
 
 
@@ -80,6 +84,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_package_has_no_import_circle():
     cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_localcluster_has_no_import_circle():
+    cycle = find_cycle(import_graph(LOCALCLUSTER_DIR))
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
@@ -153,3 +162,43 @@ def test_localcluster_imports_nothing_of_the_project():
     assert len(sources) > 20
     assert {str(path.relative_to(checkout)): sorted(top_level_imports(path) & project)
             for path in sources if top_level_imports(path) & project} == {}
+
+
+# localcluster's four layers. Its base: the cluster's plan (names, addresses, files, command
+# lines) and the host's primitives (processes, certificates, the apiserver probe, the bridge).
+# Its parts, every other module: one piece of the cluster each (the control plane's processes,
+# the registry, a node, a node group, Kueue, Karpenter...). Then the handle that orders the
+# parts, and the CLI.
+LOCALCLUSTER_BASE = {f"localcluster.{name}" for name in (
+    "certs", "components", "controllers", "errors", "hostnetwork", "kubeconfig", "layout", "netsetup", "node",
+    "node.cgroups", "node.config", "node.containerdconfig", "podman", "probe", "processes", "slowpulls", "versions")}
+LOCALCLUSTER_TOP = {"localcluster.cluster": 2, "localcluster.__main__": 3}
+
+
+def localcluster_layer_of(module: str) -> int:
+    """0 the base (and the package itself), 1 a part, 2 the cluster, 3 the CLI."""
+    if module in LOCALCLUSTER_BASE or module == "localcluster":
+        return 0
+    return LOCALCLUSTER_TOP.get(module, 1)
+
+
+def localcluster_upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if localcluster_layer_of(target) > localcluster_layer_of(module))
+
+
+def test_localcluster_s_layers_name_its_modules():
+    assert LOCALCLUSTER_BASE | set(LOCALCLUSTER_TOP) <= set(import_graph(LOCALCLUSTER_DIR))
+
+
+def test_no_module_of_localcluster_imports_a_layer_above_it():
+    assert localcluster_upward_imports(import_graph(LOCALCLUSTER_DIR)) == []
+
+
+def test_an_upward_import_of_localcluster_is_found():
+    assert localcluster_upward_imports({"localcluster.nodeclaims": {"localcluster.cluster", "localcluster.layout"},
+                                        "localcluster.components": {"localcluster.registry"},
+                                        "localcluster.cluster": {"localcluster.nodeclaims"},
+                                        "localcluster.profiles": {"localcluster.__main__"}}) == [
+        "localcluster.components -> localcluster.registry", "localcluster.nodeclaims -> localcluster.cluster",
+        "localcluster.profiles -> localcluster.__main__"]

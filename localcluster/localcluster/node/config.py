@@ -1,13 +1,12 @@
 """Every file and command line of one real node, as pure functions of its spec and paths.
 
 Nothing here touches the host: `realnode` writes what these return. Kept in one place
-so the exact configuration of the kubelet, containerd, the CNI bridge and kube-proxy
-can be read (and is tested) as whole documents.
+so the exact configuration of the kubelet, the CNI bridge and kube-proxy can be read
+(and is tested) as whole documents; containerd's is `containerdconfig`'s.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,8 @@ SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 CLUSTER_DOMAIN = "cluster.local"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 NETWORK_PREFIX = "localcluster-"
+# The extended resource nodes advertise their GPUs as, unless told another.
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -177,89 +178,6 @@ class Mirror:
     registries: tuple[str, ...]
 
 
-def containerd_config(paths: NodePaths, cdi: bool = False) -> str:
-    """containerd's config (TOML, version 2). `restrict_oom_score_adj` because this machine lacks
-    CAP_SYS_RESOURCE: without it every sandbox fails ("can't get final child's PID from pipe").
-    With `cdi` (a DRA node's containerd 1.7), containers get the CDI devices the kubelet names
-    from the specs in the node's CDI directory."""
-    cdi_settings = f"""
-  enable_cdi = true
-  cdi_spec_dirs = [{_toml(paths.cdi_dir)}]""" if cdi else ""
-    return f"""version = 2
-root = {_toml(paths.image_store)}
-state = {_toml(paths.containerd_state / "state")}
-
-[grpc]
-  address = {_toml(paths.containerd_socket)}
-
-[ttrpc]
-  address = {_toml(f"{paths.containerd_socket}.ttrpc")}
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = {_toml(paths.containerd_state / "opt")}
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = {_toml(SANDBOX_IMAGE)}
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  netns_mounts_under_state_dir = true
-  restrict_oom_score_adj = true{cdi_settings}
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = {_toml(paths.runc_root)}
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = {_toml(CNI_BIN_DIR)}
-    conf_dir = {_toml(paths.cni_config_dir)}
-    # An ipv6_only node's egress network is a second one (eth1); others have one.
-    max_conf_num = 2
-
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = {_toml(paths.registry_hosts)}
-"""
-
-
-def seed_containerd_config(root: Path, state: Path, socket: Path) -> str:
-    """containerd for the machine's image cache (imagecache.py): images only, so no CRI."""
-    return f"""version = 2
-root = {_toml(root)}
-state = {_toml(state / "state")}
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-
-[grpc]
-  address = {_toml(socket)}
-
-[ttrpc]
-  address = {_toml(f"{socket}.ttrpc")}
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = {_toml(state / "opt")}
-"""
-
-
-def registry_hosts(mirror: Mirror) -> dict[str, str]:
-    """{registry: hosts.toml}: each registry's pulls go to the mirror, under a path of its own
-    (docker.io/library/python is <mirror>/v2/docker.io/library/python), so two registries'
-    repositories of one name never meet."""
-    return {
-        registry: f"""server = "https://{registry}"
-
-[host."{mirror.url}/v2/{registry}"]
-  capabilities = ["pull", "resolve"]
-  override_path = true
-"""
-        for registry in mirror.registries
-    }
-
-
 def cni_config(spec: NodeSpec, paths: NodePaths) -> dict:
     """A bridge in the node's netns with the node's pod subnet; the node answers ARP for its
     pods on the cluster bridge (see network.py), so pods reach every node and pod directly."""
@@ -399,10 +317,6 @@ def kubelet_command(kubelet: Path, spec: NodeSpec, paths: NodePaths) -> list[str
     ]
 
 
-def containerd_command(containerd: Path, paths: NodePaths) -> list[str]:
-    return [str(containerd), f"--config={paths.containerd_config}"]
-
-
 def kube_proxy_config(spec: NodeSpec, paths: NodePaths) -> dict:
     """kube-proxy in iptables mode, in the node's netns: pods reach Services (the apiserver's
     `kubernetes` Service above all) as on a real node. The conntrack settings are left as
@@ -438,8 +352,3 @@ def _taint(text: str) -> dict[str, str]:
     if value:
         taint["value"] = value
     return taint
-
-
-def _toml(value: object) -> str:
-    """A TOML basic string (JSON's string escapes are TOML's)."""
-    return json.dumps(str(value))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from localcluster import processes, registry
 from localcluster.layout import RunLayout, cache_dir
-from localcluster.node import config
+from localcluster.node import containerdconfig
 from localcluster.node.config import Mirror
 from localcluster.probe import wait_until
 
@@ -139,11 +139,11 @@ def _seed_containerd(layout: RunLayout) -> Iterator[tuple[Callable[..., str], Pa
     socket = state / "containerd.sock"
     hosts = state / "registry-hosts"
     mirror = Mirror(f"http://{registry.address()}", registry.MIRRORED_REGISTRIES)
-    for mirrored, text in config.registry_hosts(mirror).items():
+    for mirrored, text in containerdconfig.registry_hosts(mirror).items():
         (hosts / mirrored).mkdir(parents=True, exist_ok=True)
         (hosts / mirrored / "hosts.toml").write_text(text)
     config_file = state / "containerd.toml"
-    config_file.write_text(config.seed_containerd_config(seed_dir(), state, socket))
+    config_file.write_text(containerdconfig.seed_containerd_config(seed_dir(), state, socket))
     pid_file = layout.pid_file("seed-containerd")
     pid = processes.start_detached([str(CONTAINERD), f"--config={config_file}"], pid_file,
                                    layout.log_file("seed-containerd"), cwd=state,

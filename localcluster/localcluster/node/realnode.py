@@ -25,7 +25,7 @@ from localcluster.components import APISERVER_PORT, Binaries
 from localcluster.layout import RunLayout
 from localcluster.nodegroups import NODE_DAEMONS as DAEMONS
 from localcluster.nodegroups import daemon_pid_name
-from localcluster.node import cgroups, config, hostchanges, imagecache, network
+from localcluster.node import cgroups, config, containerdconfig, hostchanges, imagecache, network
 from localcluster.node.config import Mirror, NodePaths, NodeSpec
 from localcluster.probe import ApiProbe, WaitTimeout, wait_until
 
@@ -73,7 +73,7 @@ class RealNode:
         imagecache.prepare(self.paths.image_store)
         self._write_files()
         containerd = dra.containerd() if self.spec.dra_gpus else CONTAINERD
-        self._start_containerd(config.containerd_command(containerd, self.paths))
+        self._start_containerd(containerdconfig.containerd_command(containerd, self.paths))
         self.forget_replaced_images()
         self._start_daemon("kubelet", config.kubelet_command(self.binaries.kubernetes("kubelet"), self.spec, self.paths))
         self._start_daemon("kube-proxy", config.kube_proxy_command(self.binaries.kubernetes("kube-proxy"), self.paths))
@@ -203,8 +203,8 @@ class RealNode:
         for directory in (paths.root, paths.image_store, paths.containerd_state, paths.runc_root,
                           paths.cni_config_dir, paths.cni_ipam_dir, paths.kubelet_root, paths.pod_logs):
             directory.mkdir(parents=True, exist_ok=True)
-        paths.containerd_config.write_text(config.containerd_config(paths, cdi=bool(self.spec.dra_gpus)))
-        for mirrored, hosts in config.registry_hosts(self.mirror).items():
+        paths.containerd_config.write_text(containerdconfig.containerd_config(paths, cdi=bool(self.spec.dra_gpus)))
+        for mirrored, hosts in containerdconfig.registry_hosts(self.mirror).items():
             (paths.registry_hosts / mirrored).mkdir(parents=True, exist_ok=True)
             (paths.registry_hosts / mirrored / "hosts.toml").write_text(hosts)
         _write_json(paths.cni_config_dir / "10-bridge.conflist", config.cni_config(self.spec, paths))

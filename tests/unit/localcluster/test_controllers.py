@@ -133,3 +133,16 @@ def test_karpenter_s_nodeclaims_are_deleted_and_its_node_finalizers_released(mon
     cluster = Cluster({"nodeclaims": 404}, nodes=[node])
     in_cluster(monkeypatch, cluster)
     assert karpenter.release(None) == ["node/n"]
+
+
+def test_a_stopped_controller_s_finalizers_are_dropped_and_the_others_kept():
+    finalizers = ["kueue.x-k8s.io/managed", "example.com/keep", "kueue.x-k8s.io/resource-in-use"]
+    kept = controllers.finalizers_without(finalizers, "kueue.x-k8s.io/")
+    assert kept == ["example.com/keep"]
+    assert controllers.finalizers_without(["kueue.x-k8s.io/managed"], "kueue.x-k8s.io/") == []
+
+
+def test_an_object_without_the_controller_s_finalizers_needs_no_patch():
+    assert controllers.finalizers_without(["example.com/keep"], "karpenter.sh/") is None
+    assert controllers.finalizers_without([], "karpenter.sh/") is None
+    assert controllers.finalizers_without(None, "karpenter.sh/") is None

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 from localcluster import dra
-from localcluster.node import config
+from localcluster.node import containerdconfig
 from localcluster.node.config import NodePaths, NodeSpec
 
 SPEC = NodeSpec(name="dra-a", index=7, gpus=0, gpu_resource="nvidia.com/gpu", hostname="dra-a", dra_gpus=4)
@@ -32,8 +32,8 @@ def test_the_plugin_gets_its_node_s_name_in_the_environment_too():
 
 
 def test_a_dra_node_s_containerd_reads_the_cdi_specs_the_plugin_writes_and_nothing_else_changes():
-    plain = tomllib.loads(config.containerd_config(PATHS))
-    cdi = tomllib.loads(config.containerd_config(PATHS, cdi=True))
+    plain = tomllib.loads(containerdconfig.containerd_config(PATHS))
+    cdi = tomllib.loads(containerdconfig.containerd_config(PATHS, cdi=True))
     cri = "io.containerd.grpc.v1.cri"
     assert {key: value for key, value in cdi["plugins"][cri].items() if key not in plain["plugins"][cri]} == {
         "enable_cdi": True, "cdi_spec_dirs": ["/run/dt/nodes/n7/cdi"]}

@@ -5,7 +5,7 @@ kubeconfigs and logs stay. The real removal, on a run directory of the test's ow
 import pytest
 
 from localcluster.__main__ import _parser
-from localcluster.cluster import forget_api_state
+from localcluster.leftovers import forget_api_state
 from localcluster.layout import RunLayout
 
 # A stopped run's files, as `up` and the components leave them.

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 from localcluster.certs import Pki
-from localcluster.node import config
+from localcluster.node import config, containerdconfig
 from localcluster.node.config import Mirror, NodePaths, NodeSpec
 
 SPEC = NodeSpec(name="ip-10-0-1-7.ec2.internal", index=3, gpus=2, gpu_resource="nvidia.com/gpu",
@@ -22,7 +22,7 @@ def test_a_node_has_the_addresses_and_names_of_its_index():
 
 
 def test_containerd_keeps_its_images_in_the_cache_and_the_rest_in_the_run_directory():
-    assert tomllib.loads(config.containerd_config(PATHS)) == {
+    assert tomllib.loads(containerdconfig.containerd_config(PATHS)) == {
         "version": 2,
         "root": "/cache/node-images/n3",
         "state": "/run/dt/nodes/n3/containerd/state",
@@ -52,7 +52,7 @@ def test_containerd_keeps_its_images_in_the_cache_and_the_rest_in_the_run_direct
 
 
 def test_every_mirrored_registry_is_pulled_from_its_own_path_of_the_local_registry():
-    hosts = config.registry_hosts(Mirror("http://10.233.0.1:5000", ("docker.io", "nvcr.io")))
+    hosts = containerdconfig.registry_hosts(Mirror("http://10.233.0.1:5000", ("docker.io", "nvcr.io")))
     assert {registry: tomllib.loads(text) for registry, text in hosts.items()} == {
         "docker.io": {
             "server": "https://docker.io",
@@ -152,13 +152,13 @@ def test_kube_proxy_leaves_the_hosts_conntrack_settings_alone():
     }
     assert config.kube_proxy_command(Path("/bin/kube-proxy"), PATHS) == [
         "/bin/kube-proxy", "--config=/run/dt/nodes/n3/kube-proxy.yaml"]
-    assert config.containerd_command(Path("/usr/bin/containerd"), PATHS) == [
+    assert containerdconfig.containerd_command(Path("/usr/bin/containerd"), PATHS) == [
         "/usr/bin/containerd", "--config=/run/dt/nodes/n3/containerd.toml"]
 
 
 def test_the_image_cache_s_containerd_holds_images_only():
     root, state = Path("/cache/node-images/seed"), Path("/run/dt/seed-containerd")
-    assert tomllib.loads(config.seed_containerd_config(root, state, state / "containerd.sock")) == {
+    assert tomllib.loads(containerdconfig.seed_containerd_config(root, state, state / "containerd.sock")) == {
         "version": 2,
         "root": "/cache/node-images/seed",
         "state": "/run/dt/seed-containerd/state",
