@@ -9,7 +9,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
 cd "$here" || exit 1
-pytest=("$DT_VENV/bin/python" -m pytest -ra --durations=15)
+pytest=("$DT_VENV/bin/python" -m pytest -ra --durations=50)
 manager_tiers=(tests/integration tests/e2e tests/platforms tests/faults)
 failed=0
 # Every step keeps the cluster up (DT_KEEP_CLUSTER=1); if tests started it, it goes down
