@@ -24,6 +24,7 @@ from distributetrain.cli.jobflags import Parser, add_job_flags, settings_from_ar
 from distributetrain.cli.jobs import commands as job_commands
 from distributetrain.cli.jobs import plugin
 from distributetrain.core import errors, exitcodes
+from distributetrain.core.clock import Clock, RealClock
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +71,25 @@ def configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    flags, script_args = split_script_args(sys.argv[1:] if argv is None else argv)
+    """The process's entry (the user's commands and the manager's alike): its one real clock."""
+    return dispatch(sys.argv[1:] if argv is None else argv, RealClock())
+
+
+def dispatch(argv: Sequence[str], clock: Clock) -> int:
+    """The command ``argv`` names, every wait and timestamp of it on ``clock``."""
+    flags, script_args = split_script_args(argv)
     try:
         args = build_parser().parse_args(flags)
         configure_logging(args.verbose)
-        return args.handler(args, script_args) if hasattr(args, "handler") else run_manager(args, script_args)
+        if hasattr(args, "handler"):
+            return args.handler(args, script_args, clock)
+        return run_manager(args, script_args, clock)
     except errors.UsageError as e:
         print(f"distributetrain: error: {e}", file=sys.stderr)
         return exitcodes.USAGE
 
 
-def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
+def run_manager(args: argparse.Namespace, script_args: list[str], clock: Clock) -> int:
     settings = settings_from_args(args, script_args)
     if args.command == "render":
         from distributetrain.cli.render import render
@@ -93,6 +102,6 @@ def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:
 
     # The manager acts as its pod's ServiceAccount (rbac/), whatever kubeconfig its image holds
     # or its arguments name.
-    kube = Kube(load_api_client(args.kubeconfig, args.context, in_cluster_first=True))
-    return execute(kube, settings, args.command, getattr(args, "unless_restarting", False),
+    kube = Kube(load_api_client(args.kubeconfig, args.context, in_cluster_first=True), clock)
+    return execute(kube, settings, args.command, clock, getattr(args, "unless_restarting", False),
                    getattr(args, "failed_with", None))

@@ -1,9 +1,12 @@
-"""The one clock of the manager: monotonic time, sleeps and timed waits, injected.
+"""The one clock of the manager and the CLI: monotonic time, the wall clock, sleeps and
+timed waits, injected.
 
-Every window and deadline the manager keeps (a watch's deadline, a node's not-Ready
-window, a retry's delay) reads this clock rather than ``time``, so a test steps a
-``FakeClock`` through a 30 s window instead of sleeping it out (as client-go's
-``k8s.io/utils/clock/testing`` does).
+Every window and deadline (a watch's deadline, a node's not-Ready window, a retry's
+delay) and every timestamp written (an Event's, a Lease's) reads this clock rather than
+``time``, so a test steps a ``FakeClock`` through a 30 s window instead of sleeping it
+out (as client-go's ``k8s.io/utils/clock/testing`` does). Each process makes one
+``RealClock`` at its entry and passes it down: no parameter defaults to it, so a missed
+argument is an error, not real time in a test (``tests/unit/test_clock_rule.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ FAKE_WAIT_POLL_S = 0.01
 class Clock(Protocol):
     def monotonic(self) -> float: ...
 
+    def now(self) -> float:
+        """The wall clock, seconds since the epoch: for timestamps other processes read."""
+        ...
+
     def sleep(self, seconds: float) -> None: ...
 
     def wait(self, condition: threading.Condition, seconds: float) -> bool:
@@ -33,14 +40,14 @@ class RealClock:
     def monotonic(self) -> float:
         return time.monotonic()
 
+    def now(self) -> float:
+        return time.time()
+
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
 
     def wait(self, condition: threading.Condition, seconds: float) -> bool:
         return condition.wait(max(0.0, seconds))
-
-
-REAL_CLOCK = RealClock()
 
 
 class FakeClock:
@@ -53,14 +60,19 @@ class FakeClock:
     fake clock's ``HasWaiters``) lets a test advance once the thread it steps is waiting,
     not before that thread read the time its wait ends at."""
 
-    def __init__(self, start: float = 1000.0):
+    def __init__(self, start: float = 1000.0, wall_start: float = 1_767_225_600.0):  # 2026-01-01T00:00:00Z
         self._now = start
+        self._wall_offset = wall_start - start  # the wall clock moves with the monotonic one
         self._lock = threading.Lock()
         self._waiters = 0
 
     def monotonic(self) -> float:
         with self._lock:
             return self._now
+
+    def now(self) -> float:
+        with self._lock:
+            return self._now + self._wall_offset
 
     def advance(self, seconds: float) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.kube import protowire
 from distributetrain.kube.connection import ApiTimeouts
 
@@ -81,10 +81,10 @@ def is_transient(error: errors.DistributeTrainError) -> bool:
 
 def call(
     operation: Callable[[], T],
+    clock: Clock,
     deadline_s: float = ApiTimeouts.retry_deadline_s,
     retryable: Callable[[errors.DistributeTrainError], bool] = is_transient,
     what: str = "API call",
-    clock: Clock = REAL_CLOCK,
 ) -> T:
     """Run one API call, translating errors and retrying ``retryable`` ones until the deadline.
 

@@ -29,7 +29,7 @@ import urllib3
 from kubernetes import client
 
 from distributetrain.core import errors, names
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.calls import call, drain, is_transient, read_json
 from distributetrain.kube.connection import API_CONCURRENCY, ApiTimeouts
@@ -61,8 +61,7 @@ def _where(namespace: str | None, selectors: Mapping[str, str]) -> str:
 class Kube(DraCalls, KubeApi):
     """The calls the manager makes, each one line of intent."""
 
-    def __init__(self, api_client: client.ApiClient, timeouts: ApiTimeouts | None = None,
-                 clock: Clock = REAL_CLOCK):
+    def __init__(self, api_client: client.ApiClient, clock: Clock, timeouts: ApiTimeouts | None = None):
         self.api_client = api_client
         self.timeouts = timeouts or ApiTimeouts.from_environment()
         self.clock = clock  # of the retries' deadlines and delays, and of a watch's span
@@ -83,7 +82,7 @@ class Kube(DraCalls, KubeApi):
         with self._requests_lock:
             self.requests += 1
         deadline_s = self.timeouts.retry_deadline_s if deadline_s is None else deadline_s
-        return call(operation, deadline_s, retryable or self._retryable, what, self.clock)
+        return call(operation, self.clock, deadline_s, retryable or self._retryable, what)
 
     @staticmethod
     def _concurrently(operation: Callable[[A], T], items: Iterable[A]) -> list[T]:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from datetime import datetime, timezone
 
 from kubernetes import client
 
 from distributetrain.core import errors, names
+from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startprogress import AwaitingNode, Pulling
 from distributetrain.kube.calls import call, read_json
@@ -133,24 +133,26 @@ def series_patch(count: int, at: float) -> dict:
 class EventsApi:
     """The recorder's calls, translated and retried like every other (``kube.call``), each bounded."""
 
-    def __init__(self, api_client: client.ApiClient):
+    def __init__(self, api_client: client.ApiClient, clock: Clock):
         self.api = client.EventsV1Api(api_client)
+        self.clock = clock  # of the retries
 
     def create(self, event: dict) -> None:
         namespace = event["metadata"]["namespace"]
-        call(lambda: read_json(self.api.create_namespaced_event(namespace, event, **REQUEST_OPTIONS)),
+        call(lambda: read_json(self.api.create_namespaced_event(namespace, event, **REQUEST_OPTIONS)), self.clock,
              deadline_s=SEND_DEADLINE_S)
 
     def patch(self, namespace: str, name: str, patch: dict) -> None:
-        call(lambda: read_json(self.api.patch_namespaced_event(name, namespace, patch, **REQUEST_OPTIONS)),
+        call(lambda: read_json(self.api.patch_namespaced_event(name, namespace, patch, **REQUEST_OPTIONS)), self.clock,
              deadline_s=SEND_DEADLINE_S)
 
 
 class EventRecorder:
     """Records the job's Events in the background; ``record`` never blocks and never raises."""
 
-    def __init__(self, settings: JobSettings, api: EventsApi | None):
+    def __init__(self, settings: JobSettings, api: EventsApi | None, clock: Clock):
         self.settings = settings
+        self._clock = clock  # of the Events' times
         self._api = api  # None: nowhere to record (outside a manager pod)
         self._queue: queue.SimpleQueue[tuple[str, str, float] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -160,9 +162,9 @@ class EventRecorder:
         self._failures = 0
 
     @classmethod
-    def for_manager(cls, kube: Kube, settings: JobSettings) -> "EventRecorder":
+    def for_manager(cls, kube: Kube, settings: JobSettings, clock: Clock) -> "EventRecorder":
         # Outside a manager pod (e.g. `distributetrain run` from a laptop) no pod regards them.
-        return cls(settings, EventsApi(kube.api_client) if settings.owner_uid else None)
+        return cls(settings, EventsApi(kube.api_client, clock) if settings.owner_uid else None, clock)
 
     def record(self, reason: str, note: str) -> None:
         if self._api is None or self._closed:
@@ -173,7 +175,7 @@ class EventRecorder:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="events", daemon=True)
             self._thread.start()
-        self._queue.put((reason, note, time.time()))
+        self._queue.put((reason, note, self._clock.now()))
 
     def close(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         """Send what is queued, waiting at most ``timeout_s``; later records are dropped."""

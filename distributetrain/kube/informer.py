@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from distributetrain.core import errors
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.kube.client import KubeApi
 from distributetrain.kube.dra import LISTS as DRA_LISTS
 
@@ -80,7 +80,7 @@ class Informer:
 
     def __init__(self, kube: KubeApi, kind: str, namespace: str | None = None, *,
                  selectors: Mapping[str, str] | None = None, keep: Callable[[dict], Any] = keep_whole,
-                 clock: Clock = REAL_CLOCK, relist_delay_s: float | None = None, thread_span_s: float = THREAD_SPAN_S):
+                 clock: Clock, relist_delay_s: float | None = None, thread_span_s: float = THREAD_SPAN_S):
         self.kube = kube
         self.kind = kind
         self.namespace = namespace

@@ -32,11 +32,11 @@ import logging
 import math
 import random
 import threading
-from datetime import datetime, timezone
 
 from distributetrain.core import errors, exitcodes
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.kube.client import Kube
+from distributetrain.kube.events import micro_time
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
 
 log = logging.getLogger(__name__)
@@ -62,15 +62,6 @@ RETRY_MIN_S = 0.05  # after losing the race to create the Lease: read what the w
 LEASE_WATCH_S = 30.0
 
 
-def _format(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _now() -> str:
-    """For people reading the Lease: no decision is made on these times."""
-    return _format(datetime.now(timezone.utc))
-
-
 class PlacementLock:
     """Context manager: ``with PlacementLock(kube, ns, holder, timeout_s, name): ...``
 
@@ -79,9 +70,8 @@ class PlacementLock:
     judgement of a lease's age reads ``clock``; ``duration_s`` is for tests.
     """
 
-    def __init__(self, kube: Kube, namespace: str, holder: str, timeout_s: float, name: str,
-                 duration_s: float = LEASE_DURATION_S, clock: Clock = REAL_CLOCK,
-                 wait_until: float = -math.inf):
+    def __init__(self, kube: Kube, namespace: str, holder: str, timeout_s: float, name: str, clock: Clock,
+                 duration_s: float = LEASE_DURATION_S, wait_until: float = -math.inf):
         self.kube = kube
         self.namespace = namespace
         self.holder = holder
@@ -136,7 +126,7 @@ class PlacementLock:
             return  # any change: look again
 
     def _spec(self) -> dict:
-        now = _now()
+        now = micro_time(self.clock.now())  # for people reading the Lease: nothing is decided on it
         return {"holderIdentity": self.holder, "leaseDurationSeconds": round(self.duration_s),
                 "acquireTime": now, "renewTime": now}
 
@@ -183,7 +173,7 @@ class PlacementLock:
                 timeouts = ApiTimeouts(connect_s=RENEW_CONNECT_S, read_s=RENEW_READ_S,
                                        retry_deadline_s=interval_s * RENEW_RETRY_SHARE)
                 # A client of its own: the renewal's timeouts apply to every request it makes.
-                renewals = Kube(make_api_client(self.kube.api_client.configuration, timeouts), timeouts)
+                renewals = Kube(make_api_client(self.kube.api_client.configuration, timeouts), self.clock, timeouts)
             # Read, then write: ownership is judged on what the Lease says, never on a
             # write's error (a retried write whose first attempt landed conflicts too).
             sent_at = self.clock.monotonic()
@@ -193,7 +183,7 @@ class PlacementLock:
                     self._lost = f"it now reads {(lease or {}).get('spec')}"
                     log.error("lost placement lock %s: %s", self.where, self._lost)
                     return
-                lease["spec"]["renewTime"] = _now()
+                lease["spec"]["renewTime"] = micro_time(self.clock.now())
                 self._written = renewals.replace(lease)
             except errors.DistributeTrainError as e:
                 log.warning("could not renew placement lock %s (next try in %.0fs): %s", self.where, interval_s, e)

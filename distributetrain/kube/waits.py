@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from distributetrain.core import errors, exitcodes, podstate
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.kube.client import KubeApi
 from distributetrain.kube.informer import Informer, Satisfied
 
@@ -156,7 +156,7 @@ def pending_reasons(pods: Mapping[str, dict], expected: list[str]) -> dict[str, 
 
 def watch_until(
     kube: KubeApi, namespace: str, selector: str, judge: Callable[[Mapping[str, dict]], T | None], deadline: float,
-    clock: Clock = REAL_CLOCK,
+    clock: Clock,
 ) -> tuple[T | None, Mapping[str, dict]]:
     """List, then watch, the selected pods until ``judge`` returns an outcome or ``deadline``
     (monotonic) passes; return the outcome (None at the deadline) and the last view of the pods.
@@ -164,7 +164,7 @@ def watch_until(
     return judged(job_pods(kube, namespace, selector, clock), judge, deadline)
 
 
-def job_pods(kube: KubeApi, namespace: str, selector: str, clock: Clock = REAL_CLOCK) -> Informer:
+def job_pods(kube: KubeApi, namespace: str, selector: str, clock: Clock) -> Informer:
     """The selected pods, followed: listed at the first wait, then watched, so each later
     wait of a phase reads the same live store instead of listing again."""
     return Informer(kube, "pods", namespace, selectors={"label_selector": selector}, clock=clock)
@@ -179,8 +179,8 @@ def judged(informer: Informer, judge: Callable[[Mapping[str, dict]], T | None],
     return None, result.last_view
 
 
-def wait_until_gone(kube: KubeApi, namespace: str, selector: str, deadline: float,
-                    only: set[str] | None = None, clock: Clock = REAL_CLOCK) -> set[str]:
+def wait_until_gone(kube: KubeApi, namespace: str, selector: str, deadline: float, clock: Clock,
+                    only: set[str] | None = None) -> set[str]:
     """Wait until no selected worker or chief (of ``only``, if given) is left, each deleted,
     its grace period over; return those still there at ``deadline`` (of ``clock``: a pod on
     a dead node may stay terminating for ever)."""

@@ -23,12 +23,11 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from datetime import datetime, timezone
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import dracounting, errors, inventory, names, placement, quantity, scaleup, topology
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.gpusharing import SharedUnits
 from distributetrain.core.placement import Plan
 from distributetrain.core.podfit import SHARED, JobFit
@@ -37,16 +36,12 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.volumeclaims import JobClaims
 from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
+from distributetrain.kube.events import micro_time
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
 from distributetrain.manager import clusterview, volumeclaims
 
 
 log = logging.getLogger(__name__)
-
-
-def clock_text() -> str:
-    """Now, for people reading the manager pod (nothing is decided on it)."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # What a booking plans from the free GPUs per node: raises ``InsufficientGPUs`` when
@@ -66,7 +61,7 @@ class Short:
         return f"{self.shortage}; unavailable: {self.ledger.unavailable()}"
 
 
-def survey(kube: Kube, settings: JobSettings, shared: bool = False, clock: Clock = REAL_CLOCK) -> inventory.GpuLedger:
+def survey(kube: Kube, settings: JobSettings, clock: Clock, shared: bool = False) -> inventory.GpuLedger:
     """Outside the Lease: the nodes, and what every pod but the bookings holds; ``shared``:
     from a survey taken for every manager within the last moments (``clusterview``: a
     burst of starts lists the cluster once), else one of its own, taken now (a manager
@@ -75,7 +70,7 @@ def survey(kube: Kube, settings: JobSettings, shared: bool = False, clock: Clock
     device_class = read_device_class(kube, settings)
     # DRA GPUs are in no shared survey (its managers ask for no DRA): a job of some class surveys alone.
     view = (clusterview.current(kube, settings, clock) if shared and device_class is None
-            else clusterview.take(kube, dra_gpus=device_class is not None))
+            else clusterview.take(kube, clock, dra_gpus=device_class is not None))
     return view.ledger(_job_ledger(settings, claims, device_class), settings.candidate_tolerations,
                        settings.candidate_selector)
 
@@ -97,7 +92,7 @@ def read_device_class(kube: Kube, settings: JobSettings) -> dracounting.ClassSel
     return selector
 
 
-def fence(kube: Kube, settings: JobSettings) -> str:
+def fence(kube: Kube, settings: JobSettings, clock: Clock) -> str:
     """Under the Lease: a write to the manager's own pod, whose resourceVersion is later
     than that of every pod an earlier holder created; "" outside a manager pod (the
     bookings are then read consistently, at the server's latest)."""
@@ -105,7 +100,7 @@ def fence(kube: Kube, settings: JobSettings) -> str:
         return ""
     try:
         pod = kube.patch_pod(settings.own_namespace, settings.job_name,
-                             {"metadata": {"annotations": {names.ANNOTATION_BOOKED_AT: clock_text()}}})
+                             {"metadata": {"annotations": {names.ANNOTATION_BOOKED_AT: micro_time(clock.now())}}})
     except errors.NotFound:  # the manager pod is being deleted: its teardown follows
         return ""
     return pod["metadata"].get("resourceVersion", "")
@@ -125,10 +120,9 @@ def with_bookings(kube: Kube, surveyed: inventory.GpuLedger, version: str) -> in
     return ledger
 
 
-def take_inventory(kube: Kube, settings: JobSettings, shared: bool = False,
-                   clock: Clock = REAL_CLOCK) -> inventory.GpuLedger:
+def take_inventory(kube: Kube, settings: JobSettings, clock: Clock, shared: bool = False) -> inventory.GpuLedger:
     """GPUs free per candidate node for the job's pods now: the survey and the bookings."""
-    return with_bookings(kube, survey(kube, settings, shared, clock), "")
+    return with_bookings(kube, survey(kube, settings, clock, shared), "")
 
 
 def _job_ledger(settings: JobSettings, claims: JobClaims | None = None,
@@ -276,9 +270,8 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
         return grown
 
 
-def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None],
-         wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
-         clock: Clock = REAL_CLOCK, shared_survey: bool = False,
+def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None], clock: Clock,
+         wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True, shared_survey: bool = False,
          surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None) -> Plan | Short | None:
     """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``.
 
@@ -289,14 +282,14 @@ def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Pl
     while this job waited for it) returns None without reading anything more.
     ``shared_survey``: see ``survey``.
     """
-    surveyed = survey(kube, settings, shared_survey, clock)
+    surveyed = survey(kube, settings, clock, shared_survey)
     surveyed_hook(surveyed)
     holder = f"{settings.namespace}/{settings.job_name}"
     with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
                        clock=clock, wait_until=wait_until):
         if not still_wanted():
             return None
-        ledger = with_bookings(kube, surveyed, fence(kube, settings))
+        ledger = with_bookings(kube, surveyed, fence(kube, settings, clock))
         try:
             plan = choose(ledger)
         except placement.InsufficientGPUs as shortage:

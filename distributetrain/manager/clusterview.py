@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 
 from distributetrain.core import errors, names
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.clusterview import ClusterView
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR
 from distributetrain.core.settings import JobSettings
@@ -50,10 +49,10 @@ SURVEYOR_LEASE_S = 60  # a surveyor that died lets another survey after this lon
 SURVEY_WAIT_S = 60.0  # how long a manager waits on others' surveys before taking its own
 
 
-def take(kube: Kube, dra_gpus: bool = False) -> ClusterView:
+def take(kube: Kube, clock: Clock, dra_gpus: bool = False) -> ClusterView:
     """A survey of the cluster: every node, every unfinished pod (bookings are skipped); with
     ``dra_gpus``, every ResourceSlice and the devices every ResourceClaim holds (the jobs' own skipped)."""
-    view = ClusterView(taken_at=time.time())
+    view = ClusterView(taken_at=clock.now())
     for page, _ in kube.list_pages("nodes"):
         for node in page:
             view.add_node(node)
@@ -69,10 +68,10 @@ def begun_after(view: ClusterView | None, asked_at: float) -> bool:
     return view is not None and view.taken_at >= asked_at
 
 
-def current(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> ClusterView:
+def current(kube: Kube, settings: JobSettings, clock: Clock) -> ClusterView:
     """A survey begun after this call: another manager's (published), or its own
     (published for the others)."""
-    asked_at = time.time()
+    asked_at = clock.now()
     namespace = settings.lease_namespace
     try:
         published, version = _read(kube, namespace)
@@ -89,7 +88,7 @@ def current(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> Clu
         # the survey of its own would fail as well: that is raised, as any list's failure.
         log.warning("job %s: cannot share the survey of the cluster [%s/%s] (%s); taking its own",
                     settings.job_name, namespace, VIEW_NAME, e)
-    return take(kube)
+    return take(kube, clock)
 
 
 def _read(kube: Kube, namespace: str) -> tuple[ClusterView | None, str]:
@@ -106,13 +105,13 @@ def _read(kube: Kube, namespace: str) -> tuple[ClusterView | None, str]:
 def _survey_as_the_surveyor(kube: Kube, settings: JobSettings, clock: Clock, version: str) -> ClusterView | None:
     """Survey and publish, holding the surveyor's Lease; None if another manager holds it."""
     holder = f"{settings.namespace}/{settings.job_name}"
-    lease = PlacementLock(kube, settings.lease_namespace, holder, -1.0, VIEW_NAME, SURVEYOR_LEASE_S, clock)
+    lease = PlacementLock(kube, settings.lease_namespace, holder, -1.0, VIEW_NAME, clock, SURVEYOR_LEASE_S)
     try:
         lease.__enter__()
     except errors.JobFailed:
         return None  # busy: another manager surveys
     try:
-        view = take(kube)
+        view = take(kube, clock)
         _publish(kube, settings.lease_namespace, view, version)
     finally:
         try:

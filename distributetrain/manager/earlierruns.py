@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 
 from distributetrain.core import errors, exitcodes, names, podstate
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
@@ -43,7 +43,7 @@ def in_the_way(pods: list[dict]) -> list[str]:
                   and not pod["metadata"].get("ownerReferences"))
 
 
-def clear(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> None:
+def clear(kube: Kube, settings: JobSettings, clock: Clock) -> None:
     """Make room for this run's objects, or raise ``UsageError`` when another run still trains;
     an earlier run's pods are waited out on ``clock``."""
     if not settings.owner_uid:
@@ -63,8 +63,8 @@ def clear(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> None:
         kube.delete_all("Pod", namespace, finished)
     if earlier:
         left = waits.wait_until_gone(kube, namespace, names.job_selector(settings.job_name),
-                                     clock.monotonic() + EARLIER_RUN_GONE_S,
-                                     only={pod["metadata"]["name"] for pod in earlier}, clock=clock)
+                                     clock.monotonic() + EARLIER_RUN_GONE_S, clock,
+                                     only={pod["metadata"]["name"] for pod in earlier})
         if left:
             raise errors.JobFailed(f"pods of an earlier run of job {settings.job_name} are still there after "
                                    f"{EARLIER_RUN_GONE_S:.0f}s: {', '.join(sorted(left))}", exitcodes.API_ERROR)

@@ -280,7 +280,7 @@ class ElasticFollower:
                 log.info("job %s: %s", settings.job_name, shortage)
                 self.last_shortage = shortage
             if self.free_gpus is None:
-                self.free_gpus = FreeGpuWatch(self.kube, settings, self.free_gpus_client, self.clock,
+                self.free_gpus = FreeGpuWatch(self.kube, settings, self.clock, self.free_gpus_client,
                                               booked.ledger.volume_claims, booked.ledger.device_class).__enter__()
             return
         self._stop_following_free_gpus()

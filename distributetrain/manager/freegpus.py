@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from distributetrain.core import dracounting, placement
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.clusterview import slim_node
 from distributetrain.core.dracounting import ClassSelector, DeviceId
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim, node_gpus, pod_claim
@@ -203,7 +203,7 @@ def waiting_client(kube: Kube) -> Kube:
     """A client of its own for the waiting watches: their longer requests
     (``WATCH_CHUNK_S``) and connections stay apart from the manager's."""
     timeouts = dataclasses.replace(kube.timeouts, watch_chunk_s=WATCH_CHUNK_S)
-    return Kube(make_api_client(kube.api_client.configuration, timeouts), timeouts)
+    return Kube(make_api_client(kube.api_client.configuration, timeouts), kube.clock, timeouts)
 
 
 class FreeGpuWatch:
@@ -220,8 +220,8 @@ class FreeGpuWatch:
     that holds it whole. Who mounts a claim now is not followed: the booking reads it.
     """
 
-    def __init__(self, kube: Kube, settings: JobSettings, client: Callable[[Kube], Kube] | None = None,
-                 clock: Clock = REAL_CLOCK, fits: Callable[[Mapping[str, int]], bool] | None = None,
+    def __init__(self, kube: Kube, settings: JobSettings, clock: Clock, client: Callable[[Kube], Kube] | None = None,
+                 fits: Callable[[Mapping[str, int]], bool] | None = None,
                  volume_claims: JobClaims | None = None, device_class: ClassSelector | None = None):
         self.volume_claims = volume_claims.lasting() if volume_claims else None
         self.parts = LedgerParts.for_job(settings, self.volume_claims, device_class)

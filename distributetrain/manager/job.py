@@ -31,7 +31,7 @@ import logging
 import urllib.parse
 
 from distributetrain.core import errors, exitcodes, restarts
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
@@ -61,7 +61,7 @@ class Job:
     """``deadline`` is of ``clock``, the one every window and wait of the job reads."""
 
     def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float,
-                 clock: Clock = REAL_CLOCK):
+                 clock: Clock):
         self.kube = kube
         self.settings = settings
         self.job_run = Run(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
@@ -172,7 +172,7 @@ class Job:
         clock = self.job_run.clock
         gone_within_s = old_pods_gone_s(settings)
         left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
-                                     clock.monotonic() + gone_within_s, clock=clock)
+                                     clock.monotonic() + gone_within_s, clock)
         if left:
             log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",
                         settings.job_name, ", ".join(sorted(left)), gone_within_s)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import logging
 import math
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from distributetrain.core import errors, exitcodes, podsecurity
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
@@ -58,7 +57,7 @@ def shielded() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def job_deadline(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> float:
+def job_deadline(kube: Kube, settings: JobSettings, clock: Clock) -> float:
     """--active-deadline as a time of ``clock``, counted from the manager pod's start (wall
     clock times: the pod's, and now, the one moment both clocks are read).
 
@@ -67,12 +66,13 @@ def job_deadline(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -
     """
     if not settings.active_deadline_s:
         return math.inf
-    started = time.time()
     pod = kube.get_pod(settings.own_namespace, settings.job_name) if settings.owner_uid else None
     start_text = ((pod or {}).get("status") or {}).get("startTime")
+    now = clock.now()
+    started = now
     if start_text:
         started = datetime.strptime(start_text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
-    return clock.monotonic() + (started + settings.active_deadline_s - time.time())
+    return clock.monotonic() + (started + settings.active_deadline_s - now)
 
 
 def will_restart(kube: Kube, settings: JobSettings) -> bool:
@@ -87,8 +87,8 @@ def will_restart(kube: Kube, settings: JobSettings) -> bool:
 
 
 def execute(
-    kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool = False, failed_with: int | None = None,
-    clock: Clock = REAL_CLOCK,
+    kube: Kube, settings: JobSettings, phase: str, clock: Clock, unless_restarting: bool = False,
+    failed_with: int | None = None,
 ) -> int:
     """Run ``phase`` (pre-training, post-training, run or teardown) and return the manager's exit code.
     Every window and deadline of the job is of ``clock``.
@@ -98,7 +98,7 @@ def execute(
     the exit code of the phase that ended without recording an outcome (killed, crashed),
     recorded on the manager pod unless one is there already.
     """
-    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock))
     try:
         return _execute(kube, settings, phase, unless_restarting, failed_with, reporter, clock)
     finally:

@@ -140,7 +140,7 @@ def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: li
     run.reporter.phase("WaitingForNodes")
     names = [*workers, chief]
     pods = waits.job_pods(kube, settings.namespace, settings.selector, run.clock)
-    pod_waits = PodWaits(run.reporter, names)  # why each pod waits, on the manager pod
+    pod_waits = PodWaits(run.reporter, names, run.clock)  # why each pod waits, on the manager pod
     bound = all_bound(chief, workers, [share for _, share in plan])
     try:
         with StartWatch(kube, settings, run.clock) as watch:

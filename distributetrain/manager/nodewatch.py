@@ -54,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from distributetrain.core import errors, podstate
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.inventory import node_not_ready
 from distributetrain.core.settings import NODE_LOST_TOLERATION_S, JobSettings
 from distributetrain.kube import events
@@ -230,8 +230,8 @@ class NodeWatch:
     An informer of the Nodes feeds ``clocks``; its thread (or ``run_until``, inline) also
     wakes when a verdict falls due with no node event."""
 
-    def __init__(self, kube: KubeApi, settings: JobSettings, reporter: Reporter,
-                 toleration_s: float | None = None, clock: Clock = REAL_CLOCK):
+    def __init__(self, kube: KubeApi, settings: JobSettings, reporter: Reporter, clock: Clock,
+                 toleration_s: float | None = None):
         self.kube = kube
         self.settings = settings
         self.reporter = reporter

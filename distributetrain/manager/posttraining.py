@@ -61,7 +61,7 @@ class PostTraining:
         image pull, however long, does not count against --worker-ready-timeout (``startwatch``)."""
         settings = self.settings
         expected = [chief, *workers]
-        pod_waits = PodWaits(self.reporter, expected)
+        pod_waits = PodWaits(self.reporter, expected, self.job_run.clock)
         try:
             with StartWatch(self.kube, settings, self.job_run.clock) as starting:
                 outcome = starting.wait(self.pods, waits.chief_started(chief, workers), expected, self.deadline,

@@ -158,8 +158,8 @@ class PreTraining:
     def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted | waits.ChiefFinished:
         settings = self.settings
         self.reporter.phase("StartingWorkers")
-        pod_waits = PodWaits(self.reporter, [*workers, chief])
         clock = self.job_run.clock
+        pod_waits = PodWaits(self.reporter, [*workers, chief], clock)
         try:
             # A worker's node lost while it starts: deleted at once, a loss like any other.
             # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
@@ -232,8 +232,8 @@ class PreTraining:
                 # A busy Lease is tried for as long as the job may wait for GPUs (LOCK_TIMEOUT_S at least).
                 # The first plan shares a survey of the cluster with the managers starting
                 # with it; one woken by GPUs freed surveys again (``booking.survey``).
-                booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, wait_until,
-                                      still_wanted, clock, shared_survey=watch is None,
+                booked = booking.book(self.kube, self.settings, self._choose, self._create_pods, clock,
+                                      wait_until, still_wanted, shared_survey=watch is None,
                                       surveyed_hook=self._before_the_lease)
                 if isinstance(booked, list):
                     return booked

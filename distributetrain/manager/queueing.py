@@ -140,7 +140,7 @@ class QueuedPlacement:
         manager restarted while it was queued."""
         attempt = self.run.attempt
         pods = [*attempt.workers(len(wanted) - 1), attempt.chief]
-        with QueuePositions(self.kube, self.run.reporter, workload=group):  # a group's Workload is named so
+        with QueuePositions(self.kube, self.run.reporter, group, self.run.clock):  # a group's Workload is named so
             admitted = self._wait_for_admission(pods)
         # As Kueue left them: its flavor's node labels and tolerations, its topology's domain.
         return self._pin(pods, wanted, [kueuenodes.pod_rule(admitted[name]) for name in pods])
@@ -186,7 +186,7 @@ class QueuedPlacement:
             while True:
                 seen = watch.generation if watch else 0
                 booked = booking.book(self.kube, tolerating, choice, lambda plan: self._place_pods(pods, plan),
-                                      give_up_at, lambda: watch is None or watch.fits() is not False, clock)
+                                      clock, give_up_at, lambda: watch is None or watch.fits() is not False)
                 if isinstance(booked, list):
                     self._planned(booked, choice.domains)
                     return booked

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable, Mapping
 
 from distributetrain.core import errors
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.kube.client import KubeApi
 from distributetrain.manager.reporting import Reporter
 
@@ -40,8 +40,8 @@ def position_of(pending: Iterable[Mapping], workload: str) -> int | None:
 class QueuePositions:
     """Within ``with``: polls the workload's position and records each change."""
 
-    def __init__(self, kube: KubeApi, reporter: Reporter, workload: str, poll_s: float = POLL_S,
-                 first_poll_s: float = FIRST_POLL_S, clock: Clock = REAL_CLOCK):
+    def __init__(self, kube: KubeApi, reporter: Reporter, workload: str, clock: Clock, poll_s: float = POLL_S,
+                 first_poll_s: float = FIRST_POLL_S):
         self.kube = kube
         self.reporter = reporter
         self.workload = workload

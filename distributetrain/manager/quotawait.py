@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, quantity, quotas
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.kube.client import KubeApi
@@ -53,7 +53,7 @@ def used_changed(quota: Mapping, before: Mapping[str, str]) -> bool:
 class QuotaWait:
     """Waits of one job for its namespace's quotas; holds the backoff of its retries without RBAC."""
 
-    def __init__(self, kube: KubeApi, settings: JobSettings, reporter: Reporter, clock: Clock = REAL_CLOCK):
+    def __init__(self, kube: KubeApi, settings: JobSettings, reporter: Reporter, clock: Clock):
         self.kube = kube
         self.settings = settings
         self.reporter = reporter

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from distributetrain.core import errors, podstate, record, startprogress
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.placement import Plan
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
@@ -121,8 +121,7 @@ class LatestWriter(Generic[T]):
     ``interval_s``: the caller never waits on a write, and values superseded before
     their turn are never written."""
 
-    def __init__(self, write: Callable[[T], None], interval_s: float = WAITING_WRITE_INTERVAL_S,
-                 clock: Clock = REAL_CLOCK):
+    def __init__(self, write: Callable[[T], None], clock: Clock, interval_s: float = WAITING_WRITE_INTERVAL_S):
         self._write = write
         self._interval_s = interval_s
         self._clock = clock
@@ -172,13 +171,13 @@ class PodWaits:
     ``distributetrain status`` and ``submit --follow`` show them.
     """
 
-    def __init__(self, reporter: Reporter, pods: list[str], write_interval_s: float = WAITING_WRITE_INTERVAL_S,
-                 clock: Clock = REAL_CLOCK):
+    def __init__(self, reporter: Reporter, pods: list[str], clock: Clock,
+                 write_interval_s: float = WAITING_WRITE_INTERVAL_S):
         self.reporter = reporter
         self.pods = pods
         self.reasons: dict[str, str | None] = {}  # last reported, without time so far; None: Ready
         self.annotated: dict[str, str] = {}
-        self.annotation = LatestWriter(reporter.waiting, write_interval_s, clock)
+        self.annotation = LatestWriter(reporter.waiting, clock, write_interval_s)
 
     def observe(self, pods: Mapping[str, dict], slow: Mapping[str, tuple[Stage, float]] | None = None,
                 now: float = 0.0) -> None:

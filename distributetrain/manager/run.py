@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager.discovery import HostList
@@ -25,7 +25,7 @@ class Run:
     deadline: float  # of ``clock``; --active-deadline
     gpus_until: float  # of ``clock``; how long plans may wait for GPUs (--wait-for-gpus)
     hosts: HostList  # the current attempt's workers, as the chief is told them
-    clock: Clock = REAL_CLOCK  # what every window, deadline and wait of the run reads
+    clock: Clock  # what every window, deadline and wait of the run reads
     # Why the job no longer makes the cluster grow (``newnodes.NodesNotComing``): its plans
     # then wait for free GPUs, as without --scale-up-node-gpus. Empty while it may grow.
     growth_stopped: str = ""

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Mapping
 
 from distributetrain.core import errors, podstate, startprogress
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudget
 from distributetrain.core.startprogress import PodEvent, Stage, StageClocks
@@ -42,7 +42,7 @@ class StartWatch:
 
     refusal_logged = False  # one log line per manager process, not per wait
 
-    def __init__(self, kube: KubeApi, settings: JobSettings, clock: Clock = REAL_CLOCK):
+    def __init__(self, kube: KubeApi, settings: JobSettings, clock: Clock):
         self.settings = settings
         self.clock = clock
         self.events = Informer(kube, "events", settings.namespace,

@@ -15,6 +15,7 @@ import urllib3
 from kubernetes import client
 
 from distributetrain.core import errors
+from distributetrain.core.clock import Clock
 from distributetrain.kube.calls import read_json
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import API_REQUEST_TIMEOUT_S
@@ -25,8 +26,8 @@ LOG_CHUNK_BYTES = 4096
 
 
 class JobsKube(Kube):
-    def __init__(self, api_client: client.ApiClient):
-        super().__init__(api_client)
+    def __init__(self, api_client: client.ApiClient, clock: Clock):
+        super().__init__(api_client, clock)
         self.batch = client.BatchV1Api(api_client)
 
     def create(self, obj: dict, dry_run: bool = False) -> dict:

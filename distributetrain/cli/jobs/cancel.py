@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.cli.jobs.lookup import FoundJob
 from distributetrain.core import names
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def existing_objects(kube: JobsKube, found: FoundJob) -> list[str]:
     return present
 
 
-def cancel(kube: JobsKube, found: FoundJob, timeout_s: float, clock: Clock = REAL_CLOCK) -> Cancellation:
+def cancel(kube: JobsKube, found: FoundJob, timeout_s: float, clock: Clock) -> Cancellation:
     before = existing_objects(kube, found)
     if found.batch_job is not None:
         kube.delete_batch_job(found.namespace, found.name)

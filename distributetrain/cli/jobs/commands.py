@@ -24,6 +24,7 @@ from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.cli.jobs.follow import INTERRUPTED, Follower
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
 from distributetrain.core import dracounting, errors, exitcodes, names, podgroup, validation
+from distributetrain.core.clock import Clock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import dra
@@ -31,7 +32,7 @@ from distributetrain.manager import booking, volumeclaims
 
 OUTPUT_FORMATS = ("table", "json")
 
-Handler = Callable[[argparse.Namespace, Sequence[str]], int]
+Handler = Callable[[argparse.Namespace, Sequence[str], Clock], int]
 log = logging.getLogger(__name__)
 
 
@@ -100,11 +101,11 @@ def _reported(handler: Handler) -> Handler:
     """API and lookup failures become one line on stderr and their exit code."""
 
     @functools.wraps(handler)
-    def run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+    def run(args: argparse.Namespace, script_args: Sequence[str], clock: Clock) -> int:
         if script_args and args.command != "submit":
             raise errors.UsageError("--", "only submit takes arguments for the training script")
         try:
-            return handler(args, script_args)
+            return handler(args, script_args, clock)
         except errors.UsageError:
             raise  # cli.main prints it
         except errors.DistributeTrainError as e:
@@ -143,13 +144,13 @@ def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[Jo
     return settings, options
 
 
-def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+def run_submit(args: argparse.Namespace, script_args: Sequence[str], clock: Clock) -> int:
     settings, options = submission(args, script_args)
     manager = manager_spec.manager_object(settings, options)
     if args.dry_run:
         print(yaml.safe_dump(manager, sort_keys=False), end="")
         return exitcodes.OK
-    kube = connection.connect(args)
+    kube = connection.connect(args, clock)
     name, namespace = settings.job_name, settings.namespace
     try:
         lookup.find_job(kube, namespace, name)
@@ -170,7 +171,7 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
         raise errors.UsageError("--namespace", f"cannot create the manager in {namespace!r}: {e}") from None
     print(name, flush=True)
     if args.follow:
-        return Follower(kube, namespace, name, sys.stdout, sys.stderr).run()
+        return Follower(kube, namespace, name, sys.stdout, sys.stderr, clock).run()
     return exitcodes.OK
 
 
@@ -218,15 +219,15 @@ def _through_kueue(kube: JobsKube, settings: JobSettings, options: ManagerOption
     return manager_spec.in_queue(manager, settings.queue)
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
+def _now(clock: Clock) -> datetime:
+    return datetime.fromtimestamp(clock.now(), timezone.utc)
 
 
-def run_list(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
-    kube = connection.connect(args)
+def run_list(args: argparse.Namespace, _script_args: Sequence[str], clock: Clock) -> int:
+    kube = connection.connect(args, clock)
     namespace = None if args.all_namespaces else connection.namespace_of(args)
     statuses = [found.status for found in lookup.list_jobs(kube, namespace)]
-    now = _now()
+    now = _now(clock)
     if args.output == "json":
         print(table.dumps({"items": [table.status_json(s, None, now) for s in statuses]}), end="")
     elif not statuses:
@@ -236,14 +237,14 @@ def run_list(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
     return exitcodes.OK
 
 
-def run_status(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
-    kube = connection.connect(args)
+def run_status(args: argparse.Namespace, _script_args: Sequence[str], clock: Clock) -> int:
+    kube = connection.connect(args, clock)
     found = lookup.find_job(kube, connection.namespace_of(args), args.name)
     status, progress = found.status, None
     if found.manager is not None:
         progress = state.progress_of(found.manager, lookup.children(found, lookup.job_pods(kube, found)))
         status = dataclasses.replace(status, phase=state.phase_with_pods(status.phase, progress))
-    now = _now()
+    now = _now(clock)
     if args.output == "json":
         print(table.dumps(table.status_json(status, progress, now)), end="")
     else:
@@ -251,11 +252,11 @@ def run_status(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
     return exitcodes.OK
 
 
-def run_logs(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
+def run_logs(args: argparse.Namespace, _script_args: Sequence[str], clock: Clock) -> int:
     rank = None if args.rank is None else validation.checked("--rank", ranks.parse_rank, args.rank)
     if rank is not None and args.manager:
         raise errors.UsageError("--rank", "selects lines of the chief's output (the training), not the manager's")
-    kube = connection.connect(args)
+    kube = connection.connect(args, clock)
     namespace = connection.namespace_of(args)
     found = lookup.find_job(kube, namespace, args.name)
     if not found.job_name:
@@ -281,11 +282,11 @@ def _write(text: str) -> None:
         sys.stdout.flush()
 
 
-def run_cancel(args: argparse.Namespace, _script_args: Sequence[str]) -> int:
+def run_cancel(args: argparse.Namespace, _script_args: Sequence[str], clock: Clock) -> int:
     timeout_s = validation.checked("--timeout", validation.duration_s, args.timeout)
-    kube = connection.connect(args)
+    kube = connection.connect(args, clock)
     found = lookup.find_job(kube, connection.namespace_of(args), args.name)
-    result = cancel.cancel(kube, found, timeout_s)
+    result = cancel.cancel(kube, found, timeout_s, clock)
     for obj in result.deleted:
         print(f"deleted {obj}")
     if result.remaining:

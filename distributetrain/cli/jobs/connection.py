@@ -16,6 +16,7 @@ from kubernetes import config
 from distributetrain.cli import jobflags
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import errors
+from distributetrain.core.clock import Clock
 from distributetrain.kube import connection as kube
 
 DEFAULT_NAMESPACE = "default"
@@ -55,9 +56,9 @@ def namespace_of(args: argparse.Namespace) -> str:
     return args.namespace or default_namespace(args)
 
 
-def connect(args: argparse.Namespace) -> JobsKube:
+def connect(args: argparse.Namespace, clock: Clock) -> JobsKube:
     try:
-        return JobsKube(kube.load_api_client(args.kubeconfig, args.context, in_cluster_first=False))
+        return JobsKube(kube.load_api_client(args.kubeconfig, args.context, in_cluster_first=False), clock)
     except (config.ConfigException, OSError) as e:
         flag = "--context" if args.context else "--kubeconfig"
         raise errors.UsageError(flag, f"cannot load the cluster's configuration: {e}") from None

@@ -10,7 +10,6 @@ labelled with the manager pod's generated name rather than the Job's).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
@@ -18,6 +17,7 @@ from typing import TextIO
 from distributetrain.cli.jobs import state
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import errors, exitcodes, names, podstate, startprogress
+from distributetrain.core.clock import Clock
 from distributetrain.core.inventory import TERMINAL_PHASES
 from distributetrain.core.placement import format_plan
 from distributetrain.core.record import QUEUED, JobRecord
@@ -120,8 +120,11 @@ class ProgressLines:
 
 
 class Follower:
-    def __init__(self, kube: JobsKube, namespace: str, name: str, out: TextIO, err: TextIO):
+    def __init__(self, kube: JobsKube, namespace: str, name: str, out: TextIO, err: TextIO, clock: Clock,
+                 manager_start_timeout_s: float = MANAGER_START_TIMEOUT_S):
         self.kube = kube
+        self.clock = clock
+        self.manager_start_timeout_s = manager_start_timeout_s
         self.namespace = namespace
         self.name = name
         self.out = out
@@ -141,9 +144,9 @@ class Follower:
         print(line, file=self.err, flush=True)
 
     def _run(self) -> int:
-        outcome = self._watch(self._manager_started, time.monotonic() + MANAGER_START_TIMEOUT_S)
+        outcome = self._watch(self._manager_started, self.clock.monotonic() + self.manager_start_timeout_s)
         if outcome is None:
-            self._say(f"{self.name}: the manager did not start within {MANAGER_START_TIMEOUT_S:.0f}s; "
+            self._say(f"{self.name}: the manager did not start within {self.manager_start_timeout_s:.0f}s; "
                       f"the job is left as it is (distributetrain status {self.name})")
             return exitcodes.TIMED_OUT
         if isinstance(outcome, ManagerStarted):
@@ -169,7 +172,7 @@ class Follower:
                 return ManagerEnded(manager)
             return judge(manager, children)
 
-        outcome, _ = waits.watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline)
+        outcome, _ = waits.watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline, self.clock)
         return outcome
 
     @staticmethod
