@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, urlparse
 
 from kubernetes import client
 
+from distributetrain.core.clock import Clock, RealClock
 from distributetrain.kube import podwire
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
@@ -408,11 +409,12 @@ class RudeServer:
                 connection.close()
 
 
-def kube_at(url: str, timeouts: ApiTimeouts) -> Kube:
-    """The project's API layer, as the manager builds it, talking to ``url`` (a fake server's)."""
+def kube_at(url: str, timeouts: ApiTimeouts, clock: Clock | None = None) -> Kube:
+    """The project's API layer, as the manager builds it, talking to ``url`` (a fake server's);
+    its retries on ``clock`` (None: real time, for tests of real sockets' timeouts)."""
     configuration = client.Configuration()
     configuration.host = url
-    return Kube(make_api_client(configuration, timeouts), timeouts)
+    return Kube(make_api_client(configuration, timeouts), clock or RealClock(), timeouts)
 
 
 def kubeconfig(path, server_url: str) -> str:

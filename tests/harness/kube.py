@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from distributetrain.core import errors, inventory, names
-from distributetrain.core.clock import REAL_CLOCK, Clock
+from distributetrain.core.clock import Clock, RealClock
 from distributetrain.kube import podwire
 from distributetrain.kube.api import KubeApi
 from harness.builders import MANAGER_POD, manager_pod
@@ -65,8 +65,9 @@ BACKGROUND_WATCH_SPAN_S = 0.05
 
 class FakeKube(KubeApi):
     def __init__(self, nodes: list[dict] = (), pods: list[dict] = (), manager: dict | None = None,
-                 clock: Clock = REAL_CLOCK, in_manager_pod: bool = True):
-        self.clock = clock  # what a watch with nothing scripted waits out its timeout on
+                 clock: Clock | None = None, in_manager_pod: bool = True):
+        # What a watch with nothing scripted waits out its timeout on (None: real time).
+        self.clock = clock or RealClock()
         # On a fake clock, only the thread that tells the story (the one that made the fake)
         # moves time; an informer's own thread (the node watch, the free GPUs') never does.
         self.story_thread = threading.current_thread()
@@ -456,13 +457,13 @@ class FakeKube(KubeApi):
     def _sent(self, events: queue.SimpleQueue, timeout_s: float) -> Iterator[tuple[str, dict]]:
         """A watch of what is sent to ``events``, until ``timeout_s`` passes."""
         ends_at = self.clock.monotonic() + timeout_s
-        in_background = self.clock is not REAL_CLOCK and threading.current_thread() is not self.story_thread
+        in_background = not isinstance(self.clock, RealClock) and threading.current_thread() is not self.story_thread
         while (left := ends_at - self.clock.monotonic()) > 0:
             try:
                 # On a fake clock nothing else moves time: with no event sent, the story's
                 # watch waits out its time at once; another thread's watches for a little
                 # real time, and ends, leaving the clock to the story.
-                event = events.get(block=self.clock is REAL_CLOCK or in_background,
+                event = events.get(block=isinstance(self.clock, RealClock) or in_background,
                                    timeout=min(left, BACKGROUND_WATCH_SPAN_S) if in_background else left)
             except queue.Empty:
                 if not in_background:
@@ -528,7 +529,7 @@ class FakeKube(KubeApi):
         else when it is created or written, or nothing once ``timeout_s`` has passed. On a
         fake clock the story's thread waits a moment of real time for a change, then its
         whole timeout (the clock moved on); another thread only that moment."""
-        real = self.clock is REAL_CLOCK
+        real = isinstance(self.clock, RealClock)
         ends_at = (self.clock.monotonic() if real else time.monotonic()) + (timeout_s if real else BACKGROUND_WATCH_SPAN_S)
         with self.one_changed:
             self._act("watch", {"leases": "Lease", "configmaps": "ConfigMap"}[kind], name)

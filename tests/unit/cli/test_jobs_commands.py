@@ -9,6 +9,7 @@ from distributetrain.cli import main as cli
 from distributetrain.cli.jobs import commands, connection, manager_spec
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import errors
+from distributetrain.core.clock import FakeClock
 
 UNREACHABLE = "https://127.0.0.1:9"  # the discard port: nothing answers
 SUBMIT = ["submit", "--num-gpus", "2", "--image", "reg/base:1", "--namespace", "ml"]
@@ -29,13 +30,13 @@ def unreachable(monkeypatch):
     """Every command's client: counts requests, and could not complete one anyway."""
     configuration = client.Configuration()
     configuration.host = UNREACHABLE
-    kube = JobsKube(client.ApiClient(configuration))
-    monkeypatch.setattr(connection, "connect", lambda args: kube)
+    kube = JobsKube(client.ApiClient(configuration), FakeClock())
+    monkeypatch.setattr(connection, "connect", lambda args, clock: kube)
     return kube
 
 
 def run(capsys, argv):
-    code = cli.main(argv)
+    code = cli.dispatch(argv, FakeClock())
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -75,7 +76,7 @@ def test_bad_input_is_one_line_naming_the_flag_and_calls_nothing(capsys, unreach
 
 
 def test_dry_run_prints_the_manager_and_connects_to_nothing(capsys, monkeypatch):
-    def refuse(args):
+    def refuse(args, clock):
         raise AssertionError("a dry run must not connect")
 
     monkeypatch.setattr(connection, "connect", refuse)
@@ -99,7 +100,7 @@ class Unreachable:
 @pytest.mark.parametrize("argv", [["status", "demo"], ["list"], ["logs", "demo"], ["cancel", "demo"],
                                   SUBMIT + ["--name", "demo"]])
 def test_api_failure_is_one_line_and_its_exit_code(capsys, monkeypatch, argv):
-    monkeypatch.setattr(connection, "connect", lambda args: Unreachable())
+    monkeypatch.setattr(connection, "connect", lambda args, clock: Unreachable())
     code, out, err = run(capsys, argv + ["--namespace", "ml"] if argv[0] != "submit" else argv)
     assert (code, out) == (76, "")
     assert err.startswith("distributetrain: error: cannot reach the Kubernetes API") and err.count("\n") == 1

@@ -1,7 +1,6 @@
 """The commands end to end on an in-memory cluster: what they call, print and return."""
 
 import copy
-import functools
 import json
 from datetime import datetime, timezone
 
@@ -59,22 +58,20 @@ PLANNED = {"distributetrain.io/phase": "Training", "distributetrain.io/plan": "a
 
 @pytest.fixture
 def kube(monkeypatch):
-    fake = FakeKube(in_manager_pod=False)
+    fake = FakeKube(in_manager_pod=False, clock=FakeClock(wall_start=NOW.timestamp()))
     fake.forbidden_lists = {"nodes"}  # this user may not list nodes: submit leaves their check to the manager
-    monkeypatch.setattr(connection, "connect", lambda args: fake)
-    monkeypatch.setattr(commands, "_now", lambda: NOW)
-    monkeypatch.setattr(follow.time, "sleep", lambda s: None)
+    monkeypatch.setattr(connection, "connect", lambda args, clock: fake)
     return fake
 
 
-def run(capsys, *argv):
-    code = cli.main([*argv, "--namespace", "ml"] if "--" not in argv else list(argv))
+def run(capsys, kube, *argv):
+    code = cli.dispatch([*argv, "--namespace", "ml"] if "--" not in argv else list(argv), kube.clock)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
 
 def test_submit_creates_the_manager_and_prints_the_name(capsys, kube):
-    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
+    code, out, err = run(capsys, kube, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
     assert (code, out) == (0, "demo\n")
     args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--name", "demo",
                                           "--namespace", "ml"])
@@ -82,7 +79,7 @@ def test_submit_creates_the_manager_and_prints_the_name(capsys, kube):
 
 
 def test_submit_refuses_a_claim_that_does_not_exist_before_it_creates_anything(capsys, kube):
-    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--pvc", "data:/d")
+    code, out, err = run(capsys, kube, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--pvc", "data:/d")
     assert (code, out, kube.created) == (2, "", [])
     assert err == ("distributetrain: error: --pvc: no PersistentVolumeClaim 'data' in namespace 'ml' "
                    "(CLAIM:/PATH[:ro] names a claim of the job's namespace)\n")
@@ -92,7 +89,7 @@ def test_submit_refuses_a_claim_that_does_not_exist_before_it_creates_anything(c
 @pytest.mark.parametrize("as_job", [[], ["--as-job"]])
 def test_submit_refuses_a_name_in_use_however_it_was_submitted(capsys, kube, existing, as_job):
     kube.put(existing)
-    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", *as_job)
+    code, out, err = run(capsys, kube, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", *as_job)
     assert (code, out, kube.created) == (2, "", [])
     assert err == "distributetrain: error: --name: a job named 'demo' already exists in namespace 'ml'\n"
 
@@ -105,7 +102,7 @@ def test_list_shows_jobs_however_they_were_submitted(capsys, kube):
                 batch_job("no-pod-yet"), from_yaml, *running_job("pod-job"),
                 child("batch-job-x7k2p", "chief", phase="Succeeded")]:
         kube.put(obj)
-    code, out, err = run(capsys, "list")
+    code, out, err = run(capsys, kube, "list")
     assert (code, err) == (0, "")
     assert out == (
         "NAME                      PHASE       GPUS   NODES     AGE   EXIT   REASON\n"
@@ -117,13 +114,13 @@ def test_list_shows_jobs_however_they_were_submitted(capsys, kube):
 
 
 def test_list_of_nothing_says_so(capsys, kube):
-    assert run(capsys, "list") == (0, "", "No jobs in namespace ml.\n")
+    assert run(capsys, kube, "list") == (0, "", "No jobs in namespace ml.\n")
 
 
 def test_status_of_a_batch_job_follows_its_pods_generated_name(capsys, kube):
     for obj in [batch_job(), manager(pod_name="demo-x7k2p", annotations=PLANNED), *running_job("demo-x7k2p")]:
         kube.put(obj)
-    code, out, err = run(capsys, "status", "demo")
+    code, out, err = run(capsys, kube, "status", "demo")
     assert (code, err) == (0, "")
     assert out == (
         "Name:           demo\n"
@@ -141,7 +138,7 @@ def test_status_of_a_batch_job_follows_its_pods_generated_name(capsys, kube):
 
 
 def test_status_of_no_such_job(capsys, kube):
-    assert run(capsys, "status", "ghost") == (
+    assert run(capsys, kube, "status", "ghost") == (
         1, "", "distributetrain: error: no job 'ghost' in namespace 'ml' (see 'distributetrain list')\n")
 
 
@@ -149,8 +146,8 @@ def test_logs_are_the_chiefs_or_the_managers(capsys, kube):
     for obj in [manager(), *running_job()]:
         kube.put(obj)
     kube.logs = {("demo-chief", "chief"): "epoch 1\nepoch 2\n", ("demo", "manager"): "planning\n"}
-    assert run(capsys, "logs", "demo") == (0, "epoch 1\nepoch 2\n", "")
-    assert run(capsys, "logs", "demo", "--manager", "-f") == (0, "planning\n", "")
+    assert run(capsys, kube, "logs", "demo") == (0, "epoch 1\nepoch 2\n", "")
+    assert run(capsys, kube, "logs", "demo", "--manager", "-f") == (0, "planning\n", "")
 
 
 def test_logs_of_one_rank(capsys, kube):
@@ -158,30 +155,30 @@ def test_logs_of_one_rank(capsys, kube):
         kube.put(obj)
     kube.logs = {("demo-chief", "chief"): "chief: SSH to 10.0.0.2 works\n[0]<stdout>:rank=0 size=2\n"
                                           "[1]<stdout>:rank=1 size=2\n[1]<stderr>:warning\n[0]<stdout>:done\n"}
-    assert run(capsys, "logs", "demo", "--rank", "1") == (0, "rank=1 size=2\nwarning\n", "")
-    assert run(capsys, "logs", "demo", "--rank", "0", "-f") == (0, "rank=0 size=2\ndone\n", "")
-    assert run(capsys, "logs", "demo", "--rank", "2") == (0, "", "")
+    assert run(capsys, kube, "logs", "demo", "--rank", "1") == (0, "rank=1 size=2\nwarning\n", "")
+    assert run(capsys, kube, "logs", "demo", "--rank", "0", "-f") == (0, "rank=0 size=2\ndone\n", "")
+    assert run(capsys, kube, "logs", "demo", "--rank", "2") == (0, "", "")
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--rank", "one"], "--rank: must be a Horovod rank, a whole number from 0 (e.g. 1), got 'one'"),
     (["--rank", "1", "--manager"], "--rank: selects lines of the chief's output (the training), not the manager's"),
 ])
-def test_bad_rank_is_refused_before_connecting(capsys, monkeypatch, argv, message):
-    monkeypatch.setattr(connection, "connect", lambda args: pytest.fail("connected before checking --rank"))
-    assert run(capsys, "logs", "demo", *argv) == (2, "", f"distributetrain: error: {message}\n")
+def test_bad_rank_is_refused_before_connecting(capsys, kube, monkeypatch, argv, message):
+    monkeypatch.setattr(connection, "connect", lambda args, clock: pytest.fail("connected before checking --rank"))
+    assert run(capsys, kube, "logs", "demo", *argv) == (2, "", f"distributetrain: error: {message}\n")
 
 
 def test_logs_before_the_chief_exists(capsys, kube):
     kube.put(manager(annotations={"distributetrain.io/phase": "Planning"}))
-    assert run(capsys, "logs", "demo") == (1, "", "distributetrain: error: job 'demo' has no chief pod (Planning); "
+    assert run(capsys, kube, "logs", "demo") == (1, "", "distributetrain: error: job 'demo' has no chief pod (Planning); "
                                                   "see 'distributetrain logs --manager demo'\n")
 
 
 def test_cancel_deletes_the_manager_and_confirms_everything_is_gone(capsys, kube):
     for obj in [manager(), *running_job()]:
         kube.put(obj)
-    code, out, err = run(capsys, "cancel", "demo")
+    code, out, err = run(capsys, kube, "cancel", "demo")
     assert (code, err, kube.actions) == (0, "", [("delete", "Pod", "demo")])
     assert out == "deleted pod/demo\ndeleted pod/demo-chief\ndeleted pod/demo-worker-0\ndeleted secret/demo-ssh\n"
     assert (kube.pods, kube.batch_jobs, kube.secrets) == ({}, {}, {})
@@ -190,7 +187,7 @@ def test_cancel_deletes_the_manager_and_confirms_everything_is_gone(capsys, kube
 def test_cancel_of_a_batch_job_deletes_the_job(capsys, kube):
     for obj in [batch_job(), manager(pod_name="demo-x7k2p"), *running_job("demo-x7k2p")]:
         kube.put(obj)
-    code, out, err = run(capsys, "cancel", "demo")
+    code, out, err = run(capsys, kube, "cancel", "demo")
     assert (code, err, kube.actions) == (0, "", [("delete", "Job", "demo")])
     assert out.splitlines() == ["deleted job/demo", "deleted pod/demo-x7k2p", "deleted pod/demo-x7k2p-chief",
                                 "deleted pod/demo-x7k2p-worker-0", "deleted secret/demo-x7k2p-ssh"]
@@ -200,8 +197,7 @@ def test_cancel_says_what_is_left_at_its_deadline(capsys, kube, monkeypatch):
     for obj in [manager(), *running_job()]:
         kube.put(obj)
     kube.stuck = {"demo-chief"}
-    monkeypatch.setattr(cancel, "cancel", functools.partial(cancel.cancel, clock=FakeClock()))
-    code, out, err = run(capsys, "cancel", "demo", "--timeout", "1s")
+    code, out, err = run(capsys, kube, "cancel", "demo", "--timeout", "1s")
     assert (code, out) == (75, "deleted pod/demo\ndeleted pod/demo-worker-0\ndeleted secret/demo-ssh\n")
     assert err == "distributetrain: error: still there after 1s: pod/demo-chief\n"
 
@@ -235,7 +231,7 @@ def test_follow_shows_progress_streams_the_chief_and_exits_with_the_jobs_code(ca
     ]
     kube.logs = {("demo-chief", "chief"): "epoch 1\nTraceback\n"}
     kube.create = lambda obj, dry_run=False: obj if dry_run else kube.put(job)
-    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--follow")
+    code, out, err = run(capsys, kube, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--follow")
     assert (code, out) == (3, "demo\nepoch 1\nTraceback\n")
     assert err.splitlines() == [
         "demo: manager pod demo: waiting for the scheduler",
@@ -264,7 +260,7 @@ def test_follow_of_a_job_that_fails_before_training(capsys, kube):
     kube.put(manager())
     kube.pod_watches = [[("MODIFIED", annotated(manager(phase="Failed", exit_code=69), **{
         "distributetrain.io/phase": "Failed", "distributetrain.io/reason": "requested 2 GPUs but only 1 is free"}))]]
-    code = follow.Follower(kube, "ml", "demo", out := TextSink(), err := TextSink()).run()
+    code = follow.Follower(kube, "ml", "demo", out := TextSink(), err := TextSink(), kube.clock).run()
     assert (code, out.text) == (69, "")
     assert err.text.splitlines()[-1] == "demo: Failed, exit code 69: requested 2 GPUs but only 1 is free"
 
@@ -273,7 +269,7 @@ def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kub
     kube.put(batch_job())
     pod = manager(pod_name="demo-x7k2p")
     kube.pod_watches = [[("ADDED", pod)], [("DELETED", pod)]]
-    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink()).run()
+    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink(), kube.clock).run()
     assert code == 143
     assert err.text.splitlines() == ["demo: manager pod demo-x7k2p: Running",
                                      "demo: the manager pod was deleted: the job is cancelled"]
@@ -281,8 +277,7 @@ def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kub
 
 def test_follow_gives_up_on_a_manager_that_never_starts(kube, monkeypatch):
     kube.put(manager(phase="Pending"))
-    monkeypatch.setattr(follow, "MANAGER_START_TIMEOUT_S", 0.0)
-    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink()).run()
+    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink(), kube.clock, manager_start_timeout_s=0.0).run()
     assert code == 75
     assert "did not start within 0s" in err.text
 
@@ -298,7 +293,7 @@ def kueue_queues_every_pod(obj):
 def test_where_kueue_queues_every_pod_the_manager_joins_the_jobs_queue_asking_no_quota(capsys, kube, as_job):
     kube.on_create = [kueue_queues_every_pod]
     argv = ["submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--queue", "team", *as_job]
-    code, out, err = run(capsys, *argv)
+    code, out, err = run(capsys, kube, *argv)
     assert (code, out) == (0, "demo\n"), err
     settings, options = commands.submission(cli.build_parser().parse_args([*argv, "--namespace", "ml"]), [])
     assert kube.created == [manager_spec.in_queue(manager_spec.manager_object(settings, options), "team")]
@@ -328,14 +323,14 @@ def test_where_kueue_queues_every_pod_a_job_without_a_queue_is_refused(capsys, k
     wait for nodes an autoscaler adds)."""
     kube.forbidden_lists = node_lists
     kube.on_create = [kueue_queues_every_pod]
-    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
+    code, out, err = run(capsys, kube, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")
     assert (code, out, kube.created) == (2, "", [])
     assert err == ("distributetrain: error: --queue: Kueue queues every pod in namespace 'ml': "
                    "name the job's LocalQueue, --queue=NAME\n")
 
 
 def test_outside_kueue_the_manager_is_unchanged_queue_or_not(capsys, kube):
-    code, out, err = run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--queue", "team")
+    code, out, err = run(capsys, kube, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo", "--queue", "team")
     assert code == 0, err
     args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--name", "demo",
                                           "--queue", "team", "--namespace", "ml"])

@@ -4,12 +4,14 @@ finished job says its workers were torn down (not that they are not Ready), and 
 refuses at once, creating nothing, a request the manager would refuse as bad input."""
 
 import copy
+from datetime import datetime, timezone
 
 import pytest
 
 from distributetrain.cli import main as cli
 from distributetrain.cli.jobs import commands, connection, follow, manager_spec
 from distributetrain.core import errors
+from distributetrain.core.clock import FakeClock
 from harness.builders import node
 from harness.kube import FakeKube
 from harness.streams import TextSink
@@ -20,12 +22,15 @@ TRAINED = {"distributetrain.io/phase": "Succeeded", "distributetrain.io/plan": "
            "distributetrain.io/exit-code": "0", "distributetrain.io/reason": "training finished"}
 
 
+NOW = datetime(2026, 1, 2, 12, 0, tzinfo=timezone.utc)
+
+
 class CliKube(FakeKube):
     """The fake cluster as the user's commands call it: the manager pod among the job's
     pods, the chief's output, and nodes the user may list, or not (``nodes_forbidden``)."""
 
     def __init__(self, nodes=(), pods=(), chief_output="", after_output=lambda kube: None):
-        super().__init__(nodes=nodes, pods=pods)
+        super().__init__(nodes=nodes, pods=pods, clock=FakeClock(wall_start=NOW.timestamp()))
         self.nodes_forbidden = False
         self.chief_output = chief_output
         self.after_output = after_output  # what the manager wrote while the output streamed
@@ -84,7 +89,7 @@ def test_follow_never_says_training_once_the_training_output_ended():
         [("demo-chief", {"phase": "Succeeded"}), ("DELETED", worker),
          ("MODIFIED", manager(phase="Succeeded", annotations=TRAINED, exit_code=0))],
     ]
-    code = follow.Follower(kube, "ml", "demo", terminal := TextSink(), terminal).run()
+    code = follow.Follower(kube, "ml", "demo", terminal := TextSink(), terminal, kube.clock).run()
     assert code == 0
     assert terminal.text.splitlines() == [
         "demo: manager pod demo: Running",
@@ -106,19 +111,14 @@ def test_follow_never_says_training_once_the_training_output_ended():
     ]
 
 
-@pytest.fixture
-def now(monkeypatch):
-    monkeypatch.setattr(commands, "_now", lambda: commands.datetime(2026, 1, 2, 12, 0, tzinfo=commands.timezone.utc))
-
-
 def run(capsys, monkeypatch, kube, *argv):
-    monkeypatch.setattr(connection, "connect", lambda args: kube)
-    code = cli.main([*argv, "--namespace", "ml"] if argv[0] != "submit" else list(argv))
+    monkeypatch.setattr(connection, "connect", lambda args, clock: kube)
+    code = cli.dispatch([*argv, "--namespace", "ml"] if argv[0] != "submit" else list(argv), kube.clock)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
 
-def test_status_of_a_finished_job_says_its_workers_were_torn_down(capsys, monkeypatch, now):
+def test_status_of_a_finished_job_says_its_workers_were_torn_down(capsys, monkeypatch):
     kube = CliKube(pods=[manager(phase="Succeeded", annotations=TRAINED, exit_code=0),
                          child("chief", "demo-chief", phase="Succeeded")])
     code, out, err = run(capsys, monkeypatch, kube, "status", "demo")
@@ -138,7 +138,7 @@ def test_status_of_a_finished_job_says_its_workers_were_torn_down(capsys, monkey
     )
 
 
-def test_status_of_a_job_that_failed_before_training_says_its_workers_went_with_it(capsys, monkeypatch, now):
+def test_status_of_a_job_that_failed_before_training_says_its_workers_went_with_it(capsys, monkeypatch):
     failed = {**TRAINED, "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "75",
               "distributetrain.io/reason": "pods not Ready within 300s; released them"}
     kube = CliKube(pods=[manager(phase="Failed", annotations=failed, exit_code=75)])
@@ -147,7 +147,7 @@ def test_status_of_a_job_that_failed_before_training_says_its_workers_went_with_
     assert "Workers:       1, torn down after the job ended\n" in out and "Workers Ready" not in out
 
 
-def test_status_of_a_job_whose_chief_ended_says_it_is_tearing_down(capsys, monkeypatch, now):
+def test_status_of_a_job_whose_chief_ended_says_it_is_tearing_down(capsys, monkeypatch):
     training = {"distributetrain.io/phase": "Training", "distributetrain.io/plan": "a=1,b=1"}
     kube = CliKube(pods=[manager(annotations=training), child("chief", "demo-chief", phase="Succeeded"),
                          child("worker", "demo-worker-0", ready=True)])

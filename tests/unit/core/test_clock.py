@@ -3,7 +3,7 @@
 import threading
 import time
 
-from distributetrain.core.clock import REAL_CLOCK, FakeClock
+from distributetrain.core.clock import FakeClock, RealClock
 from harness.polling import poll_until
 
 
@@ -62,4 +62,4 @@ def test_a_wait_on_a_fake_clock_ends_when_what_it_waits_for_is_notified():
 def test_the_real_clock_waits_for_real():
     condition = threading.Condition()
     with condition:
-        assert REAL_CLOCK.wait(condition, 0.01) is False
+        assert RealClock().wait(condition, 0.01) is False

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from distributetrain.core import errors, exitcodes
+from distributetrain.core.clock import RealClock
 from distributetrain.kube import waits
 from distributetrain.kube.client import WATCH_RECONNECT_DELAY_S
 from distributetrain.kube.connection import ApiTimeouts
@@ -121,7 +122,7 @@ def test_a_lost_worker_is_noticed_within_the_watch_read_timeout_when_the_connect
         server.stall_watches = 1
         threading.Thread(target=delete_when_watched, args=(server,), daemon=True).start()
         outcome, _ = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
-                                       time.monotonic() + 30)
+                                       time.monotonic() + 30, RealClock())
         noticed_after = time.monotonic() - deleted_at[0]
     assert outcome == waits.PodLost("j-worker-0", "was deleted")
     assert noticed_after < stalled_watch_noticed_within(SHORT) + REQUEST_SLACK_S
@@ -161,7 +162,7 @@ def test_a_watch_error_event_lists_again_and_the_job_goes_on(code):
         server.error_watches = [code]
         threading.Thread(target=delete_once_listed_again, args=(server,), daemon=True).start()
         outcome, _ = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
-                                       time.monotonic() + 10)
+                                       time.monotonic() + 10, RealClock())
     assert outcome == waits.PodLost("j-worker-0", "was deleted")
     assert server.list_requests == 2
 

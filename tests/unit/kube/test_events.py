@@ -6,6 +6,7 @@ import threading
 import time
 
 from distributetrain.core import errors, names, validation
+from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.kube.events import EventRecorder
@@ -54,7 +55,7 @@ def test_series_patch():
 
 def test_events_are_sent_in_order_and_a_repeat_counts_on_one_event():
     api = FakeEventsApi()
-    recorder = EventRecorder(SETTINGS, api)
+    recorder = EventRecorder(SETTINGS, api, FakeClock())
     recorder.record(events.PLANNED, "a=1,b=1")
     recorder.record(events.WAITING_FOR_GPUS, "requested 2 GPUs but only 1 are free")
     recorder.record(events.WAITING_FOR_GPUS, "requested 2 GPUs but only 1 are free")
@@ -78,7 +79,7 @@ def test_events_are_sent_in_order_and_a_repeat_counts_on_one_event():
 
 def test_an_expired_event_is_recorded_afresh():
     api = FakeEventsApi(expire_at_once=True)
-    recorder = EventRecorder(SETTINGS, api)
+    recorder = EventRecorder(SETTINGS, api, FakeClock())
     recorder.record(events.POD_WAITING, "demo-worker-0: not scheduled")
     recorder.record(events.POD_WAITING, "demo-worker-0: not scheduled")
     recorder.close()
@@ -89,7 +90,7 @@ def test_refused_events_are_said_once(caplog):
     api = FakeEventsApi(fail_with=errors.Forbidden(
         'events.events.k8s.io is forbidden: User "system:serviceaccount:team:distributetrain-manager" '
         'cannot create resource "events" in API group "events.k8s.io" in the namespace "team"'))
-    recorder = EventRecorder(SETTINGS, api)
+    recorder = EventRecorder(SETTINGS, api, FakeClock())
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             recorder.record(events.PLANNED, "a=1,b=1")
@@ -102,7 +103,7 @@ def test_refused_events_are_said_once(caplog):
 def test_a_refusal_is_not_final():
     """A restarted apiserver refuses everything until its RBAC cache syncs."""
     api = FakeEventsApi(refusals=2)
-    recorder = EventRecorder(SETTINGS, api)
+    recorder = EventRecorder(SETTINGS, api, FakeClock())
     recorder.record(events.PLANNED, "a=1,b=1")
     recorder.record(events.WORKERS_CREATED, "demo-worker-0 on a (1 GPUs)")
     recorder.record(events.SUCCEEDED, "training finished (exit code 0)")
@@ -112,7 +113,7 @@ def test_a_refusal_is_not_final():
 
 def test_failures_never_reach_the_job(caplog):
     api = FakeEventsApi(fail_with=errors.TransientApiError("cannot reach the Kubernetes API"))
-    recorder = EventRecorder(SETTINGS, api)
+    recorder = EventRecorder(SETTINGS, api, FakeClock())
     with caplog.at_level(logging.DEBUG):
         recorder.record(events.PLANNED, "a=1,b=1")
         recorder.record(events.FAILED, "x (exit code 1)")
@@ -123,7 +124,7 @@ def test_failures_never_reach_the_job(caplog):
 
 def test_a_hung_api_neither_blocks_recording_nor_the_end_of_the_job():
     block = threading.Event()
-    recorder = EventRecorder(SETTINGS, FakeEventsApi(block=block))
+    recorder = EventRecorder(SETTINGS, FakeEventsApi(block=block), FakeClock())
     started = time.monotonic()
     for _ in range(events.MAX_QUEUED + 10):
         recorder.record(events.PLANNED, "a=1,b=1")
@@ -133,7 +134,7 @@ def test_a_hung_api_neither_blocks_recording_nor_the_end_of_the_job():
 
 
 def test_nothing_is_recorded_outside_a_manager_pod():
-    recorder = EventRecorder.for_manager(kube=None, settings=SETTINGS.replace(owner_uid=""))
+    recorder = EventRecorder.for_manager(kube=None, settings=SETTINGS.replace(owner_uid=""), clock=FakeClock())
     recorder.record(events.PLANNED, "a=1,b=1")
     recorder.close()
     assert recorder._thread is None

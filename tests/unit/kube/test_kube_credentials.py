@@ -10,6 +10,7 @@ from kubernetes.config import incluster_config
 from distributetrain.cli import main as cli, jobflags
 from distributetrain.cli.jobs import connection
 from distributetrain.core import errors
+from distributetrain.core.clock import FakeClock
 from distributetrain.kube.connection import load_api_client
 
 IN_CLUSTER_HOST = "https://10.96.0.1:443"
@@ -58,7 +59,7 @@ def host_and_token(api_client):
 
 def test_the_cli_in_a_pod_acts_as_the_user_of_the_kubeconfig(notebook_pod):
     args = user_command()
-    assert host_and_token(connection.connect(args).api_client) == (
+    assert host_and_token(connection.connect(args, FakeClock()).api_client) == (
         "https://home-kubeconfig.example:6443", "Bearer the-users-token")
     assert connection.namespace_of(args) == "users-team"
 
@@ -100,10 +101,10 @@ def test_kubeconfig_before_home_and_the_flag_before_both(notebook_pod, monkeypat
     # kubectl skips the files of $KUBECONFIG that do not exist and merges the rest.
     monkeypatch.setenv("KUBECONFIG", f"{notebook_pod / 'missing'}:{env_file}")
     args = user_command()
-    assert connection.connect(args).api_client.configuration.host == "https://from-env.example:6443"
+    assert connection.connect(args, FakeClock()).api_client.configuration.host == "https://from-env.example:6443"
     assert connection.namespace_of(args) == "env-team"
     args = user_command("--kubeconfig", str(flag_file))
-    assert connection.connect(args).api_client.configuration.host == "https://from-flag.example:6443"
+    assert connection.connect(args, FakeClock()).api_client.configuration.host == "https://from-flag.example:6443"
     assert connection.namespace_of(args) == "flag-team"
 
 
@@ -111,7 +112,7 @@ def test_without_any_kubeconfig_the_cli_acts_as_the_pods_serviceaccount(notebook
     monkeypatch.setenv("HOME", str(notebook_pod / "empty-home"))
     monkeypatch.setenv("KUBECONFIG", str(notebook_pod / "missing"))
     args = user_command()
-    assert host_and_token(connection.connect(args).api_client) == (IN_CLUSTER_HOST, "bearer the-pods-token")
+    assert host_and_token(connection.connect(args, FakeClock()).api_client) == (IN_CLUSTER_HOST, "bearer the-pods-token")
     assert connection.namespace_of(args) == "notebooks"
 
 
@@ -123,5 +124,5 @@ def test_outside_a_pod_the_manager_uses_the_kubeconfig(notebook_pod, monkeypatch
 
 def test_an_explicit_kubeconfig_that_does_not_exist_is_bad_input(notebook_pod):
     with pytest.raises(errors.UsageError) as raised:
-        connection.connect(user_command("--kubeconfig", str(notebook_pod / "nope")))
+        connection.connect(user_command("--kubeconfig", str(notebook_pod / "nope")), FakeClock())
     assert raised.value.flag == "--kubeconfig"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from distributetrain.core import errors, exitcodes
-from distributetrain.core.clock import FakeClock
+from distributetrain.core.clock import Clock, FakeClock, RealClock
 from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.lock import RENEWALS_PER_DURATION, PlacementLock
 from harness.apiserver import FakeApiServer, kube_at
@@ -28,8 +28,10 @@ def server():
         yield fake
 
 
-def lock(server, holder="ns/b", timeout_s=5.0, **kwargs) -> PlacementLock:
-    return PlacementLock(kube_at(server.url, TIMEOUTS), NAMESPACE, holder, timeout_s, NAME, **kwargs)
+def lock(server, holder="ns/b", timeout_s=5.0, clock: Clock | None = None, **kwargs) -> PlacementLock:
+    """On ``clock``; None: real time, for the tests of holders on other threads."""
+    clock = clock or RealClock()
+    return PlacementLock(kube_at(server.url, TIMEOUTS, clock), NAMESPACE, holder, timeout_s, NAME, clock, **kwargs)
 
 
 def held_by(server, holder: str, renew_time: str, duration_s: int = 30) -> None:

@@ -1,6 +1,5 @@
 """The judges that turn the job's pods into typed outcomes, and the watch loop that feeds them."""
 
-import time
 
 from distributetrain.core import errors
 from distributetrain.kube import informer, waits
@@ -96,7 +95,8 @@ def test_a_watch_error_other_than_gone_lists_again_and_never_aborts(monkeypatch)
         [("MODIFIED", pod("c")), errors.TransientApiError("the watch ended with an error (500): etcd leader changed")],
         [("DELETED", worker)],
     ]
-    outcome, _ = waits.watch_until(kube, "ns", "job=j", waits.chief_finished("c", ["w0"]), time.monotonic() + 10)
+    outcome, _ = waits.watch_until(kube, "ns", "job=j", waits.chief_finished("c", ["w0"]),
+                                   kube.clock.monotonic() + 10, kube.clock)
     assert outcome == waits.PodLost("w0", "was deleted")
     assert kube.pod_lists == 2
 
@@ -105,7 +105,8 @@ def test_gone_lists_again():
     worker = pod("w0", ready=True)
     kube = FakeKube(pods=[pod("c"), worker])
     kube.pod_watches = [[errors.Gone("too old resource version")], [("DELETED", worker)]]
-    outcome, _ = waits.watch_until(kube, "ns", "job=j", waits.chief_finished("c", ["w0"]), time.monotonic() + 10)
+    outcome, _ = waits.watch_until(kube, "ns", "job=j", waits.chief_finished("c", ["w0"]),
+                                   kube.clock.monotonic() + 10, kube.clock)
     assert outcome == waits.PodLost("w0", "was deleted") and kube.pod_lists == 2
 
 
@@ -114,11 +115,11 @@ def test_waits_of_one_phase_share_one_list_of_the_job_pods():
     kube = FakeKube(pods=[pod("c"), worker])
     kube.pod_watches = [[("c", {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]})],
                         [("DELETED", worker)]]
-    pods = waits.job_pods(kube, "ns", "job=j")
-    assert waits.watch_job(pods, waits.chief_started("c", ["w0"]), time.monotonic() + 10, ["c", "w0"]) == \
+    pods = waits.job_pods(kube, "ns", "job=j", kube.clock)
+    assert waits.watch_job(pods, waits.chief_started("c", ["w0"]), kube.clock.monotonic() + 10, ["c", "w0"]) == \
         waits.ChiefStarted()
-    assert waits.watch_job(pods, waits.chief_finished("c", ["w0"]), time.monotonic() + 10, ["c", "w0"]) == \
+    assert waits.watch_job(pods, waits.chief_finished("c", ["w0"]), kube.clock.monotonic() + 10, ["c", "w0"]) == \
         waits.ChiefFinished(1)
-    assert waits.watch_job(pods, waits.worker_lost(["w0"]), time.monotonic() + 10, ["w0"]) == \
+    assert waits.watch_job(pods, waits.worker_lost(["w0"]), kube.clock.monotonic() + 10, ["w0"]) == \
         waits.PodLost("w0", "was deleted")
     assert kube.pod_lists == 1  # the later waits read the live store, resumed from its version

@@ -3,6 +3,7 @@
 import pytest
 
 from distributetrain.core import errors, placement, topology
+from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import RuntimeClassTerms
 from distributetrain.manager import booking
 from distributetrain.manager.freegpus import LedgerParts
@@ -79,7 +80,7 @@ def test_the_nodes_of_the_runtime_class_are_the_candidates_as_they_are_while_wai
                               tolerations=({"key": "kata", "operator": "Exists", "effect": "NoSchedule"},))
     settings = JOB.replace(runtime_class="kata", runtime_class_terms=terms)
     kube = FakeKube([kata, sized_node("b", 4)])
-    assert booking.take_inventory(kube, settings).free() == {"a": 4}
-    assert booking.take_inventory(kube, JOB).free() == {"b": 4}
+    assert booking.take_inventory(kube, settings, FakeClock()).free() == {"a": 4}
+    assert booking.take_inventory(kube, JOB, FakeClock()).free() == {"b": 4}
     parts = LedgerParts.for_job(settings)  # what a job waiting for GPUs follows
     assert {name for name in ("a", "b") if not parts.node_part(kube.nodes[name]).refusal} == {"a"}

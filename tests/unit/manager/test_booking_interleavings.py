@@ -55,7 +55,7 @@ def book(kube: RevisionedKube, job: str, gpus: int):
 def own_surveys(monkeypatch):
     """Each manager surveys the store itself, at a revision drawn like every list's: how
     old the survey is, published or not, is what the rule must not depend on."""
-    monkeypatch.setattr(clusterview, "current", lambda kube, settings, clock: clusterview.take(kube))
+    monkeypatch.setattr(clusterview, "current", lambda kube, settings, clock: clusterview.take(kube, clock))
 
 
 def run_managers(choices, jobs: dict[str, int]) -> dict[str, int]:
@@ -102,7 +102,7 @@ def test_the_rule_rests_on_the_fence(monkeypatch):
     bookings made before it; read at any revision at all, the second plans on the first's GPUs."""
     jobs = {"j0": 4, "j1": 4}
     assert overbooked(run_managers(Tape([]), jobs)) == {}
-    monkeypatch.setattr(booking, "fence", lambda kube, settings: "1")
+    monkeypatch.setattr(booking, "fence", lambda kube, settings, clock: "1")
     assert overbooked(run_managers(Tape([]), jobs)) == {"a": 8}
 
 

@@ -111,7 +111,7 @@ def test_a_manager_rbac_does_not_let_read_a_claim_is_refused_and_submit_leaves_i
 def test_a_job_its_claims_could_never_serve_is_bad_input_naming_the_claim(objects, nodes, settings, says):
     kube = cluster(*objects, nodes=nodes)
     with pytest.raises(errors.UsageError) as refused:
-        booking.check_request(booking.take_inventory(kube, settings), settings)
+        booking.check_request(booking.take_inventory(kube, settings, FakeClock()), settings)
     assert refused.value.flag == "--pvc" and says in str(refused.value)
     # submit refuses it too, before it creates the manager (the nodes and claims as the user reads them).
     with pytest.raises(errors.UsageError, match="--pvc"):
@@ -121,7 +121,7 @@ def test_a_job_its_claims_could_never_serve_is_bad_input_naming_the_claim(object
 def test_every_placement_path_goes_only_where_the_claims_allow():
     kube = cluster(*zonal("z2", ("ReadWriteMany",)), nodes=[in_zone("a", "z1"), in_zone("b", "z2", 2),
                                                            in_zone("c", "z2", 2)])
-    ledger = booking.take_inventory(kube, ON_DATA)
+    ledger = booking.take_inventory(kube, ON_DATA, FakeClock())
     booking.check_request(ledger, ON_DATA)
     assert ledger.free() == {"b": 2, "c": 2} and ledger.idle() == {"b": 2, "c": 2}
     assert StaticJob().plan(ledger.free(), 4) == [("b", 2), ("c", 2)]  # direct, and queued at admission:
@@ -134,12 +134,12 @@ def test_every_placement_path_goes_only_where_the_claims_allow():
 def test_a_read_write_once_claim_puts_the_job_on_one_node_and_where_it_is_mounted():
     nodes = [in_zone("a", "z2", 8), in_zone("b", "z2", 4), in_zone("c", "z2", 4)]
     kube = cluster(*zonal("z2"), nodes=nodes)
-    ledger = booking.take_inventory(kube, ON_DATA)
+    ledger = booking.take_inventory(kube, ON_DATA, FakeClock())
     assert ledger.free() == {"a": 8, "b": 4, "c": 4}
     assert StaticJob().plan(ledger.free(), 4) == [("b", 4)]
     # The elastic job's chief mounts it on c: its replacements go there, and never on a new node.
     kube.pods["chief"] = mounting("chief", "c")
-    ledger = booking.take_inventory(kube, ON_DATA)
+    ledger = booking.take_inventory(kube, ON_DATA, FakeClock())
     assert ledger.free() == {"c": 4}
     assert placement.up_to(ledger.free(), 8) == [("c", 4)]
     assert ledger.unavailable().startswith("claim data (ReadWriteOnce) is mounted by chief on c: the job's pods go "
@@ -243,7 +243,7 @@ def test_zone_labels_on_a_volume_leave_out_nodes_of_other_zones_only():
     claim = make_claim("data").bound_to("pv-1").obj()
     volume = make_volume("pv-1").labels({ZONE: "z1"}).obj()
     nodes = [make_node("a").labels({ZONE: "z2"}).gpus(1).obj(), node("b", 1), node("c", 1)]
-    ledger = booking.take_inventory(cluster(claim, volume, nodes=nodes), JOB.replace(pvcs=DATA))
+    ledger = booking.take_inventory(cluster(claim, volume, nodes=nodes), JOB.replace(pvcs=DATA), FakeClock())
     assert sorted(ledger.free()) == ["b", "c"]
 
 
@@ -251,6 +251,6 @@ def test_zone_labels_on_a_volume_leave_out_nodes_of_other_zones_only():
 def test_a_job_waiting_for_gpus_on_a_one_node_claim_fits_only_where_one_node_holds_it(nodes, fits):
     kube = FakeKube([node(name, gpus) for name, gpus in nodes])
     claims = JobClaims((Claim("data", modes=(RWO,)),), 4, (ClaimUse("data", "gone-by-now", "z"),))
-    with FreeGpuWatch(kube, ON_DATA, client=lambda same: same, volume_claims=claims) as watch:
+    with FreeGpuWatch(kube, ON_DATA, FakeClock(), client=lambda same: same, volume_claims=claims) as watch:
         assert poll_until(lambda: watch.fits() is not None, 5, "both lists in") is not None
         assert watch.fits() is fits  # who mounted it then is the booking's to read again

@@ -4,7 +4,6 @@ it while the others wait for it; a survey begun before a manager asked is never 
 
 import base64
 import threading
-import time
 
 import pytest
 
@@ -27,7 +26,7 @@ def published(kube: FakeKube) -> ClusterView | None:
 
 def test_the_first_manager_surveys_and_publishes_and_lets_the_surveyor_lease_go():
     kube = FakeKube(NODES)
-    first = clusterview.current(kube, JOB)
+    first = clusterview.current(kube, JOB, kube.clock)
     assert (kube.node_lists, kube.pod_lists) == (1, 1)
     assert published(kube) == first and [n["metadata"]["name"] for n in first.nodes] == ["a", "b"]
     assert kube.other_leases[VIEW]["spec"]["holderIdentity"] is None
@@ -37,9 +36,9 @@ def test_a_survey_begun_before_a_manager_asked_is_not_its_own():
     """The node labelled, the pod deleted just before the job was submitted: a manager
     sees them, as a survey of its own would."""
     kube = FakeKube(NODES)
-    clusterview.current(kube, JOB)
+    clusterview.current(kube, JOB, kube.clock)
     kube.send_nodes(make_node("c").gpus(2).obj())
-    again = clusterview.current(kube, JOB.replace(job_name="k"))
+    again = clusterview.current(kube, JOB.replace(job_name="k"), kube.clock)
     assert [n["metadata"]["name"] for n in again.nodes] == ["a", "b", "c"] and published(kube) == again
     assert (kube.node_lists, kube.pod_lists) == (2, 2)
 
@@ -50,10 +49,10 @@ def test_while_another_manager_surveys_the_others_wait_for_its_survey():
                                "metadata": {"name": VIEW, "namespace": "default", "resourceVersion": "1"},
                                "spec": {"holderIdentity": "ns/surveyor", "leaseDurationSeconds": 60}}
     got: list[ClusterView] = []
-    waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB)), daemon=True)
+    waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB, kube.clock)), daemon=True)
     waiting.start()
     poll_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, 5, "the manager waiting on the ConfigMap")
-    theirs = ClusterView(taken_at=time.time(), nodes=[{"metadata": {"name": "theirs", "labels": {}}}])
+    theirs = ClusterView(taken_at=kube.clock.now(), nodes=[{"metadata": {"name": "theirs", "labels": {}}}])
     kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": VIEW, "namespace": "default"},
                  "binaryData": {clusterview.DATA_KEY: base64.b64encode(theirs.encode()).decode()}})
     waiting.join(10)
@@ -65,9 +64,9 @@ def test_a_survey_another_manager_began_before_one_asked_is_waited_out_then_take
     kube.other_leases[VIEW] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                                "metadata": {"name": VIEW, "namespace": "default", "resourceVersion": "1"},
                                "spec": {"holderIdentity": "ns/surveyor", "leaseDurationSeconds": 60}}
-    begun_before = ClusterView(taken_at=time.time() - 1, nodes=[{"metadata": {"name": "theirs", "labels": {}}}])
+    begun_before = ClusterView(taken_at=kube.clock.now() - 1, nodes=[{"metadata": {"name": "theirs", "labels": {}}}])
     got: list[ClusterView] = []
-    waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB)), daemon=True)
+    waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB, kube.clock)), daemon=True)
     waiting.start()
     poll_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, 5, "the manager waiting on the ConfigMap")
     kube.other_leases[VIEW]["spec"]["holderIdentity"] = None  # the surveyor publishes and lets go
@@ -81,14 +80,14 @@ def test_refused_the_shared_survey_a_manager_surveys_for_itself():
     kube = FakeKube(NODES)
     kube.failures["read"] = [errors.forbidden('configmaps "distributetrain-cluster-view" is forbidden: User "x" '
                                               'cannot get resource "configmaps"')]
-    view = clusterview.current(kube, JOB)
+    view = clusterview.current(kube, JOB, kube.clock)
     assert [n["metadata"]["name"] for n in view.nodes] == ["a", "b"] and kube.config_maps == {}
 
 
 def test_a_survey_too_large_for_a_config_map_is_not_published(monkeypatch):
     monkeypatch.setattr(clusterview, "MAX_PUBLISHED_BYTES", 10)
     kube = FakeKube(NODES)
-    clusterview.current(kube, JOB)
+    clusterview.current(kube, JOB, kube.clock)
     assert kube.config_maps == {}
 
 
@@ -97,5 +96,5 @@ def test_a_published_survey_that_cannot_be_read_is_taken_again(damage):
     kube = FakeKube(NODES)
     kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": VIEW, "namespace": "default"},
                  "binaryData": {clusterview.DATA_KEY: base64.b64encode(damage).decode()}})
-    view = clusterview.current(kube, JOB)
+    view = clusterview.current(kube, JOB, kube.clock)
     assert published(kube) == view and kube.node_lists == 1

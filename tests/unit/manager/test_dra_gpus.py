@@ -9,6 +9,7 @@ import time
 import pytest
 
 from distributetrain.core import dracounting, errors, gpuclaims, manifests, names
+from distributetrain.core.clock import FakeClock
 from distributetrain.core.clusterview import slim_node
 from distributetrain.manager import booking, freegpus
 from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts, slim_claim
@@ -49,7 +50,7 @@ def cluster(*objects: dict, pods: list[dict] = ()) -> FakeKube:
 
 def test_a_dra_node_offers_the_class_s_devices_that_no_claim_holds_beside_device_plugin_gpus():
     kube = cluster(DEVICE_CLASS, node_slice("d", 4), tenant_claim("d", 0))
-    ledger = booking.take_inventory(kube, DRA_JOB)
+    ledger = booking.take_inventory(kube, DRA_JOB, FakeClock())
     assert (ledger.free(), ledger.dra_nodes()) == ({"p": 2, "d": 3}, {"d"})
 
 
@@ -57,19 +58,19 @@ def test_another_job_s_pod_claiming_devices_counts_before_they_are_allocated():
     other = JOB.replace(job_name="other", owner_uid="uid-2", device_class=CLASS)
     worker = gpuclaims.claiming_gpus(other, manifests.worker_pod(other, 0, "d", 2, 0))
     kube = cluster(DEVICE_CLASS, node_slice("d", 4), pods=[worker])
-    assert booking.take_inventory(kube, DRA_JOB).free() == {"p": 2, "d": 2}
+    assert booking.take_inventory(kube, DRA_JOB, FakeClock()).free() == {"p": 2, "d": 2}
 
 
 def test_without_the_flag_a_dra_node_is_no_candidate():
     kube = cluster(DEVICE_CLASS, node_slice("d", 4))
-    assert booking.take_inventory(kube, JOB).free() == {"p": 2}
+    assert booking.take_inventory(kube, JOB, FakeClock()).free() == {"p": 2}
     with pytest.raises(errors.UsageError, match="--gpu-resource: no node in the cluster advertises"):
-        booking.check_request(booking.take_inventory(FakeKube(nodes=[dra_node("d")]), JOB), JOB)
+        booking.check_request(booking.take_inventory(FakeKube(nodes=[dra_node("d")]), JOB, FakeClock()), JOB)
 
 
 def test_a_device_class_the_cluster_lacks_is_bad_input():
     with pytest.raises(errors.UsageError, match="--device-class: the cluster has no DeviceClass 'gpu.example.com'"):
-        booking.take_inventory(cluster(node_slice("d", 4)), DRA_JOB)
+        booking.take_inventory(cluster(node_slice("d", 4)), DRA_JOB, FakeClock())
 
 
 def test_waiting_follows_slices_and_claims_as_a_fresh_inventory_counts_them():
@@ -81,7 +82,7 @@ def test_waiting_follows_slices_and_claims_as_a_fresh_inventory_counts_them():
     assert parts.apply_slice(f"d-{CLASS}", node_slice("d", 4))
     assert parts.apply_device_claim("other/tenant-gpus", slim_claim(tenant_claim("d", 0, 1)))
     kube = cluster(DEVICE_CLASS, node_slice("d", 4), tenant_claim("d", 0, 1))
-    assert parts.free() == booking.take_inventory(kube, DRA_JOB).free() == {"p": 2, "d": 2}
+    assert parts.free() == booking.take_inventory(kube, DRA_JOB, FakeClock()).free() == {"p": 2, "d": 2}
     assert parts.apply_device_claim("other/tenant-gpus", None)  # its pod ended: deallocated
     assert parts.free() == {"p": 2, "d": 4}
 
@@ -101,7 +102,7 @@ def test_a_waiting_job_wakes_when_another_tenant_s_claim_frees_dra_gpus(monkeypa
     monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # followed on the fake itself
     held = tenant_claim("d", 0, 1, 2)
     kube = cluster(DEVICE_CLASS, node_slice("d", 4), held)
-    with FreeGpuWatch(kube, DRA_JOB, device_class=dracounting.class_selector(DEVICE_CLASS)) as watch:
+    with FreeGpuWatch(kube, DRA_JOB, kube.clock, device_class=dracounting.class_selector(DEVICE_CLASS)) as watch:
         poll_until(lambda: watch.free() is not None, 10, "every list in")
         assert (watch.free(), watch.fits()) == ({"p": 2, "d": 1}, False)
         generation = watch.generation

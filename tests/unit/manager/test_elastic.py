@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from distributetrain.cli import main as cli, jobflags
 from distributetrain.core import errors, manifests, names, placement
-from distributetrain.core.clock import REAL_CLOCK, Clock, FakeClock
+from distributetrain.core.clock import Clock, FakeClock, RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudgets
@@ -223,7 +223,7 @@ FOLLOWED = SETTINGS.replace(owner_uid="uid-1", min_gpus=1)
 def follow(kube, settings=FOLLOWED):
     """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
     api = FakeEventsApi()
-    reporter = Reporter(kube, settings, EventRecorder(settings, api))
+    reporter = Reporter(kube, settings, EventRecorder(settings, api, kube.clock))
     now = kube.clock.monotonic()
     run = Run(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
@@ -376,7 +376,7 @@ def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes(quick):
     ends_at = time.monotonic() + 0.6  # a dozen rechecks (REPLACE_RECHECK_S is 0.05 here)
     # Real time: the free GPUs' informers, on threads of their own, list meanwhile.
     kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=lambda kube: time.monotonic() > ends_at,
-                         clock=REAL_CLOCK)
+                         clock=RealClock())
     outcome, _ = follow(kube)
     assert outcome == waits.ChiefFinished(0) and replacements(kube) == []
     # One booking (the nodes and every other pod outside the Lease, the bookings under it)
@@ -388,7 +388,7 @@ def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes(quick):
 
 def test_a_job_short_of_gpus_books_again_once_gpus_are_freed(quick):
     # Real time: the GPUs are freed on a timer of its own.
-    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements, clock=REAL_CLOCK)
+    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements, clock=RealClock())
     freed = threading.Timer(0.3, kube.send_cluster_pods, (("DELETED", tenant_pod()),))
     freed.start()
     outcome, _ = follow(kube)

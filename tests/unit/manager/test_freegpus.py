@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.core import errors
-from distributetrain.core.clock import REAL_CLOCK, FakeClock
+from distributetrain.core.clock import Clock, FakeClock, RealClock
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.connection import ApiTimeouts
@@ -170,7 +170,7 @@ class Followed:
             return list(self.calls)
 
 
-def gpu_pods_informer(server, clock=REAL_CLOCK) -> Informer:
+def gpu_pods_informer(server, clock: Clock) -> Informer:
     """What a waiting manager follows of the pods (``FreeGpuWatch``), one watch call a second."""
     return Informer(kube_at(server.url, TIMEOUTS), "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
                     clock=clock, relist_delay_s=freegpus.RELIST_DELAY_S, thread_span_s=1.0)
@@ -179,7 +179,7 @@ def gpu_pods_informer(server, clock=REAL_CLOCK) -> Informer:
 @pytest.fixture
 def following(server):
     followed = Followed()
-    informer = gpu_pods_informer(server)
+    informer = gpu_pods_informer(server, RealClock())
     informer.add_handler(followed.handle)
     with informer:
         yield followed
@@ -228,7 +228,7 @@ def test_a_watch_that_fails_lists_again_after_a_delay(server, monkeypatch):
 def test_what_cannot_be_followed_fails_the_wait_in_the_managers_thread(server):
     settings = JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i")
     # The fake serves pods only: listing the nodes is refused (404), as a missing permission would be.
-    with FreeGpuWatch(kube_at(server.url, TIMEOUTS), settings, client=lambda kube: kube) as watch:
+    with FreeGpuWatch(kube_at(server.url, TIMEOUTS), settings, RealClock(), client=lambda kube: kube) as watch:
         with pytest.raises(errors.NotFound):
             watch.wait_until_fits(0, time.monotonic() + 10)
         with pytest.raises(errors.NotFound):
@@ -241,7 +241,7 @@ def test_the_followed_stores_keep_the_ledger_s_parts_not_the_objects(monkeypatch
     monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # followed on the fake itself
     others = [pod(f"busy-{i}", "a") for i in range(300)]
     kube = FakeKube([node("a", 8), node("b", 8)], [*others, pod("training", "b", gpus=2)])
-    with FreeGpuWatch(kube, JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i")) as watch:
+    with FreeGpuWatch(kube, JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i"), kube.clock) as watch:
         poll_until(lambda: watch.free() is not None, 10, "both lists in")
     assert watch.free() == {"a": 8, "b": 6}
     assert {name: type(part) for name, part in watch.nodes.store.items()} == {"a": NodeGpus, "b": NodeGpus}

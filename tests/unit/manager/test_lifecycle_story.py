@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from distributetrain.core import errors, inventory, names, podsecurity, topology
-from distributetrain.core.clock import REAL_CLOCK, FakeClock
+from distributetrain.core.clock import FakeClock, RealClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
@@ -64,7 +64,7 @@ def story(monkeypatch, tmp_path):
     Its windows and deadlines are of a fake clock (``story.clock``) the job's pod watch moves."""
     api = FakeEventsApi()
     clock = FakeClock()
-    monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
+    monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: api)
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
@@ -79,7 +79,7 @@ def story(monkeypatch, tmp_path):
         (the job's PersistentVolumeClaims and their volumes); ``namespace_annotations``: the job
         namespace's."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
-                        clock=REAL_CLOCK if real_time else clock)
+                        clock=RealClock() if real_time else clock)
         kube.events = list(events)
         for obj in objects:
             kube.put(obj)
@@ -91,7 +91,7 @@ def story(monkeypatch, tmp_path):
         kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
         for phase in phases:  # as manager.sh runs them, one process after the other
-            code = lifecycle.execute(kube, settings, phase, clock=kube.clock)
+            code = lifecycle.execute(kube, settings, phase, kube.clock)
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
 
     run.events_api = api

@@ -242,8 +242,8 @@ def deleted(kube):
 
 def watching(kube, toleration_s):
     api = FakeEventsApi()
-    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api))
-    return NodeWatch(kube, SETTINGS, reporter, toleration_s=toleration_s, clock=kube.clock), reporter, api
+    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api, kube.clock))
+    return NodeWatch(kube, SETTINGS, reporter, kube.clock, toleration_s=toleration_s), reporter, api
 
 
 def run_for(watch, seconds):
@@ -314,10 +314,10 @@ def test_the_watch_acts_on_the_unreachable_taint_20s_before_it_evicts(toleration
 def test_the_watch_s_window_is_the_jobs_toleration():
     """Without a test's own window, the node watch waits the job pods' --node-lost-toleration."""
     kube = nodes_kube([fine("a")], [])
-    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, FakeEventsApi()))
-    assert NodeWatch(kube, SETTINGS, reporter).clocks.toleration_s == 30.0
+    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, FakeEventsApi(), kube.clock))
+    assert NodeWatch(kube, SETTINGS, reporter, kube.clock).clocks.toleration_s == 30.0
     longer = SETTINGS.replace(node_lost_toleration_s=120.0)
-    assert NodeWatch(kube, longer, reporter).clocks.toleration_s == 120.0
+    assert NodeWatch(kube, longer, reporter, kube.clock).clocks.toleration_s == 120.0
 
 
 def test_a_node_missing_from_a_relist_was_deleted():
@@ -335,7 +335,7 @@ def test_on_its_thread_the_watch_acts():
     kube = FakeKube([fine("a"), fine("b")], [worker_on("a")])  # on the real clock: a deletion acts at once
     kube.pods_stay_terminating = True
     api = FakeEventsApi()
-    watch = NodeWatch(kube, SETTINGS, Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api)))
+    watch = NodeWatch(kube, SETTINGS, Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api, kube.clock)), kube.clock)
     with watch:
         del kube.nodes["a"]
         kube.break_node_watch(errors.Gone("too old resource version"))

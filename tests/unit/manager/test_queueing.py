@@ -81,7 +81,7 @@ def kueue_admitting_into(flavor, domains=None):
 @pytest.fixture
 def queued_story(monkeypatch, tmp_path):
     api = FakeEventsApi()
-    monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
+    monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: api)
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)
     monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # free GPUs followed on the fake itself
@@ -115,7 +115,7 @@ def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
     kube.on_pod_watch = meanwhile
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
-    code = lifecycle.execute(kube, SETTINGS, "run")
+    code = lifecycle.execute(kube, SETTINGS, "run", kube.clock)
     assert code == 0, [e["note"] for e in api.created]
     reasons = [e["reason"] for e in api.created]
     assert reasons[:2] == ["Queued", "Planned"] and reasons[-1] == "Succeeded"
@@ -145,7 +145,7 @@ def test_at_admission_a_queued_job_s_shares_go_to_the_tightest_rack_that_holds_t
     kube.on_pod_watch = meanwhile
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
-    code = lifecycle.execute(kube, SETTINGS.replace(topology=topology.parse(rack)), "run")
+    code = lifecycle.execute(kube, SETTINGS.replace(topology=topology.parse(rack)), "run", kube.clock)
     assert code == 0, [e["note"] for e in api.created]
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=2,b=1"]  # topology-blind: a=2,b=1
     assert api.created[1]["note"] == "admitted by queue team-a; c=2,b=1 in rack r2 (the chief's share last)"
@@ -167,7 +167,7 @@ def test_queued_pods_are_created_unpinned_and_placed_pinned(queued_story):
 
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
-    assert lifecycle.execute(kube, SETTINGS, "run") == 0
+    assert lifecycle.execute(kube, SETTINGS, "run", kube.clock) == 0
     first = snapshots["demo-worker-0"]
     assert inventory.pinned_node(first["spec"]) is None
     assert [g["name"] for g in first["spec"]["schedulingGates"]] == [podgroup.PLACEMENT_GATE, *(g["name"] for g in KUEUE_GATES)]
@@ -180,7 +180,7 @@ def test_queued_pods_are_created_unpinned_and_placed_pinned(queued_story):
 ])
 def test_a_queue_that_could_never_admit_the_job_is_bad_input_and_nothing_is_created(queued_story, settings, flag, says):
     kube, api = queued_story
-    assert lifecycle.execute(kube, settings, "run") == 2
+    assert lifecycle.execute(kube, settings, "run", kube.clock) == 2
     assert api.created[-1]["note"] == f"{flag}: {says} (exit code 2)"
     assert kube.writes("create", "Pod") == [] and kube.writes("create", "Secret") == []
 
@@ -204,7 +204,7 @@ def test_a_preempted_job_without_restarts_ends_with_its_own_exit_code(queued_sto
     kube, api = queued_story
     kube.pods["other-team-c"] = other_team_on("c", 4)
     kube.pod_watches = [STARTED, [lambda kube: preempted(kube, "demo-chief")]]
-    assert lifecycle.execute(kube, SETTINGS, "run") == 72
+    assert lifecycle.execute(kube, SETTINGS, "run", kube.clock) == 72
     failed = api.created[-1]
     assert failed["reason"] == "Failed" and "Kueue: Preempted to accommodate a workload" in failed["note"], failed
     # Nothing of the job's is left but what Kueue is deleting.
@@ -218,7 +218,7 @@ def test_a_preempted_job_with_a_restart_goes_back_to_the_queue(queued_story, mon
     # The first attempt: the chief alone on c; preempted while it trains.
     kube.pod_watches = [[("demo-chief", running(ip="10.0.0.3"))], [lambda kube: preempted(kube, "demo-chief")],
                         [("demo-chief-r1", running(ip="10.0.0.3"))], [("demo-chief-r1", ended(0))]]
-    assert lifecycle.execute(kube, SETTINGS.replace(max_restarts=1), "run") == 0
+    assert lifecycle.execute(kube, SETTINGS.replace(max_restarts=1), "run", kube.clock) == 0
     reasons = [e["reason"] for e in api.created]
     assert reasons.count("Queued") == 2 and "Restarting" in reasons and reasons[-1] == "Succeeded", reasons
     # Queued again as a new group, placed at its own admission.
@@ -233,7 +233,7 @@ def test_where_kueue_manages_every_pod_a_job_without_a_queue_is_refused_naming_t
             obj["spec"]["schedulingGates"] = obj["spec"].get("schedulingGates", []) + KUEUE_GATES
 
     kube.on_create = [kueue_manages_every_pod]
-    assert lifecycle.execute(kube, SETTINGS.replace(queue=""), "run") == 2
+    assert lifecycle.execute(kube, SETTINGS.replace(queue=""), "run", kube.clock) == 2
     assert api.created[-1]["note"].startswith("--queue: Kueue manages every pod of namespace 'ml': name its LocalQueue")
     assert kube.writes("create") == []
 
@@ -248,7 +248,7 @@ def test_a_manager_restarted_while_queued_adopts_its_group_and_places_it_at_admi
 
     kube.on_pod_watch = killed_while_queued
     with pytest.raises(KeyboardInterrupt):
-        lifecycle.execute(kube, SETTINGS, "pre-training")
+        lifecycle.execute(kube, SETTINGS, "pre-training", kube.clock)
     group = {name: pod["metadata"]["labels"][podgroup.GROUP_LABEL] for name, pod in kube.pods.items()
              if name.startswith("demo-")}
     assert sorted(group) == ["demo-chief", "demo-worker-0"] and len(set(group.values())) == 1
@@ -258,7 +258,7 @@ def test_a_manager_restarted_while_queued_adopts_its_group_and_places_it_at_admi
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
     before = len(kube.writes("create", "Pod"))
-    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    assert lifecycle.execute(kube, SETTINGS, "run", kube.clock) == 0, [e["note"] for e in api.created]
     assert len(kube.writes("create", "Pod")) == before, "the queued group was created again"
     assert kube.pods["demo-chief"]["metadata"]["labels"][podgroup.GROUP_LABEL] == group["demo-chief"]
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["a=2,b=1"]
@@ -308,7 +308,7 @@ def test_a_job_queued_into_a_flavor_is_planned_and_placed_on_the_flavor_s_nodes(
     placed = {}
     patch = kube.patch_pod
     kube.patch_pod = lambda namespace, name, body: placed.setdefault(name, patch(namespace, name, body))
-    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    assert lifecycle.execute(kube, SETTINGS, "run", kube.clock) == 0, [e["note"] for e in api.created]
     # Shares on the flavor's tainted nodes, not all on c: the pods run where Kueue put them.
     assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["a=2,b=1"]
@@ -326,7 +326,7 @@ def test_under_topology_aware_scheduling_each_pod_is_pinned_to_the_node_kueue_as
     kube.on_pod_watch = kueue_admitting_into(kube.custom[("resourceflavors", None, "tas")],
                                              {"demo-chief": {"kubernetes.io/hostname": "b"}})
     kube.pod_watches = [[("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]]
-    assert lifecycle.execute(kube, SETTINGS.replace(num_gpus=2), "run") == 0, [e["note"] for e in api.created]
+    assert lifecycle.execute(kube, SETTINGS.replace(num_gpus=2), "run", kube.clock) == 0, [e["note"] for e in api.created]
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["b=2"]
 
 
@@ -341,7 +341,7 @@ def test_a_pod_kueue_assigned_a_node_whose_gpus_are_taken_is_never_placed_elsewh
         yield from kube.on_pod_watch(kube, timeout_s)
 
     kube.on_pod_watch = meanwhile
-    assert lifecycle.execute(kube, SETTINGS.replace(num_gpus=2, worker_ready_timeout_s=0.3), "run") == 69
+    assert lifecycle.execute(kube, SETTINGS.replace(num_gpus=2, worker_ready_timeout_s=0.3), "run", kube.clock) == 69
     assert "no nodes hold its pods now on the nodes Kueue allows them (kubernetes.io/hostname=b)" in \
         api.created[-1]["note"], api.created[-1]["note"]
     assert "demo-chief" not in kube.pods or not podgroup.is_placed(kube.pods["demo-chief"])
@@ -354,14 +354,14 @@ def test_flavors_the_manager_may_not_read_leave_the_job_queued_on_its_own_view(q
     kube.pods["other-team-c"] = other_team_on("c", 4)
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
-    assert lifecycle.execute(kube, SETTINGS, "run") == 0, [e["note"] for e in api.created]
+    assert lifecycle.execute(kube, SETTINGS, "run", kube.clock) == 0, [e["note"] for e in api.created]
     assert "cannot read ResourceFlavor ml" in caplog.text
 
 
 def test_without_kueue_s_api_a_queued_job_is_bad_input_naming_the_flag(queued_story):
     kube, api = queued_story
     kube.kueue_served = None
-    assert lifecycle.execute(kube, SETTINGS, "run") == 2
+    assert lifecycle.execute(kube, SETTINGS, "run", kube.clock) == 2
     assert api.created[-1]["note"] == ("--queue: the cluster serves no Kueue LocalQueues (kueue.x-k8s.io): install "
                                        "Kueue, or submit without --queue (exit code 2)")
     assert kube.writes("create", "Pod") == []
@@ -384,7 +384,7 @@ def test_two_pods_kueue_s_topology_assignment_put_on_one_node_go_there_unless_th
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
     settings = SETTINGS.replace(host_network=host_network, worker_ready_timeout_s=0.3)
-    assert lifecycle.execute(kube, settings, "run") == code, [e["note"] for e in api.created]
+    assert lifecycle.execute(kube, settings, "run", kube.clock) == code, [e["note"] for e in api.created]
     assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
     assert kube.annotation_history(names.ANNOTATION_PLAN) == plan
 
@@ -412,7 +412,7 @@ def test_admitted_but_short_of_gpus_a_queued_job_takes_the_lease_only_to_book(mo
     GPUs free up. Time stands still meanwhile (a fake clock): a job that looked again on
     a timer would take the Lease over and over."""
     api = FakeEventsApi()
-    monkeypatch.setattr(events, "EventsApi", lambda api_client: api)
+    monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: api)
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # followed on the fake itself
     kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)], clock=FakeClock())
@@ -452,7 +452,7 @@ def test_admitted_but_short_of_gpus_a_queued_job_takes_the_lease_only_to_book(mo
     kube.pod_watches = [[("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]]
     freeing = threading.Thread(target=free_gpus_once_followed, daemon=True)
     freeing.start()
-    code = lifecycle.execute(kube, SETTINGS, "run", clock=kube.clock)
+    code = lifecycle.execute(kube, SETTINGS, "run", kube.clock)
     freeing.join(5)
     assert not failures, failures
     assert code == 0, [e["note"] for e in api.created]

@@ -164,7 +164,7 @@ def job(monkeypatch, tmp_path):
     """Runs the job on nodes a=1, b=1 whose chief's create a quota refuses once; returns
     (exit code, Event reasons, kube)."""
     recorded = []
-    monkeypatch.setattr(events, "EventsApi", lambda api_client: type("Api", (), {
+    monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: type("Api", (), {
         "create": lambda self, event: recorded.append(event["reason"]), "patch": lambda self, *a: None})())
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.01)
@@ -186,7 +186,7 @@ def job(monkeypatch, tmp_path):
         kube.pod_watches = [[("demo-worker-0-r1", RUNNING), ("demo-chief-r1", RUNNING)],
                             [("demo-chief-r1", CHIEF_DONE)]]
         settings = settings.replace(discovery_url=f"http://127.0.0.1:{free_port()}/hosts")
-        return lifecycle.execute(kube, settings, "run"), recorded, kube
+        return lifecycle.execute(kube, settings, "run", kube.clock), recorded, kube
 
     return run
 

@@ -52,7 +52,7 @@ def in_order_within(written, states) -> bool:
 
 def test_each_change_is_reported_once(caplog):
     kube, recorder = FakeKube(), FakeRecorder()
-    waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0", "demo-worker-1"], write_interval_s=0)
+    waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0", "demo-worker-1"], kube.clock, write_interval_s=0)
     views = [
         {"demo-worker-0": worker("demo-worker-0")},
         {"demo-worker-0": worker("demo-worker-0", scheduled_message=UNSCHEDULABLE),
@@ -90,7 +90,7 @@ def test_each_change_is_reported_once(caplog):
 
 def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_per_interval():
     kube, clock = FakeKube(), FakeClock()
-    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-worker-0"], write_interval_s=1.0, clock=clock)
+    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-worker-0"], clock, write_interval_s=1.0)
     waits.observe({"demo-worker-0": worker("demo-worker-0")})
     poll_until(lambda: clock.waiters() == 1, 5, "the writer waiting out its interval", interval_s=0.005)
     assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}]  # at once
@@ -109,7 +109,7 @@ def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_p
 
 def test_pods_ready_when_first_seen_are_no_news(caplog):
     kube = FakeKube()
-    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-chief", "demo-worker-0"])
+    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-chief", "demo-worker-0"], kube.clock)
     with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
         waits.observe({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True)})
         waits.observe({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
@@ -144,7 +144,7 @@ def test_the_spec_is_recorded_on_the_manager_pod_and_a_failure_to_is_no_failure(
 
 def test_a_slow_start_shows_its_time_so_far_and_is_logged_and_recorded_once_per_stage(caplog):
     kube, recorder = FakeKube(), FakeRecorder()
-    waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0"], write_interval_s=0)
+    waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0"], kube.clock, write_interval_s=0)
     pull = Pulling("reg/base:1", "n1")
     creating = {"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})}
     with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):

@@ -65,6 +65,6 @@ def test_without_a_runtime_class_nothing_is_read():
 
 def test_the_manager_exits_2_before_creating_anything_when_it_is_missing():
     kube = with_runtime_class(None)
-    assert lifecycle.execute(kube, JOB, "pre-training") == exitcodes.USAGE
+    assert lifecycle.execute(kube, JOB, "pre-training", kube.clock) == exitcodes.USAGE
     assert kube.writes("create") == [] and kube.dry_runs == []
     assert kube.manager["metadata"]["annotations"]["distributetrain.io/exit-code"] == "2"

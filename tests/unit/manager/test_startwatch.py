@@ -52,7 +52,7 @@ def worker_pod():
 
 def wait(kube, clock, settings=SETTINGS):
     """The attempt's start as pre-training waits for it (one worker; no chief to bind)."""
-    pod_waits = PodWaits(Reporter(kube, settings, NoEvents()), [WORKER], write_interval_s=0)
+    pod_waits = PodWaits(Reporter(kube, settings, NoEvents()), [WORKER], kube.clock, write_interval_s=0)
     pod_waits.annotation = WrittenAtOnce(pod_waits.reporter.waiting)
     with StartWatch(kube, settings, clock) as starting:
         outcome = starting.wait(waits.job_pods(kube, "ml", "", clock), ready,

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import errors, names
+from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
@@ -147,7 +148,7 @@ def kube_for(url: str) -> Kube:
     configuration = client.Configuration()
     configuration.host = url
     timeouts = ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=2.0, watch_chunk_s=1.0, watch_read_slack_s=0.5)
-    return Kube(make_api_client(configuration, timeouts), timeouts)
+    return Kube(make_api_client(configuration, timeouts), FakeClock(), timeouts)
 
 
 def test_one_deletecollection_by_label_and_field_selector_in_the_background_retried_while_the_server_restarts():
