@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import inventory, names
+from distributetrain.core.clock import RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
@@ -46,10 +47,11 @@ def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(clust
             settings = JobSettings(job_name=f"flex-{i}", namespace=namespace, num_gpus=1, min_gpus=1,
                                    image="distributetrain/base:0.1.0", node_selector=(tuple(pool.selector.split("=", 1)),),
                                    discovery_url="http://192.0.2.1:8470/hosts")
-            kube = Kube(api_client)
-            reporter = Reporter(kube, settings, events.EventRecorder(settings, None))
-            run = Run(settings, reporter, Attempt(settings.job_name), time.monotonic() + 120, time.monotonic(),
-                      HostList())
+            clock = RealClock()
+            kube = Kube(api_client, clock)
+            reporter = Reporter(kube, settings, events.EventRecorder(settings, None, clock))
+            run = Run(settings, reporter, Attempt(settings.job_name), clock.monotonic() + 120, clock.monotonic(),
+                      HostList(), clock)
             followers.append(ElasticFollower(kube, run))
         overbooked, stop = [], threading.Event()
 

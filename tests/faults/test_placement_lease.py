@@ -10,6 +10,7 @@ from kubernetes import client
 
 from clusterfixtures import TEST_NAMESPACE_LABEL, namespace_name
 from distributetrain.core import errors
+from distributetrain.core.clock import RealClock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import PlacementLock
 from jobharness import SCRIPTS, Jobs, job_args, node_pool, script_volume
@@ -93,23 +94,24 @@ def test_managers_in_two_namespaces_never_book_the_same_gpus(cluster, api_client
 
 
 def test_a_holder_past_its_lease_duration_is_not_taken_over(api_client, namespace):
-    kube = Kube(api_client)
+    clock = RealClock()
+    kube = Kube(api_client, clock)
     name = "placement-test"  # a Lease of the test's own: real managers never wait on it
     taken_over = threading.Event()
 
     def contend():
         try:
             with PlacementLock(kube, namespace, "test/contender", HOLD_LEASE_DURATIONS * SHORT_LEASE_S - 1, name,
-                               duration_s=SHORT_LEASE_S):
+                               clock, duration_s=SHORT_LEASE_S):
                 taken_over.set()
         except errors.JobFailed:
             pass  # gave up: the holder kept it
 
-    with PlacementLock(kube, namespace, "test/holder", 10, name, duration_s=SHORT_LEASE_S):
+    with PlacementLock(kube, namespace, "test/holder", 10, name, clock, duration_s=SHORT_LEASE_S):
         contender = threading.Thread(target=contend)
         contender.start()
         contender.join()
         assert not taken_over.is_set()
     assert not taken_over.is_set()
-    with PlacementLock(kube, namespace, "test/next", 1, name, duration_s=SHORT_LEASE_S):
+    with PlacementLock(kube, namespace, "test/next", 1, name, clock, duration_s=SHORT_LEASE_S):
         pass  # released on exit: taken at once

@@ -23,6 +23,7 @@ from kubernetes import client
 from distributetrain.cli.main import build_parser
 from distributetrain.cli import jobflags
 from distributetrain.core import names, podstate
+from distributetrain.core.clock import RealClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.manager import lifecycle
@@ -68,7 +69,7 @@ def test_a_chief_with_a_sidecar_ends_with_its_training_container(cluster, api_cl
         else:
             assert podstate.phase(ended) == "Running" and not podstate.ends_on_its_own(ended), ended["status"]
 
-        deleted = tear_down(Kube(api_client), settings, keep_chief=True)
+        deleted = tear_down(Kube(api_client, RealClock()), settings, keep_chief=True)
         # A classic proxy would run, and hold the chief's GPUs, for ever: the chief goes.
         assert deleted == ([] if native else ["pod/meshed-chief"])
         if not native:
@@ -198,7 +199,7 @@ def test_a_chief_with_an_injected_sidecar_ends_the_job_with_the_trainings_exit_c
             ["run", "--job-name=meshjob", f"--namespace={namespace}", f"--owner-uid={owner.metadata.uid}", *flags])
         settings = jobflags.settings_from_args(build_parser().parse_args(flags), script_args).replace(
             discovery_url=f"http://{HOST_ADDRESS}:{free_port()}/hosts", manager_namespace=namespace)
-        code = lifecycle.execute(Kube(api_client), settings, "run")
+        code = lifecycle.execute(Kube(api_client, RealClock()), settings, "run", RealClock())
         chief_pod = jobs.pod("meshjob-chief")  # a classic proxy's is being deleted: still there
         # horovodrun exits 1 for a rank that failed, whatever the rank's code: the chief's is the job's.
         assert code == HOROVODRUN_FAILED == podstate.exit_code(chief_pod), (chief_pod or {}).get("status")

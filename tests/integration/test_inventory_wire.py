@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import inventory
+from distributetrain.core.clock import RealClock
 from distributetrain.kube import podlist, podwire, protowire
 from distributetrain.kube.client import Kube
 
@@ -52,7 +53,7 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
     assert response.headers["Content-Type"].startswith(podwire.PROTOBUF)
     from_protobuf = []
     version, token = podwire.read_pod_list(response.headers["Content-Type"], [response.data], from_protobuf.append)
-    as_json, _ = Kube(api_client).list_all("pods", namespace)
+    as_json, _ = Kube(api_client, RealClock()).list_all("pods", namespace)
     assert sorted(from_protobuf, key=lambda p: p["metadata"]["name"]) == \
         sorted((podwire.slim(p) for p in as_json), key=lambda p: p["metadata"]["name"])
     assert int(version) > 0 and token == ""
@@ -63,7 +64,7 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
     assert by_name["pinned"]["spec"]["affinity"]["nodeAffinity"]
     # What the inventory lists: the same pods, read as they arrive.
     listed = []
-    assert int(Kube(api_client).each_pod_request(listed.append, listed.clear, field_selector=selector)) > 0
+    assert int(Kube(api_client, RealClock()).each_pod_request(listed.append, listed.clear, field_selector=selector)) > 0
     assert sorted(listed, key=lambda p: p["metadata"]["name"]) == sorted(from_protobuf, key=lambda p: p["metadata"]["name"])
     # In pages, as from a server older than 1.31, the inventory's own query (every pod of
     # the cluster): each page a request with the server's own continue token, one snapshot,
@@ -76,7 +77,7 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
         restarts.append(len(paged))
         paged.clear()
 
-    kube = Kube(api_client)
+    kube = Kube(api_client, RealClock())
     assert int(kube.each_pod_request(paged.append, restart, field_selector=inventory.ACTIVE_PODS_SELECTOR)) > 0
     uids = [p["metadata"]["uid"] for p in paged]
     assert restarts == [0] and len(uids) == len(set(uids)), restarts
