@@ -53,6 +53,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from bench import bare_client, report, testbed
+from distributetrain.core.clock import RealClock
 from distributetrain.core import names
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import load_api_client
@@ -83,7 +84,7 @@ class TracedKube(Kube):
     """The manager's Kube, timing each request it makes: (what, start, end), wall clock."""
 
     def __init__(self, api_client):
-        super().__init__(api_client)
+        super().__init__(api_client, RealClock())
         self.calls: list[tuple[str, float, float]] = []
 
     def _call(self, operation, what="API call"):
@@ -182,7 +183,7 @@ def run_job(cluster, api_client, namespace: str, job: str, workers: int, selecto
     timeline = testbed.PodTimeline(api_client, namespace).start()
     with testbed.LogClock() as clock, CpuAccount() as cpu:
         started = time.time()
-        exit_code = lifecycle.execute(kube, settings, "run")
+        exit_code = lifecycle.execute(kube, settings, "run", kube.clock)
         ended = time.time()
     time.sleep(testbed.WATCH_WINDOW_S)  # let the watch see the last deletions
     timeline.stop()

@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 from kubernetes import client
 
 from bench import report, testbed
+from distributetrain.core.clock import RealClock
 from distributetrain.core import manifests, names, placement
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube.client import Kube
@@ -69,7 +70,8 @@ def managed(api_client, namespace: str, job: str, selector: str) -> dict:
     owner_uid = testbed.stand_in_manager(api_client, namespace, job)
     settings = settings_for(job, namespace, owner_uid, selector)
     started = time.monotonic()
-    exit_code = lifecycle.execute(Kube(api_client), settings, "run")
+    clock = RealClock()
+    exit_code = lifecycle.execute(Kube(api_client, clock), settings, "run", clock)
     wall_s = time.monotonic() - started
     chief_log = testbed.pod_log(api_client, namespace, names.chief_name(job))
     testbed.delete_pods(api_client, namespace)

@@ -60,6 +60,7 @@ from kubernetes import client
 
 from bench import report, startparts, testbed
 from distributetrain.core import names
+from distributetrain.core.clock import RealClock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import load_api_client
 from distributetrain.manager import lifecycle
@@ -188,13 +189,14 @@ def measured_job(bench: Bench, arm: str, job: str) -> dict:
     api, namespace = bench.api_client, bench.namespace
     owner_uid = testbed.stand_in_manager(api, namespace, job)
     settings = testbed.job_settings(namespace, *job_flags(bench, arm, job, owner_uid), script_args=TRAIN_ARGS)
-    kube = Kube(load_api_client(kubeconfig=str(bench.cluster.kubeconfig)))  # the manager's own client
+    real = RealClock()
+    kube = Kube(load_api_client(kubeconfig=str(bench.cluster.kubeconfig)), real)  # the manager's own client
     timeline = testbed.PodTimeline(api, namespace).start()
     sampler = ClusterSampler(bench.cluster.api_client(), namespace, bench.pool).start()
     try:
         with testbed.LogClock() as clock:
             submitted = time.time()
-            exit_code = lifecycle.execute(kube, settings, "run")
+            exit_code = lifecycle.execute(kube, settings, "run", real)
             ended = time.time()
     finally:
         sampler.stop()

@@ -16,6 +16,7 @@ from collections import defaultdict
 from kubernetes import client, config
 
 from bench import testbed
+from distributetrain.core.clock import RealClock
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking, clusterview
 from localcluster.cluster import Cluster
@@ -58,8 +59,8 @@ def our_inventory(api_client: client.ApiClient, namespace: str, selector: str) -
     for all that book within a while of it), folded into a job's ledger; returns its API requests."""
     settings = testbed.job_settings(namespace, "--job-name=bench-inventory", "--num-gpus=1",
                                     "--image=distributetrain/base:0.1.0", f"--node-selector={selector}")
-    kube = Kube(api_client)
-    ledger = clusterview.take(kube).ledger(booking._job_ledger(settings), settings.tolerations,
+    kube = Kube(api_client, RealClock())
+    ledger = clusterview.take(kube, kube.clock).ledger(booking._job_ledger(settings), settings.tolerations,
                                            dict(settings.node_selector))
     assert ledger.allocatable or ledger.refused
     return kube.requests

@@ -57,8 +57,10 @@ from kubernetes import client
 from bench import report, testbed
 from bench.inventory_probe import GPU_RESOURCE, admin_client
 from distributetrain.core import errors
+from distributetrain.core.clock import RealClock
 from distributetrain.kube.calls import call
 
+CLOCK = RealClock()  # this benchmark's process: the retries' delays and deadlines
 NODES = 5_000
 GPUS_PER_NODE = 8
 POD_SERIES = (10_000, 30_000, 60_000, 150_000)
@@ -126,7 +128,7 @@ def create_all(work, count: int, what: str) -> float:
 
 def idempotent(operation) -> None:
     try:
-        call(operation)
+        call(operation, CLOCK)
     except errors.AlreadyExists:
         pass  # a retried create that had gone through
 
@@ -136,7 +138,7 @@ def create_nodes(core: client.CoreV1Api, prefix: str) -> float:
 
     def work(index: int) -> None:
         idempotent(lambda: core.create_node(node_body(prefix, index), _preload_content=False))
-        call(lambda: core.patch_node_status(node_name(prefix, index), node_status(now), _preload_content=False))
+        call(lambda: core.patch_node_status(node_name(prefix, index), node_status(now), _preload_content=False), CLOCK)
 
     return create_all(work, NODES, "nodes")
 
@@ -167,14 +169,14 @@ def delete_everything(core: client.CoreV1Api, namespace: str, prefix: str, pods:
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda chunk: delete_pods(core, namespace, chunk), range(DELETE_CHUNKS)))
     call(lambda: core.delete_collection_node(label_selector=f"{testbed.NODE_LABEL}={prefix}",
-                                            _request_timeout=DELETE_TIMEOUT_S, _preload_content=False))
+                                            _request_timeout=DELETE_TIMEOUT_S, _preload_content=False), CLOCK)
     return time.monotonic() - started
 
 
 def delete_pods(core: client.CoreV1Api, namespace: str, chunk: int) -> None:
     call(lambda: core.delete_collection_namespaced_pod(
         namespace, label_selector=f"{CHUNK_LABEL}={chunk}", grace_period_seconds=0,
-        _request_timeout=DELETE_TIMEOUT_S, _preload_content=False))
+        _request_timeout=DELETE_TIMEOUT_S, _preload_content=False), CLOCK)
 
 
 def extract_before(into: Path) -> Path:

@@ -25,6 +25,7 @@ import urllib3
 
 from bench import testbed
 from bench.inventory_probe import admin_client, memory_mib
+from distributetrain.core.clock import RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
@@ -57,10 +58,11 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
                                     "--image=distributetrain/base:0.1.0", f"--node-selector={selector}",
                                     "--cpu-per-gpu=0", "--memory-per-gpu=0", f"--wait-for-gpus={WAIT_FOR_GPUS_S:.0f}s",
                                     "--toleration=:NoSchedule", "--toleration=:NoExecute")
-    kube = Kube(admin_client(Cluster.attach(), pool_size=8))
-    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
-    now = time.monotonic()
-    run = Run(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList())
+    clock = RealClock()
+    kube = Kube(admin_client(Cluster.attach(), pool_size=8), clock)
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock))
+    now = clock.monotonic()
+    run = Run(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList(), clock)
     placement = PreTraining(kube, run, kind_of(settings))
     baseline_mib = memory_mib("VmRSS")
     print("ready", flush=True)

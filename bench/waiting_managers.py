@@ -101,6 +101,7 @@ def request_kind(method: str, url: str, query: list[tuple[str, object]]) -> str:
 def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     """One manager waiting for GPUs: ``PreTraining._place`` until its wait ends."""
     from distributetrain.core import errors
+    from distributetrain.core.clock import RealClock
     from distributetrain.kube.events import EventRecorder
     from distributetrain.kube.client import Kube
     from distributetrain.kube.connection import load_api_client
@@ -111,10 +112,11 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     from distributetrain.manager.reporting import Reporter
     from distributetrain.manager.run import Run
 
-    kube = Kube(load_api_client(kubeconfig=kubeconfig))
-    recorder = EventRecorder.for_manager(kube, settings)
+    clock = RealClock()
+    kube = Kube(load_api_client(kubeconfig=kubeconfig), clock)
+    recorder = EventRecorder.for_manager(kube, settings, clock)
     run = Run(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
-              time.monotonic() + settings.wait_for_gpus_s, HostList())
+              clock.monotonic() + settings.wait_for_gpus_s, HostList(), clock)
     manager = PreTraining(kube, run, kind_of(settings))
     try:
         manager._place(run.gpus_until)
