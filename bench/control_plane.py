@@ -53,8 +53,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from bench import bare_client, report, testbed
-from distributetrain.core.clock import RealClock
 from distributetrain.core import names
+from distributetrain.core.clock import RealClock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import load_api_client
 from distributetrain.manager import lifecycle

@@ -28,8 +28,8 @@ import matplotlib.pyplot as plt
 from kubernetes import client
 
 from bench import report, testbed
-from distributetrain.core.clock import RealClock
 from distributetrain.core import manifests, names, placement
+from distributetrain.core.clock import RealClock
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube.client import Kube
 from distributetrain.manager import lifecycle
