@@ -6,7 +6,6 @@ import threading
 
 from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
-from distributetrain.kube import informer as informer_module
 from distributetrain.kube.informer import Change, DeadlineReached, Informer, Satisfied
 from harness.builders import make_pod
 from harness.kube import FakeKube
@@ -66,8 +65,7 @@ def test_a_deleted_object_leaves_the_store_and_handlers_get_each_change():
     assert list(informer.store) == ["b"]
 
 
-def test_gone_lists_again_at_once_and_hands_on_only_the_differences(monkeypatch):
-    monkeypatch.setattr(informer_module, "RELIST_DELAY_S", 60.0)  # what a failed watch would wait
+def test_gone_lists_again_at_once_and_hands_on_only_the_differences():
     clock = FakeClock()
     kube = FakeKube(pods=[pod("a")], clock=clock)
     started = clock.monotonic()
@@ -77,7 +75,7 @@ def test_gone_lists_again_at_once_and_hands_on_only_the_differences(monkeypatch)
         raise errors.Gone("too old resource version")
 
     kube.on_pod_watch = lambda fake, timeout_s: iter(meanwhile(fake) or ())
-    informer = pods_informer(kube, clock)
+    informer = pods_informer(kube, clock, relist_delay_s=60.0)  # what a failed watch would wait
     changes = []
     informer.add_handler(changes.extend)
     informer.wait_until(lambda pods: True if "b" in pods else None, started + 60)

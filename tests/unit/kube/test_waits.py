@@ -2,7 +2,8 @@
 
 
 from distributetrain.core import errors
-from distributetrain.kube import informer, waits
+from distributetrain.core.clock import FakeClock
+from distributetrain.kube import waits
 from harness.kube import FakeKube
 
 
@@ -87,10 +88,9 @@ def test_lost_worker_is_reported_over_the_chief_failure_it_caused():
     assert judge({"c": pod("c", phase="Succeeded", exit_code=0)}) == waits.ChiefFinished(0)
 
 
-def test_a_watch_error_other_than_gone_lists_again_and_never_aborts(monkeypatch):
-    monkeypatch.setattr(informer, "RELIST_DELAY_S", 0)
+def test_a_watch_error_other_than_gone_lists_again_and_never_aborts():
     worker = pod("w0", ready=True)
-    kube = FakeKube(pods=[pod("c"), worker])
+    kube = FakeKube(pods=[pod("c"), worker], clock=FakeClock())  # the delay before listing again passes at once
     kube.pod_watches = [
         [("MODIFIED", pod("c")), errors.TransientApiError("the watch ended with an error (500): etcd leader changed")],
         [("DELETED", worker)],

@@ -170,16 +170,17 @@ class Followed:
             return list(self.calls)
 
 
-def gpu_pods_informer(server, clock: Clock) -> Informer:
+def gpu_pods_informer(server, clock: Clock, relist_delay_s: float) -> Informer:
     """What a waiting manager follows of the pods (``FreeGpuWatch``), one watch call a second."""
     return Informer(kube_at(server.url, TIMEOUTS), "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
-                    clock=clock, relist_delay_s=freegpus.RELIST_DELAY_S, thread_span_s=1.0)
+                    clock=clock, relist_delay_s=relist_delay_s, thread_span_s=1.0)
 
 
 @pytest.fixture
 def following(server):
     followed = Followed()
-    informer = gpu_pods_informer(server, RealClock())
+    # After a failed watch it would wait a minute: no test here waits that out.
+    informer = gpu_pods_informer(server, RealClock(), relist_delay_s=60.0)
     informer.add_handler(followed.handle)
     with informer:
         yield followed
@@ -201,8 +202,7 @@ def test_one_list_then_only_the_watch_whatever_the_wait(server, following):
     assert all(q.get("fieldSelector") == ACTIVE_PODS_SELECTOR for q in server.watch_requests)
 
 
-def test_a_version_too_old_lists_again_at_once(server, following, monkeypatch):
-    monkeypatch.setattr(freegpus, "RELIST_DELAY_S", 60.0)  # what a transient failure would wait
+def test_a_version_too_old_lists_again_at_once(server, following):
     following.wait_for(1)
     server.put(pod("p2", "b", gpus=1))
     following.wait_for(2)
@@ -212,11 +212,10 @@ def test_a_version_too_old_lists_again_at_once(server, following, monkeypatch):
     assert server.list_requests == 2
 
 
-def test_a_watch_that_fails_lists_again_after_a_delay(server, monkeypatch):
-    monkeypatch.setattr(freegpus, "RELIST_DELAY_S", 0.5)
+def test_a_watch_that_fails_lists_again_after_a_delay(server):
     server.error_watches = [500]
     followed, clock = Followed(), FakeClock()
-    informer = gpu_pods_informer(server, clock)
+    informer = gpu_pods_informer(server, clock, relist_delay_s=0.5)
     informer.add_handler(followed.handle)
     started = clock.monotonic()
     with informer:
