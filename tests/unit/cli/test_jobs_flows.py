@@ -193,7 +193,7 @@ def test_cancel_of_a_batch_job_deletes_the_job(capsys, kube):
                                 "deleted pod/demo-x7k2p-worker-0", "deleted secret/demo-x7k2p-ssh"]
 
 
-def test_cancel_says_what_is_left_at_its_deadline(capsys, kube, monkeypatch):
+def test_cancel_says_what_is_left_at_its_deadline(capsys, kube):
     for obj in [manager(), *running_job()]:
         kube.put(obj)
     kube.stuck = {"demo-chief"}
@@ -275,7 +275,7 @@ def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kub
                                      "demo: the manager pod was deleted: the job is cancelled"]
 
 
-def test_follow_gives_up_on_a_manager_that_never_starts(kube, monkeypatch):
+def test_follow_gives_up_on_a_manager_that_never_starts(kube):
     kube.put(manager(phase="Pending"))
     code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink(), kube.clock, manager_start_timeout_s=0.0).run()
     assert code == 75

@@ -216,12 +216,11 @@ def test_a_lost_attempts_pods_are_waited_for_their_grace_period_and_a_slack():
     assert job.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
 
 
-def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story, monkeypatch):
+def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story):
     """The released pods stay terminating (their nodes died): the next attempt waits for
     them only a bounded time, never adopts them, and plans around them under new names,
     recorded as attempt 1."""
     # The wait is the pods' grace period (--termination-grace-period) and a slack.
-    monkeypatch.setattr("distributetrain.manager.job.OLD_PODS_GONE_SLACK_S", 0.2)
     code, recorded, kube = story(
         [[("demo-worker-0", UNSCHEDULED)], None, None,
          [("demo-worker-0-r1", running()), ("demo-chief-r1", PULLING)], [("demo-chief-r1", running(ip="10.0.0.3"))],
@@ -244,7 +243,7 @@ def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(stor
 WORKER_KILLED = {"phase": "Failed", "containerStatuses": [{"name": "worker", "state": {"terminated": {"exitCode": 137}}}]}
 
 
-def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(story, monkeypatch):
+def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(story):
     code, recorded, kube = story(
         [[("demo-worker-0", running()), ("demo-chief", PULLING)], [("demo-chief", running(ip="10.0.0.3"))],
          [("demo-worker-0", WORKER_KILLED)],
@@ -263,7 +262,7 @@ def test_a_lost_worker_restarts_the_job_under_fresh_names_within_the_budget(stor
     assert set(kube.pods) == {"demo-chief-r1"}  # the lost attempt torn down; the finished chief kept
 
 
-def test_a_worker_whose_end_is_reported_after_the_chief_s_failure_is_still_the_cause(story, monkeypatch):
+def test_a_worker_whose_end_is_reported_after_the_chief_s_failure_is_still_the_cause(story):
     """The chief fails over the broken ssh connection before the kubelet reports the
     worker's end (it relists every second): the job restarts, as for a lost worker."""
     code, recorded, _ = story(
@@ -299,7 +298,7 @@ def test_without_restarts_left_a_lost_worker_ends_the_job_with_71(story, used, a
 
 
 @pytest.mark.parametrize("allowed", [0, 1])
-def test_a_worker_lost_while_starting_restarts_the_job_within_the_budget(story, monkeypatch, allowed):
+def test_a_worker_lost_while_starting_restarts_the_job_within_the_budget(story, allowed):
     """Lost before training started (its node failed, say): the same budget as a loss mid-training."""
     code, recorded, kube = story(
         [[("demo-worker-0", WORKER_KILLED)],
