@@ -124,9 +124,10 @@ def overdue_workers(pods: Mapping[str, dict], settings: JobSettings, budgets: St
             for name, past_bound in late.items()}
 
 
-def retry_delay(failures_in_a_row: int) -> float:
+def retry_delay(failures_in_a_row: int, recheck_s: float = REPLACE_RECHECK_S,
+                backoff_max_s: float = REPLACE_BACKOFF_MAX_S) -> float:
     """How long growing back waits after failing that many times in a row."""
-    return min(REPLACE_RECHECK_S * 2 ** (failures_in_a_row - 1), REPLACE_BACKOFF_MAX_S)
+    return min(recheck_s * 2 ** (failures_in_a_row - 1), backoff_max_s)
 
 
 def next_worker_index(pods: Mapping[str, dict]) -> int:
@@ -143,8 +144,11 @@ class ElasticFollower:
     nothing while nothing changes."""
 
     def __init__(self, kube: Kube, run: Run, pods: Informer | None = None,
-                 free_gpus_client: Callable[[Kube], Kube] | None = None):
+                 free_gpus_client: Callable[[Kube], Kube] | None = None,
+                 recheck_s: float = REPLACE_RECHECK_S, backoff_max_s: float = REPLACE_BACKOFF_MAX_S):
         self.kube = kube
+        self.recheck_s = recheck_s  # while short of GPUs, and the first delay after a failure
+        self.backoff_max_s = backoff_max_s
         self.clock = run.clock  # the run's deadline is of it
         # The job's pods as post-training follows them (its own when not given).
         self.pods = pods if pods is not None else waits.job_pods(kube, run.settings.namespace, run.settings.selector,
@@ -194,7 +198,7 @@ class ElasticFollower:
     def _failed_to_grow_back(self, error: errors.DistributeTrainError) -> None:
         """Best effort: the job trains on what it has, and tries again later."""
         self.failures_in_a_row += 1
-        delay = retry_delay(self.failures_in_a_row)
+        delay = retry_delay(self.failures_in_a_row, self.recheck_s, self.backoff_max_s)
         self.next_replace_at = self.clock.monotonic() + delay
         log.warning("job %s: could not replace lost workers (%s); training goes on, next try in %.0fs",
                     self.settings.job_name, error, delay)
@@ -249,7 +253,7 @@ class ElasticFollower:
     def _replace_if_short(self, pods: Mapping[str, dict]) -> None:
         if self.clock.monotonic() < self.next_replace_at:
             return
-        self.next_replace_at = self.clock.monotonic() + REPLACE_RECHECK_S
+        self.next_replace_at = self.clock.monotonic() + self.recheck_s
         self._replace(pods)
         self.failures_in_a_row = 0
 

@@ -227,18 +227,14 @@ def follow(kube, settings=FOLLOWED):
     now = kube.clock.monotonic()
     run = Run(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
-    follower = elastic.ElasticFollower(kube, run, free_gpus_client=lambda same: same)
+    # Rechecks and retries a hundred and fifty times as often as the manager's: a story lasts a few seconds.
+    follower = elastic.ElasticFollower(kube, run, free_gpus_client=lambda same: same, recheck_s=0.05,
+                                       backoff_max_s=0.2)
     try:
         outcome = follower.run()
     finally:
         reporter.events.close()  # sends what is still queued
     return outcome, api.notes()
-
-
-@pytest.fixture
-def quick(monkeypatch):
-    monkeypatch.setattr(elastic, "REPLACE_RECHECK_S", 0.05)
-    monkeypatch.setattr(elastic, "REPLACE_BACKOFF_MAX_S", 0.2)
 
 
 def short_of_two_gpus(chief_ends_when=lambda kube: False):
@@ -252,7 +248,7 @@ def short_of_two_gpus(chief_ends_when=lambda kube: False):
     ("create_all_owned", errors.Invalid("Pod \"j-worker-1\" is invalid: spec.containers[0].image: Required value")),
     ("list_pages", errors.TransientApiError("the API server stayed unreachable for 30s: connection refused")),
 ], ids=["quota", "forbidden", "invalid", "apiserver-outage"])
-def test_a_failed_replacement_is_retried_and_the_job_goes_on(quick, call, failure):
+def test_a_failed_replacement_is_retried_and_the_job_goes_on(call, failure):
     kube = short_of_two_gpus(chief_ends_when=replacements)  # once the grow-back succeeds
     kube.failures = {call: [failure, failure]}
     outcome, recorded = follow(kube)
@@ -270,7 +266,7 @@ def pulling_event(pod_name):
 
 @pytest.mark.parametrize("events, deleted", [([pulling_event("j-worker-1")], []), ([], ["j-worker-1"])],
                          ids=["pulling", "stuck"])
-def test_a_replacement_pulling_its_image_outlives_the_timeout_one_that_is_stuck_does_not(quick, events, deleted):
+def test_a_replacement_pulling_its_image_outlives_the_timeout_one_that_is_stuck_does_not(events, deleted):
     kube = short_of_two_gpus()
     kube.events = events  # the kubelet's, about the replacement
     shown = set()
@@ -296,7 +292,7 @@ def test_a_replacement_pulling_its_image_outlives_the_timeout_one_that_is_stuck_
     assert kube.writes("delete", "Pod")[:1] == deleted
 
 
-def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
+def test_a_busy_lease_is_retried_later_and_the_job_goes_on(monkeypatch):
     monkeypatch.setattr(booking, "LOCK_TIMEOUT_S", 0.1)
     kube = short_of_two_gpus(chief_ends_when=replacements)
     # Another manager holds the Lease for half a second, then releases it.
@@ -320,7 +316,7 @@ def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
                for reason, note in recorded)
 
 
-def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job(quick):
+def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job():
     kube = short_of_two_gpus(chief_ends_when=replacements)
     create = kube.create_all_owned
 
@@ -336,7 +332,7 @@ def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job(quick):
                for reason, note in recorded)
 
 
-def test_an_overdue_worker_not_deleted_for_an_outage_is_deleted_later(quick):
+def test_an_overdue_worker_not_deleted_for_an_outage_is_deleted_later():
     kube = follower_kube([chief(), worker(0), worker(1, ready=False)],
                          chief_ends_when=lambda kube: bool(kube.writes("delete")))
     # A deletion's first call annotates the pod with its cause.
@@ -358,7 +354,7 @@ def test_growing_back_backs_off_after_failures_in_a_row_within_bounds(failures):
 
 @pytest.mark.parametrize("failure", [errors.Cancelled("received SIGTERM"), KeyError("spec")],
                          ids=["sigterm", "programming-error"])
-def test_sigterm_and_programming_errors_still_end_the_follower(quick, failure):
+def test_sigterm_and_programming_errors_still_end_the_follower(failure):
     kube = short_of_two_gpus()
     kube.failures = {"create_all_owned": [failure]}
     with pytest.raises(type(failure)):
@@ -372,8 +368,8 @@ def tenant_pod(gpus=8):
             "status": {"phase": "Running"}}
 
 
-def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes(quick):
-    ends_at = time.monotonic() + 0.6  # a dozen rechecks (REPLACE_RECHECK_S is 0.05 here)
+def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes():
+    ends_at = time.monotonic() + 0.6  # a dozen rechecks (0.05 s each here)
     # Real time: the free GPUs' informers, on threads of their own, list meanwhile.
     kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=lambda kube: time.monotonic() > ends_at,
                          clock=RealClock())
@@ -386,7 +382,7 @@ def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes(quick):
     assert kube.writes(kind="Lease") == [names.LOCK_LEASE_NAME] * 2  # the Lease taken once, let go once
 
 
-def test_a_job_short_of_gpus_books_again_once_gpus_are_freed(quick):
+def test_a_job_short_of_gpus_books_again_once_gpus_are_freed():
     # Real time: the GPUs are freed on a timer of its own.
     kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements, clock=RealClock())
     freed = threading.Timer(0.3, kube.send_cluster_pods, (("DELETED", tenant_pod()),))
