@@ -1,6 +1,6 @@
 """Waiting for an attempt to start, where starting slowly is progress.
 
-The job's pods are followed as before (``waits``); beside them, the Events of the job's
+The job's pods are followed through ``waits``; beside them, the Events of the job's
 namespace tell which pods pull their image or await a new node (``startprogress``), and
 ``startbudget`` decides when the start is late: ``--worker-ready-timeout`` counts only
 time no slow start explains, and each slow start has its own bound. While one lasts, its
@@ -12,7 +12,7 @@ recorder: ``source.host`` names the node that pulls, ``count`` and ``lastTimesta
 carry a repeated pull), served on every cluster; events.k8s.io/v1 shows the same objects
 under other field names. Following them is best effort, as recording the manager's own
 Events is: without ``events: list, watch`` (rbac/role.yaml) pulls count against the
-timeout as before, and the log says so once.
+timeout like any other wait, and the log says so once.
 """
 
 from __future__ import annotations

@@ -55,12 +55,12 @@ def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
 
 
 def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: list[str]) -> list[str]:
-    """The ``doomed`` pods in one request, not one each: at 64 workers teardown's deletes
-    were most of the manager's overhead. The request selects this manager's workers and
+    """The ``doomed`` pods in one request, not one each: at 64 workers, one delete per pod
+    is most of the manager's overhead. The request selects this manager's workers and
     chief (``settings.selector``: the job and owner-uid labels; the role, so never another
     pod of the job's name) but the ``kept`` chief; pods already terminating are selected
     again, which changes nothing. A Role without ``pods: deletecollection`` (an older
-    rbac/) gets one delete per pod, as before."""
+    rbac/) gets one delete per pod."""
     if not doomed:
         return []
     selector = f"{settings.selector},{names.LABEL_ROLE} in ({names.ROLE_CHIEF},{names.ROLE_WORKER})"

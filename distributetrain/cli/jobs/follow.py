@@ -105,7 +105,7 @@ class ProgressLines:
         # A slow start's time so far is news once a minute, not at each refresh.
         news = {key: startprogress.by_the_minute(text) for key, text in facts.items()}
         new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != news[key]]
-        # A pod that no longer waits is forgotten, so waiting again the same way is news;
+        # A pod that stops waiting is forgotten, so waiting again the same way is news;
         # so is a place in the queue, for a job queued again after a restart.
         self.shown = {key: text for key, text in self.shown.items()
                       if not key.startswith(WAITING_FACT) and key != QUEUE_FACT}
