@@ -32,7 +32,7 @@ from distributetrain.manager.discovery import HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.pretraining import PreTraining
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from localcluster.cluster import Cluster
 
 WAIT_FOR_GPUS_S = 1800.0  # a busy Lease is waited for as long: no manager gives up in a run
@@ -60,13 +60,13 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
     kube = Kube(admin_client(Cluster.attach(), pool_size=8))
     reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
     now = time.monotonic()
-    run = Run(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList())
-    placement = PreTraining(kube, run, kind_of(settings))
+    state = ProcessState(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList())
+    placement = PreTraining(kube, state, kind_of(settings))
     baseline_mib = memory_mib("VmRSS")
     print("ready", flush=True)
     sys.stdin.readline()  # the benchmark's word: every manager books from here
     started = time.monotonic()
-    plan = placement._place(run.gpus_until)
+    plan = placement._place(state.gpus_until)
     seconds = time.monotonic() - started
     reporter.events.close()
     return {"job": job, "gpus": gpus, "seconds": seconds, "pods": len(plan), "requests": sent[0],

@@ -109,15 +109,15 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     from distributetrain.manager.kinds import kind_of
     from distributetrain.manager.pretraining import PreTraining
     from distributetrain.manager.reporting import Reporter
-    from distributetrain.manager.run import Run
+    from distributetrain.manager.processstate import ProcessState
 
     kube = Kube(load_api_client(kubeconfig=kubeconfig))
     recorder = EventRecorder.for_manager(kube, settings)
-    run = Run(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
-              time.monotonic() + settings.wait_for_gpus_s, HostList())
-    manager = PreTraining(kube, run, kind_of(settings))
+    state = ProcessState(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
+                         time.monotonic() + settings.wait_for_gpus_s, HostList())
+    manager = PreTraining(kube, state, kind_of(settings))
     try:
-        manager._place(run.gpus_until)
+        manager._place(state.gpus_until)
         outcome[settings.job_name] = "placed"
     except errors.DistributeTrainError as e:
         outcome[settings.job_name] = f"exit {e.exit_code}"

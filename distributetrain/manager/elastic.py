@@ -51,7 +51,7 @@ from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
 from distributetrain.manager import booking
 from distributetrain.manager.freegpus import FreeGpuWatch
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import delete_because
 
@@ -142,20 +142,20 @@ class ElasticFollower:
     fit; only then does it take the Lease and list afresh, so a job left short lists
     nothing while nothing changes."""
 
-    def __init__(self, kube: Kube, run: Run, pods: Informer | None = None,
+    def __init__(self, kube: Kube, state: ProcessState, pods: Informer | None = None,
                  free_gpus_client: Callable[[Kube], Kube] | None = None):
         self.kube = kube
-        self.clock = run.clock  # the run's deadline is of it
+        self.clock = state.clock  # the process's deadline is of it
         # The job's pods as post-training follows them (its own when not given).
-        self.pods = pods if pods is not None else waits.job_pods(kube, run.settings.namespace, run.settings.selector,
-                                                                 run.clock)
+        self.pods = pods if pods is not None else waits.job_pods(kube, state.settings.namespace, state.settings.selector,
+                                                                 state.clock)
         self.free_gpus: FreeGpuWatch | None = None  # open while short of GPUs, after a booking found none
         self.free_gpus_client = free_gpus_client
-        self.settings = run.settings
-        self.attempt = run.attempt  # an elastic attempt lasts as long as its chief
-        self.reporter = run.reporter
-        self.hosts = run.hosts
-        self.deadline = run.deadline
+        self.settings = state.settings
+        self.attempt = state.attempt  # an elastic attempt lasts as long as its chief
+        self.reporter = state.reporter
+        self.hosts = state.hosts
+        self.deadline = state.deadline
         self.published: tuple[tuple[str, int], ...] = ()
         self.world = 0  # GPUs of the published hosts and the chief
         self.next_replace_at = 0.0
@@ -165,7 +165,7 @@ class ElasticFollower:
         self.starts: StartWatch | None = None  # the Events of the job's pods, while a worker starts
         self.failures_in_a_row = 0  # of growing back: the backoff before the next try
 
-    def run(self) -> waits.Outcome:
+    def follow(self) -> waits.Outcome:
         try:
             return self._follow()
         finally:

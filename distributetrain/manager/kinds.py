@@ -14,7 +14,7 @@ from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
 from distributetrain.manager.elastic import ElasticFollower
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,11 @@ class StaticJob:
         """On the fewest network domains (``paths``: each node's, with --topology), the chief's share last."""
         return topology.plan(free, gpus, paths, self.levels)
 
-    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
-        outcome = waits.watch_job(pods, waits.chief_finished(chief, workers), run.deadline, [chief, *workers])
+    def follow(self, kube: Kube, state: ProcessState, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
+        outcome = waits.watch_job(pods, waits.chief_finished(chief, workers), state.deadline, [chief, *workers])
         if isinstance(outcome, waits.ChiefFinished) and outcome.exit_code != 0 and workers:
             # A worker lost under the chief is the cause, if its status says so in time.
-            until = min(run.deadline, run.clock.monotonic() + waits.WORKER_STATUS_LAG_S)
+            until = min(state.deadline, state.clock.monotonic() + waits.WORKER_STATUS_LAG_S)
             lost = waits.watch_job(pods, waits.worker_lost(workers), until, workers)
             if isinstance(lost, waits.PodLost):
                 return lost
@@ -47,8 +47,8 @@ class ElasticJob:
     def plan(self, free: Mapping[str, int], gpus: int, paths: Mapping[str, topology.Path] = {}) -> Plan:
         return placement.with_a_worker(topology.plan(free, gpus, paths, self.levels))
 
-    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
-        return ElasticFollower(kube, run, pods).run()
+    def follow(self, kube: Kube, state: ProcessState, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
+        return ElasticFollower(kube, state, pods).follow()
 
 
 def kind_of(settings: JobSettings) -> StaticJob | ElasticJob:

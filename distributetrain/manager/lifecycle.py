@@ -128,7 +128,7 @@ def _execute(
                 settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
                 # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
                 settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
-                code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).run(
+                code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).drive(
                     until_started=phase == "pre-training")
                 if phase != "pre-training":
                     reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")

@@ -21,35 +21,35 @@ from distributetrain.kube.client import Kube
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.reporting import PodWaits
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import StartWatch
 
 log = logging.getLogger(__name__)
 
 
 class PostTraining:
-    def __init__(self, kube: Kube, run: Run, plan: Plan, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, state: ProcessState, plan: Plan, kind: StaticJob | ElasticJob):
         self.kube = kube
-        self.job_run = run
+        self.state = state
         self.kind = kind  # how training is followed
         self.plan = plan  # the attempt's shares, the chief's last
-        self.settings = run.settings
-        self.reporter = run.reporter
-        self.deadline = run.deadline
+        self.settings = state.settings
+        self.reporter = state.reporter
+        self.deadline = state.deadline
         # One list of the job's pods for the whole of post-training: each wait reads it live.
-        self.pods = waits.job_pods(kube, run.settings.namespace, run.settings.selector, run.clock)
+        self.pods = waits.job_pods(kube, state.settings.namespace, state.settings.selector, state.clock)
 
-    def run(self) -> int:
+    def follow(self) -> int:
         """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
         settings = self.settings
-        chief, workers = self.job_run.attempt.chief, self.job_run.attempt.workers(len(self.plan) - 1)
-        with NodeWatch(self.kube, settings, self.reporter, clock=self.job_run.clock):
+        chief, workers = self.state.attempt.chief, self.state.attempt.workers(len(self.plan) - 1)
+        with NodeWatch(self.kube, settings, self.reporter, clock=self.state.clock):
             outcome = self._follow(chief, workers)
         if isinstance(outcome, waits.ChiefFinished):
             return outcome.exit_code
         if isinstance(outcome, waits.PodLost):
             raise outcome.error()
-        if self.job_run.clock.monotonic() >= self.deadline:
+        if self.state.clock.monotonic() >= self.deadline:
             raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
                                    exitcodes.TIMED_OUT)
         reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
@@ -63,7 +63,7 @@ class PostTraining:
         expected = [chief, *workers]
         pod_waits = PodWaits(self.reporter, expected)
         try:
-            with StartWatch(self.kube, settings, self.job_run.clock) as starting:
+            with StartWatch(self.kube, settings, self.state.clock) as starting:
                 outcome = starting.wait(self.pods, waits.chief_started(chief, workers), expected, self.deadline,
                                         pod_waits)
         finally:
@@ -72,4 +72,4 @@ class PostTraining:
             return outcome
         self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")
-        return self.kind.follow(self.kube, self.job_run, chief, workers, self.pods)
+        return self.kind.follow(self.kube, self.state, chief, workers, self.pods)

@@ -35,7 +35,7 @@ from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.queueing import QueuedPlacement
 from distributetrain.manager.reporting import PodWaits
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import tear_down
 
@@ -106,40 +106,40 @@ class AttemptNotStarted(errors.DistributeTrainError):
 
 
 class PreTraining:
-    """Start the run's current attempt: adopt its pods, or plan and create them."""
+    """Start the current attempt: adopt its pods, or plan and create them."""
 
-    def __init__(self, kube: Kube, run: Run, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, state: ProcessState, kind: StaticJob | ElasticJob):
         self.kube = kube
-        self.job_run = run
+        self.state = state
         self.kind = kind  # the plan's shape
-        self.settings = run.settings
-        self.reporter = run.reporter
-        self.attempt = run.attempt
+        self.settings = state.settings
+        self.reporter = state.reporter
+        self.attempt = state.attempt
         self.last_shortage = ""  # logged once per change
         self.domains = ""  # with --topology: the network domains of the plan being booked
         self.dra_nodes: set[str] = set()  # of the plan being booked: nodes whose pods claim their GPUs
         self.new_node_place = NewNodePlace()  # where the plan's shares on new nodes go (``scaleup``)
         self.keys_created = False  # the attempt's Secret and the job's NetworkPolicies, made before its first Lease
 
-    def run(self) -> Plan:
+    def start(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
         raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
         settings = self.settings
         pods = job_pods(self.kube, settings)
         plan = self._adopt(pods)
         if plan is None:
-            self.job_run.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
+            self.state.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
             preflight(self.kube, settings)
-            volumeclaims.wait_until_bound(self.kube, self.job_run)
-            earlierruns.clear(self.kube, settings, self.job_run.clock)
-            plan = (QueuedPlacement(self.kube, self.job_run, self.kind).place() if settings.queue
-                    else self._place(self.job_run.gpus_until))
+            volumeclaims.wait_until_bound(self.kube, self.state)
+            earlierruns.clear(self.kube, settings, self.state.clock)
+            plan = (QueuedPlacement(self.kube, self.state, self.kind).place() if settings.queue
+                    else self._place(self.state.gpus_until))
             pods = {}
         chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
         outcome = waits.attempt_started(chief, workers)(pods) if pods else None
         if not isinstance(outcome, (waits.AttemptStarted, waits.ChiefFinished)):  # else adopted: no news
             if scaleup.new_node_shares(plan):
-                plan = newnodes.wait_for_new_nodes(self.kube, self.job_run, plan, chief, workers)
+                plan = newnodes.wait_for_new_nodes(self.kube, self.state, plan, chief, workers)
             outcome = self._wait_until_started(chief, workers)
             if isinstance(outcome, waits.AttemptStarted):
                 if workers:
@@ -151,7 +151,7 @@ class PreTraining:
             log.info("job %s: the chief ended before training started (exit code %d)", settings.job_name,
                      outcome.exit_code)
             return plan  # post-training reads its end: its exit code is the job's
-        self.job_run.hosts.publish(outcome.hosts)
+        self.state.hosts.publish(outcome.hosts)
         log.info("job %s: the chief has its %d hosts", settings.job_name, len(outcome.hosts))
         return plan
 
@@ -159,7 +159,7 @@ class PreTraining:
         settings = self.settings
         self.reporter.phase("StartingWorkers")
         pod_waits = PodWaits(self.reporter, [*workers, chief])
-        clock = self.job_run.clock
+        clock = self.state.clock
         try:
             # A worker's node lost while it starts: deleted at once, a loss like any other.
             # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
@@ -167,7 +167,7 @@ class PreTraining:
                     StartWatch(self.kube, settings, clock) as starting:
                 outcome = starting.wait(waits.job_pods(self.kube, settings.namespace, settings.selector, clock),
                                         waits.attempt_started(chief, workers), [*workers, chief],
-                                        self.job_run.deadline, pod_waits)
+                                        self.state.deadline, pod_waits)
         finally:
             pod_waits.done()
         if isinstance(outcome, waits.PodLost):
@@ -200,7 +200,7 @@ class PreTraining:
             return None
         if not any(placed):
             log.info("job %s: adopting attempt %d, queued", settings.job_name, self.attempt.number)
-            return QueuedPlacement(self.kube, self.job_run, self.kind).resume([share for _, share in plan],
+            return QueuedPlacement(self.kube, self.state, self.kind).resume([share for _, share in plan],
                                                                               podgroup.group_of(chief))
         log.info("job %s: adopting attempt %d, plan %s", settings.job_name, self.attempt.number, format_plan(plan))
         return plan
@@ -213,8 +213,8 @@ class PreTraining:
         are taken again only when those say the request fits, and once more when the
         wait is over (for the reasons the job fails with).
         """
-        wait_until = min(give_up_at, self.job_run.deadline)
-        clock = self.job_run.clock
+        wait_until = min(give_up_at, self.state.deadline)
+        clock = self.state.clock
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
@@ -260,9 +260,9 @@ class PreTraining:
         free = ledger.free()
         # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus),
         # nor once none came for the job (``newnodes.NodesNotComing``).
-        may_wait = self.job_run.clock.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
+        may_wait = self.state.clock.monotonic() < min(self.state.gpus_until, self.state.deadline)
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
-                                    may_wait and not self.job_run.growth_stopped, ledger.volume_claims, ledger.paths)
+                                    may_wait and not self.state.growth_stopped, ledger.volume_claims, ledger.paths)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
         self.dra_nodes = ledger.dra_nodes()
         if scaleup.new_node_shares(plan):
@@ -273,9 +273,9 @@ class PreTraining:
     def _short(self, short: booking.Short, wait_until: float) -> None:
         """Fail once the wait is over; until then, say (once per change) what is missing."""
         settings = self.settings
-        if self.job_run.clock.monotonic() >= wait_until:
+        if self.state.clock.monotonic() >= wait_until:
             advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
-            grown = f"; before: {self.job_run.growth_stopped}" if self.job_run.growth_stopped else ""
+            grown = f"; before: {self.state.growth_stopped}" if self.state.growth_stopped else ""
             raise errors.JobFailed(f"{short}{advice}{grown}", exitcodes.INSUFFICIENT_GPUS)
         if str(short) != self.last_shortage:
             log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, short,

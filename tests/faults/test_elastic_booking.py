@@ -18,7 +18,7 @@ from distributetrain.kube.client import Kube
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.elastic import ElasticFollower
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from jobharness import node_pool
 
 pytestmark = pytest.mark.cluster
@@ -48,9 +48,9 @@ def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(clust
                                    discovery_url="http://192.0.2.1:8470/hosts")
             kube = Kube(api_client)
             reporter = Reporter(kube, settings, events.EventRecorder(settings, None))
-            run = Run(settings, reporter, Attempt(settings.job_name), time.monotonic() + 120, time.monotonic(),
-                      HostList())
-            followers.append(ElasticFollower(kube, run))
+            state = ProcessState(settings, reporter, Attempt(settings.job_name), time.monotonic() + 120, time.monotonic(),
+                                 HostList())
+            followers.append(ElasticFollower(kube, state))
         overbooked, stop = [], threading.Event()
 
         def check():

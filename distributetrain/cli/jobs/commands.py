@@ -100,7 +100,7 @@ def _reported(handler: Handler) -> Handler:
     """API and lookup failures become one line on stderr and their exit code."""
 
     @functools.wraps(handler)
-    def run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+    def reported(args: argparse.Namespace, script_args: Sequence[str]) -> int:
         if script_args and args.command != "submit":
             raise errors.UsageError("--", "only submit takes arguments for the training script")
         try:
@@ -113,7 +113,7 @@ def _reported(handler: Handler) -> Handler:
         except KeyboardInterrupt:
             return INTERRUPTED
 
-    return run
+    return reported
 
 
 def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[JobSettings, ManagerOptions]:
@@ -170,7 +170,7 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str]) -> int:
         raise errors.UsageError("--namespace", f"cannot create the manager in {namespace!r}: {e}") from None
     print(name, flush=True)
     if args.follow:
-        return Follower(kube, namespace, name, sys.stdout, sys.stderr).run()
+        return Follower(kube, namespace, name, sys.stdout, sys.stderr).follow()
     return exitcodes.OK
 
 

@@ -129,7 +129,7 @@ class Follower:
         self.lines = ProgressLines(name)
         self.manager_seen = False
 
-    def run(self) -> int:
+    def follow(self) -> int:
         try:
             return self._run()
         except KeyboardInterrupt:

@@ -264,7 +264,7 @@ def test_follow_of_a_job_that_fails_before_training(capsys, kube):
     kube.put(manager())
     kube.pod_watches = [[("MODIFIED", annotated(manager(phase="Failed", exit_code=69), **{
         "distributetrain.io/phase": "Failed", "distributetrain.io/reason": "requested 2 GPUs but only 1 is free"}))]]
-    code = follow.Follower(kube, "ml", "demo", out := TextSink(), err := TextSink()).run()
+    code = follow.Follower(kube, "ml", "demo", out := TextSink(), err := TextSink()).follow()
     assert (code, out.text) == (69, "")
     assert err.text.splitlines()[-1] == "demo: Failed, exit code 69: requested 2 GPUs but only 1 is free"
 
@@ -273,7 +273,7 @@ def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kub
     kube.put(batch_job())
     pod = manager(pod_name="demo-x7k2p")
     kube.pod_watches = [[("ADDED", pod)], [("DELETED", pod)]]
-    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink()).run()
+    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink()).follow()
     assert code == 143
     assert err.text.splitlines() == ["demo: manager pod demo-x7k2p: Running",
                                      "demo: the manager pod was deleted: the job is cancelled"]
@@ -282,7 +282,7 @@ def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kub
 def test_follow_gives_up_on_a_manager_that_never_starts(kube, monkeypatch):
     kube.put(manager(phase="Pending"))
     monkeypatch.setattr(follow, "MANAGER_START_TIMEOUT_S", 0.0)
-    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink()).run()
+    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink()).follow()
     assert code == 75
     assert "did not start within 0s" in err.text
 

@@ -11,7 +11,7 @@ from distributetrain.core.volumeclaims import Claim, ClaimUse, JobClaims
 from distributetrain.manager import booking, queueing, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
 from distributetrain.manager.kinds import StaticJob
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from harness.builders import JOB, make_claim, make_node, make_pod, make_volume, node, sized_node, storage_class
 from harness.kube import FakeKube
 from harness.polling import poll_until
@@ -181,7 +181,7 @@ class BindingClock(FakeClock):
 
 
 def run_of(settings, clock):
-    return Run(settings, reporter=None, attempt=None, deadline=float("inf"), gpus_until=0.0, hosts=None, clock=clock)
+    return ProcessState(settings, reporter=None, attempt=None, deadline=float("inf"), gpus_until=0.0, hosts=None, clock=clock)
 
 
 def test_a_claim_not_bound_yet_is_waited_for_then_the_job_plans():

@@ -19,7 +19,7 @@ from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import booking, elastic
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -225,11 +225,11 @@ def follow(kube, settings=FOLLOWED):
     api = FakeEventsApi()
     reporter = Reporter(kube, settings, EventRecorder(settings, api))
     now = kube.clock.monotonic()
-    run = Run(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
+    state = ProcessState(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
-    follower = elastic.ElasticFollower(kube, run, free_gpus_client=lambda same: same)
+    follower = elastic.ElasticFollower(kube, state, free_gpus_client=lambda same: same)
     try:
-        outcome = follower.run()
+        outcome = follower.follow()
     finally:
         reporter.events.close()  # sends what is still queued
     return outcome, api.notes()
