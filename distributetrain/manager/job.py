@@ -11,7 +11,7 @@ attempt is lost, the loop alone decides what comes next:
   died): another attempt, re-planned, while ``--wait-for-gpus`` lasts, else 75;
 - pods refused by a ResourceQuota full for now: another attempt once the quota's use
   changed (``quotawait``), while ``--wait-for-gpus`` lasts, else 73;
-- no node coming for the pods of a scale-up (``newnodes``: an autoscaler at its limits,
+- no node coming for the pods of a scale-up (``scaleup``: an autoscaler at its limits,
   or none answering): another attempt that waits for free GPUs instead, while
   ``--wait-for-gpus`` lasts, else 69.
 
@@ -36,7 +36,7 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import newnodes, quotawait
+from distributetrain.manager import quotawait, scaleup
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
@@ -90,7 +90,7 @@ class Job:
                         self._plan_again(late)
                     except errors.QuotaFull as full:
                         self._wait_for_quota(full)
-                    except newnodes.NodesNotComing as not_coming:
+                    except scaleup.NodesNotComing as not_coming:
                         self._stop_growing(not_coming)
         finally:
             if not until_started:
@@ -151,7 +151,7 @@ class Job:
         if isinstance(self.quota_wait.wait(full, until), quotawait.StillFull):
             raise full
 
-    def _stop_growing(self, not_coming: newnodes.NodesNotComing) -> None:
+    def _stop_growing(self, not_coming: scaleup.NodesNotComing) -> None:
         """Release the attempt whose new nodes are not coming, so its shares on running
         nodes do not hold their GPUs idle, and plan on free GPUs alone from now on."""
         self._end_attempt()

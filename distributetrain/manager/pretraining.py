@@ -21,15 +21,17 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from distributetrain.core import (envsecrets, errors, exitcodes, gpuclaims, inventory, manifests, networkpolicy, podgroup,
-                                  podknobs, podsecurity, podstate, scaleup, topology, validation)
+from distributetrain.core import (envsecrets, errors, exitcodes, gpuclaims, inventory, manifests, podgroup,
+                                  podknobs, podsecurity, podstate, topology, validation)
+from distributetrain.core.networkpolicy import job_policies
 from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan, format_plan
+from distributetrain.core.scaleup import new_node_place, new_node_shares, planned_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import dra, events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck, volumeclaims
+from distributetrain.manager import booking, earlierruns, networkpolicy, podchecks, quotacheck, scaleup, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -73,7 +75,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     # With --device-class, the chief as on a DRA node, after its ResourceClaimTemplate.
     dra_probe = {PREFLIGHT_DRA_NODE} if settings.device_class and not settings.queue else set()
     probe_plan = [("preflight-node", 1), (PREFLIGHT_DRA_NODE if dra_probe else "preflight-node", 1)]
-    objects = [*networkpolicy.job_policies(settings), *gpuclaims.job_objects(settings, probe_plan, keys,
+    objects = [*job_policies(settings), *gpuclaims.job_objects(settings, probe_plan, keys,
                                                                             dra_nodes=dra_probe)]
     for obj in objects:
         try:
@@ -138,8 +140,8 @@ class PreTraining:
         chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
         outcome = waits.attempt_started(chief, workers)(pods) if pods else None
         if not isinstance(outcome, (waits.AttemptStarted, waits.ChiefFinished)):  # else adopted: no news
-            if scaleup.new_node_shares(plan):
-                plan = newnodes.wait_for_new_nodes(self.kube, self.state, plan, chief, workers)
+            if new_node_shares(plan):
+                plan = scaleup.wait_for_new_nodes(self.kube, self.state, plan, chief, workers)
             outcome = self._wait_until_started(chief, workers)
             if isinstance(outcome, waits.AttemptStarted):
                 if workers:
@@ -185,9 +187,9 @@ class PreTraining:
         workers = sorted((p for p in pods.values() if podstate.is_worker_of(p, self.attempt)), key=podstate.worker_index)
         if chief is None and not workers:
             return None
-        plan = [(scaleup.planned_node(pod), podstate.gpus_of(pod)) for pod in workers]
+        plan = [(planned_node(pod), podstate.gpus_of(pod)) for pod in workers]
         if chief is not None:
-            plan.append((scaleup.planned_node(chief), podstate.gpus_of(chief)))
+            plan.append((planned_node(chief), podstate.gpus_of(chief)))
         complete = chief is not None and sum(share for _, share in plan) == settings.num_gpus \
             and [podstate.worker_index(w) for w in workers] == list(range(len(workers)))
         placed = [podgroup.is_placed(pod) for pod in [*workers, *([chief] if chief else [])]]
@@ -252,21 +254,21 @@ class PreTraining:
         booking.check_request(surveyed, self.settings)
         if not self.keys_created:
             self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
-            isolation.isolate(self.kube, self.settings)
+            networkpolicy.isolate(self.kube, self.settings)
             self.keys_created = True
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
         # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus),
-        # nor once none came for the job (``newnodes.NodesNotComing``).
+        # nor once none came for the job (``scaleup.NodesNotComing``).
         may_wait = self.state.clock.monotonic() < min(self.state.gpus_until, self.state.deadline)
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
                                     may_wait and not self.state.growth_stopped, ledger.volume_claims, ledger.paths)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
         self.dra_nodes = ledger.dra_nodes()
-        if scaleup.new_node_shares(plan):
-            self.new_node_place = scaleup.new_node_place(plan, ledger.labels, self.settings)
+        if new_node_shares(plan):
+            self.new_node_place = new_node_place(plan, ledger.labels, self.settings)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
 

@@ -26,6 +26,6 @@ class ProcessState:
     gpus_until: float  # of ``clock``; how long plans may wait for GPUs (--wait-for-gpus)
     hosts: HostList  # the current attempt's workers, as the chief is told them
     clock: Clock = REAL_CLOCK  # what every window, deadline and wait of the process reads
-    # Why the job stopped making the cluster grow (``newnodes.NodesNotComing``): its plans
+    # Why the job stopped making the cluster grow (``scaleup.NodesNotComing``): its plans
     # then wait for free GPUs, as without --scale-up-node-gpus. Empty while it may grow.
     growth_stopped: str = ""

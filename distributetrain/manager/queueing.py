@@ -30,7 +30,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, isolation
+from distributetrain.manager import booking, networkpolicy
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.queuepositions import QueuePositions
@@ -151,7 +151,7 @@ class QueuedPlacement:
         secret, *pods = podgroup.queued_attempt(settings, wanted, JobKeys.generate(settings.job_name), attempt.number,
                                                 group)
         self.kube.create_owned(secret)
-        isolation.isolate(self.kube, settings)
+        networkpolicy.isolate(self.kube, settings)
         self.kube.create_all_owned(pods)
         self.state.reporter.events.record(
             events.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "

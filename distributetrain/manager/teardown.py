@@ -7,7 +7,7 @@ import logging
 from distributetrain.core import errors, names, podstate
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
-from distributetrain.manager import isolation
+from distributetrain.manager import networkpolicy
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
         deleted.append(f"secret/{names.secret_name(job)}")
     templates = _delete_claim_templates(kube, settings) if settings.device_class else []
-    return deleted + templates + isolation.remove(kube, settings)
+    return deleted + templates + networkpolicy.remove(kube, settings)
 
 
 def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:

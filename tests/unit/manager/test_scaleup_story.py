@@ -100,8 +100,8 @@ def quick_waits(monkeypatch):
     monkeypatch.setattr("distributetrain.manager.pretraining.FreeGpuWatch",
                         lambda kube, settings, clock, **more: FreeGpuWatch(kube, settings, client=lambda same: same,
                                                                            clock=clock, **more))
-    monkeypatch.setattr("distributetrain.manager.newnodes.RECHECK_S", 0.1)
-    monkeypatch.setattr("distributetrain.manager.newnodes.NO_AUTOSCALER_WINDOW_S", 0.5)
+    monkeypatch.setattr("distributetrain.manager.scaleup.RECHECK_S", 0.1)
+    monkeypatch.setattr("distributetrain.manager.scaleup.NO_AUTOSCALER_WINDOW_S", 0.5)
 
 
 def test_a_node_pool_at_its_limits_releases_the_pods_and_the_job_waits_for_free_gpus(story, quick_waits):
