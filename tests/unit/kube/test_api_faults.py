@@ -37,7 +37,7 @@ MANAGER_ENV = {"DISTRIBUTETRAIN_API_CONNECT_S": "0.5", "DISTRIBUTETRAIN_API_READ
 # Pre-training gives up on its first call, then teardown on its own: two retry deadlines,
 # each plus one request's timeouts and a backoff; then Python's start and the Events flush.
 MANAGER_EXITS_WITHIN_S = 2 * (1 + 0.5 + 0.5 + 2) + 15
-HANG_S = 90  # the test's own hard limit: the old manager never exited at all
+HANG_S = 90  # the test's own hard limit, for a manager that never exits
 
 
 def job_pods():

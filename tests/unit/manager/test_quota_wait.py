@@ -1,6 +1,6 @@
 """A ResourceQuota full for now (issue 33, item 5): with --wait-for-gpus the job releases
 what it created, waits on the quota through one informer (no list loop), and tries again
-once its used figures change so the job may fit; at the deadline, exit 73 as before."""
+once its used figures change so the job may fit; at the deadline, exit 73."""
 
 import socket
 
