@@ -43,9 +43,9 @@ class PodLost:
     reason: str
     preempted: bool = False  # Kueue evicted the job's workload
 
-    def error(self, when: str = "") -> errors.PodLost:
+    def error(self, when: str = "") -> errors.AttemptLost:
         """The lost attempt as the job's loop handles it (a restart, or exit 71; 72 when preempted)."""
-        return errors.PodLost(f"pod {self.pod} {self.reason}{when}",
+        return errors.AttemptLost(f"pod {self.pod} {self.reason}{when}",
                               exitcodes.PREEMPTED if self.preempted else exitcodes.WORKER_LOST)
 
 

@@ -84,7 +84,7 @@ class Job:
                         code = PostTraining(self.kube, self.job_run, plan, self.kind).run()
                         keep_chief = not self.settings.delete_chief
                         return code
-                    except errors.PodLost as lost:
+                    except errors.AttemptLost as lost:
                         self._restart(lost)
                     except AttemptNotStarted as late:
                         self._plan_again(late)
@@ -103,7 +103,7 @@ class Job:
             return contextlib.nullcontext()
         return DiscoveryServer(self.job_run.hosts, port=urllib.parse.urlsplit(self.settings.discovery_url).port)
 
-    def _restart(self, lost: errors.PodLost) -> None:
+    def _restart(self, lost: errors.AttemptLost) -> None:
         """The next attempt after a lost one, if the budget and the deadline allow; else raise ``lost``."""
         reporter = self.job_run.reporter
         used = reporter.record().restarts

@@ -131,7 +131,7 @@ def _unschedulable(pod: Mapping) -> bool:
 def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: list[str]) -> Plan:
     """The attempt's plan once the cluster has added nodes for its scale-up pods; raise
     ``JobFailed`` (69) when ``--wait-for-gpus`` runs out first or the autoscaler refuses
-    for good, ``NodesNotComing`` when it refuses for now or none answers, ``PodLost`` when
+    for good, ``NodesNotComing`` when it refuses for now or none answers, ``AttemptLost`` when
     a pod is lost."""
     settings = run.settings
     added = scaleup.new_node_shares(plan)

@@ -40,7 +40,7 @@ class PostTraining:
         self.pods = waits.job_pods(kube, run.settings.namespace, run.settings.selector, run.clock)
 
     def run(self) -> int:
-        """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
+        """The chief's exit code; raise ``AttemptLost`` when the attempt is lost, ``JobFailed`` when it broke."""
         settings = self.settings
         chief, workers = self.job_run.attempt.chief, self.job_run.attempt.workers(len(self.plan) - 1)
         with NodeWatch(self.kube, settings, self.reporter, clock=self.job_run.clock):

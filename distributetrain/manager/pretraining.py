@@ -123,7 +123,7 @@ class PreTraining:
 
     def run(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
-        raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
+        raise ``AttemptLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
         settings = self.settings
         pods = job_pods(self.kube, settings)
         plan = self._adopt(pods)

@@ -4,6 +4,7 @@ import pytest
 
 from distributetrain.core import envsecrets, errors, exitcodes
 from distributetrain.core.settings import JobSettings
+from distributetrain.manager.errorcodes import exit_code_of
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1",
                        env_from_secrets=("s3-creds", "wandb"))
@@ -31,7 +32,7 @@ def test_every_secret_present_in_the_jobs_namespace_passes():
 def test_a_missing_secret_is_bad_input_naming_the_flag_and_the_secret(namespace, present):
     with pytest.raises(errors.UsageError) as raised:
         envsecrets.require_env_secrets(SecretsOnly(namespace, present), SETTINGS)
-    assert raised.value.flag == "--env-from-secret" and raised.value.exit_code == exitcodes.USAGE
+    assert raised.value.flag == "--env-from-secret" and exit_code_of(raised.value) == exitcodes.USAGE
     missing = "s3-creds" if namespace == "other" else "wandb"
     assert f"{missing!r}" in str(raised.value) and "'ml'" in str(raised.value) and "\n" not in str(raised.value)
 

@@ -11,6 +11,7 @@ from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import lifecycle, quotawait
+from distributetrain.manager.errorcodes import exit_code_of
 from harness.builders import node
 from harness.kube import FakeKube
 
@@ -28,7 +29,7 @@ def gpu_quota(used: str, hard: str = "2") -> dict:
 
 def test_only_an_exceeded_quota_is_a_refusal_that_may_pass():
     full = errors.forbidden(REFUSAL)
-    assert isinstance(full, errors.QuotaFull) and (full.quota, full.exit_code) == ("gpus", 73)
+    assert isinstance(full, errors.QuotaFull) and (full.quota, exit_code_of(full)) == ("gpus", 73)
     assert str(full) == str(errors.QuotaExceeded(REFUSAL))  # the words of exit 73 are today's
     for never_passes in ('pods "x" is forbidden: failed quota: gpus: must specify limits.cpu',
                          'pods "x" is forbidden: maximum memory usage per Container is 4Gi, but limit is 8Gi'):
