@@ -49,7 +49,7 @@ from distributetrain.core.startprogress import Stage, StageClocks
 from distributetrain.kube import dra, events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
-from distributetrain.manager import booking
+from distributetrain.manager import booking, podwaits
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.run import Run
 from distributetrain.manager.startwatch import StartWatch
@@ -85,22 +85,22 @@ def ready_hosts(pods: Mapping[str, dict], attempt: Attempt) -> tuple[tuple[str, 
                  if podstate.is_ready(w) and podstate.address(w))
 
 
-def judge_elastic(settings: JobSettings, attempt: Attempt, published: tuple[tuple[str, int], ...]) -> waits.Judge:
+def judge_elastic(settings: JobSettings, attempt: Attempt, published: tuple[tuple[str, int], ...]) -> podwaits.Judge:
     """The chief's end or loss, else the hosts differing from ``published``."""
     chief = attempt.chief
 
-    def judge(pods: Mapping[str, dict]) -> waits.Outcome | HostsChanged | None:
+    def judge(pods: Mapping[str, dict]) -> podwaits.Outcome | HostsChanged | None:
         pod = pods.get(chief)
         if (gone := podstate.gone(pod)) is not None:
-            return waits.PodLost(chief, gone)
+            return podwaits.PodLost(chief, gone)
         hosts = ready_hosts(pods, attempt)
         world = podstate.gpus_of(pod) + sum(slots for _, slots in hosts)
         if podstate.is_finished(pod):
             code = podstate.exit_code(pod)
             if code != 0 and world < settings.min_gpus:
-                return waits.PodLost(chief, f"failed (exit code {code}) with {world} of --min-gpus "
+                return podwaits.PodLost(chief, f"failed (exit code {code}) with {world} of --min-gpus "
                                             f"{settings.min_gpus} GPUs left: workers were lost")
-            return waits.ChiefFinished(1 if code is None else code)
+            return podwaits.ChiefFinished(1 if code is None else code)
         if hosts != published:
             return HostsChanged(hosts, world)
         return None
@@ -147,7 +147,7 @@ class ElasticFollower:
         self.kube = kube
         self.clock = run.clock  # the run's deadline is of it
         # The job's pods as post-training follows them (its own when not given).
-        self.pods = pods if pods is not None else waits.job_pods(kube, run.settings.namespace, run.settings.selector,
+        self.pods = pods if pods is not None else waits.selected_pods(kube, run.settings.namespace, run.settings.selector,
                                                                  run.clock)
         self.free_gpus: FreeGpuWatch | None = None  # open while short of GPUs, after a booking found none
         self.free_gpus_client = free_gpus_client
@@ -165,14 +165,14 @@ class ElasticFollower:
         self.starts: StartWatch | None = None  # the Events of the job's pods, while a worker starts
         self.failures_in_a_row = 0  # of growing back: the backoff before the next try
 
-    def run(self) -> waits.Outcome:
+    def run(self) -> podwaits.Outcome:
         try:
             return self._follow()
         finally:
             self._stop_following_free_gpus()
             self._stop_following_starts()
 
-    def _follow(self) -> waits.Outcome:
+    def _follow(self) -> podwaits.Outcome:
         settings = self.settings
         while True:
             wake_at = min(self.deadline, max(self.next_replace_at, self.clock.monotonic() + 0.1))
@@ -182,7 +182,7 @@ class ElasticFollower:
             elif outcome is not None:
                 return outcome
             elif self.clock.monotonic() >= self.deadline:
-                return waits.TimedOut({})
+                return podwaits.TimedOut({})
             try:
                 self._drop_overdue(pods)
                 self._replace_if_short(pods)

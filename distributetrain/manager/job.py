@@ -34,9 +34,9 @@ from distributetrain.core import errors, exitcodes, restarts
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events, waits
+from distributetrain.kube import events
 from distributetrain.kube.client import Kube
-from distributetrain.manager import newnodes, quotawait
+from distributetrain.manager import newnodes, podwaits, quotawait
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
@@ -171,7 +171,7 @@ class Job:
         tear_down(self.kube, settings, keep_chief=False)
         clock = self.job_run.clock
         gone_within_s = old_pods_gone_s(settings)
-        left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
+        left = podwaits.wait_until_gone(self.kube, settings.namespace, settings.selector,
                                      clock.monotonic() + gone_within_s, clock=clock)
         if left:
             log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",

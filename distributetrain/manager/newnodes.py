@@ -33,6 +33,7 @@ from distributetrain.core.placement import Plan, format_plan
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
+from distributetrain.manager import podwaits
 from distributetrain.manager.reporting import PodWaits
 from distributetrain.manager.run import Run
 from distributetrain.manager.startwatch import RECHECK_S, StartWatch
@@ -80,13 +81,13 @@ class NodesNotComing(errors.DistributeTrainError):
         super().__init__(cause)
 
 
-def all_bound(chief: str, workers: list[str], shares: list[int]) -> waits.Judge:
+def all_bound(chief: str, workers: list[str], shares: list[int]) -> podwaits.Judge:
     """Done when every pod of the attempt has its node; lost when one ends or vanishes first."""
 
-    def judge(pods: Mapping[str, dict]) -> NodesAdded | waits.PodLost | None:
+    def judge(pods: Mapping[str, dict]) -> NodesAdded | podwaits.PodLost | None:
         names = [*workers, chief]
         for name in names:
-            if found := waits.lost(name, pods.get(name)):
+            if found := podwaits.lost(name, pods.get(name)):
                 return found
         if all(podstate.node(pods[name]) for name in names):
             return NodesAdded([(podstate.node(pods[name]), share) for name, share in zip(names, shares)])
@@ -139,7 +140,7 @@ def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: li
              settings.job_name, max(0.0, run.gpus_until - run.clock.monotonic()), added, format_plan(plan))
     run.reporter.phase("WaitingForNodes")
     names = [*workers, chief]
-    pods = waits.job_pods(kube, settings.namespace, settings.selector, run.clock)
+    pods = waits.selected_pods(kube, settings.namespace, settings.selector, run.clock)
     pod_waits = PodWaits(run.reporter, names)  # why each pod waits, on the manager pod
     bound = all_bound(chief, workers, [share for _, share in plan])
     try:
@@ -151,14 +152,14 @@ def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: li
                 return bound(view) or answers.judge(view)
 
             outcome, view = _watch(pods, judge, min(run.gpus_until, run.deadline), run, names)
-            why = _why(watch, view, outcome) if isinstance(outcome, waits.TimedOut) else ""
+            why = _why(watch, view, outcome) if isinstance(outcome, podwaits.TimedOut) else ""
     finally:
         pod_waits.done()
     return _outcome(run, outcome, added, why)
 
 
-def _watch(pods: Informer, judge: waits.Judge, until: float, run: Run,
-           names: list[str]) -> tuple[waits.Outcome, Mapping[str, dict]]:
+def _watch(pods: Informer, judge: podwaits.Judge, until: float, run: Run,
+           names: list[str]) -> tuple[podwaits.Outcome, Mapping[str, dict]]:
     """``judge``'s outcome, judged on every change of the pods and every RECHECK_S (the
     autoscaler's Events come meanwhile), or ``TimedOut`` at ``until``; and the last view."""
     while True:
@@ -168,12 +169,12 @@ def _watch(pods: Informer, judge: waits.Judge, until: float, run: Run,
         if outcome is not None:
             return outcome, view
         if run.clock.monotonic() >= until:
-            return waits.TimedOut(waits.pending_reasons(view, names)), view
+            return podwaits.TimedOut(podwaits.pending_reasons(view, names)), view
 
 
 def _outcome(run: Run, outcome, added: int, why: str) -> Plan:
     settings = run.settings
-    if isinstance(outcome, waits.PodLost):
+    if isinstance(outcome, podwaits.PodLost):
         raise outcome.error(" while the cluster added nodes")
     if isinstance(outcome, Refused) and outcome.final:
         raise errors.JobFailed(f"the cluster's autoscaler adds no node that could hold the job's pods: {outcome}",
@@ -185,7 +186,7 @@ def _outcome(run: Run, outcome, added: int, why: str) -> Plan:
                 "scheduler's finding no node for them")
         run.reporter.events.record(events.WAITING_FOR_NODES, note)
         raise NodesNotComing(note)
-    if isinstance(outcome, waits.TimedOut):
+    if isinstance(outcome, podwaits.TimedOut):
         bound = ("--active-deadline" if run.deadline < run.gpus_until
                  else f"--wait-for-gpus ({settings.wait_for_gpus_s:.0f}s)")
         raise errors.JobFailed(f"the cluster did not add the {added} nodes the job's pods wait for within {bound}: "
@@ -195,7 +196,7 @@ def _outcome(run: Run, outcome, added: int, why: str) -> Plan:
     return outcome.plan
 
 
-def _why(watch: StartWatch, pods: Mapping[str, dict], late: waits.TimedOut) -> str:
+def _why(watch: StartWatch, pods: Mapping[str, dict], late: podwaits.TimedOut) -> str:
     """Each pod's own reason, and what the cluster's autoscaler last said of it, if anything
     (Karpenter's NodePool limits, no instance type that fits; a node on its way): passed
     through as said."""

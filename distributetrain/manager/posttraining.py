@@ -18,6 +18,7 @@ from distributetrain.core import errors, exitcodes
 from distributetrain.core.placement import Plan
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
+from distributetrain.manager import podwaits
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.reporting import PodWaits
@@ -37,7 +38,7 @@ class PostTraining:
         self.reporter = run.reporter
         self.deadline = run.deadline
         # One list of the job's pods for the whole of post-training: each wait reads it live.
-        self.pods = waits.job_pods(kube, run.settings.namespace, run.settings.selector, run.clock)
+        self.pods = waits.selected_pods(kube, run.settings.namespace, run.settings.selector, run.clock)
 
     def run(self) -> int:
         """The chief's exit code; raise ``AttemptLost`` when the attempt is lost, ``JobFailed`` when it broke."""
@@ -45,9 +46,9 @@ class PostTraining:
         chief, workers = self.job_run.attempt.chief, self.job_run.attempt.workers(len(self.plan) - 1)
         with NodeWatch(self.kube, settings, self.reporter, clock=self.job_run.clock):
             outcome = self._follow(chief, workers)
-        if isinstance(outcome, waits.ChiefFinished):
+        if isinstance(outcome, podwaits.ChiefFinished):
             return outcome.exit_code
-        if isinstance(outcome, waits.PodLost):
+        if isinstance(outcome, podwaits.PodLost):
             raise outcome.error()
         if self.job_run.clock.monotonic() >= self.deadline:
             raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
@@ -56,7 +57,7 @@ class PostTraining:
         raise errors.JobFailed(f"chief did not start within {settings.worker_ready_timeout_s:.0f}s ({reasons})",
                                exitcodes.TIMED_OUT)
 
-    def _follow(self, chief: str, workers: list[str]) -> waits.Outcome:
+    def _follow(self, chief: str, workers: list[str]) -> podwaits.Outcome:
         """From the chief's creation to its end (or the attempt's loss, or a deadline). Its
         image pull, however long, does not count against --worker-ready-timeout (``startwatch``)."""
         settings = self.settings
@@ -64,11 +65,11 @@ class PostTraining:
         pod_waits = PodWaits(self.reporter, expected)
         try:
             with StartWatch(self.kube, settings, self.job_run.clock) as starting:
-                outcome = starting.wait(self.pods, waits.chief_started(chief, workers), expected, self.deadline,
+                outcome = starting.wait(self.pods, podwaits.chief_started(chief, workers), expected, self.deadline,
                                         pod_waits)
         finally:
             pod_waits.done()
-        if not isinstance(outcome, waits.ChiefStarted):
+        if not isinstance(outcome, podwaits.ChiefStarted):
             return outcome
         self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")

@@ -29,7 +29,8 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import dra, events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck, volumeclaims
+from distributetrain.manager import (booking, earlierruns, isolation, newnodes, podchecks, podwaits, quotacheck,
+                                     volumeclaims)
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -136,18 +137,18 @@ class PreTraining:
                     else self._place(self.job_run.gpus_until))
             pods = {}
         chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
-        outcome = waits.attempt_started(chief, workers)(pods) if pods else None
-        if not isinstance(outcome, (waits.AttemptStarted, waits.ChiefFinished)):  # else adopted: no news
+        outcome = podwaits.attempt_started(chief, workers)(pods) if pods else None
+        if not isinstance(outcome, (podwaits.AttemptStarted, podwaits.ChiefFinished)):  # else adopted: no news
             if scaleup.new_node_shares(plan):
                 plan = newnodes.wait_for_new_nodes(self.kube, self.job_run, plan, chief, workers)
             outcome = self._wait_until_started(chief, workers)
-            if isinstance(outcome, waits.AttemptStarted):
+            if isinstance(outcome, podwaits.AttemptStarted):
                 if workers:
                     self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
                                                 ", ".join(f"{name} ({address})"
                                                           for name, (address, _) in zip(workers, outcome.hosts)))
                 self.reporter.phase("Running")
-        if isinstance(outcome, waits.ChiefFinished):
+        if isinstance(outcome, podwaits.ChiefFinished):
             log.info("job %s: the chief ended before training started (exit code %d)", settings.job_name,
                      outcome.exit_code)
             return plan  # post-training reads its end: its exit code is the job's
@@ -155,7 +156,7 @@ class PreTraining:
         log.info("job %s: the chief has its %d hosts", settings.job_name, len(outcome.hosts))
         return plan
 
-    def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted | waits.ChiefFinished:
+    def _wait_until_started(self, chief: str, workers: list[str]) -> podwaits.AttemptStarted | podwaits.ChiefFinished:
         settings = self.settings
         self.reporter.phase("StartingWorkers")
         pod_waits = PodWaits(self.reporter, [*workers, chief])
@@ -165,14 +166,14 @@ class PreTraining:
             # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
             with NodeWatch(self.kube, settings, self.reporter, clock=clock), \
                     StartWatch(self.kube, settings, clock) as starting:
-                outcome = starting.wait(waits.job_pods(self.kube, settings.namespace, settings.selector, clock),
-                                        waits.attempt_started(chief, workers), [*workers, chief],
+                outcome = starting.wait(waits.selected_pods(self.kube, settings.namespace, settings.selector, clock),
+                                        podwaits.attempt_started(chief, workers), [*workers, chief],
                                         self.job_run.deadline, pod_waits)
         finally:
             pod_waits.done()
-        if isinstance(outcome, waits.PodLost):
+        if isinstance(outcome, podwaits.PodLost):
             raise outcome.error(" before training started")
-        if isinstance(outcome, waits.TimedOut):
+        if isinstance(outcome, podwaits.TimedOut):
             raise AttemptNotStarted(outcome.waiting_for)
         return outcome
 

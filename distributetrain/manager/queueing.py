@@ -30,7 +30,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, isolation
+from distributetrain.manager import booking, isolation, podwaits
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.queuepositions import QueuePositions
@@ -65,13 +65,13 @@ def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | Elastic
     raise shortage
 
 
-def admission(pods_of_group: list[str]) -> waits.Judge:
+def admission(pods_of_group: list[str]) -> podwaits.Judge:
     """Admitted once Kueue's gates are gone from every pod; lost when one ends or vanishes
     first (Kueue deletes a preempted group's pods)."""
 
-    def judge(pods: Mapping[str, dict]) -> waits.Outcome | Admitted | None:
+    def judge(pods: Mapping[str, dict]) -> podwaits.Outcome | Admitted | None:
         for name in pods_of_group:
-            if lost := waits.lost(name, pods.get(name)):
+            if lost := podwaits.lost(name, pods.get(name)):
                 return lost
         return Admitted() if all(podgroup.is_admitted(pods[name]) for name in pods_of_group) else None
 
@@ -164,7 +164,7 @@ class QueuedPlacement:
         settings = self.run.settings
         outcome, view = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
                                           self.run.deadline, self.run.clock)
-        if isinstance(outcome, waits.PodLost):
+        if isinstance(outcome, podwaits.PodLost):
             raise outcome.error(" while queued")
         if outcome is None:
             raise errors.JobFailed(f"not admitted by queue {settings.queue} within --active-deadline "

@@ -168,7 +168,7 @@ def job(monkeypatch, tmp_path):
     monkeypatch.setattr(events, "EventsApi", lambda api_client: type("Api", (), {
         "create": lambda self, event: recorded.append(event["reason"]), "patch": lambda self, *a: None})())
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
-    monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.01)
+    monkeypatch.setattr("distributetrain.manager.podwaits.WORKER_STATUS_LAG_S", 0.01)
 
     def run(settings, frees):
         kube = FakeKube([node("a", 1), node("b", 1)])
