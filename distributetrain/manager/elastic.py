@@ -46,10 +46,10 @@ from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudgets
 from distributetrain.core.startprogress import Stage, StageClocks
-from distributetrain.kube import dra, events, waits
+from distributetrain.kube import dra, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
-from distributetrain.manager import booking, podwaits
+from distributetrain.manager import booking, jobevents, podwaits
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.run import Run
 from distributetrain.manager.startwatch import StartWatch
@@ -198,7 +198,7 @@ class ElasticFollower:
         self.next_replace_at = self.clock.monotonic() + delay
         log.warning("job %s: could not replace lost workers (%s); training goes on, next try in %.0fs",
                     self.settings.job_name, error, delay)
-        self.reporter.events.record(events.REPLACE_FAILED, f"{error}; training goes on, tried again later")
+        self.reporter.events.record(jobevents.REPLACE_FAILED, f"{error}; training goes on, tried again later")
 
     def _publish(self, change: HostsChanged) -> None:
         before = self.world
@@ -208,7 +208,7 @@ class ElasticFollower:
             text = f"{change.world} of {self.settings.num_gpus} GPUs on {len(change.hosts) + 1} hosts (was {before})"
             log.info("job %s: elastic hosts: %s: %s", self.settings.job_name, text,
                      " ".join(f"{a}:{s}" for a, s in change.hosts))
-            self.reporter.events.record(events.RESIZED, text)
+            self.reporter.events.record(jobevents.RESIZED, text)
         if change.world < before:
             self.next_replace_at = 0.0  # a loss: look for replacements at once
 
@@ -326,4 +326,4 @@ class ElasticFollower:
             f"{self.attempt.worker(first + i)} on {node} ({share} GPUs)"
             for i, (node, share) in enumerate(plan))
         log.info("job %s: replacing lost workers: %s (plan %s)", settings.job_name, text, format_plan(plan))
-        self.reporter.events.record(events.WORKERS_CREATED, "replacing lost workers: " + text)
+        self.reporter.events.record(jobevents.WORKERS_CREATED, "replacing lost workers: " + text)

@@ -34,9 +34,8 @@ from distributetrain.core import errors, exitcodes, restarts
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events
 from distributetrain.kube.client import Kube
-from distributetrain.manager import newnodes, podwaits, quotawait
+from distributetrain.manager import jobevents, newnodes, podwaits, quotawait
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
@@ -125,7 +124,7 @@ class Job:
         give_up = self.job_run.clock.monotonic() >= min(self.job_run.gpus_until, self.job_run.deadline)
         timeout_s = self.settings.worker_ready_timeout_s
         self.job_run.reporter.events.record(
-            events.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
+            jobevents.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
                              + ("" if give_up else " and planning again"))
         if give_up:
             raise errors.JobFailed(f"pods not Ready within {timeout_s:.0f}s; released them ({late})",
@@ -143,7 +142,7 @@ class Job:
         if self.job_run.clock.monotonic() >= until:
             raise full
         self._end_attempt()
-        self.job_run.reporter.events.record(events.RELEASED, f"ResourceQuota {full.quota} refused the job's "
+        self.job_run.reporter.events.record(jobevents.RELEASED, f"ResourceQuota {full.quota} refused the job's "
                                                              "pods; released what the attempt created")
         # The next try's pods get new names: a released pod may still be terminating.
         self.job_run.attempt = self.job_run.attempt.next()
@@ -158,7 +157,7 @@ class Job:
         self.job_run.growth_stopped = not_coming.cause
         left_s = max(0.0, min(self.job_run.gpus_until, self.job_run.deadline) - self.job_run.clock.monotonic())
         self.job_run.reporter.events.record(
-            events.RELEASED, f"{not_coming.cause}; released the job's pods and waiting up to {left_s:.0f}s more for "
+            jobevents.RELEASED, f"{not_coming.cause}; released the job's pods and waiting up to {left_s:.0f}s more for "
                              "free GPUs (--wait-for-gpus)")
         log.warning("job %s: %s; released its pods, waiting for free GPUs", self.settings.job_name, not_coming.cause)
         self.job_run.attempt = self.job_run.attempt.next()

@@ -21,7 +21,7 @@ from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import runtimeclass
+from distributetrain.manager import jobevents, runtimeclass
 from distributetrain.manager.errorcodes import exit_code_of
 from distributetrain.manager.job import Job
 from distributetrain.manager.reporting import Reporter
@@ -99,7 +99,7 @@ def execute(
     the exit code of the phase that ended without recording an outcome (killed, crashed),
     recorded on the manager pod unless one is there already.
     """
-    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, jobevents.KINDS))
     try:
         return _execute(kube, settings, phase, unless_restarting, failed_with, reporter, clock)
     finally:

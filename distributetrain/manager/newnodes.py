@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 from distributetrain.core import errors, exitcodes, podstate, scaleup, startprogress
 from distributetrain.core.placement import Plan, format_plan
-from distributetrain.kube import events, waits
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
-from distributetrain.manager import podwaits
+from distributetrain.manager import jobevents, podwaits
 from distributetrain.manager.reporting import PodWaits
 from distributetrain.manager.run import Run
 from distributetrain.manager.startwatch import RECHECK_S, StartWatch
@@ -184,14 +184,14 @@ def _outcome(run: Run, outcome, added: int, why: str) -> Plan:
     if isinstance(outcome, NoAutoscaler):
         note = (f"no autoscaler has answered for the job's pods within {NO_AUTOSCALER_WINDOW_S:.0f}s of the "
                 "scheduler's finding no node for them")
-        run.reporter.events.record(events.WAITING_FOR_NODES, note)
+        run.reporter.events.record(jobevents.WAITING_FOR_NODES, note)
         raise NodesNotComing(note)
     if isinstance(outcome, podwaits.TimedOut):
         bound = ("--active-deadline" if run.deadline < run.gpus_until
                  else f"--wait-for-gpus ({settings.wait_for_gpus_s:.0f}s)")
         raise errors.JobFailed(f"the cluster did not add the {added} nodes the job's pods wait for within {bound}: "
                                f"{why}", exitcodes.INSUFFICIENT_GPUS)
-    run.reporter.events.record(events.NODES_ADDED, f"the job's pods have their nodes: {format_plan(outcome.plan)}")
+    run.reporter.events.record(jobevents.NODES_ADDED, f"the job's pods have their nodes: {format_plan(outcome.plan)}")
     run.reporter.planned(outcome.plan)
     return outcome.plan
 

@@ -16,9 +16,9 @@ import logging
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.placement import Plan
-from distributetrain.kube import events, waits
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import podwaits
+from distributetrain.manager import jobevents, podwaits
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.reporting import PodWaits
@@ -71,6 +71,6 @@ class PostTraining:
             pod_waits.done()
         if not isinstance(outcome, podwaits.ChiefStarted):
             return outcome
-        self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
+        self.reporter.events.record(jobevents.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")
         return self.kind.follow(self.kube, self.job_run, chief, workers, self.pods)

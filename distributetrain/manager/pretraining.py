@@ -27,9 +27,9 @@ from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import dra, events, waits
+from distributetrain.kube import dra, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import (booking, earlierruns, isolation, newnodes, podchecks, podwaits, quotacheck,
+from distributetrain.manager import (jobevents, booking, earlierruns, isolation, newnodes, podchecks, podwaits, quotacheck,
                                      volumeclaims)
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
@@ -144,7 +144,7 @@ class PreTraining:
             outcome = self._wait_until_started(chief, workers)
             if isinstance(outcome, podwaits.AttemptStarted):
                 if workers:
-                    self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
+                    self.reporter.events.record(jobevents.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
                                                 ", ".join(f"{name} ({address})"
                                                           for name, (address, _) in zip(workers, outcome.hosts)))
                 self.reporter.phase("Running")
@@ -283,7 +283,7 @@ class PreTraining:
                      settings.wait_for_gpus_s)
             self.last_shortage = str(short)
         # The same shortage again adds to one Event's count (the recorder's series).
-        self.reporter.events.record(events.WAITING_FOR_GPUS, f"{short}; waiting up to "
+        self.reporter.events.record(jobevents.WAITING_FOR_GPUS, f"{short}; waiting up to "
                                     f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
 
     def _wait_for_freed_gpus(self, watch: FreeGpuWatch, seen: int, until: float) -> None:
@@ -298,7 +298,7 @@ class PreTraining:
         """The workers and the chief, in one burst (under the Lease)."""
         settings = self.settings
         in_domains = f" in {self.domains}" if self.domains else ""
-        self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
+        self.reporter.events.record(jobevents.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
         _, *objects = gpuclaims.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number,
@@ -306,11 +306,11 @@ class PreTraining:
         dra.create_templates(self.kube, objects)
         self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
         if len(plan) > 1:
-            self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
+            self.reporter.events.record(jobevents.WORKERS_CREATED, ", ".join(
                 f"{self.attempt.worker(index)} on {node} ({share} GPUs)"
                 for index, (node, share) in enumerate(plan[:-1])))
         chief_node, chief_share = plan[-1]
         self.reporter.events.record(
-            events.CHIEF_CREATED, f"{self.attempt.chief} on {chief_node} "
+            jobevents.CHIEF_CREATED, f"{self.attempt.chief} on {chief_node} "
                                   f"({chief_share} GPUs): horovodrun -np {settings.num_gpus} over {len(plan)} pods "
                                   "once the workers are Ready")

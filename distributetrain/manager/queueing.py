@@ -28,9 +28,9 @@ from distributetrain.core.kueuenodes import NodeRule
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import events, waits
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, isolation, podwaits
+from distributetrain.manager import booking, isolation, jobevents, podwaits
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.queuepositions import QueuePositions
@@ -154,7 +154,7 @@ class QueuedPlacement:
         isolation.isolate(self.kube, settings)
         self.kube.create_all_owned(pods)
         self.run.reporter.events.record(
-            events.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
+            jobevents.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
                            f"({', '.join(map(str, wanted))} GPUs) in queue {settings.queue}")
         self.run.reporter.phase(record.QUEUED)
         return group
@@ -204,7 +204,7 @@ class QueuedPlacement:
         settings = self.run.settings
         self.run.reporter.planned(plan, domains)
         in_domains = f" in {domains}" if domains else ""
-        self.run.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
+        self.run.reporter.events.record(jobevents.PLANNED, f"admitted by queue {settings.queue}; "
                                                         f"{format_plan(plan)}{in_domains} (the chief's share last)")
 
     def _place_pods(self, pods: list[str], plan: Plan) -> None:

@@ -14,9 +14,8 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudgets
 from distributetrain.core.startprogress import Pulling
-from distributetrain.kube import events
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import booking, elastic, podwaits
+from distributetrain.manager import booking, elastic, jobevents, podwaits
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.run import Run
@@ -223,7 +222,7 @@ FOLLOWED = SETTINGS.replace(owner_uid="uid-1", min_gpus=1)
 def follow(kube, settings=FOLLOWED):
     """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
     api = FakeEventsApi()
-    reporter = Reporter(kube, settings, EventRecorder(settings, api))
+    reporter = Reporter(kube, settings, EventRecorder(settings, api, jobevents.KINDS))
     now = kube.clock.monotonic()
     run = Run(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
@@ -258,7 +257,7 @@ def test_a_failed_replacement_is_retried_and_the_job_goes_on(quick, call, failur
     outcome, recorded = follow(kube)
     assert outcome == podwaits.ChiefFinished(0)
     assert replacements(kube) == ["j-worker-1"]  # the missing 2 GPUs, on the one node, after two failures
-    failed = [note for reason, note in recorded if reason == events.REPLACE_FAILED]
+    failed = [note for reason, note in recorded if reason == jobevents.REPLACE_FAILED]
     assert failed and all(str(failure) in note for note in failed)
 
 
@@ -316,7 +315,7 @@ def test_a_busy_lease_is_retried_later_and_the_job_goes_on(quick, monkeypatch):
     kube.read = read_lease
     outcome, recorded = follow(kube)
     assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
-    assert any(reason == events.REPLACE_FAILED and "could not take the placement lock" in note
+    assert any(reason == jobevents.REPLACE_FAILED and "could not take the placement lock" in note
                for reason, note in recorded)
 
 
@@ -332,7 +331,7 @@ def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job(quick):
     kube.create_all_owned = create_while_another_manager_takes_the_lease
     outcome, recorded = follow(kube)
     assert outcome == podwaits.ChiefFinished(0)
-    assert any(reason == events.REPLACE_FAILED and "may have been held by another manager" in note
+    assert any(reason == jobevents.REPLACE_FAILED and "may have been held by another manager" in note
                for reason, note in recorded)
 
 
@@ -343,7 +342,7 @@ def test_an_overdue_worker_not_deleted_for_an_outage_is_deleted_later(quick):
     kube.failures = {"annotate_pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
     outcome, recorded = follow(kube, FOLLOWED.replace(num_gpus=3, worker_ready_timeout_s=0.1))
     assert outcome == podwaits.ChiefFinished(0) and kube.writes("delete") == ["j-worker-1"]
-    assert any(reason == events.REPLACE_FAILED and "j-worker-1" in note for reason, note in recorded)
+    assert any(reason == jobevents.REPLACE_FAILED and "j-worker-1" in note for reason, note in recorded)
 
 
 @given(st.integers(1, 100))
