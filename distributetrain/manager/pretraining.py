@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from distributetrain.core import (envsecrets, errors, exitcodes, gpuclaims, inventory, manifests, networkpolicy, podgroup,
+from distributetrain.core import (errors, exitcodes, gpuclaims, inventory, manifests, networkpolicy, podgroup,
                                   podknobs, podsecurity, podstate, scaleup, topology, validation)
 from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan, format_plan
@@ -65,7 +65,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     if settings.host_network and level:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")
-    envsecrets.require_env_secrets(kube, settings)
+    podchecks.require_env_secrets(kube, settings)
     podchecks.require_pull_secrets(kube, settings)
     podchecks.require_ipv4_between_pods(kube, settings)
     volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
