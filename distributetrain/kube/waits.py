@@ -10,7 +10,8 @@ means listing again: a wait is never aborted for it. What the pods mean is the c
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import KubeApi
@@ -19,13 +20,27 @@ from distributetrain.kube.informer import Informer, Satisfied
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Judged(Generic[T]):
+    """The judge's answer, and the pods it gave it on."""
+
+    outcome: T
+    pods: Mapping[str, dict]
+
+
+@dataclass(frozen=True)
+class DeadlinePassed:
+    """No answer by the deadline: the pods as last seen."""
+
+    pods: Mapping[str, dict]
+
+
 def watch_until(
     kube: KubeApi, namespace: str, selector: str, judge: Callable[[Mapping[str, dict]], T | None], deadline: float,
     clock: Clock = REAL_CLOCK,
-) -> tuple[T | None, Mapping[str, dict]]:
+) -> Judged[T] | DeadlinePassed:
     """List, then watch, the selected pods until ``judge`` returns an outcome or ``deadline``
-    (monotonic) passes; return the outcome (None at the deadline) and the last view of the pods.
-    """
+    (monotonic) passes."""
     return judged(selected_pods(kube, namespace, selector, clock), judge, deadline)
 
 
@@ -36,9 +51,9 @@ def selected_pods(kube: KubeApi, namespace: str, selector: str, clock: Clock = R
 
 
 def judged(informer: Informer, judge: Callable[[Mapping[str, dict]], T | None],
-           deadline: float) -> tuple[T | None, Mapping[str, dict]]:
-    """``judge``'s outcome on the informer's pods (None at ``deadline``), and the last view of them."""
+           deadline: float) -> Judged[T] | DeadlinePassed:
+    """``judge``'s outcome on the informer's pods, or ``DeadlinePassed`` at ``deadline``."""
     result = informer.wait_until(judge, deadline)
     if isinstance(result, Satisfied):
-        return result.value, dict(informer.store)
-    return None, result.last_view
+        return Judged(result.value, dict(informer.store))
+    return DeadlinePassed(result.last_view)

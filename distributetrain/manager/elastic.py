@@ -176,7 +176,8 @@ class ElasticFollower:
         settings = self.settings
         while True:
             wake_at = min(self.deadline, max(self.next_replace_at, self.clock.monotonic() + 0.1))
-            outcome, pods = waits.judged(self.pods, judge_elastic(settings, self.attempt, self.published), wake_at)
+            result = waits.judged(self.pods, judge_elastic(settings, self.attempt, self.published), wake_at)
+            outcome, pods = (result.outcome if isinstance(result, waits.Judged) else None), result.pods
             if isinstance(outcome, HostsChanged):
                 self._publish(outcome)
             elif outcome is not None:

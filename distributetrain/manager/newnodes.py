@@ -163,9 +163,10 @@ def _watch(pods: Informer, judge: podwaits.Judge, until: float, run: Run,
     """``judge``'s outcome, judged on every change of the pods and every RECHECK_S (the
     autoscaler's Events come meanwhile), or ``TimedOut`` at ``until``; and the last view."""
     while True:
-        outcome, view = waits.judged(pods, judge, min(until, run.clock.monotonic() + RECHECK_S))
-        if outcome is None:  # a wake with no change of the pods: time went on, Events may have come
-            outcome = judge(view)
+        result = waits.judged(pods, judge, min(until, run.clock.monotonic() + RECHECK_S))
+        view = result.pods
+        # A wake with no change of the pods: time went on, Events may have come.
+        outcome = result.outcome if isinstance(result, waits.Judged) else judge(view)
         if outcome is not None:
             return outcome, view
         if run.clock.monotonic() >= until:

@@ -15,7 +15,7 @@ from distributetrain.core import errors, exitcodes, podstate
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.kube.client import KubeApi
 from distributetrain.kube.informer import Informer
-from distributetrain.kube.waits import judged, watch_until
+from distributetrain.kube.waits import Judged, judged, watch_until
 
 
 @dataclass(frozen=True)
@@ -163,13 +163,13 @@ def wait_until_gone(kube: KubeApi, namespace: str, selector: str, deadline: floa
                 if podstate.is_training_pod(pod)
                 and (only is None or name in only)}
 
-    outcome, pods = watch_until(kube, namespace, selector, lambda pods: True if not job_pods_left(pods) else None,
-                                deadline, clock)
-    return set() if outcome else job_pods_left(pods)
+    result = watch_until(kube, namespace, selector, lambda pods: True if not job_pods_left(pods) else None,
+                         deadline, clock)
+    return set() if isinstance(result, Judged) else job_pods_left(result.pods)
 
 
 def watch_job(pods: Informer, judge: Judge, deadline: float, expected: list[str]) -> Outcome:
     """Follow the job's pods (``kube.waits.selected_pods``) until ``judge`` returns an outcome,
     or TimedOut at ``deadline``."""
-    outcome, view = judged(pods, judge, deadline)
-    return outcome if outcome is not None else TimedOut(pending_reasons(view, expected))
+    result = judged(pods, judge, deadline)
+    return result.outcome if isinstance(result, Judged) else TimedOut(pending_reasons(result.pods, expected))

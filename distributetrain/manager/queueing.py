@@ -162,15 +162,15 @@ class QueuedPlacement:
     def _wait_for_admission(self, pods: list[str]) -> Mapping[str, dict]:
         """The pods once admitted (Kueue's gates gone)."""
         settings = self.run.settings
-        outcome, view = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
-                                          self.run.deadline, self.run.clock)
-        if isinstance(outcome, podwaits.PodLost):
-            raise outcome.error(" while queued")
-        if outcome is None:
+        result = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
+                                   self.run.deadline, self.run.clock)
+        if isinstance(result, waits.Judged) and isinstance(result.outcome, podwaits.PodLost):
+            raise result.outcome.error(" while queued")
+        if isinstance(result, waits.DeadlinePassed):
             raise errors.JobFailed(f"not admitted by queue {settings.queue} within --active-deadline "
                                    f"{settings.active_deadline_s:.0f}s", exitcodes.TIMED_OUT)
         log.info("job %s: admitted by queue %s", settings.job_name, settings.queue)
-        return view
+        return result.pods
 
     def _pin(self, pods: list[str], wanted: list[int], rules: list[NodeRule]) -> Plan:
         """Nodes for the admitted pods, each among those its ``rules`` allow, booked as

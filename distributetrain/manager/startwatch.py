@@ -111,9 +111,10 @@ class StartWatch:
         while True:
             now = self.clock.monotonic()
             wake = min(hard_deadline, now + RECHECK_S, budget.timeout_at(now), budget.stage_ends_at(slow))
-            outcome, view = waits.judged(pods, account_then_judge, wake)
-            if outcome is None:  # a wake with no change of the pods: time went on, Events may have come
-                outcome = account_then_judge(view)
+            result = waits.judged(pods, account_then_judge, wake)
+            view = result.pods
+            # A wake with no change of the pods: time went on, Events may have come.
+            outcome = result.outcome if isinstance(result, waits.Judged) else account_then_judge(view)
             if outcome is not None:
                 return outcome
             now = self.clock.monotonic()
