@@ -27,16 +27,20 @@ class AttemptStarted:
 
 @dataclass(frozen=True)
 class ChiefStarted:
-    pass
+    """The chief runs: training has begun."""
 
 
 @dataclass(frozen=True)
 class ChiefFinished:
+    """The chief ended: its exit code is the job's."""
+
     exit_code: int
 
 
 @dataclass(frozen=True)
 class PodLost:
+    """A pod the attempt needs is lost (ended, deleted, being deleted): the attempt is lost with it."""
+
     pod: str
     reason: str
     preempted: bool = False  # Kueue evicted the job's workload
@@ -44,11 +48,13 @@ class PodLost:
     def error(self, when: str = "") -> errors.AttemptLost:
         """The lost attempt as the job's loop handles it (a restart, or exit 71; 72 when preempted)."""
         return errors.AttemptLost(f"pod {self.pod} {self.reason}{when}",
-                              exitcodes.PREEMPTED if self.preempted else exitcodes.WORKER_LOST)
+                                  exitcodes.PREEMPTED if self.preempted else exitcodes.WORKER_LOST)
 
 
 @dataclass(frozen=True)
 class TimedOut:
+    """The deadline came first."""
+
     waiting_for: dict[str, str]  # pod name -> why it is not there yet
 
 
