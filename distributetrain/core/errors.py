@@ -38,7 +38,7 @@ ADMISSION_NOT_READY = "is forbidden: not yet ready to handle request"
 
 class DistributeTrainError(Exception):
     """Base class of the project's errors. Which exit code reports each one is the
-    manager's to say (``manager/exitcodes``), in one place."""
+    manager's to say (``manager/errorcodes``), in one place."""
 
 
 class UsageError(DistributeTrainError):
@@ -130,6 +130,14 @@ def forbidden(message: str) -> ApiError:
 
 class NotOwned(DistributeTrainError):
     """An object with the job's name exists but belongs to someone else."""
+
+
+class LeaseBusy(DistributeTrainError):
+    """A Lease (``kube.lock``) stayed held by another manager for as long as this one could wait."""
+
+
+class LeaseLost(DistributeTrainError):
+    """A Lease this manager held may have been held by another manager meanwhile."""
 
 
 class JobNotFound(DistributeTrainError):

@@ -19,6 +19,8 @@ CODES: dict[type[BaseException], int] = {
     errors.AdmissionRefused: exitcodes.ADMISSION_REFUSED,
     errors.ApiError: exitcodes.API_ERROR,
     errors.NotOwned: exitcodes.API_ERROR,
+    errors.LeaseBusy: exitcodes.TIMED_OUT,
+    errors.LeaseLost: exitcodes.API_ERROR,  # the plan may have raced another manager's
     errors.JobNotFound: exitcodes.NOT_FOUND,
     errors.Cancelled: exitcodes.CANCELLED,
     errors.DistributeTrainError: exitcodes.INTERNAL_ERROR,

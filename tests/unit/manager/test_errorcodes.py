@@ -38,6 +38,8 @@ def test_each_error_has_the_exit_code_a_user_reads():
     others = [
         errors.UsageError("--num-gpus", "must be at least 1"),
         errors.NotOwned("Secret demo-ssh exists and belongs to another job"),
+        errors.LeaseBusy("could not take the placement lock Lease within 120s"),
+        errors.LeaseLost("the placement lock Lease may have been held by another manager meanwhile"),
         errors.JobNotFound("no job 'demo' in namespace 'ml'"),
         errors.Cancelled("received SIGTERM"),
         errors.JobFailed("not enough free GPUs", exitcodes.INSUFFICIENT_GPUS),
@@ -63,6 +65,8 @@ def test_each_error_has_the_exit_code_a_user_reads():
         ("TransientApiError", 76),
         ("UsageError", 2),
         ("NotOwned", 76),
+        ("LeaseBusy", 75),
+        ("LeaseLost", 76),
         ("JobNotFound", 1),
         ("Cancelled", 143),
         ("JobFailed", 69),
