@@ -209,6 +209,8 @@ def _through_kueue(kube: JobsKube, settings: JobSettings, options: ManagerOption
     try:
         probe = kube.create(manager_spec.manager_pod(settings, options), dry_run=True)
     except errors.ApiError as e:  # a webhook of the cluster that cannot dry-run: Kueue's can
+        if type(e) is not errors.ApiError:
+            raise  # a refusal the API names (not found, forbidden, a quota...): the job's own, reported as it
         log.debug("dry run of the manager refused (%s): taken as outside Kueue", e)
         return manager
     if not podgroup.kueue_gated(probe):
