@@ -28,6 +28,7 @@ from bench.inventory_probe import admin_client, memory_mib
 from distributetrain.core.names import Attempt
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import jobevents
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.pretraining import PreTraining
@@ -58,7 +59,7 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
                                     "--cpu-per-gpu=0", "--memory-per-gpu=0", f"--wait-for-gpus={WAIT_FOR_GPUS_S:.0f}s",
                                     "--toleration=:NoSchedule", "--toleration=:NoExecute")
     kube = Kube(admin_client(Cluster.attach(), pool_size=8))
-    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, jobevents.KINDS))
     now = time.monotonic()
     state = ProcessState(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList())
     placement = PreTraining(kube, state, kind_of(settings))

@@ -24,6 +24,7 @@ from distributetrain.cli.jobflags import Parser, add_job_flags, settings_from_ar
 from distributetrain.cli.jobs import commands as job_commands
 from distributetrain.cli.jobs import plugin
 from distributetrain.core import errors, exitcodes
+from distributetrain.manager.errorcodes import exit_code_of
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args, script_args) if hasattr(args, "handler") else run_manager(args, script_args)
     except errors.UsageError as e:
         print(f"distributetrain: error: {e}", file=sys.stderr)
-        return exitcodes.USAGE
+        return exit_code_of(e)
 
 
 def run_manager(args: argparse.Namespace, script_args: list[str]) -> int:

@@ -109,15 +109,15 @@ def _survey_as_the_surveyor(kube: Kube, settings: JobSettings, clock: Clock, ver
     lease = PlacementLock(kube, settings.lease_namespace, holder, -1.0, VIEW_NAME, SURVEYOR_LEASE_S, clock)
     try:
         lease.__enter__()
-    except errors.JobFailed:
-        return None  # busy: another manager surveys
+    except errors.LeaseBusy:
+        return None  # another manager surveys
     try:
         view = take(kube)
         _publish(kube, settings.lease_namespace, view, version)
     finally:
         try:
             lease.__exit__(None, None, None)
-        except errors.JobFailed as e:  # two surveys published: either is good
+        except errors.LeaseLost as e:  # two surveys published: either is good
             log.info("job %s: %s", settings.job_name, e)
     return view
 

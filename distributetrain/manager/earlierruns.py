@@ -23,8 +23,8 @@ import logging
 from distributetrain.core import errors, exitcodes, names, podstate
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
+from distributetrain.manager import podwaits
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def clear(kube: Kube, settings: JobSettings, clock: Clock = REAL_CLOCK) -> None:
                  settings.job_name, ", ".join(finished))
         kube.delete_all("Pod", namespace, finished)
     if earlier:
-        left = waits.wait_until_gone(kube, namespace, names.job_selector(settings.job_name),
+        left = podwaits.wait_until_gone(kube, namespace, names.job_selector(settings.job_name),
                                      clock.monotonic() + EARLIER_RUN_GONE_S,
                                      only={pod["metadata"]["name"] for pod in earlier}, clock=clock)
         if left:

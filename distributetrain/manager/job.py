@@ -34,9 +34,8 @@ from distributetrain.core import errors, exitcodes, restarts
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import quotawait, scaleup
+from distributetrain.manager import jobevents, podwaits, quotawait, scaleup
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
@@ -84,7 +83,7 @@ class Job:
                         code = PostTraining(self.kube, self.state, plan, self.kind).follow()
                         keep_chief = not self.settings.delete_chief
                         return code
-                    except errors.PodLost as lost:
+                    except errors.AttemptLost as lost:
                         self._restart(lost)
                     except AttemptNotStarted as late:
                         self._plan_again(late)
@@ -103,7 +102,7 @@ class Job:
             return contextlib.nullcontext()
         return DiscoveryServer(self.state.hosts, port=urllib.parse.urlsplit(self.settings.discovery_url).port)
 
-    def _restart(self, lost: errors.PodLost) -> None:
+    def _restart(self, lost: errors.AttemptLost) -> None:
         """The next attempt after a lost one, if the budget and the deadline allow; else raise ``lost``."""
         reporter = self.state.reporter
         used = reporter.record().restarts
@@ -125,7 +124,7 @@ class Job:
         give_up = self.state.clock.monotonic() >= min(self.state.gpus_until, self.state.deadline)
         timeout_s = self.settings.worker_ready_timeout_s
         self.state.reporter.events.record(
-            events.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
+            jobevents.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
                              + ("" if give_up else " and planning again"))
         if give_up:
             raise errors.JobFailed(f"pods not Ready within {timeout_s:.0f}s; released them ({late})",
@@ -143,7 +142,7 @@ class Job:
         if self.state.clock.monotonic() >= until:
             raise full
         self._end_attempt()
-        self.state.reporter.events.record(events.RELEASED, f"ResourceQuota {full.quota} refused the job's "
+        self.state.reporter.events.record(jobevents.RELEASED, f"ResourceQuota {full.quota} refused the job's "
                                                              "pods; released what the attempt created")
         # The next try's pods get new names: a released pod may still be terminating.
         self.state.attempt = self.state.attempt.next()
@@ -158,7 +157,7 @@ class Job:
         self.state.growth_stopped = not_coming.cause
         left_s = max(0.0, min(self.state.gpus_until, self.state.deadline) - self.state.clock.monotonic())
         self.state.reporter.events.record(
-            events.RELEASED, f"{not_coming.cause}; released the job's pods and waiting up to {left_s:.0f}s more for "
+            jobevents.RELEASED, f"{not_coming.cause}; released the job's pods and waiting up to {left_s:.0f}s more for "
                              "free GPUs (--wait-for-gpus)")
         log.warning("job %s: %s; released its pods, waiting for free GPUs", self.settings.job_name, not_coming.cause)
         self.state.attempt = self.state.attempt.next()
@@ -171,7 +170,7 @@ class Job:
         tear_down(self.kube, settings, keep_chief=False)
         clock = self.state.clock
         gone_within_s = old_pods_gone_s(settings)
-        left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
+        left = podwaits.wait_until_gone(self.kube, settings.namespace, settings.selector,
                                      clock.monotonic() + gone_within_s, clock=clock)
         if left:
             log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",

@@ -57,9 +57,9 @@ from distributetrain.core import errors, podstate
 from distributetrain.core.clock import REAL_CLOCK, Clock
 from distributetrain.core.inventory import node_not_ready
 from distributetrain.core.settings import NODE_LOST_TOLERATION_S, JobSettings
-from distributetrain.kube import events
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.informer import Change, Informer
+from distributetrain.manager import jobevents
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import delete_because
 
@@ -315,6 +315,6 @@ class NodeWatch:
         settings = self.settings
         cause = f"its node {node} {why}"
         log.warning("job %s: node %s %s: deleting its pods %s", settings.job_name, node, why, ", ".join(doomed))
-        self.reporter.events.record(events.NODE_LOST, f"node {node} {why}: deleted {', '.join(doomed)}")
+        self.reporter.events.record(jobevents.NODE_LOST, f"node {node} {why}: deleted {', '.join(doomed)}")
         for name in doomed:
             delete_because(self.kube, settings.namespace, name, cause)

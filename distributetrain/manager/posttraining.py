@@ -16,8 +16,9 @@ import logging
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.placement import Plan
-from distributetrain.kube import events, waits
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
+from distributetrain.manager import jobevents, podwaits
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.reporting import PodWaits
@@ -37,17 +38,17 @@ class PostTraining:
         self.reporter = state.reporter
         self.deadline = state.deadline
         # One list of the job's pods for the whole of post-training: each wait reads it live.
-        self.pods = waits.job_pods(kube, state.settings.namespace, state.settings.selector, state.clock)
+        self.pods = waits.selected_pods(kube, state.settings.namespace, state.settings.selector, state.clock)
 
     def follow(self) -> int:
-        """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
+        """The chief's exit code; raise ``AttemptLost`` when the attempt is lost, ``JobFailed`` when it broke."""
         settings = self.settings
         chief, workers = self.state.attempt.chief, self.state.attempt.workers(len(self.plan) - 1)
         with NodeWatch(self.kube, settings, self.reporter, clock=self.state.clock):
             outcome = self._follow(chief, workers)
-        if isinstance(outcome, waits.ChiefFinished):
+        if isinstance(outcome, podwaits.ChiefFinished):
             return outcome.exit_code
-        if isinstance(outcome, waits.PodLost):
+        if isinstance(outcome, podwaits.PodLost):
             raise outcome.error()
         if self.state.clock.monotonic() >= self.deadline:
             raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
@@ -56,7 +57,7 @@ class PostTraining:
         raise errors.JobFailed(f"chief did not start within {settings.worker_ready_timeout_s:.0f}s ({reasons})",
                                exitcodes.TIMED_OUT)
 
-    def _follow(self, chief: str, workers: list[str]) -> waits.Outcome:
+    def _follow(self, chief: str, workers: list[str]) -> podwaits.Outcome:
         """From the chief's creation to its end (or the attempt's loss, or a deadline). Its
         image pull, however long, does not count against --worker-ready-timeout (``startwatch``)."""
         settings = self.settings
@@ -64,12 +65,12 @@ class PostTraining:
         pod_waits = PodWaits(self.reporter, expected)
         try:
             with StartWatch(self.kube, settings, self.state.clock) as starting:
-                outcome = starting.wait(self.pods, waits.chief_started(chief, workers), expected, self.deadline,
+                outcome = starting.wait(self.pods, podwaits.chief_started(chief, workers), expected, self.deadline,
                                         pod_waits)
         finally:
             pod_waits.done()
-        if not isinstance(outcome, waits.ChiefStarted):
+        if not isinstance(outcome, podwaits.ChiefStarted):
             return outcome
-        self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
+        self.reporter.events.record(jobevents.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")
         return self.kind.follow(self.kube, self.state, chief, workers, self.pods)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from distributetrain.core import (envsecrets, errors, exitcodes, gpuclaims, inventory, manifests, podgroup,
+from distributetrain.core import (errors, exitcodes, gpuclaims, inventory, manifests, podgroup,
                                   podknobs, podsecurity, podstate, topology, validation)
 from distributetrain.core.networkpolicy import job_policies
 from distributetrain.core.newnodepods import NewNodePlace
@@ -29,9 +29,10 @@ from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.scaleup import new_node_place, new_node_shares, planned_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import dra, events, waits
+from distributetrain.kube import dra, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, networkpolicy, podchecks, quotacheck, scaleup, volumeclaims
+from distributetrain.manager import (booking, earlierruns, jobevents, networkpolicy, podchecks, podwaits, quotacheck,
+                                     scaleup, volumeclaims)
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
@@ -66,7 +67,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     if settings.host_network and level:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")
-    envsecrets.require_env_secrets(kube, settings)
+    podchecks.require_env_secrets(kube, settings)
     podchecks.require_pull_secrets(kube, settings)
     podchecks.require_ipv4_between_pods(kube, settings)
     volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
@@ -125,7 +126,7 @@ class PreTraining:
 
     def start(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
-        raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
+        raise ``AttemptLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
         settings = self.settings
         pods = job_pods(self.kube, settings)
         plan = self._adopt(pods)
@@ -138,18 +139,18 @@ class PreTraining:
                     else self._place(self.state.gpus_until))
             pods = {}
         chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
-        outcome = waits.attempt_started(chief, workers)(pods) if pods else None
-        if not isinstance(outcome, (waits.AttemptStarted, waits.ChiefFinished)):  # else adopted: no news
+        outcome = podwaits.attempt_started(chief, workers)(pods) if pods else None
+        if not isinstance(outcome, (podwaits.AttemptStarted, podwaits.ChiefFinished)):  # else adopted: no news
             if new_node_shares(plan):
                 plan = scaleup.wait_for_new_nodes(self.kube, self.state, plan, chief, workers)
             outcome = self._wait_until_started(chief, workers)
-            if isinstance(outcome, waits.AttemptStarted):
+            if isinstance(outcome, podwaits.AttemptStarted):
                 if workers:
-                    self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
+                    self.reporter.events.record(jobevents.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
                                                 ", ".join(f"{name} ({address})"
                                                           for name, (address, _) in zip(workers, outcome.hosts)))
                 self.reporter.phase("Running")
-        if isinstance(outcome, waits.ChiefFinished):
+        if isinstance(outcome, podwaits.ChiefFinished):
             log.info("job %s: the chief ended before training started (exit code %d)", settings.job_name,
                      outcome.exit_code)
             return plan  # post-training reads its end: its exit code is the job's
@@ -157,7 +158,7 @@ class PreTraining:
         log.info("job %s: the chief has its %d hosts", settings.job_name, len(outcome.hosts))
         return plan
 
-    def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted | waits.ChiefFinished:
+    def _wait_until_started(self, chief: str, workers: list[str]) -> podwaits.AttemptStarted | podwaits.ChiefFinished:
         settings = self.settings
         self.reporter.phase("StartingWorkers")
         pod_waits = PodWaits(self.reporter, [*workers, chief])
@@ -167,14 +168,14 @@ class PreTraining:
             # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
             with NodeWatch(self.kube, settings, self.reporter, clock=clock), \
                     StartWatch(self.kube, settings, clock) as starting:
-                outcome = starting.wait(waits.job_pods(self.kube, settings.namespace, settings.selector, clock),
-                                        waits.attempt_started(chief, workers), [*workers, chief],
+                outcome = starting.wait(waits.selected_pods(self.kube, settings.namespace, settings.selector, clock),
+                                        podwaits.attempt_started(chief, workers), [*workers, chief],
                                         self.state.deadline, pod_waits)
         finally:
             pod_waits.done()
-        if isinstance(outcome, waits.PodLost):
+        if isinstance(outcome, podwaits.PodLost):
             raise outcome.error(" before training started")
-        if isinstance(outcome, waits.TimedOut):
+        if isinstance(outcome, podwaits.TimedOut):
             raise AttemptNotStarted(outcome.waiting_for)
         return outcome
 
@@ -284,7 +285,7 @@ class PreTraining:
                      settings.wait_for_gpus_s)
             self.last_shortage = str(short)
         # The same shortage again adds to one Event's count (the recorder's series).
-        self.reporter.events.record(events.WAITING_FOR_GPUS, f"{short}; waiting up to "
+        self.reporter.events.record(jobevents.WAITING_FOR_GPUS, f"{short}; waiting up to "
                                     f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
 
     def _wait_for_freed_gpus(self, watch: FreeGpuWatch, seen: int, until: float) -> None:
@@ -299,7 +300,7 @@ class PreTraining:
         """The workers and the chief, in one burst (under the Lease)."""
         settings = self.settings
         in_domains = f" in {self.domains}" if self.domains else ""
-        self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
+        self.reporter.events.record(jobevents.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
         _, *objects = gpuclaims.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number,
@@ -307,11 +308,11 @@ class PreTraining:
         dra.create_templates(self.kube, objects)
         self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
         if len(plan) > 1:
-            self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
+            self.reporter.events.record(jobevents.WORKERS_CREATED, ", ".join(
                 f"{self.attempt.worker(index)} on {node} ({share} GPUs)"
                 for index, (node, share) in enumerate(plan[:-1])))
         chief_node, chief_share = plan[-1]
         self.reporter.events.record(
-            events.CHIEF_CREATED, f"{self.attempt.chief} on {chief_node} "
+            jobevents.CHIEF_CREATED, f"{self.attempt.chief} on {chief_node} "
                                   f"({chief_share} GPUs): horovodrun -np {settings.num_gpus} over {len(plan)} pods "
                                   "once the workers are Ready")

@@ -28,9 +28,9 @@ from distributetrain.core.kueuenodes import NodeRule
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import events, waits
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, networkpolicy
+from distributetrain.manager import booking, jobevents, networkpolicy, podwaits
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.queuepositions import QueuePositions
@@ -65,13 +65,13 @@ def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | Elastic
     raise shortage
 
 
-def admission(pods_of_group: list[str]) -> waits.Judge:
+def admission(pods_of_group: list[str]) -> podwaits.Judge:
     """Admitted once Kueue's gates are gone from every pod; lost when one ends or vanishes
     first (Kueue deletes a preempted group's pods)."""
 
-    def judge(pods: Mapping[str, dict]) -> waits.Outcome | Admitted | None:
+    def judge(pods: Mapping[str, dict]) -> podwaits.Outcome | Admitted | None:
         for name in pods_of_group:
-            if lost := waits.lost(name, pods.get(name)):
+            if lost := podwaits.lost(name, pods.get(name)):
                 return lost
         return Admitted() if all(podgroup.is_admitted(pods[name]) for name in pods_of_group) else None
 
@@ -154,7 +154,7 @@ class QueuedPlacement:
         networkpolicy.isolate(self.kube, settings)
         self.kube.create_all_owned(pods)
         self.state.reporter.events.record(
-            events.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
+            jobevents.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
                            f"({', '.join(map(str, wanted))} GPUs) in queue {settings.queue}")
         self.state.reporter.phase(record.QUEUED)
         return group
@@ -162,15 +162,15 @@ class QueuedPlacement:
     def _wait_for_admission(self, pods: list[str]) -> Mapping[str, dict]:
         """The pods once admitted (Kueue's gates gone)."""
         settings = self.state.settings
-        outcome, view = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
-                                          self.state.deadline, self.state.clock)
-        if isinstance(outcome, waits.PodLost):
-            raise outcome.error(" while queued")
-        if outcome is None:
+        result = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
+                                   self.state.deadline, self.state.clock)
+        if isinstance(result, waits.Judged) and isinstance(result.outcome, podwaits.PodLost):
+            raise result.outcome.error(" while queued")
+        if isinstance(result, waits.DeadlinePassed):
             raise errors.JobFailed(f"not admitted by queue {settings.queue} within --active-deadline "
                                    f"{settings.active_deadline_s:.0f}s", exitcodes.TIMED_OUT)
         log.info("job %s: admitted by queue %s", settings.job_name, settings.queue)
-        return view
+        return result.pods
 
     def _pin(self, pods: list[str], wanted: list[int], rules: list[NodeRule]) -> Plan:
         """Nodes for the admitted pods, each among those its ``rules`` allow, booked as
@@ -204,7 +204,7 @@ class QueuedPlacement:
         settings = self.state.settings
         self.state.reporter.planned(plan, domains)
         in_domains = f" in {domains}" if domains else ""
-        self.state.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
+        self.state.reporter.events.record(jobevents.PLANNED, f"admitted by queue {settings.queue}; "
                                                         f"{format_plan(plan)}{in_domains} (the chief's share last)")
 
     def _place_pods(self, pods: list[str], plan: Plan) -> None:

@@ -15,6 +15,7 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.kube.client import Kube
+from distributetrain.manager import jobevents
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.elastic import ElasticFollower
 from distributetrain.manager.reporting import Reporter
@@ -47,7 +48,7 @@ def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(clust
                                    image="distributetrain/base:0.1.0", node_selector=(tuple(pool.selector.split("=", 1)),),
                                    discovery_url="http://192.0.2.1:8470/hosts")
             kube = Kube(api_client)
-            reporter = Reporter(kube, settings, events.EventRecorder(settings, None))
+            reporter = Reporter(kube, settings, events.EventRecorder(settings, None, jobevents.KINDS))
             state = ProcessState(settings, reporter, Attempt(settings.job_name), time.monotonic() + 120, time.monotonic(),
                                  HostList())
             followers.append(ElasticFollower(kube, state))

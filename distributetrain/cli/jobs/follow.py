@@ -169,8 +169,8 @@ class Follower:
                 return ManagerEnded(manager)
             return judge(manager, children)
 
-        outcome, _ = waits.watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline)
-        return outcome
+        result = waits.watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline)
+        return result.outcome if isinstance(result, waits.Judged) else None
 
     @staticmethod
     def _manager_started(manager: dict, _children: list[dict]) -> Outcome | None:

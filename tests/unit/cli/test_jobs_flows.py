@@ -9,6 +9,7 @@ import pytest
 
 from distributetrain.cli import main as cli
 from distributetrain.cli.jobs import cancel, commands, connection, follow, manager_spec
+from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
 from harness.kube import FakeKube
 from harness.streams import TextSink
@@ -79,6 +80,27 @@ def test_submit_creates_the_manager_and_prints_the_name(capsys, kube):
     args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--name", "demo",
                                           "--namespace", "ml"])
     assert kube.created == [manager_spec.manager_pod(*commands.submission(args, []))]
+
+
+def refused_once(error):
+    """A webhook that refuses the first object it is sent (the manager's dry run)."""
+    sent = []
+
+    def admit(obj):
+        sent.append(obj)
+        if len(sent) == 1:
+            raise error
+
+    return admit
+
+
+@pytest.mark.parametrize("refusal,code,out", [
+    (errors.ApiError('admission webhook "w.example.com" does not support dry run'), 0, "demo\n"),
+    (errors.NotFound('namespaces "ml" not found'), 76, ""),
+])
+def test_a_dry_run_only_a_webhook_refuses_is_taken_as_outside_kueue(capsys, kube, refusal, code, out):
+    kube.on_create.append(refused_once(refusal))
+    assert run(capsys, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")[:2] == (code, out)
 
 
 def test_submit_refuses_a_claim_that_does_not_exist_before_it_creates_anything(capsys, kube):
