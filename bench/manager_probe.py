@@ -29,11 +29,12 @@ from distributetrain.core.clock import RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import jobevents
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.pretraining import PreTraining
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from localcluster.cluster import Cluster
 
 WAIT_FOR_GPUS_S = 1800.0  # a busy Lease is waited for as long: no manager gives up in a run
@@ -60,15 +61,15 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
                                     "--toleration=:NoSchedule", "--toleration=:NoExecute")
     clock = RealClock()
     kube = Kube(admin_client(Cluster.attach(), pool_size=8), clock)
-    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock))
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS))
     now = clock.monotonic()
-    run = Run(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList(), clock)
-    placement = PreTraining(kube, run, kind_of(settings))
+    state = ProcessState(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList(), clock)
+    placement = PreTraining(kube, state, kind_of(settings))
     baseline_mib = memory_mib("VmRSS")
     print("ready", flush=True)
     sys.stdin.readline()  # the benchmark's word: every manager books from here
     started = time.monotonic()
-    plan = placement._place(run.gpus_until)
+    plan = placement._place(state.gpus_until)
     seconds = time.monotonic() - started
     reporter.events.close()
     return {"job": job, "gpus": gpus, "seconds": seconds, "pods": len(plan), "requests": sent[0],

@@ -105,24 +105,26 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     from distributetrain.kube.events import EventRecorder
     from distributetrain.kube.client import Kube
     from distributetrain.kube.connection import load_api_client
+    from distributetrain.manager import jobevents
     from distributetrain.manager.discovery import HostList
+    from distributetrain.manager.errorcodes import exit_code_of
     from distributetrain.core.names import Attempt
     from distributetrain.manager.kinds import kind_of
     from distributetrain.manager.pretraining import PreTraining
     from distributetrain.manager.reporting import Reporter
-    from distributetrain.manager.run import Run
+    from distributetrain.manager.processstate import ProcessState
 
     clock = RealClock()
     kube = Kube(load_api_client(kubeconfig=kubeconfig), clock)
-    recorder = EventRecorder.for_manager(kube, settings, clock)
-    run = Run(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
-              clock.monotonic() + settings.wait_for_gpus_s, HostList(), clock)
-    manager = PreTraining(kube, run, kind_of(settings))
+    recorder = EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS)
+    state = ProcessState(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
+                         clock.monotonic() + settings.wait_for_gpus_s, HostList(), clock)
+    manager = PreTraining(kube, state, kind_of(settings))
     try:
-        manager._place(run.gpus_until)
+        manager._place(state.gpus_until)
         outcome[settings.job_name] = "placed"
     except errors.DistributeTrainError as e:
-        outcome[settings.job_name] = f"exit {e.exit_code}"
+        outcome[settings.job_name] = f"exit {exit_code_of(e)}"
     finally:
         recorder.close()
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -20,6 +21,12 @@ sys.path.insert(1, str(Path(__file__).parents[1] / "localcluster"))
 from clusterfixtures import api_client, cluster, namespace  # noqa: E402,F401
 from jobharness import Jobs  # noqa: E402
 from projectrbac import apply_rbac, delete_shared_bindings  # noqa: E402
+
+# Property tests judge what a function returns, not how fast: on a loaded machine (CI's
+# cores are shared with the cluster's components) an example may take seconds, which
+# Hypothesis's default 200 ms deadline and its too-slow health check would call failures.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 @pytest.hookimpl(tryfirst=True)

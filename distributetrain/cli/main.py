@@ -25,6 +25,7 @@ from distributetrain.cli.jobs import commands as job_commands
 from distributetrain.cli.jobs import plugin
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.clock import Clock, RealClock
+from distributetrain.manager.errorcodes import exit_code_of
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def dispatch(argv: Sequence[str], clock: Clock) -> int:
         return run_manager(args, script_args, clock)
     except errors.UsageError as e:
         print(f"distributetrain: error: {e}", file=sys.stderr)
-        return exitcodes.USAGE
+        return exit_code_of(e)
 
 
 def run_manager(args: argparse.Namespace, script_args: list[str], clock: Clock) -> int:

@@ -1,10 +1,9 @@
-"""The project's exception types. API errors are translated once, in ``kube``, into these."""
+"""The project's exception types. API errors are translated once, in ``kube``, into
+``ApiError`` and its subclasses, so ``except ApiError`` catches every one of them."""
 
 from __future__ import annotations
 
 import re
-
-from distributetrain.core import exitcodes
 
 # Admission's refusals share RBAC's 403 but not its fix. As the apiserver words them:
 # ResourceQuota "exceeded quota: NAME, requested: ...", "failed quota: NAME: must specify
@@ -38,53 +37,49 @@ ADMISSION_NOT_READY = "is forbidden: not yet ready to handle request"
 
 
 class DistributeTrainError(Exception):
-    """Base class: carries the exit code that reports it."""
-
-    exit_code = exitcodes.INTERNAL_ERROR
+    """Base class of the project's errors. Which exit code reports each one is the
+    manager's to say (``manager/errorcodes``), in one place."""
 
 
 class UsageError(DistributeTrainError):
     """Bad input, detected before anything is created. Names the flag and the valid form."""
-
-    exit_code = exitcodes.USAGE
 
     def __init__(self, flag: str, message: str):
         self.flag = flag
         super().__init__(f"{flag}: {message}")
 
 
-class NotFound(DistributeTrainError):
-    exit_code = exitcodes.API_ERROR
+class ApiError(DistributeTrainError):
+    """The Kubernetes API refused or failed a call: the base of every API error, and the
+    error of a status no subclass names (translated once, in ``kube.calls``)."""
 
 
-class AlreadyExists(DistributeTrainError):
-    exit_code = exitcodes.API_ERROR
+class NotFound(ApiError):
+    pass
 
 
-class Conflict(DistributeTrainError):
-    exit_code = exitcodes.API_ERROR
+class AlreadyExists(ApiError):
+    pass
 
 
-class Gone(DistributeTrainError):
+class Conflict(ApiError):
+    pass
+
+
+class Gone(ApiError):
     """A watch's resourceVersion is too old (HTTP 410): relist and watch again."""
 
-    exit_code = exitcodes.API_ERROR
 
-
-class Invalid(DistributeTrainError):
+class Invalid(ApiError):
     """The API server rejected an object (HTTP 422)."""
 
-    exit_code = exitcodes.USAGE
+
+class Forbidden(ApiError):
+    """RBAC refused a call (HTTP 403 without an admission plugin's wording)."""
 
 
-class Forbidden(DistributeTrainError):
-    exit_code = exitcodes.PERMISSION_DENIED
-
-
-class QuotaExceeded(DistributeTrainError):
+class QuotaExceeded(ApiError):
     """A ResourceQuota or LimitRange of the namespace refused an object (a 403 from admission, not RBAC)."""
-
-    exit_code = exitcodes.QUOTA_EXCEEDED
 
     def __init__(self, message: str):
         super().__init__(
@@ -105,12 +100,10 @@ class QuotaFull(QuotaExceeded):
         super().__init__(message)
 
 
-class AdmissionRefused(DistributeTrainError):
+class AdmissionRefused(ApiError):
     """The cluster's admission control refused an object: PodSecurity, an admission policy,
     a webhook (a 403, or whatever 4xx a policy or webhook chose). Not RBAC: no rule of
     rbac/ cures it."""
-
-    exit_code = exitcodes.ADMISSION_REFUSED
 
     def __init__(self, message: str):
         super().__init__(
@@ -119,7 +112,11 @@ class AdmissionRefused(DistributeTrainError):
         )
 
 
-def forbidden(message: str) -> DistributeTrainError:
+class TransientApiError(ApiError):
+    """Connection refused, timeouts, 429 and 5xx: worth retrying until a deadline."""
+
+
+def forbidden(message: str) -> ApiError:
     """An HTTP 403 but a policy's or webhook's: a quota or limit refusal, admission not
     ready yet (transient), another built-in plugin's refusal, else RBAC's."""
     if full := QUOTA_FULL.search(message):
@@ -131,32 +128,32 @@ def forbidden(message: str) -> DistributeTrainError:
     return AdmissionRefused(message) if BUILT_IN_ADMISSION_REFUSAL.search(message) else Forbidden(message)
 
 
-class TransientApiError(DistributeTrainError):
-    """Connection refused, timeouts, 429 and 5xx: worth retrying until a deadline."""
-
-    exit_code = exitcodes.API_ERROR
-
-
-class ApiError(DistributeTrainError):
-    exit_code = exitcodes.API_ERROR
-
-
 class NotOwned(DistributeTrainError):
     """An object with the job's name exists but belongs to someone else."""
 
-    exit_code = exitcodes.API_ERROR
+
+class LeaseBusy(DistributeTrainError):
+    """A Lease (``kube.lock``) stayed held by another manager for as long as this one could wait."""
+
+
+class LeaseLost(DistributeTrainError):
+    """A Lease this manager held may have been held by another manager meanwhile."""
+
+
+class JobNotFound(DistributeTrainError):
+    """No such job, or not that part of it (yet): the user's mistake or timing, not the API's."""
 
 
 class JobFailed(DistributeTrainError):
-    """The job cannot go on; ``exit_code`` says why."""
+    """The job cannot go on; ``exit_code``, chosen where it fails, says why (69, 71, 75...)."""
 
     def __init__(self, message: str, exit_code: int):
         self.exit_code = exit_code
         super().__init__(message)
 
 
-class PodLost(JobFailed):
-    """A pod of the job was lost for a reason outside the training script (deleted,
+class AttemptLost(JobFailed):
+    """A pod of the attempt was lost for a reason outside the training script (deleted,
     evicted, its node gone, its sshd dead): the case --max-restarts retries."""
 
     def __init__(self, cause: str, exit_code: int):
@@ -166,5 +163,3 @@ class PodLost(JobFailed):
 
 class Cancelled(DistributeTrainError):
     """SIGTERM or SIGINT: tear down and stop."""
-
-    exit_code = exitcodes.CANCELLED

@@ -6,6 +6,7 @@ own outcomes use the sysexits range so they do not read as a training script's
 """
 
 OK = 0
+NOT_FOUND = 1  # the command line's: no such job (or not that part of it yet), like kubectl's "not found"
 USAGE = 2  # bad input: nothing was created
 INSUFFICIENT_GPUS = 69  # EX_UNAVAILABLE: the cluster cannot supply the GPUs (within --wait-for-gpus)
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug; everything created was still deleted

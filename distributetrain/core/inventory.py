@@ -299,7 +299,7 @@ class GpuLedger:
                                    awaiting=list(self.awaiting), _placed=None)
 
     def forget_pods(self) -> None:
-        """Back to the nodes alone, as before the first ``add_pod``."""
+        """Back to the nodes alone, with no pod added."""
         self.used.clear()
         self.requested.clear()
         self.own_nodes.clear()

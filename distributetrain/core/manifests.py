@@ -302,7 +302,7 @@ def _elastic_env(settings: JobSettings) -> list[dict]:
 def hosts_wait_s(settings: JobSettings) -> float:
     """How long the chief asks the manager for its hosts: longer than the manager may take
     to start the attempt once the chief runs. The nodes the cluster adds for the job
-    (``manager.newnodes``: --wait-for-gpus, from the manager's start, when the job grows
+    (``manager.scaleup``: --wait-for-gpus, from the manager's start, when the job grows
     it), then the start (``startbudget``): --worker-ready-timeout, and a pod's slow starts
     besides, a node launched for it (--scale-up-timeout) and then its image pull
     (--image-pull-timeout)."""

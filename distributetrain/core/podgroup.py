@@ -62,7 +62,7 @@ def group_of(pod: Mapping) -> str:
 
 
 def is_placed(pod: Mapping) -> bool:
-    """The job no longer holds the pod: it has been given its node."""
+    """The job has released the pod: it has been given its node."""
     return PLACEMENT_GATE not in gates(pod)
 
 

@@ -1,7 +1,7 @@
 """``--max-restarts``: whether a lost attempt is started again, and after how long.
 
 An attempt is lost when one of its pods is lost for a reason outside the training
-script (``errors.PodLost``): while it starts or while it trains. The budget lives on the
+script (``errors.AttemptLost``): while it starts or while it trains. The budget lives on the
 manager pod (the job's ``record``), so a restarted manager container neither resets
 nor double-counts it. A pure rule: the job loop (``job``) does what it says.
 """

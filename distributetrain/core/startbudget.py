@@ -6,7 +6,7 @@ image, awaiting a new node: ``startprogress``); each slow start has a bound of i
 ``--image-pull-timeout`` for a pull and ``--scale-up-timeout`` for a node, measured from
 when the manager first saw it. So a 6-minute pull on a fresh node starts fine under a
 5-minute timeout, while a pod the scheduler cannot place, or one whose container does
-not get Ready, is released as before.
+not get Ready, is released at --worker-ready-timeout.
 
 An elastic job's replacements start one by one while the job trains: each has a budget
 of its own (``StartBudgets``), by the same rule.

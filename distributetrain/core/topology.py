@@ -5,7 +5,7 @@ Horovod's allreduce runs at the pace of its slowest link, and links between node
 rack (one leaf switch) or one block are faster than those between them. So a job is
 planned inside the tightest domain that can hold it, and when none can, across as few
 domains as possible at each level, outermost first: the fewest blocks, then within them
-the fewest racks, then within those today's plan (fewest nodes, least stranded GPUs,
+the fewest racks, then within those ``placement``'s plan (fewest nodes, least stranded GPUs,
 ties by name). A rack that holds the job therefore wins over two racks with fewer nodes.
 
 Levels are node label keys, **outermost first** (zone, block, rack), the order of a Kueue
@@ -237,7 +237,7 @@ class _Search:
 
     def best(self, free: dict[str, int], level: int) -> tuple[tuple[int, ...], Plan] | None:
         """The plan within ``free`` with the fewest domains at ``level`` and each level inside
-        it, then today's rules: (domains per level from ``level`` in, nodes, stranded GPUs), plan."""
+        it, then ``placement``'s rules: (domains per level from ``level`` in, nodes, stranded GPUs), plan."""
         if level == len(self.levels):
             self.plans_left -= 1
             chosen = placement.plan(free, self.gpus)

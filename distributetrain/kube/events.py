@@ -2,9 +2,9 @@
 ``kubectl describe pod MANAGER``.
 
 Controllers say what they do to an object with Events regarding it; the manager does
-the same for its own pod at each step of the job: planned, workers created and Ready,
-chief created and started, waiting for GPUs, an attempt released, a pod that cannot
-start, succeeded or failed.
+the same for its own pod at each step of the job. This module writes them; which
+reasons there are, and each one's type and action, is the manager's (``manager/jobevents``):
+the recorder is given that table.
 
 Events are best effort. One background thread sends them in the order they happened,
 each call bounded, so a slow, failing or refusing API server never delays or fails the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from kubernetes import client
@@ -26,61 +27,12 @@ from kubernetes import client
 from distributetrain.core import errors, names
 from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
-from distributetrain.core.startprogress import AwaitingNode, Pulling
 from distributetrain.kube.calls import call, read_json
 from distributetrain.kube.client import Kube
 
 log = logging.getLogger(__name__)
 
-NORMAL = "Normal"
-WARNING = "Warning"
-
-# Reasons: what happened (the REASON column of `kubectl describe`).
-PLANNED = "Planned"
-QUEUED = "Queued"  # the attempt's pods wait in a Kueue queue as one workload
-WORKERS_CREATED = "WorkersCreated"
-WORKERS_READY = "WorkersReady"
-CHIEF_CREATED = "ChiefCreated"
-CHIEF_STARTED = "ChiefStarted"
-WAITING_FOR_GPUS = "WaitingForGPUs"
-WAITING_FOR_QUOTA = "WaitingForQuota"  # a ResourceQuota refused the job for what others use: it waits
-NODES_ADDED = "NodesAdded"  # the cluster added nodes for the job's scale-up pods (``core.scaleup``)
-WAITING_FOR_NODES = "WaitingForNodes"  # no autoscaler answers for the job's scale-up pods
-RELEASED = "Released"
-RESTARTING = "Restarting"
-RESIZED = "Resized"  # an elastic job lost or gained GPUs
-NODE_LOST = "NodeLost"  # a node holding the job's pods stopped being Ready: they were deleted
-REPLACE_FAILED = "ReplaceFailed"  # an elastic job could not grow back this time: it goes on, and tries again
-POD_WAITING = "PodWaiting"
-PULLING = "Pulling"  # a job pod's node pulls its image: progress, not counted against --worker-ready-timeout
-AWAITING_NODE = "AwaitingNode"  # a job pod waits for a node an autoscaler launches for it: progress too
-# What each slow start (a stage of ``startprogress``) is recorded as.
-SLOW_START_REASONS = {Pulling: PULLING, AwaitingNode: AWAITING_NODE}
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-# reason -> (type, action): the action is what the manager did, or does, about it.
-KINDS = {
-    PLANNED: (NORMAL, "Plan"),
-    QUEUED: (NORMAL, "Queue"),
-    WORKERS_CREATED: (NORMAL, "Create"),
-    WORKERS_READY: (NORMAL, "Wait"),
-    CHIEF_CREATED: (NORMAL, "Create"),
-    CHIEF_STARTED: (NORMAL, "Wait"),
-    WAITING_FOR_GPUS: (WARNING, "Plan"),
-    WAITING_FOR_QUOTA: (WARNING, "Wait"),
-    NODES_ADDED: (NORMAL, "Wait"),
-    WAITING_FOR_NODES: (WARNING, "Release"),
-    RELEASED: (WARNING, "Release"),
-    RESTARTING: (WARNING, "Restart"),
-    RESIZED: (NORMAL, "Resize"),
-    NODE_LOST: (WARNING, "Delete"),
-    REPLACE_FAILED: (WARNING, "Replace"),
-    POD_WAITING: (WARNING, "Wait"),
-    PULLING: (NORMAL, "Wait"),
-    AWAITING_NODE: (NORMAL, "Wait"),
-    SUCCEEDED: (NORMAL, "Finish"),
-    FAILED: (WARNING, "Finish"),
-}
+Kind = tuple[str, str]  # an Event's type ("Normal", "Warning") and action, as its reason calls for
 
 NOTE_MAX_BYTES = 1024  # events.k8s.io/v1 validation
 REPORTING_INSTANCE_MAX_CHARS = 128  # events.k8s.io/v1 validation
@@ -107,9 +59,9 @@ def bounded_note(note: str) -> str:
     return encoded[: NOTE_MAX_BYTES - len(TRUNCATED)].decode(errors="ignore") + TRUNCATED
 
 
-def event_object(settings: JobSettings, name: str, reason: str, note: str, at: float) -> dict:
+def event_object(settings: JobSettings, name: str, reason: str, kind: Kind, note: str, at: float) -> dict:
     """One Event regarding the manager pod, valid for events.k8s.io/v1."""
-    kind, action = KINDS[reason]
+    event_type, action = kind
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -119,7 +71,7 @@ def event_object(settings: JobSettings, name: str, reason: str, note: str, at: f
         "reportingInstance": settings.job_name[:REPORTING_INSTANCE_MAX_CHARS],
         "action": action,
         "reason": reason,
-        "type": kind,
+        "type": event_type,
         "note": bounded_note(note),
         "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": settings.own_namespace,
                       "name": settings.job_name, "uid": settings.owner_uid},
@@ -150,9 +102,10 @@ class EventsApi:
 class EventRecorder:
     """Records the job's Events in the background; ``record`` never blocks and never raises."""
 
-    def __init__(self, settings: JobSettings, api: EventsApi | None, clock: Clock):
+    def __init__(self, settings: JobSettings, api: EventsApi | None, clock: Clock, kinds: Mapping[str, Kind]):
         self.settings = settings
         self._clock = clock  # of the Events' times
+        self.kinds = kinds  # reason -> (type, action), every reason the job records
         self._api = api  # None: nowhere to record (outside a manager pod)
         self._queue: queue.SimpleQueue[tuple[str, str, float] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -162,9 +115,9 @@ class EventRecorder:
         self._failures = 0
 
     @classmethod
-    def for_manager(cls, kube: Kube, settings: JobSettings, clock: Clock) -> "EventRecorder":
+    def for_manager(cls, kube: Kube, settings: JobSettings, clock: Clock, kinds: Mapping[str, Kind]) -> "EventRecorder":
         # Outside a manager pod (e.g. `distributetrain run` from a laptop) no pod regards them.
-        return cls(settings, EventsApi(kube.api_client, clock) if settings.owner_uid else None, clock)
+        return cls(settings, EventsApi(kube.api_client, clock) if settings.owner_uid else None, clock, kinds)
 
     def record(self, reason: str, note: str) -> None:
         if self._api is None or self._closed:
@@ -213,7 +166,7 @@ class EventRecorder:
                 except errors.NotFound:
                     pass  # Events expire (an hour by default): record it afresh
             name = self._unique_name(at)
-            self._api.create(event_object(self.settings, name, reason, note, at))
+            self._api.create(event_object(self.settings, name, reason, self.kinds[reason], note, at))
             self._series[key] = (name, 1)
         except errors.Forbidden as e:
             # Said once, but tried again: a restarted apiserver refuses until its RBAC cache syncs.

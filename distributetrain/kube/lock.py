@@ -21,7 +21,7 @@ whatever its job's namespace, because GPUs are a cluster-wide resource.
   acquireTime. So reading the Lease back on exit, still naming this acquisition, proves
   the section was exclusive, and then it is released. When it names another (or is gone),
   or cannot be read and the last renewal is too old to be sure, leaving the section
-  raises ``JobFailed`` (exit 76): the caller's plan may have raced another manager's,
+  raises ``LeaseLost`` (exit 76): the caller's plan may have raced another manager's,
   so the job fails and tears down rather than run on it. A renewal that reads another
   holder stops renewing and makes the exit raise the same way.
 """
@@ -33,7 +33,7 @@ import math
 import random
 import threading
 
-from distributetrain.core import errors, exitcodes
+from distributetrain.core import errors
 from distributetrain.core.clock import Clock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import micro_time
@@ -99,10 +99,8 @@ class PlacementLock:
         give_up_at = max(started + self.timeout_s, self.wait_until)
         while not self._try_acquire(lease := self.kube.read("Lease", self.namespace, self.name)):
             if self.clock.monotonic() >= give_up_at:
-                raise errors.JobFailed(
-                    f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s",
-                    exitcodes.TIMED_OUT,
-                )
+                raise errors.LeaseBusy(
+                    f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s")
             self._wait_for_change(lease, give_up_at)
         log.info("took placement lock %s", self.where)
         self._renewer = threading.Thread(target=self._renew_until_stopped, name="lease-renewer", daemon=True)
@@ -211,7 +209,7 @@ class PlacementLock:
         if exc_type is not None:
             log.error("%s", message)  # the section's own failure is what the job reports
             return
-        raise errors.JobFailed(message, exitcodes.API_ERROR)
+        raise errors.LeaseLost(message)
 
     def _release(self) -> str:
         """Why the section may not have been exclusive ("" if it was), releasing the Lease.

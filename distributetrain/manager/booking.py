@@ -15,7 +15,7 @@ workers and chiefs (``names.BOOKINGS_SELECTOR``). So only they are read under it
 
 So no GPU is ever booked twice (the proof: docs/architecture.md, "The placement Lease").
 A pod of another tenant that took GPUs after the survey is the scheduler's to refuse, as
-it always was: the plan then waits out --worker-ready-timeout and plans again.
+for any pod: the plan then waits out --worker-ready-timeout and plans again.
 """
 
 from __future__ import annotations

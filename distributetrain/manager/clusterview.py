@@ -108,15 +108,15 @@ def _survey_as_the_surveyor(kube: Kube, settings: JobSettings, clock: Clock, ver
     lease = PlacementLock(kube, settings.lease_namespace, holder, -1.0, VIEW_NAME, clock, SURVEYOR_LEASE_S)
     try:
         lease.__enter__()
-    except errors.JobFailed:
-        return None  # busy: another manager surveys
+    except errors.LeaseBusy:
+        return None  # another manager surveys
     try:
         view = take(kube, clock)
         _publish(kube, settings.lease_namespace, view, version)
     finally:
         try:
             lease.__exit__(None, None, None)
-        except errors.JobFailed as e:  # two surveys published: either is good
+        except errors.LeaseLost as e:  # two surveys published: either is good
             log.info("job %s: %s", settings.job_name, e)
     return view
 

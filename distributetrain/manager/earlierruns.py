@@ -23,8 +23,8 @@ import logging
 from distributetrain.core import errors, exitcodes, names, podstate
 from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
+from distributetrain.manager import podwaits
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,9 @@ def clear(kube: Kube, settings: JobSettings, clock: Clock) -> None:
                  settings.job_name, ", ".join(finished))
         kube.delete_all("Pod", namespace, finished)
     if earlier:
-        left = waits.wait_until_gone(kube, namespace, names.job_selector(settings.job_name),
-                                     clock.monotonic() + EARLIER_RUN_GONE_S, clock,
-                                     only={pod["metadata"]["name"] for pod in earlier})
+        left = podwaits.wait_until_gone(kube, namespace, names.job_selector(settings.job_name),
+                                        clock.monotonic() + EARLIER_RUN_GONE_S, clock,
+                                        only={pod["metadata"]["name"] for pod in earlier})
         if left:
             raise errors.JobFailed(f"pods of an earlier run of job {settings.job_name} are still there after "
                                    f"{EARLIER_RUN_GONE_S:.0f}s: {', '.join(sorted(left))}", exitcodes.API_ERROR)

@@ -46,12 +46,12 @@ from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudgets
 from distributetrain.core.startprogress import Stage, StageClocks
-from distributetrain.kube import dra, events, waits
+from distributetrain.kube import dra, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
-from distributetrain.manager import booking
+from distributetrain.manager import booking, jobevents, podwaits
 from distributetrain.manager.freegpus import FreeGpuWatch
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import delete_because
 
@@ -85,22 +85,22 @@ def ready_hosts(pods: Mapping[str, dict], attempt: Attempt) -> tuple[tuple[str, 
                  if podstate.is_ready(w) and podstate.address(w))
 
 
-def judge_elastic(settings: JobSettings, attempt: Attempt, published: tuple[tuple[str, int], ...]) -> waits.Judge:
+def judge_elastic(settings: JobSettings, attempt: Attempt, published: tuple[tuple[str, int], ...]) -> podwaits.Judge:
     """The chief's end or loss, else the hosts differing from ``published``."""
     chief = attempt.chief
 
-    def judge(pods: Mapping[str, dict]) -> waits.Outcome | HostsChanged | None:
+    def judge(pods: Mapping[str, dict]) -> podwaits.Outcome | HostsChanged | None:
         pod = pods.get(chief)
         if (gone := podstate.gone(pod)) is not None:
-            return waits.PodLost(chief, gone)
+            return podwaits.PodLost(chief, gone)
         hosts = ready_hosts(pods, attempt)
         world = podstate.gpus_of(pod) + sum(slots for _, slots in hosts)
         if podstate.is_finished(pod):
             code = podstate.exit_code(pod)
             if code != 0 and world < settings.min_gpus:
-                return waits.PodLost(chief, f"failed (exit code {code}) with {world} of --min-gpus "
+                return podwaits.PodLost(chief, f"failed (exit code {code}) with {world} of --min-gpus "
                                             f"{settings.min_gpus} GPUs left: workers were lost")
-            return waits.ChiefFinished(1 if code is None else code)
+            return podwaits.ChiefFinished(1 if code is None else code)
         if hosts != published:
             return HostsChanged(hosts, world)
         return None
@@ -143,23 +143,23 @@ class ElasticFollower:
     fit; only then does it take the Lease and list afresh, so a job left short lists
     nothing while nothing changes."""
 
-    def __init__(self, kube: Kube, run: Run, pods: Informer | None = None,
+    def __init__(self, kube: Kube, state: ProcessState, pods: Informer | None = None,
                  free_gpus_client: Callable[[Kube], Kube] | None = None,
                  recheck_s: float = REPLACE_RECHECK_S, backoff_max_s: float = REPLACE_BACKOFF_MAX_S):
         self.kube = kube
         self.recheck_s = recheck_s  # while short of GPUs, and the first delay after a failure
         self.backoff_max_s = backoff_max_s
-        self.clock = run.clock  # the run's deadline is of it
+        self.clock = state.clock  # the process's deadline is of it
         # The job's pods as post-training follows them (its own when not given).
-        self.pods = pods if pods is not None else waits.job_pods(kube, run.settings.namespace, run.settings.selector,
-                                                                 run.clock)
+        self.pods = pods if pods is not None else waits.selected_pods(kube, state.settings.namespace, state.settings.selector,
+                                                                 state.clock)
         self.free_gpus: FreeGpuWatch | None = None  # open while short of GPUs, after a booking found none
         self.free_gpus_client = free_gpus_client
-        self.settings = run.settings
-        self.attempt = run.attempt  # an elastic attempt lasts as long as its chief
-        self.reporter = run.reporter
-        self.hosts = run.hosts
-        self.deadline = run.deadline
+        self.settings = state.settings
+        self.attempt = state.attempt  # an elastic attempt lasts as long as its chief
+        self.reporter = state.reporter
+        self.hosts = state.hosts
+        self.deadline = state.deadline
         self.published: tuple[tuple[str, int], ...] = ()
         self.world = 0  # GPUs of the published hosts and the chief
         self.next_replace_at = 0.0
@@ -169,24 +169,25 @@ class ElasticFollower:
         self.starts: StartWatch | None = None  # the Events of the job's pods, while a worker starts
         self.failures_in_a_row = 0  # of growing back: the backoff before the next try
 
-    def run(self) -> waits.Outcome:
+    def follow(self) -> podwaits.Outcome:
         try:
             return self._follow()
         finally:
             self._stop_following_free_gpus()
             self._stop_following_starts()
 
-    def _follow(self) -> waits.Outcome:
+    def _follow(self) -> podwaits.Outcome:
         settings = self.settings
         while True:
             wake_at = min(self.deadline, max(self.next_replace_at, self.clock.monotonic() + 0.1))
-            outcome, pods = waits.judged(self.pods, judge_elastic(settings, self.attempt, self.published), wake_at)
+            result = waits.judged(self.pods, judge_elastic(settings, self.attempt, self.published), wake_at)
+            outcome, pods = (result.outcome if isinstance(result, waits.Judged) else None), result.pods
             if isinstance(outcome, HostsChanged):
                 self._publish(outcome)
             elif outcome is not None:
                 return outcome
             elif self.clock.monotonic() >= self.deadline:
-                return waits.TimedOut({})
+                return podwaits.TimedOut({})
             try:
                 self._drop_overdue(pods)
                 self._replace_if_short(pods)
@@ -202,7 +203,7 @@ class ElasticFollower:
         self.next_replace_at = self.clock.monotonic() + delay
         log.warning("job %s: could not replace lost workers (%s); training goes on, next try in %.0fs",
                     self.settings.job_name, error, delay)
-        self.reporter.events.record(events.REPLACE_FAILED, f"{error}; training goes on, tried again later")
+        self.reporter.events.record(jobevents.REPLACE_FAILED, f"{error}; training goes on, tried again later")
 
     def _publish(self, change: HostsChanged) -> None:
         before = self.world
@@ -212,7 +213,7 @@ class ElasticFollower:
             text = f"{change.world} of {self.settings.num_gpus} GPUs on {len(change.hosts) + 1} hosts (was {before})"
             log.info("job %s: elastic hosts: %s: %s", self.settings.job_name, text,
                      " ".join(f"{a}:{s}" for a, s in change.hosts))
-            self.reporter.events.record(events.RESIZED, text)
+            self.reporter.events.record(jobevents.RESIZED, text)
         if change.world < before:
             self.next_replace_at = 0.0  # a loss: look for replacements at once
 
@@ -330,4 +331,4 @@ class ElasticFollower:
             f"{self.attempt.worker(first + i)} on {node} ({share} GPUs)"
             for i, (node, share) in enumerate(plan))
         log.info("job %s: replacing lost workers: %s (plan %s)", settings.job_name, text, format_plan(plan))
-        self.reporter.events.record(events.WORKERS_CREATED, "replacing lost workers: " + text)
+        self.reporter.events.record(jobevents.WORKERS_CREATED, "replacing lost workers: " + text)

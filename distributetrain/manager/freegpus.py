@@ -1,10 +1,10 @@
 """Free GPUs followed while a manager waits for them: one list, then watches.
 
-A manager waiting for GPUs (``--wait-for-gpus``) used to take the placement Lease and
-list every node and every pod at least every 10 s, to catch GPUs freed and nodes coming
-back: with many managers waiting, the API server listed the whole cluster for each of
-them over and over, and the Lease went from one to the next only for each to find
-nothing. Here a waiting manager lists nodes and pods once, then follows a watch of each
+A manager waiting for GPUs (``--wait-for-gpus``) must not poll: if each took the
+placement Lease and listed every node and every pod every few seconds, many waiting
+managers would have the API server list the whole cluster for each of them over and
+over, and pass the Lease from one to the next only for each to find nothing. So a
+waiting manager lists nodes and pods once, then follows a watch of each
 (an informer of each kind), keeping every node's and every GPU pod's part of the ledger
 (``inventory.node_gpus``, ``inventory.pod_claim``: the rules of a fresh inventory), so it
 learns without asking when its request would fit: a pod holding GPUs ended, a node

@@ -11,13 +11,13 @@ attempt is lost, the loop alone decides what comes next:
   died): another attempt, re-planned, while ``--wait-for-gpus`` lasts, else 75;
 - pods refused by a ResourceQuota full for now: another attempt once the quota's use
   changed (``quotawait``), while ``--wait-for-gpus`` lasts, else 73;
-- no node coming for the pods of a scale-up (``newnodes``: an autoscaler at its limits,
+- no node coming for the pods of a scale-up (``scaleup``: an autoscaler at its limits,
   or none answering): another attempt that waits for free GPUs instead, while
   ``--wait-for-gpus`` lasts, else 69.
 
 Either way the lost attempt is torn down and its pods are waited out before the next
 one plans: until they are gone the scheduler counts their GPUs as used, so a job that
-fills its cluster would otherwise find no room for itself. The attempt (``run``) is
+fills its cluster would otherwise find no room for itself. The attempt (``processstate``) is
 moved on here alone; it and the restarts used live on the manager pod (the job's
 ``record``), the loop's only state across processes: ``manager.sh`` runs the loop
 twice, pre-training stopping once the current attempt has started, post-training
@@ -34,15 +34,14 @@ from distributetrain.core import errors, exitcodes, restarts
 from distributetrain.core.clock import Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import newnodes, quotawait
+from distributetrain.manager import jobevents, podwaits, quotawait, scaleup
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
 from distributetrain.manager.pretraining import AttemptNotStarted, PreTraining
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.teardown import tear_down
 
 log = logging.getLogger(__name__)
@@ -64,12 +63,12 @@ class Job:
                  clock: Clock):
         self.kube = kube
         self.settings = settings
-        self.job_run = Run(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
-                           gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
+        self.state = ProcessState(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
+                                  gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
-        self.quota_wait = quotawait.QuotaWait(kube, settings, reporter, self.job_run.clock)
+        self.quota_wait = quotawait.QuotaWait(kube, settings, reporter, self.state.clock)
 
-    def run(self, until_started: bool = False) -> int:
+    def drive(self, until_started: bool = False) -> int:
         """Follow the job to the chief's end and return its exit code, tearing the job
         down; with ``until_started``, return 0 once the current attempt has started.
         Failures raise, typed, with the exit code that reports them."""
@@ -78,19 +77,19 @@ class Job:
             with self._serving_hosts():
                 while True:
                     try:
-                        plan = PreTraining(self.kube, self.job_run, self.kind).run()
+                        plan = PreTraining(self.kube, self.state, self.kind).start()
                         if until_started:
                             return exitcodes.OK
-                        code = PostTraining(self.kube, self.job_run, plan, self.kind).run()
+                        code = PostTraining(self.kube, self.state, plan, self.kind).follow()
                         keep_chief = not self.settings.delete_chief
                         return code
-                    except errors.PodLost as lost:
+                    except errors.AttemptLost as lost:
                         self._restart(lost)
                     except AttemptNotStarted as late:
                         self._plan_again(late)
                     except errors.QuotaFull as full:
                         self._wait_for_quota(full)
-                    except newnodes.NodesNotComing as not_coming:
+                    except scaleup.NodesNotComing as not_coming:
                         self._stop_growing(not_coming)
         finally:
             if not until_started:
@@ -101,31 +100,31 @@ class Job:
         # Without an address nothing can ask (and pre-flight refuses to create a chief).
         if not self.settings.discovery_url:
             return contextlib.nullcontext()
-        return DiscoveryServer(self.job_run.hosts, port=urllib.parse.urlsplit(self.settings.discovery_url).port)
+        return DiscoveryServer(self.state.hosts, port=urllib.parse.urlsplit(self.settings.discovery_url).port)
 
-    def _restart(self, lost: errors.PodLost) -> None:
+    def _restart(self, lost: errors.AttemptLost) -> None:
         """The next attempt after a lost one, if the budget and the deadline allow; else raise ``lost``."""
-        reporter = self.job_run.reporter
+        reporter = self.state.reporter
         used = reporter.record().restarts
-        clock = self.job_run.clock
-        left_s = self.job_run.deadline - clock.monotonic()
+        clock = self.state.clock
+        left_s = self.state.deadline - clock.monotonic()
         backoff_s = restarts.restart_backoff(used, self.settings.max_restarts, left_s)
         if backoff_s is None:
             raise lost
         self._end_attempt()
-        self.job_run.attempt = self.job_run.attempt.next()
+        self.state.attempt = self.state.attempt.next()
         # Recorded after the teardown: a manager restarted in between finds the lost
         # attempt again and counts this restart once.
-        reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, self.job_run.attempt.number, backoff_s)
+        reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, self.state.attempt.number, backoff_s)
         clock.sleep(backoff_s)
 
     def _plan_again(self, late: AttemptNotStarted) -> None:
         """Release an attempt that did not start in time; plan anew while GPUs may be waited for."""
         self._end_attempt()
-        give_up = self.job_run.clock.monotonic() >= min(self.job_run.gpus_until, self.job_run.deadline)
+        give_up = self.state.clock.monotonic() >= min(self.state.gpus_until, self.state.deadline)
         timeout_s = self.settings.worker_ready_timeout_s
-        self.job_run.reporter.events.record(
-            events.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
+        self.state.reporter.events.record(
+            jobevents.RELEASED, f"pods not Ready within {timeout_s:.0f}s ({late}); released them"
                              + ("" if give_up else " and planning again"))
         if give_up:
             raise errors.JobFailed(f"pods not Ready within {timeout_s:.0f}s; released them ({late})",
@@ -133,46 +132,46 @@ class Job:
         log.warning("job %s: pods not Ready in time (%s); released them and planning again",
                     self.settings.job_name, late)
         # The next plan's pods get new names: a released pod may still be terminating.
-        self.job_run.attempt = self.job_run.attempt.next()
-        self.job_run.reporter.record_attempt(self.job_run.attempt.number)
+        self.state.attempt = self.state.attempt.next()
+        self.state.reporter.record_attempt(self.state.attempt.number)
 
     def _wait_for_quota(self, full: errors.QuotaFull) -> None:
         """A quota full for now: release what the attempt created and wait (``quotawait``)
         for the quota to change while GPUs may be waited for; else raise ``full`` (73)."""
-        until = min(self.job_run.gpus_until, self.job_run.deadline)
-        if self.job_run.clock.monotonic() >= until:
+        until = min(self.state.gpus_until, self.state.deadline)
+        if self.state.clock.monotonic() >= until:
             raise full
         self._end_attempt()
-        self.job_run.reporter.events.record(events.RELEASED, f"ResourceQuota {full.quota} refused the job's "
+        self.state.reporter.events.record(jobevents.RELEASED, f"ResourceQuota {full.quota} refused the job's "
                                                              "pods; released what the attempt created")
         # The next try's pods get new names: a released pod may still be terminating.
-        self.job_run.attempt = self.job_run.attempt.next()
-        self.job_run.reporter.record_attempt(self.job_run.attempt.number)
+        self.state.attempt = self.state.attempt.next()
+        self.state.reporter.record_attempt(self.state.attempt.number)
         if isinstance(self.quota_wait.wait(full, until), quotawait.StillFull):
             raise full
 
-    def _stop_growing(self, not_coming: newnodes.NodesNotComing) -> None:
+    def _stop_growing(self, not_coming: scaleup.NodesNotComing) -> None:
         """Release the attempt whose new nodes are not coming, so its shares on running
         nodes do not hold their GPUs idle, and plan on free GPUs alone from now on."""
         self._end_attempt()
-        self.job_run.growth_stopped = not_coming.cause
-        left_s = max(0.0, min(self.job_run.gpus_until, self.job_run.deadline) - self.job_run.clock.monotonic())
-        self.job_run.reporter.events.record(
-            events.RELEASED, f"{not_coming.cause}; released the job's pods and waiting up to {left_s:.0f}s more for "
+        self.state.growth_stopped = not_coming.cause
+        left_s = max(0.0, min(self.state.gpus_until, self.state.deadline) - self.state.clock.monotonic())
+        self.state.reporter.events.record(
+            jobevents.RELEASED, f"{not_coming.cause}; released the job's pods and waiting up to {left_s:.0f}s more for "
                              "free GPUs (--wait-for-gpus)")
         log.warning("job %s: %s; released its pods, waiting for free GPUs", self.settings.job_name, not_coming.cause)
-        self.job_run.attempt = self.job_run.attempt.next()
-        self.job_run.reporter.record_attempt(self.job_run.attempt.number)
+        self.state.attempt = self.state.attempt.next()
+        self.state.reporter.record_attempt(self.state.attempt.number)
 
     def _end_attempt(self) -> None:
         """Delete the attempt's pods and wait (bounded) until they are gone."""
         settings = self.settings
-        self.job_run.hosts.publish(None)
+        self.state.hosts.publish(None)
         tear_down(self.kube, settings, keep_chief=False)
-        clock = self.job_run.clock
+        clock = self.state.clock
         gone_within_s = old_pods_gone_s(settings)
-        left = waits.wait_until_gone(self.kube, settings.namespace, settings.selector,
-                                     clock.monotonic() + gone_within_s, clock)
+        left = podwaits.wait_until_gone(self.kube, settings.namespace, settings.selector,
+                                        clock.monotonic() + gone_within_s, clock)
         if left:
             log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",
                         settings.job_name, ", ".join(sorted(left)), gone_within_s)

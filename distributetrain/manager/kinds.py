@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from distributetrain.core import placement, topology
 from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
+from distributetrain.manager import podwaits
 from distributetrain.manager.elastic import ElasticFollower
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,13 @@ class StaticJob:
         """On the fewest network domains (``paths``: each node's, with --topology), the chief's share last."""
         return topology.plan(free, gpus, paths, self.levels)
 
-    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
-        outcome = waits.watch_job(pods, waits.chief_finished(chief, workers), run.deadline, [chief, *workers])
-        if isinstance(outcome, waits.ChiefFinished) and outcome.exit_code != 0 and workers:
+    def follow(self, kube: Kube, state: ProcessState, chief: str, workers: list[str], pods: Informer) -> podwaits.Outcome:
+        outcome = podwaits.watch_job(pods, podwaits.chief_finished(chief, workers), state.deadline, [chief, *workers])
+        if isinstance(outcome, podwaits.ChiefFinished) and outcome.exit_code != 0 and workers:
             # A worker lost under the chief is the cause, if its status says so in time.
-            until = min(run.deadline, run.clock.monotonic() + waits.WORKER_STATUS_LAG_S)
-            lost = waits.watch_job(pods, waits.worker_lost(workers), until, workers)
-            if isinstance(lost, waits.PodLost):
+            until = min(state.deadline, state.clock.monotonic() + podwaits.WORKER_STATUS_LAG_S)
+            lost = podwaits.watch_job(pods, podwaits.worker_lost(workers), until, workers)
+            if isinstance(lost, podwaits.PodLost):
                 return lost
         return outcome
 
@@ -47,8 +47,8 @@ class ElasticJob:
     def plan(self, free: Mapping[str, int], gpus: int, paths: Mapping[str, topology.Path] = {}) -> Plan:
         return placement.with_a_worker(topology.plan(free, gpus, paths, self.levels))
 
-    def follow(self, kube: Kube, run: Run, chief: str, workers: list[str], pods: Informer) -> waits.Outcome:
-        return ElasticFollower(kube, run, pods).run()
+    def follow(self, kube: Kube, state: ProcessState, chief: str, workers: list[str], pods: Informer) -> podwaits.Outcome:
+        return ElasticFollower(kube, state, pods).follow()
 
 
 def kind_of(settings: JobSettings) -> StaticJob | ElasticJob:

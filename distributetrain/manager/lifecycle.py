@@ -20,7 +20,8 @@ from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import runtimeclass
+from distributetrain.manager import jobevents, runtimeclass
+from distributetrain.manager.errorcodes import exit_code_of
 from distributetrain.manager.job import Job
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import tear_down_quietly
@@ -98,7 +99,7 @@ def execute(
     the exit code of the phase that ended without recording an outcome (killed, crashed),
     recorded on the manager pod unless one is there already.
     """
-    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock))
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS))
     try:
         return _execute(kube, settings, phase, unless_restarting, failed_with, reporter, clock)
     finally:
@@ -128,7 +129,7 @@ def _execute(
                 settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
                 # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
                 settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
-                code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).run(
+                code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).drive(
                     until_started=phase == "pre-training")
                 if phase != "pre-training":
                     reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
@@ -146,17 +147,17 @@ def _execute(
     except errors.UsageError as e:
         # Raised before anything is created (pre-flight and request checks).
         log.error("%s", e)
-        reporter.finished(e.exit_code, str(e))
-        return e.exit_code
+        reporter.finished(exit_code_of(e), str(e))
+        return exit_code_of(e)
     except errors.DistributeTrainError as e:
         with shielded():
             log.error("job %s failed: %s", settings.job_name, e)
             tear_down_quietly(kube, settings, keep_chief=False)
-            reporter.finished(e.exit_code, str(e))
-        return e.exit_code
+            reporter.finished(exit_code_of(e), str(e))
+        return exit_code_of(e)
     except Exception as e:
         with shielded():
             log.exception("job %s: unexpected error", settings.job_name)
             tear_down_quietly(kube, settings, keep_chief=False)
-            reporter.finished(exitcodes.INTERNAL_ERROR, f"internal error: {e}")
-        return exitcodes.INTERNAL_ERROR
+            reporter.finished(exit_code_of(e), f"internal error: {e}")
+        return exit_code_of(e)

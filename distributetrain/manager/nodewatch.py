@@ -57,9 +57,9 @@ from distributetrain.core import errors, podstate
 from distributetrain.core.clock import Clock
 from distributetrain.core.inventory import node_not_ready
 from distributetrain.core.settings import NODE_LOST_TOLERATION_S, JobSettings
-from distributetrain.kube import events
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.informer import Change, Informer
+from distributetrain.manager import jobevents
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import delete_because
 
@@ -243,7 +243,7 @@ class NodeWatch:
         self.nodes.add_handler(self._seen)
         self._recheck_at: float | None = None  # when a verdict falls due with no node event
         self._stop = threading.Event()
-        self._handled: set[str] = set()  # lost nodes already acted on; forgotten when no longer lost
+        self._handled: set[str] = set()  # lost nodes already acted on; forgotten once not lost
         self._thread = threading.Thread(target=self._run, name="node-watch", daemon=True)
 
     def __enter__(self) -> NodeWatch:
@@ -290,7 +290,7 @@ class NodeWatch:
     def _act(self) -> float | None:
         """Delete the job's pods on nodes newly lost; when to look again."""
         verdicts = self.clocks.lost(self.clock.monotonic())
-        self._handled &= set(verdicts.lost)  # no longer lost: a later loss is acted on anew
+        self._handled &= set(verdicts.lost)  # not lost any more: a later loss is acted on anew
         new = {name: why for name, why in verdicts.lost.items() if name not in self._handled}
         if not new or self._stop.is_set():
             return verdicts.recheck_at
@@ -315,6 +315,6 @@ class NodeWatch:
         settings = self.settings
         cause = f"its node {node} {why}"
         log.warning("job %s: node %s %s: deleting its pods %s", settings.job_name, node, why, ", ".join(doomed))
-        self.reporter.events.record(events.NODE_LOST, f"node {node} {why}: deleted {', '.join(doomed)}")
+        self.reporter.events.record(jobevents.NODE_LOST, f"node {node} {why}: deleted {', '.join(doomed)}")
         for name in doomed:
             delete_because(self.kube, settings.namespace, name, cause)

@@ -1,5 +1,6 @@
 """Pre-flight checks of what the job's pods need of the cluster besides their own spec:
-the image pull Secrets they name, and a pod network horovodrun can run on. Each failure
+the Secrets their environment comes from (``core/envsecrets``), the image pull Secrets
+they name, and a pod network horovodrun can run on. Each failure
 is bad input (exit 2) before anything is created.
 
 A pod naming a missing pull Secret is created all the same; the kubelet pulls without it
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from distributetrain.core import errors, podnetwork
+from distributetrain.core import envsecrets, errors, podnetwork
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.api import KubeApi
 
@@ -22,6 +23,13 @@ PULL_SECRET_FLAG = "--image-pull-secret"
 # The Secret types the kubelet reads registry credentials from (its .dockerconfigjson or
 # .dockercfg key); it skips any other.
 PULL_SECRET_TYPES = ("kubernetes.io/dockerconfigjson", "kubernetes.io/dockercfg")
+
+
+def require_env_secrets(kube: KubeApi, settings: JobSettings) -> None:
+    """Raise UsageError naming the first Secret of ``--env-from-secret`` not in the job's namespace."""
+    for name in settings.env_from_secrets:
+        if kube.read("Secret", settings.namespace, name) is None:
+            raise envsecrets.missing_secret(name, settings.namespace)
 
 
 def require_pull_secrets(kube: KubeApi, settings: JobSettings) -> None:

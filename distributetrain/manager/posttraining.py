@@ -16,60 +16,61 @@ import logging
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.placement import Plan
-from distributetrain.kube import events, waits
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
+from distributetrain.manager import jobevents, podwaits
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.reporting import PodWaits
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import StartWatch
 
 log = logging.getLogger(__name__)
 
 
 class PostTraining:
-    def __init__(self, kube: Kube, run: Run, plan: Plan, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, state: ProcessState, plan: Plan, kind: StaticJob | ElasticJob):
         self.kube = kube
-        self.job_run = run
+        self.state = state
         self.kind = kind  # how training is followed
         self.plan = plan  # the attempt's shares, the chief's last
-        self.settings = run.settings
-        self.reporter = run.reporter
-        self.deadline = run.deadline
+        self.settings = state.settings
+        self.reporter = state.reporter
+        self.deadline = state.deadline
         # One list of the job's pods for the whole of post-training: each wait reads it live.
-        self.pods = waits.job_pods(kube, run.settings.namespace, run.settings.selector, run.clock)
+        self.pods = waits.selected_pods(kube, state.settings.namespace, state.settings.selector, state.clock)
 
-    def run(self) -> int:
-        """The chief's exit code; raise ``PodLost`` when the attempt is lost, ``JobFailed`` when it broke."""
+    def follow(self) -> int:
+        """The chief's exit code; raise ``AttemptLost`` when the attempt is lost, ``JobFailed`` when it broke."""
         settings = self.settings
-        chief, workers = self.job_run.attempt.chief, self.job_run.attempt.workers(len(self.plan) - 1)
-        with NodeWatch(self.kube, settings, self.reporter, clock=self.job_run.clock):
+        chief, workers = self.state.attempt.chief, self.state.attempt.workers(len(self.plan) - 1)
+        with NodeWatch(self.kube, settings, self.reporter, clock=self.state.clock):
             outcome = self._follow(chief, workers)
-        if isinstance(outcome, waits.ChiefFinished):
+        if isinstance(outcome, podwaits.ChiefFinished):
             return outcome.exit_code
-        if isinstance(outcome, waits.PodLost):
+        if isinstance(outcome, podwaits.PodLost):
             raise outcome.error()
-        if self.job_run.clock.monotonic() >= self.deadline:
+        if self.state.clock.monotonic() >= self.deadline:
             raise errors.JobFailed(f"job exceeded --active-deadline {settings.active_deadline_s:.0f}s",
                                    exitcodes.TIMED_OUT)
         reasons = "; ".join(f"{pod}: {why}" for pod, why in outcome.waiting_for.items())
         raise errors.JobFailed(f"chief did not start within {settings.worker_ready_timeout_s:.0f}s ({reasons})",
                                exitcodes.TIMED_OUT)
 
-    def _follow(self, chief: str, workers: list[str]) -> waits.Outcome:
+    def _follow(self, chief: str, workers: list[str]) -> podwaits.Outcome:
         """From the chief's creation to its end (or the attempt's loss, or a deadline). Its
         image pull, however long, does not count against --worker-ready-timeout (``startwatch``)."""
         settings = self.settings
         expected = [chief, *workers]
-        pod_waits = PodWaits(self.reporter, expected, self.job_run.clock)
+        pod_waits = PodWaits(self.reporter, expected, self.state.clock)
         try:
-            with StartWatch(self.kube, settings, self.job_run.clock) as starting:
-                outcome = starting.wait(self.pods, waits.chief_started(chief, workers), expected, self.deadline,
+            with StartWatch(self.kube, settings, self.state.clock) as starting:
+                outcome = starting.wait(self.pods, podwaits.chief_started(chief, workers), expected, self.deadline,
                                         pod_waits)
         finally:
             pod_waits.done()
-        if not isinstance(outcome, waits.ChiefStarted):
+        if not isinstance(outcome, podwaits.ChiefStarted):
             return outcome
-        self.reporter.events.record(events.CHIEF_STARTED, f"{chief} is running: training started")
+        self.reporter.events.record(jobevents.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")
-        return self.kind.follow(self.kube, self.job_run, chief, workers, self.pods)
+        return self.kind.follow(self.kube, self.state, chief, workers, self.pods)

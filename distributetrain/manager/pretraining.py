@@ -21,21 +21,24 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from distributetrain.core import (envsecrets, errors, exitcodes, gpuclaims, inventory, manifests, networkpolicy, podgroup,
-                                  podknobs, podsecurity, podstate, scaleup, topology, validation)
+from distributetrain.core import (errors, exitcodes, gpuclaims, inventory, manifests, podgroup,
+                                  podknobs, podsecurity, podstate, topology, validation)
+from distributetrain.core.networkpolicy import job_policies
 from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan, format_plan
+from distributetrain.core.scaleup import new_node_place, new_node_shares, planned_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import dra, events, waits
+from distributetrain.kube import dra, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, earlierruns, isolation, newnodes, podchecks, quotacheck, volumeclaims
+from distributetrain.manager import (booking, earlierruns, jobevents, networkpolicy, podchecks, podwaits, quotacheck,
+                                     scaleup, volumeclaims)
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.queueing import QueuedPlacement
 from distributetrain.manager.reporting import PodWaits
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import tear_down
 
@@ -64,7 +67,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     if settings.host_network and level:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")
-    envsecrets.require_env_secrets(kube, settings)
+    podchecks.require_env_secrets(kube, settings)
     podchecks.require_pull_secrets(kube, settings)
     podchecks.require_ipv4_between_pods(kube, settings)
     volumeclaims.read_claims(kube, settings, uses=False)  # each exists, and some pod could mount it
@@ -73,7 +76,7 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     # With --device-class, the chief as on a DRA node, after its ResourceClaimTemplate.
     dra_probe = {PREFLIGHT_DRA_NODE} if settings.device_class and not settings.queue else set()
     probe_plan = [("preflight-node", 1), (PREFLIGHT_DRA_NODE if dra_probe else "preflight-node", 1)]
-    objects = [*networkpolicy.job_policies(settings), *gpuclaims.job_objects(settings, probe_plan, keys,
+    objects = [*job_policies(settings), *gpuclaims.job_objects(settings, probe_plan, keys,
                                                                             dra_nodes=dra_probe)]
     for obj in objects:
         try:
@@ -106,73 +109,73 @@ class AttemptNotStarted(errors.DistributeTrainError):
 
 
 class PreTraining:
-    """Start the run's current attempt: adopt its pods, or plan and create them."""
+    """Start the current attempt: adopt its pods, or plan and create them."""
 
-    def __init__(self, kube: Kube, run: Run, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, state: ProcessState, kind: StaticJob | ElasticJob):
         self.kube = kube
-        self.job_run = run
+        self.state = state
         self.kind = kind  # the plan's shape
-        self.settings = run.settings
-        self.reporter = run.reporter
-        self.attempt = run.attempt
+        self.settings = state.settings
+        self.reporter = state.reporter
+        self.attempt = state.attempt
         self.last_shortage = ""  # logged once per change
         self.domains = ""  # with --topology: the network domains of the plan being booked
         self.dra_nodes: set[str] = set()  # of the plan being booked: nodes whose pods claim their GPUs
         self.new_node_place = NewNodePlace()  # where the plan's shares on new nodes go (``scaleup``)
         self.keys_created = False  # the attempt's Secret and the job's NetworkPolicies, made before its first Lease
 
-    def run(self) -> Plan:
+    def start(self) -> Plan:
         """The attempt's plan, once it holds all its GPUs and the chief has its hosts;
-        raise ``PodLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
+        raise ``AttemptLost`` when one of its pods is lost, ``AttemptNotStarted`` when late."""
         settings = self.settings
         pods = job_pods(self.kube, settings)
         plan = self._adopt(pods)
         if plan is None:
-            self.job_run.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
+            self.state.hosts.publish(None)  # a chief of this attempt must never read an earlier one's hosts
             preflight(self.kube, settings)
-            volumeclaims.wait_until_bound(self.kube, self.job_run)
-            earlierruns.clear(self.kube, settings, self.job_run.clock)
-            plan = (QueuedPlacement(self.kube, self.job_run, self.kind).place() if settings.queue
-                    else self._place(self.job_run.gpus_until))
+            volumeclaims.wait_until_bound(self.kube, self.state)
+            earlierruns.clear(self.kube, settings, self.state.clock)
+            plan = (QueuedPlacement(self.kube, self.state, self.kind).place() if settings.queue
+                    else self._place(self.state.gpus_until))
             pods = {}
         chief, workers = self.attempt.chief, self.attempt.workers(len(plan) - 1)
-        outcome = waits.attempt_started(chief, workers)(pods) if pods else None
-        if not isinstance(outcome, (waits.AttemptStarted, waits.ChiefFinished)):  # else adopted: no news
-            if scaleup.new_node_shares(plan):
-                plan = newnodes.wait_for_new_nodes(self.kube, self.job_run, plan, chief, workers)
+        outcome = podwaits.attempt_started(chief, workers)(pods) if pods else None
+        if not isinstance(outcome, (podwaits.AttemptStarted, podwaits.ChiefFinished)):  # else adopted: no news
+            if new_node_shares(plan):
+                plan = scaleup.wait_for_new_nodes(self.kube, self.state, plan, chief, workers)
             outcome = self._wait_until_started(chief, workers)
-            if isinstance(outcome, waits.AttemptStarted):
+            if isinstance(outcome, podwaits.AttemptStarted):
                 if workers:
-                    self.reporter.events.record(events.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
+                    self.reporter.events.record(jobevents.WORKERS_READY, f"{len(workers)} of {len(workers)} Ready: " +
                                                 ", ".join(f"{name} ({address})"
                                                           for name, (address, _) in zip(workers, outcome.hosts)))
                 self.reporter.phase("Running")
-        if isinstance(outcome, waits.ChiefFinished):
+        if isinstance(outcome, podwaits.ChiefFinished):
             log.info("job %s: the chief ended before training started (exit code %d)", settings.job_name,
                      outcome.exit_code)
             return plan  # post-training reads its end: its exit code is the job's
-        self.job_run.hosts.publish(outcome.hosts)
+        self.state.hosts.publish(outcome.hosts)
         log.info("job %s: the chief has its %d hosts", settings.job_name, len(outcome.hosts))
         return plan
 
-    def _wait_until_started(self, chief: str, workers: list[str]) -> waits.AttemptStarted | waits.ChiefFinished:
+    def _wait_until_started(self, chief: str, workers: list[str]) -> podwaits.AttemptStarted | podwaits.ChiefFinished:
         settings = self.settings
         self.reporter.phase("StartingWorkers")
-        clock = self.job_run.clock
+        clock = self.state.clock
         pod_waits = PodWaits(self.reporter, [*workers, chief], clock)
         try:
             # A worker's node lost while it starts: deleted at once, a loss like any other.
             # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
             with NodeWatch(self.kube, settings, self.reporter, clock=clock), \
                     StartWatch(self.kube, settings, clock) as starting:
-                outcome = starting.wait(waits.job_pods(self.kube, settings.namespace, settings.selector, clock),
-                                        waits.attempt_started(chief, workers), [*workers, chief],
-                                        self.job_run.deadline, pod_waits)
+                outcome = starting.wait(waits.selected_pods(self.kube, settings.namespace, settings.selector, clock),
+                                        podwaits.attempt_started(chief, workers), [*workers, chief],
+                                        self.state.deadline, pod_waits)
         finally:
             pod_waits.done()
-        if isinstance(outcome, waits.PodLost):
+        if isinstance(outcome, podwaits.PodLost):
             raise outcome.error(" before training started")
-        if isinstance(outcome, waits.TimedOut):
+        if isinstance(outcome, podwaits.TimedOut):
             raise AttemptNotStarted(outcome.waiting_for)
         return outcome
 
@@ -185,9 +188,9 @@ class PreTraining:
         workers = sorted((p for p in pods.values() if podstate.is_worker_of(p, self.attempt)), key=podstate.worker_index)
         if chief is None and not workers:
             return None
-        plan = [(scaleup.planned_node(pod), podstate.gpus_of(pod)) for pod in workers]
+        plan = [(planned_node(pod), podstate.gpus_of(pod)) for pod in workers]
         if chief is not None:
-            plan.append((scaleup.planned_node(chief), podstate.gpus_of(chief)))
+            plan.append((planned_node(chief), podstate.gpus_of(chief)))
         complete = chief is not None and sum(share for _, share in plan) == settings.num_gpus \
             and [podstate.worker_index(w) for w in workers] == list(range(len(workers)))
         placed = [podgroup.is_placed(pod) for pod in [*workers, *([chief] if chief else [])]]
@@ -200,7 +203,7 @@ class PreTraining:
             return None
         if not any(placed):
             log.info("job %s: adopting attempt %d, queued", settings.job_name, self.attempt.number)
-            return QueuedPlacement(self.kube, self.job_run, self.kind).resume([share for _, share in plan],
+            return QueuedPlacement(self.kube, self.state, self.kind).resume([share for _, share in plan],
                                                                               podgroup.group_of(chief))
         log.info("job %s: adopting attempt %d, plan %s", settings.job_name, self.attempt.number, format_plan(plan))
         return plan
@@ -213,8 +216,8 @@ class PreTraining:
         are taken again only when those say the request fits, and once more when the
         wait is over (for the reasons the job fails with).
         """
-        wait_until = min(give_up_at, self.job_run.deadline)
-        clock = self.job_run.clock
+        wait_until = min(give_up_at, self.state.deadline)
+        clock = self.state.clock
         next_plan_at = 0.0
         with contextlib.ExitStack() as waiting:
             watch: FreeGpuWatch | None = None  # from the first shortage on
@@ -252,37 +255,37 @@ class PreTraining:
         booking.check_request(surveyed, self.settings)
         if not self.keys_created:
             self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
-            isolation.isolate(self.kube, self.settings)
+            networkpolicy.isolate(self.kube, self.settings)
             self.keys_created = True
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
         booking.check_request(ledger, self.settings)
         free = ledger.free()
         # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus),
-        # nor once none came for the job (``newnodes.NodesNotComing``).
-        may_wait = self.job_run.clock.monotonic() < min(self.job_run.gpus_until, self.job_run.deadline)
+        # nor once none came for the job (``scaleup.NodesNotComing``).
+        may_wait = self.state.clock.monotonic() < min(self.state.gpus_until, self.state.deadline)
         plan = booking.plan_or_grow(lambda free, gpus: self.kind.plan(free, gpus, ledger.paths), free, self.settings,
-                                    may_wait and not self.job_run.growth_stopped, ledger.volume_claims, ledger.paths)
+                                    may_wait and not self.state.growth_stopped, ledger.volume_claims, ledger.paths)
         self.domains = topology.describe(plan, ledger.paths, self.settings.topology)
         self.dra_nodes = ledger.dra_nodes()
-        if scaleup.new_node_shares(plan):
-            self.new_node_place = scaleup.new_node_place(plan, ledger.labels, self.settings)
+        if new_node_shares(plan):
+            self.new_node_place = new_node_place(plan, ledger.labels, self.settings)
         log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, free, format_plan(plan))
         return plan
 
     def _short(self, short: booking.Short, wait_until: float) -> None:
         """Fail once the wait is over; until then, say (once per change) what is missing."""
         settings = self.settings
-        if self.job_run.clock.monotonic() >= wait_until:
+        if self.state.clock.monotonic() >= wait_until:
             advice = "" if settings.wait_for_gpus_s else " (use --wait-for-gpus to wait for them)"
-            grown = f"; before: {self.job_run.growth_stopped}" if self.job_run.growth_stopped else ""
+            grown = f"; before: {self.state.growth_stopped}" if self.state.growth_stopped else ""
             raise errors.JobFailed(f"{short}{advice}{grown}", exitcodes.INSUFFICIENT_GPUS)
         if str(short) != self.last_shortage:
             log.info("job %s: %s; waiting for GPUs (--wait-for-gpus %.0fs)", settings.job_name, short,
                      settings.wait_for_gpus_s)
             self.last_shortage = str(short)
         # The same shortage again adds to one Event's count (the recorder's series).
-        self.reporter.events.record(events.WAITING_FOR_GPUS, f"{short}; waiting up to "
+        self.reporter.events.record(jobevents.WAITING_FOR_GPUS, f"{short}; waiting up to "
                                     f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
 
     def _wait_for_freed_gpus(self, watch: FreeGpuWatch, seen: int, until: float) -> None:
@@ -297,7 +300,7 @@ class PreTraining:
         """The workers and the chief, in one burst (under the Lease)."""
         settings = self.settings
         in_domains = f" in {self.domains}" if self.domains else ""
-        self.reporter.events.record(events.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
+        self.reporter.events.record(jobevents.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
                                                     f"{format_plan(plan)} (the chief's share last)")
         self.reporter.planned(plan, self.domains)
         _, *objects = gpuclaims.job_objects(settings, plan, JobKeys.generate(settings.job_name), self.attempt.number,
@@ -305,11 +308,11 @@ class PreTraining:
         dra.create_templates(self.kube, objects)
         self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
         if len(plan) > 1:
-            self.reporter.events.record(events.WORKERS_CREATED, ", ".join(
+            self.reporter.events.record(jobevents.WORKERS_CREATED, ", ".join(
                 f"{self.attempt.worker(index)} on {node} ({share} GPUs)"
                 for index, (node, share) in enumerate(plan[:-1])))
         chief_node, chief_share = plan[-1]
         self.reporter.events.record(
-            events.CHIEF_CREATED, f"{self.attempt.chief} on {chief_node} "
+            jobevents.CHIEF_CREATED, f"{self.attempt.chief} on {chief_node} "
                                   f"({chief_share} GPUs): horovodrun -np {settings.num_gpus} over {len(plan)} pods "
                                   "once the workers are Ready")

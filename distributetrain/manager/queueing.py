@@ -28,13 +28,13 @@ from distributetrain.core.kueuenodes import NodeRule
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import events, waits
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, isolation
+from distributetrain.manager import booking, jobevents, networkpolicy, podwaits
 from distributetrain.manager.freegpus import FreeGpuWatch
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from distributetrain.manager.queuepositions import QueuePositions
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +65,13 @@ def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | Elastic
     raise shortage
 
 
-def admission(pods_of_group: list[str]) -> waits.Judge:
+def admission(pods_of_group: list[str]) -> podwaits.Judge:
     """Admitted once Kueue's gates are gone from every pod; lost when one ends or vanishes
     first (Kueue deletes a preempted group's pods)."""
 
-    def judge(pods: Mapping[str, dict]) -> waits.Outcome | Admitted | None:
+    def judge(pods: Mapping[str, dict]) -> podwaits.Outcome | Admitted | None:
         for name in pods_of_group:
-            if lost := waits.lost(name, pods.get(name)):
+            if lost := podwaits.lost(name, pods.get(name)):
                 return lost
         return Admitted() if all(podgroup.is_admitted(pods[name]) for name in pods_of_group) else None
 
@@ -121,15 +121,15 @@ def _flavor_rules(kube: Kube, settings: JobSettings, cluster_queue: Mapping) -> 
 class QueuedPlacement:
     """The attempt's GPUs through a Kueue queue: create the group, wait, then place it."""
 
-    def __init__(self, kube: Kube, run: Run, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, state: ProcessState, kind: StaticJob | ElasticJob):
         self.kube = kube
-        self.run = run
+        self.state = state
         self.kind = kind
 
     def place(self) -> Plan:
-        settings = self.run.settings
+        settings = self.state.settings
         flavors = check_queue(self.kube, settings)
-        ledger = booking.take_inventory(self.kube, _tolerating(settings, flavors), shared=True, clock=self.run.clock)
+        ledger = booking.take_inventory(self.kube, _tolerating(settings, flavors), shared=True, clock=self.state.clock)
         booking.check_request(ledger, settings)
         wanted = shares(ledger, settings.num_gpus, self.kind, flavors)
         return self.resume(wanted, self._create(wanted))
@@ -138,47 +138,47 @@ class QueuedPlacement:
         """Wait for the attempt's group `group` (pods of `wanted` GPUs, workers first, the
         chief last) to be admitted, then place it: after `place` created it, or for a
         manager restarted while it was queued."""
-        attempt = self.run.attempt
+        attempt = self.state.attempt
         pods = [*attempt.workers(len(wanted) - 1), attempt.chief]
-        with QueuePositions(self.kube, self.run.reporter, group, self.run.clock):  # a group's Workload is named so
+        with QueuePositions(self.kube, self.state.reporter, group, self.state.clock):  # a group's Workload is named so
             admitted = self._wait_for_admission(pods)
         # As Kueue left them: its flavor's node labels and tolerations, its topology's domain.
         return self._pin(pods, wanted, [kueuenodes.pod_rule(admitted[name]) for name in pods])
 
     def _create(self, wanted: list[int]) -> str:
-        settings, attempt = self.run.settings, self.run.attempt
+        settings, attempt = self.state.settings, self.state.attempt
         group = podgroup.group_name(settings.job_name, attempt.number, secrets.token_hex(GROUP_TOKEN_BYTES))
         secret, *pods = podgroup.queued_attempt(settings, wanted, JobKeys.generate(settings.job_name), attempt.number,
                                                 group)
         self.kube.create_owned(secret)
-        isolation.isolate(self.kube, settings)
+        networkpolicy.isolate(self.kube, settings)
         self.kube.create_all_owned(pods)
-        self.run.reporter.events.record(
-            events.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
+        self.state.reporter.events.record(
+            jobevents.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
                            f"({', '.join(map(str, wanted))} GPUs) in queue {settings.queue}")
-        self.run.reporter.phase(record.QUEUED)
+        self.state.reporter.phase(record.QUEUED)
         return group
 
     def _wait_for_admission(self, pods: list[str]) -> Mapping[str, dict]:
         """The pods once admitted (Kueue's gates gone)."""
-        settings = self.run.settings
-        outcome, view = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
-                                          self.run.deadline, self.run.clock)
-        if isinstance(outcome, waits.PodLost):
-            raise outcome.error(" while queued")
-        if outcome is None:
+        settings = self.state.settings
+        result = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
+                                   self.state.deadline, self.state.clock)
+        if isinstance(result, waits.Judged) and isinstance(result.outcome, podwaits.PodLost):
+            raise result.outcome.error(" while queued")
+        if isinstance(result, waits.DeadlinePassed):
             raise errors.JobFailed(f"not admitted by queue {settings.queue} within --active-deadline "
                                    f"{settings.active_deadline_s:.0f}s", exitcodes.TIMED_OUT)
         log.info("job %s: admitted by queue %s", settings.job_name, settings.queue)
-        return view
+        return result.pods
 
     def _pin(self, pods: list[str], wanted: list[int], rules: list[NodeRule]) -> Plan:
         """Nodes for the admitted pods, each among those its ``rules`` allow, booked as
         every plan is (``booking``). Short of GPUs, the free GPUs are followed
         (``FreeGpuWatch``) and booked again only when they could hold the shares: no Lease
         is taken, nothing listed, while nothing changes."""
-        settings, clock = self.run.settings, self.run.clock
-        give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, self.run.deadline)
+        settings, clock = self.state.settings, self.state.clock
+        give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, self.state.deadline)
         choice = _Choice(settings, wanted, rules)
         tolerating = _tolerating(settings, rules)
         with contextlib.ExitStack() as waiting:
@@ -201,14 +201,14 @@ class QueuedPlacement:
                 watch.wait_until_fits(seen, give_up_at)
 
     def _planned(self, plan: Plan, domains: str) -> None:
-        settings = self.run.settings
-        self.run.reporter.planned(plan, domains)
+        settings = self.state.settings
+        self.state.reporter.planned(plan, domains)
         in_domains = f" in {domains}" if domains else ""
-        self.run.reporter.events.record(events.PLANNED, f"admitted by queue {settings.queue}; "
+        self.state.reporter.events.record(jobevents.PLANNED, f"admitted by queue {settings.queue}; "
                                                         f"{format_plan(plan)}{in_domains} (the chief's share last)")
 
     def _place_pods(self, pods: list[str], plan: Plan) -> None:
-        namespace = self.run.settings.namespace
+        namespace = self.state.settings.namespace
         for name, (node, _) in zip(pods, plan):
             placed = self.kube.patch_pod(namespace, name, podgroup.pin_patch(node))
             self.kube.patch_pod(namespace, name, podgroup.ungate_patch(placed))

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from distributetrain.core import errors, quantity, quotas
 from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events
 from distributetrain.kube.client import KubeApi
 from distributetrain.kube.informer import Informer, Satisfied
+from distributetrain.manager import jobevents
 from distributetrain.manager.reporting import Reporter
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class QuotaWait:
                 f"(--wait-for-gpus {settings.wait_for_gpus_s:.0f}s)")
         log.info("job %s: %s", settings.job_name, note)
         self.reporter.phase("WaitingForQuota")
-        self.reporter.events.record(events.WAITING_FOR_QUOTA, note)
+        self.reporter.events.record(jobevents.WAITING_FOR_QUOTA, note)
 
     def _retry_later(self, full: errors.QuotaFull, until: float, denied: errors.Forbidden) -> TryAgain | StillFull:
         """Without the right to list and watch quotas: try again after a backoff, within ``until``."""

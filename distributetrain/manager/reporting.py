@@ -17,9 +17,9 @@ from distributetrain.core.placement import Plan
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startprogress import Stage
-from distributetrain.kube import events
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import jobevents
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +98,13 @@ class Reporter:
         """Record a restart before it starts: the budget, the cause, the next attempt."""
         note = f"{cause}; restart {used} of {allowed} (attempt {attempt}) in {backoff_s:.0f}s"
         log.warning("job %s: %s", self.settings.job_name, note)
-        self.events.record(events.RESTARTING, note)
+        self.events.record(jobevents.RESTARTING, note)
         self._annotate(record.restarting(used, cause, attempt))
 
     def finished(self, exit_code: int, reason: str) -> None:
         phase = "Succeeded" if exit_code == 0 else "Failed"
         log.info("job %s %s (exit code %d): %s", self.settings.job_name, phase.lower(), exit_code, reason)
-        self.events.record(events.SUCCEEDED if exit_code == 0 else events.FAILED, f"{reason} (exit code {exit_code})")
+        self.events.record(jobevents.SUCCEEDED if exit_code == 0 else jobevents.FAILED, f"{reason} (exit code {exit_code})")
         try:
             self._annotate(record.finished(exit_code, reason))
         except errors.DistributeTrainError as e:
@@ -211,10 +211,10 @@ class PodWaits:
             log.info("job %s: %s is Ready", job, name)
         elif stage is not None:
             log.info("job %s: %s waits: %s", job, name, key)
-            self.reporter.events.record(events.SLOW_START_REASONS[type(stage)], f"{name}: {key}")
+            self.reporter.events.record(jobevents.SLOW_START_REASONS[type(stage)], f"{name}: {key}")
         elif podstate.needs_attention(pod):
             log.warning("job %s: %s waits: %s", job, name, key)
-            self.reporter.events.record(events.POD_WAITING, f"{name}: {key}")
+            self.reporter.events.record(jobevents.POD_WAITING, f"{name}: {key}")
         else:
             log.info("job %s: %s waits: %s", job, name, key)
 

@@ -1,6 +1,6 @@
 """Waiting for an attempt to start, where starting slowly is progress.
 
-The job's pods are followed as before (``waits``); beside them, the Events of the job's
+The job's pods are followed through ``waits``; beside them, the Events of the job's
 namespace tell which pods pull their image or await a new node (``startprogress``), and
 ``startbudget`` decides when the start is late: ``--worker-ready-timeout`` counts only
 time no slow start explains, and each slow start has its own bound. While one lasts, its
@@ -12,7 +12,7 @@ recorder: ``source.host`` names the node that pulls, ``count`` and ``lastTimesta
 carry a repeated pull), served on every cluster; events.k8s.io/v1 shows the same objects
 under other field names. Following them is best effort, as recording the manager's own
 Events is: without ``events: list, watch`` (rbac/role.yaml) pulls count against the
-timeout as before, and the log says so once.
+timeout like any other wait, and the log says so once.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from distributetrain.core.startprogress import PodEvent, Stage, StageClocks
 from distributetrain.kube import waits
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.informer import Informer, Satisfied
+from distributetrain.manager import podwaits
 from distributetrain.manager.reporting import PodWaits
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,8 @@ class StartWatch:
         events = self.pod_events()
         return clocks.update({name: startprogress.stage(view[name], events) for name in waiting}, now)
 
-    def wait(self, pods: Informer, judge: waits.Judge, expected: list[str], hard_deadline: float,
-             pod_waits: PodWaits) -> waits.Outcome:
+    def wait(self, pods: Informer, judge: podwaits.Judge, expected: list[str], hard_deadline: float,
+             pod_waits: PodWaits) -> podwaits.Outcome:
         """``judge``'s outcome on the job's pods, or ``TimedOut`` once the start's budget ran
         out (``startbudget``: the timeout, a slow start's bound) or ``hard_deadline`` passed;
         ``pod_waits`` shows each slow start while it lasts."""
@@ -98,7 +99,7 @@ class StartWatch:
         clocks = StageClocks()
         slow: dict[str, tuple[Stage, float]] = {}
 
-        def account_then_judge(view: Mapping[str, dict]) -> waits.Outcome | None:
+        def account_then_judge(view: Mapping[str, dict]) -> podwaits.Outcome | None:
             nonlocal slow
             now = self.clock.monotonic()
             waiting = [name for name in expected if name in view and not podstate.is_ready(view[name])]
@@ -110,13 +111,14 @@ class StartWatch:
         while True:
             now = self.clock.monotonic()
             wake = min(hard_deadline, now + RECHECK_S, budget.timeout_at(now), budget.stage_ends_at(slow))
-            outcome, view = waits.judged(pods, account_then_judge, wake)
-            if outcome is None:  # a wake with no change of the pods: time went on, Events may have come
-                outcome = account_then_judge(view)
+            result = waits.judged(pods, account_then_judge, wake)
+            view = result.pods
+            # A wake with no change of the pods: time went on, Events may have come.
+            outcome = result.outcome if isinstance(result, waits.Judged) else account_then_judge(view)
             if outcome is not None:
                 return outcome
             now = self.clock.monotonic()
             if now >= hard_deadline or budget.timed_out(now) or budget.overdue(now, slow):
-                reasons = waits.pending_reasons(view, expected)
-                return waits.TimedOut({**reasons, **{pod: startprogress.reason(stage, since, now)
+                reasons = podwaits.pending_reasons(view, expected)
+                return podwaits.TimedOut({**reasons, **{pod: startprogress.reason(stage, since, now)
                                                      for pod, (stage, since) in slow.items() if pod in reasons}})

@@ -7,7 +7,7 @@ import logging
 from distributetrain.core import errors, names, podstate
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
-from distributetrain.manager import isolation
+from distributetrain.manager import networkpolicy
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
         deleted.append(f"secret/{names.secret_name(job)}")
     templates = _delete_claim_templates(kube, settings) if settings.device_class else []
-    return deleted + templates + isolation.remove(kube, settings)
+    return deleted + templates + networkpolicy.remove(kube, settings)
 
 
 def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
@@ -55,12 +55,12 @@ def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
 
 
 def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: list[str]) -> list[str]:
-    """The ``doomed`` pods in one request, not one each: at 64 workers teardown's deletes
-    were most of the manager's overhead. The request selects this manager's workers and
+    """The ``doomed`` pods in one request, not one each: at 64 workers, one delete per pod
+    is most of the manager's overhead. The request selects this manager's workers and
     chief (``settings.selector``: the job and owner-uid labels; the role, so never another
     pod of the job's name) but the ``kept`` chief; pods already terminating are selected
     again, which changes nothing. A Role without ``pods: deletecollection`` (an older
-    rbac/) gets one delete per pod, as before."""
+    rbac/) gets one delete per pod."""
     if not doomed:
         return []
     selector = f"{settings.selector},{names.LABEL_ROLE} in ({names.ROLE_CHIEF},{names.ROLE_WORKER})"

@@ -21,7 +21,7 @@ from distributetrain.core import errors, exitcodes, inventory, volumeclaims
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.volumeclaims import UNREAD, Claim, ClaimUse, JobClaims
 from distributetrain.kube.api import KubeApi
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +89,12 @@ def _uses(kube: KubeApi, namespace: str, claims: list[Claim]) -> list[ClaimUse]:
     return found
 
 
-def wait_until_bound(kube: KubeApi, run: Run) -> None:
+def wait_until_bound(kube: KubeApi, state: ProcessState) -> None:
     """Return once no claim of the job waits for its binding (no pod of such a claim is
     scheduled before it, so neither is a plan made); raise ``JobFailed`` (75) when that
     takes longer than ``--worker-ready-timeout``, the bound of a pod's start."""
-    settings, clock = run.settings, run.clock
-    give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, run.deadline)
+    settings, clock = state.settings, state.clock
+    give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, state.deadline)
     said = ""
     while settings.pvcs:
         claims = read_claims(kube, settings, uses=False)

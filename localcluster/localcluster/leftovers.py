@@ -71,7 +71,7 @@ def remove(layout: RunLayout) -> Leftovers:
 
 def forget_api_state(layout: RunLayout) -> None:
     """Remove the stopped cluster's objects (RunLayout.api_state), so the next `up` starts
-    empty: a last run's pods would otherwise come back, on nodes that no longer exist."""
+    empty: a last run's pods would otherwise come back, on nodes that are gone."""
     for path in layout.api_state:
         mounted = mounts_under(path)
         if mounted:  # never delete through a mount

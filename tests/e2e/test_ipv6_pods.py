@@ -51,8 +51,8 @@ def test_on_ipv6_only_pods_a_job_spanning_pods_is_refused_up_front_and_a_one_nod
     """Pods with IPv6 addresses alone (the local cluster's ipv6_only nodes: as on EKS's IPv6
     clusters, an IPv4 interface for egress only, which Kubernetes does not report).
     horovodrun cannot connect ranks of several pods over IPv6 (Horovod's driver needs an
-    IPv4 address): such a job is bad input before anything exists, where it used to fail
-    once its pods held their GPUs. One kept on one node trains, its ranks over loopback."""
+    IPv4 address): such a job is bad input before anything exists, not a
+    failure once its pods hold their GPUs. One kept on one node trains, its ranks over loopback."""
     with node_pool(cluster, {"a": 2, "b": 1}, ipv6_only=True) as pool:
         base = ["--image=distributetrain/base:0.1.0", f"--node-selector={pool.selector}", "--worker-ready-timeout=90s"]
         jobs.submit("wide", ["--num-gpus=3", *base, "--", *TRAIN_ARGS])  # a worker and the chief: two pods

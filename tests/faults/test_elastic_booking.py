@@ -16,10 +16,11 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.kube.client import Kube
+from distributetrain.manager import jobevents
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.elastic import ElasticFollower
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from jobharness import node_pool
 
 pytestmark = pytest.mark.cluster
@@ -49,10 +50,10 @@ def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(clust
                                    discovery_url="http://192.0.2.1:8470/hosts")
             clock = RealClock()
             kube = Kube(api_client, clock)
-            reporter = Reporter(kube, settings, events.EventRecorder(settings, None, clock))
-            run = Run(settings, reporter, Attempt(settings.job_name), clock.monotonic() + 120, clock.monotonic(),
-                      HostList(), clock)
-            followers.append(ElasticFollower(kube, run))
+            reporter = Reporter(kube, settings, events.EventRecorder(settings, None, clock, jobevents.KINDS))
+            state = ProcessState(settings, reporter, Attempt(settings.job_name), clock.monotonic() + 120,
+                                 clock.monotonic(), HostList(), clock)
+            followers.append(ElasticFollower(kube, state))
         overbooked, stop = [], threading.Event()
 
         def check():

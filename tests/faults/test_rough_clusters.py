@@ -150,8 +150,8 @@ def test_a_tenant_after_the_chiefs_gpus_during_a_slow_pull_stays_pending(cluster
                                                                            tmp_path):
     """The chief holds its GPUs from its creation, through 60 s image pulls (its own and its
     worker's, as on fresh nodes pulling a multi-GB image): another tenant's pod asking for
-    them stays Pending, and the job trains and exits 0. (The chief used to be created only
-    once its workers were Ready, pulls included: the tenant took its GPU, exit 75.)"""
+    them stays Pending, and the job trains and exits 0. (A chief created only once its
+    workers were Ready, pulls included, would lose its GPU to the tenant: exit 75.)"""
     with node_pool(cluster, {"a": 2, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
             other_tenants(api_client) as tenants:
@@ -186,7 +186,7 @@ def test_a_restart_on_a_cluster_the_job_fills_exactly_waits_for_its_own_pods(clu
                                                                              tmp_path):
     """Every GPU of the pool is the job's: the next attempt can plan only once the lost
     attempt's pods are gone, which takes their ranks' SIGTERM handlers 8 s, and it does
-    (the manager used to plan 2 s after the loss and exit 69: no GPU free)."""
+    (a manager planning 2 s after the loss would find no GPU free and exit 69)."""
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, {"saves.py": SAVES_ON_SIGTERM}, tmp_path) as claim:
         args = job_args(pool, claim, 2, "--max-restarts=1")

@@ -5,7 +5,7 @@ and keeps every write and every pod watch in ``actions`` as (verb, kind, name), 
 so a test can compare what the manager did as a whole list (as mpi-operator's controller
 tests compare action lists); ``annotated`` keeps each annotation patch, in order. It implements ``KubeApi``, the Protocol taken from ``Kube``;
 ``test_fakekube`` holds both to its signatures, so a change to ``Kube`` breaks this fake
-instead of leaving the tests to pass against calls the manager no longer makes.
+instead of leaving the tests to pass against calls the manager does not make.
 
 What the tests script:
 - ``pod_watches``: each pod watch plays the next script: (event type, pod) pairs, or

@@ -19,7 +19,7 @@ LIMIT_RANGE = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "c
                "spec": {"limits": [{"type": "Container", "default": {"cpu": "150m"},
                                     "defaultRequest": {"cpu": "100m"}}]}}
 OVERHEAD = {"cpu": "10m", "memory": "16Mi"}
-# Credentials for a registry no image of the test comes from: pulls go on as before.
+# Credentials for a registry no image of the test comes from: pulls go on unchanged.
 DOCKER_CONFIG = json.dumps({"auths": {"registry.example.invalid": {
     "auth": base64.b64encode(b"user:token").decode()}}})
 

@@ -78,10 +78,18 @@ def test_only_the_process_entry_makes_the_real_clock():
     assert found == [], "take the clock as an argument instead"
 
 
+def test_the_rule_reads_the_manager_modules_that_wait_and_record():
+    """Every module of the package is read (``rglob``): these, which wait on pods, record
+    Events, map exit codes and hold the process's clock, among them."""
+    read = {name for name, _ in modules()}
+    assert {"manager/podwaits.py", "manager/jobevents.py", "manager/errorcodes.py", "manager/processstate.py",
+            "manager/scaleup.py", "manager/networkpolicy.py", "kube/waits.py", "kube/events.py"} <= read
+
+
 def test_the_rule_sees_what_it_forbids():
     source = ("import time\nfrom time import sleep\n"
               "def f(kube, clock=REAL):\n    return time.monotonic()\n"
-              "class Run:\n    clock: Clock = REAL\n"
+              "class ProcessState:\n    clock: Clock = REAL\n"
               "def g(*, clock=REAL):\n    return datetime.now(timezone.utc)\n")
     tree = ast.parse(source)
     assert defaulted_clocks(tree) == [3, 6, 7]

@@ -29,6 +29,7 @@ from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import dra
 from distributetrain.manager import booking, volumeclaims
+from distributetrain.manager.errorcodes import exit_code_of
 
 OUTPUT_FORMATS = ("table", "json")
 
@@ -101,7 +102,7 @@ def _reported(handler: Handler) -> Handler:
     """API and lookup failures become one line on stderr and their exit code."""
 
     @functools.wraps(handler)
-    def run(args: argparse.Namespace, script_args: Sequence[str], clock: Clock) -> int:
+    def reported(args: argparse.Namespace, script_args: Sequence[str], clock: Clock) -> int:
         if script_args and args.command != "submit":
             raise errors.UsageError("--", "only submit takes arguments for the training script")
         try:
@@ -110,11 +111,11 @@ def _reported(handler: Handler) -> Handler:
             raise  # cli.main prints it
         except errors.DistributeTrainError as e:
             print(f"distributetrain: error: {e}", file=sys.stderr)
-            return e.exit_code
+            return exit_code_of(e)
         except KeyboardInterrupt:
             return INTERRUPTED
 
-    return run
+    return reported
 
 
 def submission(args: argparse.Namespace, script_args: Sequence[str]) -> tuple[JobSettings, ManagerOptions]:
@@ -154,7 +155,7 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str], clock: Cloc
     name, namespace = settings.job_name, settings.namespace
     try:
         lookup.find_job(kube, namespace, name)
-    except lookup.Missing:
+    except errors.JobNotFound:
         pass
     else:
         raise errors.UsageError("--name", f"a job named {name!r} already exists in namespace {namespace!r}")
@@ -171,7 +172,7 @@ def run_submit(args: argparse.Namespace, script_args: Sequence[str], clock: Cloc
         raise errors.UsageError("--namespace", f"cannot create the manager in {namespace!r}: {e}") from None
     print(name, flush=True)
     if args.follow:
-        return Follower(kube, namespace, name, sys.stdout, sys.stderr, clock).run()
+        return Follower(kube, namespace, name, sys.stdout, sys.stderr, clock).follow()
     return exitcodes.OK
 
 
@@ -209,6 +210,8 @@ def _through_kueue(kube: JobsKube, settings: JobSettings, options: ManagerOption
     try:
         probe = kube.create(manager_spec.manager_pod(settings, options), dry_run=True)
     except errors.ApiError as e:  # a webhook of the cluster that cannot dry-run: Kueue's can
+        if type(e) is not errors.ApiError:
+            raise  # a refusal the API names (not found, forbidden, a quota...): the job's own, reported as it
         log.debug("dry run of the manager refused (%s): taken as outside Kueue", e)
         return manager
     if not podgroup.kueue_gated(probe):
@@ -260,13 +263,13 @@ def run_logs(args: argparse.Namespace, _script_args: Sequence[str], clock: Clock
     namespace = connection.namespace_of(args)
     found = lookup.find_job(kube, namespace, args.name)
     if not found.job_name:
-        raise lookup.Missing(f"job {args.name!r} has no manager pod yet ({found.status.phase})")
+        raise errors.JobNotFound(f"job {args.name!r} has no manager pod yet ({found.status.phase})")
     if args.manager:
         pod, container = found.job_name, manager_spec.MANAGER_CONTAINER
     else:
         pod, container = names.chief_name(found.job_name, JobRecord.of(found.manager or {}).attempt), state.CHIEF_CONTAINER
         if kube.get_pod(namespace, pod) is None:
-            raise lookup.Missing(f"job {args.name!r} has no chief pod ({found.status.phase}); "
+            raise errors.JobNotFound(f"job {args.name!r} has no chief pod ({found.status.phase}); "
                                  f"see 'distributetrain logs --manager {args.name}'")
     one_rank = None if rank is None else ranks.RankFilter(rank)
     for text in kube.pod_log(namespace, pod, container, follow=args.follow):

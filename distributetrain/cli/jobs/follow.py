@@ -105,7 +105,7 @@ class ProgressLines:
         # A slow start's time so far is news once a minute, not at each refresh.
         news = {key: startprogress.by_the_minute(text) for key, text in facts.items()}
         new = [f"{self.name}: {text}" for key, text in facts.items() if self.shown.get(key) != news[key]]
-        # A pod that no longer waits is forgotten, so waiting again the same way is news;
+        # A pod that stops waiting is forgotten, so waiting again the same way is news;
         # so is a place in the queue, for a job queued again after a restart.
         self.shown = {key: text for key, text in self.shown.items()
                       if not key.startswith(WAITING_FACT) and key != QUEUE_FACT}
@@ -132,7 +132,7 @@ class Follower:
         self.lines = ProgressLines(name)
         self.manager_seen = False
 
-    def run(self) -> int:
+    def follow(self) -> int:
         try:
             return self._run()
         except KeyboardInterrupt:
@@ -172,8 +172,8 @@ class Follower:
                 return ManagerEnded(manager)
             return judge(manager, children)
 
-        outcome, _ = waits.watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline, self.clock)
-        return outcome
+        result = waits.watch_until(self.kube, self.namespace, APP_SELECTOR, judge_pods, deadline, self.clock)
+        return result.outcome if isinstance(result, waits.Judged) else None
 
     @staticmethod
     def _manager_started(manager: dict, _children: list[dict]) -> Outcome | None:

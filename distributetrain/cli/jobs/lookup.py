@@ -14,14 +14,7 @@ from distributetrain.cli.jobs import state
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import errors, names
 
-NOT_FOUND_EXIT = 1  # like kubectl's "not found"
 MANAGER_SELECTOR = f"{names.LABEL_APP}={names.APP},{names.LABEL_ROLE}={names.ROLE_MANAGER}"
-
-
-class Missing(errors.NotFound):
-    """No such job, or not that part of it (yet): the user's mistake or timing, not the API's."""
-
-    exit_code = NOT_FOUND_EXIT
 
 
 @dataclass(frozen=True)
@@ -59,7 +52,7 @@ def find_job(kube: JobsKube, namespace: str, name: str) -> FoundJob:
     if not _is_manager_object(batch_job):
         batch_job = None
     if not pods and batch_job is None:
-        raise Missing(f"no job {name!r} in namespace {namespace!r} (see 'distributetrain list')")
+        raise errors.JobNotFound(f"no job {name!r} in namespace {namespace!r} (see 'distributetrain list')")
     return FoundJob(name, namespace, _newest(pods) if pods else None, batch_job)
 
 

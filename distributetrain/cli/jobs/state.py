@@ -92,7 +92,8 @@ def is_child_of(pod: Mapping, manager: Mapping) -> bool:
     return labels.get(names.LABEL_JOB) == _metadata(manager)["name"] and podstate.is_training_pod(pod)
 
 
-def kind_of(manager: Mapping) -> str:
+def submitted_as(manager: Mapping) -> str:
+    """KIND_JOB for a manager a Job owns (``--as-job``), else KIND_POD."""
     owners = _metadata(manager).get("ownerReferences") or ()
     return KIND_JOB if any(ref.get("kind") == KIND_JOB for ref in owners) else KIND_POD
 
@@ -175,7 +176,7 @@ def from_manager(manager: Mapping) -> JobStatus:
     return JobStatus(
         name=user_name(manager),
         namespace=metadata.get("namespace", ""),
-        kind=kind_of(manager),
+        kind=submitted_as(manager),
         manager_pod=metadata["name"],
         phase=phase,
         gpus=sum(share for _, share in plan) if plan else requested_gpus(manager),

@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from distributetrain.cli import main as cli
-from distributetrain.cli.jobs import cancel, commands, connection, follow, manager_spec
+from distributetrain.cli.jobs import commands, connection, follow, manager_spec
+from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
 from harness.kube import FakeKube
 from harness.streams import TextSink
@@ -76,6 +77,27 @@ def test_submit_creates_the_manager_and_prints_the_name(capsys, kube):
     args = cli.build_parser().parse_args(["submit", "--num-gpus", "2", "--image", "img", "--name", "demo",
                                           "--namespace", "ml"])
     assert kube.created == [manager_spec.manager_pod(*commands.submission(args, []))]
+
+
+def refused_once(error):
+    """A webhook that refuses the first object it is sent (the manager's dry run)."""
+    sent = []
+
+    def admit(obj):
+        sent.append(obj)
+        if len(sent) == 1:
+            raise error
+
+    return admit
+
+
+@pytest.mark.parametrize("refusal,code,out", [
+    (errors.ApiError('admission webhook "w.example.com" does not support dry run'), 0, "demo\n"),
+    (errors.NotFound('namespaces "ml" not found'), 76, ""),
+])
+def test_a_dry_run_only_a_webhook_refuses_is_taken_as_outside_kueue(capsys, kube, refusal, code, out):
+    kube.on_create.append(refused_once(refusal))
+    assert run(capsys, kube, "submit", "--num-gpus", "2", "--image", "img", "--name", "demo")[:2] == (code, out)
 
 
 def test_submit_refuses_a_claim_that_does_not_exist_before_it_creates_anything(capsys, kube):
@@ -260,7 +282,7 @@ def test_follow_of_a_job_that_fails_before_training(capsys, kube):
     kube.put(manager())
     kube.pod_watches = [[("MODIFIED", annotated(manager(phase="Failed", exit_code=69), **{
         "distributetrain.io/phase": "Failed", "distributetrain.io/reason": "requested 2 GPUs but only 1 is free"}))]]
-    code = follow.Follower(kube, "ml", "demo", out := TextSink(), err := TextSink(), kube.clock).run()
+    code = follow.Follower(kube, "ml", "demo", out := TextSink(), err := TextSink(), kube.clock).follow()
     assert (code, out.text) == (69, "")
     assert err.text.splitlines()[-1] == "demo: Failed, exit code 69: requested 2 GPUs but only 1 is free"
 
@@ -269,7 +291,7 @@ def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kub
     kube.put(batch_job())
     pod = manager(pod_name="demo-x7k2p")
     kube.pod_watches = [[("ADDED", pod)], [("DELETED", pod)]]
-    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink(), kube.clock).run()
+    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink(), kube.clock).follow()
     assert code == 143
     assert err.text.splitlines() == ["demo: manager pod demo-x7k2p: Running",
                                      "demo: the manager pod was deleted: the job is cancelled"]
@@ -277,7 +299,8 @@ def test_follow_of_a_batch_job_waits_for_its_pod_and_sees_it_deleted(capsys, kub
 
 def test_follow_gives_up_on_a_manager_that_never_starts(kube):
     kube.put(manager(phase="Pending"))
-    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink(), kube.clock, manager_start_timeout_s=0.0).run()
+    code = follow.Follower(kube, "ml", "demo", TextSink(), err := TextSink(), kube.clock,
+                           manager_start_timeout_s=0.0).follow()
     assert code == 75
     assert "did not start within 0s" in err.text
 

@@ -89,7 +89,7 @@ def test_follow_never_says_training_once_the_training_output_ended():
         [("demo-chief", {"phase": "Succeeded"}), ("DELETED", worker),
          ("MODIFIED", manager(phase="Succeeded", annotations=TRAINED, exit_code=0))],
     ]
-    code = follow.Follower(kube, "ml", "demo", terminal := TextSink(), terminal, kube.clock).run()
+    code = follow.Follower(kube, "ml", "demo", terminal := TextSink(), terminal, kube.clock).follow()
     assert code == 0
     assert terminal.text.splitlines() == [
         "demo: manager pod demo: Running",

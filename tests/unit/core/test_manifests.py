@@ -365,7 +365,7 @@ def test_a_worker_with_every_pod_knob():
                 "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True},
                                  {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
             }],
-            # /dev/shm is the pod's memory limit, which is no longer its request.
+            # /dev/shm is the pod's memory limit, not its request.
             "volumes": [{"name": "ssh", "secret": {"secretName": "demo-ssh", "defaultMode": 0o440, "items": [
                 {"key": "authorized_keys", "path": "authorized_keys"},
                 {"key": "ssh_host_ed25519_key", "path": "ssh_host_ed25519_key"}]}},

@@ -2,7 +2,7 @@
 
 from distributetrain.core import names, networkpolicy
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import isolation
+from distributetrain.manager import networkpolicy as manager_networkpolicy
 from distributetrain.manager.teardown import tear_down
 from harness.builders import manager_pod
 from harness.kube import FakeKube
@@ -59,7 +59,7 @@ def test_which_policies_a_job_gets():
 
 def test_the_manager_labels_itself_then_creates_the_policies_and_teardown_deletes_them():
     kube = FakeKube(manager=manager_pod(name="demo", uid="uid-1"))
-    isolation.isolate(kube, SETTINGS)
+    manager_networkpolicy.isolate(kube, SETTINGS)
     assert kube.actions == [("patch", "Pod", "demo"), ("create", "NetworkPolicy", "demo-pods"),
                             ("create", "NetworkPolicy", "demo-manager")]
     assert kube.manager["metadata"]["labels"] == {names.LABEL_MANAGER_UID: "uid-1"}
@@ -69,12 +69,12 @@ def test_the_manager_labels_itself_then_creates_the_policies_and_teardown_delete
 
 def test_teardown_leaves_an_earlier_run_s_policy_of_the_same_name():
     kube = FakeKube(manager=manager_pod(name="demo", uid="uid-1"))
-    isolation.isolate(kube, SETTINGS.replace(owner_uid="uid-0"))
+    manager_networkpolicy.isolate(kube, SETTINGS.replace(owner_uid="uid-0"))
     assert tear_down(kube, SETTINGS, keep_chief=True) == []
     assert set(kube.network_policies) == {"demo-pods", "demo-manager"}
 
 
 def test_without_network_policies_nothing_is_created():
     kube = FakeKube(manager=manager_pod(name="demo", uid="uid-1"))
-    isolation.isolate(kube, SETTINGS.replace(network_policy=False))
+    manager_networkpolicy.isolate(kube, SETTINGS.replace(network_policy=False))
     assert kube.actions == []

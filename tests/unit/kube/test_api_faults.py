@@ -20,6 +20,7 @@ from distributetrain.core.clock import RealClock
 from distributetrain.kube import waits
 from distributetrain.kube.client import WATCH_RECONNECT_DELAY_S
 from distributetrain.kube.connection import ApiTimeouts
+from distributetrain.manager import podwaits
 from harness.apiserver import SHUTDOWN_POLL_S, FakeApiServer, RudeServer, kube_at, kubeconfig
 from harness.builders import pod
 from harness.polling import poll_until
@@ -38,7 +39,7 @@ MANAGER_ENV = {"DISTRIBUTETRAIN_API_CONNECT_S": "0.5", "DISTRIBUTETRAIN_API_READ
 # Pre-training gives up on its first call, then teardown on its own: two retry deadlines,
 # each plus one request's timeouts and a backoff; then Python's start and the Events flush.
 MANAGER_EXITS_WITHIN_S = 2 * (1 + 0.5 + 0.5 + 2) + 15
-HANG_S = 90  # the test's own hard limit: the old manager never exited at all
+HANG_S = 90  # the test's own hard limit, for a manager that never exits
 
 
 def job_pods():
@@ -46,7 +47,7 @@ def job_pods():
 
 
 def chief_finished():
-    return waits.chief_finished("j-chief", ["j-worker-0"])
+    return podwaits.chief_finished("j-chief", ["j-worker-0"])
 
 
 @pytest.mark.parametrize("behaviour", ["silent", "close"])
@@ -121,10 +122,10 @@ def test_a_lost_worker_is_noticed_within_the_watch_read_timeout_when_the_connect
     with FakeApiServer(job_pods()) as server:
         server.stall_watches = 1
         threading.Thread(target=delete_when_watched, args=(server,), daemon=True).start()
-        outcome, _ = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
-                                       time.monotonic() + 30, RealClock())
+        result = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
+                                   time.monotonic() + 30, RealClock())
         noticed_after = time.monotonic() - deleted_at[0]
-    assert outcome == waits.PodLost("j-worker-0", "was deleted")
+    assert result.outcome == podwaits.PodLost("j-worker-0", "was deleted")
     assert noticed_after < stalled_watch_noticed_within(SHORT) + REQUEST_SLACK_S
     # Resumed from the same version on a new connection, not relisted; one INFO line says so.
     first, resumed = server.watch_requests
@@ -161,9 +162,9 @@ def test_a_watch_error_event_lists_again_and_the_job_goes_on(code):
     with FakeApiServer(job_pods()) as server:
         server.error_watches = [code]
         threading.Thread(target=delete_once_listed_again, args=(server,), daemon=True).start()
-        outcome, _ = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
-                                       time.monotonic() + 10, RealClock())
-    assert outcome == waits.PodLost("j-worker-0", "was deleted")
+        result = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
+                                   time.monotonic() + 10, RealClock())
+    assert result.outcome == podwaits.PodLost("j-worker-0", "was deleted")
     assert server.list_requests == 2
 
 

@@ -8,6 +8,7 @@ from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.kube.calls import translate
+from distributetrain.manager.errorcodes import exit_code_of
 
 
 def api_403(message: str) -> ApiException:
@@ -39,7 +40,7 @@ QUOTA_AND_LIMIT_REFUSALS = [
 def test_quota_and_limit_refusals_have_their_own_error_and_exit_code(message):
     error = translate(api_403(message))
     assert isinstance(error, errors.QuotaExceeded)
-    assert error.exit_code == exitcodes.QUOTA_EXCEEDED != exitcodes.PERMISSION_DENIED
+    assert exit_code_of(error) == exitcodes.QUOTA_EXCEEDED != exitcodes.PERMISSION_DENIED
     assert message in str(error) and "--memory-per-gpu" in str(error)
     assert "\n" not in str(error)
 
@@ -56,7 +57,7 @@ RBAC_REFUSALS = [
 @pytest.mark.parametrize("message", RBAC_REFUSALS)
 def test_rbac_refusals_stay_permission_denied(message):
     error = translate(api_403(message))
-    assert type(error) is errors.Forbidden and error.exit_code == exitcodes.PERMISSION_DENIED
+    assert type(error) is errors.Forbidden and exit_code_of(error) == exitcodes.PERMISSION_DENIED
 
 
 @given(
@@ -104,7 +105,7 @@ ADMISSION_REFUSALS = [
 def test_admission_refusals_have_their_own_error_and_exit_code(status, reason, message):
     error = translate(api_error(status, reason, message))
     assert type(error) is errors.AdmissionRefused
-    assert error.exit_code == exitcodes.ADMISSION_REFUSED
+    assert exit_code_of(error) == exitcodes.ADMISSION_REFUSED
     assert exitcodes.ADMISSION_REFUSED not in (exitcodes.PERMISSION_DENIED, exitcodes.QUOTA_EXCEEDED, exitcodes.USAGE)
     assert message in str(error) and "not a missing RBAC permission" in str(error)
 

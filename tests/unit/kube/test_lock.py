@@ -12,6 +12,7 @@ from distributetrain.core import errors, exitcodes
 from distributetrain.core.clock import Clock, FakeClock, RealClock
 from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.lock import RENEWALS_PER_DURATION, PlacementLock
+from distributetrain.manager.errorcodes import exit_code_of
 from harness.apiserver import FakeApiServer, kube_at
 from harness.polling import poll_until
 
@@ -114,13 +115,13 @@ def test_the_renewer_stops_on_exit(server):
 
 def test_a_holder_whose_lease_was_taken_over_fails_on_exit_and_leaves_it(server):
     clock = FakeClock()
-    with pytest.raises(errors.JobFailed) as failure:
+    with pytest.raises(errors.LeaseLost) as failure:
         with lock(server, duration_s=SHORT_LEASE_S, clock=clock):
             held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")  # as an expired-lease takeover writes
             clock.advance(SHORT_LEASE_S / 2)  # past a renewal: the renewer reads it, and stops
             poll_until(lambda: not [t for t in threading.enumerate() if t.name == "lease-renewer"], 5,
                        "the renewer to find the takeover and stop", interval_s=0.005)
-    assert failure.value.exit_code == exitcodes.API_ERROR
+    assert exit_code_of(failure.value) == exitcodes.API_ERROR
     assert "ns/other" in str(failure.value)
     assert holder(server) == "ns/other"
 
@@ -187,10 +188,10 @@ def test_without_a_longer_wait_a_busy_lease_fails_at_the_lock_timeout(server):
     release = threading.Event()
     holder_thread = hold_lease(server, release)
     started = time.monotonic()
-    with pytest.raises(errors.JobFailed) as failure:
+    with pytest.raises(errors.LeaseBusy) as failure:
         with lock(server, timeout_s=0.3, wait_until=time.monotonic() + 0.1):
             pass
-    assert failure.value.exit_code == exitcodes.TIMED_OUT
+    assert exit_code_of(failure.value) == exitcodes.TIMED_OUT
     assert 0.3 <= time.monotonic() - started < 2
     release.set()
     holder_thread.join(5)

@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.kube import calls, protowire
+from distributetrain.manager.errorcodes import exit_code_of
 from harness.podproto import pod_list, status
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -58,7 +59,7 @@ def test_an_error_in_protobuf_keeps_its_message_and_its_kind():
     denied = ('pods is forbidden: User "system:serviceaccount:ml:distributetrain-manager" cannot list resource '
               '"pods" in API group "" at the cluster scope')
     forbidden = calls.translate(protobuf_error(403, "Forbidden", denied))
-    assert (type(forbidden), str(forbidden), forbidden.exit_code) == (errors.Forbidden, denied,
+    assert (type(forbidden), str(forbidden), exit_code_of(forbidden)) == (errors.Forbidden, denied,
                                                                       exitcodes.PERMISSION_DENIED)
     quota = calls.translate(protobuf_error(
         403, "Forbidden", 'pods "w" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=2, '

@@ -11,7 +11,8 @@ from distributetrain.core.volumeclaims import Claim, ClaimUse, JobClaims
 from distributetrain.manager import booking, queueing, volumeclaims
 from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
 from distributetrain.manager.kinds import StaticJob
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
+from distributetrain.manager.errorcodes import exit_code_of
 from harness.builders import JOB, make_claim, make_node, make_pod, make_volume, node, sized_node, storage_class
 from harness.kube import FakeKube
 from harness.polling import poll_until
@@ -79,7 +80,7 @@ def test_a_manager_rbac_does_not_let_read_a_claim_is_refused_and_submit_leaves_i
     settings = ON_DATA.replace(pvcs=(*DATA, PvcMount("fresh", "/fresh")))
     with pytest.raises(errors.Forbidden) as denied:
         volumeclaims.read_claims(kube, settings)
-    assert denied.value.exit_code == 77 and f'cannot get resource "{refused}"' in str(denied.value)
+    assert exit_code_of(denied.value) == 77 and f'cannot get resource "{refused}"' in str(denied.value)
     known = volumeclaims.read_claims(kube, settings, uses=False, unreadable_ok=True)
     assert [claim.name for claim in known.claims] == ["data", "fresh"]
     if refused == "PersistentVolume":  # what the claim's status says of its volume is still read
@@ -181,7 +182,7 @@ class BindingClock(FakeClock):
 
 
 def run_of(settings, clock):
-    return Run(settings, reporter=None, attempt=None, deadline=float("inf"), gpus_until=0.0, hosts=None, clock=clock)
+    return ProcessState(settings, reporter=None, attempt=None, deadline=float("inf"), gpus_until=0.0, hosts=None, clock=clock)
 
 
 def test_a_claim_not_bound_yet_is_waited_for_then_the_job_plans():

@@ -14,12 +14,11 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudgets
 from distributetrain.core.startprogress import Pulling
-from distributetrain.kube import events, waits
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import booking, elastic
+from distributetrain.manager import booking, elastic, jobevents, podwaits
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -77,21 +76,21 @@ def test_judge_reports_a_change_of_hosts_and_nothing_else():
 
 def test_a_lost_worker_is_not_the_end_but_a_lost_chief_is():
     pods = by_name(chief(deleting=True), worker(0))
-    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.PodLost("j-chief", "is being deleted")
-    assert elastic.judge_elastic(SETTINGS, FIRST, ())(by_name(worker(0))) == waits.PodLost("j-chief", "was deleted")
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == podwaits.PodLost("j-chief", "is being deleted")
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(by_name(worker(0))) == podwaits.PodLost("j-chief", "was deleted")
 
 
 def test_the_chief_exit_code_ends_the_job():
     pods = by_name(chief(phase="Succeeded", exit_code=0), worker(0))
-    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.ChiefFinished(0)
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == podwaits.ChiefFinished(0)
     pods = by_name(chief(phase="Failed", exit_code=1), worker(0), worker(1))  # 3 GPUs left >= min 2
-    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == waits.ChiefFinished(1)
+    assert elastic.judge_elastic(SETTINGS, FIRST, ())(pods) == podwaits.ChiefFinished(1)
 
 
 def test_a_chief_failing_below_min_gpus_is_blamed_on_the_lost_workers():
     pods = by_name(chief(phase="Failed", exit_code=1), worker(0, phase="Failed", exit_code=137))
     outcome = elastic.judge_elastic(SETTINGS, FIRST, ())(pods)
-    assert isinstance(outcome, waits.PodLost) and "1 of --min-gpus 2" in outcome.reason
+    assert isinstance(outcome, podwaits.PodLost) and "1 of --min-gpus 2" in outcome.reason
 
 
 def test_replacements_never_reuse_an_index():
@@ -223,15 +222,15 @@ FOLLOWED = SETTINGS.replace(owner_uid="uid-1", min_gpus=1)
 def follow(kube, settings=FOLLOWED):
     """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
     api = FakeEventsApi()
-    reporter = Reporter(kube, settings, EventRecorder(settings, api, kube.clock))
+    reporter = Reporter(kube, settings, EventRecorder(settings, api, kube.clock, jobevents.KINDS))
     now = kube.clock.monotonic()
-    run = Run(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
+    state = ProcessState(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
     # Rechecks and retries a hundred and fifty times as often as the manager's: a story lasts a few seconds.
-    follower = elastic.ElasticFollower(kube, run, free_gpus_client=lambda same: same, recheck_s=0.05,
+    follower = elastic.ElasticFollower(kube, state, free_gpus_client=lambda same: same, recheck_s=0.05,
                                        backoff_max_s=0.2)
     try:
-        outcome = follower.run()
+        outcome = follower.follow()
     finally:
         reporter.events.close()  # sends what is still queued
     return outcome, api.notes()
@@ -252,9 +251,9 @@ def test_a_failed_replacement_is_retried_and_the_job_goes_on(call, failure):
     kube = short_of_two_gpus(chief_ends_when=replacements)  # once the grow-back succeeds
     kube.failures = {call: [failure, failure]}
     outcome, recorded = follow(kube)
-    assert outcome == waits.ChiefFinished(0)
+    assert outcome == podwaits.ChiefFinished(0)
     assert replacements(kube) == ["j-worker-1"]  # the missing 2 GPUs, on the one node, after two failures
-    failed = [note for reason, note in recorded if reason == events.REPLACE_FAILED]
+    failed = [note for reason, note in recorded if reason == jobevents.REPLACE_FAILED]
     assert failed and all(str(failure) in note for note in failed)
 
 
@@ -288,7 +287,7 @@ def test_a_replacement_pulling_its_image_outlives_the_timeout_one_that_is_stuck_
 
     kube.on_pod_watch = replacement_story
     outcome, _ = follow(kube, FOLLOWED.replace(worker_ready_timeout_s=0.3))
-    assert outcome == waits.ChiefFinished(0)
+    assert outcome == podwaits.ChiefFinished(0)
     assert kube.writes("delete", "Pod")[:1] == deleted
 
 
@@ -311,8 +310,8 @@ def test_a_busy_lease_is_retried_later_and_the_job_goes_on(monkeypatch):
 
     kube.read = read_lease
     outcome, recorded = follow(kube)
-    assert outcome == waits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
-    assert any(reason == events.REPLACE_FAILED and "could not take the placement lock" in note
+    assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
+    assert any(reason == jobevents.REPLACE_FAILED and "could not take the placement lock" in note
                for reason, note in recorded)
 
 
@@ -327,8 +326,8 @@ def test_a_lease_taken_over_while_replacing_is_not_the_end_of_the_job():
 
     kube.create_all_owned = create_while_another_manager_takes_the_lease
     outcome, recorded = follow(kube)
-    assert outcome == waits.ChiefFinished(0)
-    assert any(reason == events.REPLACE_FAILED and "may have been held by another manager" in note
+    assert outcome == podwaits.ChiefFinished(0)
+    assert any(reason == jobevents.REPLACE_FAILED and "may have been held by another manager" in note
                for reason, note in recorded)
 
 
@@ -338,8 +337,8 @@ def test_an_overdue_worker_not_deleted_for_an_outage_is_deleted_later():
     # A deletion's first call annotates the pod with its cause.
     kube.failures = {"annotate_pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
     outcome, recorded = follow(kube, FOLLOWED.replace(num_gpus=3, worker_ready_timeout_s=0.1))
-    assert outcome == waits.ChiefFinished(0) and kube.writes("delete") == ["j-worker-1"]
-    assert any(reason == events.REPLACE_FAILED and "j-worker-1" in note for reason, note in recorded)
+    assert outcome == podwaits.ChiefFinished(0) and kube.writes("delete") == ["j-worker-1"]
+    assert any(reason == jobevents.REPLACE_FAILED and "j-worker-1" in note for reason, note in recorded)
 
 
 @given(st.integers(1, 100))
@@ -374,7 +373,7 @@ def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes():
     kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=lambda kube: time.monotonic() > ends_at,
                          clock=RealClock())
     outcome, _ = follow(kube)
-    assert outcome == waits.ChiefFinished(0) and replacements(kube) == []
+    assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == []
     # One booking (the nodes and every other pod outside the Lease, the bookings under it)
     # found nothing free; then the job's pods' informer and the free GPUs' informers listed
     # once each, and nothing after.
@@ -389,5 +388,5 @@ def test_a_job_short_of_gpus_books_again_once_gpus_are_freed():
     freed.start()
     outcome, _ = follow(kube)
     freed.join()
-    assert outcome == waits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
+    assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
     assert kube.node_lists == 3  # the fresh inventory, the informer's list, the fresh inventory once freed

@@ -10,8 +10,8 @@ from distributetrain.core import errors, inventory, names, podsecurity, topology
 from distributetrain.core.clock import FakeClock, RealClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events, waits
-from distributetrain.manager import clusterview, job, lifecycle
+from distributetrain.kube import events
+from distributetrain.manager import clusterview, job, lifecycle, podwaits
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -283,7 +283,7 @@ def test_a_chief_that_fails_alone_is_its_own_failure_once_the_workers_had_time_t
          [("demo-chief", ended(3))]],
         settings=SETTINGS.replace(max_restarts=1))
     assert code == 3 and "Restarting" not in [r[0] for r in recorded]
-    assert story.clock.monotonic() - started >= waits.WORKER_STATUS_LAG_S
+    assert story.clock.monotonic() - started >= podwaits.WORKER_STATUS_LAG_S
 
 
 @pytest.mark.parametrize("used,allowed", [(0, 0), (1, 1)])

@@ -10,9 +10,8 @@ from distributetrain.core import errors, names, podstate
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.inventory import node_not_ready
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import nodewatch
+from distributetrain.manager import jobevents, nodewatch
 from distributetrain.manager.nodewatch import NodeClocks, NodeWatch, node_health, pods_to_delete, zone_disrupted
 from distributetrain.manager.reporting import Reporter
 from harness.events import FakeEventsApi
@@ -242,7 +241,7 @@ def deleted(kube):
 
 def watching(kube, toleration_s):
     api = FakeEventsApi()
-    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api, kube.clock))
+    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api, kube.clock, jobevents.KINDS))
     return NodeWatch(kube, SETTINGS, reporter, kube.clock, toleration_s=toleration_s), reporter, api
 
 
@@ -289,7 +288,7 @@ def test_the_watch_acts_when_the_window_runs_out_with_no_node_event():
     assert [(pod, why) for _, pod, why in deleted(kube)] == [("demo-worker-0", cause)]
     # When the window ran out, not at the end of the watch call that saw the report (5 s).
     assert 1.0 <= deleted(kube)[0][0] - sent_at < 3.0
-    assert api.notes() == [(events.NODE_LOST, f"node a {cause.removeprefix('its node a ')}: deleted demo-worker-0")]
+    assert api.notes() == [(jobevents.NODE_LOST, f"node a {cause.removeprefix('its node a ')}: deleted demo-worker-0")]
 
 
 @pytest.mark.parametrize("toleration_s, acts_after_s", [
@@ -314,7 +313,7 @@ def test_the_watch_acts_on_the_unreachable_taint_20s_before_it_evicts(toleration
 def test_the_watch_s_window_is_the_jobs_toleration():
     """Without a test's own window, the node watch waits the job pods' --node-lost-toleration."""
     kube = nodes_kube([fine("a")], [])
-    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, FakeEventsApi(), kube.clock))
+    reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, FakeEventsApi(), kube.clock, jobevents.KINDS))
     assert NodeWatch(kube, SETTINGS, reporter, kube.clock).clocks.toleration_s == 30.0
     longer = SETTINGS.replace(node_lost_toleration_s=120.0)
     assert NodeWatch(kube, longer, reporter, kube.clock).clocks.toleration_s == 120.0
@@ -335,7 +334,8 @@ def test_on_its_thread_the_watch_acts():
     kube = FakeKube([fine("a"), fine("b")], [worker_on("a")])  # on the real clock: a deletion acts at once
     kube.pods_stay_terminating = True
     api = FakeEventsApi()
-    watch = NodeWatch(kube, SETTINGS, Reporter(kube, SETTINGS, EventRecorder(SETTINGS, api, kube.clock)), kube.clock)
+    recorder = EventRecorder(SETTINGS, api, kube.clock, jobevents.KINDS)
+    watch = NodeWatch(kube, SETTINGS, Reporter(kube, SETTINGS, recorder), kube.clock)
     with watch:
         del kube.nodes["a"]
         kube.break_node_watch(errors.Gone("too old resource version"))

@@ -5,6 +5,7 @@ import pytest
 from distributetrain.core import errors, exitcodes, topology, validation
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import pretraining
+from distributetrain.manager.errorcodes import exit_code_of
 from harness.builders import MANAGER_POD, manager_pod
 from harness.kube import FakeKube
 
@@ -18,7 +19,7 @@ def test_host_network_where_pod_security_forbids_it_is_bad_input_naming_the_leve
     kube.namespaces["ml"] = {validation.POD_SECURITY_ENFORCE_LABEL: level}
     with pytest.raises(errors.UsageError) as refused:
         pretraining.preflight(kube, SETTINGS.replace(host_network=True))
-    assert refused.value.exit_code == exitcodes.USAGE
+    assert exit_code_of(refused.value) == exitcodes.USAGE
     assert str(refused.value).startswith("--host-network: ") and repr(level) in str(refused.value)
     assert "\n" not in str(refused.value)
     assert kube.actions == []
@@ -50,7 +51,7 @@ def test_a_manager_not_allowed_to_create_network_policies_stops_before_anything_
     kube.on_create.append(refuse_policies)
     with pytest.raises(errors.Forbidden) as refused:
         pretraining.preflight(kube, SETTINGS)
-    assert refused.value.exit_code == exitcodes.PERMISSION_DENIED
+    assert exit_code_of(refused.value) == exitcodes.PERMISSION_DENIED
     assert kube.actions == []
     pretraining.preflight(kube, SETTINGS.replace(network_policy=False))
 
@@ -133,7 +134,7 @@ def test_a_dry_run_refusing_a_pod_knob_is_bad_input_naming_its_flag(refusal, fla
     kube.on_create.append(refuse_pods)
     with pytest.raises(errors.UsageError) as refused:
         pretraining.preflight(kube, SETTINGS.replace(runtime_class="nvidia", pod_priority_class="high"))
-    assert refused.value.flag == flag and refused.value.exit_code == exitcodes.USAGE
+    assert refused.value.flag == flag and exit_code_of(refused.value) == exitcodes.USAGE
     assert "\n" not in str(refused.value) and kube.actions == []
 
 
@@ -176,7 +177,7 @@ def test_a_pod_the_platforms_security_constraints_refuse_is_bad_input_naming_the
     kube.on_create.append(refuse_pods)
     with pytest.raises(errors.UsageError) as refused:
         pretraining.preflight(kube, SETTINGS.replace(**changes))
-    assert refused.value.exit_code == exitcodes.USAGE
+    assert exit_code_of(refused.value) == exitcodes.USAGE
     assert str(refused.value).startswith(f"{flag}: the namespace's security context constraints refuse the job's Pod")
     assert refusal in str(refused.value) and "\n" not in str(refused.value)
     assert kube.actions == []

@@ -83,7 +83,7 @@ def queued_story(monkeypatch, tmp_path):
     api = FakeEventsApi()
     monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: api)
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
-    monkeypatch.setattr("distributetrain.kube.waits.WORKER_STATUS_LAG_S", 0.3)
+    monkeypatch.setattr("distributetrain.manager.podwaits.WORKER_STATUS_LAG_S", 0.3)
     monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # free GPUs followed on the fake itself
     kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)])
     kube.on_create.append(kueue_gates)

@@ -1,6 +1,6 @@
 """A ResourceQuota full for now (issue 33, item 5): with --wait-for-gpus the job releases
 what it created, waits on the quota through one informer (no list loop), and tries again
-once its used figures change so the job may fit; at the deadline, exit 73 as before."""
+once its used figures change so the job may fit; at the deadline, exit 73."""
 
 import socket
 
@@ -10,7 +10,8 @@ from distributetrain.core import errors, quotas
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
-from distributetrain.manager import lifecycle, quotawait
+from distributetrain.manager import jobevents, lifecycle, quotawait
+from distributetrain.manager.errorcodes import exit_code_of
 from harness.builders import node
 from harness.kube import FakeKube
 
@@ -28,7 +29,7 @@ def gpu_quota(used: str, hard: str = "2") -> dict:
 
 def test_only_an_exceeded_quota_is_a_refusal_that_may_pass():
     full = errors.forbidden(REFUSAL)
-    assert isinstance(full, errors.QuotaFull) and (full.quota, full.exit_code) == ("gpus", 73)
+    assert isinstance(full, errors.QuotaFull) and (full.quota, exit_code_of(full)) == ("gpus", 73)
     assert str(full) == str(errors.QuotaExceeded(REFUSAL))  # the words of exit 73 are today's
     for never_passes in ('pods "x" is forbidden: failed quota: gpus: must specify limits.cpu',
                          'pods "x" is forbidden: maximum memory usage per Container is 4Gi, but limit is 8Gi'):
@@ -93,7 +94,7 @@ def test_a_quota_that_frees_mid_wait_ends_it_without_listing_again():
     outcome = wait.wait(errors.forbidden(REFUSAL), clock.monotonic() + 60)
     assert outcome == quotawait.TryAgain(f"{GPU} used 0")
     assert said.phases == ["WaitingForQuota"]
-    assert said.recorded == [(events.WAITING_FOR_QUOTA, f"waiting for quota gpus in ml: {GPU} used 1 of 2, the "
+    assert said.recorded == [(jobevents.WAITING_FOR_QUOTA, f"waiting for quota gpus in ml: {GPU} used 1 of 2, the "
                                                         "job needs 2 (--wait-for-gpus 120s)")]
     assert (kube.quota_lists, kube.quota_watches, kube.pod_lists, kube.actions) == (1, 1, 0, [])
     assert clock.monotonic() == 1000.0  # woken by the watch, not a timer
@@ -115,7 +116,7 @@ def test_a_deleted_quota_ends_the_wait():
     kube = FakeKube(clock=clock)
     wait, said = waiting(kube, clock)
     assert wait.wait(errors.forbidden(REFUSAL), 1060.0) == quotawait.TryAgain("it was deleted")
-    assert said.recorded == [(events.WAITING_FOR_QUOTA, "waiting for quota gpus in ml: it refuses the job's pods "
+    assert said.recorded == [(jobevents.WAITING_FOR_QUOTA, "waiting for quota gpus in ml: it refuses the job's pods "
                                                         "(--wait-for-gpus 120s)")]
 
 

@@ -7,7 +7,7 @@ import logging
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startprogress import Pulling
-from distributetrain.kube import events
+from distributetrain.manager import jobevents
 from distributetrain.manager.reporting import PodWaits, Reporter
 from harness.kube import FakeKube
 from harness.polling import poll_until
@@ -77,7 +77,7 @@ def test_each_change_is_reported_once(caplog):
         ("INFO", "job demo: demo-worker-1 is Ready"),
         ("INFO", "job demo: demo-worker-0 is Ready"),
     ]
-    assert recorder.recorded == [(events.POD_WAITING, f"demo-worker-0: not scheduled: {UNSCHEDULABLE}")]
+    assert recorder.recorded == [(jobevents.POD_WAITING, f"demo-worker-0: not scheduled: {UNSCHEDULABLE}")]
     written = waiting_annotations(kube)
     assert written[-1] is None and in_order_within(written, [
         {"demo-worker-0": "waiting for the scheduler"},
@@ -124,8 +124,8 @@ def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeyp
     reporter = Reporter(kube, SETTINGS, recorder)
     reporter.finished(1, "chief exited with code 1")
     reporter.finished(0, "training finished")
-    assert recorder.recorded == [(events.FAILED, "chief exited with code 1 (exit code 1)"),
-                                 (events.SUCCEEDED, "training finished (exit code 0)")]
+    assert recorder.recorded == [(jobevents.FAILED, "chief exited with code 1 (exit code 1)"),
+                                 (jobevents.SUCCEEDED, "training finished (exit code 0)")]
     assert patches(kube)[0] == {
         "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "1",
         "distributetrain.io/reason": "chief exited with code 1",
@@ -155,7 +155,7 @@ def test_a_slow_start_shows_its_time_so_far_and_is_logged_and_recorded_once_per_
     assert [r.getMessage() for r in caplog.records] == [
         'job demo: demo-worker-0 waits: pulling image "reg/base:1" on n1',
         "job demo: demo-worker-0 waits: container worker: ContainerCreating"]
-    assert recorder.recorded == [(events.PULLING, 'demo-worker-0: pulling image "reg/base:1" on n1')]
+    assert recorder.recorded == [(jobevents.PULLING, 'demo-worker-0: pulling image "reg/base:1" on n1')]
     assert in_order_within(waiting_annotations(kube), [
         {"demo-worker-0": 'pulling image "reg/base:1" on n1 for 0s'},
         {"demo-worker-0": 'pulling image "reg/base:1" on n1 for 10s'},

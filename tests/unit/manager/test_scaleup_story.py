@@ -100,8 +100,8 @@ def quick_waits(monkeypatch):
     monkeypatch.setattr("distributetrain.manager.pretraining.FreeGpuWatch",
                         lambda kube, settings, clock, **more: FreeGpuWatch(kube, settings, client=lambda same: same,
                                                                            clock=clock, **more))
-    monkeypatch.setattr("distributetrain.manager.newnodes.RECHECK_S", 0.1)
-    monkeypatch.setattr("distributetrain.manager.newnodes.NO_AUTOSCALER_WINDOW_S", 0.5)
+    monkeypatch.setattr("distributetrain.manager.scaleup.RECHECK_S", 0.1)
+    monkeypatch.setattr("distributetrain.manager.scaleup.NO_AUTOSCALER_WINDOW_S", 0.5)
 
 
 def test_a_node_pool_at_its_limits_releases_the_pods_and_the_job_waits_for_free_gpus(story, quick_waits):
@@ -119,7 +119,7 @@ def test_a_node_pool_at_its_limits_releases_the_pods_and_the_job_waits_for_free_
     assert "WaitingForGPUs" in reasons[reasons.index("Released"):]
     assert recorded[-1][2].endswith(f"; before: the cluster's autoscaler adds no node for the job's pods for now: "
                                     f"demo-worker-0: {KARPENTER_LIMITS} (exit code 69)")
-    # Released at once, not at the end of the wait; one plan only: the job no longer grows.
+    # Released at once, not at the end of the wait; one plan only: the job stops growing.
     assert seconds_in(kube, "deletecollection", "Pod", TEARDOWN) < 2.0
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["(new node)=8,a=4"]
     assert kube.pods == {} and kube.secrets == {}

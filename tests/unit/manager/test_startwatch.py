@@ -8,6 +8,7 @@ import pytest
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
+from distributetrain.manager import podwaits
 from distributetrain.manager.reporting import PodWaits, Reporter
 from distributetrain.manager.startwatch import RECHECK_S, StartWatch
 from harness.kube import FakeKube
@@ -55,7 +56,7 @@ def wait(kube, clock, settings=SETTINGS):
     pod_waits = PodWaits(Reporter(kube, settings, NoEvents()), [WORKER], kube.clock, write_interval_s=0)
     pod_waits.annotation = WrittenAtOnce(pod_waits.reporter.waiting)
     with StartWatch(kube, settings, clock) as starting:
-        outcome = starting.wait(waits.job_pods(kube, "ml", "", clock), ready,
+        outcome = starting.wait(waits.selected_pods(kube, "ml", "", clock), ready,
                                 [WORKER], clock.monotonic() + 3600, pod_waits)
     pod_waits.done()
     return outcome, clock.monotonic()
@@ -89,7 +90,7 @@ def test_a_pod_neither_pulling_nor_ready_is_late_after_the_timeout():
     kube.pod_watches = checks(400)
     started_at = clock.monotonic()
     outcome, ended_at = wait(kube, clock)
-    assert outcome == waits.TimedOut({WORKER: "container worker: ContainerCreating"})
+    assert outcome == podwaits.TimedOut({WORKER: "container worker: ContainerCreating"})
     assert ended_at - started_at == pytest.approx(300)
 
 
@@ -99,4 +100,4 @@ def test_a_pull_past_the_image_pull_timeout_is_late_saying_so():
     kube.events = [PULLING]
     kube.pod_watches = checks(700)
     outcome, _ = wait(kube, clock, SETTINGS.replace(image_pull_timeout_s=600.0))
-    assert outcome == waits.TimedOut({WORKER: 'pulling image "reg/base:1" on a for 10m0s'})
+    assert outcome == podwaits.TimedOut({WORKER: 'pulling image "reg/base:1" on a for 10m0s'})

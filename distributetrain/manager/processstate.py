@@ -1,6 +1,6 @@
-"""A run of the job: what one manager process holds while it runs the job.
+"""The process state: what one manager process holds while it drives the job.
 
-``JobSettings`` is what the user asked for and never changes. The run adds what does:
+``JobSettings`` is what the user asked for and never changes. The process state adds what does:
 the current attempt (moved on by the job's loop alone, recorded on the manager pod so
 that the next process, post-training or a restarted container, picks it up), and what
 belongs to this process: its deadlines and the hosts it serves the chief.
@@ -18,14 +18,14 @@ from distributetrain.manager.reporting import Reporter
 
 
 @dataclass
-class Run:
+class ProcessState:
     settings: JobSettings
     reporter: Reporter  # the job's record and Events
     attempt: Attempt
     deadline: float  # of ``clock``; --active-deadline
     gpus_until: float  # of ``clock``; how long plans may wait for GPUs (--wait-for-gpus)
     hosts: HostList  # the current attempt's workers, as the chief is told them
-    clock: Clock  # what every window, deadline and wait of the run reads
-    # Why the job no longer makes the cluster grow (``newnodes.NodesNotComing``): its plans
+    clock: Clock  # what every window, deadline and wait of the process reads
+    # Why the job stopped making the cluster grow (``scaleup.NodesNotComing``): its plans
     # then wait for free GPUs, as without --scale-up-node-gpus. Empty while it may grow.
     growth_stopped: str = ""

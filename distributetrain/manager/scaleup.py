@@ -30,11 +30,12 @@ from dataclasses import dataclass
 
 from distributetrain.core import errors, exitcodes, podstate, scaleup, startprogress
 from distributetrain.core.placement import Plan, format_plan
-from distributetrain.kube import events, waits
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
+from distributetrain.manager import jobevents, podwaits
 from distributetrain.manager.reporting import PodWaits
-from distributetrain.manager.run import Run
+from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import RECHECK_S, StartWatch
 
 log = logging.getLogger(__name__)
@@ -80,13 +81,13 @@ class NodesNotComing(errors.DistributeTrainError):
         super().__init__(cause)
 
 
-def all_bound(chief: str, workers: list[str], shares: list[int]) -> waits.Judge:
+def all_bound(chief: str, workers: list[str], shares: list[int]) -> podwaits.Judge:
     """Done when every pod of the attempt has its node; lost when one ends or vanishes first."""
 
-    def judge(pods: Mapping[str, dict]) -> NodesAdded | waits.PodLost | None:
+    def judge(pods: Mapping[str, dict]) -> NodesAdded | podwaits.PodLost | None:
         names = [*workers, chief]
         for name in names:
-            if found := waits.lost(name, pods.get(name)):
+            if found := podwaits.lost(name, pods.get(name)):
                 return found
         if all(podstate.node(pods[name]) for name in names):
             return NodesAdded([(podstate.node(pods[name]), share) for name, share in zip(names, shares)])
@@ -99,9 +100,9 @@ class _Answers:
     """What the autoscaler said of the attempt's pods (``StartWatch``'s Events), judged
     beside them: a refusal, or no answer at all long after the pods were found unschedulable."""
 
-    def __init__(self, watch: StartWatch, run: Run, names: list[str]):
+    def __init__(self, watch: StartWatch, state: ProcessState, names: list[str]):
         self.watch = watch
-        self.clock = run.clock
+        self.clock = state.clock
         self.names = names
         self.unschedulable_since: float | None = None
 
@@ -128,52 +129,53 @@ def _unschedulable(pod: Mapping) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or ())
 
 
-def wait_for_new_nodes(kube: Kube, run: Run, plan: Plan, chief: str, workers: list[str]) -> Plan:
+def wait_for_new_nodes(kube: Kube, state: ProcessState, plan: Plan, chief: str, workers: list[str]) -> Plan:
     """The attempt's plan once the cluster has added nodes for its scale-up pods; raise
     ``JobFailed`` (69) when ``--wait-for-gpus`` runs out first or the autoscaler refuses
-    for good, ``NodesNotComing`` when it refuses for now or none answers, ``PodLost`` when
+    for good, ``NodesNotComing`` when it refuses for now or none answers, ``AttemptLost`` when
     a pod is lost."""
-    settings = run.settings
+    settings = state.settings
     added = scaleup.new_node_shares(plan)
     log.info("job %s: waiting up to %.0fs (--wait-for-gpus) for the cluster to add %d nodes for %s",
-             settings.job_name, max(0.0, run.gpus_until - run.clock.monotonic()), added, format_plan(plan))
-    run.reporter.phase("WaitingForNodes")
+             settings.job_name, max(0.0, state.gpus_until - state.clock.monotonic()), added, format_plan(plan))
+    state.reporter.phase("WaitingForNodes")
     names = [*workers, chief]
-    pods = waits.job_pods(kube, settings.namespace, settings.selector, run.clock)
-    pod_waits = PodWaits(run.reporter, names, run.clock)  # why each pod waits, on the manager pod
+    pods = waits.selected_pods(kube, settings.namespace, settings.selector, state.clock)
+    pod_waits = PodWaits(state.reporter, names, state.clock)  # why each pod waits, on the manager pod
     bound = all_bound(chief, workers, [share for _, share in plan])
     try:
-        with StartWatch(kube, settings, run.clock) as watch:
-            answers = _Answers(watch, run, names)
+        with StartWatch(kube, settings, state.clock) as watch:
+            answers = _Answers(watch, state, names)
 
             def judge(view: Mapping[str, dict]):
                 pod_waits.observe(view)
                 return bound(view) or answers.judge(view)
 
-            outcome, view = _watch(pods, judge, min(run.gpus_until, run.deadline), run, names)
-            why = _why(watch, view, outcome) if isinstance(outcome, waits.TimedOut) else ""
+            outcome, view = _watch(pods, judge, min(state.gpus_until, state.deadline), state, names)
+            why = _why(watch, view, outcome) if isinstance(outcome, podwaits.TimedOut) else ""
     finally:
         pod_waits.done()
-    return _outcome(run, outcome, added, why)
+    return _outcome(state, outcome, added, why)
 
 
-def _watch(pods: Informer, judge: waits.Judge, until: float, run: Run,
-           names: list[str]) -> tuple[waits.Outcome, Mapping[str, dict]]:
+def _watch(pods: Informer, judge: podwaits.Judge, until: float, state: ProcessState,
+           names: list[str]) -> tuple[podwaits.Outcome, Mapping[str, dict]]:
     """``judge``'s outcome, judged on every change of the pods and every RECHECK_S (the
     autoscaler's Events come meanwhile), or ``TimedOut`` at ``until``; and the last view."""
     while True:
-        outcome, view = waits.judged(pods, judge, min(until, run.clock.monotonic() + RECHECK_S))
-        if outcome is None:  # a wake with no change of the pods: time went on, Events may have come
-            outcome = judge(view)
+        result = waits.judged(pods, judge, min(until, state.clock.monotonic() + RECHECK_S))
+        view = result.pods
+        # A wake with no change of the pods: time went on, Events may have come.
+        outcome = result.outcome if isinstance(result, waits.Judged) else judge(view)
         if outcome is not None:
             return outcome, view
-        if run.clock.monotonic() >= until:
-            return waits.TimedOut(waits.pending_reasons(view, names)), view
+        if state.clock.monotonic() >= until:
+            return podwaits.TimedOut(podwaits.pending_reasons(view, names)), view
 
 
-def _outcome(run: Run, outcome, added: int, why: str) -> Plan:
-    settings = run.settings
-    if isinstance(outcome, waits.PodLost):
+def _outcome(state: ProcessState, outcome, added: int, why: str) -> Plan:
+    settings = state.settings
+    if isinstance(outcome, podwaits.PodLost):
         raise outcome.error(" while the cluster added nodes")
     if isinstance(outcome, Refused) and outcome.final:
         raise errors.JobFailed(f"the cluster's autoscaler adds no node that could hold the job's pods: {outcome}",
@@ -183,19 +185,19 @@ def _outcome(run: Run, outcome, added: int, why: str) -> Plan:
     if isinstance(outcome, NoAutoscaler):
         note = (f"no autoscaler has answered for the job's pods within {NO_AUTOSCALER_WINDOW_S:.0f}s of the "
                 "scheduler's finding no node for them")
-        run.reporter.events.record(events.WAITING_FOR_NODES, note)
+        state.reporter.events.record(jobevents.WAITING_FOR_NODES, note)
         raise NodesNotComing(note)
-    if isinstance(outcome, waits.TimedOut):
-        bound = ("--active-deadline" if run.deadline < run.gpus_until
+    if isinstance(outcome, podwaits.TimedOut):
+        bound = ("--active-deadline" if state.deadline < state.gpus_until
                  else f"--wait-for-gpus ({settings.wait_for_gpus_s:.0f}s)")
         raise errors.JobFailed(f"the cluster did not add the {added} nodes the job's pods wait for within {bound}: "
                                f"{why}", exitcodes.INSUFFICIENT_GPUS)
-    run.reporter.events.record(events.NODES_ADDED, f"the job's pods have their nodes: {format_plan(outcome.plan)}")
-    run.reporter.planned(outcome.plan)
+    state.reporter.events.record(jobevents.NODES_ADDED, f"the job's pods have their nodes: {format_plan(outcome.plan)}")
+    state.reporter.planned(outcome.plan)
     return outcome.plan
 
 
-def _why(watch: StartWatch, pods: Mapping[str, dict], late: waits.TimedOut) -> str:
+def _why(watch: StartWatch, pods: Mapping[str, dict], late: podwaits.TimedOut) -> str:
     """Each pod's own reason, and what the cluster's autoscaler last said of it, if anything
     (Karpenter's NodePool limits, no instance type that fits; a node on its way): passed
     through as said."""
