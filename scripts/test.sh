@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Every test tier, as `make test` runs them. Tests on the local cluster mostly wait on
-# pods (starts, grace periods, node-loss verdicts), so the manager's tiers run two tests
-# at a time, each on nodes and in a namespace of its own. Alone: the local cluster's own
-# tests (they take it down and up) and the tests marked `exclusive` (they stop or restart
-# a control-plane component every test shares). The cluster stays up between the steps
-# and goes down after the last one. Every step runs; the exit code is 1 if any failed.
+# pods (starts, grace periods, node-loss verdicts), so they run two at a time, each on
+# nodes and in a namespace of its own, the groups expected to take longest first
+# (tests/scheduling.py, tests/durations.json). Alone, after them: the tests marked
+# `exclusive` (they stop, restart or take down what every test shares: the API server, the
+# cluster itself, the nodes' bridge). The cluster stays up between the steps and goes down
+# after the last one. Every step runs; the exit code is 1 if any failed.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
 cd "$here" || exit 1
-pytest=("$DT_VENV/bin/python" -m pytest -ra --durations=50)
-manager_tiers=(tests/integration tests/e2e tests/platforms tests/faults)
+pytest=("$DT_VENV/bin/python" -m pytest -ra)
+cluster_tiers=(tests/cluster tests/integration tests/e2e tests/platforms tests/faults)
+# Every test of 3 s or more, for scripts/test-durations.py to refresh the order from.
+timed=(--durations=0 --durations-min=3)
 failed=0
 # Every step keeps the cluster up (DT_KEEP_CLUSTER=1); if tests started it, it goes down
 # after the last one: also when a step stopped before starting a session (an error
@@ -27,9 +30,8 @@ take_down() {
 trap 'failed=1; take_down; exit 130' INT TERM
 # The unit tests need no cluster and each takes its own ports and temporary paths: two at a
 # time, one per core.
-"${pytest[@]}" -n 2 tests/unit || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" tests/cluster || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" -n 2 --dist loadgroup -m "not exclusive" "${manager_tiers[@]}" || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" -m exclusive "${manager_tiers[@]}" || failed=1
+"${pytest[@]}" --durations=15 -n 2 tests/unit || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" "${timed[@]}" -n 2 --dist loadgroup -m "not exclusive" "${cluster_tiers[@]}" || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" "${timed[@]}" -m exclusive "${cluster_tiers[@]}" || failed=1
 take_down
 exit "$failed"

@@ -42,6 +42,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """scripts/test.sh's two-at-a-time step: its longest groups first (tests/scheduling.py)."""
+    if config.getoption("dist") == "loadgroup":
+        from scheduling import LongestFirst
+        return LongestFirst(config, log)
+    return None
+
+
 @pytest.fixture
 def rbac(api_client, namespace):  # noqa: F811
     documents = apply_rbac(api_client, namespace)

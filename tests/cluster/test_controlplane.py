@@ -116,6 +116,7 @@ def test_scheduler_reports_unschedulable_pod(api_client, namespace: str):
     poll_until(unschedulable, SCHEDULING_TIMEOUT_S, "the pod marked Unschedulable by the scheduler", POLL_INTERVAL_S)
 
 
+@pytest.mark.exclusive
 @pytest.mark.cluster
 def test_restarted_apiserver_serves_the_same_data(cluster: Cluster, api_client, namespace: str):
     core = client.CoreV1Api(api_client)
@@ -165,7 +166,7 @@ def test_kubectl_talks_to_the_cluster(cluster: Cluster):
     assert result.stdout.strip() == "ok"
 
 
-@pytest.mark.cluster
+@pytest.mark.exclusive
 @pytest.mark.cluster
 def test_node_group_registers_ready_gpu_nodes_and_removes_them(cluster: Cluster, api_client):
     core = client.CoreV1Api(api_client)
@@ -179,7 +180,6 @@ def test_node_group_registers_ready_gpu_nodes_and_removes_them(cluster: Cluster,
     assert not hostnetwork.cluster_netns()
 
 
-@pytest.mark.cluster
 @pytest.mark.cluster
 def test_stopping_a_node_whose_daemons_were_killed_removes_what_it_left(cluster: Cluster, api_client, namespace):
     """The machine's power cut: kubelet, containerd and kube-proxy SIGKILLed under a running
@@ -216,6 +216,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.exclusive
 @pytest.mark.cluster
 def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client, capsys: pytest.CaptureFixture[str]):
     """Script level: `down` then `up` through the CLI; the session's cluster is up again after.
@@ -257,6 +258,7 @@ def test_down_leaves_nothing_and_cached_up_is_fast(cluster: Cluster, api_client,
     client.CoreV1Api(api_client).delete_namespaced_config_map("cp-kept-across-down", "default")  # 404 if not kept
 
 
+@pytest.mark.exclusive
 @pytest.mark.cluster
 def test_up_after_a_run_killed_outright_removes_what_it_left(cluster: Cluster, api_client):
     """Every process of the run SIGKILLed, as the end of a CI job or a sandbox session

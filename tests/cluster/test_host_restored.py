@@ -43,6 +43,7 @@ def host_snapshot() -> dict:
     }
 
 
+@pytest.mark.exclusive
 @pytest.mark.cluster
 def test_down_leaves_the_host_as_it_found_it(cluster: Cluster, api_client, namespace):
     if SessionRegistry(cluster.layout).others_alive():

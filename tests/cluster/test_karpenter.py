@@ -23,7 +23,7 @@ from localcluster import hostnetwork, karpenter, netsetup, nodeclaims
 from localcluster.nodegroups import NodeGroupRegistry
 from harness.polling import poll_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("karpenter")]
 
 BOOT_DELAY = "2s"  # the NodeClass's nodeRegistrationDelay: a cloud GPU node's minutes, in seconds
 CLAIM_TIMEOUT_S = 60  # Karpenter batches pending pods for 1-10 s, then creates the NodeClaim

@@ -11,7 +11,7 @@ from localcluster import kueue
 from kueueharness import gpu_queue
 from harness.polling import poll_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("kueue")]
 
 ADMISSION_TIMEOUT_S = 60
 DELETED_TIMEOUT_S = 30

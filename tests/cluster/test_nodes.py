@@ -313,6 +313,7 @@ LOW_MAC = "00:00:5e:00:53:01"
 REACH_TIMEOUT_S = 3
 
 
+@pytest.mark.exclusive
 def test_a_node_keeps_reaching_the_apiserver_when_another_node_leaves_the_bridge(nodes):
     """A node that joins with the lowest MAC, then leaves, must not take the host's address
     with it. A Linux bridge left to itself takes its lowest port's MAC: the nodes that
@@ -484,6 +485,7 @@ def test_host_network_pod_uses_the_node_address(core, namespace, nodes):
     assert name == node and f"inet {nodes.ips[node]}/16" in address
 
 
+@pytest.mark.exclusive
 def test_pods_keep_running_across_an_apiserver_restart(cluster, core, namespace, nodes):
     before = marker()
     create_pod(core, namespace, pod_manifest("before", nodes.names[0], ["sleep", before]))
@@ -649,6 +651,7 @@ def test_memory_emptydir_is_a_tmpfs_of_its_size_limit(core, namespace, nodes):
     assert mount.split()[2] == "tmpfs"
 
 
+@pytest.mark.exclusive
 def test_a_node_runs_the_image_its_tag_names_now(cluster, core, namespace, nodes):
     """An image rebuilt under the same tag, as `make setup` rebuilds this project's: a node
     that pulled the old build runs the new one once it is published (IfNotPresent, the

@@ -24,7 +24,7 @@ from karpenterharness import ISOLATION_TAINT, claims_of, karpenter_pool, running
 from harness.polling import poll_until
 from roughness import other_tenants
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("karpenter")]
 
 BOOT_DELAY = "5s"  # the NodeClass's nodeRegistrationDelay: a cloud GPU node's minutes, in seconds
 # A job whose chief would give up on its hosts after 30 + 5 + 60 s, had it only the bound of
