@@ -158,7 +158,9 @@ def _pvc_volumes(settings: JobSettings) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
-def _pinned_to(node: str) -> dict:
+def pinned_to(node: str) -> dict:
+    """The affinity that pins a job pod to ``node``: at creation (a planned pod) or at
+    admission (a queued one, ``podgroup.pin_patch``)."""
     # Required affinity, not nodeName: the scheduler still checks fit, taints and ports,
     # so a plan that went stale stays Pending instead of overcommitting a node. By the
     # Node's name (a field, as the DaemonSet controller pins), not its kubernetes.io/hostname
@@ -179,7 +181,7 @@ def _pod_spec(settings: JobSettings, node: str | None, container: dict, volumes:
     spec = {
         "restartPolicy": "Never",
         # No node: a queued attempt's pod, pinned once Kueue admits it (``podgroup``).
-        **({"affinity": _pinned_to(node)} if node is not None else {}),
+        **({"affinity": pinned_to(node)} if node is not None else {}),
         "securityContext": podsecurity.job_pod_security_context(settings),
         "containers": [container],
         "volumes": volumes,

@@ -134,9 +134,8 @@ def assign(shares: Sequence[int], free: Mapping[str, int], allowed: Sequence[Col
 
 
 def pin_patch(node: str) -> dict:
-    """Merge patch: the pod's required affinity to ``node``, as manifests pins."""
-    return {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}}
+    """Merge patch: the pod's required affinity to ``node``, as a planned pod is created with."""
+    return {"spec": {"affinity": manifests.pinned_to(node)}}
 
 
 def ungate_patch(pod: Mapping) -> list[dict]:

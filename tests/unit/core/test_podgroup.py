@@ -63,6 +63,13 @@ def test_placing_pins_by_the_node_s_name_and_removes_only_the_job_s_gate():
     assert inventory.pinned_node(podgroup.pin_patch("ip-10-0-1-7.ec2.internal")["spec"]) == "ip-10-0-1-7.ec2.internal"
 
 
+def test_a_queued_pod_is_pinned_to_exactly_the_affinity_a_planned_pod_is_created_with():
+    assert podgroup.pin_patch("gpu-a") == {"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-a"]}]}]}}}}}
+    assert podgroup.pin_patch("gpu-a")["spec"]["affinity"] == manifests.worker_pod(SETTINGS, 0, "gpu-a", 4)["spec"]["affinity"]
+
+
 def brute_force(shares, free):
     nodes = sorted(free)
     return any(all(free[node] >= share for node, share in zip(chosen, shares))
