@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from distributetrain.core import manifests, names
+from distributetrain.core import errors, manifests, names
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 
@@ -96,6 +96,15 @@ def gates(pod: Mapping) -> list[str]:
 def kueue_gated(pod: Mapping) -> bool:
     """Whether Kueue holds the pod (its webhook added a gate of its own)."""
     return any(gate.startswith(KUEUE_GATE_PREFIX) for gate in gates(pod))
+
+
+def refuse_unqueued(settings: JobSettings, admitted_as: Mapping) -> None:
+    """Where Kueue queues every pod, queue name or not (``manageJobsWithoutQueueName``: its
+    webhook gated ``admitted_as``, a pod naming no queue as the API server admits it), a job
+    without ``--queue`` is bad input: its manager and its pods would wait for ever."""
+    if kueue_gated(admitted_as) and not settings.queue:
+        raise errors.UsageError("--queue", f"Kueue queues every pod in namespace {settings.namespace!r}: "
+                                           f"name the job's LocalQueue, --queue=NAME")
 
 
 def is_admitted(pod: Mapping) -> bool:

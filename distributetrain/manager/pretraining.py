@@ -93,11 +93,8 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
                 # The platform's UIDs (OpenShift's SCCs) refuse what a flag asked; else the cluster's own.
                 raise podsecurity.platform_refusal(settings, obj["kind"], str(e)) or e
             raise errors.UsageError("job settings", f"the API server rejects the job's {obj['kind']}: {e}") from e
-        if obj["kind"] == "Pod" and not settings.queue and not podgroup.is_admitted(admitted_as):
-            # Kueue's webhook gated a pod that names no queue: it manages every pod here.
-            raise errors.UsageError("--queue", f"Kueue manages every pod of namespace {settings.namespace!r}: "
-                                               "name its LocalQueue with --queue, so the job is admitted as one "
-                                               "workload")
+        if obj["kind"] == "Pod":
+            podgroup.refuse_unqueued(settings, admitted_as)
 
 
 class AttemptNotStarted(errors.DistributeTrainError):

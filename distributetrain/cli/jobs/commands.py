@@ -214,12 +214,8 @@ def _through_kueue(kube: JobsKube, settings: JobSettings, options: ManagerOption
             raise  # a refusal the API names (not found, forbidden, a quota...): the job's own, reported as it
         log.debug("dry run of the manager refused (%s): taken as outside Kueue", e)
         return manager
-    if not podgroup.kueue_gated(probe):
-        return manager
-    if not settings.queue:
-        raise errors.UsageError("--queue", f"Kueue queues every pod in namespace {settings.namespace!r}: "
-                                           f"name the job's LocalQueue, --queue=NAME")
-    return manager_spec.in_queue(manager, settings.queue)
+    podgroup.refuse_unqueued(settings, probe)
+    return manager_spec.in_queue(manager, settings.queue) if podgroup.kueue_gated(probe) else manager
 
 
 def _now(clock: Clock) -> datetime:

@@ -6,7 +6,7 @@ import itertools
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain.core import inventory, manifests, names, podgroup, validation
+from distributetrain.core import errors, inventory, manifests, names, podgroup, validation
 from distributetrain.core.settings import JobSettings
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=6, image="img:1")
@@ -68,6 +68,15 @@ def test_a_queued_pod_is_pinned_to_exactly_the_affinity_a_planned_pod_is_created
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-a"]}]}]}}}}}
     assert podgroup.pin_patch("gpu-a")["spec"]["affinity"] == manifests.worker_pod(SETTINGS, 0, "gpu-a", 4)["spec"]["affinity"]
+
+
+def test_where_kueue_gates_a_pod_naming_no_queue_a_job_without_a_queue_is_refused_and_only_then():
+    gated = {"spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}}
+    with pytest.raises(errors.UsageError) as refused:
+        podgroup.refuse_unqueued(SETTINGS, gated)
+    assert str(refused.value) == "--queue: Kueue queues every pod in namespace 'ns': name the job's LocalQueue, --queue=NAME"
+    podgroup.refuse_unqueued(SETTINGS.replace(queue="team-a"), gated)
+    podgroup.refuse_unqueued(SETTINGS, {"spec": {}})
 
 
 def brute_force(shares, free):

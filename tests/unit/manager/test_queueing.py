@@ -234,7 +234,9 @@ def test_where_kueue_manages_every_pod_a_job_without_a_queue_is_refused_naming_t
 
     kube.on_create = [kueue_manages_every_pod]
     assert lifecycle.execute(kube, SETTINGS.replace(queue=""), "run", kube.clock) == 2
-    assert api.created[-1]["note"].startswith("--queue: Kueue manages every pod of namespace 'ml': name its LocalQueue")
+    # The very refusal ``submit`` makes (tests/unit/cli/test_jobs_flows.py), docs/kueue.md's.
+    assert api.created[-1]["note"] == ("--queue: Kueue queues every pod in namespace 'ml': "
+                                       "name the job's LocalQueue, --queue=NAME (exit code 2)")
     assert kube.writes("create") == []
 
 
