@@ -3,8 +3,9 @@
 Everything else is made from this table: the argparse flags (``cli.jobflags``), the
 manager's arguments that ``submit`` writes (``to_args``), and the JSON form the manager
 records on its own pod (``to_json``, ``from_json``), which ``status`` and ``list`` read.
-Defaults live in ``JobSettings`` alone; a flag's default text is that value formatted
-back. Adding a flag is one entry here and its field in ``JobSettings`` (tests hold the
+Each field is described once: here, by its flag's help (``JobSettings`` says only units,
+special values and why). Defaults live in ``JobSettings`` alone; a flag's default text is
+that value formatted back. Adding a flag is one entry here and its field in ``JobSettings`` (tests hold the
 two, and the flag table of docs/flags.md, together).
 """
 
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from distributetrain.core import errors, manifests, names, podsecurity, quantity, topology, validation
-from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE, JobSettings, Level, PvcMount, RuntimeClassTerms
+from distributetrain.core.settings import (DEFAULT_LOCK_NAMESPACE, ELASTIC_MIN_GPUS, JobSettings, Level, PvcMount,
+                                          RuntimeClassTerms)
 
 NO_DEFAULT = dataclasses.MISSING
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(JobSettings)}
@@ -157,7 +159,7 @@ FIELDS: tuple[Field, ...] = (
     Field("elastic", "--elastic", switch=True, stored=False,
           help="elastic Horovod: a lost worker does not end the job, which goes on while --min-gpus remain and "
                "grows back as GPUs free up"),
-    Field("min_gpus", "--min-gpus", validation.positive_int, metavar="M", default_help="1",
+    Field("min_gpus", "--min-gpus", validation.positive_int, metavar="M", default_help=str(ELASTIC_MIN_GPUS),
           help="with --elastic: fewest GPUs to train on"),
     Field("elastic_timeout_s", "--elastic-timeout", **_duration(
         metavar="DURATION", help="with --elastic: how long to wait for --min-gpus after a loss before failing")),
@@ -272,7 +274,7 @@ def _min_gpus(given: Mapping[str, Any]) -> int:
     num_gpus = given["num_gpus"]
     if num_gpus < 2:
         raise errors.UsageError("--elastic", f"needs --num-gpus 2 or more (one GPU cannot shrink), got {num_gpus}")
-    min_gpus = given.get("min_gpus", 1)
+    min_gpus = given.get("min_gpus", ELASTIC_MIN_GPUS)
     if min_gpus > num_gpus:
         raise errors.UsageError("--min-gpus", f"must be 1 to --num-gpus ({num_gpus}), got {min_gpus}")
     return min_gpus

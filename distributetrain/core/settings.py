@@ -31,6 +31,7 @@ DEFAULT_LOCK_NAMESPACE = "default"
 # says it assigns UIDs (OpenShift); none at all, for the platform to assign.
 RUN_AS_AUTO = "auto"
 RUN_AS_PLATFORM = "platform"
+ELASTIC_MIN_GPUS = 1  # the fewest GPUs an --elastic job trains on, unless --min-gpus says
 
 
 def gpu_toleration(resource: str) -> dict:
@@ -99,107 +100,83 @@ class PvcMount:
 
 @dataclass(frozen=True)
 class JobSettings:
-    """What one manager run needs to know. Times are seconds."""
+    """What one manager run needs to know. Times are seconds.
 
-    job_name: str  # = the manager pod's name; prefixes every object the job creates
-    namespace: str  # where the job's pods and Secret live (default: the manager's own)
-    num_gpus: int  # total Horovod processes = GPUs, split over nodes by placement
-    image: str  # the training image (base_image/), run by workers and chief
-    owner_uid: str = ""  # the manager pod's uid: every object is owned by it (GC on delete)
-    port: int = DEFAULT_PORT  # sshd port on workers, and horovodrun -p
-    filename: str = DEFAULT_FILENAME  # the training script inside the image or a volume
-    host_network: bool = False  # run job pods on the node's network (port becomes a hostPort)
-    script_args: tuple[str, ...] = ()  # passed to the training script
+    Each field's meaning is its flag's help in ``core.jobspec.FIELDS`` (what ``--help``
+    and docs/flags.md say); the default here is the only one. Comments say only what the
+    help does not: units, special values, why."""
+
+    job_name: str  # prefixes every object the job creates
+    namespace: str
+    num_gpus: int  # split over nodes by placement
+    image: str
+    owner_uid: str = ""  # every object is owned by it (GC on delete)
+    port: int = DEFAULT_PORT  # also horovodrun -p
+    filename: str = DEFAULT_FILENAME
+    host_network: bool = False  # the port becomes a hostPort
+    script_args: tuple[str, ...] = ()  # after `--`: passed to the training script
     env: tuple[tuple[str, str], ...] = ()  # set in the chief; horovodrun forwards them to every rank
-    # Secrets in the job's namespace whose keys become the chief's environment (envFrom),
-    # forwarded to every rank like env: credentials stay out of the manager's arguments
-    # and the chief's pod spec.
+    # envFrom of the chief, forwarded to every rank like env: credentials stay out of the
+    # manager's arguments and the chief's pod spec.
     env_from_secrets: tuple[str, ...] = ()
-    pvcs: tuple[PvcMount, ...] = ()  # claims mounted in chief and workers (script, data, checkpoints)
-    gpu_resource: str = DEFAULT_GPU_RESOURCE  # extended resource name of the GPUs
-    node_selector: tuple[tuple[str, str], ...] = ()  # only nodes with all these labels are candidates
-    tolerations: tuple[dict, ...] = field(default=(), hash=False)  # taints the job may land on
-    # Workers not all Ready by then: release and re-plan or fail. It counts only time in
-    # which some pod is neither Ready nor starting slowly (``core.startbudget``).
+    pvcs: tuple[PvcMount, ...] = ()
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[dict, ...] = field(default=(), hash=False)
+    # Counts only time in which some pod is neither Ready nor starting slowly (``core.startbudget``).
     worker_ready_timeout_s: float = 300.0
-    # One image pull of a job pod (a multi-GB image on a fresh node takes minutes): not
-    # counted against worker_ready_timeout_s, bounded by this instead.
-    image_pull_timeout_s: float = 1800.0
-    # One job pod waiting for a node an autoscaler launches for it (Karpenter, the cluster
-    # autoscaler): not counted against worker_ready_timeout_s, bounded by this instead.
-    scale_up_timeout_s: float = 900.0
-    active_deadline_s: float | None = None  # whole job, from manager start; also set on pods
-    wait_for_gpus_s: float = 0.0  # 0: fail fast when GPUs are short; else wait this long
-    ssh_connect_attempts: int = 30  # chief's checks of each worker before horovodrun, 1 s apart
-    max_restarts: int = 0  # new attempts allowed after a pod is lost (not after the script fails)
-    # Elastic Horovod (--elastic): training goes on while at least min_gpus of num_gpus
-    # remain, and lost workers are replaced as GPUs free up. 0: a static job.
+    image_pull_timeout_s: float = 1800.0  # a multi-GB image on a fresh node takes minutes
+    scale_up_timeout_s: float = 900.0  # Karpenter, the cluster autoscaler
+    active_deadline_s: float | None = None  # from the manager's start; None: none
+    wait_for_gpus_s: float = 0.0  # 0: fail fast when GPUs are short
+    ssh_connect_attempts: int = 30  # 1 s apart
+    max_restarts: int = 0  # after a pod is lost, never after the script fails
+    # 0: a static job; an elastic one trains while at least this many of num_gpus remain
+    # (ELASTIC_MIN_GPUS unless --min-gpus says), and replaces lost workers as GPUs free up.
     min_gpus: int = 0
-    elastic_timeout_s: float = 600.0  # horovodrun waits this long for min_gpus after a loss (its default)
+    elastic_timeout_s: float = 600.0  # horovodrun's own default
     discovery_url: str = ""  # where the chief's discovery script reads the hosts (the manager pod)
-    # A worker whose manager has not answered for this long, with no chief connected,
-    # ends: a manager whose node hung stays Terminating and no garbage collector deletes
-    # its pods, which would otherwise hold their GPUs for ever.
+    # A manager whose node hung stays Terminating and no garbage collector deletes its
+    # pods, which would otherwise hold their GPUs for ever.
     orphan_timeout_s: float = 300.0
-    delete_chief: bool = False  # the chief is kept for its logs unless asked
-    lock_namespace: str = ""  # where the placement Lease lives (default: DEFAULT_LOCK_NAMESPACE)
-    queue: str = ""  # a Kueue LocalQueue (--queue): each attempt is admitted by Kueue as one pod group
-    priority_class: str = ""  # with queue: the Kueue WorkloadPriorityClass of the job's workloads
-    manager_namespace: str = ""  # the manager pod's namespace (default: namespace)
-    service_account: str = ""  # for job pods; empty = no API token mounted at all
-    # Requests of a job pod are these times its GPUs, so it is never BestEffort (evicted
-    # first) and passes a namespace's ResourceQuota or LimitRange that requires them.
-    cpu_per_gpu_m: int = DEFAULT_CPU_PER_GPU_M  # CPU request per GPU, millicores
-    memory_per_gpu_bytes: int = DEFAULT_MEMORY_PER_GPU_BYTES  # memory request and limit per GPU, bytes
-    # /dev/shm of each job pod, bytes. None: the pod's memory limit. What a memory-backed
-    # volume holds counts against that limit anyway, so a larger size would add nothing,
-    # and the runtime's default of 64 MiB makes NCCL and TensorFlow fail or crawl.
+    delete_chief: bool = False  # kept for its logs unless asked
+    lock_namespace: str = ""  # "": DEFAULT_LOCK_NAMESPACE
+    queue: str = ""  # "": outside Kueue
+    priority_class: str = ""
+    manager_namespace: str = ""  # "": namespace
+    service_account: str = ""  # "": no API token mounted at all
+    # Requests are these times the pod's GPUs, so it is never BestEffort (evicted first)
+    # and passes a namespace's ResourceQuota or LimitRange that requires them.
+    cpu_per_gpu_m: int = DEFAULT_CPU_PER_GPU_M
+    memory_per_gpu_bytes: int = DEFAULT_MEMORY_PER_GPU_BYTES
+    # None: the pod's memory limit. What a memory-backed volume holds counts against that
+    # limit anyway, so a larger size would add nothing, and the runtime's default of 64 MiB
+    # makes NCCL and TensorFlow fail or crawl.
     shm_size_bytes: int | None = None
-    # A node whose GPU units share devices (time-slicing, MPS) or are MIG slices takes one
-    # rank of the job at most (``gpusharing``): Horovod pins one device per local rank.
-    # True (--allow-shared-gpus): any share there, for scripts that place ranks themselves.
+    # False: a node whose GPU units share devices or are MIG slices takes one rank at most
+    # (``gpusharing``): Horovod pins one device per local rank.
     allow_shared_gpus: bool = False
-    # Node label keys, outermost first (--topology): the plan spans the fewest domains at each
-    # level, never more than one of a required level (``topology``). Empty: the network is flat.
-    topology: tuple[Level, ...] = ()
-    # Let a service mesh (Istio, Linkerd) inject its sidecar into job pods. Off: SSH and
-    # Gloo between pod IPs are not traffic a mesh carries, and a sidecar keeps the chief's
-    # pod Running after training.
+    topology: tuple[Level, ...] = ()  # planned by ``core.topology``; empty: the network is flat
+    # Off: SSH and Gloo between pod IPs are not traffic a mesh carries, and a sidecar keeps
+    # the chief's pod Running after training.
     mesh_injection: bool = False
-    # Isolate the job's network (``core.networkpolicy``): NetworkPolicies by which only the
-    # job's own pods reach its pods, and its pods the manager's discovery port. Off: the
-    # job's pods admit whatever the namespace's own policies admit.
-    network_policy: bool = True
-    # GPUs of the nodes the cluster's autoscaler adds (--scale-up-node-gpus). With
-    # --wait-for-gpus, what free GPUs cannot hold becomes Pending pods of this size at
-    # most, one per new node, which make the cluster grow (``core.scaleup``). 0: the job
-    # waits for GPUs to free up, as without an autoscaler.
-    scale_up_node_gpus: int = 0
-    # The DeviceClass of GPUs a DRA driver publishes (--device-class): a node without
-    # gpu_resource whose ResourceSlices hold devices of it offers those, and the job's pod
-    # there claims its share of them (a ResourceClaimTemplate of this class). "": no DRA
-    # GPUs (nothing of resource.k8s.io is read).
-    device_class: str = ""
-    # Who job pods run as (``core.podsecurity``): a UID, RUN_AS_AUTO or RUN_AS_PLATFORM; and
-    # their group and fsGroup (None: the UID, or the platform's where it assigns the UID).
+    network_policy: bool = True  # ``core.networkpolicy``; off: the namespace's own policies alone
+    scale_up_node_gpus: int = 0  # ``core.scaleup``; 0: wait for GPUs to free up, as without an autoscaler
+    device_class: str = ""  # "": no DRA GPUs (nothing of resource.k8s.io is read)
+    # A UID, RUN_AS_AUTO or RUN_AS_PLATFORM (``core.podsecurity``); the group None: the UID,
+    # or the platform's where it assigns the UID.
     run_as_user: int | str = RUN_AS_AUTO
     run_as_group: int | None = None
-    # readOnlyRootFilesystem on job pods' containers, for clusters whose policies require it:
-    # what the pod scripts write is on volumes. Off: training scripts write where they like.
-    read_only_root_filesystem: bool = False
-    # Pod knobs (docs/job-pods.md#pod-knobs). Secrets of the job's namespace the kubelet
-    # pulls the job's image with (a private registry).
+    read_only_root_filesystem: bool = False  # what the pod scripts write is on volumes
+    # Pod knobs (docs/job-pods.md#pod-knobs).
     image_pull_secrets: tuple[str, ...] = ()
-    runtime_class: str = ""  # RuntimeClass of job pods (`nvidia` on k3s, RKE2, Talos); "": the node's default
-    # PriorityClass (scheduling.k8s.io) of job pods and of submit's manager: its priority and
-    # its preemption. Not --priority-class, Kueue's WorkloadPriorityClass, another object.
-    pod_priority_class: str = ""
-    termination_grace_period_s: float = TERMINATION_GRACE_S  # SIGTERM to SIGKILL: the ranks' time to save
-    # How long job pods stay on a NotReady or unreachable node (their tolerationSeconds),
-    # and how long the manager waits before it deletes them itself (``nodewatch``).
+    runtime_class: str = ""  # "": the node's default
+    pod_priority_class: str = ""  # scheduling.k8s.io's, not Kueue's priority_class
+    termination_grace_period_s: float = TERMINATION_GRACE_S
+    # Also how long the manager waits before it deletes them itself (``nodewatch``).
     node_lost_toleration_s: float = NODE_LOST_TOLERATION_S
-    cpu_limit_per_gpu_m: int | None = None  # CPU limit per GPU, millicores; None: none (ranks use idle cores)
-    memory_limit_per_gpu_bytes: int | None = None  # memory limit per GPU, bytes; None: the request
+    cpu_limit_per_gpu_m: int | None = None  # None: none (ranks use idle cores)
+    memory_limit_per_gpu_bytes: int | None = None  # None: the request
     # Read from the RuntimeClass by the manager (no flag): what admission adds to each pod.
     runtime_class_terms: RuntimeClassTerms = field(default=RuntimeClassTerms(), hash=False)
 

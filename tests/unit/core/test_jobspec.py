@@ -10,7 +10,7 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.cli import jobflags, main as cli
 from distributetrain.core import errors, jobspec, validation
-from distributetrain.core.settings import JobSettings, PvcMount, RuntimeClassTerms
+from distributetrain.core.settings import ELASTIC_MIN_GPUS, JobSettings, PvcMount, RuntimeClassTerms
 
 REPO = Path(__file__).resolve().parents[3]
 ROW = re.compile(r"^\| `(--[a-z-]+)(?: ([^`]+))?` \| ([^|]+) \|")
@@ -218,3 +218,11 @@ def test_a_limit_below_its_request_is_bad_input(given, flag, says):
     limits = {key: equal.get(key.replace("_limit", ""), jobspec.BY_NAME[key.replace("_limit", "")].default)
               for key in given if "limit" in key}
     assert jobspec.settings({"num_gpus": 2, "image": "img:1", **equal, **limits}, job_name="j", namespace="ml")
+
+
+def test_min_gpus_has_one_default_which_help_says_and_an_elastic_job_gets():
+    elastic = jobspec.settings(jobspec.parse_given({"num_gpus": "4", "image": "img", "elastic": True}),
+                               job_name="j", namespace="ns")
+    static = jobspec.settings(jobspec.parse_given({"num_gpus": "4", "image": "img"}), job_name="j", namespace="ns")
+    assert (elastic.min_gpus, static.min_gpus) == (ELASTIC_MIN_GPUS, 0)
+    assert jobspec.BY_NAME["min_gpus"].default_text == str(ELASTIC_MIN_GPUS) == readme_flags()["--min-gpus"][1].strip("`")
