@@ -18,7 +18,7 @@ attempt is lost, the loop alone decides what comes next:
 Either way the lost attempt is torn down and its pods are waited out before the next
 one plans: until they are gone the scheduler counts their GPUs as used, so a job that
 fills its cluster would otherwise find no room for itself. The attempt (``processstate``) is
-moved on here alone; it and the restarts used live on the manager pod (the job's
+moved on here alone (``Job._next_attempt``); it and the restarts used live on the manager pod (the job's
 ``record``), the loop's only state across processes: ``manager.sh`` runs the loop
 twice, pre-training stopping once the current attempt has started, post-training
 picking it up and following it to the end.
@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import urllib.parse
+from collections.abc import Callable
 
 from distributetrain.core import errors, exitcodes, restarts
 from distributetrain.core.clock import Clock
@@ -112,10 +113,10 @@ class Job:
         if backoff_s is None:
             raise lost
         self._end_attempt()
-        self.state.attempt = self.state.attempt.next()
         # Recorded after the teardown: a manager restarted in between finds the lost
         # attempt again and counts this restart once.
-        reporter.restarting(used + 1, self.settings.max_restarts, lost.cause, self.state.attempt.number, backoff_s)
+        self._next_attempt(lambda attempt: reporter.restarting(used + 1, self.settings.max_restarts, lost.cause,
+                                                               attempt, backoff_s))
         clock.sleep(backoff_s)
 
     def _plan_again(self, late: AttemptNotStarted) -> None:
@@ -131,9 +132,7 @@ class Job:
                                    exitcodes.TIMED_OUT)
         log.warning("job %s: pods not Ready in time (%s); released them and planning again",
                     self.settings.job_name, late)
-        # The next plan's pods get new names: a released pod may still be terminating.
-        self.state.attempt = self.state.attempt.next()
-        self.state.reporter.record_attempt(self.state.attempt.number)
+        self._next_attempt()
 
     def _wait_for_quota(self, full: errors.QuotaFull) -> None:
         """A quota full for now: release what the attempt created and wait (``quotawait``)
@@ -144,9 +143,7 @@ class Job:
         self._end_attempt()
         self.state.reporter.events.record(jobevents.RELEASED, f"ResourceQuota {full.quota} refused the job's "
                                                              "pods; released what the attempt created")
-        # The next try's pods get new names: a released pod may still be terminating.
-        self.state.attempt = self.state.attempt.next()
-        self.state.reporter.record_attempt(self.state.attempt.number)
+        self._next_attempt()
         if isinstance(self.quota_wait.wait(full, until), quotawait.StillFull):
             raise full
 
@@ -160,8 +157,14 @@ class Job:
             jobevents.RELEASED, f"{not_coming.cause}; released the job's pods and waiting up to {left_s:.0f}s more for "
                              "free GPUs (--wait-for-gpus)")
         log.warning("job %s: %s; released its pods, waiting for free GPUs", self.settings.job_name, not_coming.cause)
+        self._next_attempt()
+
+    def _next_attempt(self, record: Callable[[int], None] | None = None) -> None:
+        """Move on to the next attempt, whose pods get new names (a released pod may still be
+        terminating), and record it (``record``, by default the attempt alone) before any
+        of them is created."""
         self.state.attempt = self.state.attempt.next()
-        self.state.reporter.record_attempt(self.state.attempt.number)
+        (record or self.state.reporter.record_attempt)(self.state.attempt.number)
 
     def _end_attempt(self) -> None:
         """Delete the attempt's pods and wait (bounded) until they are gone."""
