@@ -70,32 +70,25 @@ class Job:
         self.quota_wait = quotawait.QuotaWait(kube, settings, reporter, self.state.clock)
 
     def drive(self, until_started: bool = False) -> int:
-        """Follow the job to the chief's end and return its exit code, tearing the job
-        down; with ``until_started``, return 0 once the current attempt has started.
-        Failures raise, typed, with the exit code that reports them."""
-        keep_chief = False
-        try:
-            with self._serving_hosts():
-                while True:
-                    try:
-                        plan = PreTraining(self.kube, self.state, self.kind).start()
-                        if until_started:
-                            return exitcodes.OK
-                        code = PostTraining(self.kube, self.state, plan, self.kind).follow()
-                        keep_chief = not self.settings.delete_chief
-                        return code
-                    except errors.AttemptLost as lost:
-                        self._restart(lost)
-                    except AttemptNotStarted as late:
-                        self._plan_again(late)
-                    except errors.QuotaFull as full:
-                        self._wait_for_quota(full)
-                    except scaleup.NodesNotComing as not_coming:
-                        self._stop_growing(not_coming)
-        finally:
-            if not until_started:
-                deleted = tear_down(self.kube, self.settings, keep_chief=keep_chief)
-                log.info("job %s torn down: %s", self.settings.job_name, ", ".join(deleted) or "nothing left")
+        """Follow the job to the chief's end and return its exit code; with
+        ``until_started``, return 0 once the current attempt has started. Failures raise,
+        typed, with the exit code that reports them. What ends the job tears it down
+        (``lifecycle``); a lost attempt is torn down here, before the next one plans."""
+        with self._serving_hosts():
+            while True:
+                try:
+                    plan = PreTraining(self.kube, self.state, self.kind).start()
+                    if until_started:
+                        return exitcodes.OK
+                    return PostTraining(self.kube, self.state, plan, self.kind).follow()
+                except errors.AttemptLost as lost:
+                    self._restart(lost)
+                except AttemptNotStarted as late:
+                    self._plan_again(late)
+                except errors.QuotaFull as full:
+                    self._wait_for_quota(full)
+                except scaleup.NodesNotComing as not_coming:
+                    self._stop_growing(not_coming)
 
     def _serving_hosts(self) -> contextlib.AbstractContextManager:
         # Without an address nothing can ask (and pre-flight refuses to create a chief).

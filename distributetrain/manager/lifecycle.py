@@ -24,9 +24,13 @@ from distributetrain.manager import jobevents, runtimeclass
 from distributetrain.manager.errorcodes import exit_code_of
 from distributetrain.manager.job import Job
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.teardown import tear_down_quietly
+from distributetrain.manager.teardown import tear_down
 
 log = logging.getLogger(__name__)
+
+FOLLOWED_PHASES = ("post-training", "run")  # each follows the job to its end, and tears it down
+JOB_PHASES = ("pre-training", *FOLLOWED_PHASES)
+
 
 @contextmanager
 def cancellable() -> Iterator[None]:
@@ -123,41 +127,68 @@ def _execute(
 ) -> int:
     try:
         with cancellable():
-            if phase in ("pre-training", "post-training", "run"):
-                reporter.spec()
-                # Who the pods run as, decided for the namespace (the record keeps what was asked).
-                settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
-                # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
-                settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
-                code = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock).drive(
-                    until_started=phase == "pre-training")
-                if phase != "pre-training":
-                    reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
-                return code
+            if phase in JOB_PHASES:
+                return _drive(kube, settings, phase, reporter, clock)
             if phase == "teardown":
                 if unless_restarting and will_restart(kube, settings):
                     log.info("job %s: the manager container restarts and adopts the job; not tearing down",
                              settings.job_name)
                     return exitcodes.OK
                 with shielded():
-                    tear_down_quietly(kube, settings, keep_chief=not settings.delete_chief)
+                    _tear_down_quietly(kube, settings, keep_chief=not settings.delete_chief)
                     if failed_with is not None and not reporter.record().finished:
                         reporter.finished(failed_with, abnormal_end(failed_with))
             return exitcodes.OK
     except errors.UsageError as e:
-        # Raised before anything is created (pre-flight and request checks).
+        # Raised before anything is created (pre-flight and request checks); a followed
+        # phase may still hold what pre-training or an earlier attempt created.
+        if phase in FOLLOWED_PHASES:
+            with shielded():
+                _tear_down_quietly(kube, settings, keep_chief=False)
         log.error("%s", e)
         reporter.finished(exit_code_of(e), str(e))
         return exit_code_of(e)
     except errors.DistributeTrainError as e:
         with shielded():
+            _tear_down_quietly(kube, settings, keep_chief=False)
             log.error("job %s failed: %s", settings.job_name, e)
-            tear_down_quietly(kube, settings, keep_chief=False)
             reporter.finished(exit_code_of(e), str(e))
         return exit_code_of(e)
     except Exception as e:
         with shielded():
+            _tear_down_quietly(kube, settings, keep_chief=False)
             log.exception("job %s: unexpected error", settings.job_name)
-            tear_down_quietly(kube, settings, keep_chief=False)
             reporter.finished(exit_code_of(e), f"internal error: {e}")
         return exit_code_of(e)
+
+
+def _drive(kube: Kube, settings: JobSettings, phase: str, reporter: Reporter, clock: Clock) -> int:
+    """Pre-training returns once the attempt has started (post-training follows it on); a
+    followed phase drives the job to its end and tears it down, keeping a finished chief
+    for its logs unless --delete-chief. A failure is torn down by ``_execute``."""
+    reporter.spec()
+    # Who the pods run as, decided for the namespace (the record keeps what was asked).
+    settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
+    # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
+    settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
+    job = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock)
+    if phase not in FOLLOWED_PHASES:
+        return job.drive(until_started=True)
+    code = job.drive()
+    _tear_down(kube, settings, keep_chief=not settings.delete_chief)
+    reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
+    return code
+
+
+def _tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> None:
+    """The job's one teardown on its way out, whichever way that is (``teardown``)."""
+    deleted = tear_down(kube, settings, keep_chief)
+    log.info("job %s torn down: %s", settings.job_name, ", ".join(deleted) or "nothing left")
+
+
+def _tear_down_quietly(kube: Kube, settings: JobSettings, keep_chief: bool) -> None:
+    """Teardown on a failure path: never let a second error hide the first."""
+    try:
+        _tear_down(kube, settings, keep_chief)
+    except errors.DistributeTrainError as e:
+        log.error("teardown of job %s incomplete: %s", settings.job_name, e)

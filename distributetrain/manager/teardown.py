@@ -88,10 +88,3 @@ def delete_because(kube: Kube, namespace: str, name: str, cause: str) -> bool:
     return kube.delete("Pod", namespace, name)
 
 
-def tear_down_quietly(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Teardown on a failure path: never let a second error hide the first."""
-    try:
-        return tear_down(kube, settings, keep_chief)
-    except errors.DistributeTrainError as e:
-        log.error("teardown of job %s incomplete: %s", settings.job_name, e)
-        return []

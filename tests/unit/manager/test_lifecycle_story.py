@@ -211,6 +211,19 @@ def test_workers_never_ready_are_released_and_the_job_fails_saying_why(story):
     assert kube.pods == {} and kube.secrets == {}
 
 
+@pytest.mark.parametrize("phase", ["pre-training", "run"])
+def test_a_failure_in_either_phase_ends_with_everything_the_job_created_deleted_once(story, phase, caplog):
+    caplog.set_level("INFO", logger="distributetrain")
+    code, recorded, kube = story([[("demo-worker-0", UNSCHEDULED), ("demo-chief", PULLING)]], phases=(phase,),
+                                 settings=SETTINGS.replace(worker_ready_timeout_s=0.5))
+    assert (code, recorded[-1][0]) == (75, "Failed")
+    assert kube.pods == {} and kube.secrets == {}
+    said = [record.getMessage() for record in caplog.records]
+    assert [line for line in said if line.startswith("job demo torn down")] == ["job demo torn down: nothing left"]
+    assert said.index("job demo torn down: nothing left") < next(
+        i for i, line in enumerate(said) if line.startswith("job demo failed: pods not Ready"))
+
+
 def test_a_lost_attempts_pods_are_waited_for_their_grace_period_and_a_slack():
     assert job.old_pods_gone_s(SETTINGS) == 30.0
     assert job.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
