@@ -23,7 +23,7 @@ REFUSAL = (f'pods "demo-chief" is forbidden: exceeded quota: gpus, requested: {G
 
 
 def gpu_quota(used: str, hard: str = "2") -> dict:
-    return {"metadata": {"name": "gpus", "namespace": "ml"}, "spec": {"hard": {GPU: hard}},
+    return {"kind": "ResourceQuota", "metadata": {"name": "gpus", "namespace": "ml"}, "spec": {"hard": {GPU: hard}},
             "status": {"hard": {GPU: hard}, "used": {GPU: used}}}
 
 
@@ -73,7 +73,8 @@ def sent_after_the_list(kube: FakeKube, *changed: dict) -> None:
     def list_all(kind, namespace=None, **selectors):
         found = listed(kind, namespace, **selectors)
         if kind == "resourcequotas":
-            kube.send_quotas(*changed)
+            for quota in changed:
+                kube.put(quota)
         return found
 
     kube.list_all = list_all

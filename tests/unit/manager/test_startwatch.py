@@ -39,7 +39,7 @@ class WrittenAtOnce:
 
 
 def kubelet_event(reason, message, at):
-    return {"reason": reason, "message": message, "lastTimestamp": at, "source": {"host": "a"},
+    return {"kind": "Event", "reason": reason, "message": message, "lastTimestamp": at, "source": {"host": "a"},
             "involvedObject": {"kind": "Pod", "name": WORKER}, "metadata": {"name": f"{WORKER}.{reason}"}}
 
 
@@ -75,7 +75,7 @@ def test_a_six_minute_pull_under_a_five_minute_timeout_starts_fine():
     clock = FakeClock()
     kube = FakeKube(pods=[worker_pod()], clock=clock)
     kube.events = [PULLING]
-    kube.pod_watches = [*checks(360), [lambda fake: (fake.send_events(PULLED) or (WORKER, READY))]]
+    kube.pod_watches = [*checks(360), [lambda fake: (fake.put(PULLED) or (WORKER, READY))]]
     started_at = clock.monotonic()
     outcome, ended_at = wait(kube, clock)
     assert outcome == "started" and ended_at - started_at == pytest.approx(360)
