@@ -11,6 +11,7 @@ from distributetrain.kube import waits
 from distributetrain.manager import podwaits
 from distributetrain.manager.reporting import PodWaits, Reporter
 from distributetrain.manager.startwatch import RECHECK_S, StartWatch
+from harness.events import recording
 from harness.kube import FakeKube
 
 # --worker-ready-timeout 5m, --image-pull-timeout 30m
@@ -20,11 +21,6 @@ CREATING = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status"
             "containerStatuses": [{"name": "worker", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
 READY = {"phase": "Running", "podIP": "10.0.0.2", "conditions": [
     {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}
-
-
-class NoEvents:
-    def record(self, reason, note):
-        pass
 
 
 class WrittenAtOnce:
@@ -53,7 +49,7 @@ def worker_pod():
 
 def wait(kube, clock, settings=SETTINGS):
     """The attempt's start as pre-training waits for it (one worker; no chief to bind)."""
-    pod_waits = PodWaits(Reporter(kube, settings, NoEvents()), [WORKER], kube.clock, write_interval_s=0)
+    pod_waits = PodWaits(Reporter(kube, settings, recording(settings, clock)[0]), [WORKER], kube.clock, write_interval_s=0)
     pod_waits.annotation = WrittenAtOnce(pod_waits.reporter.waiting)
     with StartWatch(kube, settings, clock) as starting:
         outcome = starting.wait(waits.selected_pods(kube, "ml", "", clock), ready,
