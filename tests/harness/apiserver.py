@@ -28,6 +28,7 @@ On it, as API servers:
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -82,15 +83,19 @@ CLOSED = Reply(closed=True)
 
 
 class HttpFake:
-    """HTTP/1.1 with keep-alive on ``host``, a free port, answering ``answer(request)``."""
+    """HTTP/1.1 with keep-alive on ``host``, a free port, answering ``answer(request)``; HTTPS
+    with ``tls`` (a server context holding its certificate)."""
 
-    def __init__(self, answer: Callable[[Request], Reply], host: str = "127.0.0.1"):
+    def __init__(self, answer: Callable[[Request], Reply], host: str = "127.0.0.1", tls: ssl.SSLContext | None = None):
         self.answer = answer
         self.received: list[Request] = []
         self.connections = 0
         self.closing = threading.Event()  # set when the server stops: held connections let go
         self._server = ThreadingHTTPServer((host, 0), self._handler())
         self._server.daemon_threads = True
+        self._scheme = "http" if tls is None else "https"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
 
     @property
@@ -99,7 +104,7 @@ class HttpFake:
 
     @property
     def url(self) -> str:
-        return f"http://{self._server.server_address[0]}:{self.port}"
+        return f"{self._scheme}://{self._server.server_address[0]}:{self.port}"
 
     @property
     def client_ports(self) -> list[int]:
