@@ -12,7 +12,7 @@ from distributetrain.kube import events
 from distributetrain.core.clock import FakeClock
 from distributetrain.manager import freegpus, lifecycle, queueing
 from distributetrain.manager.kinds import StaticJob
-from harness.builders import TIME_SLICED, ledger_of, node, sized_node, tenant
+from harness.builders import TIME_SLICED, ledger_of, make_pod, node, sized_node, tenant
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
 from harness.polling import poll_until
@@ -95,10 +95,7 @@ def queued_story(monkeypatch, tmp_path):
 
 
 def other_team_on(node_name, gpus):
-    return {"kind": "Pod", "metadata": {"name": f"other-team-{node_name}", "uid": node_name, "labels": {}},
-            "spec": {"nodeName": node_name,
-                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-            "status": {"phase": "Running"}}
+    return make_pod(f"other-team-{node_name}").uid(node_name).on(node_name).gpus(gpus).obj()
 
 
 def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
