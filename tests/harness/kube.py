@@ -43,6 +43,7 @@ Kubernetes: those tests run on the local cluster. This fake is for the manager's
 
 from __future__ import annotations
 
+import bisect
 import copy
 import re
 import threading
@@ -194,6 +195,9 @@ class FakeKube(KubeApi):
         """The running node watch ends with ``error`` (after the changes written before)."""
         with self.lock:
             self._emit("Node", "ERROR", error)
+
+    def _written_since(self, version: int, kind: str) -> list[tuple[int, str, str, dict | BaseException]]:
+        return [w for w in self.written[bisect.bisect_right(self.written, version, key=lambda w: w[0]):] if w[1] == kind]
 
     def _emit(self, kind: str, event_type: str, obj: dict | BaseException) -> None:
         """A write every open watch of ``kind`` sees, at the next resourceVersion (the caller holds the lock)."""
@@ -473,10 +477,10 @@ class FakeKube(KubeApi):
         seen = int(resource_version or 0)
         while self.clock.monotonic() < clock_ends_at:
             with self.one_changed:
-                due = [w for w in self.written if w[0] > seen and w[1] == kind]
+                due = self._written_since(seen, kind)
                 while not due and (left := ends_at - time.monotonic()) > 0:
                     self.one_changed.wait(min(left, timeout_s))
-                    due = [w for w in self.written if w[0] > seen and w[1] == kind]
+                    due = self._written_since(seen, kind)
             if not due:
                 if not real and real_span_s is None and not in_background:
                     self.clock.sleep(clock_ends_at - self.clock.monotonic())
