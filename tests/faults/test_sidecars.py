@@ -12,9 +12,7 @@ import os
 import socket
 import ssl
 import tempfile
-import threading
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.manager import lifecycle
 from distributetrain.manager.teardown import tear_down
+from harness.apiserver import HttpFake, Reply, Request
 from jobharness import LOCAL_NODE_SIZING, SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -113,32 +112,19 @@ def self_signed(directory) -> tuple[str, str, bytes]:
     return str(directory / "tls.crt"), str(directory / "tls.key"), pem
 
 
-def patching_webhook(patch: list[dict], directory) -> tuple[ThreadingHTTPServer, bytes]:
+def patching_webhook(patch: list[dict], directory) -> tuple[HttpFake, bytes]:
     """An HTTPS admission webhook on 127.0.0.1 that answers every review with ``patch``;
-    (the server, running, and its certificate PEM)."""
+    (the server, to start, and its certificate PEM)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (the http.server interface)
-            review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
-                "uid": review["request"]["uid"], "allowed": True, "patchType": "JSONPatch",
-                "patch": base64.b64encode(json.dumps(patch).encode()).decode()}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format, *args):
-            pass
+    def answer(request: Request) -> Reply:
+        return Reply(body={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+            "uid": request.json()["request"]["uid"], "allowed": True, "patchType": "JSONPatch",
+            "patch": base64.b64encode(json.dumps(patch).encode()).decode()}})
 
     certificate, key, pem = self_signed(directory)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(certificate, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, pem
+    return HttpFake(answer, tls=context), pem
 
 
 @contextmanager
@@ -150,23 +136,23 @@ def mesh_injector(api_client, namespace, directory, native: bool):
     server, pem = patching_webhook(patch, directory)
     admission = client.AdmissionregistrationV1Api(api_client)
     name = f"mesh-injector-{namespace}"
-    admission.create_mutating_webhook_configuration({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "inject.mesh.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-            "failurePolicy": "Fail", "timeoutSeconds": 5,
-            "clientConfig": {"url": f"https://127.0.0.1:{server.server_address[1]}/inject",
-                             "caBundle": base64.b64encode(pem).decode()},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "objectSelector": {"matchLabels": {names.LABEL_ROLE: names.ROLE_CHIEF}},
-        }]})
-    try:
-        yield
-    finally:
-        admission.delete_mutating_webhook_configuration(name)
-        server.shutdown()
+    with server:
+        admission.create_mutating_webhook_configuration({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "inject.mesh.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                "failurePolicy": "Fail", "timeoutSeconds": 5,
+                "clientConfig": {"url": f"{server.url}/inject",
+                                 "caBundle": base64.b64encode(pem).decode()},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "objectSelector": {"matchLabels": {names.LABEL_ROLE: names.ROLE_CHIEF}},
+            }]})
+        try:
+            yield
+        finally:
+            admission.delete_mutating_webhook_configuration(name)
 
 
 def readable_by_all(directory: str) -> Path:

@@ -1,30 +1,39 @@
-"""Stand-ins for the apiserver on 127.0.0.1, for black-box tests of the API layer.
+"""The one HTTP server of the unit tests: ``HttpFake``, on 127.0.0.1, for black-box tests of
+the API layer and of anything else that speaks HTTP (an image registry).
 
-``FakeApiServer`` serves the pods endpoints (list; watch, chunked, with ``timeoutSeconds``
-and bookmarks), and Leases (get, create, update with resourceVersion conflicts, and a
-watch, as the placement lock uses them). It misbehaves on demand in ways no cluster test can produce:
+``HttpFake(answer)`` reads each request whole (``received``: every one, in order, with the
+client port of its connection; ``connections``: how many were accepted) and answers what
+``answer(request)`` returns, a ``Reply``: a status and a body (JSON, or bytes of any type:
+protobuf), or one that misbehaves in ways no cluster test can produce: a body cut half way
+and the connection closed (``cut``), a body streamed in chunks as a watch is (``chunks``,
+which may go silent with the connection held), an answer that never comes (``SILENT``), a
+connection closed with no answer (``CLOSED``).
 
-- ``stall_watches``: that many next watch connections send their response headers and
-  the events already due, then go silent with the connection held open (a stalled or
-  half-open connection as the client sees it).
-- ``error_watches``: status codes; each next watch sends the events due, then a watch
-  ``ERROR`` event with the first code left, and ends.
-
-Only what ``distributetrain.kube.client`` sends is understood; anything else is a 404.
-``PathServer`` answers GETs of fixed paths with fixed JSON (discovery documents, custom
-objects), a 404 Status for any other path. ``PodListServer`` serves the inventory's pod
-list in protobuf, whole or in pages, as an API server of a given version does, with a
-list that never comes whole (read from etcd), pages cut part way and continue tokens
-expired on demand. ``RudeServer`` is a TCP server that accepts connections and never
-answers, or closes them.
+On it, as API servers:
+- ``FakeApiServer`` serves the pods endpoints (list; watch, chunked, with ``timeoutSeconds``
+  and bookmarks), and Leases (get, create, update with resourceVersion conflicts, and a
+  watch, as the placement lock uses them). ``stall_watches``: that many next watch
+  connections send their response headers and the events already due, then go silent with
+  the connection held open (a stalled or half-open connection as the client sees it).
+  ``error_watches``: status codes; each next watch sends the events due, then a watch
+  ``ERROR`` event with the first code left, and ends. Only what ``distributetrain.kube.client``
+  sends is understood; anything else is a 404.
+- ``PathServer`` answers GETs of fixed paths with fixed JSON (discovery documents, custom
+  objects), a 404 Status for any other path.
+- ``PodListServer`` serves the inventory's pod list in protobuf, whole or in pages, as an API
+  server of a given version does, with a list that never comes whole (read from etcd), pages
+  cut part way and continue tokens expired on demand.
 """
 
 from __future__ import annotations
 
 import json
-import socket
+import ssl
 import threading
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -44,8 +53,132 @@ def _status(code: int, reason: str, message: str) -> dict:
     return {"kind": "Status", "status": "Failure", "code": code, "reason": reason, "message": message}
 
 
-class FakeApiServer:
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]  # the last value of each parameter
+    headers: Message
+    body: bytes
+    client_port: int  # which connection it came on
+
+    def json(self) -> dict:
+        return json.loads(self.body or b"{}")
+
+
+@dataclass
+class Reply:
+    code: int = 200
+    body: dict | bytes = b""  # a dict is sent as JSON
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    cut: bool = False  # half the body, then the connection closed
+    chunks: Iterable[bytes] | None = None  # a body streamed, each chunk as it comes
+    silent: bool = False  # no answer ever, the connection held until the server stops
+    closed: bool = False  # the connection closed with no answer
+
+
+SILENT = Reply(silent=True)
+CLOSED = Reply(closed=True)
+
+
+class HttpFake:
+    """HTTP/1.1 with keep-alive on ``host``, a free port, answering ``answer(request)``; HTTPS
+    with ``tls`` (a server context holding its certificate)."""
+
+    def __init__(self, answer: Callable[[Request], Reply], host: str = "127.0.0.1", tls: ssl.SSLContext | None = None):
+        self.answer = answer
+        self.received: list[Request] = []
+        self.connections = 0
+        self.closing = threading.Event()  # set when the server stops: held connections let go
+        self._server = ThreadingHTTPServer((host, 0), self._handler())
+        self._server.daemon_threads = True
+        self._scheme = "http" if tls is None else "https"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._server.server_port
+
+    @property
+    def url(self) -> str:
+        return f"{self._scheme}://{self._server.server_address[0]}:{self.port}"
+
+    @property
+    def client_ports(self) -> list[int]:
+        return [request.client_port for request in self.received]
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # Headers and body are two writes: with Nagle's algorithm the body waits for the
+            # client's delayed ACK of the headers, 40 ms a response (Go's servers set it too).
+            disable_nagle_algorithm = True
+
+            def setup(self):
+                super().setup()
+                fake.connections += 1
+
+            def log_message(self, *args):
+                pass
+
+            def _serve(self):
+                url = urlparse(self.path)
+                request = Request(self.command, url.path, {k: v[-1] for k, v in parse_qs(url.query).items()},
+                                  self.headers, self.rfile.read(int(self.headers.get("Content-Length") or 0)),
+                                  self.client_address[1])
+                fake.received.append(request)
+                try:
+                    fake._reply(self, fake.answer(request))
+                except OSError:
+                    self.close_connection = True  # the client went away
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+        return Handler
+
+    def _reply(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        if reply.silent:
+            self.closing.wait()
+        if reply.silent or reply.closed:
+            handler.close_connection = True
+            return
+        body = json.dumps(reply.body).encode() if isinstance(reply.body, dict) else reply.body
+        handler.send_response(reply.code)
+        handler.send_header("Content-Type", reply.content_type)
+        for name, value in reply.headers.items():
+            handler.send_header(name, value)
+        if reply.chunks is not None:
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            for chunk in reply.chunks:
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                handler.wfile.flush()
+            handler.wfile.write(b"0\r\n\r\n")
+            return
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        if handler.command != "HEAD":
+            handler.wfile.write(body[:len(body) // 2] if reply.cut else body)
+        handler.close_connection = reply.cut
+
+
+class FakeApiServer(HttpFake):
     def __init__(self, pods: list[dict] = ()):
+        super().__init__(self._route)
         self._lock = threading.Condition()
         self._version = 1
         self._pods: dict[str, dict] = {}
@@ -55,30 +188,16 @@ class FakeApiServer:
         self.error_watches: list[int] = []  # status codes of the ERROR events still to send
         self.watch_requests: list[dict[str, str]] = []  # query of every watch, in order
         self.list_requests = 0
-        self.client_ports: list[int] = []  # of every request, in order: which connection it came on
         self.leases: dict[tuple[str, str], dict] = {}  # (namespace, name) -> Lease
         self.lease_writes: list[dict] = []  # spec of every Lease created or updated, in order
-        self._closing = threading.Event()
         for p in pods:
             self._store("ADDED", p)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}"
-
-    def __enter__(self) -> "FakeApiServer":
-        self._thread.start()
-        return self
 
     def __exit__(self, *exc) -> None:
-        self._closing.set()
+        self.closing.set()
         with self._lock:
             self._lock.notify_all()
-        self._server.shutdown()
-        self._server.server_close()
+        super().__exit__(*exc)
 
     # -- changing the cluster ----------------------------------------------------------
     def _store(self, kind: str, obj: dict) -> None:
@@ -139,160 +258,82 @@ class FakeApiServer:
             return (201 if method == "POST" else 200), body
 
     # -- serving -----------------------------------------------------------------------
-    def _handler(self):
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body are two writes: with Nagle's algorithm the body waits for the
-            # client's delayed ACK of the headers, 40 ms a response (Go's servers set it too).
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                url = urlparse(self.path)
-                fake.client_ports.append(self.client_address[1])
-                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                if "/leases" in url.path and query.get("watch", "").lower() == "true":
-                    fake._watch(self, query, fake._lease_events)
-                elif "/leases" in url.path:
-                    self._json(*fake._lease_request("GET", url.path, None))
-                elif not url.path.endswith("/pods"):
-                    self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not here"})
-                elif query.get("watch", "").lower() == "true":
-                    fake._watch(self, query, fake._events)
-                else:
-                    fake._list(self)
-
-            def do_POST(self):
-                self._write("POST")
-
-            def do_PUT(self):
-                self._write("PUT")
-
-            def _write(self, method: str) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                url = urlparse(self.path)
-                fake.client_ports.append(self.client_address[1])
-                if "/leases" in url.path:
-                    self._json(*fake._lease_request(method, url.path, body))
-                else:
-                    self._json(404, _status(404, "NotFound", "not here"))
-
-            def _json(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
-
-    def _list(self, handler) -> None:
+    def _route(self, request: Request) -> Reply:
+        watch = request.query.get("watch", "").lower() == "true"
+        if "/leases" in request.path and watch:
+            return self._watch(request.query, self._lease_events)
+        if "/leases" in request.path and request.method in ("GET", "POST", "PUT"):
+            code, body = self._lease_request(request.method, request.path,
+                                             request.json() if request.method != "GET" else None)
+            return Reply(code, body)
+        if request.method != "GET" or not request.path.endswith("/pods"):
+            return Reply(404, _status(404, "NotFound", "not here"))
+        if watch:
+            return self._watch(request.query, self._events)
         with self._lock:
             self.list_requests += 1
-            body = {"kind": "PodList", "metadata": {"resourceVersion": str(self._version)},
-                    "items": list(self._pods.values())}
-        handler._json(200, body)
+            return Reply(200, {"kind": "PodList", "metadata": {"resourceVersion": str(self._version)},
+                               "items": list(self._pods.values())})
 
-    def _watch(self, handler, query: dict[str, str], events: list[tuple[int, str, dict]]) -> None:
+    def _watch(self, query: dict[str, str], events: list[tuple[int, str, dict]]) -> Reply:
         with self._lock:
             self.watch_requests.append(query)
             stall = self.stall_watches > 0
             self.stall_watches -= stall
             error = self.error_watches.pop(0) if self.error_watches else None
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Transfer-Encoding", "chunked")
-        handler.end_headers()
+        return Reply(chunks=(json.dumps(event).encode() + b"\n" for event in self._watch_events(
+            query, events, stall, error)))
+
+    def _watch_events(self, query: dict[str, str], events: list[tuple[int, str, dict]], stall: bool,
+                      error: int | None) -> Iterable[dict]:
         since = int(query.get("resourceVersion") or 0)
         ends_at = time.monotonic() + int(query.get("timeoutSeconds", "1800"))
         bookmark_sent = False
-        try:
-            while not self._closing.is_set():
-                with self._lock:
+        while not self.closing.is_set():
+            with self._lock:
+                due = [(v, kind, obj) for v, kind, obj in events if v > since]
+                if not due and not stall and error is None:
+                    self._lock.wait(timeout=0.05)
                     due = [(v, kind, obj) for v, kind, obj in events if v > since]
-                    if not due and not stall and error is None:
-                        self._lock.wait(timeout=0.05)
-                        due = [(v, kind, obj) for v, kind, obj in events if v > since]
-                    version = self._version
-                for v, kind, obj in due:
-                    self._send(handler, {"type": kind, "object": obj})
-                    since = v
-                if error is not None:
-                    self._send(handler, {"type": "ERROR", "object": {
-                        "kind": "Status", "status": "Failure", "code": error, "reason": "InternalError",
-                        "message": f"watch failed ({error})"}})
-                    break
-                if stall:
-                    self._closing.wait()  # silent from now on, the connection held open
-                    return
-                now = time.monotonic()
-                if now >= ends_at:
-                    break
-                if not bookmark_sent and ends_at - now <= BOOKMARK_BEFORE_END_S:
-                    self._send(handler, {"type": "BOOKMARK", "object": {
-                        "kind": "Pod", "metadata": {"resourceVersion": str(version)}}})
-                    bookmark_sent = True
-            handler.wfile.write(b"0\r\n\r\n")
-            handler.wfile.flush()
-        except OSError:
-            pass  # the client went away
-
-    @staticmethod
-    def _send(handler, event: dict) -> None:
-        line = json.dumps(event).encode() + b"\n"
-        handler.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
-        handler.wfile.flush()
+                version = self._version
+            for v, kind, obj in due:
+                yield {"type": kind, "object": obj}
+                since = v
+            if error is not None:
+                yield {"type": "ERROR", "object": {"kind": "Status", "status": "Failure", "code": error,
+                                                   "reason": "InternalError", "message": f"watch failed ({error})"}}
+                return
+            if stall:
+                self.closing.wait()  # silent from now on, the connection held open
+                return
+            now = time.monotonic()
+            if now >= ends_at:
+                return
+            if not bookmark_sent and ends_at - now <= BOOKMARK_BEFORE_END_S:
+                yield {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": str(version)}}}
+                bookmark_sent = True
 
 
-class PathServer(ThreadingHTTPServer):
+class PathServer(HttpFake):
     """GETs of ``answers``' paths answered with their JSON; any other path a 404 Status, as
     the API server answers a path it does not serve. ``paths``: every path asked, in order."""
 
     def __init__(self, answers: dict[str, dict]):
+        super().__init__(self._route)
         self.answers = answers
-        self.paths: list[str] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(handler) -> None:
-                path = urlparse(handler.path).path
-                server.paths.append(path)
-                found = server.answers.get(path)
-                body = json.dumps(found if found is not None else _status(
-                    404, "NotFound", "the server could not find the requested resource")).encode()
-                handler.send_response(200 if found is not None else 404)
-                handler.send_header("Content-Type", "application/json")
-                handler.send_header("Content-Length", str(len(body)))
-                handler.end_headers()
-                handler.wfile.write(body)
-
-            def log_message(handler, *args) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.daemon_threads = True
 
     @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_port}"
+    def paths(self) -> list[str]:
+        return [request.path for request in self.received]
 
-    def __enter__(self) -> "PathServer":
-        threading.Thread(target=self.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
-        self.server_close()
+    def _route(self, request: Request) -> Reply:
+        found = self.answers.get(request.path)
+        if found is None:
+            return Reply(404, _status(404, "NotFound", "the server could not find the requested resource"))
+        return Reply(200, found)
 
 
-class PodListServer(ThreadingHTTPServer):
+class PodListServer(HttpFake):
     """``/version`` and the pod list of ``pods`` in protobuf, all of it one snapshot
     (resourceVersion ``version``): whole without ``limit``, else ``limit`` pods from the
     continue token's and the next token. On demand:
@@ -306,34 +347,19 @@ class PodListServer(ThreadingHTTPServer):
 
     def __init__(self, pods: list[dict], git_version: str = "v1.34.10", version: str = "77",
                  silent_whole: bool = False, cuts: tuple[int, ...] = (), expired: tuple[str, ...] = ()):
+        super().__init__(self._route)
         self.pods, self.git_version, self.version = pods, git_version, version
         self.silent_whole, self.cuts, self.expired = silent_whole, cuts, list(expired)
         self.requests: list[dict[str, str]] = []  # the query of each pod list request, in order
-        self.closing = threading.Event()
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(handler) -> None:
-                url = urlparse(handler.path)
-                if url.path == "/version":
-                    return server._send(handler, 200, "application/json",
-                                        json.dumps({"gitVersion": server.git_version}).encode())
-                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                server.requests.append(query)
-                number = len(server.requests)
-                if "limit" not in query and server.silent_whole:
-                    server.closing.wait()  # held, silent, until the test ends
-                    return None
-                code, body = server._answer(query)
-                return server._send(handler, code, podwire.PROTOBUF, body, cut=number in server.cuts)
-
-            def log_message(handler, *args) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.daemon_threads = True
+    def _route(self, request: Request) -> Reply:
+        if request.path == "/version":
+            return Reply(200, {"gitVersion": self.git_version})
+        self.requests.append(request.query)
+        if "limit" not in request.query and self.silent_whole:
+            return SILENT
+        code, body = self._answer(request.query)
+        return Reply(code, body, podwire.PROTOBUF, cut=len(self.requests) in self.cuts)
 
     def _answer(self, query: dict[str, str]) -> tuple[int, bytes]:
         if "limit" not in query:
@@ -347,66 +373,6 @@ class PodListServer(ThreadingHTTPServer):
         start, limit = int(token or 0), int(query["limit"])
         following = str(start + limit) if start + limit < len(self.pods) else ""
         return 200, pod_list(self.pods[start:start + limit], self.version, following)
-
-    @staticmethod
-    def _send(handler, code: int, content_type: str, body: bytes, cut: bool = False) -> None:
-        handler.send_response(code)
-        handler.send_header("Content-Type", content_type)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body[:len(body) // 2] if cut else body)
-        handler.close_connection = cut
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_port}"
-
-    def __enter__(self) -> "PodListServer":
-        threading.Thread(target=self.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.closing.set()
-        self.shutdown()
-        self.server_close()
-
-
-class RudeServer:
-    """A TCP server on 127.0.0.1 that accepts every connection and then either never
-    answers (``"silent"``: the connection stays open) or closes it at once (``"close"``)."""
-
-    def __init__(self, behaviour: str):
-        assert behaviour in ("silent", "close"), behaviour
-        self.behaviour = behaviour
-        self.accepted = 0
-        self._held: list[socket.socket] = []
-        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-
-    def __enter__(self) -> "RudeServer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._listener.close()
-        for connection in self._held:
-            connection.close()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            self.accepted += 1
-            if self.behaviour == "silent":
-                self._held.append(connection)
-            else:
-                connection.close()
 
 
 def kube_at(url: str, timeouts: ApiTimeouts, clock: Clock | None = None) -> Kube:

@@ -32,7 +32,7 @@ class NodeBuilder:
     Ready, schedulable and with nothing allocatable until told otherwise."""
 
     def __init__(self, name: str):
-        self._node = {"metadata": {"name": name, "labels": {}}, "spec": {},
+        self._node = {"kind": "Node", "metadata": {"name": name, "labels": {}}, "spec": {},
                       "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {}}}
 
     def labels(self, labels: dict | None) -> NodeBuilder:

@@ -3,7 +3,8 @@
 It keeps what the manager recorded in order, two ways: ``created`` holds every Event as
 sent (a repeat: the first Event again, with the patch's series, as the apiserver would
 show it) and ``calls`` says which call each was, as (verb, reason, note or count). What a
-test scripts: the API's faults.
+test scripts: the API's faults. The code under test records through the manager's own
+``EventRecorder`` on it (``recording``), never through a recorder of the test's.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 import threading
 
 from distributetrain.core import errors
+from distributetrain.core.clock import Clock
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube.events import EventRecorder
+from distributetrain.manager import jobevents
 
 
 class FakeEventsApi:
@@ -47,3 +52,13 @@ class FakeEventsApi:
     def notes(self) -> list[tuple[str, str]]:
         """(reason, note) of every Event created, in order: repeats left out."""
         return [(reason, note) for verb, reason, note in self.calls if verb == "create"]
+
+    def recorded(self) -> list[tuple[str, str]]:
+        """(reason, note) of every Event recorded, in order, a repeat as often as it came."""
+        return [(event["reason"], event["note"]) for event in self.created]
+
+
+def recording(settings: JobSettings, clock: Clock) -> tuple[EventRecorder, FakeEventsApi]:
+    """The job's ``EventRecorder`` on a ``FakeEventsApi``: ``close`` it to read what it sent."""
+    api = FakeEventsApi()
+    return EventRecorder(settings, api, clock, jobevents.KINDS), api

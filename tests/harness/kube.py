@@ -1,30 +1,29 @@
 """The one in-memory stand-in for ``Kube`` in the manager's unit tests.
 
-It holds nodes, the job's pods, Secrets, the placement Lease and the manager's own pod,
-and keeps every write and every pod watch in ``actions`` as (verb, kind, name), in order,
-so a test can compare what the manager did as a whole list (as mpi-operator's controller
-tests compare action lists); ``annotated`` keeps each annotation patch, in order. It implements ``KubeApi``, the Protocol taken from ``Kube``;
+An object tracker, as client-go's fake clientset is (``k8s.io/client-go/testing``): it holds
+nodes, pods, Secrets, Leases, quotas, Events, DRA objects and the manager's own pod, and
+every write reaches the watches open on its kind, each at the next resourceVersion (a list
+returns the current one; a watch from a version plays every write after it, then each as it
+comes). It keeps the code's own writes and its pod watches in ``actions`` as (verb, kind,
+name), in order, so a test can compare what the manager did as a whole list (as
+mpi-operator's controller tests compare action lists); ``annotated`` keeps each annotation
+patch, in order. It implements ``KubeApi``, the Protocol taken from ``Kube``;
 ``test_fakekube`` holds both to its signatures, so a change to ``Kube`` breaks this fake
 instead of leaving the tests to pass against calls the manager does not make.
 
 What the tests script:
-- ``pod_watches``: each pod watch plays the next script: (event type, pod) pairs, or
-  (pod name, new status) for a pod it holds, or a function of the fake returning either
-  (for pods that exist only once the manager created them), or an exception to raise; a watch with no
-  script left (or None) waits out its timeout. ``on_pod_watch(fake)``, if set, runs
-  instead of the scripts (a story of its own: e.g. the chief ends once a replacement
-  exists);
-- ``send_cluster_pods(...)``: events of every namespace's pods (a watch with no
-  namespace: free GPUs followed), delivered as they are sent;
-- ``send_events(...)``: core/v1 Events of the job's namespace (image pulls), delivered
-  to the running Event watch as they are sent;
-- ``send_quotas(...)``: ResourceQuotas changed (their ``status.used``), delivered to the
-  running quota watch as they are sent;
-- ``send_nodes(...)``: node events, delivered to the running node watch as they are sent
-  (``break_node_watch(error)`` ends it with an error);
-- DRA GPUs: ``put`` a DeviceClass, ResourceSlices and ResourceClaims; ``send_dra(kind,
-  ...)`` changes slices or claims, delivered to the running watch of that kind;
-  ``dra_served = False`` answers their reads with 404 (no ``resource.k8s.io/v1``);
+- ``put(...)`` and ``remove(obj)``: what others write (a node's kubelet, another tenant, a
+  quota's controller, the kubelet's Events; as ``tracker.Add``): the scene before, or a
+  change while the code watches. Not in ``actions``;
+- ``pod_watches``: each watch of the job's pods plays the next script (the kubelet's story):
+  (event type, pod) pairs, or (pod name, new status) for a pod it holds, or a function of
+  the fake returning either (for pods that exist only once the manager created them), or an
+  exception to raise; a watch with no script left (or None) waits out its timeout.
+  ``on_pod_watch(fake)``, if set, runs instead of the scripts (a story of its own: e.g. the
+  chief ends once a replacement exists). The watch of every namespace's pods (free GPUs
+  followed) is the tracker's, as the other kinds' watches are;
+- ``break_node_watch(error)``: the node watch ends with an error;
+- ``dra_served = False`` answers DRA reads with 404 (no ``resource.k8s.io/v1``);
 - ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
   ``create_owned``, ``annotate_pod``, ...); None for a call that succeeds;
 - ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node);
@@ -44,8 +43,8 @@ Kubernetes: those tests run on the local cluster. This fake is for the manager's
 
 from __future__ import annotations
 
+import bisect
 import copy
-import queue
 import re
 import threading
 import time
@@ -108,43 +107,19 @@ class FakeKube(KubeApi):
         self.forbidden_reads: set[str] = set()  # kinds (plurals for custom ones) the caller may not read
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
-        self.one_changed = threading.Condition(self.lock)  # a Lease or ConfigMap written
-        self._node_events: queue.SimpleQueue = queue.SimpleQueue()
-        self._cluster_pod_events: queue.SimpleQueue = queue.SimpleQueue()
+        self.one_changed = threading.Condition(self.lock)  # anything written
         self.events: list[dict] = []  # core/v1 Events of the job's namespace (the kubelet's about pods)
-        self._event_events: queue.SimpleQueue = queue.SimpleQueue()
-        self._quota_events: queue.SimpleQueue = queue.SimpleQueue()
+        # The tracker: every write of a watched kind, in order, as (resourceVersion, kind,
+        # event type, object); a watch plays those after the version it starts from.
+        self.version = 1
+        self.written: list[tuple[int, str, str, dict | BaseException]] = []
         self.quota_lists = 0
         self.quota_watches = 0
         self.dra_served = True
         self.dra: dict[str, dict[str, dict]] = {"resourceslices": {}, "resourceclaims": {}}  # kind -> key -> object
         self.claim_templates: dict[str, dict] = {}  # the job namespace's ResourceClaimTemplates
-        self._dra_events = {kind: queue.SimpleQueue() for kind in self.dra}
 
     # -- what tests use to set the scene --------------------------------------------------
-    def send_nodes(self, *changed: dict) -> None:
-        for n in changed:
-            with self.lock:
-                self.nodes[n["metadata"]["name"]] = copy.deepcopy(n)
-            self._node_events.put(("MODIFIED", copy.deepcopy(n)))
-
-    def send_dra(self, kind: str, *changes: tuple[str, dict]) -> None:
-        """(event type, object) events of ResourceSlices or ResourceClaims (``kind``: their plural)."""
-        for event_type, obj in changes:
-            with self.lock:
-                if event_type == "DELETED":
-                    self.dra[kind].pop(_dra_key(obj), None)
-                else:
-                    self.dra[kind][_dra_key(obj)] = copy.deepcopy(obj)
-            self._dra_events[kind].put((event_type, copy.deepcopy(obj)))
-
-    def send_quotas(self, *changed: dict) -> None:
-        for quota in changed:
-            with self.lock:
-                name = quota["metadata"]["name"]
-                self.quotas = [q for q in self.quotas if q["metadata"]["name"] != name] + [copy.deepcopy(quota)]
-            self._quota_events.put(("MODIFIED", copy.deepcopy(quota)))
-
     def writes(self, verb: str | None = None, kind: str | None = None) -> list[str]:
         """Names written, in order, optionally of one verb and kind."""
         return [name for v, k, name in self.actions if verb in (None, v) and kind in (None, k)]
@@ -176,17 +151,62 @@ class FakeKube(KubeApi):
     def _is_manager(self, name: str) -> bool:
         return self.manager is not None and name == self.manager["metadata"]["name"]
 
-    def put(self, obj: dict) -> None:
-        """A Pod, batch/v1 Job, Secret, PersistentVolumeClaim, PersistentVolume or StorageClass as
-        it is in the cluster already."""
+    def put(self, *objs: dict) -> None:
+        """Objects as they are in the cluster already, or as another party writes them (a node's
+        kubelet, another tenant, Kueue): their watchers see them ADDED or MODIFIED. Not in
+        ``actions``, which are the code's own writes (as client-go's ``tracker.Add``)."""
+        for obj in objs:
+            self._put(obj)
+
+    def _put(self, obj: dict) -> None:
         with self.lock:
-            if obj["kind"] in ("StorageClass", "DeviceClass"):  # read as the custom objects are, by their API group
-                self.custom[(obj["kind"].lower() + "es", None, obj["metadata"]["name"])] = copy.deepcopy(obj)
+            kind, name = obj["kind"], obj["metadata"]["name"]
+            stored = copy.deepcopy(obj)
+            if kind in ("StorageClass", "DeviceClass"):  # read as the custom objects are, by their API group
+                self.custom[(kind.lower() + "es", None, name)] = stored
                 return
-            if obj["kind"] in ("ResourceSlice", "ResourceClaim"):
-                self.dra[obj["kind"].lower() + "s"][_dra_key(obj)] = copy.deepcopy(obj)
+            if kind == "Event":
+                self.events.append(stored)
+                self._emit(kind, "ADDED", stored)
                 return
-            self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(obj)
+            if kind == "ResourceQuota":
+                existed = any(q["metadata"]["name"] == name for q in self.quotas)
+                self.quotas = [q for q in self.quotas if q["metadata"]["name"] != name] + [stored]
+            else:
+                store = self._scene_store(kind)
+                existed = _key(obj) in store
+                store[_key(obj)] = stored
+            self._emit(kind, "MODIFIED" if existed else "ADDED", stored)
+
+    def remove(self, obj: dict) -> None:
+        """An object another party deletes (a tenant's pod, its claim): its watchers see it DELETED."""
+        with self.lock:
+            if (gone := self._scene_store(obj["kind"]).pop(_key(obj), None)) is not None:
+                self._emit(obj["kind"], "DELETED", gone)
+
+    def _scene_store(self, kind: str) -> dict[str, dict]:
+        if kind == "Node":
+            return self.nodes
+        if kind in ("ResourceSlice", "ResourceClaim"):
+            return self.dra[kind.lower() + "s"]
+        return self._store(kind)
+
+    def break_node_watch(self, error: BaseException) -> None:
+        """The running node watch ends with ``error`` (after the changes written before)."""
+        with self.lock:
+            self._emit("Node", "ERROR", error)
+
+    def _written_since(self, version: int, kind: str) -> list[tuple[int, str, str, dict | BaseException]]:
+        return [w for w in self.written[bisect.bisect_right(self.written, version, key=lambda w: w[0]):] if w[1] == kind]
+
+    def _emit(self, kind: str, event_type: str, obj: dict | BaseException) -> None:
+        """A write every open watch of ``kind`` sees, at the next resourceVersion (the caller holds the lock)."""
+        self.version += 1
+        if isinstance(obj, dict):
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            obj = copy.deepcopy(obj)
+        self.written.append((self.version, kind, event_type, obj))
+        self.one_changed.notify_all()
 
     # -- reads ----------------------------------------------------------------------------
     def list_pages(self, kind: str, namespace: str | None = None, **selectors: str) -> Iterator[tuple[list[dict], str]]:
@@ -209,18 +229,18 @@ class FakeKube(KubeApi):
         with self.lock:
             if kind == "nodes":
                 self.node_lists += 1
-                return copy.deepcopy(list(self.nodes.values())), "1"
+                return copy.deepcopy(list(self.nodes.values())), str(self.version)
             if kind == "events":
-                return copy.deepcopy(self.events), "1"
+                return copy.deepcopy(self.events), str(self.version)
             if kind == "resourcequotas":
                 self.quota_lists += 1
-                return copy.deepcopy(self.quotas), "1"
+                return copy.deepcopy(self.quotas), str(self.version)
             if kind in self.dra:
                 if not self.dra_served:
                     raise errors.NotFound("the server could not find the requested resource")
-                return copy.deepcopy(list(self.dra[kind].values())), "1"
+                return copy.deepcopy(list(self.dra[kind].values())), str(self.version)
             self.pod_lists += 1
-            return self._pods(selectors), "1"
+            return self._pods(selectors), str(self.version)
 
     def namespace_metadata(self, name: str) -> dict | None:
         return {"name": name, "labels": dict(self.namespaces.get(name, {})),
@@ -280,6 +300,7 @@ class FakeKube(KubeApi):
         with self.lock:
             self._store(obj["kind"])[obj["metadata"]["name"]] = created
             self._act("create", obj["kind"], obj["metadata"]["name"])
+            self._pod_written("ADDED", created)
         return copy.deepcopy(created)
 
     def create_all_owned(self, objs: list[dict]) -> list[dict]:
@@ -296,17 +317,23 @@ class FakeKube(KubeApi):
             if kind == "Pod" and self.pods_stay_terminating:
                 first = "deletionTimestamp" not in store[name]["metadata"]
                 store[name]["metadata"]["deletionTimestamp"] = DELETED_AT
+                self._pod_written("MODIFIED", store[name])
                 return first
-            del store[name]
+            self._pod_written("DELETED", store.pop(name))
             self._delete_owned_by(name)
             return True
+
+    def _pod_written(self, event_type: str, obj: dict) -> None:
+        """A write of a pod reaches the watches of every namespace's pods (its own namespace's play their scripts)."""
+        if obj.get("kind", "Pod") == "Pod":
+            self._emit("Pod", event_type, obj)
 
     def _delete_owned_by(self, manager: str) -> None:
         """What a deleted manager owns goes too (its teardown, the garbage collector), but ``stuck`` pods."""
         for store in (self.pods, self.secrets):
             for owned in _selected(store, names.job_selector(manager)):
                 if owned["metadata"]["name"] not in self.stuck:
-                    del store[owned["metadata"]["name"]]
+                    self._pod_written("DELETED", store.pop(owned["metadata"]["name"]))
 
     def delete_all(self, kind: str, namespace: str, names: list[str]) -> list[str]:
         return [name for name in names if self.delete(kind, namespace, name)]
@@ -321,8 +348,9 @@ class FakeKube(KubeApi):
             for name in deleted:
                 if self.pods_stay_terminating:
                     self.pods[name]["metadata"]["deletionTimestamp"] = DELETED_AT
+                    self._pod_written("MODIFIED", self.pods[name])
                 else:
-                    del self.pods[name]
+                    self._pod_written("DELETED", self.pods.pop(name))
             return deleted
 
     def delete_claim_templates(self, namespace: str, label_selector: str) -> list[str]:
@@ -351,6 +379,7 @@ class FakeKube(KubeApi):
                     current[key] = value
             self._act("annotate", "Pod", name)
             self.annotated.append((name, dict(annotations)))
+            self._pod_written("MODIFIED", pod)
 
     def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
         self._maybe_fail("patch_pod")
@@ -363,6 +392,7 @@ class FakeKube(KubeApi):
             else:
                 _merge(pod, patch)
             self._act("patch", "Pod", name)
+            self._pod_written("MODIFIED", pod)
             return copy.deepcopy(pod)
 
     # -- watches --------------------------------------------------------------------------
@@ -370,7 +400,7 @@ class FakeKube(KubeApi):
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]:
         if namespace is None:  # the cluster's pods (free GPUs followed), not the job's scripts
-            yield from self._sent(self._cluster_pod_events, timeout_s)
+            yield from self._tracked("Pod", resource_version, timeout_s)
             return
         with self.lock:
             self._act("watch", "Pod", "")
@@ -397,81 +427,69 @@ class FakeKube(KubeApi):
             if first == "BOOKMARK":
                 return first, copy.deepcopy(second)
             if first in ("ADDED", "MODIFIED", "DELETED"):
+                name = second["metadata"]["name"]
                 if first == "DELETED":
-                    self.pods.pop(second["metadata"]["name"], None)
+                    self._pod_written(first, self.pods.pop(name, None) or copy.deepcopy(second))
                 else:
-                    self.pods[second["metadata"]["name"]] = copy.deepcopy(second)
+                    self.pods[name] = copy.deepcopy(second)
+                    self._pod_written(first, self.pods[name])
                 return first, copy.deepcopy(second)
             pod = self.pods[first]
             pod["status"] = second
             if any(c["type"] == "PodScheduled" and c["status"] == "True" for c in second.get("conditions", ())):
                 pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
+            self._pod_written("MODIFIED", pod)
             return "MODIFIED", copy.deepcopy(pod)
-
-    def send_cluster_pods(self, *changes: tuple[str, dict]) -> None:
-        """(event type, pod) events of pods outside the job's scripts (other tenants'),
-        delivered to the running watch of every namespace's pods as they are sent."""
-        for event_type, pod in changes:
-            with self.lock:
-                if event_type == "DELETED":
-                    self.pods.pop(pod["metadata"]["name"], None)
-                else:
-                    self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
-            self._cluster_pod_events.put((event_type, copy.deepcopy(pod)))
-
-    def send_events(self, *sent: dict) -> None:
-        """core/v1 Events recorded in the job's namespace, delivered to the running Event
-        watch as they are sent (and listed by the next list)."""
-        for event in sent:
-            with self.lock:
-                self.events.append(copy.deepcopy(event))
-            self._event_events.put(("ADDED", copy.deepcopy(event)))
 
     def watch_events(
         self, namespace: str, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]:
-        # On the informer's own thread: it waits a little real time for what is sent and
+        # On the informer's own thread: it waits a little real time for what is written and
         # never moves a fake clock (the job's pod watch alone does).
-        try:
-            yield self._event_events.get(timeout=min(timeout_s, EVENT_WATCH_SPAN_S))
-        except queue.Empty:
-            return
-
-    def break_node_watch(self, error: BaseException) -> None:
-        """The running node watch ends with ``error`` (after the events sent before)."""
-        self._node_events.put(error)
+        return self._tracked("Event", resource_version, timeout_s, EVENT_WATCH_SPAN_S)
 
     def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
-        return self._sent(self._node_events, timeout_s)
+        return self._tracked("Node", resource_version, timeout_s)
 
     def watch_cluster(self, kind: str, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
-        return self._sent(self._dra_events[kind], timeout_s)
+        return self._tracked({"resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim"}[kind],
+                             resource_version, timeout_s)
 
     def watch_resource_quotas(self, namespace: str, resource_version: str,
                               timeout_s: float) -> Iterator[tuple[str, dict]]:
         with self.lock:
             self.quota_watches += 1
         self._maybe_fail("watch_resource_quotas")
-        return self._sent(self._quota_events, timeout_s)
+        return self._tracked("ResourceQuota", resource_version, timeout_s)
 
-    def _sent(self, events: queue.SimpleQueue, timeout_s: float) -> Iterator[tuple[str, dict]]:
-        """A watch of what is sent to ``events``, until ``timeout_s`` passes."""
-        ends_at = self.clock.monotonic() + timeout_s
-        in_background = not isinstance(self.clock, RealClock) and threading.current_thread() is not self.story_thread
-        while (left := ends_at - self.clock.monotonic()) > 0:
-            try:
-                # On a fake clock nothing else moves time: with no event sent, the story's
-                # watch waits out its time at once; another thread's watches for a little
-                # real time, and ends, leaving the clock to the story.
-                event = events.get(block=isinstance(self.clock, RealClock) or in_background,
-                                   timeout=min(left, BACKGROUND_WATCH_SPAN_S) if in_background else left)
-            except queue.Empty:
-                if not in_background:
-                    self.clock.sleep(ends_at - self.clock.monotonic())
+    def _tracked(self, kind: str, resource_version: str, timeout_s: float,
+                 real_span_s: float | None = None) -> Iterator[tuple[str, dict]]:
+        """A watch of ``kind``: every write after ``resource_version``, then each as it is
+        written, until ``timeout_s`` passes. On a fake clock nothing else moves time: with
+        nothing written, the story's watch waits out its time at once; another thread's
+        waits a little real time and ends, leaving the clock to the story. ``real_span_s``:
+        a watch that waits only that much real time, and never moves the clock."""
+        real = isinstance(self.clock, RealClock)
+        in_background = not real and threading.current_thread() is not self.story_thread
+        span_s = real_span_s if real_span_s is not None else (BACKGROUND_WATCH_SPAN_S if in_background else None)
+        ends_at = time.monotonic() + (span_s if span_s is not None else timeout_s if real else 0)
+        clock_ends_at = self.clock.monotonic() + timeout_s
+        seen = int(resource_version or 0)
+        while self.clock.monotonic() < clock_ends_at:
+            with self.one_changed:
+                due = self._written_since(seen, kind)
+                while not due and (left := ends_at - time.monotonic()) > 0:
+                    self.one_changed.wait(min(left, timeout_s))
+                    due = self._written_since(seen, kind)
+            if not due:
+                if not real and real_span_s is None and not in_background:
+                    self.clock.sleep(clock_ends_at - self.clock.monotonic())
                 return
-            if isinstance(event, BaseException):
-                raise event
-            yield event
+            for version, _, event_type, obj in due:
+                seen = version
+                if isinstance(obj, BaseException):
+                    raise obj
+                yield event_type, copy.deepcopy(obj)
 
     # -- the user's commands' own calls (cli.jobs.api.JobsKube) ---------------------------
     def create(self, obj: dict, dry_run: bool = False) -> dict:
@@ -594,8 +612,11 @@ class FakeKube(KubeApi):
             return copy.deepcopy(replaced)
 
 
-def _dra_key(obj: dict) -> str:
+def _key(obj: dict) -> str:
+    """How its store holds it: ResourceSlices and ResourceClaims by namespace and name, the rest by name."""
     metadata = obj["metadata"]
+    if obj["kind"] not in ("ResourceSlice", "ResourceClaim"):
+        return metadata["name"]
     return f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
 
 

@@ -6,9 +6,11 @@ import pytest
 
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.core import names
+from distributetrain.core.clock import FakeClock
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.client import Kube
 from distributetrain.kube.dra import DraCalls
+from harness.builders import make_node, make_pod
 from harness.kube import FakeKube
 
 API = sorted(name for name, member in vars(KubeApi).items() if inspect.isfunction(member) and not name.startswith("_"))
@@ -56,3 +58,25 @@ def test_deleting_a_manager_deletes_what_it_owns_but_stuck_pods():
     kube.stuck = {"demo-chief"}
     assert kube.delete("Pod", "ml", "demo")
     assert (sorted(kube.pods), kube.secrets, kube.actions) == (["demo-chief", "other"], {}, [("delete", "Pod", "demo")])
+
+
+def test_every_write_reaches_the_watches_of_its_kind_in_order_at_increasing_versions():
+    kube = FakeKube(nodes=[make_node("a").obj()], clock=FakeClock())
+    _, listed = kube.list_all("pods")
+    kube.put(make_pod("other").gpus(2).obj(), make_node("a").cordoned().obj())
+    kube.create_owned({"kind": "Pod", "metadata": {"name": "p", "labels": {}}, "spec": {}})
+    kube.patch_pod("ns", "p", {"metadata": {"labels": {"x": "1"}}})
+    kube.delete("Pod", "ns", "p")
+    kube.remove(make_pod("other").obj())
+    seen = [(event, pod["metadata"]["name"], int(pod["metadata"]["resourceVersion"]))
+            for event, pod in kube.watch_pods(None, listed, 60)]
+    assert [(event, name) for event, name, _ in seen] == [
+        ("ADDED", "other"), ("ADDED", "p"), ("MODIFIED", "p"), ("DELETED", "p"), ("DELETED", "other")]
+    versions = [version for _, _, version in seen]
+    assert versions == sorted(versions) and int(listed) < versions[0]
+    # The node's watch sees the node's write alone; a watch from now on, nothing.
+    assert [(event, node["spec"]) for event, node in kube.watch_nodes(listed, 60)] == [
+        ("MODIFIED", {"unschedulable": True})]
+    assert list(kube.watch_pods(None, kube.list_all("pods")[1], 60)) == []
+    # Writes are the code's actions; what others wrote is not.
+    assert kube.actions == [("create", "Pod", "p"), ("patch", "Pod", "p"), ("delete", "Pod", "p")]

@@ -2,7 +2,6 @@
 request times out, urllib3 never retries behind the project's own logged loop, and a
 watch whose connection stalls, or that ends with an error, goes on."""
 
-import json
 import logging
 import os
 import socket
@@ -10,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from distributetrain.kube import waits
 from distributetrain.kube.client import WATCH_RECONNECT_DELAY_S
 from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.manager import podwaits
-from harness.apiserver import SHUTDOWN_POLL_S, FakeApiServer, RudeServer, kube_at, kubeconfig
+from harness.apiserver import CLOSED, SILENT, FakeApiServer, HttpFake, Reply, kube_at, kubeconfig
 from harness.builders import pod
 from harness.polling import poll_until
 
@@ -50,10 +48,10 @@ def chief_finished():
     return podwaits.chief_finished("j-chief", ["j-worker-0"])
 
 
-@pytest.mark.parametrize("behaviour", ["silent", "close"])
+@pytest.mark.parametrize("behaviour", [SILENT, CLOSED], ids=["silent", "close"])
 def test_the_manager_exits_76_in_bounded_time_when_the_api_never_answers(tmp_path, behaviour):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "MANAGER_POD_", "DISTRIBUTETRAIN_"))}
-    with RudeServer(behaviour) as server:
+    with HttpFake(lambda request: behaviour) as server:
         argv = [sys.executable, "-m", "distributetrain", "pre-training",
                 "--kubeconfig", kubeconfig(tmp_path / "kubeconfig", server.url),
                 "--num-gpus", "1", "--image", "img:1", "--job-name", "hang", "--namespace", "ns"]
@@ -70,10 +68,10 @@ def test_the_manager_exits_76_in_bounded_time_when_the_api_never_answers(tmp_pat
     assert "failed (attempt 1), retrying in" in result.stderr
 
 
-@pytest.mark.parametrize("behaviour", ["silent", "close"])
+@pytest.mark.parametrize("behaviour", [SILENT, CLOSED], ids=["silent", "close"])
 def test_each_attempt_is_one_connection_and_each_retry_one_log_line(caplog, behaviour):
     caplog.set_level(logging.WARNING, logger="distributetrain.kube.client")
-    with RudeServer(behaviour) as server:
+    with HttpFake(lambda request: behaviour) as server:
         started = time.monotonic()
         with pytest.raises(errors.TransientApiError):
             kube_at(server.url, SHORT).get_pod("ns", "p")
@@ -82,7 +80,7 @@ def test_each_attempt_is_one_connection_and_each_retry_one_log_line(caplog, beha
     assert [line.split("(attempt ")[1].split(")")[0] for line in retries] == [
         str(n) for n in range(1, len(retries) + 1)]
     # urllib3's own retries would have opened 4 connections per attempt, unlogged.
-    assert server.accepted == len(retries) + 1 >= 2
+    assert server.connections == len(retries) + 1 >= 2
     assert elapsed < SHORT.retry_deadline_s + SHORT.connect_s + SHORT.read_s + 1
 
 
@@ -168,49 +166,11 @@ def test_a_watch_error_event_lists_again_and_the_job_goes_on(code):
     assert server.list_requests == 2
 
 
-class AnsweringServer:
-    """HTTP/1.1 on 127.0.0.1 answering every request with a small JSON object, like the
-    apiserver's answer to a delete or a patch; records which connection (client port)
-    each request came on."""
-
-    def __init__(self):
-        ports = self.client_ports = []
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as the apiserver
-
-            def _answer(self):
-                ports.append(self.client_address[1])
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = json.dumps(pod("p")).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_DELETE = do_PATCH = _answer
-
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-
-    def __enter__(self) -> "AnsweringServer":
-        threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def test_deletes_patches_and_reads_reuse_one_connection():
     """A response left unread kept its connection from the pool: every delete and every
     annotation opened a new connection (TCP and TLS), 57 of them in one 64-worker teardown."""
-    with AnsweringServer() as server:
+    # Every request answered with a small JSON object, as the apiserver answers a delete or a patch.
+    with HttpFake(lambda request: Reply(body=pod("p"))) as server:
         kube = kube_at(server.url, SHORT)
         for name in ("a", "b", "c"):
             kube.delete("Pod", "ns", name)

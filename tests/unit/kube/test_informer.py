@@ -155,7 +155,7 @@ def test_the_store_keeps_only_what_keep_returns_keyed_by_namespace_across_namesp
     def record(batch):
         changes.extend(batch)
         if len(changes) == 1:  # listed: then a ends
-            kube.send_cluster_pods(("MODIFIED", pod("a", "3", "Succeeded", namespace="x")))
+            kube.put(pod("a", "3", "Succeeded", namespace="x"))
 
     informer.add_handler(record)
     informer.wait_until(lambda pods: None if pods else True, clock.monotonic() + 60)

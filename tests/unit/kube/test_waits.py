@@ -4,11 +4,12 @@
 from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
 from distributetrain.kube import waits
+from harness.builders import make_pod
 from harness.kube import FakeKube
 
 
 def pod(name):
-    return {"metadata": {"name": name, "labels": {"job": "j"}}, "spec": {}, "status": {"phase": "Running"}}
+    return make_pod(name).labels({"job": "j"}).obj()
 
 
 def worker_deleted(pods):

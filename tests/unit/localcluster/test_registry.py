@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from harness.apiserver import HttpFake, Reply, Request
 from localcluster import registry
 
 
@@ -44,41 +43,26 @@ MANIFESTS = {
 def local_registry(monkeypatch):
     """A registry on a free loopback port that answers the manifests above, and the
     Accept header of every request it was sent, by method and path."""
-    asked = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_HEAD(self):
-            self._answer(send_body=False)
+    def answer(request: Request) -> Reply:
+        body = MANIFESTS.get(request.path)
+        if body is None:
+            return Reply(404)
+        return Reply(200, body, headers={"Docker-Content-Digest": IMAGE_DIGEST})
 
-        def do_GET(self):
-            self._answer(send_body=True)
+    with HttpFake(answer, host=registry.REGISTRY_HOST) as server:
+        monkeypatch.setattr(registry, "REGISTRY_PORT", server.port)
+        yield server
 
-        def _answer(self, send_body):
-            asked.append((self.command, self.path, self.headers["Accept"]))
-            body = MANIFESTS.get(self.path)
-            self.send_response(200 if body is not None else 404)
-            if body is not None:
-                self.send_header("Docker-Content-Digest", IMAGE_DIGEST)
-            self.send_header("Content-Length", str(len(body or b"")))
-            self.end_headers()
-            if send_body and body:
-                self.wfile.write(body)
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer((registry.REGISTRY_HOST, 0), Handler)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    monkeypatch.setattr(registry, "REGISTRY_PORT", server.server_port)
-    yield asked
-    server.shutdown()
-    server.server_close()
+def asked(server: HttpFake) -> list[tuple[str, str, str]]:
+    return [(r.method, r.path, r.headers["Accept"]) for r in server.received]
 
 
 def test_a_tag_s_digest_and_config_digest_are_the_registry_s_answer_to_any_manifest_form(local_registry):
     assert registry.digest_of("team/image:v1") == IMAGE_DIGEST
     assert registry.config_digest_of("team/image:v1") == CONFIG_DIGEST
-    assert local_registry == [("HEAD", "/v2/team/image/manifests/v1", registry.MANIFEST_TYPES),
+    assert asked(local_registry) == [("HEAD", "/v2/team/image/manifests/v1", registry.MANIFEST_TYPES),
                               ("GET", "/v2/team/image/manifests/v1", registry.MANIFEST_TYPES)]
 
 
@@ -88,7 +72,7 @@ def test_what_the_registry_does_not_hold_has_no_digest(local_registry):
     assert [registry.config_digest_of("team/index:v1"), registry.config_digest_of("team/broken:v1")] == [None, None]
     # Nothing to ask for an untagged reference.
     assert [registry.digest_of("team/image"), registry.config_digest_of("sha256:" + "cd" * 32)] == [None, None]
-    assert [path for _, path, _ in local_registry] == ["/v2/team/image/manifests/v2"] * 2 + [
+    assert [path for _, path, _ in asked(local_registry)] == ["/v2/team/image/manifests/v2"] * 2 + [
         "/v2/team/index/manifests/v1", "/v2/team/broken/manifests/v1"]
 
 

@@ -7,7 +7,7 @@ from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import RuntimeClassTerms
 from distributetrain.manager import booking
 from distributetrain.manager.freegpus import LedgerParts
-from harness.builders import GKE_TIME_SHARED, JOB, MIG_SLICED, TIME_SLICED, ledger_of, sized_node
+from harness.builders import GKE_TIME_SHARED, JOB, MIG_SLICED, TIME_SLICED, ledger_of, make_pod, sized_node
 from harness.kube import FakeKube
 
 RACK = "example.com/rack"
@@ -42,16 +42,14 @@ def test_a_job_the_nodes_could_never_hold_is_bad_input(nodes, settings, flag, sa
 
 
 def test_a_job_that_fits_once_other_pods_leave_is_not_bad_input():
-    busy = {"metadata": {"name": "t", "uid": "t"}, "status": {"phase": "Running"},
-            "spec": {"nodeName": "a", "containers": [{"name": "c", "resources": {"requests": {"cpu": "64"}}}]}}
+    busy = make_pod("t").uid("t").on("a").resources({"requests": {"cpu": "64"}}).obj()
     booking.check_request(ledger_of([sized_node("a", 4)], [busy]), JOB)
     booking.check_request(ledger_of([sized_node("s", 8, labels=TIME_SLICED)], settings=JOB.replace(allow_shared_gpus=True)),
                           JOB)
 
 
 def test_a_job_one_rack_could_hold_once_other_pods_leave_is_not_bad_input():
-    busy = {"metadata": {"name": "t", "uid": "t"}, "status": {"phase": "Running"},
-            "spec": {"nodeName": "a", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
+    busy = make_pod("t").uid("t").on("a").gpus(4).obj()
     booking.check_request(ledger_of([sized_node("a", 4, labels={RACK: "r1"})], [busy], RACKED), RACKED)
 
 

@@ -20,7 +20,7 @@ from distributetrain.core import names, placement
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.inventory import pod_claim
 from distributetrain.manager import booking, clusterview
-from harness.builders import GPU, JOB, make_node
+from harness.builders import GPU, JOB, make_node, make_pod
 from harness.interleaving import RevisionedKube, Stepper, Tape
 from unit.core.test_inventory import awaiting
 
@@ -30,16 +30,12 @@ THREAD_END_S = 10.0  # an interleaving takes well under a second
 
 
 def manager_pod(job: str) -> dict:
-    return {"metadata": {"name": job, "namespace": "ns", "uid": f"uid-{job}",
-                         "labels": {names.LABEL_ROLE: names.ROLE_MANAGER}}, "spec": {"containers": []},
-            "status": {"phase": "Running"}}
+    return make_pod(job).uid(f"uid-{job}").labels({names.LABEL_ROLE: names.ROLE_MANAGER}).obj()
 
 
 def booked_pod(job: str, index: int, node: str, gpus: int) -> dict:
-    return {"metadata": {"name": f"{job}-{index}", "namespace": "ns", "uid": f"uid-{job}-{index}",
-                         "labels": {names.LABEL_JOB: job, names.LABEL_ROLE: names.ROLE_WORKER}},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {GPU: str(gpus)}}}]},
-            "status": {"phase": "Pending"}}
+    return (make_pod(f"{job}-{index}").uid(f"uid-{job}-{index}").on(node).gpus(gpus).phase("Pending")
+            .labels({names.LABEL_JOB: job, names.LABEL_ROLE: names.ROLE_WORKER}).obj())
 
 
 def book(kube: RevisionedKube, job: str, gpus: int):

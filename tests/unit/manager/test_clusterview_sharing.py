@@ -37,7 +37,7 @@ def test_a_survey_begun_before_a_manager_asked_is_not_its_own():
     sees them, as a survey of its own would."""
     kube = FakeKube(NODES)
     clusterview.current(kube, JOB, kube.clock)
-    kube.send_nodes(make_node("c").gpus(2).obj())
+    kube.put(make_node("c").gpus(2).obj())
     again = clusterview.current(kube, JOB.replace(job_name="k"), kube.clock)
     assert [n["metadata"]["name"] for n in again.nodes] == ["a", "b", "c"] and published(kube) == again
     assert (kube.node_lists, kube.pod_lists) == (2, 2)

@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 
 from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text
+from harness.apiserver import HttpFake, Reply, Request
 from harness.discoverscript import DiscoverScript
 
 HOSTS = [("10.0.1.1", 1), ("10.0.2.0", 2)]
@@ -109,47 +110,22 @@ def test_a_stalled_request_holds_the_managers_end_for_a_bounded_time():
         assert ended.wait(timeout=10), "the server's end waited on a stalled client without limit"
 
 
-class CutShortServer:
-    """A manager answering the first ``cut`` requests with a 200 cut short (headers that
-    promise more than is sent, then the connection closed), the rest whole."""
-
-    def __init__(self, cut: int):
-        self.cut = cut
-        self.requests = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            with connection:
-                request = b""
-                while b"\r\n\r\n" not in request and (chunk := connection.recv(4096)):
-                    request += chunk  # the whole request head, however it arrives
-                self.requests += 1
-                body = HOSTS_ANSWER.encode()
-                sent = body[:5] if self.requests <= self.cut else body
-                connection.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + sent)
-
-    def close(self):
-        self.listener.close()
-
-
 @pytest.fixture
 def cut_short_manager():
-    server = CutShortServer(cut=1)
-    yield server
-    server.close()
+    """A manager answering the first request with a 200 cut short (headers that promise
+    more than is sent, then the connection closed), the rest whole."""
+
+    def answer(request: Request) -> Reply:
+        return Reply(200, HOSTS_ANSWER.encode(), "text/plain", cut=len(server.received) == 1)
+
+    with HttpFake(answer) as server:
+        yield server
 
 
 def test_the_chief_asks_again_after_an_answer_cut_short(tmp_path, cut_short_manager):
     done = DiscoverScript(tmp_path).run(f"http://127.0.0.1:{cut_short_manager.port}/hosts", "10.0.0.9")
     assert (done.returncode, done.stdout) == (0, "10.0.0.9:1\n" + HOSTS_ANSWER), done.stderr
-    assert cut_short_manager.requests == 2
+    assert len(cut_short_manager.received) == 2
 
 
 def test_an_elastic_chief_keeps_its_last_answer_when_one_is_cut_short(tmp_path, cut_short_manager):

@@ -106,6 +106,6 @@ def test_a_waiting_job_wakes_when_another_tenant_s_claim_frees_dra_gpus(monkeypa
         poll_until(lambda: watch.free() is not None, 10, "every list in")
         assert (watch.free(), watch.fits()) == ({"p": 2, "d": 1}, False)
         generation = watch.generation
-        kube.send_dra("resourceclaims", ("DELETED", held))
+        kube.remove(held)
         assert watch.wait_until_fits(generation, time.monotonic() + 10)
         assert watch.free() == {"p": 2, "d": 4}

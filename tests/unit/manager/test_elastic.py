@@ -19,7 +19,7 @@ from distributetrain.manager import booking, elastic, jobevents, podwaits
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.processstate import ProcessState
-from harness.builders import node
+from harness.builders import make_pod, node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
 
@@ -362,9 +362,7 @@ def test_sigterm_and_programming_errors_still_end_the_follower(failure):
 
 def tenant_pod(gpus=8):
     """Another tenant's pod holding the node's GPUs."""
-    return {"metadata": {"name": "other", "namespace": "team-b", "uid": "uid-other", "labels": {}},
-            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-            "status": {"phase": "Running"}}
+    return make_pod("other", "team-b").uid("uid-other").on("n").gpus(gpus).obj()
 
 
 def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes():
@@ -384,7 +382,7 @@ def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes():
 def test_a_job_short_of_gpus_books_again_once_gpus_are_freed():
     # Real time: the GPUs are freed on a timer of its own.
     kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements, clock=RealClock())
-    freed = threading.Timer(0.3, kube.send_cluster_pods, (("DELETED", tenant_pod()),))
+    freed = threading.Timer(0.3, kube.remove, (tenant_pod(),))
     freed.start()
     outcome, _ = follow(kube)
     freed.join()

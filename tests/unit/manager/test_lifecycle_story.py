@@ -469,7 +469,7 @@ def test_a_chief_with_a_sidecar_ends_the_job_with_its_trainings_exit_code(story,
 
 def kubelet_event(reason, message, pod, host, at):
     """A core/v1 Event the kubelet records about a pod."""
-    return {"reason": reason, "message": message, "lastTimestamp": at, "source": {"host": host},
+    return {"kind": "Event", "reason": reason, "message": message, "lastTimestamp": at, "source": {"host": host},
             "involvedObject": {"kind": "Pod", "name": pod}, "metadata": {"name": f"{pod}.{reason}"}}
 
 
@@ -494,9 +494,9 @@ def slow_pull_story(worker_pulled, chief_pulled, waits_s=5):
     """Each pod pulls its image for several times --worker-ready-timeout (each ``None`` is
     one re-check of the start, 0.2 s here), the worker first, then the chief."""
     return [[("demo-worker-0", creating("worker")), ("demo-chief", creating("chief"))], *[None] * waits_s,
-            [lambda kube: (kube.send_events(*worker_pulled) or ("demo-worker-0", running()))],
+            [lambda kube: (kube.put(*worker_pulled) or ("demo-worker-0", running()))],
             *[None] * waits_s,
-            [lambda kube: (kube.send_events(*chief_pulled) or ("demo-chief", running(ip="10.0.0.3")))],
+            [lambda kube: (kube.put(*chief_pulled) or ("demo-chief", running(ip="10.0.0.3")))],
             [("demo-chief", ended(0))]]
 
 

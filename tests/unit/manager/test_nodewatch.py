@@ -30,7 +30,7 @@ def node(name, *conditions, taints=(), zone=None, labels=None):
     labels = dict(labels or {})
     if zone is not None:
         labels["topology.kubernetes.io/zone"] = zone
-    return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": list(taints)},
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {"taints": list(taints)},
             "status": {"conditions": list(conditions)}}
 
 
@@ -258,9 +258,9 @@ def test_the_watch_leaves_a_kubelet_restart_alone():
     kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, _, _ = watching(kube, toleration_s=2.0)
     run_for(watch, 0.2)
-    kube.send_nodes(node("a", restarting()))
+    kube.put(node("a", restarting()))
     run_for(watch, 0.3)  # the kubelet is back in well under the window
-    kube.send_nodes(node("a", ready(since="2026-01-02T12:00:04Z")))
+    kube.put(node("a", ready(since="2026-01-02T12:00:04Z")))
     run_for(watch, 2.5)
     assert deleted(kube) == []
 
@@ -269,7 +269,8 @@ def test_the_watch_leaves_a_brownout_alone():
     kube = nodes_kube([fine("a"), fine("b"), fine("c")], [worker_on("a")])
     watch, _, _ = watching(kube, toleration_s=0.3)
     run_for(watch, 0.2)
-    kube.send_nodes(*(node(n, silent()) for n in "abc"))
+    for name in "abc":
+        kube.put(node(name, silent()))
     run_for(watch, 1.5)
     assert deleted(kube) == []
 
@@ -279,7 +280,7 @@ def test_the_watch_acts_when_the_window_runs_out_with_no_node_event():
     watch, reporter, api = watching(kube, toleration_s=1.0)
     run_for(watch, 0.2)
     sent_at = kube.clock.monotonic()
-    kube.send_nodes(node("a", restarting()))  # and nothing after: containerd stays down
+    kube.put(node("a", restarting()))  # and nothing after: containerd stays down
     run_for(watch, 0.6)
     assert deleted(kube) == [], "acted before the window ran out"
     run_for(watch, 5)
@@ -301,7 +302,8 @@ def test_the_watch_acts_on_the_unreachable_taint_20s_before_it_evicts(toleration
     watch, _, _ = watching(kube, toleration_s=toleration_s)
     run_for(watch, 0.2)
     tainted_at = kube.clock.monotonic()
-    kube.send_nodes(node("a", silent()), node("a", silent(), taints=[UNREACHABLE]))
+    kube.put(node("a", silent()))
+    kube.put(node("a", silent(), taints=[UNREACHABLE]))
     run_for(watch, acts_after_s - 0.5)
     assert deleted(kube) == [], "acted before its time"
     run_for(watch, 5)

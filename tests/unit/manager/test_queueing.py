@@ -12,7 +12,7 @@ from distributetrain.kube import events
 from distributetrain.core.clock import FakeClock
 from distributetrain.manager import freegpus, lifecycle, queueing
 from distributetrain.manager.kinds import StaticJob
-from harness.builders import TIME_SLICED, ledger_of, node, sized_node, tenant
+from harness.builders import TIME_SLICED, ledger_of, make_pod, node, sized_node, tenant
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
 from harness.polling import poll_until
@@ -95,10 +95,7 @@ def queued_story(monkeypatch, tmp_path):
 
 
 def other_team_on(node_name, gpus):
-    return {"metadata": {"name": f"other-team-{node_name}", "uid": node_name, "labels": {}},
-            "spec": {"nodeName": node_name,
-                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-            "status": {"phase": "Running"}}
+    return make_pod(f"other-team-{node_name}").uid(node_name).on(node_name).gpus(gpus).obj()
 
 
 def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
@@ -445,7 +442,7 @@ def test_admitted_but_short_of_gpus_a_queued_job_takes_the_lease_only_to_book(mo
             frozen_at = (placement_lease_writes(kube), kube.node_lists, kube.pod_lists)
             poll_until(lambda: kube.clock.waiters() > 0, 20, "the job waiting for GPUs")
             assert (placement_lease_writes(kube), kube.node_lists, kube.pod_lists) == frozen_at
-            kube.send_cluster_pods(("DELETED", kube.pods["other-team-c"]))
+            kube.remove(kube.pods["other-team-c"])
         except BaseException as e:  # noqa: BLE001 - reported in the test's thread
             failures.append(e)
             kube.clock.advance(3600)  # the job's wait ends: the test fails, it does not hang

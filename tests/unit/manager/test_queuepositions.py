@@ -10,9 +10,9 @@ from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager.queuepositions import QueuePositions, position_of
 from distributetrain.manager.reporting import Reporter
+from harness.events import recording
 from harness.kube import FakeKube
 from harness.polling import poll_until
-from test_reporting import FakeRecorder
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1", queue="team-a")
 POLL_S = 10.0
@@ -58,7 +58,8 @@ def counted_reads(kube, clock) -> list[float]:
 
 
 def polling(kube, clock, **kwargs) -> QueuePositions:
-    return QueuePositions(kube, Reporter(kube, SETTINGS, FakeRecorder()), "demo-r1-ab12", clock=clock, **kwargs)
+    reporter = Reporter(kube, SETTINGS, recording(SETTINGS, clock)[0])
+    return QueuePositions(kube, reporter, "demo-r1-ab12", clock=clock, **kwargs)
 
 
 def next_looks(clock, reads, count: int, step_s: float) -> None:

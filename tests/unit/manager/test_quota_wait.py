@@ -13,6 +13,7 @@ from distributetrain.kube import events
 from distributetrain.manager import jobevents, lifecycle, quotawait
 from distributetrain.manager.errorcodes import exit_code_of
 from harness.builders import node
+from harness.events import recording
 from harness.kube import FakeKube
 
 JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1", owner_uid="uid-1",
@@ -23,7 +24,7 @@ REFUSAL = (f'pods "demo-chief" is forbidden: exceeded quota: gpus, requested: {G
 
 
 def gpu_quota(used: str, hard: str = "2") -> dict:
-    return {"metadata": {"name": "gpus", "namespace": "ml"}, "spec": {"hard": {GPU: hard}},
+    return {"kind": "ResourceQuota", "metadata": {"name": "gpus", "namespace": "ml"}, "spec": {"hard": {GPU: hard}},
             "status": {"hard": {GPU: hard}, "used": {GPU: used}}}
 
 
@@ -53,17 +54,18 @@ def test_what_the_refusal_saw_and_what_is_missing_now():
 
 
 class Said:
-    """The reporter's part the wait uses: its phase and Events."""
+    """The reporter's part the wait uses: its phase and Events (the job's recorder, on the fake Events API)."""
 
-    def __init__(self):
-        self.phases, self.recorded = [], []
-        self.events = self
+    def __init__(self, clock: FakeClock):
+        self.phases = []
+        self.events, self.api = recording(JOB, clock)
 
     def phase(self, phase):
         self.phases.append(phase)
 
-    def record(self, reason, note):
-        self.recorded.append((reason, note))
+    def recorded(self) -> list[tuple[str, str]]:
+        self.events.close()
+        return self.api.recorded()
 
 
 def sent_after_the_list(kube: FakeKube, *changed: dict) -> None:
@@ -73,14 +75,15 @@ def sent_after_the_list(kube: FakeKube, *changed: dict) -> None:
     def list_all(kind, namespace=None, **selectors):
         found = listed(kind, namespace, **selectors)
         if kind == "resourcequotas":
-            kube.send_quotas(*changed)
+            for quota in changed:
+                kube.put(quota)
         return found
 
     kube.list_all = list_all
 
 
 def waiting(kube: FakeKube, clock: FakeClock) -> tuple[quotawait.QuotaWait, Said]:
-    said = Said()
+    said = Said(clock)
     return quotawait.QuotaWait(kube, JOB, said, clock), said
 
 
@@ -94,8 +97,8 @@ def test_a_quota_that_frees_mid_wait_ends_it_without_listing_again():
     outcome = wait.wait(errors.forbidden(REFUSAL), clock.monotonic() + 60)
     assert outcome == quotawait.TryAgain(f"{GPU} used 0")
     assert said.phases == ["WaitingForQuota"]
-    assert said.recorded == [(jobevents.WAITING_FOR_QUOTA, f"waiting for quota gpus in ml: {GPU} used 1 of 2, the "
-                                                        "job needs 2 (--wait-for-gpus 120s)")]
+    assert said.recorded() == [(jobevents.WAITING_FOR_QUOTA, f"waiting for quota gpus in ml: {GPU} used 1 of 2, the "
+                                                          "job needs 2 (--wait-for-gpus 120s)")]
     assert (kube.quota_lists, kube.quota_watches, kube.pod_lists, kube.actions) == (1, 1, 0, [])
     assert clock.monotonic() == 1000.0  # woken by the watch, not a timer
 
@@ -116,8 +119,8 @@ def test_a_deleted_quota_ends_the_wait():
     kube = FakeKube(clock=clock)
     wait, said = waiting(kube, clock)
     assert wait.wait(errors.forbidden(REFUSAL), 1060.0) == quotawait.TryAgain("it was deleted")
-    assert said.recorded == [(jobevents.WAITING_FOR_QUOTA, "waiting for quota gpus in ml: it refuses the job's pods "
-                                                        "(--wait-for-gpus 120s)")]
+    assert said.recorded() == [(jobevents.WAITING_FOR_QUOTA, "waiting for quota gpus in ml: it refuses the job's pods "
+                                                          "(--wait-for-gpus 120s)")]
 
 
 def test_without_the_right_to_watch_quotas_it_retries_with_a_backoff_bounded_by_the_deadline():

@@ -9,6 +9,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.startprogress import Pulling
 from distributetrain.manager import jobevents
 from distributetrain.manager.reporting import PodWaits, Reporter
+from harness.events import recording
 from harness.kube import FakeKube
 from harness.polling import poll_until
 
@@ -19,14 +20,6 @@ UNSCHEDULABLE = "0/3 nodes are available: pod has unbound immediate PersistentVo
 def patches(kube):
     """The annotation patches of the manager pod, in order."""
     return [patch for name, patch in kube.annotated if name == "demo"]
-
-
-class FakeRecorder:
-    def __init__(self):
-        self.recorded = []
-
-    def record(self, reason, note):
-        self.recorded.append((reason, note))
 
 
 def worker(name, phase="Pending", node="", scheduled_message="", ready=False, waiting=None):
@@ -51,7 +44,8 @@ def in_order_within(written, states) -> bool:
 
 
 def test_each_change_is_reported_once(caplog):
-    kube, recorder = FakeKube(), FakeRecorder()
+    kube = FakeKube()
+    recorder, api = recording(SETTINGS, kube.clock)
     waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0", "demo-worker-1"], kube.clock, write_interval_s=0)
     views = [
         {"demo-worker-0": worker("demo-worker-0")},
@@ -77,7 +71,8 @@ def test_each_change_is_reported_once(caplog):
         ("INFO", "job demo: demo-worker-1 is Ready"),
         ("INFO", "job demo: demo-worker-0 is Ready"),
     ]
-    assert recorder.recorded == [(jobevents.POD_WAITING, f"demo-worker-0: not scheduled: {UNSCHEDULABLE}")]
+    recorder.close()
+    assert api.recorded() == [(jobevents.POD_WAITING, f"demo-worker-0: not scheduled: {UNSCHEDULABLE}")]
     written = waiting_annotations(kube)
     assert written[-1] is None and in_order_within(written, [
         {"demo-worker-0": "waiting for the scheduler"},
@@ -90,7 +85,8 @@ def test_each_change_is_reported_once(caplog):
 
 def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_per_interval():
     kube, clock = FakeKube(), FakeClock()
-    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-worker-0"], clock, write_interval_s=1.0)
+    waits = PodWaits(Reporter(kube, SETTINGS, recording(SETTINGS, clock)[0]), ["demo-worker-0"], clock,
+                     write_interval_s=1.0)
     waits.observe({"demo-worker-0": worker("demo-worker-0")})
     poll_until(lambda: clock.waiters() == 1, 5, "the writer waiting out its interval", interval_s=0.005)
     assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}]  # at once
@@ -109,7 +105,8 @@ def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_p
 
 def test_pods_ready_when_first_seen_are_no_news(caplog):
     kube = FakeKube()
-    waits = PodWaits(Reporter(kube, SETTINGS, FakeRecorder()), ["demo-chief", "demo-worker-0"], kube.clock)
+    waits = PodWaits(Reporter(kube, SETTINGS, recording(SETTINGS, kube.clock)[0]), ["demo-chief", "demo-worker-0"],
+                     kube.clock)
     with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
         waits.observe({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True)})
         waits.observe({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
@@ -120,11 +117,13 @@ def test_pods_ready_when_first_seen_are_no_news(caplog):
 
 def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeypatch):
     monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
-    kube, recorder = FakeKube(), FakeRecorder()
+    kube = FakeKube()
+    recorder, api = recording(SETTINGS, kube.clock)
     reporter = Reporter(kube, SETTINGS, recorder)
     reporter.finished(1, "chief exited with code 1")
     reporter.finished(0, "training finished")
-    assert recorder.recorded == [(jobevents.FAILED, "chief exited with code 1 (exit code 1)"),
+    recorder.close()
+    assert api.recorded() == [(jobevents.FAILED, "chief exited with code 1 (exit code 1)"),
                                  (jobevents.SUCCEEDED, "training finished (exit code 0)")]
     assert patches(kube)[0] == {
         "distributetrain.io/phase": "Failed", "distributetrain.io/exit-code": "1",
@@ -136,14 +135,15 @@ def test_the_spec_is_recorded_on_the_manager_pod_and_a_failure_to_is_no_failure(
     from distributetrain.core import errors, jobspec
 
     kube = FakeKube()
-    Reporter(kube, SETTINGS, FakeRecorder()).spec()
+    Reporter(kube, SETTINGS, recording(SETTINGS, kube.clock)[0]).spec()
     assert patches(kube) == [{"distributetrain.io/spec": jobspec.to_json(SETTINGS)}]
     kube.failures = {"annotate_pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
-    Reporter(kube, SETTINGS, FakeRecorder()).spec()
+    Reporter(kube, SETTINGS, recording(SETTINGS, kube.clock)[0]).spec()
 
 
 def test_a_slow_start_shows_its_time_so_far_and_is_logged_and_recorded_once_per_stage(caplog):
-    kube, recorder = FakeKube(), FakeRecorder()
+    kube = FakeKube()
+    recorder, api = recording(SETTINGS, kube.clock)
     waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0"], kube.clock, write_interval_s=0)
     pull = Pulling("reg/base:1", "n1")
     creating = {"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})}
@@ -155,7 +155,8 @@ def test_a_slow_start_shows_its_time_so_far_and_is_logged_and_recorded_once_per_
     assert [r.getMessage() for r in caplog.records] == [
         'job demo: demo-worker-0 waits: pulling image "reg/base:1" on n1',
         "job demo: demo-worker-0 waits: container worker: ContainerCreating"]
-    assert recorder.recorded == [(jobevents.PULLING, 'demo-worker-0: pulling image "reg/base:1" on n1')]
+    recorder.close()
+    assert api.recorded() == [(jobevents.PULLING, 'demo-worker-0: pulling image "reg/base:1" on n1')]
     assert in_order_within(waiting_annotations(kube), [
         {"demo-worker-0": 'pulling image "reg/base:1" on n1 for 0s'},
         {"demo-worker-0": 'pulling image "reg/base:1" on n1 for 10s'},

@@ -11,6 +11,7 @@ from distributetrain.kube import waits
 from distributetrain.manager import podwaits
 from distributetrain.manager.reporting import PodWaits, Reporter
 from distributetrain.manager.startwatch import RECHECK_S, StartWatch
+from harness.events import recording
 from harness.kube import FakeKube
 
 # --worker-ready-timeout 5m, --image-pull-timeout 30m
@@ -20,11 +21,6 @@ CREATING = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status"
             "containerStatuses": [{"name": "worker", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
 READY = {"phase": "Running", "podIP": "10.0.0.2", "conditions": [
     {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}
-
-
-class NoEvents:
-    def record(self, reason, note):
-        pass
 
 
 class WrittenAtOnce:
@@ -39,7 +35,7 @@ class WrittenAtOnce:
 
 
 def kubelet_event(reason, message, at):
-    return {"reason": reason, "message": message, "lastTimestamp": at, "source": {"host": "a"},
+    return {"kind": "Event", "reason": reason, "message": message, "lastTimestamp": at, "source": {"host": "a"},
             "involvedObject": {"kind": "Pod", "name": WORKER}, "metadata": {"name": f"{WORKER}.{reason}"}}
 
 
@@ -53,7 +49,7 @@ def worker_pod():
 
 def wait(kube, clock, settings=SETTINGS):
     """The attempt's start as pre-training waits for it (one worker; no chief to bind)."""
-    pod_waits = PodWaits(Reporter(kube, settings, NoEvents()), [WORKER], kube.clock, write_interval_s=0)
+    pod_waits = PodWaits(Reporter(kube, settings, recording(settings, clock)[0]), [WORKER], kube.clock, write_interval_s=0)
     pod_waits.annotation = WrittenAtOnce(pod_waits.reporter.waiting)
     with StartWatch(kube, settings, clock) as starting:
         outcome = starting.wait(waits.selected_pods(kube, "ml", "", clock), ready,
@@ -75,7 +71,7 @@ def test_a_six_minute_pull_under_a_five_minute_timeout_starts_fine():
     clock = FakeClock()
     kube = FakeKube(pods=[worker_pod()], clock=clock)
     kube.events = [PULLING]
-    kube.pod_watches = [*checks(360), [lambda fake: (fake.send_events(PULLED) or (WORKER, READY))]]
+    kube.pod_watches = [*checks(360), [lambda fake: (fake.put(PULLED) or (WORKER, READY))]]
     started_at = clock.monotonic()
     outcome, ended_at = wait(kube, clock)
     assert outcome == "started" and ended_at - started_at == pytest.approx(360)

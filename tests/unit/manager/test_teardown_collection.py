@@ -3,22 +3,17 @@ deletecollection by the job's and this manager's labels, not one request each, w
 guarantee of before: a finished chief kept when asked, another run's pods untouched, the
 Secret deleted, safe to run twice, one delete per pod where the Role lacks deletecollection."""
 
-import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 import pytest
-from kubernetes import client
 
 from distributetrain.core import errors, names
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
-from distributetrain.kube.connection import ApiTimeouts, make_api_client
+from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.manager.teardown import tear_down
-from harness.apiserver import SHUTDOWN_POLL_S
+from harness.apiserver import HttpFake, Reply, Request, kube_at
 from harness.kube import FakeKube
 
 JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=3, image="reg/base:1", owner_uid="uid-1")
@@ -101,67 +96,41 @@ def test_other_errors_are_raised_not_hidden_by_the_fallback():
 
 # -- the request itself, as the API server receives it ------------------------------------------
 
-class RecordingServer:
+def recording_server(*first: int) -> HttpFake:
     """Answers DELETE on a pod collection as the API server does (the deleted pods, as a
     list), after the statuses in ``first`` (a 503 while it restarts, a 403 from RBAC)."""
+    codes = list(first)
 
-    def __init__(self, first: list[int] = ()):
-        self.requests: list[tuple[str, str, dict, dict]] = []  # method, path, query, body
-        server = self
+    def answer(request: Request) -> Reply:
+        code = codes.pop(0) if codes else 200
+        if code != 200:
+            return Reply(code, {"kind": "Status", "code": code, "message": f"HTTP {code}"})
+        return Reply(200, {"kind": "PodList", "items": [{"metadata": {"name": name}}
+                                                        for name in ("demo-worker-1", "demo-worker-0")]})
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    return HttpFake(answer)
 
-            def do_DELETE(self):
-                url = urlparse(self.path)
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                server.requests.append(("DELETE", url.path, {k: v[-1] for k, v in parse_qs(url.query).items()},
-                                        body))
-                code = first.pop(0) if first else 200
-                answer = {"kind": "PodList", "items": [{"metadata": {"name": name}} for name in
-                                                       ("demo-worker-1", "demo-worker-0")]} if code == 200 else {
-                    "kind": "Status", "code": code, "message": f"HTTP {code}"}
-                data = json.dumps(answer).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-
-    def __enter__(self) -> "RecordingServer":
-        threading.Thread(target=self._server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+def requests(server: HttpFake) -> list[tuple[str, str, dict, dict]]:
+    return [(r.method, r.path, r.query, r.json()) for r in server.received]
 
 
 def kube_for(url: str) -> Kube:
-    configuration = client.Configuration()
-    configuration.host = url
-    timeouts = ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=2.0, watch_chunk_s=1.0, watch_read_slack_s=0.5)
-    return Kube(make_api_client(configuration, timeouts), FakeClock(), timeouts)
+    return kube_at(url, ApiTimeouts(connect_s=1.0, read_s=1.0, retry_deadline_s=2.0, watch_chunk_s=1.0,
+                                    watch_read_slack_s=0.5), FakeClock())
 
 
 def test_one_deletecollection_by_label_and_field_selector_in_the_background_retried_while_the_server_restarts():
-    with RecordingServer(first=[503]) as server:
+    with recording_server(503) as server:
         deleted = kube_for(server.url).delete_pods("ml", SELECTOR, "metadata.name!=demo-chief")
     assert deleted == ["demo-worker-0", "demo-worker-1"]
     request = ("DELETE", "/api/v1/namespaces/ml/pods", {"labelSelector": SELECTOR,
                                                          "fieldSelector": "metadata.name!=demo-chief"},
                {"propagationPolicy": "Background"})
-    assert server.requests == [request, request]  # the 503, then the answer
+    assert requests(server) == [request, request]  # the 503, then the answer
 
 
 def test_rbacs_refusal_of_deletecollection_is_forbidden_at_once():
-    with RecordingServer(first=[403]) as server, pytest.raises(errors.Forbidden):
+    with recording_server(403) as server, pytest.raises(errors.Forbidden):
         kube_for(server.url).delete_pods("ml", SELECTOR)
-    assert [query for _, _, query, _ in server.requests] == [{"labelSelector": SELECTOR}]
+    assert [query for _, _, query, _ in requests(server)] == [{"labelSelector": SELECTOR}]
