@@ -31,7 +31,7 @@ trap 'failed=1; take_down; exit 130' INT TERM
 # The unit tests need no cluster and each takes its own ports and temporary paths: two at a
 # time, one per core.
 "${pytest[@]}" --durations=15 -n 2 tests/unit || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" "${timed[@]}" -n 2 --dist loadgroup -m "not exclusive" "${cluster_tiers[@]}" || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" "${timed[@]}" -n "${DT_CLUSTER_WORKERS:-2}" --dist loadgroup -m "not exclusive" "${cluster_tiers[@]}" || failed=1
 DT_KEEP_CLUSTER=1 "${pytest[@]}" "${timed[@]}" -m exclusive "${cluster_tiers[@]}" || failed=1
 take_down
 exit "$failed"
