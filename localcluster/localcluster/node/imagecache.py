@@ -16,6 +16,7 @@ which containerd writes in place, are copied.
 
 A slot is seeded again (before its containerd starts) when the seed has changed since
 (images rebuilt), and after its node forgot images: what it pulled again was its own.
+Seeding again links only the layers new to the seed (``seedcopy``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from localcluster import processes, registry
 from localcluster.layout import RunLayout, cache_dir
-from localcluster.node import containerdconfig
+from localcluster.node import containerdconfig, seedcopy
 from localcluster.node.config import Mirror
 from localcluster.probe import wait_until
 
@@ -49,7 +50,6 @@ CRI_IMAGE_LABEL = "io.cri-containerd.image=managed"
 SEED_FORM = 2  # what a seed holds of an image changed: tag, digest and ID (2), tag and digest (1)
 GENERATION_FILE = "generation"  # in the seed: which images it holds
 SEEDED_FILE = ".seeded-from"  # in a node's store: the seed generation it was copied from
-DATABASES = "*.db"  # bolt: written in place, so copied, never linked
 
 
 def seed_dir() -> Path:
@@ -104,14 +104,8 @@ def prepare(store: Path) -> None:
         if stamp.exists() and stamp.read_text() == generation:
             return
         started = time.monotonic()
-        shutil.rmtree(store, ignore_errors=True)
         store.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["cp", "-al", str(seed_dir()), str(store)], check=True)
-        for database in seed_dir().rglob(DATABASES):
-            copy = store / database.relative_to(seed_dir())
-            copy.unlink()
-            shutil.copy2(database, copy)
-        (store / GENERATION_FILE).unlink(missing_ok=True)
+        seedcopy.copy(seed_dir(), store, skip=(GENERATION_FILE,))
         stamp.write_text(generation)
         log.info("node image store %s seeded in %.1f s", store, time.monotonic() - started)
 
