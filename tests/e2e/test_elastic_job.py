@@ -7,7 +7,9 @@ the node is uncordoned, the manager adds a replacement worker (a fresh name) and
 world grows back. A training process that dies on a pod that stays (a crash, an
 out-of-memory kill) costs its GPUs only for Horovod's cooldown: the world grows back on
 the same pod. The job ends with exit 0 and everything it created is deleted. The first test
-runs in a namespace that enforces PodSecurity `restricted`.
+runs on DRA GPUs (the example driver's, through the job's ResourceClaimTemplates) in a
+namespace that enforces PodSecurity `restricted`: the replacement gets a claim of its own,
+and no claim is left.
 """
 
 import os
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from jobharness import node_pool
 from harness.polling import poll_until
@@ -38,6 +41,8 @@ EPOCH_LINE = re.compile(r"epoch=(\d+) .*size=(\d+)")
 PHASE_TIMEOUT_S = 240
 GLOO_TIMEOUT_S = 120  # distributetrain.core.manifests: horovodrun --gloo-timeout-seconds
 POLL_S = 0.5
+DEVICE_CLASS = "gpu.example.com"  # the example DRA driver's (localcluster/localcluster/dra.py)
+GONE_TIMEOUT_S = 60
 
 
 def wait_for_line(jobs, pod, pattern, after=0, timeout_s=PHASE_TIMEOUT_S):
@@ -46,6 +51,13 @@ def wait_for_line(jobs, pod, pattern, after=0, timeout_s=PHASE_TIMEOUT_S):
                       lambda: f"{pattern.pattern!r} in {pod}'s log:\n{jobs.log_tail(pod, lines=100000)[-4000:]}",
                       POLL_S, hopeless=lambda: (jobs.pod(pod) or {}).get("status", {}).get("phase")
                       in ("Succeeded", "Failed"))
+
+
+def claims_in(api_client, namespace: str) -> list[str]:
+    """The ResourceClaims and ResourceClaimTemplates in the namespace."""
+    custom = client.CustomObjectsApi(api_client)
+    return [item["metadata"]["name"] for plural in ("resourceclaims", "resourceclaimtemplates")
+            for item in custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, plural)["items"]]
 
 
 def kill_training_processes(address: str) -> int:
@@ -66,11 +78,13 @@ def kill_training_processes(address: str) -> int:
 
 def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees_up(cluster, api_client, restricted,
                                                                                      jobs):
-    """In a namespace enforcing PodSecurity `restricted`: the replacement passes it too."""
+    """On DRA nodes, in a namespace enforcing PodSecurity `restricted`: the replacement passes
+    it too, and gets its GPU through a claim."""
     core = jobs.core
-    with node_pool(cluster, {"a": 1, "b": 1, "c": 1}) as pool:
+    with node_pool(cluster, {"a": 1, "b": 1, "c": 1}, dra=True) as pool:
         jobs.submit("flex", ["--num-gpus=3", "--elastic", "--min-gpus=2", "--image=distributetrain/base:0.1.0",
-                             f"--node-selector={pool.selector}", "--worker-ready-timeout=90s",
+                             f"--node-selector={pool.selector}", f"--device-class={DEVICE_CLASS}",
+                             "--worker-ready-timeout=90s",
                              "--elastic-timeout=120s", "--", *TRAIN_ARGS])
         first_epoch = wait_for_line(jobs, "flex-chief", EPOCH_LINE)
         assert first_epoch.group(2) == "3", jobs.log_tail("flex-chief")
@@ -88,11 +102,14 @@ def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees
             pods = {name: (p["status"].get("phase"), p["spec"].get("nodeName")) for name, p in jobs.pods().items()}
             raise AssertionError(f"{error}\npods: {pods}\nthe manager's log:\n{jobs.log_tail('flex')}") from None
         assert grown.group(1, 2) == ("2", "3"), jobs.log_tail("flex-chief")
+        assert jobs.pod("flex-worker-2")["spec"]["resourceClaims"], "the replacement's GPU is not a claim's"
         assert jobs.exit_code("flex", timeout_s=PHASE_TIMEOUT_S) == 0, jobs.log_tail("flex")
         manager_log = jobs.logs("flex")
         assert "replacing lost workers: 1 of 1 missing GPUs: flex-worker-2" in manager_log, manager_log
         jobs.wait_gone(["flex-worker-1", "flex-worker-2"])
         assert jobs.secrets("flex") == []
+        poll_until(lambda: not claims_in(api_client, jobs.namespace), GONE_TIMEOUT_S,
+                   lambda: f"the job's claims and templates to go: {claims_in(api_client, jobs.namespace)}")
 
 
 def test_an_elastic_job_below_min_gpus_fails_within_the_elastic_timeout(cluster, api_client, jobs):
