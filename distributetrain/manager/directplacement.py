@@ -12,7 +12,7 @@ from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking, jobevents, networkpolicy, placing
-from distributetrain.manager.kinds import ElasticJob, StaticJob
+from distributetrain.manager.kinds import JobKind
 from distributetrain.manager.processstate import ProcessState
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 class DirectPlacement:
     """Book each attempt's GPUs (``booking``), waiting for GPUs while allowed."""
 
-    def __init__(self, kube: Kube, state: ProcessState, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, state: ProcessState, kind: JobKind):
         self.kube = kube
         self.state = state
         self.kind = kind  # the plan's shape

@@ -138,10 +138,10 @@ def next_worker_index(pods: Mapping[str, dict]) -> int:
 class ElasticFollower:
     """From the chief's start to its end: publish the hosts, replace lost workers.
 
-    The job's pods are an informer's, listed once. While short of GPUs, informers of the
-    nodes and of the pods holding GPUs (``FreeGpuWatch``) say when a replacement could
-    fit; only then does it take the Lease and list afresh, so a job left short lists
-    nothing while nothing changes."""
+    The job's pods are an informer's, listed once. While short of GPUs, the free GPUs
+    followed (``placing.FreeGpuBooking``) say when a change lets a replacement fit; only
+    then does it take the Lease and list afresh, so a job left short lists nothing while
+    nothing changes."""
 
     def __init__(self, kube: Kube, state: ProcessState, pods: Informer | None = None,
                  free_gpus_client: Callable[[Kube], Kube] | None = None,

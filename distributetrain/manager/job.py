@@ -37,12 +37,10 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.manager import jobevents, podwaits, quotawait, scaleup
-from distributetrain.manager.directplacement import DirectPlacement
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
-from distributetrain.manager.pretraining import AttemptNotStarted, PreTraining
-from distributetrain.manager.queueing import QueuedPlacement
+from distributetrain.manager.pretraining import AttemptNotStarted, PreTraining, placement_of
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.teardown import tear_down
@@ -70,7 +68,7 @@ class Job:
                                   gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
         # Direct or through a Kueue queue: how each attempt gets its GPUs.
-        self.placement = (QueuedPlacement if settings.queue else DirectPlacement)(kube, self.state, self.kind)
+        self.placement = placement_of(kube, self.state, self.kind)
         self.quota_wait = quotawait.QuotaWait(kube, settings, reporter, self.state.clock)
 
     def drive(self, until_started: bool = False) -> int:

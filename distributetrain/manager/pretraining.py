@@ -30,6 +30,7 @@ from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import earlierruns, jobevents, podchecks, podwaits, quotacheck, scaleup, volumeclaims
 from distributetrain.manager.directplacement import DirectPlacement
+from distributetrain.manager.kinds import JobKind
 from distributetrain.manager.nodewatch import NodeWatch
 from distributetrain.manager.queueing import QueuedPlacement
 from distributetrain.manager.reporting import PodWaits
@@ -90,6 +91,14 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
             podgroup.refuse_unqueued(settings, admitted_as)
 
 
+Placement = DirectPlacement | QueuedPlacement
+
+
+def placement_of(kube: Kube, state: ProcessState, kind: JobKind) -> Placement:
+    """How each attempt of the job gets its GPUs: through a Kueue queue (``--queue``), or directly."""
+    return (QueuedPlacement if state.settings.queue else DirectPlacement)(kube, state, kind)
+
+
 class AttemptNotStarted(errors.DistributeTrainError):
     """The attempt's pods did not all start within --worker-ready-timeout."""
 
@@ -101,7 +110,7 @@ class AttemptNotStarted(errors.DistributeTrainError):
 class PreTraining:
     """Start the current attempt: adopt its pods, or plan and create them."""
 
-    def __init__(self, kube: Kube, state: ProcessState, placement: DirectPlacement | QueuedPlacement):
+    def __init__(self, kube: Kube, state: ProcessState, placement: Placement):
         self.kube = kube
         self.state = state
         self.placement = placement  # chosen once, by the job's loop

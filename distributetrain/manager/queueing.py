@@ -30,7 +30,7 @@ from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking, jobevents, networkpolicy, placing, podwaits
-from distributetrain.manager.kinds import ElasticJob, StaticJob
+from distributetrain.manager.kinds import JobKind
 from distributetrain.manager.queuepositions import QueuePositions
 from distributetrain.manager.processstate import ProcessState
 
@@ -44,7 +44,7 @@ class Admitted:
     pass
 
 
-def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | ElasticJob,
+def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: JobKind,
            flavors: Sequence[NodeRule] = ()) -> list[int]:
     """The pods' GPU counts, fixed at creation (a pod's requests never change): planned on
     the GPUs free now for the job's pods if they fit, else on what each candidate node
@@ -119,7 +119,7 @@ def _flavor_rules(kube: Kube, settings: JobSettings, cluster_queue: Mapping) -> 
 class QueuedPlacement:
     """The attempt's GPUs through a Kueue queue: create the group, wait, then place it."""
 
-    def __init__(self, kube: Kube, state: ProcessState, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, state: ProcessState, kind: JobKind):
         self.kube = kube
         self.state = state
         self.kind = kind

@@ -1,5 +1,5 @@
 """``render`` prints what the manager creates: the objects of a job's first attempt, made
-by the manager's own placement (``directplacement``, ``queueing``) on the in-memory fake
+by the manager's own placement (``pretraining.placement_of``: direct or queued) on the in-memory fake
 with the nodes of ``--nodes``, compared whole with render's output."""
 
 import copy
@@ -13,11 +13,10 @@ from distributetrain.core.clock import FakeClock
 from distributetrain.core.names import Attempt
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import jobevents, queueing
-from distributetrain.manager.directplacement import DirectPlacement
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.kinds import kind_of
+from distributetrain.manager.pretraining import placement_of
 from distributetrain.manager.processstate import ProcessState
-from distributetrain.manager.queueing import QueuedPlacement
 from distributetrain.manager.reporting import Reporter
 from harness.builders import manager_pod, node
 from harness.events import FakeEventsApi
@@ -68,7 +67,7 @@ def created_by_the_manager(monkeypatch, flags):
     deadline = now if settings.queue else now + 3600
     state = ProcessState(settings, reporter, Attempt("demo"), deadline=deadline, gpus_until=now + settings.wait_for_gpus_s,
                          hosts=HostList(), clock=clock)
-    placement = (QueuedPlacement if settings.queue else DirectPlacement)(kube, state, kind_of(settings))
+    placement = placement_of(kube, state, kind_of(settings))
     if settings.queue:
         with pytest.raises(errors.JobFailed, match="not admitted"):
             placement.place()
