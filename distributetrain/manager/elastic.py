@@ -57,7 +57,7 @@ from distributetrain.manager.teardown import delete_because
 
 log = logging.getLogger(__name__)
 
-REPLACE_RECHECK_S = 10.0  # while short of GPUs, plan replacements at least this often
+REPLACE_RECHECK_S = 10.0  # while short of GPUs, the followed free GPUs are looked at this often
 REPLACE_BACKOFF_MAX_S = 60.0  # after failures in a row, at least this often
 
 
