@@ -14,6 +14,7 @@ The plan of a direct attempt and the objects it creates are pure (``plan_attempt
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube.client import Kube
 from distributetrain.manager import booking
 from distributetrain.manager.freegpus import FreeGpuWatch
+
+log = logging.getLogger(__name__)
 
 # Book at most this often, however often GPUs free up and are taken.
 REPLAN_MIN_INTERVAL_S = 1.0
@@ -109,7 +112,8 @@ class FreeGpuBooking:
                     return booked
                 on_short(booked)
                 self.follow(booked.ledger)
-            self.wait_for_change(until)
+            if self.wait_for_change(until):
+                log.info("job %s: the free GPUs may hold the request now; booking again", self.settings.job_name)
 
     def try_once(self, choose: booking.Choose, create: Callable[[Plan], None], until: float,
                  shared_survey: bool = False,
