@@ -279,9 +279,7 @@ class ElasticFollower:
 
         # From a fresh inventory under the Lease: the job's own pods count as used.
         booked = self.free_gpus.try_once(choose, lambda plan: self._create_replacements(plan, first, dra_nodes),
-                                         until=self.clock.monotonic())
-        if booked is None:
-            return  # taken while it waited for the Lease: tried again at the next change
+                                         until=self.clock.monotonic())  # booked whatever the free GPUs followed say
         if isinstance(booked, booking.Short):
             shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
                        f"(unavailable: {booked.ledger.unavailable()})"
