@@ -12,12 +12,14 @@ Pods on ``--dra-nodes`` claim their GPUs through the ResourceClaimTemplates show
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import yaml
 
-from distributetrain.core import errors, gpuclaims, networkpolicy, placement, podgroup
+from distributetrain.core import errors, inventory, networkpolicy, placement, podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys, KeyPair
-from distributetrain.manager import booking, discovery, kinds
+from distributetrain.manager import discovery, kinds, placing, queueing
 
 PLACEHOLDER_KEYS = JobKeys(
     client=KeyPair("<private key generated per job>", "<public key generated per job>"),
@@ -52,6 +54,19 @@ _Dumper.add_representer(
 )
 
 
+def ledger_of(settings: JobSettings, free: Mapping[str, int], dra_nodes: set[str]) -> inventory.GpuLedger:
+    """The GPUs of ``--nodes`` as the manager's booking reads a cluster: each a Ready node
+    with that many free (of ``--device-class`` on ``--dra-nodes``), with nothing but GPUs
+    counted and no labels (so no network domains: each node one of its own)."""
+    ledger = inventory.GpuLedger(settings.gpu_resource, levels=settings.topology,
+                                 dra={node: free[node] for node in dra_nodes})
+    for node, gpus in free.items():
+        allocatable = {} if node in dra_nodes else {settings.gpu_resource: str(gpus)}
+        ledger.add_node({"metadata": {"name": node, "labels": {}},
+                         "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]}})
+    return ledger
+
+
 def render(settings: JobSettings, nodes: str, dra_nodes: str = "") -> str:
     free = parse_nodes(nodes)
     on_dra = {node for node in dra_nodes.split(",") if node}
@@ -59,18 +74,21 @@ def render(settings: JobSettings, nodes: str, dra_nodes: str = "") -> str:
         raise errors.UsageError("--dra-nodes", "needs --device-class: the DeviceClass their pods claim GPUs of")
     if on_dra - set(free):
         raise errors.UsageError("--dra-nodes", f"names nodes not in --nodes: {', '.join(sorted(on_dra - set(free)))}")
-    try:
-        # As the manager plans: the job's kind (an elastic job's worker beside its chief);
-        # with --scale-up-node-gpus, what the nodes cannot hold on new ones.
-        plan = booking.plan_or_grow(kinds.kind_of(settings).plan, free, settings)
-    except placement.InsufficientGPUs as e:
-        raise errors.UsageError("--num-gpus", str(e)) from None
     if not settings.discovery_url:
         settings = settings.replace(discovery_url=discovery.hosts_url("<manager pod IP>"))
-    if settings.queue:
-        group = podgroup.group_name(settings.job_name, 0, PLACEHOLDER_GROUP_TOKEN)
-        objects = podgroup.queued_attempt(settings, [share for _, share in plan], PLACEHOLDER_KEYS, 0, group)
-    else:
-        objects = gpuclaims.job_objects(settings, plan, PLACEHOLDER_KEYS, dra_nodes=on_dra)
+    ledger = ledger_of(settings, free, set() if settings.queue else on_dra)
+    kind = kinds.kind_of(settings)
+    try:
+        # What the manager plans and creates at the first attempt (``directplacement``, ``queueing``).
+        if settings.queue:
+            group = podgroup.group_name(settings.job_name, 0, PLACEHOLDER_GROUP_TOKEN)
+            objects = podgroup.queued_attempt(settings, queueing.shares(ledger, settings.num_gpus, kind),
+                                              PLACEHOLDER_KEYS, 0, group)
+        else:
+            objects = placing.attempt_objects(settings, placing.plan_attempt(kind, ledger, settings, may_grow=True),
+                                              PLACEHOLDER_KEYS, 0)
+    except placement.InsufficientGPUs as e:
+        raise errors.UsageError("--num-gpus", str(e)) from None
     secret, *pods = objects  # the manager creates its NetworkPolicies after the Secret, before any pod (and template)
-    return yaml.dump_all([secret, *networkpolicy.job_policies(settings), *pods], Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    return yaml.dump_all([secret, *networkpolicy.job_policies(settings), *pods], Dumper=_Dumper, sort_keys=False,
+                         default_flow_style=False)

@@ -1,8 +1,8 @@
 """Booking GPUs: plan and create a job's pods under the placement Lease.
 
-Every plan the job makes is made here: an attempt's placement (``pretraining``, first
-start and restarts alike), a queued attempt's nodes (``queueing``) and an elastic job's
-replacements (``elastic``). What the Lease protects is the set of bookings: every job's
+Every plan the job makes is made here, through one wait (``placing``): an attempt's
+placement (``directplacement``, first start and restarts alike), a queued attempt's nodes
+(``queueing``) and an elastic job's replacements (``elastic``). What the Lease protects is the set of bookings: every job's
 workers and chiefs (``names.BOOKINGS_SELECTOR``). So only they are read under it:
 
 1. outside the Lease, the survey: the nodes, and what every other pod of the cluster

@@ -11,9 +11,10 @@ answer true and the job whole:
 - a lost worker does not end the job. While the job has fewer GPUs than ``--num-gpus``
   (counting workers still starting), the manager plans replacements on whatever GPUs are
   free where the job's claims can be mounted (a ReadWriteOnce claim: on the chief's node,
-  where it is mounted), under the placement Lease like any plan: at once after a loss,
-  then every ``REPLACE_RECHECK_S`` while still short (``booking``) if the free GPUs it follows
-  meanwhile (``freegpus``: no list while nothing changes) show a replacement could fit;
+  where it is mounted), under the placement Lease like any plan (``placing``): at once
+  after a loss, then, while still short, once a change in the free GPUs it follows
+  meanwhile (``freegpus``: no list while nothing changes) shows a replacement could fit
+  (looked at every ``REPLACE_RECHECK_S``);
   replacements get fresh names (the next worker index), hence fresh addresses, so no
   replacement waits on a pod stuck terminating and Horovod's blacklist of a failed host
   never applies to it. A replacement never Ready within ``--worker-ready-timeout`` is
@@ -49,15 +50,14 @@ from distributetrain.core.startprogress import Stage, StageClocks
 from distributetrain.kube import dra, waits
 from distributetrain.kube.client import Kube
 from distributetrain.kube.informer import Informer
-from distributetrain.manager import booking, jobevents, podwaits
-from distributetrain.manager.freegpus import FreeGpuWatch
+from distributetrain.manager import booking, jobevents, placing, podwaits
 from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import StartWatch
 from distributetrain.manager.teardown import delete_because
 
 log = logging.getLogger(__name__)
 
-REPLACE_RECHECK_S = 10.0  # while short of GPUs, plan replacements at least this often
+REPLACE_RECHECK_S = 10.0  # while short of GPUs, the followed free GPUs are looked at this often
 REPLACE_BACKOFF_MAX_S = 60.0  # after failures in a row, at least this often
 
 
@@ -138,10 +138,10 @@ def next_worker_index(pods: Mapping[str, dict]) -> int:
 class ElasticFollower:
     """From the chief's start to its end: publish the hosts, replace lost workers.
 
-    The job's pods are an informer's, listed once. While short of GPUs, informers of the
-    nodes and of the pods holding GPUs (``FreeGpuWatch``) say when a replacement could
-    fit; only then does it take the Lease and list afresh, so a job left short lists
-    nothing while nothing changes."""
+    The job's pods are an informer's, listed once. While short of GPUs, the free GPUs
+    followed (``placing.FreeGpuBooking``) say when a change lets a replacement fit; only
+    then does it take the Lease and list afresh, so a job left short lists nothing while
+    nothing changes."""
 
     def __init__(self, kube: Kube, state: ProcessState, pods: Informer | None = None,
                  free_gpus_client: Callable[[Kube], Kube] | None = None,
@@ -153,8 +153,9 @@ class ElasticFollower:
         # The job's pods as post-training follows them (its own when not given).
         self.pods = pods if pods is not None else waits.selected_pods(kube, state.settings.namespace, state.settings.selector,
                                                                  state.clock)
-        self.free_gpus: FreeGpuWatch | None = None  # open while short of GPUs, after a booking found none
-        self.free_gpus_client = free_gpus_client
+        # Replacements booked (``placing``); the free GPUs followed while short of GPUs, after a booking found none.
+        self.free_gpus = placing.FreeGpuBooking(kube, state.settings, state.clock, self._fits, free_gpus_client)
+        self.missing = 0  # GPUs short of --num-gpus, as the last pass counted them
         self.settings = state.settings
         self.attempt = state.attempt  # an elastic attempt lasts as long as its chief
         self.reporter = state.reporter
@@ -173,7 +174,7 @@ class ElasticFollower:
         try:
             return self._follow()
         finally:
-            self._stop_following_free_gpus()
+            self.free_gpus.close()
             self._stop_following_starts()
 
     def _follow(self) -> podwaits.Outcome:
@@ -199,6 +200,7 @@ class ElasticFollower:
     def _failed_to_grow_back(self, error: errors.DistributeTrainError) -> None:
         """Best effort: the job trains on what it has, and tries again later."""
         self.failures_in_a_row += 1
+        self.free_gpus.retry()
         delay = retry_delay(self.failures_in_a_row, self.recheck_s, self.backoff_max_s)
         self.next_replace_at = self.clock.monotonic() + delay
         log.warning("job %s: could not replace lost workers (%s); training goes on, next try in %.0fs",
@@ -262,12 +264,12 @@ class ElasticFollower:
         settings = self.settings
         chief = pods.get(self.attempt.chief)
         held = (podstate.gpus_of(chief) if chief else 0) + sum(podstate.gpus_of(w) for w in live_workers(pods, self.attempt))
-        missing = settings.num_gpus - held
+        missing = self.missing = settings.num_gpus - held
         if missing <= 0:
-            self._stop_following_free_gpus()
+            self.free_gpus.close()
             return
-        if not self._could_fit(missing):
-            return  # nothing freed since the last fresh inventory: no Lease, no list
+        if not self.free_gpus.changed():
+            return  # nothing freed since the last booking that could hold a replacement: no Lease, no list
         first = next_worker_index(pods)
         dra_nodes: set[str] = set()  # of the plan: nodes whose pods claim their GPUs
 
@@ -276,19 +278,17 @@ class ElasticFollower:
             return placement.up_to(ledger.free(), missing)
 
         # From a fresh inventory under the Lease: the job's own pods count as used.
-        booked = booking.book(self.kube, settings, choose, lambda plan: self._create_replacements(plan, first, dra_nodes),
-                              clock=self.clock)
+        booked = self.free_gpus.try_once(choose, lambda plan: self._create_replacements(plan, first, dra_nodes),
+                                         until=self.clock.monotonic())  # booked whatever the free GPUs followed say
         if isinstance(booked, booking.Short):
             shortage = f"{missing} GPUs short of --num-gpus {settings.num_gpus}; none free yet " \
                        f"(unavailable: {booked.ledger.unavailable()})"
             if shortage != self.last_shortage:  # once per change, not every recheck
                 log.info("job %s: %s", settings.job_name, shortage)
                 self.last_shortage = shortage
-            if self.free_gpus is None:
-                self.free_gpus = FreeGpuWatch(self.kube, settings, self.clock, self.free_gpus_client,
-                                              booked.ledger.volume_claims, booked.ledger.device_class).__enter__()
+            self.free_gpus.follow(booked.ledger)
             return
-        self._stop_following_free_gpus()
+        self.free_gpus.close()
         self._replaced(booked, missing, first)
 
     def _create_replacements(self, plan: Plan, first: int, dra_nodes: set[str]) -> None:
@@ -302,28 +302,13 @@ class ElasticFollower:
                                                                         if node in dra_nodes]))
         self.kube.create_all_owned(pods)
 
-    def _could_fit(self, missing: int) -> bool:
-        """Whether the followed free GPUs could take a replacement (as the booking would
-        plan it); True when they cannot say (not listed yet, or not followed): the fresh
-        inventory under the Lease decides then, as it always does."""
-        if self.free_gpus is None:
-            return True
+    def _fits(self, free: Mapping[str, int]) -> bool:
+        """Whether these free GPUs could take a replacement, as the booking would plan it."""
         try:
-            free = self.free_gpus.free()
-        except errors.DistributeTrainError:
-            return True  # cannot be followed (logged once, by its informer)
-        if free is None:
-            return True
-        try:
-            placement.up_to(free, missing)
+            placement.up_to(free, self.missing)
         except placement.InsufficientGPUs:
             return False
         return True
-
-    def _stop_following_free_gpus(self) -> None:
-        if self.free_gpus is not None:
-            self.free_gpus.__exit__(None, None, None)
-            self.free_gpus = None
 
     def _replaced(self, plan: Plan, missing: int, first: int) -> None:
         settings = self.settings

@@ -40,7 +40,7 @@ from distributetrain.manager import jobevents, podwaits, quotawait, scaleup
 from distributetrain.manager.discovery import DiscoveryServer, HostList
 from distributetrain.manager.kinds import kind_of
 from distributetrain.manager.posttraining import PostTraining
-from distributetrain.manager.pretraining import AttemptNotStarted, PreTraining
+from distributetrain.manager.pretraining import AttemptNotStarted, PreTraining, placement_of
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.teardown import tear_down
@@ -67,6 +67,8 @@ class Job:
         self.state = ProcessState(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
                                   gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
+        # Direct or through a Kueue queue: how each attempt gets its GPUs.
+        self.placement = placement_of(kube, self.state, self.kind)
         self.quota_wait = quotawait.QuotaWait(kube, settings, reporter, self.state.clock)
 
     def drive(self, until_started: bool = False) -> int:
@@ -77,7 +79,7 @@ class Job:
         with self._serving_hosts():
             while True:
                 try:
-                    plan = PreTraining(self.kube, self.state, self.kind).start()
+                    plan = PreTraining(self.kube, self.state, self.placement).start()
                     if until_started:
                         return exitcodes.OK
                     return PostTraining(self.kube, self.state, plan, self.kind).follow()

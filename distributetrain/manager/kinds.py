@@ -51,5 +51,8 @@ class ElasticJob:
         return ElasticFollower(kube, state, pods).follow()
 
 
-def kind_of(settings: JobSettings) -> StaticJob | ElasticJob:
+JobKind = StaticJob | ElasticJob
+
+
+def kind_of(settings: JobSettings) -> JobKind:
     return ElasticJob(settings.topology) if settings.elastic else StaticJob(settings.topology)

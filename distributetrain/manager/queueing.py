@@ -16,7 +16,6 @@ read back from the pods once admitted.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
@@ -30,9 +29,8 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, jobevents, networkpolicy, podwaits
-from distributetrain.manager.freegpus import FreeGpuWatch
-from distributetrain.manager.kinds import ElasticJob, StaticJob
+from distributetrain.manager import booking, jobevents, networkpolicy, placing, podwaits
+from distributetrain.manager.kinds import JobKind
 from distributetrain.manager.queuepositions import QueuePositions
 from distributetrain.manager.processstate import ProcessState
 
@@ -46,7 +44,7 @@ class Admitted:
     pass
 
 
-def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: StaticJob | ElasticJob,
+def shares(ledger: inventory.GpuLedger, num_gpus: int, kind: JobKind,
            flavors: Sequence[NodeRule] = ()) -> list[int]:
     """The pods' GPU counts, fixed at creation (a pod's requests never change): planned on
     the GPUs free now for the job's pods if they fit, else on what each candidate node
@@ -121,7 +119,7 @@ def _flavor_rules(kube: Kube, settings: JobSettings, cluster_queue: Mapping) -> 
 class QueuedPlacement:
     """The attempt's GPUs through a Kueue queue: create the group, wait, then place it."""
 
-    def __init__(self, kube: Kube, state: ProcessState, kind: StaticJob | ElasticJob):
+    def __init__(self, kube: Kube, state: ProcessState, kind: JobKind):
         self.kube = kube
         self.state = state
         self.kind = kind
@@ -133,6 +131,17 @@ class QueuedPlacement:
         booking.check_request(ledger, settings)
         wanted = shares(ledger, settings.num_gpus, self.kind, flavors)
         return self.resume(wanted, self._create(wanted))
+
+    def adopt(self, plan: Plan, chief: dict) -> Plan:
+        """An attempt's pods found whole (a restarted manager, or post-training): still
+        queued (none placed: waited for again), or placed."""
+        attempt = self.state.attempt
+        if not podgroup.is_placed(chief):
+            log.info("job %s: adopting attempt %d, queued", self.state.settings.job_name, attempt.number)
+            return self.resume([share for _, share in plan], podgroup.group_of(chief))
+        log.info("job %s: adopting attempt %d, plan %s", self.state.settings.job_name, attempt.number,
+                 format_plan(plan))
+        return plan
 
     def resume(self, wanted: list[int], group: str) -> Plan:
         """Wait for the attempt's group `group` (pods of `wanted` GPUs, workers first, the
@@ -174,31 +183,22 @@ class QueuedPlacement:
 
     def _pin(self, pods: list[str], wanted: list[int], rules: list[NodeRule]) -> Plan:
         """Nodes for the admitted pods, each among those its ``rules`` allow, booked as
-        every plan is (``booking``). Short of GPUs, the free GPUs are followed
-        (``FreeGpuWatch``) and booked again only when they could hold the shares: no Lease
-        is taken, nothing listed, while nothing changes."""
+        every plan is (``placing``): short of GPUs, booked again only once the free GPUs
+        followed could hold the shares, within --worker-ready-timeout."""
         settings, clock = self.state.settings, self.state.clock
         give_up_at = min(clock.monotonic() + settings.worker_ready_timeout_s, self.state.deadline)
         choice = _Choice(settings, wanted, rules)
-        tolerating = _tolerating(settings, rules)
-        with contextlib.ExitStack() as waiting:
-            watch: FreeGpuWatch | None = None  # from the first shortage on
-            while True:
-                seen = watch.generation if watch else 0
-                booked = booking.book(self.kube, tolerating, choice, lambda plan: self._place_pods(pods, plan),
-                                      clock, give_up_at, lambda: watch is None or watch.fits() is not False)
-                if isinstance(booked, list):
-                    self._planned(booked, choice.domains)
-                    return booked
-                if clock.monotonic() >= give_up_at:
-                    raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now"
-                                           f"{choice.where}: {booked}", exitcodes.INSUFFICIENT_GPUS)
-                if watch is None:
-                    # fits is asked only here, once the watch is entered (and ``watch`` set)
-                    watch = waiting.enter_context(FreeGpuWatch(
-                        self.kube, tolerating, clock=clock,
-                        fits=lambda free: choice.nodes(free, watch.parts.nodes) is not None))
-                watch.wait_until_fits(seen, give_up_at)
+
+        def fits(free: Mapping[str, int]) -> bool:
+            return free_gpus.watch is not None and choice.nodes(free, free_gpus.watch.parts.nodes) is not None
+
+        with placing.FreeGpuBooking(self.kube, _tolerating(settings, rules), clock, fits) as free_gpus:
+            booked = free_gpus.book(choice, lambda plan: self._place_pods(pods, plan), give_up_at)
+        if isinstance(booked, booking.Short):
+            raise errors.JobFailed(f"admitted by queue {settings.queue}, but no nodes hold its pods now"
+                                   f"{choice.where}: {booked}", exitcodes.INSUFFICIENT_GPUS)
+        self._planned(booked, choice.domains)
+        return booked
 
     def _planned(self, plan: Plan, domains: str) -> None:
         settings = self.state.settings

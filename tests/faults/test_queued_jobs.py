@@ -1,6 +1,7 @@
 """Jobs through a Kueue queue (--queue) on the local cluster, the manager under exactly
 rbac/ plus rbac/kueue/: quota never exceeded and queue order kept with several jobs at
-once, one workload for a job split over a flavor's two tainted nodes, a job under Kueue's
+once, one workload for a job split over a flavor's two tainted nodes (no placement Lease
+taken while Kueue holds it back, one once admitted), a job under Kueue's
 Topology Aware Scheduling, and preemption (restart from the checkpoint, or exit 72)."""
 
 import json
@@ -46,6 +47,11 @@ def phase(pod: dict) -> str:
 
 def position(pod: dict) -> str:
     return (pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_QUEUE_POSITION, "")
+
+
+def placement_leases_taken(manager_log: str) -> int:
+    """How often the manager took the placement Lease (``kube/lock``'s line)."""
+    return manager_log.count(f"took placement lock [default/{names.LOCK_LEASE_NAME}]")
 
 
 def job_pods_holding_gpus(core, namespace) -> list[dict]:
@@ -148,6 +154,8 @@ def test_a_job_split_over_a_flavor_s_two_nodes_is_one_workload_that_starts_only_
         jobs.submit("split", job_args(pool, claim, 3, f"--queue={queue.name}", script_args=("0",)))
         jobs.wait_for("split", lambda p: phase(p) == "Queued", QUEUED_TIMEOUT_S)
         time.sleep(3)  # Kueue has had its chance to admit it, and must not have
+        # Held back, the job waits on its watch of its pods: the placement Lease is not taken.
+        assert placement_leases_taken(jobs.logs("split")) == 0
         split_pods = {name: pod for name, pod in jobs.pods().items() if name.startswith("split-")}
         assert sorted(split_pods) == ["split-chief", "split-worker-0"]
         assert all(not p["spec"].get("nodeName") and podgroup.kueue_gated(p) for p in split_pods.values()), split_pods
@@ -160,6 +168,9 @@ def test_a_job_split_over_a_flavor_s_two_nodes_is_one_workload_that_starts_only_
         release_ranks(tmp_path)  # the holder ends, its quota and GPU go back
         assert jobs.exit_code("holder") == 0
         assert jobs.exit_code("split", JOB_TIMEOUT_S) == 0, jobs.report("split")
+        # Admitted: the Lease taken to plan and pin (once more at most, had a GPU of the holder's
+        # still been held then), not on a timer while it waited.
+        assert 1 <= placement_leases_taken(jobs.logs("split")) <= 2, jobs.log_tail("split")
         plan = (jobs.pod("split")["metadata"].get("annotations") or {})[names.ANNOTATION_PLAN]
         assert plan == f"{pool.node('a')}=2,{pool.node('b')}=1"
         chief = jobs.pod("split-chief")["spec"]

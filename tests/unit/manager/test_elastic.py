@@ -19,7 +19,7 @@ from distributetrain.manager import booking, elastic, jobevents, podwaits
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.processstate import ProcessState
-from harness.builders import make_pod, node
+from harness.builders import make_pod, node, sized_node, tenant
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
 
@@ -388,3 +388,16 @@ def test_a_job_short_of_gpus_books_again_once_gpus_are_freed():
     freed.join()
     assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
     assert kube.node_lists == 3  # the fresh inventory, the informer's list, the fresh inventory once freed
+
+
+def test_a_job_whose_free_gpus_lack_cpu_books_again_only_on_a_change():
+    """The followed free GPUs say a replacement fits (they count GPUs only), the booking
+    finds no node with the CPU for it: the job books once more as the free GPUs are first
+    listed, then not again while nothing changes (not at every recheck)."""
+    ends_at = time.monotonic() + 0.6  # a dozen rechecks (0.05 s each here)
+    kube = follower_kube([chief(), worker(0), tenant("n", cpu="1")], clock=RealClock(),
+                         chief_ends_when=lambda kube: time.monotonic() > ends_at)
+    kube.nodes["n"] = sized_node("n", 8, cpu="1")  # a 1-GPU pod asks 2 CPUs (--cpu-per-gpu)
+    outcome, _ = follow(kube)
+    assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == []
+    assert kube.writes(kind="Lease") == [names.LOCK_LEASE_NAME] * 4  # two bookings, each took and let go the Lease

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from distributetrain.core import names
-from distributetrain.manager.freegpus import FreeGpuWatch
 from test_lifecycle_story import PULLING, SETTINGS, UNSCHEDULABLE, UNSCHEDULED, ended, running, story  # noqa: F401
 
 
@@ -97,9 +96,7 @@ def test_an_autoscaler_that_refuses_for_good_ends_the_wait_at_once_in_its_words(
 def quick_waits(monkeypatch):
     """Real time, short: the wait for free GPUs after a release follows watches on threads of
     their own (``freegpus``), which move no fake clock. Its watches read the fake API."""
-    monkeypatch.setattr("distributetrain.manager.pretraining.FreeGpuWatch",
-                        lambda kube, settings, clock, **more: FreeGpuWatch(kube, settings, client=lambda same: same,
-                                                                           clock=clock, **more))
+    monkeypatch.setattr("distributetrain.manager.freegpus.waiting_client", lambda same: same)
     monkeypatch.setattr("distributetrain.manager.scaleup.RECHECK_S", 0.1)
     monkeypatch.setattr("distributetrain.manager.scaleup.NO_AUTOSCALER_WINDOW_S", 0.5)
 
