@@ -2,11 +2,13 @@
 pods for new nodes wait for them, bound there the attempt starts as any other; a job
 whose nodes never come exits 69 with what the autoscaler said, and leaves nothing."""
 
+import functools
 import json
 
 import pytest
 
 from distributetrain.core import names
+from distributetrain.manager import scaleup
 from distributetrain.manager.freegpus import FreeGpuWatch
 from test_lifecycle_story import PULLING, SETTINGS, UNSCHEDULABLE, UNSCHEDULED, ended, running, story  # noqa: F401
 
@@ -100,8 +102,8 @@ def quick_waits(monkeypatch):
     monkeypatch.setattr("distributetrain.manager.pretraining.FreeGpuWatch",
                         lambda kube, settings, clock, **more: FreeGpuWatch(kube, settings, client=lambda same: same,
                                                                            clock=clock, **more))
-    monkeypatch.setattr("distributetrain.manager.scaleup.RECHECK_S", 0.1)
-    monkeypatch.setattr("distributetrain.manager.scaleup.NO_AUTOSCALER_WINDOW_S", 0.5)
+    monkeypatch.setattr(scaleup, "wait_for_new_nodes", functools.partial(
+        scaleup.wait_for_new_nodes, recheck_s=0.1, no_autoscaler_window_s=0.5))
 
 
 def test_a_node_pool_at_its_limits_releases_the_pods_and_the_job_waits_for_free_gpus(story, quick_waits):
