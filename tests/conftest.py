@@ -6,12 +6,22 @@ and ``jobs`` submits manager pods there, so the manager always runs under exactl
 permissions users get.
 """
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 from kubernetes import client
+
+# With PYTHONDONTWRITEBYTECODE set (as in this project's shells) every run, on each xdist
+# worker and in each `python -m distributetrain` a test starts, compiled the package and
+# rewrote the asserts of every test module anew: seconds of each unit run. Their bytecode
+# goes to the project's cache instead, out of the tree.
+if sys.dont_write_bytecode:
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = str(Path.home() / ".cache/distributetrain/pycache")
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 sys.path.insert(0, str(Path(__file__).parent))
 # The checkout's localcluster project, as the checkout's distributetrain (the current

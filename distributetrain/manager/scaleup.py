@@ -13,7 +13,7 @@ read by ``startprogress``), so the wait ends as soon as it is known to be vain:
 - a final refusal (no node the autoscaler can add would ever hold a pod: its
   requirements, taints, instance types): the job fails at once, 69, in its words;
 - a refusal for now (a NodePool or node group at its limits, a cloud out of capacity),
-  or no autoscaler answering within ``NO_AUTOSCALER_WINDOW_S`` of the pods' being found
+  or no autoscaler answering within ``no_autoscaler_window_s`` of the pods' being found
   unschedulable: ``NodesNotComing``, and the job's loop releases every pod (its shares on
   running nodes would hold their GPUs idle meanwhile) and waits for free GPUs as a job
   without ``--scale-up-node-gpus`` does, for the rest of ``--wait-for-gpus``.
@@ -70,7 +70,9 @@ class Refused:
 
 @dataclass(frozen=True)
 class NoAutoscaler:
-    """No autoscaler said anything of the attempt's pods within NO_AUTOSCALER_WINDOW_S."""
+    """No autoscaler said anything of the attempt's pods within ``window_s``."""
+
+    window_s: float
 
 
 class NodesNotComing(errors.DistributeTrainError):
@@ -100,10 +102,11 @@ class _Answers:
     """What the autoscaler said of the attempt's pods (``StartWatch``'s Events), judged
     beside them: a refusal, or no answer at all long after the pods were found unschedulable."""
 
-    def __init__(self, watch: StartWatch, state: ProcessState, names: list[str]):
+    def __init__(self, watch: StartWatch, state: ProcessState, names: list[str], window_s: float):
         self.watch = watch
         self.clock = state.clock
         self.names = names
+        self.window_s = window_s
         self.unschedulable_since: float | None = None
 
     def judge(self, pods: Mapping[str, dict]) -> Refused | NoAutoscaler | None:
@@ -118,8 +121,8 @@ class _Answers:
         answered = any(startprogress.autoscaler_said(pods[name], said) is not None
                        for name in self.names if name in pods)
         if (self.watch.followed and not answered and self.unschedulable_since is not None
-                and self.clock.monotonic() - self.unschedulable_since >= NO_AUTOSCALER_WINDOW_S):
-            return NoAutoscaler()
+                and self.clock.monotonic() - self.unschedulable_since >= self.window_s):
+            return NoAutoscaler(self.window_s)
         return None
 
 
@@ -129,11 +132,13 @@ def _unschedulable(pod: Mapping) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or ())
 
 
-def wait_for_new_nodes(kube: Kube, state: ProcessState, plan: Plan, chief: str, workers: list[str]) -> Plan:
+def wait_for_new_nodes(kube: Kube, state: ProcessState, plan: Plan, chief: str, workers: list[str],
+                       recheck_s: float = RECHECK_S, no_autoscaler_window_s: float = NO_AUTOSCALER_WINDOW_S) -> Plan:
     """The attempt's plan once the cluster has added nodes for its scale-up pods; raise
     ``JobFailed`` (69) when ``--wait-for-gpus`` runs out first or the autoscaler refuses
-    for good, ``NodesNotComing`` when it refuses for now or none answers, ``AttemptLost`` when
-    a pod is lost."""
+    for good, ``NodesNotComing`` when it refuses for now or none answers within
+    ``no_autoscaler_window_s``, ``AttemptLost`` when a pod is lost. The pods are judged
+    again every ``recheck_s`` without a change of theirs (the autoscaler's Events come meanwhile)."""
     settings = state.settings
     added = scaleup.new_node_shares(plan)
     log.info("job %s: waiting up to %.0fs (--wait-for-gpus) for the cluster to add %d nodes for %s",
@@ -144,26 +149,26 @@ def wait_for_new_nodes(kube: Kube, state: ProcessState, plan: Plan, chief: str, 
     pod_waits = PodWaits(state.reporter, names, state.clock)  # why each pod waits, on the manager pod
     bound = all_bound(chief, workers, [share for _, share in plan])
     try:
-        with StartWatch(kube, settings, state.clock) as watch:
-            answers = _Answers(watch, state, names)
+        with StartWatch(kube, settings, state.clock, recheck_s) as watch:
+            answers = _Answers(watch, state, names, no_autoscaler_window_s)
 
             def judge(view: Mapping[str, dict]):
                 pod_waits.observe(view)
                 return bound(view) or answers.judge(view)
 
-            outcome, view = _watch(pods, judge, min(state.gpus_until, state.deadline), state, names)
+            outcome, view = _watch(pods, judge, min(state.gpus_until, state.deadline), recheck_s, state, names)
             why = _why(watch, view, outcome) if isinstance(outcome, podwaits.TimedOut) else ""
     finally:
         pod_waits.done()
     return _outcome(state, outcome, added, why)
 
 
-def _watch(pods: Informer, judge: podwaits.Judge, until: float, state: ProcessState,
+def _watch(pods: Informer, judge: podwaits.Judge, until: float, recheck_s: float, state: ProcessState,
            names: list[str]) -> tuple[podwaits.Outcome, Mapping[str, dict]]:
-    """``judge``'s outcome, judged on every change of the pods and every RECHECK_S (the
+    """``judge``'s outcome, judged on every change of the pods and every ``recheck_s`` (the
     autoscaler's Events come meanwhile), or ``TimedOut`` at ``until``; and the last view."""
     while True:
-        result = waits.judged(pods, judge, min(until, state.clock.monotonic() + RECHECK_S))
+        result = waits.judged(pods, judge, min(until, state.clock.monotonic() + recheck_s))
         view = result.pods
         # A wake with no change of the pods: time went on, Events may have come.
         outcome = result.outcome if isinstance(result, waits.Judged) else judge(view)
@@ -183,7 +188,7 @@ def _outcome(state: ProcessState, outcome, added: int, why: str) -> Plan:
     if isinstance(outcome, Refused):
         raise NodesNotComing(f"the cluster's autoscaler adds no node for the job's pods for now: {outcome}")
     if isinstance(outcome, NoAutoscaler):
-        note = (f"no autoscaler has answered for the job's pods within {NO_AUTOSCALER_WINDOW_S:.0f}s of the "
+        note = (f"no autoscaler has answered for the job's pods within {outcome.window_s:.0f}s of the "
                 "scheduler's finding no node for them")
         state.reporter.events.record(jobevents.WAITING_FOR_NODES, note)
         raise NodesNotComing(note)

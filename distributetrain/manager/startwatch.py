@@ -4,7 +4,7 @@ The job's pods are followed through ``waits``; beside them, the Events of the jo
 namespace tell which pods pull their image or await a new node (``startprogress``), and
 ``startbudget`` decides when the start is late: ``--worker-ready-timeout`` counts only
 time no slow start explains, and each slow start has its own bound. While one lasts, its
-pod's reason says for how long (refreshed every ``RECHECK_S``).
+pod's reason says for how long (refreshed every ``recheck_s``, ``RECHECK_S`` in the manager).
 
 Events are core/v1 ``events`` about pods (field selector ``involvedObject.kind=Pod``):
 the version the kubelet, Karpenter and the cluster autoscaler record with (client-go's
@@ -43,9 +43,10 @@ class StartWatch:
 
     refusal_logged = False  # one log line per manager process, not per wait
 
-    def __init__(self, kube: KubeApi, settings: JobSettings, clock: Clock):
+    def __init__(self, kube: KubeApi, settings: JobSettings, clock: Clock, recheck_s: float = RECHECK_S):
         self.settings = settings
         self.clock = clock
+        self.recheck_s = recheck_s
         self.events = Informer(kube, "events", settings.namespace,
                                selectors={"field_selector": startprogress.POD_EVENTS_SELECTOR},
                                keep=self._keep, clock=clock)
@@ -110,7 +111,7 @@ class StartWatch:
 
         while True:
             now = self.clock.monotonic()
-            wake = min(hard_deadline, now + RECHECK_S, budget.timeout_at(now), budget.stage_ends_at(slow))
+            wake = min(hard_deadline, now + self.recheck_s, budget.timeout_at(now), budget.stage_ends_at(slow))
             result = waits.judged(pods, account_then_judge, wake)
             view = result.pods
             # A wake with no change of the pods: time went on, Events may have come.

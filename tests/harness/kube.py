@@ -55,6 +55,7 @@ from distributetrain.core.clock import Clock, RealClock
 from distributetrain.kube import podwire
 from distributetrain.kube.api import KubeApi
 from harness.builders import MANAGER_POD, manager_pod
+from harness.waiting import Changes
 
 DELETED_AT = "2026-01-02T12:00:00Z"
 EVENT_WATCH_SPAN_S = 0.05  # real seconds an Event watch waits for what a test sends
@@ -108,6 +109,7 @@ class FakeKube(KubeApi):
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
         self.one_changed = threading.Condition(self.lock)  # anything written
+        self.changes = Changes()  # every call recorded (``actions``): what a test waits on (harness.waiting)
         self.events: list[dict] = []  # core/v1 Events of the job's namespace (the kubelet's about pods)
         # The tracker: every write of a watched kind, in order, as (resourceVersion, kind,
         # event type, object); a watch plays those after the version it starts from.
@@ -127,6 +129,7 @@ class FakeKube(KubeApi):
     def _act(self, verb: str, kind: str, name: str) -> None:
         self.actions.append((verb, kind, name))
         self.action_times.append(self.clock.monotonic())
+        self.changes.note()
 
     def when(self, verb: str, kind: str, name: str) -> float:
         """When (monotonic) that action was first taken."""

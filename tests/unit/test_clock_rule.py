@@ -9,6 +9,8 @@ process's entry makes a ``RealClock``.
 import ast
 from pathlib import Path
 
+from harness.sources import parsed
+
 PACKAGE = Path(__file__).resolve().parents[2] / "distributetrain"
 # Where reading the time directly is the point, each with why.
 READS_TIME = {
@@ -23,7 +25,7 @@ TIME_READS = {("time", "time"), ("time", "monotonic"), ("time", "sleep"), ("time
 
 
 def modules() -> list[tuple[str, ast.Module]]:
-    return [(str(path.relative_to(PACKAGE)), ast.parse(path.read_text(), str(path)))
+    return [(str(path.relative_to(PACKAGE)), parsed(path))
             for path in sorted(PACKAGE.rglob("*.py"))]
 
 

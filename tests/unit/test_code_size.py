@@ -10,6 +10,7 @@ from pathlib import Path
 
 import distributetrain
 import localcluster
+from harness.sources import walked
 
 PACKAGE_DIR = Path(distributetrain.__file__).parent
 LOCALCLUSTER_DIR = Path(localcluster.__file__).parent
@@ -27,9 +28,8 @@ def measured_files() -> list[Path]:
 
 
 def long_functions(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(), str(path))
     return [f"{path.relative_to(CHECKOUT)}:{node.lineno} {node.name} ({length} lines)"
-            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in walked(path) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             if (length := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import distributetrain
 import localcluster
+from harness.sources import walked
 
 PACKAGE = "distributetrain"
 PACKAGE_DIR = Path(distributetrain.__file__).parent
@@ -36,7 +37,7 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
     """Modules of the package that ``name`` imports (``from p import m`` counts m if it is a module)."""
     is_package = path.name == "__init__.py"
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in walked(path):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -145,7 +146,7 @@ def test_find_cycle_finds_one():
 def top_level_imports(path: Path) -> set[str]:
     """The top-level names of every absolute import in the file, inside functions too."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in walked(path):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level:

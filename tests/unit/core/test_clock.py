@@ -4,7 +4,7 @@ import threading
 import time
 
 from distributetrain.core.clock import FakeClock, RealClock
-from harness.polling import poll_until
+from harness.waiting import WatchedClock
 
 
 def test_a_fake_clock_moves_only_when_told():
@@ -33,10 +33,10 @@ def test_a_timed_wait_on_a_fake_clock_is_a_slice_of_real_time_that_moves_nothing
 
 
 def test_a_wait_on_a_fake_clock_ends_once_another_thread_advances_it_past_its_end():
-    clock, condition = FakeClock(), threading.Condition()
+    clock, condition = WatchedClock(), threading.Condition()
 
     def advance_once_waited_on():
-        poll_until(lambda: clock.waiters() == 1, 5, "a wait on the clock", interval_s=0.001)
+        clock.wait_for_waiters(1)
         clock.advance(29)
         clock.advance(1)
 
@@ -46,10 +46,10 @@ def test_a_wait_on_a_fake_clock_ends_once_another_thread_advances_it_past_its_en
 
 
 def test_a_wait_on_a_fake_clock_ends_when_what_it_waits_for_is_notified():
-    clock, condition, done = FakeClock(), threading.Condition(), threading.Event()
+    clock, condition, done = WatchedClock(), threading.Condition(), threading.Event()
 
     def notify_once_waited_on():
-        poll_until(lambda: clock.waiters() == 1, 5, "a wait on the clock", interval_s=0.001)
+        clock.wait_for_waiters(1)
         with condition:
             done.set()
             condition.notify_all()

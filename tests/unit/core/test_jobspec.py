@@ -11,6 +11,8 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 from distributetrain.cli import jobflags, main as cli
 from distributetrain.core import errors, jobspec, validation
 from distributetrain.core.settings import ELASTIC_MIN_GPUS, JobSettings, PvcMount, RuntimeClassTerms
+from harness import strategies
+from harness.strategies import LOWER
 
 REPO = Path(__file__).resolve().parents[3]
 ROW = re.compile(r"^\| `(--[a-z-]+)(?: ([^`]+))?` \| ([^|]+) \|")
@@ -59,7 +61,7 @@ def test_defaults_are_said_as_the_readme_says_them():
         "5m", "5m", "0s", "10m", "2", "8Gi")
 
 
-names = st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)
+names = strategies.names(first=LOWER, max_size=8)
 durations = st.one_of(st.integers(0, 10**6).map(float), st.floats(0, 10**7, allow_nan=False))
 tolerations = st.builds(
     lambda key, value, effect: validation.toleration(f"{key}{'' if value is None else '=' + value}"
@@ -107,11 +109,14 @@ def job_settings(draw) -> JobSettings:
     )
 
 
+PARSER = cli.build_parser()  # built once: parsing leaves it as it was, and building it was a third of each example
+
+
 @hypothesis_settings(max_examples=60, deadline=None)
 @given(job_settings())
 def test_settings_go_through_the_managers_arguments_unchanged(job):
     flags, script_args = jobflags.split_script_args(jobspec.to_args(job))
-    args = cli.build_parser().parse_args(["pre-training", *flags, "--job-name", "demo", "--namespace", "ml"])
+    args = PARSER.parse_args(["pre-training", *flags, "--job-name", "demo", "--namespace", "ml"])
     with pytest.MonkeyPatch.context() as env:  # a manager pod in namespace ml with no uid or address
         for variable in (jobflags.ENV_POD_UID, jobflags.ENV_POD_IP, jobflags.ENV_POD_NAME):
             env.delenv(variable, raising=False)

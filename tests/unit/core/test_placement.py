@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from distributetrain.core.placement import InsufficientGPUs, format_plan, parse_plan, plan, up_to
+from harness.strategies import names
 
 free_maps = st.dictionaries(
-    st.from_regex(r"node-[a-z0-9]{1,4}", fullmatch=True), st.integers(min_value=0, max_value=16), max_size=12
+    names("node-", min_size=1, max_size=4), st.integers(min_value=0, max_value=16), max_size=12
 )
 
 

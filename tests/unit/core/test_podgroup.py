@@ -8,9 +8,10 @@ from hypothesis import given, strategies as st
 
 from distributetrain.core import errors, inventory, manifests, names, podgroup, validation
 from distributetrain.core.settings import JobSettings
+from harness.strategies import names as name_strings
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=6, image="img:1")
-free_maps = st.dictionaries(st.from_regex(r"n[a-z0-9]{1,3}", fullmatch=True), st.integers(0, 8), max_size=6)
+free_maps = st.dictionaries(name_strings("n", min_size=1, max_size=3), st.integers(0, 8), max_size=6)
 
 
 def test_a_member_is_unpinned_gated_and_labelled_for_its_group():

@@ -6,8 +6,9 @@ from hypothesis import given, strategies as st
 from distributetrain.core import names, record
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
+from harness.strategies import DIGITS, LOWER, names as name_strings
 
-plans = st.lists(st.tuples(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True), st.integers(1, 16)),
+plans = st.lists(st.tuples(name_strings(first=LOWER, rest=LOWER + DIGITS + "-", max_size=10), st.integers(1, 16)),
                  min_size=1, max_size=6)
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=1200)
 
@@ -25,7 +26,7 @@ def pod_after(*changes: dict) -> dict:
 
 
 @given(plan=plans, attempt=st.integers(0, 50), used=st.integers(0, 50), cause=texts,
-       waiting=st.dictionaries(st.from_regex(r"job-worker-[0-9]", fullmatch=True), texts, max_size=3))
+       waiting=st.dictionaries(name_strings("job-worker-", first=DIGITS, max_size=0), texts, max_size=3))
 def test_what_the_manager_writes_reads_back(plan, attempt, used, cause, waiting):
     pod = pod_after(record.planned(plan), record.attempt(attempt), record.waiting(waiting),
                     record.restarting(used, cause, attempt + 1))

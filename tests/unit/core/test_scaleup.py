@@ -10,9 +10,10 @@ from distributetrain.core import awaitingpods, scaleup, topology
 from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import format_plan, parse_plan
 from distributetrain.core.settings import JobSettings
+from harness.strategies import names
 
 NEW = scaleup.NEW_NODE
-free_maps = st.dictionaries(st.from_regex(r"node-[a-z0-9]{1,3}", fullmatch=True),
+free_maps = st.dictionaries(names("node-", min_size=1, max_size=3),
                             st.integers(min_value=0, max_value=8), max_size=5)
 
 

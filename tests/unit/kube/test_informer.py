@@ -9,7 +9,7 @@ from distributetrain.core.clock import FakeClock
 from distributetrain.kube.informer import Change, DeadlineReached, Informer, Satisfied
 from harness.builders import make_pod
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import WatchedClock
 
 
 def pod(name, version="1", phase="Running", namespace="ns"):
@@ -164,12 +164,12 @@ def test_the_store_keeps_only_what_keep_returns_keyed_by_namespace_across_namesp
 
 def once_waiting(clock, then) -> None:
     """``then()`` once a thread waits on the clock (the test's own, in ``wait_until``)."""
-    poll_until(lambda: clock.waiters() > 0, 5, "a wait on the clock", interval_s=0.005)
+    clock.wait_for_waiters(1)
     then()
 
 
 def test_on_its_own_thread_a_wait_reads_the_live_store():
-    clock = FakeClock()
+    clock = WatchedClock()
     kube = FakeKube(pods=[pod("a")], clock=clock)
     release = threading.Event()
 
@@ -186,7 +186,7 @@ def test_on_its_own_thread_a_wait_reads_the_live_store():
 
 
 def test_on_its_own_thread_the_deadline_is_a_step_of_the_clock():
-    clock = FakeClock()
+    clock = WatchedClock()
     kube = FakeKube(pods=[pod("a")], clock=clock)
     kube.on_pod_watch = lambda fake, timeout_s: iter(())  # the watch ends at once, and resumes
     with pods_informer(kube, clock) as informer:

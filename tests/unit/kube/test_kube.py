@@ -2,6 +2,7 @@
 
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import urllib3
@@ -13,7 +14,7 @@ from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
 from distributetrain.kube.calls import call
 from distributetrain.kube.client import Kube
-from distributetrain.kube.connection import ApiTimeouts, TimedRestClient, make_api_client
+from distributetrain.kube.connection import API_CONCURRENCY, ApiTimeouts, TimedRestClient, make_api_client
 
 
 def forbidden() -> ApiException:
@@ -72,23 +73,37 @@ def test_forbidden_long_after_an_outage_is_final():
     assert len(calls) == 1
 
 
-def test_concurrent_calls_return_in_order_and_stop_at_the_first_error():
+def test_concurrent_calls_return_in_order_and_stop_at_the_first_error(monkeypatch):
     assert Kube._concurrently(lambda item: item * 2, [0, 1, 2]) == [0, 2, 4]
-    # Items 0-2 are in flight when item 3 fails (they go on once it has), the rest wait.
-    failed, started, finished = threading.Event(), [], []
+    # Items 0-2 are in flight when item 3 fails (they go on once it has); every later item
+    # that gets a thread holds it until the caller has dropped the rest, so the rest are
+    # dropped however the threads are scheduled.
+    failed, dropped, started, finished, futures = threading.Event(), threading.Event(), [], [], []
+
+    def on_done(future):
+        if future.cancelled() and all(each.done() or each.running() for each in futures):
+            dropped.set()  # the caller has cancelled every call not started
+
+    class Pool(ThreadPoolExecutor):
+        def submit(self, *args, **kwargs):
+            futures.append(super().submit(*args, **kwargs))
+            futures[-1].add_done_callback(on_done)
+            return futures[-1]
+
+    monkeypatch.setattr("distributetrain.kube.client.ThreadPoolExecutor", Pool)
 
     def operation(item):
         started.append(item)
         if item == 3:
             failed.set()
             raise errors.NotFound("three")
-        assert failed.wait(5), "item 3 never ran beside the first ones"
+        assert (failed if item < 3 else dropped).wait(60), "the caller never went on"
         finished.append(item)
 
     with pytest.raises(errors.NotFound):
         Kube._concurrently(operation, range(100))
     # Nothing runs behind the caller: every call started has returned and the pool's threads are gone.
-    assert sorted(finished) == sorted(set(started) - {3}) and len(started) < 100
+    assert sorted(finished) == sorted(set(started) - {3}) and len(started) <= 3 + 1 + API_CONCURRENCY
     assert not [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")]
 
 

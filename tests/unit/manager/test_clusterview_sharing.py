@@ -13,7 +13,7 @@ from distributetrain.core.clusterview import ClusterView
 from distributetrain.manager import clusterview
 from harness.builders import JOB, make_node
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import wait_until
 
 NODES = [make_node("a").gpus(8).obj(), make_node("b").gpus(4).obj()]
 VIEW = clusterview.VIEW_NAME
@@ -51,7 +51,8 @@ def test_while_another_manager_surveys_the_others_wait_for_its_survey():
     got: list[ClusterView] = []
     waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB, kube.clock)), daemon=True)
     waiting.start()
-    poll_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, 5, "the manager waiting on the ConfigMap")
+    wait_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, kube.changes, 5,
+               "the manager waiting on the ConfigMap")
     theirs = ClusterView(taken_at=kube.clock.now(), nodes=[{"metadata": {"name": "theirs", "labels": {}}}])
     kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": VIEW, "namespace": "default"},
                  "binaryData": {clusterview.DATA_KEY: base64.b64encode(theirs.encode()).decode()}})
@@ -68,7 +69,8 @@ def test_a_survey_another_manager_began_before_one_asked_is_waited_out_then_take
     got: list[ClusterView] = []
     waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB, kube.clock)), daemon=True)
     waiting.start()
-    poll_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, 5, "the manager waiting on the ConfigMap")
+    wait_until(lambda: ("watch", "ConfigMap", VIEW) in kube.actions, kube.changes, 5,
+               "the manager waiting on the ConfigMap")
     kube.other_leases[VIEW]["spec"]["holderIdentity"] = None  # the surveyor publishes and lets go
     kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": VIEW, "namespace": "default"},
                  "binaryData": {clusterview.DATA_KEY: base64.b64encode(begun_before.encode()).decode()}})

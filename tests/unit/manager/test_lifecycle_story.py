@@ -1,6 +1,7 @@
 """A whole job (pre- and post-training) on an in-memory API: the Events it records on
 the manager pod, in order, and what it says about pods that wait."""
 
+import functools
 import json
 import socket
 
@@ -11,7 +12,8 @@ from distributetrain.core.clock import FakeClock, RealClock
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
-from distributetrain.manager import clusterview, job, lifecycle, podwaits
+from distributetrain.manager import (clusterview, job, lifecycle, podwaits, posttraining, pretraining,
+                                     startwatch)
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -500,11 +502,18 @@ def slow_pull_story(worker_pulled, chief_pulled, waits_s=5):
             [("demo-chief", ended(0))]]
 
 
-def test_image_pulls_longer_than_the_worker_ready_timeout_are_progress_not_failure(story, monkeypatch):
+@pytest.fixture
+def quick_rechecks(monkeypatch):
+    """Real time, short: a slow start's reason refreshed every 0.2 s (each ``None`` of
+    ``slow_pull_story``), by every phase that waits for pods to start."""
+    for phase in (pretraining, posttraining):
+        monkeypatch.setattr(phase, "StartWatch", functools.partial(startwatch.StartWatch, recheck_s=0.2))
+
+
+def test_image_pulls_longer_than_the_worker_ready_timeout_are_progress_not_failure(story, quick_rechecks):
     """A 6-minute pull on each fresh node with a 5-minute timeout, scaled down: the
     pulls pause --worker-ready-timeout, show in the waiting annotation with their time so
     far, are recorded once per pod, and the job trains and exits 0."""
-    monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, kube = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
                                  settings=SLOW_PULL_SETTINGS, events=pulls, real_time=True)
@@ -521,8 +530,8 @@ def test_image_pulls_longer_than_the_worker_ready_timeout_are_progress_not_failu
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
 
 
-def test_without_the_events_rule_a_pull_counts_against_the_timeout_as_before(story, monkeypatch, caplog):
-    monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
+def test_without_the_events_rule_a_pull_counts_against_the_timeout_as_before(story, quick_rechecks, monkeypatch,
+                                                                             caplog):
     monkeypatch.setattr("distributetrain.manager.startwatch.StartWatch.refusal_logged", False)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
@@ -533,8 +542,7 @@ def test_without_the_events_rule_a_pull_counts_against_the_timeout_as_before(sto
     assert "cannot follow the Events of its pods" in caplog.text and "events list and watch" in caplog.text
 
 
-def test_an_image_pull_past_its_own_bound_releases_the_attempt_saying_so(story, monkeypatch):
-    monkeypatch.setattr("distributetrain.manager.startwatch.RECHECK_S", 0.2)
+def test_an_image_pull_past_its_own_bound_releases_the_attempt_saying_so(story, quick_rechecks):
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
                               settings=SLOW_PULL_SETTINGS.replace(image_pull_timeout_s=0.5), events=pulls,

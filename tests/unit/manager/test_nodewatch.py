@@ -16,7 +16,7 @@ from distributetrain.manager.nodewatch import NodeClocks, NodeWatch, node_health
 from distributetrain.manager.reporting import Reporter
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import wait_until
 
 UNKNOWN = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
            "message": "Kubelet stopped posting node status."}
@@ -341,5 +341,5 @@ def test_on_its_thread_the_watch_acts():
     with watch:
         del kube.nodes["a"]
         kube.break_node_watch(errors.Gone("too old resource version"))
-        poll_until(lambda: deleted(kube), 5, "the pod on the deleted node to be deleted", interval_s=0.01)
+        wait_until(lambda: deleted(kube), kube.changes, 5, "the pod on the deleted node to be deleted")
     assert [(pod, why) for _, pod, why in deleted(kube)] == [("demo-worker-0", "its node a was deleted")]

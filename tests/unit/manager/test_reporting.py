@@ -11,7 +11,7 @@ from distributetrain.manager import jobevents
 from distributetrain.manager.reporting import PodWaits, Reporter
 from harness.events import recording
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import WatchedClock, wait_until
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1")
 UNSCHEDULABLE = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
@@ -84,19 +84,20 @@ def test_each_change_is_reported_once(caplog):
 
 
 def test_the_annotation_is_written_in_the_background_newest_first_at_most_once_per_interval():
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), WatchedClock()
     waits = PodWaits(Reporter(kube, SETTINGS, recording(SETTINGS, clock)[0]), ["demo-worker-0"], clock,
                      write_interval_s=1.0)
     waits.observe({"demo-worker-0": worker("demo-worker-0")})
-    poll_until(lambda: clock.waiters() == 1, 5, "the writer waiting out its interval", interval_s=0.005)
+    clock.wait_for_waiters(1)  # the writer waiting out its interval
     assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"}]  # at once
     waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1")})
     waits.observe({"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})})
     clock.advance(0.9)
     assert len(patches(kube)) == 1  # within the interval: not yet
     clock.advance(0.1)
-    poll_until(lambda: len(patches(kube)) == 2 and clock.waiters() == 1, 5, "the newest change written once",
-               interval_s=0.005)
+    # The writer's patch, then its next wait on the clock.
+    wait_until(lambda: len(patches(kube)) == 2 and clock.waiters() == 1, clock.changes, 5,
+               "the newest change written once")
     assert waiting_annotations(kube)[-1] == {"demo-worker-0": "container worker: ContainerCreating"}
     waits.done()  # the end of the wait writes its newest state at once, its clock still: nothing waits any more
     assert waiting_annotations(kube) == [{"demo-worker-0": "waiting for the scheduler"},

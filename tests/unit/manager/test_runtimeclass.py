@@ -6,6 +6,7 @@ import logging
 import pytest
 
 from distributetrain.core import errors, exitcodes
+from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings, RuntimeClassTerms
 from distributetrain.manager import lifecycle, runtimeclass
 from harness.builders import MANAGER_POD
@@ -19,7 +20,9 @@ KATA = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"na
 
 
 def with_runtime_class(obj=KATA):
-    kube = FakeKube()
+    # On a fake clock: the job's Events, which no API here takes, are retried up to their
+    # deadline, a step of the clock rather than seconds of real time.
+    kube = FakeKube(clock=FakeClock())
     if obj:
         kube.custom[("runtimeclasses", None, obj["metadata"]["name"])] = obj
     return kube

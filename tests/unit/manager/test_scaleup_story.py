@@ -2,11 +2,13 @@
 pods for new nodes wait for them, bound there the attempt starts as any other; a job
 whose nodes never come exits 69 with what the autoscaler said, and leaves nothing."""
 
+import functools
 import json
 
 import pytest
 
 from distributetrain.core import names
+from distributetrain.manager import scaleup
 from test_lifecycle_story import PULLING, SETTINGS, UNSCHEDULABLE, UNSCHEDULED, ended, running, story  # noqa: F401
 
 
@@ -97,8 +99,8 @@ def quick_waits(monkeypatch):
     """Real time, short: the wait for free GPUs after a release follows watches on threads of
     their own (``freegpus``), which move no fake clock. Its watches read the fake API."""
     monkeypatch.setattr("distributetrain.manager.freegpus.waiting_client", lambda same: same)
-    monkeypatch.setattr("distributetrain.manager.scaleup.RECHECK_S", 0.1)
-    monkeypatch.setattr("distributetrain.manager.scaleup.NO_AUTOSCALER_WINDOW_S", 0.5)
+    monkeypatch.setattr(scaleup, "wait_for_new_nodes", functools.partial(
+        scaleup.wait_for_new_nodes, recheck_s=0.1, no_autoscaler_window_s=0.5))
 
 
 def test_a_node_pool_at_its_limits_releases_the_pods_and_the_job_waits_for_free_gpus(story, quick_waits):
