@@ -5,14 +5,13 @@ shortage at its deadline."""
 import threading
 
 from distributetrain.core import names, placement
-from distributetrain.core.clock import FakeClock
 from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager import booking, placing
 from distributetrain.manager.kinds import ElasticJob, StaticJob
 from harness.builders import ledger_of, make_pod, node
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import WatchedClock, wait_until
 
 JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=4, image="reg/base:1")
 
@@ -51,7 +50,8 @@ def booking_story(kube, until):
 
     thread = threading.Thread(target=book, daemon=True)
     thread.start()
-    poll_until(lambda: free_gpus.watch is not None and kube.clock.waiters() > 0, 20, "the booking waiting")
+    wait_until(lambda: free_gpus.watch is not None and kube.clock.waiters() > 0, kube.clock.changes, 20,
+               "the booking waiting")
     return thread, outcome
 
 
@@ -60,7 +60,7 @@ def lease_writes(kube):
 
 
 def test_short_of_gpus_a_booking_waits_for_a_change_and_books_once_they_are_freed():
-    kube = FakeKube([node("a", 2)], [holder(2)], clock=FakeClock())
+    kube = FakeKube([node("a", 2)], [holder(2)], clock=WatchedClock())
     thread, outcome = booking_story(kube, until=kube.clock.monotonic() + 600)
     assert lease_writes(kube) == 2 and kube.node_lists == 2  # one booking, then the free GPUs' list
     kube.remove(holder(2))
@@ -70,7 +70,7 @@ def test_short_of_gpus_a_booking_waits_for_a_change_and_books_once_they_are_free
 
 
 def test_at_its_deadline_a_booking_returns_the_shortage():
-    kube = FakeKube([node("a", 2)], [holder(1)], clock=FakeClock())
+    kube = FakeKube([node("a", 2)], [holder(1)], clock=WatchedClock())
     thread, outcome = booking_story(kube, until=kube.clock.monotonic() + 600)
     kube.clock.advance(600)
     thread.join(20)
