@@ -38,10 +38,11 @@ its rules rather than act on one not-Ready report:
 
 When a node is lost, the manager deletes the job's pods on it itself, with the reason on
 each. The pod watch then sees them go like any lost pod: a restart, a shrink
-(``--elastic``) or exit 71. The Nodes are watched on a thread beside the pod watch, from
-the workers' creation to the chief's end; the thread also wakes when a window or a
-taint's wait runs out, so a verdict due with no new node event is acted on within about
-a second.
+(``--elastic``) or exit 71. The Nodes are followed by the process's one Node informer
+(``kube.sharedinformers``: an elastic job short of GPUs follows them for its free GPUs
+too), from the workers' creation to the chief's end, and judged on a thread beside the
+pod watch; the thread also wakes when a window or a taint's wait runs out, so a verdict
+due with no new node event is acted on within about a second.
 """
 
 from __future__ import annotations
