@@ -19,7 +19,7 @@ Arms: *after*, this tree's ``distributetrain``; *before*, that of ``--before`` (
 ``BEFORE_REV``: two Node informers, the free GPUs' holding each node's part), extracted with
 ``git archive`` and found first on the module path.
 
-Run: ``python -m bench.informer_memory`` (about 3 minutes, CPU-bound, one core).
+Run: ``python -m bench.informer_memory`` (10 to 30 minutes, CPU-bound, one core).
 """
 
 from __future__ import annotations
@@ -213,8 +213,8 @@ def run_process(code: Path, pods: int) -> dict:
 
 def table(runs: list[dict]) -> str:
     rows = [[run["arm"], f"{run['nodes']:,}", f"{run['pods']:,}", run["peak_extra_mib"], run["held_extra_mib"],
-             run["lists"]["nodes"], run["seconds"]] for run in runs]
-    return report.markdown_table(["arm", "nodes", "GPU pods", "peak MiB", "held MiB", "Node lists", "s to list"], rows)
+             run["lists"]["nodes"]] for run in runs]
+    return report.markdown_table(["arm", "nodes", "GPU pods", "peak MiB", "held MiB", "Node lists"], rows)
 
 
 def main(argv: list[str] | None = None) -> None:

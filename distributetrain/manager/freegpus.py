@@ -21,6 +21,7 @@ holding the Lease sees every booking made before it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -211,7 +212,8 @@ class FreeGpuWatch:
     """While open, follows the free GPUs of the job's candidate nodes (a context manager).
 
     Two informers, of the nodes and of the pods holding GPUs (every namespace), each on a
-    thread of its own, list once and then watch; every change to the ledger adds one to
+    thread of its own and shared with the process's other users of the kind
+    (``kube.sharedinformers``: the node watch), list once and then watch; every change to the ledger adds one to
     ``generation``. ``fits()`` says whether the request fits now, and ``wait_until_fits``
     waits for a change that makes it fit. A permission missing for the list or the watch
     is raised by either, in the manager's thread.
@@ -237,7 +239,8 @@ class FreeGpuWatch:
         # (``projections.watched_node``), a pod's claim on GPUs (most pods have none, and are
         # not kept), so the memory is the ledger's, not the cluster's. A watch with the lists'
         # selector reports a pod that ends as DELETED.
-        follow = dict(clock=clock, client=client or waiting_client, relist_delay_s=RELIST_DELAY_S,
+        # One client of its own for the informers this watch is the first to open.
+        follow = dict(clock=clock, client=functools.cache(client or waiting_client), relist_delay_s=RELIST_DELAY_S,
                       thread_span_s=WATCH_SPAN_S)
         # DRA GPUs: a node's part changes with its slices too; the slices first, so claims
         # find their nodes' devices.
