@@ -10,7 +10,6 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.core.inventory import node_gpus, pod_claim
 from distributetrain.core.projections import GpuPodClaims, watched_node
-from distributetrain.core.settings import JobSettings
 from distributetrain.kube.informer import Informer
 from distributetrain.manager.freegpus import LedgerParts
 from distributetrain.manager.nodewatch import UNREACHABLE_TAINT, node_health
