@@ -113,6 +113,10 @@ class Informer:
         the informer's thread ending with ``failure``)."""
         self._handlers.append(handler)
 
+    def remove_handler(self, handler: Handler) -> None:
+        with self.changed:
+            self._handlers.remove(handler)
+
     # -- on a thread of its own ------------------------------------------------------------
     def __enter__(self) -> Informer:
         self._thread = threading.Thread(target=self._follow, name=f"informer-{self.kind}", daemon=True)
@@ -232,6 +236,6 @@ class Informer:
         self._hand_on(change)
 
     def _hand_on(self, changes: list[Change]) -> None:
-        for handler in self._handlers:
+        for handler in list(self._handlers):
             handler(changes)
         self.changed.notify_all()

@@ -21,6 +21,7 @@ holding the Lease sees every booking made before it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 from distributetrain.core import dracounting, placement
 from distributetrain.core.clock import Clock
-from distributetrain.core.clusterview import slim_node
+from distributetrain.core.projections import GpuPodClaims, watched_node
 from distributetrain.core.dracounting import ClassSelector, DeviceId
 from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim, node_gpus, pod_claim
 from distributetrain.core.settings import JobSettings
@@ -36,7 +37,8 @@ from distributetrain.core.volumeclaims import JobClaims
 from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import make_api_client
-from distributetrain.kube.informer import Change, Informer
+from distributetrain.kube.informer import Change, keep_whole
+from distributetrain.kube.sharedinformers import Subscription
 
 # Each watch request of a waiting manager lasts this long (the manager's own watches: 4 s,
 # so a stalled connection hides a worker's loss briefly). A wait lasts minutes, and a
@@ -174,7 +176,7 @@ class DraParts:
     selected: dict[str, set[DeviceId]] = field(default_factory=dict)  # by node: its devices of the class
     claims: dict[str, tuple[DeviceId, ...]] = field(default_factory=dict)  # by namespace/name
     taken: Counter = field(default_factory=Counter)  # by node: its devices of the class claims hold
-    nodes: dict[str, Mapping] = field(default_factory=dict)  # as kept (``slim_node``): to make their parts again
+    nodes: dict[str, Mapping] = field(default_factory=dict)  # as kept (``watched_node``): to make their parts again
 
     def apply_slice(self, name: str, resource_slice: Mapping | None) -> set[str]:
         """The nodes whose devices of the class changed."""
@@ -210,7 +212,8 @@ class FreeGpuWatch:
     """While open, follows the free GPUs of the job's candidate nodes (a context manager).
 
     Two informers, of the nodes and of the pods holding GPUs (every namespace), each on a
-    thread of its own, list once and then watch; every change to the ledger adds one to
+    thread of its own and shared with the process's other users of the kind
+    (``kube.sharedinformers``: the node watch), list once and then watch; every change to the ledger adds one to
     ``generation``. ``fits()`` says whether the request fits now, and ``wait_until_fits``
     waits for a change that makes it fit. A permission missing for the list or the watch
     is raised by either, in the manager's thread.
@@ -231,37 +234,40 @@ class FreeGpuWatch:
         self.generation = 0  # changes to the ledger so far
         self.clock = clock
         self._changed = threading.Condition()
-        waiting = (client or waiting_client)(kube)
-        follow = dict(clock=clock, relist_delay_s=RELIST_DELAY_S, thread_span_s=WATCH_SPAN_S)
-        # Each store keeps what the ledger reads: a node's part, a pod's claim on GPUs (most
-        # pods have none, and are not kept), so the memory is the ledger's, not the cluster's.
-        # A watch with the lists' selector reports a pod that ends as DELETED.
-        self.pods = Informer(waiting, "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
-                             keep=self.parts.claim, **follow)
-        self.pods.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_claim(c.old, c.new)))
-        if device_class is None:
-            self.nodes = Informer(waiting, "nodes", keep=self.parts.node_part, **follow)
-            self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_node_part(c.key, c.new)))
-            self._informers: tuple[Informer, ...] = (self.nodes, self.pods)
-            return
-        # DRA GPUs: a node's part changes with its slices too, so the node is kept (slim) to
-        # make its part again; the slices first, so claims find their nodes' devices.
-        self.nodes = Informer(waiting, "nodes", keep=slim_node, **follow)
-        self.nodes.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_kept_node(c.key, c.new)))
-        slices = Informer(waiting, dra.SLICES, **follow)
-        claims = Informer(waiting, dra.CLAIMS, keep=slim_claim, **follow)
-        slices.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_slice(c.key, c.new)))
-        claims.add_handler(lambda changes: self._apply(changes, lambda c: self.parts.apply_device_claim(c.key, c.new)))
-        self._informers = (slices, claims, self.nodes, self.pods)
+        # The process's informers (shared: the node watch follows the same Nodes), each on
+        # a thread of its own. Each keeps what the ledger reads: a node's cut
+        # (``projections.watched_node``), a pod's claim on GPUs (most pods have none, and are
+        # not kept), so the memory is the ledger's, not the cluster's. A watch with the lists'
+        # selector reports a pod that ends as DELETED.
+        # One client of its own for the informers this watch is the first to open.
+        follow = dict(clock=clock, client=functools.cache(client or waiting_client), relist_delay_s=RELIST_DELAY_S,
+                      thread_span_s=WATCH_SPAN_S)
+        # DRA GPUs: a node's part changes with its slices too; the slices first, so claims
+        # find their nodes' devices.
+        dra_kinds = () if device_class is None else ((dra.SLICES, keep_whole, self.parts.apply_slice),
+                                                     (dra.CLAIMS, slim_claim, self.parts.apply_device_claim))
+        self._subscriptions: list[Subscription] = []
+        for kind, keep, apply in (*dra_kinds, ("nodes", watched_node, self.parts.apply_kept_node)):
+            self._follow(Subscription(kube, kind, keep=keep, **follow), lambda c, apply=apply: apply(c.key, c.new))
+        self.nodes = self._subscriptions[-1].informer
+        pods = Subscription(kube, "pods", selectors={"field_selector": ACTIVE_PODS_SELECTOR},
+                            keep=GpuPodClaims(settings.gpu_resource), **follow)
+        self._follow(pods, lambda c: self.parts.apply_claim(c.old, c.new))
+        self.pods = pods.informer
+        self._informers = tuple(subscription.informer for subscription in self._subscriptions)
+
+    def _follow(self, subscription: Subscription, apply: Callable[[Change], bool]) -> None:
+        self._subscriptions.append(subscription)
+        subscription.add_handler(lambda changes: self._apply(changes, apply))
 
     def __enter__(self) -> FreeGpuWatch:
-        for informer in self._informers:
-            informer.__enter__()
+        for subscription in self._subscriptions:
+            subscription.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for informer in self._informers:
-            informer.__exit__(*exc_info)
+        for subscription in self._subscriptions:
+            subscription.close()
 
     def fits(self) -> bool | None:
         """Whether the request fits the followed ledger now; None until both lists are in."""

@@ -38,10 +38,11 @@ its rules rather than act on one not-Ready report:
 
 When a node is lost, the manager deletes the job's pods on it itself, with the reason on
 each. The pod watch then sees them go like any lost pod: a restart, a shrink
-(``--elastic``) or exit 71. The Nodes are watched on a thread beside the pod watch, from
-the workers' creation to the chief's end; the thread also wakes when a window or a
-taint's wait runs out, so a verdict due with no new node event is acted on within about
-a second.
+(``--elastic``) or exit 71. The Nodes are followed by the process's one Node informer
+(``kube.sharedinformers``: an elastic job short of GPUs follows them for its free GPUs
+too), from the workers' creation to the chief's end, and judged on a thread beside the
+pod watch; the thread also wakes when a window or a taint's wait runs out, so a verdict
+due with no new node event is acted on within about a second.
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ from dataclasses import dataclass
 from distributetrain.core import errors, podstate
 from distributetrain.core.clock import Clock
 from distributetrain.core.inventory import node_not_ready
+from distributetrain.core.projections import watched_node
 from distributetrain.core.settings import NODE_LOST_TOLERATION_S, JobSettings
 from distributetrain.kube.api import KubeApi
-from distributetrain.kube.informer import Change, Informer
+from distributetrain.kube.informer import Change
+from distributetrain.kube.sharedinformers import Subscription
 from distributetrain.manager import jobevents
 from distributetrain.manager.reporting import Reporter
 from distributetrain.manager.teardown import delete_because
@@ -227,8 +230,9 @@ def pods_to_delete(pods: list[dict]) -> list[str]:
 class NodeWatch:
     """While open, deletes the job's pods on any node that is lost (a context manager).
 
-    An informer of the Nodes feeds ``clocks``; its thread (or ``run_until``, inline) also
-    wakes when a verdict falls due with no node event."""
+    The process's Node informer (shared: the free GPUs follow the same one) feeds
+    ``clocks``; the watch's own thread (or ``run_until``, inline) acts after each change,
+    and wakes when a verdict falls due with no node event."""
 
     def __init__(self, kube: KubeApi, settings: JobSettings, reporter: Reporter, clock: Clock,
                  toleration_s: float | None = None):
@@ -238,22 +242,26 @@ class NodeWatch:
         self.clock = clock
         # The job pods' own toleration (--node-lost-toleration) unless a test says otherwise.
         self.clocks = NodeClocks(settings.node_lost_toleration_s if toleration_s is None else toleration_s)
-        # The store keeps what the rule reads of each node (``node_health``), not the Node.
-        self.nodes = Informer(kube, "nodes", keep=node_health, clock=clock, relist_delay_s=RELIST_DELAY_S)
-        self.nodes.add_handler(self._seen)
+        self._subscription = Subscription(kube, "nodes", keep=watched_node, clock=clock,
+                                          relist_delay_s=RELIST_DELAY_S, thread_span_s=WATCH_SPAN_S)
+        self.nodes = self._subscription.informer
+        self._subscription.add_handler(self._seen)
         self._recheck_at: float | None = None  # when a verdict falls due with no node event
+        self._changed = False  # nodes changed since the last pass acted
         self._stop = threading.Event()
         self._handled: set[str] = set()  # lost nodes already acted on; forgotten once not lost
         self._thread = threading.Thread(target=self._run, name="node-watch", daemon=True)
 
     def __enter__(self) -> NodeWatch:
+        self._subscription.__enter__()
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        # Not joined: its current watch call ends within WATCH_SPAN_S, and it acts on
-        # nothing once told to stop (teardown owns the pods from here).
+        # Not joined: it waits WATCH_SPAN_S at most, and acts on nothing once told to
+        # stop (teardown owns the pods from here).
         self._stop.set()
+        self._subscription.close()
 
     def _run(self) -> None:
         try:
@@ -264,18 +272,13 @@ class NodeWatch:
             log.error("cannot watch nodes (%s): a lost node is noticed only when its pods are evicted", e)
 
     def run_until(self, until: float) -> None:
-        """Follow the nodes and act on their verdicts until ``until`` (of the clock) or told to stop."""
+        """Follow the nodes and act on their verdicts until ``until`` (of the clock) or told
+        to stop; inline, this drives the informer unless it runs on its thread."""
         while not self._stop.is_set() and (now := self.clock.monotonic()) < until:
             wake_at = min(until, now + WATCH_SPAN_S)
             if self._recheck_at is not None:  # a verdict falls due with no node event: wake for it
                 wake_at = min(wake_at, max(self._recheck_at, now + RECHECK_MIN_S))
-
-            def woken(_: object) -> bool | None:
-                # A verdict due before this watch call ends: watch again, shorter.
-                due_sooner = self._recheck_at is not None and self._recheck_at < wake_at
-                return True if self._stop.is_set() or due_sooner else None
-
-            self.nodes.drive(wake_at, woken)
+            self.nodes.wait_until(lambda _: True if self._stop.is_set() or self._changed else None, wake_at)
             try:
                 self._recheck_at = self._act()
             except errors.TransientApiError as e:
@@ -283,13 +286,16 @@ class NodeWatch:
                 self.clock.sleep(RELIST_DELAY_S)
 
     def _seen(self, changes: Sequence[Change]) -> None:
-        """A list's differences or one event (None: deleted); then act on what is due."""
-        self.clocks.seen({change.key: change.new for change in changes}, self.clock.monotonic())
-        self._recheck_at = self._act()
+        """A list's differences or one event (None: deleted), in the informer's thread."""
+        now = self.clock.monotonic()
+        self.clocks.seen({change.key: node_health(change.new) if change.new else None for change in changes}, now)
+        self._changed = self._changed or bool(changes)
 
     def _act(self) -> float | None:
         """Delete the job's pods on nodes newly lost; when to look again."""
-        verdicts = self.clocks.lost(self.clock.monotonic())
+        with self.nodes.changed:  # the informer's thread updates the clocks
+            self._changed = False
+            verdicts = self.clocks.lost(self.clock.monotonic())
         self._handled &= set(verdicts.lost)  # not lost any more: a later loss is acted on anew
         new = {name: why for name, why in verdicts.lost.items() if name not in self._handled}
         if not new or self._stop.is_set():
@@ -308,7 +314,8 @@ class NodeWatch:
                 log.error("job %s: could not delete the pods on lost node %s: %s", settings.job_name, node, e)
             self._handled.add(node)
             if why == "was deleted":
-                self.clocks.forget(node)
+                with self.nodes.changed:
+                    self.clocks.forget(node)
         return verdicts.recheck_at
 
     def _delete(self, node: str, why: str, doomed: list[str]) -> None:

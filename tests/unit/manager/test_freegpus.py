@@ -10,7 +10,8 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.core import errors
 from distributetrain.core.clock import Clock, FakeClock, RealClock
-from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, NodeGpus, PodClaim
+from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, PodClaim
+from distributetrain.core.projections import watched_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.informer import Informer
@@ -243,5 +244,5 @@ def test_the_followed_stores_keep_the_ledger_s_parts_not_the_objects(monkeypatch
     with FreeGpuWatch(kube, JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i"), kube.clock) as watch:
         poll_until(lambda: watch.free() is not None, 10, "both lists in")
     assert watch.free() == {"a": 8, "b": 6}
-    assert {name: type(part) for name, part in watch.nodes.store.items()} == {"a": NodeGpus, "b": NodeGpus}
+    assert watch.nodes.store == {"a": watched_node(node("a", 8)), "b": watched_node(node("b", 8))}
     assert list(watch.pods.store.values()) == [PodClaim("training", "b", 2)]
