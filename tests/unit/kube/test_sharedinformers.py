@@ -5,10 +5,16 @@ informer stops with its last user."""
 from distributetrain.core.clock import RealClock
 from distributetrain.core.projections import watched_node
 from distributetrain.kube import sharedinformers
+from distributetrain.kube.informer import Satisfied
 from distributetrain.kube.sharedinformers import Subscription
 from harness.builders import node
 from harness.kube import FakeKube
-from harness.polling import poll_until
+
+
+def wait_for(informer, condition) -> None:
+    """Until ``condition()`` holds after a change the informer handed on (listed, an event)."""
+    outcome = informer.wait_until(lambda store: True if condition() else None, informer.clock.monotonic() + 5)
+    assert isinstance(outcome, Satisfied), outcome
 
 
 def kinds_seen(batches):
@@ -20,14 +26,14 @@ def test_two_users_of_the_nodes_share_one_list_and_one_watch():
     first, second = [], []
     with Subscription(kube, "nodes", keep=watched_node, clock=kube.clock) as one:
         one.add_handler(first.append)
-        poll_until(lambda: one.informer.synced, 5, "the nodes listed")
+        wait_for(one.informer, lambda: True)
         with Subscription(kube, "nodes", keep=watched_node, clock=kube.clock) as other:
             other.add_handler(second.append)
             assert other.informer is one.informer
             # Joining late, it is handed what the informer holds.
             assert kinds_seen(second) == [("ADDED", "a"), ("ADDED", "b")]
             kube.put(node("c"))
-            poll_until(lambda: len(second) == 2, 5, "the new node handed on")
+            wait_for(one.informer, lambda: len(second) == 2)
             assert kinds_seen(second[1:]) == [("ADDED", "c")]
     assert kinds_seen(first) == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
     assert kube.node_lists == 1
@@ -36,11 +42,11 @@ def test_two_users_of_the_nodes_share_one_list_and_one_watch():
 def test_the_last_user_leaving_stops_the_informer_and_the_next_lists_afresh():
     kube = FakeKube([node("a")], clock=RealClock())
     with Subscription(kube, "nodes", keep=watched_node, clock=kube.clock) as one:
-        poll_until(lambda: one.informer.synced, 5, "the nodes listed")
+        wait_for(one.informer, lambda: True)
     assert sharedinformers.open_informers(kube) == []
     with Subscription(kube, "nodes", keep=watched_node, clock=kube.clock) as again:
         assert again.informer is not one.informer
-        poll_until(lambda: again.informer.synced, 5, "the nodes listed again")
+        wait_for(again.informer, lambda: True)
     assert kube.node_lists == 2
 
 

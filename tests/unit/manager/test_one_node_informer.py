@@ -3,7 +3,6 @@
 one list, one watch open at a time."""
 
 import threading
-import time
 
 from distributetrain.core import names
 from distributetrain.core.clock import RealClock
@@ -18,6 +17,7 @@ from distributetrain.manager.reporting import Reporter
 from harness.builders import make_pod, node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
+from harness.waiting import wait_until
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="img:1", min_gpus=1, owner_uid="uid-1",
                        discovery_url="http://10.0.0.1:8470/hosts")
@@ -35,7 +35,7 @@ class OpenNodeWatches:
     """Counts the Node watches open at once on ``kube``, and the most ever open."""
 
     def __init__(self, kube):
-        self.open = self.most = 0
+        self.open = self.opened = self.most = 0
         self.lock = threading.Lock()
         self.watch_nodes = kube.watch_nodes
         kube.watch_nodes = self.watching
@@ -43,6 +43,7 @@ class OpenNodeWatches:
     def watching(self, resource_version, timeout_s):
         with self.lock:
             self.open += 1
+            self.opened += 1
             self.most = max(self.most, self.open)
         try:
             yield from self.watch_nodes(resource_version, timeout_s)
@@ -52,15 +53,15 @@ class OpenNodeWatches:
 
 
 def test_an_elastic_job_short_of_gpus_under_the_node_watch_opens_one_node_watch():
-    ends_at = time.monotonic() + 1.0  # the chief ends then: the follower rechecks every 0.05 s meanwhile
     tenant = make_pod("other", "team-b").uid("uid-other").on("n").gpus(8).obj()  # every GPU of the node
     kube = FakeKube([node("n")], [job_pod("j-chief", names.ROLE_CHIEF),
                                   job_pod(names.worker_name("j", 0, 0), names.ROLE_WORKER, 0), tenant],
                     clock=RealClock())
 
     def chief_story(kube, timeout_s):
-        while time.monotonic() < ends_at:
-            time.sleep(0.01)
+        # The chief ends once the follower, short of GPUs, follows the free GPUs beside the node watch.
+        wait_until(lambda: follower.last_shortage and watches.opened >= 1, kube.changes, 10,
+                   "the follower short of GPUs, following them")
         yield kube.apply("j-chief", {"phase": "Succeeded", "containerStatuses": [
             {"state": {"terminated": {"exitCode": 0}}}]})
 
