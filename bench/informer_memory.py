@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from bench import report
+from bench.inventory_probe import memory_mib
 from bench.waiting_managers import extract_package, git
 
 NAME = "informer-memory"
@@ -168,15 +169,6 @@ class ListedCluster:
 
     def watch_pods(self, namespace, resource_version: str, timeout_s: float, **selectors: str):
         return self._quiet(timeout_s)
-
-
-def memory_mib(field: str) -> float:
-    """``VmRSS`` (resident now) or ``VmHWM`` (resident high-water mark) of this process."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise LookupError(field)
 
 
 def run(pods: int) -> dict:

@@ -4,7 +4,6 @@ when someone must act, the current reasons on its pod; and the outcome."""
 import json
 import logging
 
-from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startprogress import Pulling
 from distributetrain.manager import jobevents
