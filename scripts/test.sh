@@ -28,6 +28,7 @@ take_down() {
   fi
 }
 trap 'failed=1; take_down; exit 130' INT TERM
+# DT_CLUSTER_WORKERS: how many cluster tests at a time (2: on 2 cores they are CPU-bound).
 # The unit tests need no cluster and each takes its own ports and temporary paths: two at a
 # time, one per core.
 "${pytest[@]}" --durations=15 -n 2 tests/unit || failed=1
