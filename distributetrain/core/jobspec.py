@@ -163,6 +163,10 @@ FIELDS: tuple[Field, ...] = (
           help="with --elastic: fewest GPUs to train on"),
     Field("elastic_timeout_s", "--elastic-timeout", **_duration(
         metavar="DURATION", help="with --elastic: how long to wait for --min-gpus after a loss before failing")),
+    Field("gloo_timeout_s", "--gloo-timeout", **_duration(
+        parse=validation.positive_duration_s, metavar="DURATION",
+        help="with --elastic: how long ranks wait for a peer before the world is reshaped: what a lost peer "
+             "costs the others, and the time a joining rank has to import TensorFlow")),
     Field("queue", "--queue", validation.dns_label, metavar="LOCALQUEUE",
           help="a Kueue LocalQueue of the job's namespace: each attempt waits there and is admitted all or "
                "nothing against its quota"),

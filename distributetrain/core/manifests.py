@@ -6,6 +6,8 @@ output is deterministic and tests compare whole objects.
 
 from __future__ import annotations
 
+import math
+
 from distributetrain.core import exitcodes, names, podknobs, podscripts, podsecurity, quantity
 from distributetrain.core.newnodepods import NewNodePlace, awaiting_new_node
 from distributetrain.core.settings import JobSettings
@@ -298,6 +300,7 @@ def _elastic_env(settings: JobSettings) -> list[dict]:
     return [
         {"name": "DT_MIN_PROCS", "value": str(settings.min_gpus)},
         {"name": "DT_ELASTIC_TIMEOUT", "value": str(round(settings.elastic_timeout_s))},
+        {"name": "DT_GLOO_TIMEOUT", "value": str(math.ceil(settings.gloo_timeout_s))},
     ]
 
 

@@ -135,6 +135,10 @@ class JobSettings:
     # (ELASTIC_MIN_GPUS unless --min-gpus says), and replaces lost workers as GPUs free up.
     min_gpus: int = 0
     elastic_timeout_s: float = 600.0  # horovodrun's own default
+    # Ranks wait this long for a peer in a collective or a rendezvous: a lost peer costs
+    # the survivors that long before the world shrinks, and a joining rank must import
+    # TensorFlow within it (horovodrun's 30 s default is too short for that on busy nodes).
+    gloo_timeout_s: float = 120.0
     discovery_url: str = ""  # where the chief's discovery script reads the hosts (the manager pod)
     # A manager whose node hung stays Terminating and no garbage collector deletes its
     # pods, which would otherwise hold their GPUs for ever.

@@ -56,5 +56,5 @@ echo "distributetrain: elastic horovodrun, $DT_MIN_PROCS to $DT_NUM_PROCS proces
 # long at each new failure, at most 300 s.
 exec horovodrun --gloo ${interface:+--network-interface "$interface"} -np "$DT_NUM_PROCS" \
   --min-np "$DT_MIN_PROCS" --max-np "$DT_NUM_PROCS" --host-discovery-script "$discover" \
-  --elastic-timeout "$DT_ELASTIC_TIMEOUT" --gloo-timeout-seconds 120 --blacklist-cooldown-range 5 300 \
+  --elastic-timeout "$DT_ELASTIC_TIMEOUT" --gloo-timeout-seconds "$DT_GLOO_TIMEOUT" --blacklist-cooldown-range 5 300 \
   -p "$DT_PORT" --start-timeout 120 python "$DT_FILENAME" "$@"

@@ -92,6 +92,7 @@ def job_settings(draw) -> JobSettings:
         wait_for_gpus_s=draw(durations), orphan_timeout_s=draw(durations.filter(lambda s: s >= 1)),
         ssh_connect_attempts=draw(st.integers(1, 100)), max_restarts=draw(st.integers(0, 5)),
         min_gpus=draw(st.integers(1, num_gpus)) if elastic else 0, elastic_timeout_s=draw(durations),
+        gloo_timeout_s=draw(durations.filter(lambda s: s >= 1)),
         delete_chief=draw(st.booleans()), allow_shared_gpus=draw(st.booleans()), mesh_injection=draw(st.booleans()),
         queue=queue, priority_class=draw(st.sampled_from(["", "high"])) if queue else "",
         lock_namespace=draw(st.sampled_from(["", "locks"])), service_account=draw(st.sampled_from(["", "sa"])),

@@ -145,11 +145,16 @@ def test_elastic_flags_and_the_managers_address(monkeypatch):
 def test_the_elastic_chief_gets_horovods_bounds_and_where_to_ask():
     chief = manifests.chief_pod(SETTINGS, "n", 1)
     env = {e["name"]: e.get("value") for e in chief["spec"]["containers"][0]["env"]}
-    assert {k: env[k] for k in ("DT_NUM_PROCS", "DT_MIN_PROCS", "DT_HOSTS_URL", "DT_ELASTIC_TIMEOUT")} == \
+    assert {k: env[k] for k in ("DT_NUM_PROCS", "DT_MIN_PROCS", "DT_HOSTS_URL", "DT_ELASTIC_TIMEOUT",
+                                "DT_GLOO_TIMEOUT")} == \
         {"DT_NUM_PROCS": "4", "DT_MIN_PROCS": "2", "DT_HOSTS_URL": "http://10.0.0.1:8470/hosts",
-         "DT_ELASTIC_TIMEOUT": "600"}
+         "DT_ELASTIC_TIMEOUT": "600", "DT_GLOO_TIMEOUT": "120"}
+    # Horovod takes whole seconds: a fraction is rounded up, never to a shorter wait.
+    fractional = manifests.chief_pod(SETTINGS.replace(gloo_timeout_s=1.5), "n", 1)
+    assert {"name": "DT_GLOO_TIMEOUT", "value": "2"} in fractional["spec"]["containers"][0]["env"]
     static = manifests.chief_pod(SETTINGS.replace(min_gpus=0), "n", 1)
-    assert not any(e["name"].startswith(("DT_MIN", "DT_ELASTIC")) for e in static["spec"]["containers"][0]["env"])
+    assert not any(e["name"].startswith(("DT_MIN", "DT_ELASTIC", "DT_GLOO"))
+                   for e in static["spec"]["containers"][0]["env"])
 
 
 def test_a_worker_not_ready_past_the_timeout_is_overdue_and_ready_again_is_forgotten():
