@@ -37,6 +37,7 @@ answer true and the job whole:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -57,8 +58,21 @@ from distributetrain.manager.teardown import delete_because
 
 log = logging.getLogger(__name__)
 
-REPLACE_RECHECK_S = 10.0  # while short of GPUs, the followed free GPUs are looked at this often
+# While short of GPUs, a change to the free GPUs followed wakes the follower at once; it
+# also looks this often (and waits this long after a first failure to grow back).
+REPLACE_RECHECK_S = 10.0
 REPLACE_BACKOFF_MAX_S = 60.0  # after failures in a row, at least this often
+# Replacements just created count as held until the job's pods show them (client-go's
+# controller "expectations"), so a look before their watch event never books them twice;
+# one never seen (deleted at once) is forgotten after this long.
+CREATED_UNSEEN_S = 30.0
+
+
+class FreeGpusChanged:
+    """The free GPUs followed while short changed: a replacement may fit now."""
+
+
+FREE_GPUS_CHANGED = FreeGpusChanged()
 
 
 @dataclass(frozen=True)
@@ -139,9 +153,9 @@ class ElasticFollower:
     """From the chief's start to its end: publish the hosts, replace lost workers.
 
     The job's pods are an informer's, listed once. While short of GPUs, the free GPUs
-    followed (``placing.FreeGpuBooking``) say when a change lets a replacement fit; only
-    then does it take the Lease and list afresh, so a job left short lists nothing while
-    nothing changes."""
+    followed (``placing.FreeGpuBooking``) say when a change lets a replacement fit, and
+    wake the wait on the job's pods at once; only then does it take the Lease and list
+    afresh, so a job left short lists nothing while nothing changes."""
 
     def __init__(self, kube: Kube, state: ProcessState, pods: Informer | None = None,
                  free_gpus_client: Callable[[Kube], Kube] | None = None,
@@ -154,7 +168,12 @@ class ElasticFollower:
         self.pods = pods if pods is not None else waits.selected_pods(kube, state.settings.namespace, state.settings.selector,
                                                                  state.clock)
         # Replacements booked (``placing``); the free GPUs followed while short of GPUs, after a booking found none.
-        self.free_gpus = placing.FreeGpuBooking(kube, state.settings, state.clock, self._fits, free_gpus_client)
+        self.free_gpus = placing.FreeGpuBooking(kube, state.settings, state.clock, self._fits, free_gpus_client,
+                                                self._wake)
+        self.free_gpus_changed = False  # since the follower last looked (``_wake``)
+        self.created_unseen: dict[str, float] = {}  # replacement -> when created (CREATED_UNSEEN_S)
+        self.threads = contextlib.ExitStack()
+        self.pods_threaded = False
         self.missing = 0  # GPUs short of --num-gpus, as the last pass counted them
         self.settings = state.settings
         self.attempt = state.attempt  # an elastic attempt lasts as long as its chief
@@ -172,19 +191,51 @@ class ElasticFollower:
 
     def follow(self) -> podwaits.Outcome:
         try:
-            return self._follow()
+            with self.threads:
+                return self._follow()
         finally:
             self.free_gpus.close()
             self._stop_following_starts()
 
+    def _wait_on_free_gpus_too(self) -> None:
+        """From the first shortage on, the job's pods are followed on a thread of their own:
+        a wait on them is then a wait on a condition, which ``_wake`` can end."""
+        if not self.pods_threaded:
+            self.threads.enter_context(self.pods)
+            self.pods_threaded = True
+
+    def _wake(self) -> None:
+        """A change to the free GPUs followed (in their informer's thread): the wait on the
+        job's pods ends, under its lock, so the change is not missed between two waits."""
+        with self.pods.changed:
+            self.free_gpus_changed = True
+            self.pods.changed.notify_all()
+
+    def _judge(self) -> Callable[[Mapping[str, dict]], podwaits.Outcome | HostsChanged | FreeGpusChanged | None]:
+        judge = judge_elastic(self.settings, self.attempt, self.published)
+
+        def judge_or_free_gpus(pods: Mapping[str, dict]) -> podwaits.Outcome | HostsChanged | FreeGpusChanged | None:
+            outcome = judge(pods)
+            if outcome is None and self.free_gpus_changed:
+                self.free_gpus_changed = False
+                return FREE_GPUS_CHANGED
+            return outcome
+
+        return judge_or_free_gpus
+
     def _follow(self) -> podwaits.Outcome:
-        settings = self.settings
         while True:
             wake_at = min(self.deadline, max(self.next_replace_at, self.clock.monotonic() + 0.1))
-            result = waits.judged(self.pods, judge_elastic(settings, self.attempt, self.published), wake_at)
+            result = waits.judged(self.pods, self._judge(), wake_at)
             outcome, pods = (result.outcome if isinstance(result, waits.Judged) else None), result.pods
             if isinstance(outcome, HostsChanged):
                 self._publish(outcome)
+            elif outcome is FREE_GPUS_CHANGED:
+                # Only while short: a change seen as a booking ends (its own pods, say) is
+                # not one, and the job's pods may not show that booking's workers yet.
+                # After a failure, its backoff holds.
+                if self.free_gpus.following and not self.failures_in_a_row:
+                    self.next_replace_at = 0.0
             elif outcome is not None:
                 return outcome
             elif self.clock.monotonic() >= self.deadline:
@@ -270,6 +321,11 @@ class ElasticFollower:
             return
         if not self.free_gpus.changed():
             return  # nothing freed since the last booking that could hold a replacement: no Lease, no list
+        now = self.clock.monotonic()
+        self.created_unseen = {name: at for name, at in self.created_unseen.items()
+                               if name not in pods and now - at < CREATED_UNSEEN_S}
+        if self.created_unseen:
+            return  # the last replacements are not among the job's pods yet: looked at again at the next pass
         first = next_worker_index(pods)
         dra_nodes: set[str] = set()  # of the plan: nodes whose pods claim their GPUs
 
@@ -287,6 +343,7 @@ class ElasticFollower:
                 log.info("job %s: %s", settings.job_name, shortage)
                 self.last_shortage = shortage
             self.free_gpus.follow(booked.ledger)
+            self._wait_on_free_gpus_too()
             return
         self.free_gpus.close()
         self._replaced(booked, missing, first)
@@ -312,6 +369,8 @@ class ElasticFollower:
 
     def _replaced(self, plan: Plan, missing: int, first: int) -> None:
         settings = self.settings
+        now = self.clock.monotonic()
+        self.created_unseen.update((self.attempt.worker(first + i), now) for i in range(len(plan)))
         text = f"{sum(share for _, share in plan)} of {missing} missing GPUs: " + ", ".join(
             f"{self.attempt.worker(first + i)} on {node} ({share} GPUs)"
             for i, (node, share) in enumerate(plan))

@@ -225,8 +225,12 @@ class FreeGpuWatch:
 
     def __init__(self, kube: Kube, settings: JobSettings, clock: Clock, client: Callable[[Kube], Kube] | None = None,
                  fits: Callable[[Mapping[str, int]], bool] | None = None,
-                 volume_claims: JobClaims | None = None, device_class: ClassSelector | None = None):
+                 volume_claims: JobClaims | None = None, device_class: ClassSelector | None = None,
+                 on_change: Callable[[], None] = lambda: None):
         self.volume_claims = volume_claims.lasting() if volume_claims else None
+        # Told of each change to the ledger (in the informer's thread, this watch's lock
+        # not held): a waiter that waits on something else besides is woken by it.
+        self.on_change = on_change
         self.parts = LedgerParts.for_job(settings, self.volume_claims, device_class)
         # Whether the request fits these free GPUs: as the planner would plan --num-gpus,
         # unless the caller's request is another (a queued attempt's fixed shares).
@@ -309,6 +313,9 @@ class FreeGpuWatch:
         """One informer's batch (a list's differences or one event), each applied to the
         ledger. A failure reaches the waiter through the informer, so one wakes it here too."""
         with self._changed:
-            if any([apply(change) for change in changes]):
+            moved = any([apply(change) for change in changes])
+            if moved:
                 self.generation += 1
             self._changed.notify_all()
+        if moved:
+            self.on_change()

@@ -73,13 +73,14 @@ def attempt_objects(settings: JobSettings, planned: Planned, keys: JobKeys, atte
 class FreeGpuBooking:
     """Bookings of one request, and the free GPUs followed between them (a context manager:
     the watch closes with it). ``fits(free)``: whether the request fits followed free GPUs
-    (default: ``--num-gpus`` as the planner plans it)."""
+    (default: ``--num-gpus`` as the planner plans it). ``on_change`` hears each change to
+    the followed free GPUs, for a caller that waits on something else meanwhile."""
 
     def __init__(self, kube: Kube, settings: JobSettings, clock: Clock,
                  fits: Callable[[Mapping[str, int]], bool] | None = None,
-                 client: Callable[[Kube], Kube] | None = None):
+                 client: Callable[[Kube], Kube] | None = None, on_change: Callable[[], None] = lambda: None):
         self.kube, self.settings, self.clock = kube, settings, clock
-        self.fits, self.client = fits, client
+        self.fits, self.client, self.on_change = fits, client, on_change
         self.watch: FreeGpuWatch | None = None  # from the first shortage on
         self.seen = 0  # the watch's generation when the last booking began
         self.next_try_at = -math.inf
@@ -130,7 +131,12 @@ class FreeGpuBooking:
         """Follow the free GPUs of the ledger's candidates (its claims, its DRA class), if not yet."""
         if self.watch is None:
             self.watch = FreeGpuWatch(self.kube, self.settings, self.clock, self.client, self.fits,
-                                      ledger.volume_claims, ledger.device_class).__enter__()
+                                      ledger.volume_claims, ledger.device_class, self.on_change).__enter__()
+
+    @property
+    def following(self) -> bool:
+        """Whether the free GPUs are followed: since a shortage, until ``close``."""
+        return self.watch is not None
 
     def may_fit(self) -> bool:
         """Whether the followed free GPUs may hold the request: True unless they say not

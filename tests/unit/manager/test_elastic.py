@@ -224,15 +224,16 @@ def replacements(kube):
 FOLLOWED = SETTINGS.replace(owner_uid="uid-1", min_gpus=1)
 
 
-def follow(kube, settings=FOLLOWED):
-    """Runs the follower to the chief's end; returns (outcome, Events recorded)."""
+def follow(kube, settings=FOLLOWED, recheck_s=0.05):
+    """Runs the follower to the chief's end (or the attempt's deadline, 30 s on); returns
+    (outcome, Events recorded)."""
     api = FakeEventsApi()
     reporter = Reporter(kube, settings, EventRecorder(settings, api, kube.clock, jobevents.KINDS))
     now = kube.clock.monotonic()
     state = ProcessState(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
     # Rechecks and retries a hundred and fifty times as often as the manager's: a story lasts a few seconds.
-    follower = elastic.ElasticFollower(kube, state, free_gpus_client=lambda same: same, recheck_s=0.05,
+    follower = elastic.ElasticFollower(kube, state, free_gpus_client=lambda same: same, recheck_s=recheck_s,
                                        backoff_max_s=0.2)
     try:
         outcome = follower.follow()
@@ -393,6 +394,17 @@ def test_a_job_short_of_gpus_books_again_once_gpus_are_freed():
     freed.join()
     assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
     assert kube.node_lists == 3  # the fresh inventory, the informer's list, the fresh inventory once freed
+
+
+def test_a_job_short_of_gpus_books_as_gpus_are_freed_not_at_its_next_recheck():
+    """The freed GPUs wake the follower: with a recheck past the attempt's deadline, only
+    that wake can grow the job back before the deadline ends it."""
+    kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements, clock=RealClock())
+    freed = threading.Timer(0.3, kube.remove, (tenant_pod(),))
+    freed.start()
+    outcome, _ = follow(kube, recheck_s=3600)
+    freed.join()
+    assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
 
 
 def test_a_job_whose_free_gpus_lack_cpu_books_again_only_on_a_change():
