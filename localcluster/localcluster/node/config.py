@@ -314,6 +314,10 @@ def kubelet_command(kubelet: Path, spec: NodeSpec, paths: NodePaths) -> list[str
         f"--hostname-override={spec.name}",
         "--node-ip=" + ",".join(spec.node_ips),
         "--node-labels=" + ",".join(f"{key}={value}" for key, value in labels.items()),
+        # cAdvisor's stats of every container, every 10 s by default: read by nothing here
+        # but eviction, and with a dozen kubelets on one host a tenth of a core (measured
+        # with 6 idle nodes: kubelets and containerds 12 % of a core, 8 % at 60 s).
+        "--housekeeping-interval=60s",
     ]
 
 

@@ -134,6 +134,7 @@ def test_the_kubelet_registers_the_node_by_name_with_its_own_hostname_label():
         "--hostname-override=ip-10-0-1-7.ec2.internal",
         "--node-ip=10.233.0.13",
         "--node-labels=kubernetes.io/hostname=ip-10-0-1-7,pool=a",
+        "--housekeeping-interval=60s",
     ]
 
 
