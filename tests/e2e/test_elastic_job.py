@@ -26,17 +26,22 @@ from harness.polling import poll_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
-# Enough epochs that the job still trains after shrinking and growing back. The shrink
-# may come only after Gloo's timeout (a surviving rank caught in a collective with
-# the lost one), and the node is uncordoned only then; growing back takes the
-# replacement's start and the joining rank's TensorFlow import, about 40 s on 2 loaded
-# cores. 80 epochs (~0.4 s each at size 2) ran out first in 2 of 7 runs. Few samples.
-TRAIN_ARGS = ("--epochs=200", "--samples=768", "--batch-size=32")
+# Training here has only to outlast the test's events, so each rank is held to 300m of CPU
+# (--cpu-limit-per-gpu): an epoch of 768 samples then takes some 1.5 s at size 3 and 2.3 s
+# at size 2, and the ranks leave the cores to the tests beside them (measured by the test's
+# nodes' cgroups: unlimited, the first test's 200 epochs took 342 CPU-seconds, more than any
+# other test; limited, its 80 took 186, in as long).
+RANK_CPU = "--cpu-limit-per-gpu=300m"
+# Enough epochs that the job still trains after shrinking and growing back: the shrink
+# comes within Gloo's timeout (no epoch meanwhile) and the node is uncordoned only then;
+# growing back takes the replacement's start and the joining rank's TensorFlow import (4
+# CPU-seconds, some 15 s at 300m): about 25 epochs at size 2. 80 leave three times that.
+TRAIN_ARGS = ("--epochs=80", "--samples=768", "--batch-size=32")
 # A rank killed on a pod that stays: the world shrinks within Gloo's timeout (one peer hears
 # of it at once, one blocked in a collective with that peer only at the timeout) and grows
 # back after Horovod's cooldown (5-15 s) and the rank's TensorFlow import: 22 epochs at
-# size 2 on a quiet machine (0.6 s each), fewer on loaded cores. 60 epochs leave it twice
-# that; every epoch after the growth only burns CPU other tests need.
+# size 2 on a quiet machine (0.6 s each), fewer on loaded cores; 60 epochs leave twice that.
+# Unlimited: held to 300m a rank, this test took twice as long for 15 % less CPU.
 CRASH_TRAIN_ARGS = ("--epochs=60", "--samples=768", "--batch-size=32")
 WORLD_SIZE_LINE = re.compile(r"distributetrain: world size (\d+) -> (\d+) at epoch (\d+)")
 EPOCH_LINE = re.compile(r"epoch=(\d+) .*size=(\d+)")
@@ -90,7 +95,8 @@ def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees
         jobs.submit("flex", ["--num-gpus=3", "--elastic", "--min-gpus=2", "--image=distributetrain/base:0.1.0",
                              f"--node-selector={pool.selector}", f"--device-class={DEVICE_CLASS}",
                              "--worker-ready-timeout=90s",
-                             "--elastic-timeout=120s", f"--gloo-timeout={GLOO_TIMEOUT_S}s", "--", *TRAIN_ARGS])
+                             "--elastic-timeout=120s", f"--gloo-timeout={GLOO_TIMEOUT_S}s", RANK_CPU, "--",
+                             *TRAIN_ARGS])
         first_epoch = wait_for_line(jobs, "flex-chief", EPOCH_LINE)
         assert first_epoch.group(2) == "3", jobs.log_tail("flex-chief")
         lost = jobs.pod("flex-worker-0")
@@ -128,7 +134,7 @@ def test_an_elastic_job_below_min_gpus_fails_within_the_elastic_timeout(cluster,
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         jobs.submit("few", ["--num-gpus=2", "--elastic", "--min-gpus=2", "--image=distributetrain/base:0.1.0",
                             f"--node-selector={pool.selector}", f"--elastic-timeout={elastic_timeout_s}s",
-                            f"--gloo-timeout={GLOO_TIMEOUT_S}s", "--", *TRAIN_ARGS])
+                            f"--gloo-timeout={GLOO_TIMEOUT_S}s", RANK_CPU, "--", *TRAIN_ARGS])
         wait_for_line(jobs, "few-chief", EPOCH_LINE)
         lost = jobs.pod("few-worker-0")
         core.patch_node(lost["spec"]["nodeName"], {"spec": {"unschedulable": True}})
