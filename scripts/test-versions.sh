@@ -33,7 +33,7 @@ SMOKE=(
   tests/e2e/test_restricted_namespace.py::test_the_namespace_refuses_a_root_pod
   tests/e2e/test_restricted_namespace.py::test_the_demo_job_trains_and_leaves_nothing
   tests/faults/test_restarts.py::test_a_worker_deleted_mid_training_restarts_the_job_which_finishes
-  tests/faults/test_queued_jobs.py::test_a_job_split_over_two_nodes_is_one_workload_that_starts_only_when_all_of_it_fits
+  tests/faults/test_queued_jobs.py::test_a_job_split_over_a_flavor_s_two_nodes_is_one_workload_that_starts_only_when_all_of_it_fits
 )
 KARPENTER_SMOKE=tests/integration/test_scale_up.py::test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after
 RUN_TIMEOUT_S=1500

@@ -40,3 +40,14 @@ def test_the_table_is_markdown_with_a_header_and_a_row_per_release():
 def test_a_release_whose_run_left_no_results_shows_nothing_run():
     assert versions_table.row("1.35", None, {"exit": "124", "seconds": "1500"})[1:] == [
         *["not run"] * len(versions_table.COLUMNS), "exit 124", "25 min"]
+
+
+def test_every_smoke_test_the_script_names_exists():
+    """A renamed test would leave the tier with "not found" on every release (it did once)."""
+    repo = Path(__file__).resolve().parents[2]
+    script = (repo / "scripts" / "test-versions.sh").read_text()
+    named = [word for word in script.split() if word.startswith("tests/") and "::" in word]
+    assert named, "no test ids found in scripts/test-versions.sh"
+    for test_id in named:
+        path, name = test_id.split("::")
+        assert f"def {name}(" in (repo / path).read_text(), f"{test_id} (scripts/test-versions.sh) does not exist"
