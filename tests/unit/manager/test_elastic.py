@@ -124,6 +124,7 @@ def parsed(*flags):
     (["--num-gpus=4", "--elastic", "--min-gpus=5"], "--min-gpus"),
     (["--num-gpus=4", "--elastic", "--min-gpus=0"], "--min-gpus"),
     (["--num-gpus=4", "--elastic", "--elastic-timeout=soon"], "--elastic-timeout"),
+    (["--num-gpus=4", "--elastic", "--gloo-timeout=500ms"], "--gloo-timeout"),  # Horovod takes whole seconds
 ])
 def test_bad_elastic_flags_name_the_flag(flags, flag):
     with pytest.raises(errors.UsageError) as bad:
