@@ -33,7 +33,7 @@ test: setup-all
 	bash scripts/test.sh
 
 test-unit:
-	$(PYTEST) -n 2 tests/unit
+	$(PYTEST) -n 3 tests/unit
 
 # A smoke tier on each Kubernetes release the local cluster builds (1.34 to 1.37), each in a
 # cluster of its own, then a table of the results (scripts/test-versions.sh; README). Not in

@@ -2,7 +2,9 @@
 
 `up` polls every 100 ms; importing and configuring the full kubernetes client
 would cost more than the polling itself, so the launcher uses plain HTTPS with
-the admin client certificate.
+the admin client certificate, on a connection each thread keeps: a TLS handshake
+per poll (a node's start polls ten times a second, several nodes at once) cost the
+apiserver more than the polls themselves.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +44,7 @@ class ApiProbe:
         self._port = port
         self._context = ssl.create_default_context(cafile=str(pki.ca_cert))
         self._context.load_cert_chain(str(pki.cert(ADMIN.name)), str(pki.key(ADMIN.name)))
+        self._kept = threading.local()
 
     def get(self, path: str) -> Response | None:
         """The response, or None when the apiserver cannot be reached."""
@@ -55,18 +59,24 @@ class ApiProbe:
 
     def _request(self, method: str, path: str, body: bytes | None = None,
                  content_type: str | None = None) -> Response | None:
-        connection = http.client.HTTPSConnection(
-            APISERVER_HOST, self._port, context=self._context, timeout=REQUEST_TIMEOUT_S
-        )
         headers = {"Content-Type": content_type} if content_type else {}
-        try:
-            connection.request(method, path, body=body, headers=headers)
-            reply = connection.getresponse()
-            return Response(reply.status, reply.read())
-        except (OSError, http.client.HTTPException):
-            return None
-        finally:
-            connection.close()
+        kept = getattr(self._kept, "connection", None)
+        # A kept connection the apiserver has since closed (idle, restarted) fails at once:
+        # the request is tried once more on a new one.
+        for connection in ([kept] if kept else []) + [None]:
+            connection = connection or http.client.HTTPSConnection(
+                APISERVER_HOST, self._port, context=self._context, timeout=REQUEST_TIMEOUT_S)
+            try:
+                connection.request(method, path, body=body, headers=headers)
+                reply = connection.getresponse()
+                response = Response(reply.status, reply.read())
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                self._kept.connection = None
+                continue
+            self._kept.connection = connection
+            return response
+        return None
 
     def ready(self) -> bool:
         response = self.get("/readyz")
