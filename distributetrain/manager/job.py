@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import urllib.parse
 from collections.abc import Callable
 
@@ -57,14 +58,29 @@ def old_pods_gone_s(settings: JobSettings) -> float:
     return settings.termination_grace_period_s + OLD_PODS_GONE_SLACK_S
 
 
-class Job:
-    """``deadline`` is of ``clock``, the one every window and wait of the job reads."""
+def job_deadline(active_deadline_s: float | None, started_at: float | None, clock: Clock) -> float:
+    """--active-deadline as a time of ``clock``, counted from the manager pod's start
+    (``started_at``, wall clock; none known: now, the one moment both clocks are read).
 
-    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float,
-                 clock: Clock):
+    Counting from the pod (not this process) keeps the deadline when manager.sh moves
+    from pre- to post-training, or when a restarted container adopts the job.
+    """
+    if not active_deadline_s:
+        return math.inf
+    now = clock.now()
+    return clock.monotonic() + ((now if started_at is None else started_at) + active_deadline_s - now)
+
+
+class Job:
+    """``clock`` is the one every window, deadline and wait of the job reads."""
+
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, clock: Clock):
         self.kube = kube
         self.settings = settings
-        self.state = ProcessState(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
+        # Picked up from the manager pod: the current attempt, and the start the deadline counts from.
+        record = reporter.record()
+        deadline = job_deadline(settings.active_deadline_s, record.started_at, clock)
+        self.state = ProcessState(settings, reporter, Attempt(settings.job_name, record.attempt), deadline,
                                   gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
         # Direct or through a Kueue queue: how each attempt gets its GPUs.
