@@ -33,7 +33,7 @@ import urllib.parse
 from collections.abc import Callable
 
 from distributetrain.core import errors, exitcodes, restarts
-from distributetrain.core.clock import Clock
+from distributetrain.core.clock import Clock, monotonic_at
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
@@ -58,28 +58,19 @@ def old_pods_gone_s(settings: JobSettings) -> float:
     return settings.termination_grace_period_s + OLD_PODS_GONE_SLACK_S
 
 
-def job_deadline(active_deadline_s: float | None, started_at: float | None, clock: Clock) -> float:
-    """--active-deadline as a time of ``clock``, counted from the manager pod's start
-    (``started_at``, wall clock; none known: now, the one moment both clocks are read).
-
-    Counting from the pod (not this process) keeps the deadline when manager.sh moves
-    from pre- to post-training, or when a restarted container adopts the job.
-    """
-    if not active_deadline_s:
-        return math.inf
-    now = clock.now()
-    return clock.monotonic() + ((now if started_at is None else started_at) + active_deadline_s - now)
-
-
 class Job:
     """``clock`` is the one every window, deadline and wait of the job reads."""
 
     def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, clock: Clock):
         self.kube = kube
         self.settings = settings
-        # Picked up from the manager pod: the current attempt, and the start the deadline counts from.
+        # Picked up from the manager pod: the current attempt, and the start --active-deadline
+        # counts from (none known: now), so it holds when manager.sh moves from pre- to
+        # post-training, or when a restarted container adopts the job.
         record = reporter.record()
-        deadline = job_deadline(settings.active_deadline_s, record.started_at, clock)
+        deadline = math.inf
+        if settings.active_deadline_s:
+            deadline = monotonic_at(clock, (record.started_at or clock.now()) + settings.active_deadline_s)
         self.state = ProcessState(settings, reporter, Attempt(settings.job_name, record.attempt), deadline,
                                   gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
