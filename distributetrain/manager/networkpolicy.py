@@ -22,8 +22,7 @@ def remove(kube: Kube, settings: JobSettings) -> list[str]:
     """Delete the job's NetworkPolicies (at teardown); return what was deleted. An earlier
     run's of the same name (another manager's UID) is left alone."""
     deleted = []
-    for policy in networkpolicy.job_policies(settings):
-        name = policy["metadata"]["name"]
+    for name in networkpolicy.policy_names(settings):
         found = kube.read("NetworkPolicy", settings.namespace, name)
         own = found is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(found))
         if own and kube.delete("NetworkPolicy", settings.namespace, name):
