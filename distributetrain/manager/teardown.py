@@ -6,13 +6,13 @@ import logging
 
 from distributetrain.core import errors, names, podstate
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube
+from distributetrain.kube.api import KubeApi
 from distributetrain.manager import networkpolicy
 
 log = logging.getLogger(__name__)
 
 
-def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
+def tear_down(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[str]:
     """Delete the job's workers, Secret, chief, ResourceClaimTemplates and NetworkPolicies;
     return what was deleted.
 
@@ -39,7 +39,7 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     return deleted + templates + networkpolicy.remove(kube, settings)
 
 
-def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
+def _delete_claim_templates(kube: KubeApi, settings: JobSettings) -> list[str]:
     """This run's templates of its pods' GPUs on DRA nodes (``gpuclaims``), by its labels, in
     one request (the claims made from them go with their pods). Where the cluster serves no
     DRA there are none; refused (an older rbac/), they go with the manager pod that owns them."""
@@ -54,7 +54,7 @@ def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
     return [f"resourceclaimtemplate/{name}" for name in gone]
 
 
-def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: list[str]) -> list[str]:
+def _delete_pods(kube: KubeApi, settings: JobSettings, doomed: list[str], kept: list[str]) -> list[str]:
     """The ``doomed`` pods in one request, not one each: at 64 workers, one delete per pod
     is most of the manager's overhead. The request selects this manager's workers and
     chief (``settings.selector``: the job and owner-uid labels; the role, so never another
@@ -73,13 +73,13 @@ def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: lis
     return sorted(set(gone) & set(doomed))
 
 
-def _is_own_secret(kube: Kube, settings: JobSettings) -> bool:
+def _is_own_secret(kube: KubeApi, settings: JobSettings) -> bool:
     """The job's Secret exists and is this manager's (an earlier run's of the same name is not)."""
     secret = kube.read("Secret", settings.namespace, names.secret_name(settings.job_name))
     return secret is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(secret))
 
 
-def delete_because(kube: Kube, namespace: str, name: str, cause: str) -> bool:
+def delete_because(kube: KubeApi, namespace: str, name: str, cause: str) -> bool:
     """Delete one job pod with the reason on it (read back as its loss's cause); False if it was gone."""
     try:
         kube.annotate_pod(namespace, name, {names.ANNOTATION_DELETED_BECAUSE: cause})
