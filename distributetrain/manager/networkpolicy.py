@@ -16,15 +16,3 @@ def isolate(kube: KubeApi, settings: JobSettings) -> None:
         kube.patch_pod(settings.own_namespace, settings.job_name,
                        {"metadata": {"labels": networkpolicy.manager_label(settings)}})
     kube.create_all_owned(policies)
-
-
-def remove(kube: KubeApi, settings: JobSettings) -> list[str]:
-    """Delete the job's NetworkPolicies (at teardown); return what was deleted. An earlier
-    run's of the same name (another manager's UID) is left alone."""
-    deleted = []
-    for name in networkpolicy.policy_names(settings):
-        found = kube.read("NetworkPolicy", settings.namespace, name)
-        own = found is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(found))
-        if own and kube.delete("NetworkPolicy", settings.namespace, name):
-            deleted.append(f"networkpolicy/{name}")
-    return deleted
