@@ -83,6 +83,7 @@ class Ending:
     outcome: tuple[int, str] | None = None  # (exit code, reason)
     unless_recorded: bool = False  # the outcome only where none is recorded yet
     failed: bool = False  # a teardown that fails too only logs: it never hides the first failure
+    unless_restarting: bool = False  # nothing to do if the manager's container restarts: it adopts the job
     error_line: str = ""  # logged once the job is torn down
     trace: BaseException | None = None  # an unexpected error, logged with its traceback
 
@@ -128,13 +129,9 @@ def _ending(
         with cancellable():
             if phase in JOB_PHASES:
                 return _drive(kube, settings, phase, reporter, clock)
-            if unless_restarting and will_restart(kube, settings):
-                log.info("job %s: the manager container restarts and adopts the job; not tearing down",
-                         settings.job_name)
-                return Ending(exitcodes.OK)
             outcome = None if failed_with is None else (failed_with, abnormal_end(failed_with))
             return Ending(exitcodes.OK, tear_down=True, keep_chief=not settings.delete_chief, outcome=outcome,
-                          unless_recorded=True, failed=True)
+                          unless_recorded=True, failed=True, unless_restarting=unless_restarting)
     except errors.UsageError as e:
         # Raised before anything is created (pre-flight and request checks); a followed
         # phase may still hold what pre-training or an earlier attempt created.
@@ -171,6 +168,9 @@ def _drive(kube: Kube, settings: JobSettings, phase: str, reporter: Reporter, cl
 def _end(kube: Kube, settings: JobSettings, ending: Ending, reporter: Reporter) -> int:
     """The job's one way out, whichever the phase and its ending: its teardown, then its
     outcome. A teardown that fails after the job ended well is the job's outcome."""
+    if ending.unless_restarting and will_restart(kube, settings):
+        log.info("job %s: the manager container restarts and adopts the job; not tearing down", settings.job_name)
+        return ending.exit_code
     if ending.tear_down:
         try:
             deleted = tear_down(kube, settings, ending.keep_chief)

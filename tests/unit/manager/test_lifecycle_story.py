@@ -168,6 +168,23 @@ def test_pre_and_post_training_tell_the_same_story_once(story):
     assert JobRecord.of(kube.manager).spec == SETTINGS  # beside the record, for status and list
 
 
+@pytest.mark.parametrize("restart_policy,left,outcome", [
+    ("OnFailure", ["demo-chief", "demo-worker-0"], None),
+    ("Never", [], 137),
+])
+def test_the_teardown_after_a_silent_crash_leaves_the_job_to_a_container_that_restarts(story, restart_policy, left,
+                                                                                     outcome):
+    """manager.sh's teardown after a phase that ended without recording an outcome: a
+    manager container the kubelet restarts adopts the job, so it is left alone; else the
+    job is torn down and the crash recorded as its outcome."""
+    code, _, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)]], phases=("pre-training",))
+    assert (code, sorted(kube.pods)) == (0, ["demo-chief", "demo-worker-0"])
+    kube.manager["spec"]["restartPolicy"] = restart_policy
+    assert lifecycle.execute(kube, SETTINGS, "teardown", kube.clock, unless_restarting=True, failed_with=137) == 0
+    assert sorted(kube.pods) == left
+    assert JobRecord.of(kube.manager).exit_code == outcome
+
+
 VIEW = clusterview.VIEW_NAME
 
 
