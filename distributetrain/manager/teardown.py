@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 
 def tear_down(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Delete the job's workers, chief, Secret, NetworkPolicies and ResourceClaimTemplates;
+    """Delete the job's workers, chief, ResourceClaimTemplates, Secret and NetworkPolicies;
     return what was deleted.
 
     ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
@@ -21,10 +21,9 @@ def tear_down(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[st
     mesh's proxy), is deleted, or it would hold its GPUs to the end.
     """
     deleted = [f"pod/{name}" for name in _delete_pods(kube, settings, keep_chief)]
-    named = [("Secret", names.secret_name(settings.job_name)),
-             *(("NetworkPolicy", name) for name in networkpolicy.policy_names(settings))]
-    deleted += [f"{kind.lower()}/{name}" for kind, name in named if _delete_own(kube, settings, kind, name)]
-    return deleted + (_delete_claim_templates(kube, settings) if settings.device_class else [])
+    if settings.device_class:
+        deleted += _delete_claim_templates(kube, settings)
+    return deleted + _delete_named(kube, settings)
 
 
 def _delete_claim_templates(kube: KubeApi, settings: JobSettings) -> list[str]:
@@ -69,12 +68,18 @@ def _delete_pods(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list
     return sorted(set(gone) & set(doomed))
 
 
-def _delete_own(kube: KubeApi, settings: JobSettings, kind: str, name: str) -> bool:
-    """Delete the job's object of that name if this manager owns it (an earlier run's of the
-    same name, another manager's UID, is left alone); whether it was deleted."""
-    found = kube.read(kind, settings.namespace, name)
-    own = found is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(found))
-    return own and kube.delete(kind, settings.namespace, name)
+def _delete_named(kube: KubeApi, settings: JobSettings) -> list[str]:
+    """The job's objects known by name (its Secret, its NetworkPolicies), each deleted if
+    this manager owns it: an earlier run's of the same name (another manager's UID) is
+    left alone."""
+    deleted = []
+    for kind, name in [("Secret", names.secret_name(settings.job_name)),
+                       *(("NetworkPolicy", name) for name in networkpolicy.policy_names(settings))]:
+        found = kube.read(kind, settings.namespace, name)
+        own = found is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(found))
+        if own and kube.delete(kind, settings.namespace, name):
+            deleted.append(f"{kind.lower()}/{name}")
+    return deleted
 
 
 def delete_because(kube: KubeApi, namespace: str, name: str, cause: str) -> bool:
