@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from distributetrain.core import errors, exitcodes, podsecurity
 from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube.api import KubeApi
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import jobevents, runtimeclass
@@ -61,7 +62,7 @@ def shielded() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def will_restart(kube: Kube, settings: JobSettings) -> bool:
+def will_restart(kube: KubeApi, settings: JobSettings) -> bool:
     """Whether the kubelet restarts the manager's container after it fails.
 
     A pod being deleted restarts nothing, whatever its restartPolicy.
@@ -152,12 +153,13 @@ def _drive(kube: Kube, settings: JobSettings, phase: str, reporter: Reporter, cl
     """Pre-training ends once the attempt has started (post-training follows it on); a
     followed phase drives the job to its end, then tears it down, keeping a finished
     chief for its logs unless --delete-chief."""
+    record = reporter.record()  # as this process finds the job: its attempt, its start
     reporter.spec()
     # Who the pods run as, decided for the namespace (the record keeps what was asked).
     settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
     # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
     settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
-    job = Job(kube, settings, reporter, clock)
+    job = Job(kube, settings, reporter, record, clock)
     if phase not in FOLLOWED_PHASES:
         return Ending(job.drive(until_started=True))
     code = job.drive()
@@ -165,7 +167,7 @@ def _drive(kube: Kube, settings: JobSettings, phase: str, reporter: Reporter, cl
                   outcome=(code, "training finished" if code == 0 else f"chief exited with code {code}"))
 
 
-def _end(kube: Kube, settings: JobSettings, ending: Ending, reporter: Reporter) -> int:
+def _end(kube: KubeApi, settings: JobSettings, ending: Ending, reporter: Reporter) -> int:
     """The job's one way out, whichever the phase and its ending: its teardown, then its
     outcome. A teardown that fails after the job ended well is the job's outcome."""
     if ending.unless_restarting and will_restart(kube, settings):
