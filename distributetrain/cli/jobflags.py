@@ -107,11 +107,9 @@ def _flag_texts(args: argparse.Namespace) -> dict:
 
 def settings_from_args(args: argparse.Namespace, script_args: Sequence[str]) -> JobSettings:
     """Validate every flag; the first bad one raises UsageError naming it."""
-    given = jobspec.parse_given(_flag_texts(args))
+    texts = _flag_texts(args)
+    manager_namespace = validation.checked("--namespace", validation.dns_label, own_namespace(None))
     pod_ip = os.environ.get(ENV_POD_IP, "")
-    return jobspec.settings(
-        given,
-        manager_namespace=validation.checked("--namespace", validation.dns_label, own_namespace(None)),
-        discovery_url=discovery.hosts_url(pod_ip) if pod_ip else "",
-        script_args=tuple(script_args),
-    )
+    return jobspec.from_texts(texts, manager_namespace=manager_namespace,
+                              discovery_url=discovery.hosts_url(pod_ip) if pod_ip else "",
+                              script_args=tuple(script_args))

@@ -46,6 +46,7 @@ def build_parser() -> Parser:
                         help="free GPUs per node to plan on, e.g. gpu-a=5,gpu-b=3")
     render.add_argument("--dra-nodes", default="", metavar="NODE[,NODE]",
                         help="those of --nodes whose GPUs a DRA driver publishes: their pods claim them (--device-class)")
+    render.set_defaults(handler=run_render)
     for command in MANAGER_COMMANDS:
         # No help: listed in the epilog, apart from the users' commands.
         sub = commands.add_parser(command)
@@ -90,13 +91,17 @@ def dispatch(argv: Sequence[str], clock: Clock) -> int:
         return exit_code_of(e)
 
 
-def run_manager(args: argparse.Namespace, script_args: list[str], clock: Clock) -> int:
-    settings = settings_from_args(args, script_args)
-    if args.command == "render":
-        from distributetrain.cli.render import render
+def run_render(args: argparse.Namespace, script_args: list[str], _clock: Clock) -> int:
+    """`render`: the job's objects from its flags and ``--nodes`` alone, no cluster."""
+    from distributetrain.cli.render import render
 
-        print(render(settings, args.nodes, args.dra_nodes), end="")
-        return exitcodes.OK
+    print(render(settings_from_args(args, script_args), args.nodes, args.dra_nodes), end="")
+    return exitcodes.OK
+
+
+def run_manager(args: argparse.Namespace, script_args: list[str], clock: Clock) -> int:
+    """The manager pod's commands: the job's settings from its flags, then its lifecycle."""
+    settings = settings_from_args(args, script_args)
     from distributetrain.kube.client import Kube
     from distributetrain.kube.connection import load_api_client
     from distributetrain.manager.lifecycle import execute

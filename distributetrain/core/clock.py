@@ -36,6 +36,12 @@ class Clock(Protocol):
         ...
 
 
+def monotonic_at(clock: Clock, wall_time: float) -> float:
+    """``wall_time`` (seconds since the epoch, as another process wrote it) as a time of
+    ``clock``'s monotonic time, both read at one moment."""
+    return clock.monotonic() + (wall_time - clock.now())
+
+
 class RealClock:
     def monotonic(self) -> float:
         return time.monotonic()

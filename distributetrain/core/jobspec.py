@@ -333,6 +333,12 @@ def settings(given: Mapping[str, Any], **unflagged: Any) -> JobSettings:
     return JobSettings(**values)
 
 
+def from_texts(texts: Mapping[str, Any], **unflagged: Any) -> JobSettings:
+    """JobSettings from what was typed for each flag (``parse_given``), after the rules
+    between flags (``settings``); ``unflagged``: the fields without a flag."""
+    return settings(parse_given(texts), **unflagged)
+
+
 def _written(field: Field, value: Any) -> list[str]:
     if field.switch:
         return [field.flag] if value else []

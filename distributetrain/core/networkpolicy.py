@@ -20,6 +20,8 @@ link-local address is the node's alone (RFC 3927: never routed beyond it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from distributetrain.core import manifests, names
 from distributetrain.core.settings import JobSettings
 
@@ -88,15 +90,24 @@ def manager_label(settings: JobSettings) -> dict[str, str]:
     return {names.LABEL_MANAGER_UID: settings.owner_uid}
 
 
-def job_policies(settings: JobSettings) -> list[dict]:
-    """The job's NetworkPolicies, in creation order; none with --network-policy false or
-    --host-network. The manager's only where it runs in the job's namespace (and knows its
-    UID): elsewhere its Role does not cover it, and that namespace's own rules must admit
-    the chief."""
+def _wanted(settings: JobSettings) -> list[tuple[str, Callable[[JobSettings], dict]]]:
+    """The job's NetworkPolicies by name, each with its builder, in creation order; none
+    with --network-policy false or --host-network. The manager's only where it runs in the
+    job's namespace (and knows its UID): elsewhere its Role does not cover it, and that
+    namespace's own rules must admit the chief."""
     if not settings.network_policy or settings.host_network:
         return []
-    policies = [pods_policy(settings)]
+    wanted = [(names.pods_policy_name(settings.job_name), pods_policy)]
     if settings.owns_objects:
-        policies.append(manager_policy(settings))
-    return policies
+        wanted.append((names.manager_policy_name(settings.job_name), manager_policy))
+    return wanted
 
+
+def job_policies(settings: JobSettings) -> list[dict]:
+    """The job's NetworkPolicies, in creation order (``_wanted``)."""
+    return [build(settings) for _, build in _wanted(settings)]
+
+
+def policy_names(settings: JobSettings) -> list[str]:
+    """The names of ``job_policies``, what teardown looks for."""
+    return [name for name, _ in _wanted(settings)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from distributetrain.core import jobspec, names
 from distributetrain.core.inventory import TERMINAL_PHASES
@@ -35,6 +36,7 @@ class JobRecord:
     queue_position: int | None = None  # 1: next in its LocalQueue; meaningful while Queued
     spec: JobSettings | None = None  # the job's settings; None from a manager not started yet, or of an older release
     domains: str = ""  # with --topology: the domains the plan got, outermost level first
+    started_at: float | None = None  # the manager pod's start (status.startTime), seconds since the epoch
 
     @property
     def finished(self) -> bool:
@@ -56,6 +58,7 @@ class JobRecord:
             queue_position=_position(annotations.get(names.ANNOTATION_QUEUE_POSITION)),
             spec=_spec(annotations.get(names.ANNOTATION_SPEC)),
             domains=annotations.get(names.ANNOTATION_DOMAINS, ""),
+            started_at=_time((pod.get("status") or {}).get("startTime")),
         )
 
 
@@ -69,6 +72,13 @@ def _exit_code(text: str | None) -> int | None:
 
 def _position(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() and int(text) > 0 else None
+
+
+def _time(text: str | None) -> float | None:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp() if text else None
+    except ValueError:
+        return None
 
 
 def _waiting(text: str | None) -> tuple[tuple[str, str], ...]:

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import urllib.parse
 from collections.abc import Callable
 
 from distributetrain.core import errors, exitcodes, restarts
-from distributetrain.core.clock import Clock
+from distributetrain.core.clock import Clock, monotonic_at
 from distributetrain.core.names import Attempt
+from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.manager import jobevents, podwaits, quotawait, scaleup
@@ -58,13 +60,20 @@ def old_pods_gone_s(settings: JobSettings) -> float:
 
 
 class Job:
-    """``deadline`` is of ``clock``, the one every window and wait of the job reads."""
+    """``record`` is the job's as this process found it; ``clock`` the one every window,
+    deadline and wait of the job reads."""
 
-    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, deadline: float,
-                 clock: Clock):
+    def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, record: JobRecord, clock: Clock):
         self.kube = kube
         self.settings = settings
-        self.state = ProcessState(settings, reporter, Attempt(settings.job_name, reporter.record().attempt), deadline,
+        # Picked up from the job's record as this process found it on the manager pod: the
+        # current attempt, and the start --active-deadline counts from (none known: now), so
+        # it holds when manager.sh moves from pre- to post-training, or when a restarted
+        # container adopts the job.
+        deadline = math.inf
+        if settings.active_deadline_s:
+            deadline = monotonic_at(clock, (record.started_at or clock.now()) + settings.active_deadline_s)
+        self.state = ProcessState(settings, reporter, Attempt(settings.job_name, record.attempt), deadline,
                                   gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
         # Direct or through a Kueue queue: how each attempt gets its GPUs.

@@ -9,15 +9,15 @@ so it always finishes, and so does sending the Events still queued (bounded).
 from __future__ import annotations
 
 import logging
-import math
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from dataclasses import dataclass
 
 from distributetrain.core import errors, exitcodes, podsecurity
 from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube.api import KubeApi
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import jobevents, runtimeclass
@@ -62,25 +62,7 @@ def shielded() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def job_deadline(kube: Kube, settings: JobSettings, clock: Clock) -> float:
-    """--active-deadline as a time of ``clock``, counted from the manager pod's start (wall
-    clock times: the pod's, and now, the one moment both clocks are read).
-
-    Counting from the pod (not this process) keeps the deadline when manager.sh moves
-    from pre- to post-training, or when a restarted container adopts the job.
-    """
-    if not settings.active_deadline_s:
-        return math.inf
-    pod = kube.get_pod(settings.own_namespace, settings.job_name) if settings.owner_uid else None
-    start_text = ((pod or {}).get("status") or {}).get("startTime")
-    now = clock.now()
-    started = now
-    if start_text:
-        started = datetime.strptime(start_text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
-    return clock.monotonic() + (started + settings.active_deadline_s - now)
-
-
-def will_restart(kube: Kube, settings: JobSettings) -> bool:
+def will_restart(kube: KubeApi, settings: JobSettings) -> bool:
     """Whether the kubelet restarts the manager's container after it fails.
 
     A pod being deleted restarts nothing, whatever its restartPolicy.
@@ -89,6 +71,22 @@ def will_restart(kube: Kube, settings: JobSettings) -> bool:
     if not pod or pod["metadata"].get("deletionTimestamp"):
         return False
     return (pod.get("spec") or {}).get("restartPolicy", "Never") != "Never"
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a phase ended: the manager's exit code, what is left to tear down, and the
+    outcome recorded on the manager pod (none: nothing to record)."""
+
+    exit_code: int
+    tear_down: bool = False
+    keep_chief: bool = False  # a finished chief, for its logs (--delete-chief)
+    outcome: tuple[int, str] | None = None  # (exit code, reason)
+    unless_recorded: bool = False  # the outcome only where none is recorded yet
+    failed: bool = False  # a teardown that fails too only logs: it never hides the first failure
+    unless_restarting: bool = False  # nothing to do if the manager's container restarts: it adopts the job
+    error_line: str = ""  # logged once the job is torn down
+    trace: BaseException | None = None  # an unexpected error, logged with its traceback
 
 
 def execute(
@@ -105,7 +103,9 @@ def execute(
     """
     reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS))
     try:
-        return _execute(kube, settings, phase, unless_restarting, failed_with, reporter, clock)
+        ending = _ending(kube, settings, phase, unless_restarting, failed_with, reporter, clock)
+        with shielded():
+            return _end(kube, settings, ending, reporter)
     finally:
         with shielded():
             reporter.events.close()
@@ -121,74 +121,68 @@ def abnormal_end(exit_code: int) -> str:
     return f"the manager failed with exit code {exit_code}; the job was torn down"
 
 
-def _execute(
+def _ending(
     kube: Kube, settings: JobSettings, phase: str, unless_restarting: bool, failed_with: int | None,
     reporter: Reporter, clock: Clock,
-) -> int:
+) -> Ending:
+    """Run the phase; every failure is an ending that tears the job down (``_end``)."""
     try:
         with cancellable():
             if phase in JOB_PHASES:
                 return _drive(kube, settings, phase, reporter, clock)
-            if phase == "teardown":
-                if unless_restarting and will_restart(kube, settings):
-                    log.info("job %s: the manager container restarts and adopts the job; not tearing down",
-                             settings.job_name)
-                    return exitcodes.OK
-                with shielded():
-                    _tear_down_quietly(kube, settings, keep_chief=not settings.delete_chief)
-                    if failed_with is not None and not reporter.record().finished:
-                        reporter.finished(failed_with, abnormal_end(failed_with))
-            return exitcodes.OK
+            outcome = None if failed_with is None else (failed_with, abnormal_end(failed_with))
+            return Ending(exitcodes.OK, tear_down=True, keep_chief=not settings.delete_chief, outcome=outcome,
+                          unless_recorded=True, failed=True, unless_restarting=unless_restarting)
     except errors.UsageError as e:
         # Raised before anything is created (pre-flight and request checks); a followed
         # phase may still hold what pre-training or an earlier attempt created.
-        if phase in FOLLOWED_PHASES:
-            with shielded():
-                _tear_down_quietly(kube, settings, keep_chief=False)
-        log.error("%s", e)
-        reporter.finished(exit_code_of(e), str(e))
-        return exit_code_of(e)
+        return _failed(e, str(e), str(e), tear_down=phase in FOLLOWED_PHASES)
     except errors.DistributeTrainError as e:
-        with shielded():
-            _tear_down_quietly(kube, settings, keep_chief=False)
-            log.error("job %s failed: %s", settings.job_name, e)
-            reporter.finished(exit_code_of(e), str(e))
-        return exit_code_of(e)
+        return _failed(e, str(e), f"job {settings.job_name} failed: {e}")
     except Exception as e:
-        with shielded():
-            _tear_down_quietly(kube, settings, keep_chief=False)
-            log.exception("job %s: unexpected error", settings.job_name)
-            reporter.finished(exit_code_of(e), f"internal error: {e}")
-        return exit_code_of(e)
+        return _failed(e, f"internal error: {e}", f"job {settings.job_name}: unexpected error", trace=e)
 
 
-def _drive(kube: Kube, settings: JobSettings, phase: str, reporter: Reporter, clock: Clock) -> int:
-    """Pre-training returns once the attempt has started (post-training follows it on); a
-    followed phase drives the job to its end and tears it down, keeping a finished chief
-    for its logs unless --delete-chief. A failure is torn down by ``_execute``."""
+def _failed(error: BaseException, reason: str, error_line: str, tear_down: bool = True,
+            trace: BaseException | None = None) -> Ending:
+    code = exit_code_of(error)
+    return Ending(code, tear_down=tear_down, outcome=(code, reason), failed=True, error_line=error_line, trace=trace)
+
+
+def _drive(kube: Kube, settings: JobSettings, phase: str, reporter: Reporter, clock: Clock) -> Ending:
+    """Pre-training ends once the attempt has started (post-training follows it on); a
+    followed phase drives the job to its end, then tears it down, keeping a finished
+    chief for its logs unless --delete-chief."""
+    record = reporter.record()  # as this process finds the job: its attempt, its start
     reporter.spec()
     # Who the pods run as, decided for the namespace (the record keeps what was asked).
     settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
     # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
     settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
-    job = Job(kube, settings, reporter, job_deadline(kube, settings, clock), clock)
+    job = Job(kube, settings, reporter, record, clock)
     if phase not in FOLLOWED_PHASES:
-        return job.drive(until_started=True)
+        return Ending(job.drive(until_started=True))
     code = job.drive()
-    _tear_down(kube, settings, keep_chief=not settings.delete_chief)
-    reporter.finished(code, "training finished" if code == 0 else f"chief exited with code {code}")
-    return code
+    return Ending(code, tear_down=True, keep_chief=not settings.delete_chief,
+                  outcome=(code, "training finished" if code == 0 else f"chief exited with code {code}"))
 
 
-def _tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> None:
-    """The job's one teardown on its way out, whichever way that is (``teardown``)."""
-    deleted = tear_down(kube, settings, keep_chief)
-    log.info("job %s torn down: %s", settings.job_name, ", ".join(deleted) or "nothing left")
-
-
-def _tear_down_quietly(kube: Kube, settings: JobSettings, keep_chief: bool) -> None:
-    """Teardown on a failure path: never let a second error hide the first."""
-    try:
-        _tear_down(kube, settings, keep_chief)
-    except errors.DistributeTrainError as e:
-        log.error("teardown of job %s incomplete: %s", settings.job_name, e)
+def _end(kube: KubeApi, settings: JobSettings, ending: Ending, reporter: Reporter) -> int:
+    """The job's one way out, whichever the phase and its ending: its teardown, then its
+    outcome. A teardown that fails after the job ended well is the job's outcome."""
+    if ending.unless_restarting and will_restart(kube, settings):
+        log.info("job %s: the manager container restarts and adopts the job; not tearing down", settings.job_name)
+        return ending.exit_code
+    if ending.tear_down:
+        try:
+            deleted = tear_down(kube, settings, ending.keep_chief)
+            log.info("job %s torn down: %s", settings.job_name, ", ".join(deleted) or "nothing left")
+        except errors.DistributeTrainError as e:
+            log.error("teardown of job %s incomplete: %s", settings.job_name, e)
+            if not ending.failed:
+                ending = _failed(e, str(e), f"job {settings.job_name} failed: {e}", tear_down=False)
+    if ending.error_line:
+        log.error("%s", ending.error_line, exc_info=ending.trace)
+    if ending.outcome is not None and not (ending.unless_recorded and reporter.record().finished):
+        reporter.finished(*ending.outcome)
+    return ending.exit_code

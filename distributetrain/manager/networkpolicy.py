@@ -6,26 +6,13 @@ from __future__ import annotations
 
 from distributetrain.core import names, networkpolicy
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube
+from distributetrain.kube.api import KubeApi
 
 
-def isolate(kube: Kube, settings: JobSettings) -> None:
+def isolate(kube: KubeApi, settings: JobSettings) -> None:
     """Label the manager's own pod with its UID (what its policy selects), then create the policies."""
     policies = networkpolicy.job_policies(settings)
     if any(policy["metadata"]["name"] == names.manager_policy_name(settings.job_name) for policy in policies):
         kube.patch_pod(settings.own_namespace, settings.job_name,
                        {"metadata": {"labels": networkpolicy.manager_label(settings)}})
     kube.create_all_owned(policies)
-
-
-def remove(kube: Kube, settings: JobSettings) -> list[str]:
-    """Delete the job's NetworkPolicies (at teardown); return what was deleted. An earlier
-    run's of the same name (another manager's UID) is left alone."""
-    deleted = []
-    for policy in networkpolicy.job_policies(settings):
-        name = policy["metadata"]["name"]
-        found = kube.read("NetworkPolicy", settings.namespace, name)
-        own = found is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(found))
-        if own and kube.delete("NetworkPolicy", settings.namespace, name):
-            deleted.append(f"networkpolicy/{name}")
-    return deleted

@@ -17,7 +17,7 @@ from distributetrain.core.placement import Plan
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startprogress import Stage
-from distributetrain.kube.client import Kube
+from distributetrain.kube.api import KubeApi
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import jobevents
 
@@ -33,7 +33,7 @@ WAITING_FLUSH_TIMEOUT_S = 5.0  # when a wait ends, how long it waits for the las
 
 
 class Reporter:
-    def __init__(self, kube: Kube, settings: JobSettings, recorder: EventRecorder):
+    def __init__(self, kube: KubeApi, settings: JobSettings, recorder: EventRecorder):
         self.kube = kube
         self.settings = settings
         self.events = recorder

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from distributetrain.core import errors, names, podstate
+from distributetrain.core import errors, names, networkpolicy, podstate
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube.client import Kube
-from distributetrain.manager import networkpolicy
+from distributetrain.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 
 
-def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Delete the job's workers, Secret, chief, ResourceClaimTemplates and NetworkPolicies;
+def tear_down(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[str]:
+    """Delete the job's workers, chief, ResourceClaimTemplates, Secret and NetworkPolicies;
     return what was deleted.
 
     ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
@@ -21,25 +20,13 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     mid-job), or one whose training ended beside a classic sidecar that runs on (a service
     mesh's proxy), is deleted, or it would hold its GPUs to the end.
     """
-    namespace, job = settings.namespace, settings.job_name
-    pods, _ = kube.list_all("pods", namespace, label_selector=settings.selector)
-    doomed, kept = [], []
-    for pod in pods:
-        name = pod["metadata"]["name"]
-        if not podstate.is_training_pod(pod):
-            continue
-        if keep_chief and podstate.role(pod) == names.ROLE_CHIEF and podstate.ends_on_its_own(pod):
-            kept.append(name)
-        elif not pod["metadata"].get("deletionTimestamp"):
-            doomed.append(name)
-    deleted = [f"pod/{name}" for name in _delete_pods(kube, settings, doomed, kept)]
-    if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
-        deleted.append(f"secret/{names.secret_name(job)}")
-    templates = _delete_claim_templates(kube, settings) if settings.device_class else []
-    return deleted + templates + networkpolicy.remove(kube, settings)
+    deleted = [f"pod/{name}" for name in _delete_pods(kube, settings, keep_chief)]
+    if settings.device_class:
+        deleted += _delete_claim_templates(kube, settings)
+    return deleted + _delete_named(kube, settings)
 
 
-def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
+def _delete_claim_templates(kube: KubeApi, settings: JobSettings) -> list[str]:
     """This run's templates of its pods' GPUs on DRA nodes (``gpuclaims``), by its labels, in
     one request (the claims made from them go with their pods). Where the cluster serves no
     DRA there are none; refused (an older rbac/), they go with the manager pod that owns them."""
@@ -54,13 +41,21 @@ def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
     return [f"resourceclaimtemplate/{name}" for name in gone]
 
 
-def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: list[str]) -> list[str]:
-    """The ``doomed`` pods in one request, not one each: at 64 workers, one delete per pod
-    is most of the manager's overhead. The request selects this manager's workers and
-    chief (``settings.selector``: the job and owner-uid labels; the role, so never another
-    pod of the job's name) but the ``kept`` chief; pods already terminating are selected
-    again, which changes nothing. A Role without ``pods: deletecollection`` (an older
-    rbac/) gets one delete per pod."""
+def _delete_pods(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[str]:
+    """The job's pods but a kept chief (``tear_down``), in one request, not one each: at 64
+    workers, one delete per pod is most of the manager's overhead. The request selects this
+    manager's workers and chief (``settings.selector``: the job and owner-uid labels; the
+    role, so never another pod of the job's name) but the kept one; pods already
+    terminating are selected again, which changes nothing. A Role without
+    ``pods: deletecollection`` (an older rbac/) gets one delete per pod."""
+    pods, _ = kube.list_all("pods", settings.namespace, label_selector=settings.selector)
+    doomed, kept = [], []
+    for pod in filter(podstate.is_training_pod, pods):
+        name = pod["metadata"]["name"]
+        if keep_chief and podstate.role(pod) == names.ROLE_CHIEF and podstate.ends_on_its_own(pod):
+            kept.append(name)
+        elif not pod["metadata"].get("deletionTimestamp"):
+            doomed.append(name)
     if not doomed:
         return []
     selector = f"{settings.selector},{names.LABEL_ROLE} in ({names.ROLE_CHIEF},{names.ROLE_WORKER})"
@@ -73,13 +68,21 @@ def _delete_pods(kube: Kube, settings: JobSettings, doomed: list[str], kept: lis
     return sorted(set(gone) & set(doomed))
 
 
-def _is_own_secret(kube: Kube, settings: JobSettings) -> bool:
-    """The job's Secret exists and is this manager's (an earlier run's of the same name is not)."""
-    secret = kube.read("Secret", settings.namespace, names.secret_name(settings.job_name))
-    return secret is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(secret))
+def _delete_named(kube: KubeApi, settings: JobSettings) -> list[str]:
+    """The job's objects known by name (its Secret, its NetworkPolicies), each deleted if
+    this manager owns it: an earlier run's of the same name (another manager's UID) is
+    left alone."""
+    deleted = []
+    for kind, name in [("Secret", names.secret_name(settings.job_name)),
+                       *(("NetworkPolicy", name) for name in networkpolicy.policy_names(settings))]:
+        found = kube.read(kind, settings.namespace, name)
+        own = found is not None and (not settings.owner_uid or settings.owner_uid in names.owner_uids(found))
+        if own and kube.delete(kind, settings.namespace, name):
+            deleted.append(f"{kind.lower()}/{name}")
+    return deleted
 
 
-def delete_because(kube: Kube, namespace: str, name: str, cause: str) -> bool:
+def delete_because(kube: KubeApi, namespace: str, name: str, cause: str) -> bool:
     """Delete one job pod with the reason on it (read back as its loss's cause); False if it was gone."""
     try:
         kube.annotate_pod(namespace, name, {names.ANNOTATION_DELETED_BECAUSE: cause})

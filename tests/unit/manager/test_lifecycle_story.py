@@ -4,6 +4,7 @@ the manager pod, in order, and what it says about pods that wait."""
 import functools
 import json
 import socket
+import time
 
 import pytest
 
@@ -71,7 +72,7 @@ def story(monkeypatch, tmp_path):
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
-            real_time=False, objects=(), namespace_annotations=None):
+            real_time=False, objects=(), namespace_annotations=None, manager_started=None):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
@@ -79,7 +80,7 @@ def story(monkeypatch, tmp_path):
         ``real_time``, on the real clock (Events a story sends reach the manager on an
         informer's own thread, in real time); ``objects``: others the cluster has already
         (the job's PersistentVolumeClaims and their volumes); ``namespace_annotations``: the job
-        namespace's."""
+        namespace's; ``manager_started``: the manager pod's status.startTime."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
                         clock=RealClock() if real_time else clock)
         kube.events = list(events)
@@ -90,6 +91,8 @@ def story(monkeypatch, tmp_path):
             kube.list_pages = refusing_events(kube.list_pages)
         kube.on_create = list(on_create)
         kube.manager["metadata"]["annotations"].update(record or {})
+        if manager_started:
+            kube.manager["status"]["startTime"] = manager_started
         kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
         for phase in phases:  # as manager.sh runs them, one process after the other
@@ -166,6 +169,35 @@ def test_pre_and_post_training_tell_the_same_story_once(story):
     assert kube.annotation_history(names.ANNOTATION_PHASE) == [
         "Planning", "StartingWorkers", "Running", "Training", "Succeeded"]
     assert JobRecord.of(kube.manager).spec == SETTINGS  # beside the record, for status and list
+
+
+@pytest.mark.parametrize("restart_policy,left,outcome", [
+    ("OnFailure", ["demo-chief", "demo-worker-0"], None),
+    ("Never", [], 137),
+])
+def test_the_teardown_after_a_silent_crash_leaves_the_job_to_a_container_that_restarts(story, restart_policy, left,
+                                                                                     outcome):
+    """manager.sh's teardown after a phase that ended without recording an outcome: a
+    manager container the kubelet restarts adopts the job, so it is left alone; else the
+    job is torn down and the crash recorded as its outcome."""
+    code, _, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)]], phases=("pre-training",))
+    assert (code, sorted(kube.pods)) == (0, ["demo-chief", "demo-worker-0"])
+    kube.manager["spec"]["restartPolicy"] = restart_policy
+    assert lifecycle.execute(kube, SETTINGS, "teardown", kube.clock, unless_restarting=True, failed_with=137) == 0
+    assert sorted(kube.pods) == left
+    assert JobRecord.of(kube.manager).exit_code == outcome
+
+
+@pytest.mark.parametrize("started_before_s,ending", [(0, (0, "Succeeded")), (3601, (75, "Failed"))])
+def test_the_active_deadline_counts_from_the_manager_pod_s_start(story, started_before_s, ending):
+    """A manager container that starts (or restarts) late in its pod's life has only what
+    is left of --active-deadline, counted from the pod's start."""
+    wall_now = story.clock.now()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_now - started_before_s))
+    code, recorded, _ = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+                               [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]],
+                              settings=SETTINGS.replace(active_deadline_s=3600.0), manager_started=started)
+    assert (code, recorded[-1][0]) == ending
 
 
 VIEW = clusterview.VIEW_NAME
