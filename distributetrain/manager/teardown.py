@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 
 def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Delete the job's workers, Secret, chief, ResourceClaimTemplates and NetworkPolicies;
+    """Delete the job's workers, Secret, chief, ResourceClaimTemplates, PodGroups and NetworkPolicies;
     return what was deleted.
 
     ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
@@ -36,7 +36,20 @@ def tear_down(kube: Kube, settings: JobSettings, keep_chief: bool) -> list[str]:
     if _is_own_secret(kube, settings) and kube.delete("Secret", namespace, names.secret_name(job)):
         deleted.append(f"secret/{names.secret_name(job)}")
     templates = _delete_claim_templates(kube, settings) if settings.device_class else []
-    return deleted + templates + networkpolicy.remove(kube, settings)
+    groups = _delete_pod_groups(kube, settings) if kube.serves_pod_groups() else []
+    return deleted + templates + groups + networkpolicy.remove(kube, settings)
+
+
+def _delete_pod_groups(kube: Kube, settings: JobSettings) -> list[str]:
+    """This run's PodGroups (``core.gang``), by its labels, in one request; each goes once its
+    pods are gone. Refused (an older rbac/), they go with the manager pod that owns them."""
+    try:
+        gone = kube.delete_pod_groups(settings.namespace, settings.selector)
+    except errors.Forbidden as e:
+        log.warning("job %s: cannot delete its PodGroups (%s); they are deleted with the manager pod",
+                    settings.job_name, e)
+        return []
+    return [f"podgroup/{name}" for name in gone]
 
 
 def _delete_claim_templates(kube: Kube, settings: JobSettings) -> list[str]:
