@@ -138,7 +138,7 @@ def race(kube: Kube, jobs: Jobs, pool, claim: str, locks: dict[str, str], round_
             for side, job in job_names.items():
                 jobs.submit(job, job_args(pool, claim, 2, f"--lock-namespace={locks[side]}",
                                           f"--node-selector={SIDE}-{side}=true",  # besides the pool's own
-                                          script_args=("0", "3")))
+                                          "--wait-for-gpus=5m", script_args=("0", "3")))
             # A manager's Secret is made once it has surveyed, just before it takes its Lease.
             secrets = {names.secret_name(job) for job in job_names.values()}
             poll_until(lambda: secrets <= set(jobs.secrets("gang-")), SURVEYED_TIMEOUT_S,
@@ -147,7 +147,7 @@ def race(kube: Kube, jobs: Jobs, pool, claim: str, locks: dict[str, str], round_
         finally:
             release_together(held)
         codes = {job: jobs.exit_code(job, timeout_s=300) for job in job_names.values()}
-    assert set(codes.values()) == {0}, {job: jobs.report(job) for job in codes}
+    assert set(codes.values()) == {0}, f"{codes}\n" + "\n".join(jobs.report(job) for job in codes)
     return codes, watcher
 
 
@@ -174,8 +174,8 @@ def test_two_jobs_racing_for_the_same_gpus_never_both_half_start(cluster, api_cl
         watchers = [watcher for _, watcher in rounds]
         plans = {job: [line for line in jobs.logs(job).splitlines() if "plan " in line]
                  for codes, _ in rounds for job in codes}
-        assert [w.half_started for w in watchers] == [[]] * len(watchers), (
-            [w.half_started for w in watchers], plans)
+        assert [w.half_started for w in watchers] == [[]] * len(watchers), \
+            f"{[w.half_started for w in watchers]}\n{plans}"
         assert watchers[-1].raced, f"in {ROUNDS} rounds the managers never planned together: nothing shown {plans}"
         assert all(len(w.groups) == 2 for w in watchers), [w.groups for w in watchers]  # each job one gang
         poll_until(lambda: not pod_groups(custom, namespace), GONE_TIMEOUT_S,
