@@ -27,7 +27,9 @@ BEST_EFFORT_RULES = {("events", "create"): "cannot record Events",
                      ("resourcequotas", "list"): "ResourceQuotas are not checked",
                      # The survey managers starting together share: refused, each takes its own.
                      ("configmaps", "get"): "cannot share the survey of the cluster",
-                     ("configmaps", "create"): "cannot share the survey of the cluster"}
+                     ("configmaps", "create"): "cannot share the survey of the cluster",
+                     # Where the release serves PodGroups (RELEASE_RULES): the job's pods are then no gang.
+                     ("podgroups", "create"): "the job's pods are no gang"}
 SHARED_KINDS = {POLICY, "ConfigMap"}
 # Rules only a flag's job uses (resource, first verb): the flag whose job is run without
 # the rule, the cluster-scoped object it names (made by the test), and the line its log
@@ -44,7 +46,6 @@ FLAG_RULES = {("runtimeclasses", "get"): ("--runtime-class", RUNTIME_CLASS, "can
 # asks for them, so a job without them is no proof. PodGroups: from 1.37 (localcluster's
 # components.gang_scheduling); there the job runs without the rule, its pods no gang.
 RELEASE_RULES = {"podgroups": components.gang_scheduling}
-BEST_EFFORT_RULES[("podgroups", "create")] = "the job's pods are no gang"
 
 
 def all_rules(release_serves: bool = False):
