@@ -95,8 +95,9 @@ class Watcher:
             unschedulable = sorted(p["metadata"]["name"] for p in mine if any(
                 c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
                 for c in p["status"].get("conditions") or ()))
-            if bound and unschedulable:
-                self.half_started.append(f"{job}: {bound} bound while {unschedulable} unschedulable")
+            seen = f"{job}: {bound} bound while {unschedulable} unschedulable"
+            if bound and unschedulable and seen not in self.half_started:
+                self.half_started.append(seen)
             if any(inventory.pinned_node(p["spec"]) == self.shared_node for p in mine):
                 on_shared.add(job)
             self.groups |= {p["spec"]["schedulingGroup"]["podGroupName"] for p in mine
