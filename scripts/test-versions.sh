@@ -10,7 +10,8 @@
 # anything under it. The smoke tier is existing tests, selected, not copied: the cluster runs the release
 # asked for (tests/versions), DRA GPUs (tests/cluster/test_dra.py), the demo's job trains, a
 # job in a PodSecurity `restricted` namespace under exactly rbac/, a restart after a lost
-# worker, a queued job through Kueue, a scale-up through Karpenter where its version allows.
+# worker, a queued job through Kueue, a scale-up through Karpenter where its version allows,
+# two jobs racing for the same GPUs as gangs where the release serves PodGroups.
 # Everything is built first, outside the clusters: a release's control plane 10-25 minutes
 # the first time; none of it is built by `make setup` or `make test`.
 #
@@ -26,8 +27,11 @@ cd "$here" || exit 1
 # Karpenter v1.8 supports Kubernetes 1.29 to 1.34 (karpenter.sh's compatibility matrix);
 # Kueue v0.19.2 requires 1.29 or newer (its README): it runs on every release here.
 KARPENTER_RELEASES=(1.34)
+# Gang scheduling: the PodGroup (scheduling.k8s.io/v1beta1) is served from 1.37
+# (localcluster's components.gang_scheduling).
+GANG_RELEASES=(1.37)
 SMOKE=(
-  tests/versions
+  tests/versions/test_cluster_release.py
   tests/cluster/test_dra.py
   tests/e2e/test_training_job.py::test_three_gpus_over_2_1_train_and_clean_up
   tests/e2e/test_restricted_namespace.py::test_the_namespace_refuses_a_root_pod
@@ -36,6 +40,7 @@ SMOKE=(
   tests/faults/test_queued_jobs.py::test_a_job_split_over_a_flavor_s_two_nodes_is_one_workload_that_starts_only_when_all_of_it_fits
 )
 KARPENTER_SMOKE=tests/integration/test_scale_up.py::test_a_job_on_no_gpu_node_makes_karpenter_add_two_and_they_go_after
+GANG_SMOKE=tests/versions/test_gang_scheduling.py::test_two_jobs_racing_for_the_same_gpus_never_both_half_start
 RUN_TIMEOUT_S=1500
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -90,6 +95,11 @@ run_release() {
     selection+=("$KARPENTER_SMOKE")
   else
     skips+=("skip Karpenter=Karpenter v1.8 supports Kubernetes 1.29-1.34")
+  fi
+  if [[ " ${GANG_RELEASES[*]} " == *" $release "* ]]; then
+    selection+=("$GANG_SMOKE")
+  else
+    skips+=("skip gang scheduling=PodGroups are served from Kubernetes 1.37")
   fi
   DT_KUBERNETES_VERSION="$release" DT_CACHE="$versions_cache" DT_CONTAINERS_RUN="$containers_run" \
     DT_ISOLATED_LOGS="$results/$release-logs" \

@@ -17,13 +17,14 @@ from pathlib import Path
 
 # Column: what of a test's JUnit classname or name marks it as that column's.
 COLUMNS = (
-    ("cluster", "tests.versions."),
+    ("cluster", "tests.versions.test_cluster_release"),
     ("DRA GPUs", "tests.cluster.test_dra"),
     ("demo job", "test_training_job"),
     ("restricted + rbac/", "test_restricted_namespace"),
     ("restart", "test_restarts"),
     ("Kueue", "test_queued_jobs"),
     ("Karpenter", "test_scale_up"),
+    ("gang scheduling", "test_gang_scheduling"),
 )
 
 

@@ -32,6 +32,8 @@ BOOKINGS_SELECTOR = f"{LABEL_ROLE} in ({','.join(BOOKING_ROLES)})"
 # from them, which carry the template's labels: an inventory counts their devices from the
 # job's pods (``core.dracounting``), never from the claims as well.
 ROLE_GPUS = "gpus"
+# A job's PodGroup (``core.gang``): its attempt's pods as one gang for the scheduler.
+ROLE_GANG = "gang"
 # On a job pod whose GPUs come through a ResourceClaim (a DRA node): how many devices it
 # claims, so an inventory counts them from the pod, as it counts extended-resource requests.
 LABEL_DRA_GPUS = f"{DOMAIN}/dra-gpus"
@@ -142,6 +144,13 @@ def claim_template_name(job: str, share: int, owner_uid: str = "") -> str:
     """The ResourceClaimTemplate of the job's pods of ``share`` GPUs on DRA nodes; with the
     manager's UID in it, an earlier run's (deleted with its manager) never stands in its way."""
     return f"{job}-gpus-{share}" + (f"-{owner_uid[:8]}" if owner_uid else "")
+
+
+def gang_name(job: str, attempt: int = 0, owner_uid: str = "") -> str:
+    """The PodGroup of the attempt's pods (``core.gang``): a new one per attempt, since a
+    lost attempt's may stay until its pods are gone (the PodGroupProtection finalizer);
+    with the manager's UID, an earlier run's never stands in its way."""
+    return f"{job}-gang{_attempt_suffix(attempt)}" + (f"-{owner_uid[:8]}" if owner_uid else "")
 
 
 def pods_policy_name(job: str) -> str:

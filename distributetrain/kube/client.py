@@ -34,6 +34,7 @@ from distributetrain.kube.api import KubeApi
 from distributetrain.kube.calls import call, drain, is_transient, read_json
 from distributetrain.kube.connection import API_CONCURRENCY, ApiTimeouts
 from distributetrain.kube.dra import LISTS as DRA_LISTS, DraCalls
+from distributetrain.kube.gang import PodGroups
 from distributetrain.kube.kueue import KueueReads
 from distributetrain.kube.podlist import PodLister
 
@@ -70,6 +71,7 @@ class Kube(DraCalls, KubeApi):
         self.custom = client.CustomObjectsApi(api_client)
         self.networking = client.NetworkingV1Api(api_client)
         self.kueue = KueueReads(api_client, self._call)
+        self.pod_groups = PodGroups(api_client, self._call)
         self.pod_lister = PodLister(api_client, self._call, self._retryable)
         self.requests = 0  # API requests made, for the benchmarks
         self._requests_lock = threading.Lock()
@@ -169,7 +171,8 @@ class Kube(DraCalls, KubeApi):
         api, resource = {"Pod": (self.core, "pod"), "Secret": (self.core, "secret"),
                          "ConfigMap": (self.core, "config_map"), "Lease": (self.coordination, "lease"),
                          "PersistentVolumeClaim": (self.core, "persistent_volume_claim"),
-                         "NetworkPolicy": (self.networking, "network_policy"), **self.dra_kinds}[kind]
+                         "NetworkPolicy": (self.networking, "network_policy"), **self.dra_kinds,
+                         "PodGroup": (self.pod_groups.api, "pod_group")}[kind]
         return getattr(api, f"{verb}_namespaced_{resource}")
 
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
@@ -248,6 +251,16 @@ class Kube(DraCalls, KubeApi):
     def pending_workloads(self, namespace: str, local_queue: str) -> list[dict]:
         """A LocalQueue's pending workloads from Kueue's visibility API, tried once."""
         return self.kueue.pending_workloads(namespace, local_queue)
+
+    def serves_pod_groups(self) -> bool:
+        """Whether the job's pods may be a gang (``kube.gang``): decided once, refused at most once."""
+        return self.pod_groups.served()
+
+    def refuse_pod_groups(self, why: str) -> None:
+        self.pod_groups.refused(why)
+
+    def delete_pod_groups(self, namespace: str, label_selector: str) -> list[str]:
+        return self.pod_groups.delete(namespace, label_selector)
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
         """Delete in the background; True if it was there. 'Not found' is a state, not an error."""

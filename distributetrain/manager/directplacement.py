@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from distributetrain.core import errors, exitcodes, inventory, manifests
+from distributetrain.core import errors, exitcodes, gang, inventory, manifests
 from distributetrain.core.placement import Plan, format_plan
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import dra
@@ -56,6 +56,7 @@ class DirectPlacement:
         """What no other manager waits on: the request checked against the survey (bad
         input creates nothing), then the attempt's SSH keys and the job's NetworkPolicies."""
         booking.check_request(surveyed, self.settings)
+        self.kube.serves_pod_groups()  # decided here, once, not under the Lease
         if not self.keys_created:
             self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
             networkpolicy.isolate(self.kube, self.settings)
@@ -99,8 +100,10 @@ class DirectPlacement:
                                                   f"{format_plan(plan)} (the chief's share last)")
         reporter.planned(plan, domains)
         _, *objects = placing.attempt_objects(settings, self.planned, JobKeys.generate(settings.job_name),
-                                              attempt.number)
+                                              attempt.number, self.kube.serves_pod_groups())
         dra.create_templates(self.kube, objects)
+        for group in (obj for obj in objects if obj["kind"] == gang.KIND):
+            self.kube.create_owned(group)
         self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
         if len(plan) > 1:
             reporter.events.record(jobevents.WORKERS_CREATED, ", ".join(

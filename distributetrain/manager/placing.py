@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from distributetrain.core import errors, gpuclaims, inventory, topology
+from distributetrain.core import errors, gang, gpuclaims, inventory, topology
 from distributetrain.core.clock import Clock
 from distributetrain.core.newnodepods import NewNodePlace
 from distributetrain.core.placement import Plan
@@ -64,10 +64,16 @@ def plan_attempt(kind: PlanShape, ledger: inventory.GpuLedger, settings: JobSett
                    place)
 
 
-def attempt_objects(settings: JobSettings, planned: Planned, keys: JobKeys, attempt: int) -> list[dict]:
-    """The attempt's Secret, then its ResourceClaimTemplates and pods, as created."""
-    return gpuclaims.job_objects(settings, planned.plan, keys, attempt, planned.new_node_place,
-                                 set(planned.dra_nodes))
+def attempt_objects(settings: JobSettings, planned: Planned, keys: JobKeys, attempt: int,
+                    as_gang: bool = False) -> list[dict]:
+    """The attempt's Secret, then its ResourceClaimTemplates and pods, as created; ``as_gang``
+    (the cluster serves PodGroups), its PodGroup before its pods, unless a share is on a node
+    the cluster adds (``core.gang``)."""
+    objects = gpuclaims.job_objects(settings, planned.plan, keys, attempt, planned.new_node_place,
+                                    set(planned.dra_nodes))
+    if as_gang and not new_node_shares(planned.plan):
+        return gang.job_objects(settings, objects, attempt)
+    return objects
 
 
 class FreeGpuBooking:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from distributetrain.core import errors, gpuclaims, podgroup, podknobs, podsecurity, podstate, validation
+from distributetrain.core import errors, gang, gpuclaims, podgroup, podknobs, podsecurity, podstate, validation
 from distributetrain.core.networkpolicy import job_policies
 from distributetrain.core.placement import Plan
 from distributetrain.core.scaleup import new_node_shares, planned_node
@@ -72,9 +72,16 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     probe_plan = [("preflight-node", 1), (PREFLIGHT_DRA_NODE if dra_probe else "preflight-node", 1)]
     objects = [*job_policies(settings), *gpuclaims.job_objects(settings, probe_plan, keys,
                                                                             dra_nodes=dra_probe)]
+    if not settings.queue and kube.serves_pod_groups():  # a direct attempt's pods are a gang (``core.gang``)
+        objects = gang.job_objects(settings, objects, 0)
     for obj in objects:
         try:
             admitted_as = kube.create_owned(obj, dry_run=True)
+        except errors.Forbidden as e:
+            if obj["kind"] != gang.KIND:
+                raise
+            kube.refuse_pod_groups(str(e))
+            continue
         except errors.NotFound as e:
             if obj["kind"] == gpuclaims.TEMPLATE_KIND:
                 raise errors.UsageError("--device-class", f"the cluster serves no resource.k8s.io/v1 ({e})") from e

@@ -12,8 +12,8 @@ log = logging.getLogger(__name__)
 
 
 def tear_down(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[str]:
-    """Delete the job's workers, chief, ResourceClaimTemplates, Secret and NetworkPolicies;
-    return what was deleted.
+    """Delete the job's workers, chief, ResourceClaimTemplates, PodGroups, Secret and
+    NetworkPolicies;     return what was deleted.
 
     ``keep_chief`` keeps a *finished* chief for its logs (only the last attempt's can be
     left: each lost attempt is torn down whole); a chief still running (its manager died
@@ -23,7 +23,21 @@ def tear_down(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[st
     deleted = [f"pod/{name}" for name in _delete_pods(kube, settings, keep_chief)]
     if settings.device_class:
         deleted += _delete_claim_templates(kube, settings)
+    if kube.serves_pod_groups():
+        deleted += _delete_pod_groups(kube, settings)
     return deleted + _delete_named(kube, settings)
+
+
+def _delete_pod_groups(kube: KubeApi, settings: JobSettings) -> list[str]:
+    """This run's PodGroups (``core.gang``), by its labels, in one request; each goes once its
+    pods are gone. Refused (an older rbac/), they go with the manager pod that owns them."""
+    try:
+        gone = kube.delete_pod_groups(settings.namespace, settings.selector)
+    except errors.Forbidden as e:
+        log.warning("job %s: cannot delete its PodGroups (%s); they are deleted with the manager pod",
+                    settings.job_name, e)
+        return []
+    return [f"podgroup/{name}" for name in gone]
 
 
 def _delete_claim_templates(kube: KubeApi, settings: JobSettings) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from localcluster import netsetup
 from localcluster.certs import APISERVER_KUBELET_CLIENT, FRONT_PROXY_CLIENT, Pki
 from localcluster.layout import RunLayout
+from localcluster.versions import KubernetesVersion
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
@@ -31,6 +32,18 @@ ETCD_CLIENT_PORT = 12379
 ETCD_PEER_PORT = 12380
 APISERVER_PORT = 6443
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# Gang scheduling (KEP-4671): the PodGroup of scheduling.k8s.io/v1beta1, beta from 1.37 and
+# off by default there (k8s.io/kubernetes v1.37.2, pkg/features/kube_features.go). One gate,
+# GenericWorkload, on each component that serves it: the apiserver (the PodGroup API, a pod's
+# spec.schedulingGroup, the PodGroupProtection admission plugin's finalizer), the scheduler
+# (the GangScheduling plugin and the pod group scheduling cycle: cmd/kube-scheduler's
+# default_plugins.go) and the controller-manager (the podgroup-protection controller that
+# lifts that finalizer once no pod uses the group); the kubelet reads none of it. The beta
+# version is served only when asked for (--runtime-config). No Workload object is needed: a
+# PodGroup's workloadRef is optional. Releases before 1.37 get none of these flags.
+GANG_SCHEDULING_FROM = KubernetesVersion(1, 37)
+GANG_SCHEDULING_GATE = "GenericWorkload=true"
+GANG_SCHEDULING_API = "scheduling.k8s.io/v1beta1=true"
 
 
 @dataclass(frozen=True)
@@ -48,13 +61,18 @@ def etcd_url() -> str:
     return f"http://127.0.0.1:{ETCD_CLIENT_PORT}"
 
 
-def commands(layout: RunLayout, pki: Pki, binaries: Binaries) -> dict[str, list[str]]:
+def gang_scheduling(version: KubernetesVersion) -> bool:
+    """Whether the cluster's release serves gang scheduling (its flags below turn it on)."""
+    return version >= GANG_SCHEDULING_FROM
+
+
+def commands(layout: RunLayout, pki: Pki, binaries: Binaries, version: KubernetesVersion) -> dict[str, list[str]]:
     """The Kubernetes components' command lines (controlplane.commands adds the registry's and its pull proxy's)."""
     return {
         ETCD: etcd_command(layout, binaries),
-        APISERVER: apiserver_command(pki, binaries),
-        CONTROLLER_MANAGER: controller_manager_command(layout, pki, binaries),
-        SCHEDULER: scheduler_command(layout, binaries),
+        APISERVER: apiserver_command(pki, binaries, version),
+        CONTROLLER_MANAGER: controller_manager_command(layout, pki, binaries, version),
+        SCHEDULER: scheduler_command(layout, binaries, version),
     }
 
 
@@ -75,8 +93,9 @@ def etcd_command(layout: RunLayout, binaries: Binaries) -> list[str]:
     ]
 
 
-def apiserver_command(pki: Pki, binaries: Binaries) -> list[str]:
+def apiserver_command(pki: Pki, binaries: Binaries, version: KubernetesVersion) -> list[str]:
     kubelet_client = APISERVER_KUBELET_CLIENT.name
+    gang = gang_scheduling(version)
     return [
         str(binaries.kubernetes(APISERVER)),
         f"--etcd-servers={etcd_url()}",
@@ -112,13 +131,14 @@ def apiserver_command(pki: Pki, binaries: Binaries) -> list[str]:
         # the gate and v1beta1 are still accepted, through 1.37: k8s.io/apiserver's
         # kube_features.go, k8s.io/api's admissionregistration/v1beta1): the OpenShift-like
         # namespaces' admission (openshift.py) assigns their pods UIDs with it.
-        "--feature-gates=MutatingAdmissionPolicy=true",
-        "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+        "--feature-gates=MutatingAdmissionPolicy=true" + (f",{GANG_SCHEDULING_GATE}" if gang else ""),
+        "--runtime-config=admissionregistration.k8s.io/v1beta1=true" + (f",{GANG_SCHEDULING_API}" if gang else ""),
         "--profiling=false",
     ]
 
 
-def controller_manager_command(layout: RunLayout, pki: Pki, binaries: Binaries) -> list[str]:
+def controller_manager_command(layout: RunLayout, pki: Pki, binaries: Binaries,
+                               version: KubernetesVersion) -> list[str]:
     kubeconfig = layout.component_kubeconfig(CONTROLLER_MANAGER)
     return [
         str(binaries.kubernetes(CONTROLLER_MANAGER)),
@@ -140,13 +160,19 @@ def controller_manager_command(layout: RunLayout, pki: Pki, binaries: Binaries) 
         # next pass, up to 5 s later by default. Tests start some 150 nodes.
         "--node-monitor-period=1s",
         "--profiling=false",
+        *_gang_scheduling_gate(version),
     ]
 
 
-def scheduler_command(layout: RunLayout, binaries: Binaries) -> list[str]:
+def scheduler_command(layout: RunLayout, binaries: Binaries, version: KubernetesVersion) -> list[str]:
     return [
         str(binaries.kubernetes(SCHEDULER)),
         f"--kubeconfig={layout.component_kubeconfig(SCHEDULER)}",
         "--bind-address=127.0.0.1",
         "--leader-elect=false",
+        *_gang_scheduling_gate(version),
     ]
+
+
+def _gang_scheduling_gate(version: KubernetesVersion) -> list[str]:
+    return [f"--feature-gates={GANG_SCHEDULING_GATE}"] if gang_scheduling(version) else []

@@ -52,10 +52,15 @@ def any_running(layout: RunLayout) -> bool:
     return any(processes.read_pid(layout.pid_file(name)) for name in components.COMPONENTS)
 
 
+def running_version(layout: RunLayout) -> versions.KubernetesVersion:
+    """The release this run directory's control plane runs (one from before releases were
+    recorded runs the default)."""
+    return versions.recorded(versions.version_file(layout.root)) or versions.parse(versions.DEFAULT)
+
+
 def choose_version(layout: RunLayout, wanted: versions.KubernetesVersion) -> None:
-    """Run `wanted`; a control plane already up with another release is an error (a
-    cluster from before releases were recorded runs the default)."""
-    running = versions.recorded(versions.version_file(layout.root)) or versions.parse(versions.DEFAULT)
+    """Run `wanted`; a control plane already up with another release is an error."""
+    running = running_version(layout)
     if running != wanted and any_running(layout):
         raise ClusterError(f"the cluster in {layout.root} runs Kubernetes {running}, not {wanted}: "
                            "take it down first (python -m localcluster down)")
@@ -84,7 +89,7 @@ def start_all(layout: RunLayout, pki: certs.Pki, binaries: Binaries, probe: ApiP
 def commands(layout: RunLayout, pki: certs.Pki, binaries: Binaries) -> dict[str, list[str]]:
     """Every component's command line: Kubernetes' own, the registry's and its pull proxy's."""
     return {
-        **components.commands(layout, pki, binaries),
+        **components.commands(layout, pki, binaries, running_version(layout)),
         components.REGISTRY: registry.command(binaries.registry, layout.registry_config),
         components.PULL_PROXY: registry.pull_proxy_command(venv_dir() / "bin" / "python", layout.pull_delays_file),
     }

@@ -14,7 +14,8 @@ field node/config.py writes; `failCgroupV1: false`, which this cgroup v1 host ne
 1.34 defaults to and what 1.35 to 1.37 still honour; DRA is GA and on in all of them; the
 kubelet's fallback for a runtime without the RuntimeConfig call (Debian's containerd 1.6) stays
 until 1.38. A release that changes one of them gets its difference there, as a function of
-the cluster's KubernetesVersion (Cluster.version()) passed in.
+the cluster's KubernetesVersion (Cluster.version()) passed in: so far one, gang scheduling
+(the PodGroup API and its feature gate from 1.37 on: components.gang_scheduling).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from kubernetes import client, utils
 
 from distributetrain.core.names import LOCK_LEASE_NAME
 from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE
+from localcluster import components, versions
 from jobharness import REPO, SCRIPTS, Jobs, job_args, node_pool, script_volume, unbound_volume
 from projectrbac import POLICY, POLICY_BINDING, rbac_documents
 
@@ -26,7 +27,9 @@ BEST_EFFORT_RULES = {("events", "create"): "cannot record Events",
                      ("resourcequotas", "list"): "ResourceQuotas are not checked",
                      # The survey managers starting together share: refused, each takes its own.
                      ("configmaps", "get"): "cannot share the survey of the cluster",
-                     ("configmaps", "create"): "cannot share the survey of the cluster"}
+                     ("configmaps", "create"): "cannot share the survey of the cluster",
+                     # Where the release serves PodGroups (RELEASE_RULES): the job's pods are then no gang.
+                     ("podgroups", "create"): "the job's pods are no gang"}
 SHARED_KINDS = {POLICY, "ConfigMap"}
 # Rules only a flag's job uses (resource, first verb): the flag whose job is run without
 # the rule, the cluster-scoped object it names (made by the test), and the line its log
@@ -39,14 +42,27 @@ FLAG_RULES = {("runtimeclasses", "get"): ("--runtime-class", RUNTIME_CLASS, "can
               ("resourceclaimtemplates", "create"): ("--device-class", DEVICE_CLASS, None)}
 
 
-def all_rules():
-    """(kind, name, index, rule) of every rule in rbac/."""
+# Rules only a release that serves their API uses (resource): on the others the manager never
+# asks for them, so a job without them is no proof. PodGroups: from 1.37 (localcluster's
+# components.gang_scheduling); there the job runs without the rule, its pods no gang.
+RELEASE_RULES = {"podgroups": components.gang_scheduling}
+
+
+def all_rules(release_serves: bool = False):
+    """(kind, name, index, rule) of every rule in rbac/; with ``release_serves``, those of
+    RELEASE_RULES only where the cluster's release (DT_KUBERNETES_VERSION) serves their API."""
     found = []
     for path in sorted((REPO / "rbac").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc["kind"] in ("Role", "ClusterRole"):
-                found.extend((doc["kind"], doc["metadata"]["name"], i, rule) for i, rule in enumerate(doc["rules"]))
+                found.extend((doc["kind"], doc["metadata"]["name"], i, rule) for i, rule in enumerate(doc["rules"])
+                             if not release_serves or _used_by_the_release(rule))
     return found
+
+
+def _used_by_the_release(rule: dict) -> bool:
+    serves = RELEASE_RULES.get(rule["resources"][0])
+    return serves is None or serves(versions.selected())
 
 
 def test_no_wildcards_and_nothing_cluster_wide_writes():
@@ -111,8 +127,8 @@ def delete_cluster_objects(api_client, documents):
                 doc["metadata"]["name"])
 
 
-@pytest.mark.parametrize("kind,name,index,rule", all_rules(), ids=lambda v: str(v) if not isinstance(v, dict) else
-                         "-".join(v["resources"] + v["verbs"]))
+@pytest.mark.parametrize("kind,name,index,rule", all_rules(release_serves=True),
+                         ids=lambda v: str(v) if not isinstance(v, dict) else "-".join(v["resources"] + v["verbs"]))
 def test_every_rule_is_needed(cluster, api_client, namespace, tmp_path, kind, name, index, rule):
     documents, removed = apply_without(api_client, namespace, kind, name, index)
     jobs = Jobs(api_client, namespace)

@@ -120,6 +120,9 @@ class FakeKube(KubeApi):
         self.dra_served = True
         self.dra: dict[str, dict[str, dict]] = {"resourceslices": {}, "resourceclaims": {}}  # kind -> key -> object
         self.claim_templates: dict[str, dict] = {}  # the job namespace's ResourceClaimTemplates
+        self.pod_groups_served = False  # scheduling.k8s.io/v1beta1 PodGroups (Kubernetes 1.37 with its gate)
+        self.pod_groups: dict[str, dict] = {}  # the job namespace's PodGroups
+        self.pod_group_discoveries = 0  # times the manager asked whether they are served
 
     # -- what tests use to set the scene --------------------------------------------------
     def writes(self, verb: str | None = None, kind: str | None = None) -> list[str]:
@@ -149,7 +152,8 @@ class FakeKube(KubeApi):
     def _store(self, kind: str) -> dict[str, dict]:
         return {"Pod": self.pods, "Job": self.batch_jobs, "NetworkPolicy": self.network_policies,
                 "ConfigMap": self.config_maps, "PersistentVolumeClaim": self.volume_claims,
-                "PersistentVolume": self.volumes, "ResourceClaimTemplate": self.claim_templates}.get(kind, self.secrets)
+                "PersistentVolume": self.volumes, "ResourceClaimTemplate": self.claim_templates,
+                "PodGroup": self.pod_groups}.get(kind, self.secrets)
 
     def _is_manager(self, name: str) -> bool:
         return self.manager is not None and name == self.manager["metadata"]["name"]
@@ -366,6 +370,25 @@ class FakeKube(KubeApi):
             for name in deleted:
                 del self.claim_templates[name]
                 self._act("delete", "ResourceClaimTemplate", name)
+            return deleted
+
+    def serves_pod_groups(self) -> bool:
+        with self.lock:
+            self.pod_group_discoveries += 1
+            return self.pod_groups_served
+
+    def refuse_pod_groups(self, why: str) -> None:
+        with self.lock:
+            self.pod_groups_served = False
+
+    def delete_pod_groups(self, namespace: str, label_selector: str) -> list[str]:
+        """One deletecollection; an action per PodGroup deleted (none: no action)."""
+        self._maybe_fail("delete_pod_groups")
+        with self.lock:
+            deleted = sorted(o["metadata"]["name"] for o in _selected(self.pod_groups, label_selector))
+            for name in deleted:
+                del self.pod_groups[name]
+                self._act("delete", "PodGroup", name)
             return deleted
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
