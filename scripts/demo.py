@@ -75,6 +75,9 @@ def demo_manager() -> str:
         # The local nodes are kubelets on this 2-core machine (2 CPUs each): the defaults,
         # 2 CPUs and 8Gi per GPU, are sized for real GPU nodes.
         "--cpu-per-gpu=250m", "--memory-per-gpu=2Gi",
+        # Horovod's ranks negotiate every millisecond by default (for GPUs); on CPUs, every
+        # 20 ms costs a quarter less CPU and trains as fast.
+        "--env=HOROVOD_CYCLE_TIME=20",
         "--filename=/opt/distributetrain/train.py", "--host-network=false",
         f"--pvc={CLAIM}:/train", "--delete-chief", "--", *TRAIN_ARGS,
     ]

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import names, podgroup
-from jobharness import LOCAL_NODE_SIZING, REPO, SCRIPTS, job_args, node_pool, script_volume
+from jobharness import LOCAL_MACHINE_FLAGS, REPO, SCRIPTS, job_args, node_pool, script_volume
 from kueueharness import gpu_queue, served_in_v1beta1_only, workloads
 
 # Kueue is started per module, configured its own way: its modules share a worker (conftest.py).
@@ -53,7 +53,7 @@ def test_the_manager_runs_through_the_queue_asking_no_quota_and_the_job_is_one_w
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim, \
             gpu_queue(api_client, namespace, 3) as queue, served_in_v1beta1_only(api_client):
         done = submit(kueue_queues_every_pod, namespace, "--name", "everypod", "--queue", queue.name,
-                      "--manager-node-selector", pool.selector, *LOCAL_NODE_SIZING,
+                      "--manager-node-selector", pool.selector, *LOCAL_MACHINE_FLAGS,
                       *job_args(pool, claim, 3, script_args=("0",)))
         assert done.returncode == 0, done.stderr
         assert jobs.exit_code("everypod", JOB_TIMEOUT_S) == 0, jobs.report("everypod")

@@ -27,7 +27,7 @@ from distributetrain.kube.client import Kube
 from distributetrain.manager import lifecycle
 from distributetrain.manager.teardown import tear_down
 from harness.apiserver import HttpFake, Reply, Request
-from jobharness import LOCAL_NODE_SIZING, SCRIPTS, job_args, node_pool, script_volume
+from jobharness import LOCAL_MACHINE_FLAGS, SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
 
@@ -180,7 +180,7 @@ def test_a_chief_with_an_injected_sidecar_ends_the_job_with_the_trainings_exit_c
     with node_pool(cluster, {"a": 1}) as pool, tempfile.TemporaryDirectory(prefix="dt-mesh-") as readable, \
             script_volume(api_client, namespace, SCRIPTS, readable_by_all(readable)) as claim, \
             mesh_injector(api_client, namespace, tmp_path, native):
-        flags = [*LOCAL_NODE_SIZING, *job_args(pool, claim, 1, script_args=(str(TRAINING_EXIT_CODE),))]
+        flags = [*LOCAL_MACHINE_FLAGS, *job_args(pool, claim, 1, script_args=(str(TRAINING_EXIT_CODE),))]
         flags, script_args = jobflags.split_script_args(
             ["run", "--job-name=meshjob", f"--namespace={namespace}", f"--owner-uid={owner.metadata.uid}", *flags])
         settings = jobflags.settings_from_args(build_parser().parse_args(flags), script_args).replace(

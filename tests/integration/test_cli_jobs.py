@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from jobharness import HELLO, LOCAL_NODE_SIZING, REPO, node_pool, script_volume
+from jobharness import HELLO, LOCAL_MACHINE_FLAGS, REPO, node_pool, script_volume
 from harness.polling import poll_until
 
 pytestmark = pytest.mark.cluster
@@ -68,14 +68,14 @@ def test_submit_follow_list_status_logs_cancel(cluster, api_client, namespace, r
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         # More GPUs than the nodes advertise: the user's own credentials list them, so the
         # CLI refuses at once, as the manager would, and creates nothing.
-        refused = dt(cluster, "submit", *LOCAL_NODE_SIZING, "--num-gpus", "9", "--image", TRAINING_IMAGE,
+        refused = dt(cluster, "submit", *LOCAL_MACHINE_FLAGS, "--num-gpus", "9", "--image", TRAINING_IMAGE,
                      "--namespace", namespace, "--name", "mnist", *on(pool))
         assert (refused.returncode, refused.stdout, refused.stderr.splitlines()[-1:]) == (2, "", [
             "distributetrain: error: --num-gpus: requested 9 GPUs but the nodes matching --node-selector "
             "advertise 2 in all"]), refused.stderr
         assert objects(api_client, namespace) == set()
 
-        followed = dt(cluster, "submit", *LOCAL_NODE_SIZING, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
+        followed = dt(cluster, "submit", *LOCAL_MACHINE_FLAGS, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
                       "--name", "mnist", *on(pool), "--follow", "--", "--epochs", "1",
                       timeout_s=FOLLOW_TIMEOUT_S)
         assert followed.returncode == 0, followed.stdout + followed.stderr
@@ -125,7 +125,7 @@ def test_submit_follow_list_status_logs_cancel(cluster, api_client, namespace, r
 def test_as_job_cancel_mid_training_deletes_everything(cluster, api_client, namespace, rbac, tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SLEEPY, tmp_path) as claim:
-        submitted = dt(cluster, "submit", *LOCAL_NODE_SIZING, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
+        submitted = dt(cluster, "submit", *LOCAL_MACHINE_FLAGS, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
                        "--name", "sleepy", "--as-job", *on(pool), "--pvc", f"{claim}:/work",
                        "--filename", "/work/hello.py", "--", "0", "600")
         assert (submitted.returncode, submitted.stdout) == (0, "sleepy\n"), submitted.stderr
@@ -157,7 +157,7 @@ def test_as_job_cancel_mid_training_deletes_everything(cluster, api_client, name
 def test_follow_exits_with_the_managers_exit_code(cluster, api_client, namespace, rbac, tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SLEEPY, tmp_path) as claim:
-        followed = dt(cluster, "submit", *LOCAL_NODE_SIZING, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
+        followed = dt(cluster, "submit", *LOCAL_MACHINE_FLAGS, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
                       *on(pool), "--pvc", f"{claim}:/work", "--filename", "/work/hello.py",
                       "--follow", "--", "3", timeout_s=FOLLOW_TIMEOUT_S)
         name = followed.stdout.split("\n", 1)[0]
@@ -170,7 +170,7 @@ def test_follow_exits_with_the_managers_exit_code(cluster, api_client, namespace
 
 
 def test_bad_input_creates_nothing(cluster, api_client, namespace, rbac):
-    result = dt(cluster, "submit", *LOCAL_NODE_SIZING, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
+    result = dt(cluster, "submit", *LOCAL_MACHINE_FLAGS, "--num-gpus", "2", "--image", TRAINING_IMAGE, "--namespace", namespace,
                 "--pvc", "no-path")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith("distributetrain: error: --pvc: ") and result.stderr.count("\n") == 1

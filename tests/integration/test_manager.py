@@ -47,7 +47,7 @@ def test_six_gpus_on_5_3_2_run_as_two_pods_on_the_planned_nodes(cluster, api_cli
         chief = jobs.pod("six-chief")
         assert chief["spec"]["nodeName"] == pool.node("c")
         # One GPU, and the default memory per GPU as both request and limit (Burstable QoS).
-        assert chief["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "2Gi"}  # LOCAL_NODE_SIZING
+        assert chief["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "2Gi"}  # LOCAL_MACHINE_FLAGS
         log = jobs.logs("six-chief")
         # horovodrun prefixes each line with "[rank]<stdout>:".
         assert sorted(int(r) for r in re.findall(r"rank=(\d+) size=6", log)) == list(range(6))
