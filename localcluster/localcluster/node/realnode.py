@@ -269,10 +269,14 @@ class RealNode:
 
     def _advertise_gpus(self) -> None:
         """GPUs as extended resources in the Node's status capacity, the documented way to
-        advertise a resource no device plugin serves; the kubelet keeps it in allocatable."""
+        advertise a resource no device plugin serves. The kubelet copies capacity into
+        allocatable at its next status update, up to 10 s later (nodeStatusUpdateFrequency),
+        which every node start waited for: the same amount goes into allocatable now, as the
+        kubelet would write it (and its patches, diffs of what it changed, leave it be)."""
         amounts = {self.spec.gpu_resource: self.spec.gpus, **self.spec.more_resources}
-        operations = [{"op": "add", "path": "/status/capacity/" + resource.replace("~", "~0").replace("/", "~1"),
-                       "value": str(amount)} for resource, amount in amounts.items() if amount]
+        operations = [{"op": "add", "path": f"/status/{field}/" + resource.replace("~", "~0").replace("/", "~1"),
+                       "value": str(amount)}
+                      for resource, amount in amounts.items() if amount for field in ("capacity", "allocatable")]
         if not operations:
             return
         response = self.probe.json_patch(f"/api/v1/nodes/{self.spec.name}/status", operations)
