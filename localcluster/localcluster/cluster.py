@@ -331,7 +331,9 @@ class Cluster:
         return self._probe
 
     def status(self) -> clusterstatus.ClusterStatus:
-        return clusterstatus.status(self.layout, self.probe(), self.is_up())
+        """Also of a run directory where no cluster ever started (no CA to reach one with)."""
+        up = self.is_up()
+        return clusterstatus.status(self.layout, self.probe() if up else None, up)
 
     # --- internals ---------------------------------------------------------
 

@@ -34,8 +34,9 @@ class ClusterStatus:
     nodes: tuple[NodeStatus, ...]
 
 
-def status(layout: RunLayout, probe: ApiProbe, ready: bool) -> ClusterStatus:
-    """The cluster of `layout` now; its Nodes only if the apiserver is `ready`."""
+def status(layout: RunLayout, probe: ApiProbe | None, ready: bool) -> ClusterStatus:
+    """The cluster of `layout` now; its Nodes only if the apiserver is `ready` (`probe` then
+    reaches it)."""
     return ClusterStatus(
         components=tuple(
             ComponentStatus(name, processes.read_pid(layout.pid_file(name)))
@@ -43,7 +44,7 @@ def status(layout: RunLayout, probe: ApiProbe, ready: bool) -> ClusterStatus:
         ),
         apiserver_ready=ready,
         node_groups=tuple(NodeGroupRegistry(layout).records()),
-        nodes=tuple(_node_statuses(probe)) if ready else (),
+        nodes=tuple(_node_statuses(probe)) if ready and probe else (),
     )
 
 

@@ -45,3 +45,10 @@ def test_up_refuses_bad_input_in_one_line_before_starting_anything(capsys, tmp_p
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith(f"error: {flag}: ") and form in error, error
     assert not (tmp_path / "run").exists()
+
+
+def test_status_where_no_cluster_ever_started_says_so(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DT_RUN", str(tmp_path / "run"))
+    assert main(["status"]) == 0
+    printed = capsys.readouterr().out
+    assert "apiserver /readyz" in printed and "not ready" in printed, printed
