@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from bench import control_plane, testbed
-from distributetrain.core import manifests, names
+from distributetrain.core import manifests, names, podstate
+from distributetrain.core.clock import RealClock
 from distributetrain.core.sshkeys import JobKeys
 from distributetrain.kube import client as kube_module, connection
 from distributetrain.kube import waits
@@ -63,6 +64,11 @@ class ConnectionCounter(logging.Handler):
             self.opened += 1
 
 
+def all_ready(worker_names: list[str]):
+    """The judge of the burst's end: every worker Ready."""
+    return lambda pods: True if all(name in pods and podstate.is_ready(pods[name]) for name in worker_names) else None
+
+
 def burst(cluster, api_client, namespace: str, job: str, workers: int, prefix: str, selector: str, claim: str,
           in_flight: int, drained: bool, containers: bool) -> dict:
     owner_uid = testbed.stand_in_manager(api_client, namespace, job)
@@ -83,8 +89,8 @@ def burst(cluster, api_client, namespace: str, job: str, workers: int, prefix: s
             kube.create_all_owned(pods)
             created = time.time()
             created_connections = connections.opened
-            outcome = waits.watch_job(kube, namespace, job, waits.workers_ready(worker_names),
-                                      time.monotonic() + (READY_DEADLINE_S if containers else 0), worker_names)
+            outcome = waits.watch_until(kube, namespace, settings.selector, all_ready(worker_names),
+                                        time.monotonic() + (READY_DEADLINE_S if containers else 0), RealClock())
             ready = time.time()
             before_teardown = connections.opened
             tear_down(kube, settings, keep_chief=False)
@@ -95,7 +101,7 @@ def burst(cluster, api_client, namespace: str, job: str, workers: int, prefix: s
     finally:
         kube_module.drain = DRAIN
     return {
-        "ready": isinstance(outcome, waits.WorkersReady) if containers else None,
+        "ready": isinstance(outcome, waits.Judged) if containers else None,
         "create_all_s": created - started,
         "create_latency_s": control_plane._spread(kube.latencies("create Pod")),
         "create_connections": created_connections,
