@@ -44,6 +44,7 @@ PROBE_TIMEOUT_S = 60
 RESTART_TIMEOUT_S = 60
 MANY_PODS = 64
 MANY_PODS_TIMEOUT_S = 180
+LEASE_TIMEOUT_S = 40  # the kubelet renews its Lease every 10 s
 # The training image has a shell, Python, sleep and iproute2; the manager image has the
 # Kubernetes client and runs as 65532.
 IMAGE = "distributetrain/base:0.1.0"
@@ -161,7 +162,12 @@ def test_nodes_are_registered_like_kubelets(core, nodes):
     assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
     assert condition(node, "Ready") == "True"
     assert node["spec"]["taints"] == [nodes.taint]
-    lease = client.CoordinationV1Api(core.api_client).read_namespaced_lease(nodes.names[0], "kube-node-lease")
+    # A kubelet creates its heartbeat Lease some seconds after the node is Ready (its lease
+    # controller's first try may precede the Node): here ten.
+    leases = client.CoordinationV1Api(core.api_client)
+    lease = poll_until(lambda: leases.list_namespaced_lease(
+        "kube-node-lease", field_selector=f"metadata.name={nodes.names[0]}").items, LEASE_TIMEOUT_S,
+        f"node {nodes.names[0]}'s Lease in kube-node-lease")[0]
     assert lease.spec.holder_identity == nodes.names[0]
 
 
