@@ -37,6 +37,7 @@ from distributetrain.core.clock import Clock, monotonic_at
 from distributetrain.core.names import Attempt
 from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import jobevents, podwaits, quotawait, scaleup
 from distributetrain.manager.discovery import DiscoveryServer, HostList
@@ -74,7 +75,8 @@ class Job:
         if settings.active_deadline_s:
             deadline = monotonic_at(clock, (record.started_at or clock.now()) + settings.active_deadline_s)
         self.state = ProcessState(settings, reporter, Attempt(settings.job_name, record.attempt), deadline,
-                                  gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock)
+                                  gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock,
+                                  pods=waits.selected_pods(kube, settings.namespace, settings.selector, clock))
         self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
         # Direct or through a Kueue queue: how each attempt gets its GPUs.
         self.placement = placement_of(kube, self.state, self.kind)
@@ -85,7 +87,7 @@ class Job:
         ``until_started``, return 0 once the current attempt has started. Failures raise,
         typed, with the exit code that reports them. What ends the job tears it down
         (``lifecycle``); a lost attempt is torn down here, before the next one plans."""
-        with self._serving_hosts():
+        with self._serving_hosts(), contextlib.closing(self.state.pods):
             while True:
                 try:
                     plan = PreTraining(self.kube, self.state, self.placement).start()
@@ -175,10 +177,10 @@ class Job:
         settings = self.settings
         self.state.hosts.publish(None)
         tear_down(self.kube, settings, keep_chief=False)
+        self.state.pods.relist()  # judged from after the deletions: those done at once are gone from it
         clock = self.state.clock
         gone_within_s = old_pods_gone_s(settings)
-        left = podwaits.wait_until_gone(self.kube, settings.namespace, settings.selector,
-                                        clock.monotonic() + gone_within_s, clock)
+        left = podwaits.wait_until_gone(self.state.pods, clock.monotonic() + gone_within_s)
         if left:
             log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",
                         settings.job_name, ", ".join(sorted(left)), gone_within_s)

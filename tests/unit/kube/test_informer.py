@@ -53,6 +53,23 @@ def test_lists_then_watches_from_the_lists_version_and_resumes_from_the_last_see
     assert sorted(informer.store) == ["a", "b"] and informer.version == "9"
 
 
+def test_after_a_relist_the_next_wait_judges_a_fresh_list_with_what_the_caller_just_created():
+    """What the caller itself just created may not have come through the watch yet: absent
+    from the store, it would read as deleted. After ``relist`` the next wait judges a fresh
+    list, and the one after it the store again."""
+    clock = FakeClock()
+    kube = FakeKube(pods=[pod("a")], clock=clock)
+    informer = pods_informer(kube, clock)
+    assert informer.wait_until(sorted, clock.monotonic() + 60) == Satisfied(["a"])
+    kube.pods["b"] = pod("b", "2")  # created; no watch has delivered it
+    assert informer.wait_until(sorted, clock.monotonic() + 60) == Satisfied(["a"])
+    informer.relist()
+    assert informer.stale
+    assert informer.wait_until(sorted, clock.monotonic() + 60) == Satisfied(["a", "b"])
+    assert informer.wait_until(sorted, clock.monotonic() + 60) == Satisfied(["a", "b"])
+    assert (kube.pod_lists, informer.stale) == (2, False)
+
+
 def test_a_deleted_object_leaves_the_store_and_handlers_get_each_change():
     clock = FakeClock()
     kube = FakeKube(pods=[pod("a"), pod("b")], clock=clock)

@@ -123,6 +123,26 @@ def test_a_successful_job_tells_its_story_in_order(story):
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
 
 
+def test_one_list_of_the_job_s_pods_serves_every_wait_of_a_process(story, monkeypatch):
+    """The job's pods are one informer in a process (``ProcessState.pods``): the attempt's
+    start, the chief's and its end are judged on one list and its watch, not a list each."""
+    lists = []
+    list_all = FakeKube.list_all
+
+    def listing(self, kind, namespace=None, **selectors):
+        lists.append((kind, selectors.get("label_selector")))
+        return list_all(self, kind, namespace, **selectors)
+
+    monkeypatch.setattr(FakeKube, "list_all", listing)
+    code, _, _ = story([
+        [("demo-worker-0", running()), ("demo-chief", PULLING)],
+        [("demo-chief", running(ip="10.0.0.3"))],
+        [("demo-chief", ended(0))],
+    ])
+    # Besides the informer's: the look for an attempt to adopt, and the teardown's.
+    assert (code, lists.count(("pods", SETTINGS.selector))) == (0, 3)
+
+
 @pytest.mark.parametrize("annotations,asked,ids", [
     ({}, "auto", {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}),
     ({podsecurity.OPENSHIFT_UID_RANGE_ANNOTATION: "1000680000/10000"}, "auto", {}),
