@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, exitcodes, podstate
-from distributetrain.kube.informer import Informer
-from distributetrain.kube.waits import Judged, judged
+from distributetrain.kube.informer import Informer, Satisfied
 
 
 @dataclass(frozen=True)
@@ -166,12 +165,12 @@ def wait_until_gone(pods: Informer, deadline: float, only: set[str] | None = Non
                 if podstate.is_training_pod(pod)
                 and (only is None or name in only)}
 
-    result = judged(pods, lambda view: True if not job_pods_left(view) else None, deadline)
-    return set() if isinstance(result, Judged) else job_pods_left(result.pods)
+    result = pods.wait_until(lambda view: True if not job_pods_left(view) else None, deadline)
+    return set() if isinstance(result, Satisfied) else job_pods_left(result.last_view)
 
 
 def watch_job(pods: Informer, judge: Judge, deadline: float, expected: list[str]) -> Outcome:
     """Follow the job's pods (``ProcessState.pods``) until ``judge`` returns an outcome,
     or TimedOut at ``deadline``."""
-    result = judged(pods, judge, deadline)
-    return result.outcome if isinstance(result, Judged) else TimedOut(pending_reasons(result.pods, expected))
+    result = pods.wait_until(judge, deadline)
+    return result.value if isinstance(result, Satisfied) else TimedOut(pending_reasons(result.last_view, expected))
