@@ -14,7 +14,7 @@ from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import (clusterview, job, lifecycle, podwaits, posttraining, pretraining,
-                                     startwatch)
+                                     startwatch, teardown)
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -279,8 +279,8 @@ def test_a_failure_in_either_phase_ends_with_everything_the_job_created_deleted_
 
 
 def test_a_lost_attempts_pods_are_waited_for_their_grace_period_and_a_slack():
-    assert job.old_pods_gone_s(SETTINGS) == 30.0
-    assert job.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
+    assert teardown.old_pods_gone_s(SETTINGS) == 30.0
+    assert teardown.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
 
 
 def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story):
