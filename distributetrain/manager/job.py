@@ -95,7 +95,8 @@ class Job:
                  ) -> None:
         """Release an attempt that ended early, say why, and move on to the next one (the
         module's docstring says when); raise when the job ends with it."""
-        state, settings, clock, reporter = self.state, self.settings, self.state.clock, self.state.reporter
+        settings = self.settings
+        state, clock, reporter = self.state, self.state.clock, self.state.reporter
         until = min(state.gpus_until, state.deadline)
         if isinstance(ended, errors.AttemptLost):
             used = reporter.record().restarts
