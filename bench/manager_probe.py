@@ -28,6 +28,7 @@ from bench.inventory_probe import admin_client, memory_mib
 from distributetrain.core.clock import RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.kube.client import Kube
+from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import jobevents
 from distributetrain.manager.discovery import HostList
@@ -63,7 +64,8 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
     kube = Kube(admin_client(Cluster.attach(), pool_size=8), clock)
     reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS))
     now = clock.monotonic()
-    state = ProcessState(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList(), clock)
+    state = ProcessState(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList(), clock,
+                         waits.selected_pods(kube, settings.namespace, settings.selector, clock))
     placement = PreTraining(kube, state, kind_of(settings))
     baseline_mib = memory_mib("VmRSS")
     print("ready", flush=True)

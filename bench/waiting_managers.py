@@ -102,6 +102,7 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     """One manager waiting for GPUs: ``PreTraining._place`` until its wait ends."""
     from distributetrain.core import errors
     from distributetrain.core.clock import RealClock
+    from distributetrain.kube import waits
     from distributetrain.kube.events import EventRecorder
     from distributetrain.kube.client import Kube
     from distributetrain.kube.connection import load_api_client
@@ -118,7 +119,8 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     kube = Kube(load_api_client(kubeconfig=kubeconfig), clock)
     recorder = EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS)
     state = ProcessState(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
-                         clock.monotonic() + settings.wait_for_gpus_s, HostList(), clock)
+                         clock.monotonic() + settings.wait_for_gpus_s, HostList(), clock,
+                         waits.selected_pods(kube, settings.namespace, settings.selector, clock))
     manager = PreTraining(kube, state, kind_of(settings))
     try:
         manager._place(state.gpus_until)

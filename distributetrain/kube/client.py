@@ -207,12 +207,12 @@ class Kube(DraCalls, KubeApi):
         return self._call(lambda: read_json(create(namespace, obj, **REQUEST_OPTIONS, **extra)),
                           f"create {kind} [{namespace}/{name}]" + (" (dry run)" if dry_run else ""))
 
-    def replace(self, obj: dict) -> dict:
+    def update(self, obj: dict) -> dict:
         """Update the whole object as read (its resourceVersion: ``Conflict`` if it changed since)."""
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
-        replace = self._typed("replace", kind)
-        return self._call(lambda: read_json(replace(name, namespace, obj, **REQUEST_OPTIONS)),
-                          f"replace {kind} [{namespace}/{name}]")
+        update = self._typed("replace", kind)  # the client's name for the update verb (PUT)
+        return self._call(lambda: read_json(update(name, namespace, obj, **REQUEST_OPTIONS)),
+                          f"update {kind} [{namespace}/{name}]")
 
     def create_all_owned(self, objs: list[dict]) -> list[dict]:
         return self._concurrently(self.create_owned, objs)

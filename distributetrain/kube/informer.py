@@ -18,7 +18,9 @@ returns ``Satisfied(value)`` once the predicate gives a value, or ``DeadlineReac
 with the last view.
 
 It runs inline (``wait_until`` drives the list and the watch in the caller's thread) or
-on a thread of its own (``with informer:``), then ``wait_until`` waits for its changes.
+on a thread of its own (``start``, or ``with informer:``), then ``wait_until`` waits for
+its changes. A store lags what the caller itself just wrote (the watch has not delivered
+it yet): ``relist`` has the next judgement wait for a fresh list.
 This module is the only one that calls the client's watches.
 """
 
@@ -91,6 +93,8 @@ class Informer:
         self.thread_span_s = thread_span_s
         self.store: dict[str, Any] = {}
         self.synced = False  # listed at least once
+        # Fresh lists asked for (``relist``), and the last of them a list has answered.
+        self._lists_asked = self._lists_answered = 0
         self.version = ""  # the last resourceVersion seen; "" lists again
         self.changed = threading.Condition(threading.RLock())
         self._handlers: list[Handler] = []
@@ -117,16 +121,35 @@ class Informer:
         with self.changed:
             self._handlers.remove(handler)
 
+    def relist(self) -> None:
+        """List afresh before the next judgement: the caller has just created objects it
+        waits on, which the watch may not have delivered yet (absent, they read as deleted)."""
+        with self.changed:
+            self._lists_asked += 1
+
+    @property
+    def stale(self) -> bool:
+        """A fresh list is asked for and not listed yet: the store is not judged meanwhile."""
+        return self._lists_answered != self._lists_asked
+
     # -- on a thread of its own ------------------------------------------------------------
+    def start(self) -> None:
+        """Follow on a thread of its own from now on, until ``close`` (once: a running informer stays as it is)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._follow, name=f"informer-{self.kind}", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop its thread, if it runs one. Not joined: its watch call ends within
+        thread_span_s (at its next event if sooner), and what it applies meanwhile is read by no one."""
+        self._stop.set()
+
     def __enter__(self) -> Informer:
-        self._thread = threading.Thread(target=self._follow, name=f"informer-{self.kind}", daemon=True)
-        self._thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        # Not joined: its watch call ends within thread_span_s (at its next event if
-        # sooner), and what it applies meanwhile is read by no one.
-        self._stop.set()
+        self.close()
 
     def _follow(self) -> None:
         try:
@@ -146,7 +169,7 @@ class Informer:
             with self.changed:
                 if self._failure is not None:
                     raise self._failure
-                if self.synced and (value := predicate(self.store)) is not None:
+                if self.synced and not self.stale and (value := predicate(self.store)) is not None:
                     return Satisfied(value)
                 remaining = deadline - self.clock.monotonic()
                 if remaining <= 0 and tried:
@@ -161,7 +184,7 @@ class Informer:
         """In the caller's thread: list if needed, else follow the watch until ``until`` or
         an event after which ``predicate`` gives a value. A failed watch ends it early."""
         try:
-            if not self.version:
+            if not self.version or self.stale:
                 self._relist()
                 return
             remaining = until - self.clock.monotonic()
@@ -172,7 +195,7 @@ class Informer:
                 if event_type != "BOOKMARK":  # a bookmark only moves the version on
                     with self.changed:
                         self._apply(event_type, obj)
-                        if predicate(self.store) is not None:
+                        if predicate(self.store) is not None or self.stale:
                             return
                 if self.clock.monotonic() >= until:
                     return
@@ -207,6 +230,7 @@ class Informer:
         takes it whole, and the handlers get its differences from the store."""
         listed: dict[str, Any] = {}
         version = ""
+        asked = self._lists_asked  # one asked for later may not be in this list
         for page, version in self.kube.list_pages(self.kind, self.namespace, **self.selectors):
             for obj in page:
                 if (kept := self.keep(obj)) is not None:
@@ -218,6 +242,7 @@ class Informer:
                         for key, value in listed.items() if old.get(key) != value]
             self.store = listed
             self.synced = True
+            self._lists_answered = asked
             self.version = version
             self._hand_on(changes)
 

@@ -151,7 +151,7 @@ class PlacementLock:
                                                   "metadata": {"name": self.name, "namespace": self.namespace},
                                                   "spec": spec})
             else:
-                written = self.kube.replace({**lease, "spec": spec})
+                written = self.kube.update({**lease, "spec": spec})
         except (errors.AlreadyExists, errors.Conflict):
             return False  # another manager won this round
         self._acquire_time, self._renewed_at = spec["acquireTime"], sent_at
@@ -182,7 +182,7 @@ class PlacementLock:
                     log.error("lost placement lock %s: %s", self.where, self._lost)
                     return
                 lease["spec"]["renewTime"] = micro_time(self.clock.now())
-                self._written = renewals.replace(lease)
+                self._written = renewals.update(lease)
             except errors.DistributeTrainError as e:
                 log.warning("could not renew placement lock %s (next try in %.0fs): %s", self.where, interval_s, e)
                 continue
@@ -220,7 +220,7 @@ class PlacementLock:
         lease = self._written
         lease = {**lease, "spec": {"holderIdentity": None, "leaseDurationSeconds": lease["spec"]["leaseDurationSeconds"]}}
         try:
-            self.kube.replace(lease)
+            self.kube.update(lease)
         except errors.Conflict:
             return self._read_back()
         except errors.DistributeTrainError as e:

@@ -132,7 +132,7 @@ def _publish(kube: Kube, namespace: str, view: ClusterView, version: str) -> Non
                                **({"resourceVersion": version} if version else {})},
                   "binaryData": {DATA_KEY: base64.b64encode(encoded).decode()}}
     try:
-        kube.replace(config_map) if version else kube.create(config_map)
+        kube.update(config_map) if version else kube.create(config_map)
     except (errors.Conflict, errors.AlreadyExists):
         pass  # another manager published meanwhile: its survey is as good
 

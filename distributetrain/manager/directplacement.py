@@ -105,6 +105,7 @@ class DirectPlacement:
         for group in (obj for obj in objects if obj["kind"] == gang.KIND):
             self.kube.create_owned(group)
         self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
+        self.state.pods.relist()  # the start judged on a store that holds them
         if len(plan) > 1:
             reporter.events.record(jobevents.WORKERS_CREATED, ", ".join(
                 f"{attempt.worker(index)} on {node} ({share} GPUs)" for index, (node, share) in enumerate(plan[:-1])))

@@ -23,6 +23,7 @@ import logging
 from distributetrain.core import errors, exitcodes, names, podstate
 from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import podwaits
 
@@ -62,8 +63,9 @@ def clear(kube: Kube, settings: JobSettings, clock: Clock) -> None:
                  settings.job_name, ", ".join(finished))
         kube.delete_all("Pod", namespace, finished)
     if earlier:
-        left = podwaits.wait_until_gone(kube, namespace, names.job_selector(settings.job_name),
-                                        clock.monotonic() + EARLIER_RUN_GONE_S, clock,
+        # Every run's pods of the job's name: the earlier run's are not this process's.
+        every_run = waits.selected_pods(kube, namespace, names.job_selector(settings.job_name), clock)
+        left = podwaits.wait_until_gone(every_run, clock.monotonic() + EARLIER_RUN_GONE_S,
                                         only={pod["metadata"]["name"] for pod in earlier})
         if left:
             raise errors.JobFailed(f"pods of an earlier run of job {settings.job_name} are still there after "

@@ -37,7 +37,6 @@ answer true and the job whole:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -50,7 +49,6 @@ from distributetrain.core.startbudget import StartBudgets
 from distributetrain.core.startprogress import Stage, StageClocks
 from distributetrain.kube import dra, waits
 from distributetrain.kube.client import Kube
-from distributetrain.kube.informer import Informer
 from distributetrain.manager import booking, jobevents, placing, podwaits
 from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.startwatch import StartWatch
@@ -157,23 +155,19 @@ class ElasticFollower:
     wake the wait on the job's pods at once; only then does it take the Lease and list
     afresh, so a job left short lists nothing while nothing changes."""
 
-    def __init__(self, kube: Kube, state: ProcessState, pods: Informer | None = None,
+    def __init__(self, kube: Kube, state: ProcessState,
                  free_gpus_client: Callable[[Kube], Kube] | None = None,
                  recheck_s: float = REPLACE_RECHECK_S, backoff_max_s: float = REPLACE_BACKOFF_MAX_S):
         self.kube = kube
         self.recheck_s = recheck_s  # while short of GPUs, and the first delay after a failure
         self.backoff_max_s = backoff_max_s
         self.clock = state.clock  # the process's deadline is of it
-        # The job's pods as post-training follows them (its own when not given).
-        self.pods = pods if pods is not None else waits.selected_pods(kube, state.settings.namespace, state.settings.selector,
-                                                                 state.clock)
+        self.pods = state.pods  # the job's, as post-training follows them
         # Replacements booked (``placing``); the free GPUs followed while short of GPUs, after a booking found none.
         self.free_gpus = placing.FreeGpuBooking(kube, state.settings, state.clock, self._fits, free_gpus_client,
                                                 self._wake)
         self.free_gpus_changed = False  # since the follower last looked (``_wake``)
         self.created_unseen: dict[str, float] = {}  # replacement -> when created (CREATED_UNSEEN_S)
-        self.threads = contextlib.ExitStack()
-        self.pods_threaded = False
         self.missing = 0  # GPUs short of --num-gpus, as the last pass counted them
         self.settings = state.settings
         self.attempt = state.attempt  # an elastic attempt lasts as long as its chief
@@ -191,18 +185,16 @@ class ElasticFollower:
 
     def follow(self) -> podwaits.Outcome:
         try:
-            with self.threads:
-                return self._follow()
+            return self._follow()
         finally:
             self.free_gpus.close()
             self._stop_following_starts()
 
     def _wait_on_free_gpus_too(self) -> None:
-        """From the first shortage on, the job's pods are followed on a thread of their own:
-        a wait on them is then a wait on a condition, which ``_wake`` can end."""
-        if not self.pods_threaded:
-            self.threads.enter_context(self.pods)
-            self.pods_threaded = True
+        """From the first shortage on, the job's pods are followed on a thread of their own
+        (until the job's loop ends): a wait on them is then a wait on a condition, which
+        ``_wake`` can end."""
+        self.pods.start()
 
     def _wake(self) -> None:
         """A change to the free GPUs followed (in their informer's thread): the wait on the

@@ -11,7 +11,6 @@ from distributetrain.core import placement, topology
 from distributetrain.core.placement import Plan
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
-from distributetrain.kube.informer import Informer
 from distributetrain.manager import podwaits
 from distributetrain.manager.elastic import ElasticFollower
 from distributetrain.manager.processstate import ProcessState
@@ -27,7 +26,8 @@ class StaticJob:
         """On the fewest network domains (``paths``: each node's, with --topology), the chief's share last."""
         return topology.plan(free, gpus, paths, self.levels)
 
-    def follow(self, kube: Kube, state: ProcessState, chief: str, workers: list[str], pods: Informer) -> podwaits.Outcome:
+    def follow(self, kube: Kube, state: ProcessState, chief: str, workers: list[str]) -> podwaits.Outcome:
+        pods = state.pods
         outcome = podwaits.watch_job(pods, podwaits.chief_finished(chief, workers), state.deadline, [chief, *workers])
         if isinstance(outcome, podwaits.ChiefFinished) and outcome.exit_code != 0 and workers:
             # A worker lost under the chief is the cause, if its status says so in time.
@@ -47,8 +47,8 @@ class ElasticJob:
     def plan(self, free: Mapping[str, int], gpus: int, paths: Mapping[str, topology.Path] = {}) -> Plan:
         return placement.with_a_worker(topology.plan(free, gpus, paths, self.levels))
 
-    def follow(self, kube: Kube, state: ProcessState, chief: str, workers: list[str], pods: Informer) -> podwaits.Outcome:
-        return ElasticFollower(kube, state, pods).follow()
+    def follow(self, kube: Kube, state: ProcessState, chief: str, workers: list[str]) -> podwaits.Outcome:
+        return ElasticFollower(kube, state).follow()
 
 
 JobKind = StaticJob | ElasticJob

@@ -160,9 +160,10 @@ def _drive(kube: Kube, settings: JobSettings, phase: str, reporter: Reporter, cl
     # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
     settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
     job = Job(kube, settings, reporter, record, clock)
-    if phase not in FOLLOWED_PHASES:
-        return Ending(job.drive(until_started=True))
-    code = job.drive()
+    followed = phase in FOLLOWED_PHASES
+    code = job.drive(until_started=not followed)
+    if not followed:
+        return Ending(code)
     return Ending(code, tear_down=True, keep_chief=not settings.delete_chief,
                   outcome=(code, "training finished" if code == 0 else f"chief exited with code {code}"))
 

@@ -12,10 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core import errors, exitcodes, podstate
-from distributetrain.core.clock import Clock
-from distributetrain.kube.client import KubeApi
-from distributetrain.kube.informer import Informer
-from distributetrain.kube.waits import Judged, judged, watch_until
+from distributetrain.kube.informer import Informer, Satisfied
 
 
 @dataclass(frozen=True)
@@ -158,24 +155,22 @@ def pending_reasons(pods: Mapping[str, dict], expected: list[str]) -> dict[str, 
     return reasons
 
 
-def wait_until_gone(kube: KubeApi, namespace: str, selector: str, deadline: float, clock: Clock,
-                    only: set[str] | None = None) -> set[str]:
-    """Wait until no selected worker or chief (of ``only``, if given) is left, each deleted,
-    its grace period over; return those still there at ``deadline`` (of ``clock``: a pod on
-    a dead node may stay terminating for ever)."""
+def wait_until_gone(pods: Informer, deadline: float, only: set[str] | None = None) -> set[str]:
+    """Wait until no worker or chief of ``pods`` (of ``only``, if given) is left, each deleted,
+    its grace period over; return those still there at ``deadline`` (of the informer's
+    clock: a pod on a dead node may stay terminating for ever)."""
 
     def job_pods_left(pods: Mapping[str, dict]) -> set[str]:
         return {name for name, pod in pods.items()
                 if podstate.is_training_pod(pod)
                 and (only is None or name in only)}
 
-    result = watch_until(kube, namespace, selector, lambda pods: True if not job_pods_left(pods) else None,
-                         deadline, clock)
-    return set() if isinstance(result, Judged) else job_pods_left(result.pods)
+    result = pods.wait_until(lambda view: True if not job_pods_left(view) else None, deadline)
+    return set() if isinstance(result, Satisfied) else job_pods_left(result.last_view)
 
 
 def watch_job(pods: Informer, judge: Judge, deadline: float, expected: list[str]) -> Outcome:
-    """Follow the job's pods (``kube.waits.selected_pods``) until ``judge`` returns an outcome,
+    """Follow the job's pods (``ProcessState.pods``) until ``judge`` returns an outcome,
     or TimedOut at ``deadline``."""
-    result = judged(pods, judge, deadline)
-    return result.outcome if isinstance(result, Judged) else TimedOut(pending_reasons(result.pods, expected))
+    result = pods.wait_until(judge, deadline)
+    return result.value if isinstance(result, Satisfied) else TimedOut(pending_reasons(result.last_view, expected))

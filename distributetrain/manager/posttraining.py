@@ -16,7 +16,6 @@ import logging
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.placement import Plan
-from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import jobevents, podwaits
 from distributetrain.manager.kinds import ElasticJob, StaticJob
@@ -37,8 +36,7 @@ class PostTraining:
         self.settings = state.settings
         self.reporter = state.reporter
         self.deadline = state.deadline
-        # One list of the job's pods for the whole of post-training: each wait reads it live.
-        self.pods = waits.selected_pods(kube, state.settings.namespace, state.settings.selector, state.clock)
+        self.pods = state.pods
 
     def follow(self) -> int:
         """The chief's exit code; raise ``AttemptLost`` when the attempt is lost, ``JobFailed`` when it broke."""
@@ -73,4 +71,4 @@ class PostTraining:
             return outcome
         self.reporter.events.record(jobevents.CHIEF_STARTED, f"{chief} is running: training started")
         self.reporter.phase("Training")
-        return self.kind.follow(self.kube, self.state, chief, workers, self.pods)
+        return self.kind.follow(self.kube, self.state, chief, workers)

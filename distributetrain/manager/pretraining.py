@@ -26,7 +26,6 @@ from distributetrain.core.placement import Plan
 from distributetrain.core.scaleup import new_node_shares, planned_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.sshkeys import JobKeys
-from distributetrain.kube import waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import earlierruns, jobevents, podchecks, podwaits, quotacheck, scaleup, volumeclaims
 from distributetrain.manager.directplacement import DirectPlacement
@@ -168,8 +167,7 @@ class PreTraining:
             # Image pulls and new nodes do not count against --worker-ready-timeout (``startwatch``).
             with NodeWatch(self.kube, settings, self.reporter, clock=clock), \
                     StartWatch(self.kube, settings, clock) as starting:
-                outcome = starting.wait(waits.selected_pods(self.kube, settings.namespace, settings.selector, clock),
-                                        podwaits.attempt_started(chief, workers), [*workers, chief],
+                outcome = starting.wait(self.state.pods, podwaits.attempt_started(chief, workers), [*workers, chief],
                                         self.state.deadline, pod_waits)
         finally:
             pod_waits.done()

@@ -162,6 +162,7 @@ class QueuedPlacement:
         self.kube.create_owned(secret)
         networkpolicy.isolate(self.kube, settings)
         self.kube.create_all_owned(pods)
+        self.state.pods.relist()  # the admission judged on a store that holds them
         self.state.reporter.events.record(
             jobevents.QUEUED, f"{settings.num_gpus} GPUs as one workload of {len(pods)} pods "
                            f"({', '.join(map(str, wanted))} GPUs) in queue {settings.queue}")
@@ -171,8 +172,7 @@ class QueuedPlacement:
     def _wait_for_admission(self, pods: list[str]) -> Mapping[str, dict]:
         """The pods once admitted (Kueue's gates gone)."""
         settings = self.state.settings
-        result = waits.watch_until(self.kube, settings.namespace, settings.selector, admission(pods),
-                                   self.state.deadline, self.state.clock)
+        result = waits.judged(self.state.pods, admission(pods), self.state.deadline)
         if isinstance(result, waits.Judged) and isinstance(result.outcome, podwaits.PodLost):
             raise result.outcome.error(" while queued")
         if isinstance(result, waits.DeadlinePassed):

@@ -145,7 +145,6 @@ def wait_for_new_nodes(kube: Kube, state: ProcessState, plan: Plan, chief: str, 
              settings.job_name, max(0.0, state.gpus_until - state.clock.monotonic()), added, format_plan(plan))
     state.reporter.phase("WaitingForNodes")
     names = [*workers, chief]
-    pods = waits.selected_pods(kube, settings.namespace, settings.selector, state.clock)
     pod_waits = PodWaits(state.reporter, names, state.clock)  # why each pod waits, on the manager pod
     bound = all_bound(chief, workers, [share for _, share in plan])
     try:
@@ -156,7 +155,7 @@ def wait_for_new_nodes(kube: Kube, state: ProcessState, plan: Plan, chief: str, 
                 pod_waits.observe(view)
                 return bound(view) or answers.judge(view)
 
-            outcome, view = _watch(pods, judge, min(state.gpus_until, state.deadline), recheck_s, state, names)
+            outcome, view = _watch(state.pods, judge, min(state.gpus_until, state.deadline), recheck_s, state, names)
             why = _why(watch, view, outcome) if isinstance(outcome, podwaits.TimedOut) else ""
     finally:
         pod_waits.done()

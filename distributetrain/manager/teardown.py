@@ -1,4 +1,5 @@
-"""Delete everything a job created. Safe to run twice, and on any path out."""
+"""Delete everything a job created: at its end, on any path out (safe to run twice), and
+an attempt's, released before the next one plans (``release_attempt``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,33 @@ import logging
 from distributetrain.core import errors, names, networkpolicy, podstate
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.api import KubeApi
+from distributetrain.manager import podwaits
+from distributetrain.manager.processstate import ProcessState
 
 log = logging.getLogger(__name__)
+
+# How long a lost attempt's pods may take to go before the next attempt plans anyway:
+# their grace period (--termination-grace-period), and this for the kubelet to confirm.
+# One on a dead node may never go; its node is not a candidate for the next plan either.
+OLD_PODS_GONE_SLACK_S = 20.0
+
+
+def old_pods_gone_s(settings: JobSettings) -> float:
+    return settings.termination_grace_period_s + OLD_PODS_GONE_SLACK_S
+
+
+def release_attempt(kube: KubeApi, state: ProcessState) -> None:
+    """Delete the attempt's pods and wait (bounded) until they are gone: until then the
+    scheduler counts their GPUs as used, so a job that fills its cluster would find no room
+    for its next attempt."""
+    settings = state.settings
+    state.hosts.publish(None)
+    tear_down(kube, settings, keep_chief=False)
+    state.pods.relist()  # judged from after the deletions: those done at once are gone from it
+    gone_within_s = old_pods_gone_s(settings)
+    if left := podwaits.wait_until_gone(state.pods, state.clock.monotonic() + gone_within_s):
+        log.warning("job %s: %s still terminating after %.0fs (a lost node?); planning without their GPUs",
+                    settings.job_name, ", ".join(sorted(left)), gone_within_s)
 
 
 def tear_down(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[str]:

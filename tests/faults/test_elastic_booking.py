@@ -14,7 +14,7 @@ from distributetrain.core import inventory, names
 from distributetrain.core.clock import RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
-from distributetrain.kube import events
+from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
 from distributetrain.manager import jobevents
 from distributetrain.manager.discovery import HostList
@@ -52,7 +52,8 @@ def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(clust
             kube = Kube(api_client, clock)
             reporter = Reporter(kube, settings, events.EventRecorder(settings, None, clock, jobevents.KINDS))
             state = ProcessState(settings, reporter, Attempt(settings.job_name), clock.monotonic() + 120,
-                                 clock.monotonic(), HostList(), clock)
+                                 clock.monotonic(), HostList(), clock,
+                                 waits.selected_pods(kube, namespace, settings.selector, clock))
             followers.append(ElasticFollower(kube, state))
         overbooked, stop = [], threading.Event()
 

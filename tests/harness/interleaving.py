@@ -172,7 +172,7 @@ class RevisionedKube:
                 raise errors.AlreadyExists(f"leases {name_of(lease)} already exists")
             return self._write_lease(lease)
 
-    def replace(self, lease: dict) -> dict:
+    def update(self, lease: dict) -> dict:
         with self.stepper.step():
             if lease["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
                 raise errors.Conflict(f"leases {name_of(lease)}: the object has been modified")

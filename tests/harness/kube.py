@@ -590,10 +590,10 @@ class FakeKube(KubeApi):
                 self.one_changed.wait(left)
         yield "MODIFIED", changed
 
-    def replace(self, obj: dict) -> dict:
+    def update(self, obj: dict) -> dict:
         """A Lease or ConfigMap updated as read: ``Conflict`` if it changed since."""
         if obj["kind"] == "Lease":
-            return self._replace_lease(obj)
+            return self._update_lease(obj)
         with self.lock:
             store = self._store(obj["kind"])
             current = store.get(obj["metadata"]["name"])
@@ -606,7 +606,7 @@ class FakeKube(KubeApi):
             replaced["metadata"]["resourceVersion"] = str(int(version) + 1)
             store[obj["metadata"]["name"]] = replaced
             self.one_changed.notify_all()
-            self._act("replace", obj["kind"], obj["metadata"]["name"])
+            self._act("update", obj["kind"], obj["metadata"]["name"])
             return copy.deepcopy(replaced)
 
     def _create_lease(self, lease: dict) -> dict:
@@ -626,7 +626,7 @@ class FakeKube(KubeApi):
             self.other_leases[name] = lease
         self.one_changed.notify_all()
 
-    def _replace_lease(self, lease: dict) -> dict:
+    def _update_lease(self, lease: dict) -> dict:
         with self.lock:
             name = lease["metadata"]["name"]
             current = (self._leases_named(name) or {}).get("metadata", {}).get("resourceVersion", "0")
@@ -634,7 +634,7 @@ class FakeKube(KubeApi):
                 raise errors.Conflict(f'leases "{name}": the object has been modified')
             replaced = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(int(current) + 1)}}
             self._put_lease(name, replaced)
-            self._act("replace", "Lease", name)
+            self._act("update", "Lease", name)
             return copy.deepcopy(replaced)
 
 

@@ -11,6 +11,7 @@ from distributetrain.cli import main as cli, jobflags, render
 from distributetrain.core import errors, podgroup
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.names import Attempt
+from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import jobevents, queueing
 from distributetrain.manager.discovery import HostList
@@ -66,7 +67,8 @@ def created_by_the_manager(monkeypatch, flags):
     # A queued job: created, then queued past its deadline (Kueue admits nothing here).
     deadline = now if settings.queue else now + 3600
     state = ProcessState(settings, reporter, Attempt("demo"), deadline=deadline, gpus_until=now + settings.wait_for_gpus_s,
-                         hosts=HostList(), clock=clock)
+                         hosts=HostList(), clock=clock,
+                         pods=waits.selected_pods(kube, settings.namespace, settings.selector, clock))
     placement = placement_of(kube, state, kind_of(settings))
     if settings.queue:
         with pytest.raises(errors.JobFailed, match="not admitted"):

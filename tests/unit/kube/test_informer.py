@@ -5,7 +5,7 @@ outcome, on a fake clock (no test here sleeps)."""
 import threading
 
 from distributetrain.core import errors
-from distributetrain.core.clock import FakeClock
+from distributetrain.core.clock import FakeClock, RealClock
 from distributetrain.kube.informer import Change, DeadlineReached, Informer, Satisfied
 from harness.builders import make_pod
 from harness.kube import FakeKube
@@ -51,6 +51,35 @@ def test_lists_then_watches_from_the_lists_version_and_resumes_from_the_last_see
     # The list's version, then the bookmark's: a bookmark moves the version on, and is no object.
     assert kube.watched_from == ["1", "7"]
     assert sorted(informer.store) == ["a", "b"] and informer.version == "9"
+
+
+def test_after_a_relist_the_next_wait_judges_a_fresh_list_with_what_the_caller_just_created():
+    """What the caller itself just created may not have come through the watch yet: absent
+    from the store, it would read as deleted. After ``relist`` the next wait judges a fresh
+    list, and the one after it the store again."""
+    clock = FakeClock()
+    kube = FakeKube(pods=[pod("a")], clock=clock)
+    informer = pods_informer(kube, clock)
+    assert informer.wait_until(sorted, clock.monotonic() + 60) == Satisfied(["a"])
+    kube.pods["b"] = pod("b", "2")  # created; no watch has delivered it
+    assert informer.wait_until(sorted, clock.monotonic() + 60) == Satisfied(["a"])
+    informer.relist()
+    assert informer.stale
+    assert informer.wait_until(sorted, clock.monotonic() + 60) == Satisfied(["a", "b"])
+    assert informer.wait_until(sorted, clock.monotonic() + 60) == Satisfied(["a", "b"])
+    assert (kube.pod_lists, informer.stale) == (2, False)
+
+
+def test_on_its_own_thread_too_a_relist_has_the_next_wait_judge_a_fresh_list():
+    """The thread, in a watch when asked, lists afresh once that watch call ends; until
+    then a wait judges nothing (here the watch delivers nothing: it ends at its span)."""
+    clock = RealClock()
+    kube = FakeKube(pods=[pod("a")], clock=clock)
+    with pods_informer(kube, clock, thread_span_s=0.05) as informer:
+        assert informer.wait_until(sorted, clock.monotonic() + 10) == Satisfied(["a"])
+        kube.pods["b"] = pod("b", "2")  # created; no watch delivers it
+        informer.relist()
+        assert informer.wait_until(sorted, clock.monotonic() + 10) == Satisfied(["a", "b"])
 
 
 def test_a_deleted_object_leaves_the_store_and_handlers_get_each_change():

@@ -182,7 +182,8 @@ class BindingClock(FakeClock):
 
 
 def run_of(settings, clock):
-    return ProcessState(settings, reporter=None, attempt=None, deadline=float("inf"), gpus_until=0.0, hosts=None, clock=clock)
+    return ProcessState(settings, reporter=None, attempt=None, deadline=float("inf"), gpus_until=0.0, hosts=None, clock=clock,
+                        pods=None)
 
 
 def test_a_claim_not_bound_yet_is_waited_for_then_the_job_plans():

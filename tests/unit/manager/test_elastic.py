@@ -14,6 +14,7 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.startbudget import StartBudgets
 from distributetrain.core.startprogress import Pulling
+from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import booking, elastic, jobevents, podwaits
 from distributetrain.manager.discovery import HostList
@@ -231,7 +232,8 @@ def follow(kube, settings=FOLLOWED, recheck_s=0.05):
     api = FakeEventsApi()
     reporter = Reporter(kube, settings, EventRecorder(settings, api, kube.clock, jobevents.KINDS))
     now = kube.clock.monotonic()
-    state = ProcessState(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock)
+    state = ProcessState(settings, reporter, Attempt(settings.job_name), now + 30, now, HostList(), kube.clock,
+                         waits.selected_pods(kube, settings.namespace, settings.selector, kube.clock))
     # The free GPUs are followed on the fake itself (a real manager opens a client of its own).
     # Rechecks and retries a hundred and fifty times as often as the manager's: a story lasts a few seconds.
     follower = elastic.ElasticFollower(kube, state, free_gpus_client=lambda same: same, recheck_s=recheck_s,
@@ -239,6 +241,7 @@ def follow(kube, settings=FOLLOWED, recheck_s=0.05):
     try:
         outcome = follower.follow()
     finally:
+        state.pods.close()  # as the job's loop does at its end
         reporter.events.close()  # sends what is still queued
     return outcome, api.notes()
 

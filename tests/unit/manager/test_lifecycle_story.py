@@ -14,7 +14,7 @@ from distributetrain.core.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager import (clusterview, job, lifecycle, podwaits, posttraining, pretraining,
-                                     startwatch)
+                                     startwatch, teardown)
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -121,6 +121,26 @@ def test_a_successful_job_tells_its_story_in_order(story):
         ("Succeeded", "Normal", "training finished (exit code 0)"),
     ]
     assert names.ANNOTATION_WAITING not in kube.manager["metadata"]["annotations"]
+
+
+def test_one_list_of_the_job_s_pods_serves_every_wait_of_a_process(story, monkeypatch):
+    """The job's pods are one informer in a process (``ProcessState.pods``): the attempt's
+    start, the chief's and its end are judged on one list and its watch, not a list each."""
+    lists = []
+    list_all = FakeKube.list_all
+
+    def listing(self, kind, namespace=None, **selectors):
+        lists.append((kind, selectors.get("label_selector")))
+        return list_all(self, kind, namespace, **selectors)
+
+    monkeypatch.setattr(FakeKube, "list_all", listing)
+    code, _, _ = story([
+        [("demo-worker-0", running()), ("demo-chief", PULLING)],
+        [("demo-chief", running(ip="10.0.0.3"))],
+        [("demo-chief", ended(0))],
+    ])
+    # Besides the informer's: the look for an attempt to adopt, and the teardown's.
+    assert (code, lists.count(("pods", SETTINGS.selector))) == (0, 3)
 
 
 @pytest.mark.parametrize("annotations,asked,ids", [
@@ -259,8 +279,8 @@ def test_a_failure_in_either_phase_ends_with_everything_the_job_created_deleted_
 
 
 def test_a_lost_attempts_pods_are_waited_for_their_grace_period_and_a_slack():
-    assert job.old_pods_gone_s(SETTINGS) == 30.0
-    assert job.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
+    assert teardown.old_pods_gone_s(SETTINGS) == 30.0
+    assert teardown.old_pods_gone_s(SETTINGS.replace(termination_grace_period_s=300.0)) == 320.0
 
 
 def test_a_re_plan_names_its_pods_afresh_and_never_adopts_a_terminating_one(story):

@@ -2,12 +2,14 @@
 (``NodeWatch``) and a node that frees up (``FreeGpuWatch``). One Node informer serves both:
 one list, one watch open at a time."""
 
+import contextlib
 import threading
 
 from distributetrain.core import names
 from distributetrain.core.clock import RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
+from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
 from distributetrain.manager import elastic, jobevents, podwaits
 from distributetrain.manager.discovery import HostList
@@ -69,10 +71,11 @@ def test_an_elastic_job_short_of_gpus_under_the_node_watch_opens_one_node_watch(
     watches = OpenNodeWatches(kube)
     reporter = Reporter(kube, SETTINGS, EventRecorder(SETTINGS, FakeEventsApi(), kube.clock, jobevents.KINDS))
     now = kube.clock.monotonic()
-    state = ProcessState(SETTINGS, reporter, Attempt("j"), now + 30, now, HostList(), kube.clock)
+    state = ProcessState(SETTINGS, reporter, Attempt("j"), now + 30, now, HostList(), kube.clock,
+                         waits.selected_pods(kube, SETTINGS.namespace, SETTINGS.selector, kube.clock))
     follower = elastic.ElasticFollower(kube, state, free_gpus_client=lambda same: same, recheck_s=0.05)
     try:
-        with NodeWatch(kube, SETTINGS, reporter, kube.clock):
+        with NodeWatch(kube, SETTINGS, reporter, kube.clock), contextlib.closing(state.pods):
             outcome = follower.follow()
     finally:
         reporter.events.close()
