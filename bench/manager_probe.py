@@ -9,8 +9,8 @@ seconds from the word to its pods created, its API requests (every HTTP request 
 clients sent), and its peak resident memory.
 
 Run from a tree's root (``python -m`` puts it first on the path), so a tree of another
-commit measures that commit's manager: ``PreTraining._place`` and the classes it takes
-are the same in both.
+commit measures that commit's manager: today's ``DirectPlacement.place``, or, in the tree
+before issue 46, ``PreTraining._place`` and the classes that one took (``prepare``).
 """
 
 from __future__ import annotations
@@ -25,17 +25,12 @@ import urllib3
 
 from bench import testbed
 from bench.inventory_probe import admin_client, memory_mib
-from distributetrain.core.clock import RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.kube.client import Kube
-from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import jobevents
 from distributetrain.manager.discovery import HostList
 from distributetrain.manager.kinds import kind_of
-from distributetrain.manager.pretraining import PreTraining
 from distributetrain.manager.reporting import Reporter
-from distributetrain.manager.processstate import ProcessState
 from localcluster.cluster import Cluster
 
 WAIT_FOR_GPUS_S = 1800.0  # a busy Lease is waited for as long: no manager gives up in a run
@@ -60,22 +55,45 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
                                     "--image=distributetrain/base:0.1.0", f"--node-selector={selector}",
                                     "--cpu-per-gpu=0", "--memory-per-gpu=0", f"--wait-for-gpus={WAIT_FOR_GPUS_S:.0f}s",
                                     "--toleration=:NoSchedule", "--toleration=:NoExecute")
-    clock = RealClock()
-    kube = Kube(admin_client(Cluster.attach(), pool_size=8), clock)
-    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS))
-    now = clock.monotonic()
-    state = ProcessState(settings, reporter, Attempt(job), math.inf, now + WAIT_FOR_GPUS_S, HostList(), clock,
-                         waits.selected_pods(kube, settings.namespace, settings.selector, clock))
-    placement = PreTraining(kube, state, kind_of(settings))
+    place, reporter = prepare(settings, Attempt(job))
     baseline_mib = memory_mib("VmRSS")
     print("ready", flush=True)
     sys.stdin.readline()  # the benchmark's word: every manager books from here
     started = time.monotonic()
-    plan = placement._place(state.gpus_until)
+    plan = place()
     seconds = time.monotonic() - started
     reporter.events.close()
     return {"job": job, "gpus": gpus, "seconds": seconds, "pods": len(plan), "requests": sent[0],
             "baseline_rss_mib": baseline_mib, "peak_rss_mib": memory_mib("VmHWM")}
+
+
+def prepare(settings, attempt: Attempt):
+    """Pre-training's booking of this tree, ready to call, and the job's reporter."""
+    try:
+        from distributetrain.manager.directplacement import DirectPlacement
+    except ImportError:  # the tree before issue 46
+        return _prepare_before(settings, attempt)
+    from distributetrain.core.clock import RealClock
+    from distributetrain.kube import waits
+    from distributetrain.manager import jobevents
+    from distributetrain.manager.processstate import ProcessState
+    clock = RealClock()
+    kube = Kube(admin_client(Cluster.attach(), pool_size=8), clock)
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS))
+    state = ProcessState(settings, reporter, attempt, math.inf, clock.monotonic() + WAIT_FOR_GPUS_S, HostList(), clock,
+                         waits.selected_pods(kube, settings.namespace, settings.selector, clock))
+    return DirectPlacement(kube, state, kind_of(settings)).place, reporter
+
+
+def _prepare_before(settings, attempt: Attempt):
+    """The full inventory under the Lease: ``PreTraining._place`` of a ``Run`` (real clock)."""
+    from distributetrain.manager.pretraining import PreTraining
+    from distributetrain.manager.run import Run
+    kube = Kube(admin_client(Cluster.attach(), pool_size=8))
+    reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))
+    run = Run(settings, reporter, attempt, math.inf, time.monotonic() + WAIT_FOR_GPUS_S, HostList())
+    pretraining = PreTraining(kube, run, kind_of(settings))
+    return (lambda: pretraining._place(run.gpus_until)), reporter
 
 
 def main() -> None:

@@ -11,8 +11,8 @@ Setup: two nodes of our own with one GPU each, both GPUs held by pods bound to t
 ``MANAGERS`` managers each asking for one GPU with ``--wait-for-gpus``: none can be
 placed. The managers run in one process, a thread each, each with its own API client as
 a manager pod has, and a stand-in manager pod carrying its annotations and Events. Each
-runs ``PreTraining._place``, the step that waits for GPUs (what comes before and after
-it, and the class's constructor, differ between the trees compared). After
+runs its attempt's placement, the step that waits for GPUs (``DirectPlacement.place``
+today; the *before* arm needs that tree's own names here). After
 ``WARMUP_S`` (every manager's first plan, and its watches' first lists) every HTTP
 request any of them sends is counted for ``WINDOW_S``, at the client: the REST layer all
 of them go through, by kind (list, watch, Lease, pod patch, Event).
@@ -99,7 +99,7 @@ def request_kind(method: str, url: str, query: list[tuple[str, object]]) -> str:
 
 
 def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
-    """One manager waiting for GPUs: ``PreTraining._place`` until its wait ends."""
+    """One manager waiting for GPUs: the direct placement of its attempt until its wait ends."""
     from distributetrain.core import errors
     from distributetrain.core.clock import RealClock
     from distributetrain.kube import waits
@@ -111,7 +111,7 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     from distributetrain.manager.errorcodes import exit_code_of
     from distributetrain.core.names import Attempt
     from distributetrain.manager.kinds import kind_of
-    from distributetrain.manager.pretraining import PreTraining
+    from distributetrain.manager.directplacement import DirectPlacement
     from distributetrain.manager.reporting import Reporter
     from distributetrain.manager.processstate import ProcessState
 
@@ -121,9 +121,9 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     state = ProcessState(settings, Reporter(kube, settings, recorder), Attempt(settings.job_name), math.inf,
                          clock.monotonic() + settings.wait_for_gpus_s, HostList(), clock,
                          waits.selected_pods(kube, settings.namespace, settings.selector, clock))
-    manager = PreTraining(kube, state, kind_of(settings))
+    placement = DirectPlacement(kube, state, kind_of(settings))
     try:
-        manager._place(state.gpus_until)
+        placement.place()
         outcome[settings.job_name] = "placed"
     except errors.DistributeTrainError as e:
         outcome[settings.job_name] = f"exit {exit_code_of(e)}"

@@ -14,9 +14,11 @@ OURS = ("distributetrain", "bench")
 
 
 def imported_modules(tree: ast.Module) -> dict[str, types.ModuleType]:
-    """Local name -> the project module it is bound to (``import a.b as c``, ``from a import b``)."""
+    """Local name -> the project module it is bound to (``import a.b as c``, ``from a import b``),
+    at the module's top level: imports inside a function may be of another commit's tree
+    (``bench.manager_probe`` runs in the tree before issue 46 too)."""
     bound = {}
-    for node in ast.walk(tree):
+    for node in tree.body:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith(OURS) and alias.asname:
