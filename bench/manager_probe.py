@@ -30,11 +30,11 @@ from distributetrain.core.names import Attempt
 from distributetrain.kube.client import Kube
 from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import jobevents
-from distributetrain.manager.discovery import HostList
-from distributetrain.manager.kinds import kind_of
-from distributetrain.manager.pretraining import PreTraining
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.reporting import jobevents
+from distributetrain.manager.pods.discovery import HostList
+from distributetrain.manager.placement.kinds import kind_of
+from distributetrain.manager.job.pretraining import PreTraining
+from distributetrain.manager.reporting.reporting import Reporter
 from distributetrain.manager.processstate import ProcessState
 from localcluster.cluster import Cluster
 

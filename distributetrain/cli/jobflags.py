@@ -15,10 +15,11 @@ import os
 import re
 from collections.abc import Sequence
 
-from distributetrain.core import errors, jobspec, validation
-from distributetrain.core.jobspec import Field
+from distributetrain.core import errors, validation
+from distributetrain.core.job import jobspec
+from distributetrain.core.job.jobspec import Field
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import discovery
+from distributetrain.manager.pods import discovery
 
 # The manager pod's identity, set from the downward API (manager.yaml, jobs.manager_spec).
 ENV_POD_NAME = "MANAGER_POD_NAME"

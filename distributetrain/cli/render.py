@@ -16,10 +16,13 @@ from collections.abc import Mapping
 
 import yaml
 
-from distributetrain.core import errors, inventory, networkpolicy, placement, podgroup
+from distributetrain.core import errors
+from distributetrain.core.placement import inventory, placement
+from distributetrain.core.pods import networkpolicy, podgroup
 from distributetrain.core.settings import JobSettings
-from distributetrain.core.sshkeys import JobKeys, KeyPair
-from distributetrain.manager import discovery, kinds, placing, queueing
+from distributetrain.core.pods.sshkeys import JobKeys, KeyPair
+from distributetrain.manager.pods import discovery
+from distributetrain.manager.placement import kinds, placing, queueing
 
 PLACEHOLDER_KEYS = JobKeys(
     client=KeyPair("<private key generated per job>", "<public key generated per job>"),

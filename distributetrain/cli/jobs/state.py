@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from distributetrain.cli import jobflags
-from distributetrain.core import errors, names, podstate, validation
-from distributetrain.core.inventory import TERMINAL_PHASES
-from distributetrain.core.record import QUEUED, JobRecord
+from distributetrain.core import errors, names, validation
+from distributetrain.core.placement import podstate
+from distributetrain.core.placement.inventory import TERMINAL_PHASES
+from distributetrain.core.job.record import QUEUED, JobRecord
 
 CHIEF_CONTAINER = names.ROLE_CHIEF  # manifests.chief_pod names its container after the role
 KIND_POD = "Pod"
