@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.cli import jobflags, main as cli
-from distributetrain.core import errors, jobspec, validation
+from distributetrain.core import errors, validation
+from distributetrain.core.job import jobspec
 from distributetrain.core.settings import ELASTIC_MIN_GPUS, JobSettings, PvcMount, RuntimeClassTerms
 from harness import strategies
 from harness.strategies import LOWER
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 ROW = re.compile(r"^\| `(--[a-z-]+)(?: ([^`]+))?` \| ([^|]+) \|")
 
 

@@ -3,8 +3,9 @@ manager and the command line alike; mangled annotations read as not recorded."""
 
 from hypothesis import given, strategies as st
 
-from distributetrain.core import names, record
-from distributetrain.core.record import JobRecord
+from distributetrain.core import names
+from distributetrain.core.job import record
+from distributetrain.core.job.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from harness.strategies import DIGITS, LOWER, names as name_strings
 

@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from distributetrain.core import names
-from distributetrain.core.clusterview import ClusterView, slim_node
-from distributetrain.core.inventory import GpuLedger, node_gpus
-from distributetrain.core.podfit import JobFit, PodShape
+from distributetrain.core.placement.clusterview import ClusterView, slim_node
+from distributetrain.core.placement.inventory import GpuLedger, node_gpus
+from distributetrain.core.placement.podfit import JobFit, PodShape
 from harness.builders import GPU, make_node
-from unit.core.test_inventory import ANY_POD
+from unit.core.placement.test_inventory import ANY_POD
 
 TAINTED = make_node("t").gpus(8).taint("dedicated").obj()
 NODES = [make_node("a").gpus(8).allocatable({"cpu": "8", "memory": "64Gi", "pods": "3"}).labels({"pool": "x"}).obj(),

@@ -1,7 +1,8 @@
 """DRA GPUs per node from ResourceSlices, a DeviceClass's selectors and ResourceClaims."""
 
-from distributetrain.core import dracounting, names
-from distributetrain.core.dracounting import Device
+from distributetrain.core.placement import dracounting
+from distributetrain.core import names
+from distributetrain.core.placement.dracounting import Device
 
 EXAMPLE = "gpu.example.com"
 NVIDIA = "gpu.nvidia.com"

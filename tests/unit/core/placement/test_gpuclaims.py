@@ -2,8 +2,11 @@
 
 import pytest
 
-from distributetrain.core import errors, gpuclaims, jobspec, manifests, names
-from distributetrain.core.sshkeys import JobKeys
+from distributetrain.core import errors, names
+from distributetrain.core.placement import gpuclaims
+from distributetrain.core.job import jobspec
+from distributetrain.core.pods import manifests
+from distributetrain.core.pods.sshkeys import JobKeys
 from harness.builders import JOB
 
 DRA_JOB = JOB.replace(device_class="gpu.example.com")

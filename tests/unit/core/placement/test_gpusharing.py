@@ -8,7 +8,7 @@ other things (CPU features, driver versions) are left out.
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain.core.gpusharing import SharedUnits, shared_units
+from distributetrain.core.placement.gpusharing import SharedUnits, shared_units
 
 GPU = "nvidia.com/gpu"
 

@@ -6,18 +6,18 @@ from collections.abc import Iterable, Mapping
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain.core import manifests, topology
-from distributetrain.core.inventory import (
-    BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, gpu_count, node_gpus, node_refusal, pinned_node,
-    pod_claim, pod_request, tolerates,
-)
+from distributetrain.core.pods import manifests
+from distributetrain.core.placement import topology
+from distributetrain.core.placement.inventory import (BLOCKING_TAINT_EFFECTS, GpuLedger, NodeGpus, PodClaim, gpu_count,
+                                                      node_gpus, node_refusal, pinned_node, pod_claim, pod_request,
+                                                      tolerates)
 from distributetrain.core.names import NEW_NODE
-from distributetrain.core.newnodepods import NewNodePlace
-from distributetrain.core.podfit import JobFit, PodShape
-from distributetrain.core.podrequests import pod_requests
+from distributetrain.core.pods.newnodepods import NewNodePlace
+from distributetrain.core.placement.podfit import JobFit, PodShape
+from distributetrain.core.placement.podrequests import pod_requests
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import podwire
-from unit.core.test_manifests import KEYS
+from unit.core.pods.test_manifests import KEYS
 
 
 def free_gpus(

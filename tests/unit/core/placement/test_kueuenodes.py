@@ -6,9 +6,10 @@ import itertools
 
 from hypothesis import given, strategies as st
 
-from distributetrain.core import kueuenodes, podgroup
-from distributetrain.core.inventory import node_gpus
-from distributetrain.core.kueuenodes import NodeRule
+from distributetrain.core.placement import kueuenodes
+from distributetrain.core.pods import podgroup
+from distributetrain.core.placement.inventory import node_gpus
+from distributetrain.core.placement.kueuenodes import NodeRule
 from harness.builders import GPU, JOB, make_node
 
 POOL = "example.com/pool"

@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from distributetrain.core.placement import InsufficientGPUs, format_plan, parse_plan, plan, up_to
+from distributetrain.core.placement.placement import InsufficientGPUs, format_plan, parse_plan, plan, up_to
 from harness.strategies import names
 
 free_maps = st.dictionaries(

@@ -3,10 +3,11 @@ its CPU, memory, ephemeral storage and pod slots, and one rank where its GPUs ar
 
 from hypothesis import given, strategies as st
 
-from distributetrain.core import manifests, placement
-from distributetrain.core.inventory import GpuLedger
-from distributetrain.core.podfit import SHARED, JobFit, PodShape
-from distributetrain.core.podrequests import FIT_RESOURCES, pod_requests
+from distributetrain.core.pods import manifests
+from distributetrain.core.placement import placement
+from distributetrain.core.placement.inventory import GpuLedger
+from distributetrain.core.placement.podfit import SHARED, JobFit, PodShape
+from distributetrain.core.placement.podrequests import FIT_RESOURCES, pod_requests
 from distributetrain.core.settings import RuntimeClassTerms
 from harness.builders import GIB, GKE_TIME_SHARED, GPU, JOB, TIME_SLICED, ledger_of, sized_node, tenant
 

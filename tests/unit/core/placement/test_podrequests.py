@@ -2,7 +2,7 @@
 
 import pytest
 
-from distributetrain.core.podrequests import amount, node_allocatable, pod_request, pod_requests
+from distributetrain.core.placement.podrequests import amount, node_allocatable, pod_request, pod_requests
 
 
 def container(**requests):

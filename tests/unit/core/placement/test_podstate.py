@@ -2,7 +2,7 @@
 
 import pytest
 
-from distributetrain.core import podstate
+from distributetrain.core.placement import podstate
 
 UNSCHEDULABLE = ("0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
                  "0/3 nodes are available: 3 Preemption is not helpful for scheduling.")

@@ -8,11 +8,11 @@ import tracemalloc
 
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from distributetrain.core.inventory import node_gpus, pod_claim
-from distributetrain.core.projections import GpuPodClaims, watched_node
+from distributetrain.core.placement.inventory import node_gpus, pod_claim
+from distributetrain.core.placement.projections import GpuPodClaims, watched_node
 from distributetrain.kube.informer import Informer
-from distributetrain.manager.freegpus import LedgerParts
-from distributetrain.manager.nodewatch import UNREACHABLE_TAINT, node_health
+from distributetrain.manager.placement.freegpus import LedgerParts
+from distributetrain.manager.watching.nodewatch import UNREACHABLE_TAINT, node_health
 from harness.builders import GPU, TIME_SLICED, make_pod, node
 from harness.kube import FakeKube
 

@@ -6,9 +6,9 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain.core import awaitingpods, scaleup, topology
-from distributetrain.core.newnodepods import NewNodePlace
-from distributetrain.core.placement import format_plan, parse_plan
+from distributetrain.core.placement import awaitingpods, scaleup, topology
+from distributetrain.core.pods.newnodepods import NewNodePlace
+from distributetrain.core.placement.placement import format_plan, parse_plan
 from distributetrain.core.settings import JobSettings
 from harness.strategies import names
 
@@ -84,7 +84,7 @@ def test_rules_for_all_inputs(free, gpus, node_gpus):
 
 def test_a_pods_node_in_the_plan_read_back():
     """What an adopted attempt's plan says of each pod: pinned or bound, or a new node still awaited."""
-    from distributetrain.core import manifests
+    from distributetrain.core.pods import manifests
     from test_manifests import KEYS, SETTINGS
 
     _, waiting, pinned = manifests.job_objects(SETTINGS.replace(num_gpus=12), [(NEW, 8), ("gpu-a", 4)], KEYS)

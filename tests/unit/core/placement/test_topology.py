@@ -8,8 +8,9 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from distributetrain.core import placement, podgroup, topology
-from distributetrain.core.topology import Level, NoDomainHolds
+from distributetrain.core.placement import placement, topology
+from distributetrain.core.pods import podgroup
+from distributetrain.core.placement.topology import Level, NoDomainHolds
 
 BLOCK, RACK = "network.topology.kubernetes.io/block", "network.topology.kubernetes.io/rack"
 LEVELS = (Level(BLOCK), Level(RACK))

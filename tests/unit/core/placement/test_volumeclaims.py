@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distributetrain.core import placement
-from distributetrain.core.volumeclaims import (UNREAD, Claim, ClaimUse, JobClaims, Requirement, Unusable, job_claims,
-                                               mounted_claims, mounts_now, read_claim)
+from distributetrain.core.placement import placement
+from distributetrain.core.placement.volumeclaims import (UNREAD, Claim, ClaimUse, JobClaims, Requirement, Unusable,
+                                                         job_claims, mounted_claims, mounts_now, read_claim)
 from harness.builders import make_claim, make_node, make_volume, storage_class
 
 ZONE = "topology.kubernetes.io/zone"

@@ -1,9 +1,10 @@
 """An attempt as one gang (``core.gang``): its PodGroup and its pods joining it, whole; none
 for an attempt with shares on nodes the cluster adds."""
 
-from distributetrain.core import gang, manifests, names
-from distributetrain.core.sshkeys import JobKeys
-from distributetrain.manager import placing
+from distributetrain.core.pods import gang, manifests
+from distributetrain.core import names
+from distributetrain.core.pods.sshkeys import JobKeys
+from distributetrain.manager.placement import placing
 from harness.builders import JOB
 
 KEYS = JobKeys.generate("j")

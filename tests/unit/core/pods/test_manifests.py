@@ -2,9 +2,10 @@
 
 from hypothesis import given, strategies as st
 
-from distributetrain.core import manifests, podgroup, quantity
+from distributetrain.core.pods import manifests, podgroup
+from distributetrain.core import quantity
 from distributetrain.core.settings import JobSettings, PvcMount
-from distributetrain.core.sshkeys import JobKeys, keypair_from_seed
+from distributetrain.core.pods.sshkeys import JobKeys, keypair_from_seed
 
 KEYS = JobKeys(client=keypair_from_seed(b"c" * 32, "distributetrain-demo"),
                host=keypair_from_seed(b"h" * 32, "distributetrain-demo-host"))

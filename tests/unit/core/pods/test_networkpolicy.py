@@ -1,9 +1,10 @@
 """The job's NetworkPolicies, compared as whole objects, and how the manager creates and deletes them."""
 
-from distributetrain.core import names, networkpolicy
+from distributetrain.core import names
+from distributetrain.core.pods import networkpolicy
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import networkpolicy as manager_networkpolicy
-from distributetrain.manager.teardown import tear_down
+from distributetrain.manager.pods import networkpolicy as manager_networkpolicy
+from distributetrain.manager.watching.teardown import tear_down
 from harness.builders import manager_pod
 from harness.kube import FakeKube
 

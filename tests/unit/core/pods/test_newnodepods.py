@@ -1,8 +1,8 @@
 """The pod of a share on a node the cluster adds, compared whole; and how long the chief
 asks for its hosts when the job waits for such nodes."""
 
-from distributetrain.core import manifests
-from distributetrain.core.newnodepods import NewNodePlace
+from distributetrain.core.pods import manifests
+from distributetrain.core.pods.newnodepods import NewNodePlace
 from test_manifests import GPU_TOLERATION, KEYS, NO_DISRUPTION, NO_MESH, NODE_LOST, SETTINGS, labels
 
 GROWS = SETTINGS.replace(num_gpus=12, node_selector=(("pool", "gpu-8x"),))

@@ -6,7 +6,9 @@ import itertools
 import pytest
 from hypothesis import given, strategies as st
 
-from distributetrain.core import errors, inventory, manifests, names, podgroup, validation
+from distributetrain.core import errors, names, validation
+from distributetrain.core.placement import inventory
+from distributetrain.core.pods import manifests, podgroup
 from distributetrain.core.settings import JobSettings
 from harness.strategies import names as name_strings
 

@@ -4,7 +4,7 @@ validation write them)."""
 
 import pytest
 
-from distributetrain.core import podknobs
+from distributetrain.core.pods import podknobs
 from distributetrain.core.settings import JobSettings, RuntimeClassTerms
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img:1", runtime_class="kata-nvidia",

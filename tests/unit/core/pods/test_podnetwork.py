@@ -3,7 +3,8 @@ unless all its ranks stay in the chief's pod."""
 
 import pytest
 
-from distributetrain.core import podnetwork, topology
+from distributetrain.core.pods import podnetwork
+from distributetrain.core.placement import topology
 from distributetrain.core.settings import JobSettings
 
 JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=4, image="img:1")

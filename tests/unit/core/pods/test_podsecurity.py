@@ -5,7 +5,9 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.cli import jobflags, main as cli
-from distributetrain.core import errors, jobspec, manifests, podsecurity
+from distributetrain.core import errors
+from distributetrain.core.job import jobspec
+from distributetrain.core.pods import manifests, podsecurity
 from distributetrain.core.settings import JobSettings
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img:1")

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from distributetrain.core.sshkeys import JobKeys, keypair_from_seed
+from distributetrain.core.pods.sshkeys import JobKeys, keypair_from_seed
 from prerequisites import unavailable
 
 SEED = bytes(range(32))

@@ -2,8 +2,8 @@
 
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
-from distributetrain.core.startbudget import StartBudget
-from distributetrain.core.startprogress import AwaitingNode, Pulling
+from distributetrain.core.watching.startbudget import StartBudget
+from distributetrain.core.watching.startprogress import AwaitingNode, Pulling
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1")  # 5m, 30m, 15m
 PULL = Pulling("reg/base:1", "node-a")

@@ -2,8 +2,9 @@
 
 import pytest
 
-from distributetrain.core import names, startprogress
-from distributetrain.core.startprogress import AwaitingNode, PodEvent, Pulling, Refusal, StageClocks
+from distributetrain.core import names
+from distributetrain.core.watching import startprogress
+from distributetrain.core.watching.startprogress import AwaitingNode, PodEvent, Pulling, Refusal, StageClocks
 
 IMAGE = "distributetrain/base:0.1.0"
 

@@ -2,10 +2,11 @@
 
 import pytest
 
-from distributetrain.core import errors, exitcodes, topology, validation
+from distributetrain.core import errors, exitcodes, validation
+from distributetrain.core.placement import topology
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import pretraining
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.job import pretraining
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 from harness.builders import MANAGER_POD, manager_pod
 from harness.kube import FakeKube
 

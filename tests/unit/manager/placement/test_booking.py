@@ -2,11 +2,12 @@
 
 import pytest
 
-from distributetrain.core import errors, placement, topology
+from distributetrain.core import errors
+from distributetrain.core.placement import placement, topology
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import RuntimeClassTerms
-from distributetrain.manager import booking
-from distributetrain.manager.freegpus import LedgerParts
+from distributetrain.manager.placement import booking
+from distributetrain.manager.placement.freegpus import LedgerParts
 from harness.builders import GKE_TIME_SHARED, JOB, MIG_SLICED, TIME_SLICED, ledger_of, make_pod, sized_node
 from harness.kube import FakeKube
 

@@ -16,13 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distributetrain.core import names, placement
+from distributetrain.core import names
+from distributetrain.core.placement import placement
 from distributetrain.core.clock import FakeClock
-from distributetrain.core.inventory import pod_claim
-from distributetrain.manager import booking, clusterview
+from distributetrain.core.placement.inventory import pod_claim
+from distributetrain.manager.placement import booking, clusterview
 from harness.builders import GPU, JOB, make_node, make_pod
 from harness.interleaving import RevisionedKube, Stepper, Tape
-from unit.core.test_inventory import awaiting
+from unit.core.placement.test_inventory import awaiting
 
 NODES = [make_node(name).gpus(gpus).allocatable({"cpu": "64", "memory": "512Gi", "pods": "110"}).obj()
          for name, gpus in (("a", 4), ("b", 4), ("c", 2))]

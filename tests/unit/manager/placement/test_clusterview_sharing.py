@@ -9,8 +9,8 @@ import pytest
 
 from distributetrain.core import errors
 from distributetrain.core.clock import FakeClock
-from distributetrain.core.clusterview import ClusterView
-from distributetrain.manager import clusterview
+from distributetrain.core.placement.clusterview import ClusterView
+from distributetrain.manager.placement import clusterview
 from harness.builders import JOB, make_node
 from harness.kube import FakeKube
 from harness.waiting import wait_until

@@ -8,12 +8,14 @@ import time
 
 import pytest
 
-from distributetrain.core import dracounting, errors, gpuclaims, manifests, names
+from distributetrain.core.placement import dracounting, gpuclaims
+from distributetrain.core import errors, names
+from distributetrain.core.pods import manifests
 from distributetrain.core.clock import FakeClock
-from distributetrain.core.clusterview import slim_node
-from distributetrain.manager import booking, freegpus
-from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts, slim_claim
-from distributetrain.manager.teardown import tear_down
+from distributetrain.core.placement.clusterview import slim_node
+from distributetrain.manager.placement import booking, freegpus
+from distributetrain.manager.placement.freegpus import FreeGpuWatch, LedgerParts, slim_claim
+from distributetrain.manager.watching.teardown import tear_down
 from harness.builders import JOB, make_node, sized_node
 from harness.kube import FakeKube
 from harness.polling import poll_until

@@ -8,17 +8,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from distributetrain.cli import main as cli, jobflags
-from distributetrain.core import errors, manifests, names, placement
+from distributetrain.core import errors, names
+from distributetrain.core.pods import manifests
+from distributetrain.core.placement import placement
 from distributetrain.core.clock import Clock, FakeClock, RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
-from distributetrain.core.startbudget import StartBudgets
-from distributetrain.core.startprogress import Pulling
+from distributetrain.core.watching.startbudget import StartBudgets
+from distributetrain.core.watching.startprogress import Pulling
 from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import booking, elastic, jobevents, podwaits
-from distributetrain.manager.discovery import HostList
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.placement import booking, elastic
+from distributetrain.manager.reporting import jobevents
+from distributetrain.manager.watching import podwaits
+from distributetrain.manager.pods.discovery import HostList
+from distributetrain.manager.reporting.reporting import Reporter
 from distributetrain.manager.processstate import ProcessState
 from harness.builders import make_pod, node, sized_node, tenant
 from harness.events import FakeEventsApi

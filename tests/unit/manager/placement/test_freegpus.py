@@ -10,13 +10,13 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from distributetrain.core import errors
 from distributetrain.core.clock import Clock, FakeClock, RealClock
-from distributetrain.core.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, PodClaim
-from distributetrain.core.projections import watched_node
+from distributetrain.core.placement.inventory import ACTIVE_PODS_SELECTOR, GpuLedger, PodClaim
+from distributetrain.core.placement.projections import watched_node
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.informer import Informer
-from distributetrain.manager import freegpus
-from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
+from distributetrain.manager.placement import freegpus
+from distributetrain.manager.placement.freegpus import FreeGpuWatch, LedgerParts
 from harness.apiserver import FakeApiServer, kube_at
 from harness.builders import GPU, make_node, make_pod
 from harness.kube import FakeKube

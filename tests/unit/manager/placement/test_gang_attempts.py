@@ -7,11 +7,12 @@ import socket
 
 import pytest
 
-from distributetrain.core import errors, gang
+from distributetrain.core import errors
+from distributetrain.core.pods import gang
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
-from distributetrain.manager import lifecycle
+from distributetrain.manager.job import lifecycle
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -41,7 +42,7 @@ RE_PLANNED = [[("demo-worker-0", UNSCHEDULED), ("demo-chief", UNSCHEDULED)], Non
 @pytest.fixture
 def run(monkeypatch, tmp_path):
     monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: FakeEventsApi())
-    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
     def run(served: bool, on_create=()) -> tuple[int, FakeKube, list[dict]]:
         kube = FakeKube([node(name, 1) for name in "abcd"], clock=FakeClock())

@@ -1,7 +1,7 @@
 """A job's kind is chosen once, from --elastic: the shape of its plans."""
 
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager.kinds import ElasticJob, StaticJob, kind_of
+from distributetrain.manager.placement.kinds import ElasticJob, StaticJob, kind_of
 
 STATIC = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="i")
 

@@ -11,11 +11,13 @@ from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import elastic, jobevents, podwaits
-from distributetrain.manager.discovery import HostList
-from distributetrain.manager.nodewatch import NodeWatch
+from distributetrain.manager.placement import elastic
+from distributetrain.manager.reporting import jobevents
+from distributetrain.manager.watching import podwaits
+from distributetrain.manager.pods.discovery import HostList
+from distributetrain.manager.watching.nodewatch import NodeWatch
 from distributetrain.manager.processstate import ProcessState
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.reporting.reporting import Reporter
 from harness.builders import make_pod, node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube

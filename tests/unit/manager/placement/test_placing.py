@@ -4,11 +4,12 @@ shortage at its deadline."""
 
 import threading
 
-from distributetrain.core import names, placement
-from distributetrain.core.newnodepods import NewNodePlace
+from distributetrain.core import names
+from distributetrain.core.placement import placement
+from distributetrain.core.pods.newnodepods import NewNodePlace
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import booking, placing
-from distributetrain.manager.kinds import ElasticJob, StaticJob
+from distributetrain.manager.placement import booking, placing
+from distributetrain.manager.placement.kinds import ElasticJob, StaticJob
 from harness.builders import ledger_of, make_pod, node
 from harness.kube import FakeKube
 from harness.waiting import WatchedClock, wait_until

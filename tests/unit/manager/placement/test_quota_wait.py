@@ -6,12 +6,15 @@ import socket
 
 import pytest
 
-from distributetrain.core import errors, quotas
+from distributetrain.core import errors
+from distributetrain.core.placement import quotas
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
-from distributetrain.manager import jobevents, lifecycle, quotawait
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.reporting import jobevents
+from distributetrain.manager.job import lifecycle
+from distributetrain.manager.placement import quotawait
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 from harness.builders import node
 from harness.events import recording
 from harness.kube import FakeKube
@@ -170,7 +173,7 @@ def job(monkeypatch, tmp_path):
     recorded = []
     monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: type("Api", (), {
         "create": lambda self, event: recorded.append(event["reason"]), "patch": lambda self, *a: None})())
-    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
     def run(settings, frees):
         kube = FakeKube([node("a", 1), node("b", 1)], clock=FakeClock())

@@ -5,9 +5,11 @@ import logging
 
 import pytest
 
-from distributetrain.core import errors, quotas
+from distributetrain.core import errors
+from distributetrain.core.placement import quotas
 from distributetrain.core.settings import JobSettings, RuntimeClassTerms
-from distributetrain.manager import pretraining, quotacheck
+from distributetrain.manager.job import pretraining
+from distributetrain.manager.placement import quotacheck
 from harness.kube import FakeKube
 
 JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=8, image="img:1", owner_uid="uid-1",

@@ -1,5 +1,5 @@
-"""The chief's hosts, from the manager (``manager/discovery``) to the chief's discovery
-script (``core/podscripts/discover.py``): what is served, and the handover from the
+"""The chief's hosts, from the manager (``manager/pods/discovery``) to the chief's discovery
+script (``core/pods/podscripts/discover.py``): what is served, and the handover from the
 pre-training process to the post-training one, during which the chief may be asking."""
 
 import socket
@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text
+from distributetrain.manager.pods.discovery import DiscoveryServer, HostList, hosts_text
 from harness.apiserver import HttpFake, Reply, Request
 from harness.discoverscript import DiscoverScript
 
@@ -23,7 +23,7 @@ HOSTS_ANSWER = "10.0.1.1:1\n10.0.2.0:2\n"
 # it publishes them.
 SERVING_PROCESS = textwrap.dedent("""
     import sys, threading
-    from distributetrain.manager.discovery import DiscoveryServer, HostList
+    from distributetrain.manager.pods.discovery import DiscoveryServer, HostList
     hosts = HostList()
     hosts.publish([("10.0.1.1", 1), ("10.0.2.0", 2)])
     with DiscoveryServer(hosts, port=0, address="127.0.0.1") as server:

@@ -4,8 +4,8 @@ import pytest
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import podchecks
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.pods import podchecks
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="reg/base:1",
                        env_from_secrets=("s3-creds", "wandb"))

@@ -8,7 +8,8 @@ import pytest
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings, RuntimeClassTerms
-from distributetrain.manager import lifecycle, runtimeclass
+from distributetrain.manager.job import lifecycle
+from distributetrain.manager.pods import runtimeclass
 from harness.builders import MANAGER_POD
 from harness.kube import FakeKube
 

@@ -1,9 +1,9 @@
 """Every error the project raises, and the exit code that reports it: one table, whole."""
 
 from distributetrain.core import errors, exitcodes
-from distributetrain.manager.errorcodes import exit_code_of
-from distributetrain.manager.scaleup import NodesNotComing
-from distributetrain.manager.pretraining import AttemptNotStarted
+from distributetrain.manager.reporting.errorcodes import exit_code_of
+from distributetrain.manager.placement.scaleup import NodesNotComing
+from distributetrain.manager.job.pretraining import AttemptNotStarted
 
 API_ERRORS = [
     errors.ApiError("HTTP 400 Bad Request"),

@@ -1,6 +1,6 @@
 """The job's Event reasons: each with a type and an action events.k8s.io/v1 accepts."""
 
-from distributetrain.manager import jobevents
+from distributetrain.manager.reporting import jobevents
 
 
 def test_every_reason_has_a_valid_type_and_action():

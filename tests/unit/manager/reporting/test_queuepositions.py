@@ -4,12 +4,13 @@ poller's pauses are a FakeClock's: a test moves it a poll at a time, once the po
 
 import threading
 
-from distributetrain.core import errors, record
+from distributetrain.core import errors
+from distributetrain.core.job import record
 from distributetrain.core.clock import FakeClock
-from distributetrain.core.record import JobRecord
+from distributetrain.core.job.record import JobRecord
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager.queuepositions import QueuePositions, position_of
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.reporting.queuepositions import QueuePositions, position_of
+from distributetrain.manager.reporting.reporting import Reporter
 from harness.events import recording
 from harness.kube import FakeKube
 from harness.polling import poll_until

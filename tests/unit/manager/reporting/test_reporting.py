@@ -5,9 +5,9 @@ import json
 import logging
 
 from distributetrain.core.settings import JobSettings
-from distributetrain.core.startprogress import Pulling
-from distributetrain.manager import jobevents
-from distributetrain.manager.reporting import PodWaits, Reporter
+from distributetrain.core.watching.startprogress import Pulling
+from distributetrain.manager.reporting import jobevents
+from distributetrain.manager.reporting.reporting import PodWaits, Reporter
 from harness.events import recording
 from harness.kube import FakeKube
 from harness.waiting import WatchedClock, wait_until
@@ -58,7 +58,7 @@ def test_each_change_is_reported_once(caplog):
         {"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
          "demo-worker-1": worker("demo-worker-1", phase="Running", node="n2", ready=True)},
     ]
-    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
+    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting.reporting"):
         for view in views:
             waits.observe(view)
         waits.done()
@@ -107,7 +107,7 @@ def test_pods_ready_when_first_seen_are_no_news(caplog):
     kube = FakeKube()
     waits = PodWaits(Reporter(kube, SETTINGS, recording(SETTINGS, kube.clock)[0]), ["demo-chief", "demo-worker-0"],
                      kube.clock)
-    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
+    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting.reporting"):
         waits.observe({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True)})
         waits.observe({"demo-worker-0": worker("demo-worker-0", phase="Running", node="n1", ready=True),
                        "demo-chief": worker("demo-chief", phase="Running", node="n2", ready=True)})
@@ -116,7 +116,7 @@ def test_pods_ready_when_first_seen_are_no_news(caplog):
 
 
 def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeypatch):
-    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     kube = FakeKube()
     recorder, api = recording(SETTINGS, kube.clock)
     reporter = Reporter(kube, SETTINGS, recorder)
@@ -132,7 +132,8 @@ def test_the_outcome_is_an_event_and_clears_what_was_waited_on(tmp_path, monkeyp
 
 
 def test_the_spec_is_recorded_on_the_manager_pod_and_a_failure_to_is_no_failure():
-    from distributetrain.core import errors, jobspec
+    from distributetrain.core import errors
+    from distributetrain.core.job import jobspec
 
     kube = FakeKube()
     Reporter(kube, SETTINGS, recording(SETTINGS, kube.clock)[0]).spec()
@@ -147,7 +148,7 @@ def test_a_slow_start_shows_its_time_so_far_and_is_logged_and_recorded_once_per_
     waits = PodWaits(Reporter(kube, SETTINGS, recorder), ["demo-worker-0"], kube.clock, write_interval_s=0)
     pull = Pulling("reg/base:1", "n1")
     creating = {"demo-worker-0": worker("demo-worker-0", node="n1", waiting={"reason": "ContainerCreating"})}
-    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting"):
+    with caplog.at_level(logging.INFO, logger="distributetrain.manager.reporting.reporting"):
         for now in (100.0, 110.0, 230.0):
             waits.observe(creating, {"demo-worker-0": (pull, 100.0)}, now)
         waits.observe(creating)  # pulled: creating its container

@@ -6,14 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain.core import errors, names, podstate
+from distributetrain.core import errors, names
+from distributetrain.core.placement import podstate
 from distributetrain.core.clock import FakeClock
-from distributetrain.core.inventory import node_not_ready
+from distributetrain.core.placement.inventory import node_not_ready
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import jobevents, nodewatch
-from distributetrain.manager.nodewatch import NodeClocks, NodeWatch, node_health, pods_to_delete, zone_disrupted
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.reporting import jobevents
+from distributetrain.manager.watching import nodewatch
+from distributetrain.manager.watching.nodewatch import (NodeClocks, NodeWatch, node_health, pods_to_delete,
+                                                        zone_disrupted)
+from distributetrain.manager.reporting.reporting import Reporter
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
 from harness.waiting import wait_until

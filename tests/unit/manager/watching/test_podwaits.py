@@ -1,7 +1,7 @@
 """The judges that turn the job's pods into typed outcomes, and the wait that feeds them."""
 
 from distributetrain.kube import waits
-from distributetrain.manager import podwaits
+from distributetrain.manager.watching import podwaits
 from harness.kube import FakeKube
 
 

@@ -8,9 +8,9 @@ import pytest
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import waits
-from distributetrain.manager import podwaits
-from distributetrain.manager.reporting import PodWaits, Reporter
-from distributetrain.manager.startwatch import RECHECK_S, StartWatch
+from distributetrain.manager.watching import podwaits
+from distributetrain.manager.reporting.reporting import PodWaits, Reporter
+from distributetrain.manager.watching.startwatch import RECHECK_S, StartWatch
 from harness.events import recording
 from harness.kube import FakeKube
 

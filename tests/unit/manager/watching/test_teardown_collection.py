@@ -12,7 +12,7 @@ from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts
-from distributetrain.manager.teardown import tear_down
+from distributetrain.manager.watching.teardown import tear_down
 from harness.apiserver import HttpFake, Reply, Request, kube_at
 from harness.kube import FakeKube
 
