@@ -18,9 +18,10 @@ import time
 
 from kubernetes import client
 
-from distributetrain.core import manifests, names
+from distributetrain.core.pods import manifests
+from distributetrain.core import names
 from distributetrain.core.settings import JobSettings
-from distributetrain.core.sshkeys import JobKeys
+from distributetrain.core.pods.sshkeys import JobKeys
 from distributetrain.kube.calls import drain
 
 READY_DEADLINE_S = 300.0  # the workers Ready before the deletes start; not timed

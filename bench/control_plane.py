@@ -57,7 +57,7 @@ from distributetrain.core import names
 from distributetrain.core.clock import RealClock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import load_api_client
-from distributetrain.manager import lifecycle
+from distributetrain.manager.job import lifecycle
 
 WORKER_COUNTS = (1, 4, 16, 64)
 REPETITIONS = 3
@@ -271,7 +271,7 @@ def import_time_s() -> float:
     times = []
     for _ in range(IMPORT_REPETITIONS):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import distributetrain.cli.main, distributetrain.manager.lifecycle, "
+        subprocess.run([sys.executable, "-c", "import distributetrain.cli.main, distributetrain.manager.job.lifecycle, "
                         "distributetrain.kube.client"], check=True, cwd=report.REPO_ROOT)
         times.append(time.perf_counter() - start)
     return statistics.median(times)

@@ -28,11 +28,13 @@ import matplotlib.pyplot as plt
 from kubernetes import client
 
 from bench import report, testbed
-from distributetrain.core import manifests, names, placement
+from distributetrain.core.pods import manifests
+from distributetrain.core import names
+from distributetrain.core.placement import placement
 from distributetrain.core.clock import RealClock
-from distributetrain.core.sshkeys import JobKeys
+from distributetrain.core.pods.sshkeys import JobKeys
 from distributetrain.kube.client import Kube
-from distributetrain.manager import lifecycle
+from distributetrain.manager.job import lifecycle
 
 NODES = {"a": 2, "b": 1}  # GPUs; the plan is a 2-slot worker on a and the chief on b
 NUM_GPUS = sum(NODES.values())

@@ -63,7 +63,7 @@ from distributetrain.core import names
 from distributetrain.core.clock import RealClock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import load_api_client
-from distributetrain.manager import lifecycle
+from distributetrain.manager.job import lifecycle
 from localcluster import karpenter
 
 NAME = "first-step"

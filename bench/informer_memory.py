@@ -175,8 +175,8 @@ def run(pods: int) -> dict:
     """In this process: the node watch and the free GPUs open together until both listed."""
     from distributetrain.core.clock import RealClock
     from distributetrain.core.settings import JobSettings
-    from distributetrain.manager.freegpus import FreeGpuWatch
-    from distributetrain.manager.nodewatch import NodeWatch
+    from distributetrain.manager.placement.freegpus import FreeGpuWatch
+    from distributetrain.manager.watching.nodewatch import NodeWatch
 
     cluster, clock = ListedCluster(NODES, pods), RealClock()
     settings = JobSettings(job_name="j", namespace="ns", num_gpus=16, image="i", min_gpus=1)

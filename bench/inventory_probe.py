@@ -18,7 +18,7 @@ from kubernetes import client, config
 from bench import testbed
 from distributetrain.core.clock import RealClock
 from distributetrain.kube.client import Kube
-from distributetrain.manager import booking, clusterview
+from distributetrain.manager.placement import booking, clusterview
 from localcluster.cluster import Cluster
 
 GPU_RESOURCE = "nvidia.com/gpu"

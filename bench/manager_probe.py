@@ -28,9 +28,6 @@ from bench.inventory_probe import admin_client, memory_mib
 from distributetrain.core.names import Attempt
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager.discovery import HostList
-from distributetrain.manager.kinds import kind_of
-from distributetrain.manager.reporting import Reporter
 from localcluster.cluster import Cluster
 
 WAIT_FOR_GPUS_S = 1800.0  # a busy Lease is waited for as long: no manager gives up in a run
@@ -70,13 +67,16 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
 def prepare(settings, attempt: Attempt):
     """Pre-training's booking of this tree, ready to call, and the job's reporter."""
     try:
-        from distributetrain.manager.directplacement import DirectPlacement
+        from distributetrain.manager.placement.directplacement import DirectPlacement
     except ImportError:  # the tree before issue 46
         return _prepare_before(settings, attempt)
     from distributetrain.core.clock import RealClock
     from distributetrain.kube import waits
-    from distributetrain.manager import jobevents
+    from distributetrain.manager.placement.kinds import kind_of
+    from distributetrain.manager.pods.discovery import HostList
     from distributetrain.manager.processstate import ProcessState
+    from distributetrain.manager.reporting import jobevents
+    from distributetrain.manager.reporting.reporting import Reporter
     clock = RealClock()
     kube = Kube(admin_client(Cluster.attach(), pool_size=8), clock)
     reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings, clock, jobevents.KINDS))
@@ -86,8 +86,12 @@ def prepare(settings, attempt: Attempt):
 
 
 def _prepare_before(settings, attempt: Attempt):
-    """The full inventory under the Lease: ``PreTraining._place`` of a ``Run`` (real clock)."""
+    """The full inventory under the Lease: ``PreTraining._place`` of a ``Run`` (real clock),
+    the modules where that tree has them."""
+    from distributetrain.manager.discovery import HostList
+    from distributetrain.manager.kinds import kind_of
     from distributetrain.manager.pretraining import PreTraining
+    from distributetrain.manager.reporting import Reporter
     from distributetrain.manager.run import Run
     kube = Kube(admin_client(Cluster.attach(), pool_size=8))
     reporter = Reporter(kube, settings, EventRecorder.for_manager(kube, settings))

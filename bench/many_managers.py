@@ -49,7 +49,7 @@ from bench import inventory_scale as scale
 from bench import report, testbed
 from bench.inventory_probe import GPU_RESOURCE, admin_client
 from distributetrain.core import names
-from distributetrain.core.inventory import pinned_node
+from distributetrain.core.placement.inventory import pinned_node
 
 NAME = "many-managers"
 BEFORE_COMMIT = "57a26ab"  # main before issue 46: the full inventory under the Lease

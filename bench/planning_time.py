@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from bench import report
-from distributetrain.core import placement
+from distributetrain.core.placement import placement
 
 CLUSTER_SIZES = (100, 300, 1_000, 3_000, 10_000)  # nodes
 # GPUs; not multiples of 8, so the planner must search for the least-stranded node set

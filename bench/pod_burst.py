@@ -23,12 +23,14 @@ import time
 from pathlib import Path
 
 from bench import control_plane, testbed
-from distributetrain.core import manifests, names, podstate
+from distributetrain.core.pods import manifests
+from distributetrain.core import names
+from distributetrain.core.placement import podstate
 from distributetrain.core.clock import RealClock
-from distributetrain.core.sshkeys import JobKeys
+from distributetrain.core.pods.sshkeys import JobKeys
 from distributetrain.kube import client as kube_module, connection
 from distributetrain.kube import waits
-from distributetrain.manager.teardown import tear_down
+from distributetrain.manager.watching.teardown import tear_down
 
 READY_DEADLINE_S = 300.0
 # name -> (requests in flight, read unneeded responses, pods scheduled and started)

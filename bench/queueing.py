@@ -33,7 +33,8 @@ import yaml
 from kubernetes import client
 
 from bench import report, testbed
-from distributetrain.core import names, podstate
+from distributetrain.core import names
+from distributetrain.core.placement import podstate
 from tests import projectrbac
 
 NAME = "queueing"

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from distributetrain.core import placement
+from distributetrain.core.placement import placement
 
 Allocation = list[tuple[str, int]]
 Strategy = Callable[[Mapping[str, int], int], "Allocation | None"]

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from bench import placement_quality, report, workload
 from bench.strategies import Allocation, Strategy
-from distributetrain.core import placement, topology
+from distributetrain.core.placement import placement, topology
 
 NAME = "topology-spans"
 BLOCKS, RACKS_PER_BLOCK = 4, 4  # 16 racks of 4 nodes: placement_quality's 64 x 8-GPU cluster

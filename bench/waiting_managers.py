@@ -106,13 +106,13 @@ def waiting_manager(kubeconfig: str, settings, outcome: dict) -> None:
     from distributetrain.kube.events import EventRecorder
     from distributetrain.kube.client import Kube
     from distributetrain.kube.connection import load_api_client
-    from distributetrain.manager import jobevents
-    from distributetrain.manager.discovery import HostList
-    from distributetrain.manager.errorcodes import exit_code_of
+    from distributetrain.manager.reporting import jobevents
+    from distributetrain.manager.pods.discovery import HostList
+    from distributetrain.manager.reporting.errorcodes import exit_code_of
     from distributetrain.core.names import Attempt
-    from distributetrain.manager.kinds import kind_of
-    from distributetrain.manager.directplacement import DirectPlacement
-    from distributetrain.manager.reporting import Reporter
+    from distributetrain.manager.placement.kinds import kind_of
+    from distributetrain.manager.placement.directplacement import DirectPlacement
+    from distributetrain.manager.reporting.reporting import Reporter
     from distributetrain.manager.processstate import ProcessState
 
     clock = RealClock()

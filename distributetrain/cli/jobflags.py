@@ -1,6 +1,6 @@
 """The job flags, shared by the manager's commands (``cli``) and ``submit`` (``jobs``).
 
-The flags are made from the job's table (``core.jobspec``): one parser (``Parser`` raises
+The flags are made from the job's table (``core.job.jobspec``): one parser (``Parser`` raises
 UsageError instead of exiting) and one set of validators for both, so what ``submit``
 checks on the user's machine is exactly what the manager accepts. Here only what the
 table cannot know: argparse, and the manager pod's identity from its environment. Its
@@ -15,10 +15,11 @@ import os
 import re
 from collections.abc import Sequence
 
-from distributetrain.core import errors, jobspec, validation
-from distributetrain.core.jobspec import Field
+from distributetrain.core import errors, validation
+from distributetrain.core.job import jobspec
+from distributetrain.core.job.jobspec import Field
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import discovery
+from distributetrain.manager.pods import discovery
 
 # The manager pod's identity, set from the downward API (manager.yaml, jobs.manager_spec).
 ENV_POD_NAME = "MANAGER_POD_NAME"

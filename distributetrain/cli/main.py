@@ -25,7 +25,7 @@ from distributetrain.cli.jobs import commands as job_commands
 from distributetrain.cli.jobs import plugin
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.clock import Clock, RealClock
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def run_manager(args: argparse.Namespace, script_args: list[str], clock: Clock) 
     settings = settings_from_args(args, script_args)
     from distributetrain.kube.client import Kube
     from distributetrain.kube.connection import load_api_client
-    from distributetrain.manager.lifecycle import execute
+    from distributetrain.manager.job.lifecycle import execute
 
     # The manager acts as its pod's ServiceAccount (rbac/), whatever kubeconfig its image holds
     # or its arguments name.

@@ -3,11 +3,11 @@
 Free GPUs come from ``--nodes``; the manager's address is a placeholder (it exists only
 once its pod runs) and the Secret shows placeholders instead of keys (each job's keys are
 made by the manager at submission and never printed). With ``--queue`` the pods are those
-the manager creates for Kueue (``core.podgroup``): unpinned, gated, in one pod group whose
+the manager creates for Kueue (``core.pods.podgroup``): unpinned, gated, in one pod group whose
 name ends in a random token per group, shown as a placeholder. The NetworkPolicy of the
 job's pods is shown; the manager's own selects it by its UID, which exists only once it runs.
 Pods on ``--dra-nodes`` claim their GPUs through the ResourceClaimTemplates shown before them
-(``core.gpuclaims``); queued pods never do.
+(``core.placement.gpuclaims``); queued pods never do.
 """
 
 from __future__ import annotations
@@ -16,17 +16,20 @@ from collections.abc import Mapping
 
 import yaml
 
-from distributetrain.core import errors, inventory, networkpolicy, placement, podgroup
+from distributetrain.core import errors
+from distributetrain.core.placement import inventory, placement
+from distributetrain.core.pods import networkpolicy, podgroup
 from distributetrain.core.settings import JobSettings
-from distributetrain.core.sshkeys import JobKeys, KeyPair
-from distributetrain.manager import discovery, kinds, placing, queueing
+from distributetrain.core.pods.sshkeys import JobKeys, KeyPair
+from distributetrain.manager.pods import discovery
+from distributetrain.manager.placement import kinds, placing, queueing
 
 PLACEHOLDER_KEYS = JobKeys(
     client=KeyPair("<private key generated per job>", "<public key generated per job>"),
     host=KeyPair("<host key generated per job>", "ssh-ed25519 <host public key generated per job> host"),
 )
 
-# The manager draws a few random characters per group (manager.queueing).
+# The manager draws a few random characters per group (manager.placement.queueing).
 PLACEHOLDER_GROUP_TOKEN = "<random per group>"
 
 

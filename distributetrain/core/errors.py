@@ -38,7 +38,7 @@ ADMISSION_NOT_READY = "is forbidden: not yet ready to handle request"
 
 class DistributeTrainError(Exception):
     """Base class of the project's errors. Which exit code reports each one is the
-    manager's to say (``manager/errorcodes``), in one place."""
+    manager's to say (``manager/reporting/errorcodes``), in one place."""
 
 
 class UsageError(DistributeTrainError):

@@ -25,14 +25,14 @@ ROLE_WORKER = "worker"
 ROLE_CHIEF = "chief"
 ROLE_MANAGER = "manager"
 # The pods that book GPUs for a job: every manager's workers and chiefs, listed afresh
-# under the placement Lease (``manager.booking``).
+# under the placement Lease (``manager.placement.booking``).
 BOOKING_ROLES = (ROLE_WORKER, ROLE_CHIEF)
 BOOKINGS_SELECTOR = f"{LABEL_ROLE} in ({','.join(BOOKING_ROLES)})"
 # A job's ResourceClaimTemplates (its pods' GPUs on DRA nodes), and the ResourceClaims made
 # from them, which carry the template's labels: an inventory counts their devices from the
-# job's pods (``core.dracounting``), never from the claims as well.
+# job's pods (``core.placement.dracounting``), never from the claims as well.
 ROLE_GPUS = "gpus"
-# A job's PodGroup (``core.gang``): its attempt's pods as one gang for the scheduler.
+# A job's PodGroup (``core.pods.gang``): its attempt's pods as one gang for the scheduler.
 ROLE_GANG = "gang"
 # On a job pod whose GPUs come through a ResourceClaim (a DRA node): how many devices it
 # claims, so an inventory counts them from the pod, as it counts extended-resource requests.
@@ -53,12 +53,12 @@ ANNOTATION_RESTART_REASON = f"{DOMAIN}/last-restart-reason"
 # Why each pod the manager waits on is not Ready yet (JSON: pod name -> reason).
 ANNOTATION_WAITING = f"{DOMAIN}/waiting"
 # When the manager last held the placement Lease to book GPUs: a write to its own pod in
-# the critical section, whose resourceVersion the bookings are read at (``manager.booking``).
+# the critical section, whose resourceVersion the bookings are read at (``manager.placement.booking``).
 ANNOTATION_BOOKED_AT = f"{DOMAIN}/booked-at"
 # While the job waits in a Kueue queue: its workload's place in the LocalQueue, 1 for the
 # next one admitted (from Kueue's visibility API, where the cluster serves it).
 ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"
-# The job's settings as the manager runs them (``core.jobspec``'s JSON form), written when
+# The job's settings as the manager runs them (``core.job.jobspec``'s JSON form), written when
 # it starts: ``status`` and ``list`` read them instead of parsing its arguments again.
 ANNOTATION_SPEC = f"{DOMAIN}/spec"
 # With --topology: the network domains the current attempt's plan got ("block b1; rack r1, r2").
@@ -74,7 +74,7 @@ ANNOTATION_DELETED_BECAUSE = f"{DOMAIN}/deleted-because"
 NO_DISRUPTION_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
                              "karpenter.sh/do-not-disrupt": "true"}
 
-# On a job pod made for a node the cluster adds (``core.scaleup``): unpinned, Pending until
+# On a job pod made for a node the cluster adds (``core.placement.scaleup``): unpinned, Pending until
 # an autoscaler's node joins. Its wait is the node's boot, not a start gone wrong. A label,
 # not an annotation: every booking reads the labels of the bookings under the Lease
 # (annotations it never reads), and counts such a pod on the node that joins for it (``inventory``).
@@ -83,7 +83,7 @@ LABEL_AWAITS_NEW_NODE = f"{DOMAIN}/awaits-new-node"
 NEW_NODE = "(new node)"
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-# The manager's port where the chief asks for its hosts (``manager.discovery``).
+# The manager's port where the chief asks for its hosts (``manager.pods.discovery``).
 DISCOVERY_PORT = 8470
 # The chief's SSH files: a fixed path, not ~/.ssh, since the job user's home is the image's
 # choice (the ssh wrapper names the config file there with -F).
@@ -147,7 +147,7 @@ def claim_template_name(job: str, share: int, owner_uid: str = "") -> str:
 
 
 def gang_name(job: str, attempt: int = 0, owner_uid: str = "") -> str:
-    """The PodGroup of the attempt's pods (``core.gang``): a new one per attempt, since a
+    """The PodGroup of the attempt's pods (``core.pods.gang``): a new one per attempt, since a
     lost attempt's may stay until its pods are gone (the PodGroupProtection finalizer);
     with the manager's UID, an earlier run's never stands in its way."""
     return f"{job}-gang{_attempt_suffix(attempt)}" + (f"-{owner_uid[:8]}" if owner_uid else "")

@@ -2,7 +2,7 @@
 
 Everything downstream (placement, manifests, lifecycle) trusts these values. The
 defaults here are the only ones: each field's flag, parser and stored form are its entry
-in ``core.jobspec``'s table, which reads them (a test holds the two together).
+in ``core.job.jobspec``'s table, which reads them (a test holds the two together).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ DEFAULT_MEMORY_PER_GPU_BYTES = 8 * 2**30  # 8Gi
 # for every manager, so jobs in different namespaces never book the same GPUs. `default`
 # exists on every cluster and cannot be deleted; rbac/lease-role.yaml grants the Lease there.
 DEFAULT_LOCK_NAMESPACE = "default"
-# --run-as-user's words (``core.podsecurity``): 1000, or the platform's where the namespace
+# --run-as-user's words (``core.pods.podsecurity``): 1000, or the platform's where the namespace
 # says it assigns UIDs (OpenShift); none at all, for the platform to assign.
 RUN_AS_AUTO = "auto"
 RUN_AS_PLATFORM = "platform"
@@ -63,7 +63,7 @@ def node_lost_tolerations(toleration_s: float = NODE_LOST_TOLERATION_S) -> tuple
 @dataclass(frozen=True)
 class RuntimeClassTerms:
     """What the job's RuntimeClass (--runtime-class) adds to each of its pods at admission,
-    read by the manager from the RuntimeClass itself (``manager.runtimeclass``): its
+    read by the manager from the RuntimeClass itself (``manager.pods.runtimeclass``): its
     ``overhead.podFixed``, which the scheduler counts beside the containers' requests, and
     its ``scheduling``, merged into the pod's nodeSelector and tolerations."""
 
@@ -77,7 +77,7 @@ REQUIRED_MARK = "!"  # after a --topology level: the job never crosses it
 
 @dataclass(frozen=True)
 class Level:
-    """A level of the network's topology (``--topology``, planned by ``core.topology``)."""
+    """A level of the network's topology (``--topology``, planned by ``core.placement.topology``)."""
 
     key: str  # the node label whose values name this level's domains
     required: bool = False  # the job never spans two domains of this level
@@ -102,7 +102,7 @@ class PvcMount:
 class JobSettings:
     """What one manager run needs to know. Times are seconds.
 
-    Each field's meaning is its flag's help in ``core.jobspec.FIELDS`` (what ``--help``
+    Each field's meaning is its flag's help in ``core.job.jobspec.FIELDS`` (what ``--help``
     and docs/flags.md say); the default here is the only one. Comments say only what the
     help does not: units, special values, why."""
 
@@ -123,7 +123,7 @@ class JobSettings:
     gpu_resource: str = DEFAULT_GPU_RESOURCE
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[dict, ...] = field(default=(), hash=False)
-    # Counts only time in which some pod is neither Ready nor starting slowly (``core.startbudget``).
+    # Counts only time in which some pod is neither Ready nor starting slowly (``core.watching.startbudget``).
     worker_ready_timeout_s: float = 300.0
     image_pull_timeout_s: float = 1800.0  # a multi-GB image on a fresh node takes minutes
     scale_up_timeout_s: float = 900.0  # Karpenter, the cluster autoscaler
@@ -160,14 +160,14 @@ class JobSettings:
     # False: a node whose GPU units share devices or are MIG slices takes one rank at most
     # (``gpusharing``): Horovod pins one device per local rank.
     allow_shared_gpus: bool = False
-    topology: tuple[Level, ...] = ()  # planned by ``core.topology``; empty: the network is flat
+    topology: tuple[Level, ...] = ()  # planned by ``core.placement.topology``; empty: the network is flat
     # Off: SSH and Gloo between pod IPs are not traffic a mesh carries, and a sidecar keeps
     # the chief's pod Running after training.
     mesh_injection: bool = False
-    network_policy: bool = True  # ``core.networkpolicy``; off: the namespace's own policies alone
-    scale_up_node_gpus: int = 0  # ``core.scaleup``; 0: wait for GPUs to free up, as without an autoscaler
+    network_policy: bool = True  # ``core.pods.networkpolicy``; off: the namespace's own policies alone
+    scale_up_node_gpus: int = 0  # ``core.placement.scaleup``; 0: wait for GPUs to free up, as without an autoscaler
     device_class: str = ""  # "": no DRA GPUs (nothing of resource.k8s.io is read)
-    # A UID, RUN_AS_AUTO or RUN_AS_PLATFORM (``core.podsecurity``); the group None: the UID,
+    # A UID, RUN_AS_AUTO or RUN_AS_PLATFORM (``core.pods.podsecurity``); the group None: the UID,
     # or the platform's where it assigns the UID.
     run_as_user: int | str = RUN_AS_AUTO
     run_as_group: int | None = None

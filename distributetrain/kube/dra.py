@@ -1,6 +1,6 @@
 """The API calls of DRA GPUs (``resource.k8s.io/v1``, served from Kubernetes 1.34 on).
 
-What the manager reads (``core.dracounting`` makes GPUs of it): the job's DeviceClass
+What the manager reads (``core.placement.dracounting`` makes GPUs of it): the job's DeviceClass
 (get, by its name), every ResourceSlice and every namespace's ResourceClaims (list, and
 watch while it waits for GPUs); what it writes: its ResourceClaimTemplates in the job's
 namespace (created through ``Kube.create_owned``, deleted at teardown by their labels).

@@ -3,7 +3,7 @@
 
 Controllers say what they do to an object with Events regarding it; the manager does
 the same for its own pod at each step of the job. This module writes them; which
-reasons there are, and each one's type and action, is the manager's (``manager/jobevents``):
+reasons there are, and each one's type and action, is the manager's (``manager/reporting/jobevents``):
 the recorder is given that table.
 
 Events are best effort. One background thread sends them in the order they happened,

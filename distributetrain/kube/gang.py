@@ -1,7 +1,7 @@
 """The API calls of gang scheduling: whether the cluster serves PodGroups, and the job's own.
 
 ``scheduling.k8s.io/v1beta1`` PodGroups are served from Kubernetes 1.37 where the API server
-runs with the GenericWorkload gate and that version asked for (``core.gang``). Which is
+runs with the GenericWorkload gate and that version asked for (``core.pods.gang``). Which is
 decided once per manager process, from discovery documents every authenticated account may
 read (no rule in rbac/): the group's, which lists the versions served (one request, answered
 on every release: nothing fails where there is no PodGroup), then, where it lists v1beta1,

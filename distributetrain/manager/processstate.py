@@ -15,8 +15,8 @@ from distributetrain.core.clock import Clock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.informer import Informer
-from distributetrain.manager.discovery import HostList
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.pods.discovery import HostList
+from distributetrain.manager.reporting.reporting import Reporter
 
 
 @dataclass

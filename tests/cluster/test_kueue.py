@@ -6,7 +6,7 @@ first: they fail closed)."""
 import pytest
 from kubernetes import client
 
-from distributetrain.core import podgroup
+from distributetrain.core.pods import podgroup
 from localcluster import kueue
 from kueueharness import gpu_queue
 from harness.polling import poll_until

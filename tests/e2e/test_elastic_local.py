@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from distributetrain.core import manifests
+from distributetrain.core.pods import manifests
 from localcluster.podman import podman
 from harness.polling import poll_until
 from test_horovod_local import (  # noqa: F401 (fixtures)

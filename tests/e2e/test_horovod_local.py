@@ -5,8 +5,8 @@ image (the host has no TensorFlow, Horovod or sshd), before any cluster exists:
 horovodrun trains with Gloo in one container (size, loss, rank-0 checkpoints, resume
 from a mounted checkpoint directory, failure exit code), and it launches ranks on
 another host over SSH exactly the way the chief reaches its workers. For that, the
-worker and chief pods are rendered by distributetrain.core.manifests with fresh keys from
-distributetrain.core.sshkeys: the worker container runs the pod's own command (WORKER_SCRIPT,
+worker and chief pods are rendered by distributetrain.core.pods.manifests with fresh keys from
+distributetrain.core.pods.sshkeys: the worker container runs the pod's own command (WORKER_SCRIPT,
 sshd from the command line) and both get the pod's SSH Secret files at the pod's paths,
 so a change to either breaks this test. Each "host" is a container in a network
 namespace of its own on a private bridge, with a pod's hostname and /etc/hosts. The two
@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain.core import manifests, names
+from distributetrain.core.pods import manifests
+from distributetrain.core import names
 from distributetrain.core.settings import DEFAULT_FILENAME, JobSettings
-from distributetrain.core.sshkeys import JobKeys
+from distributetrain.core.pods.sshkeys import JobKeys
 from localcluster.podman import PODMAN, podman
 from harness.polling import poll_until
 from prerequisites import unavailable

@@ -18,9 +18,10 @@ import uuid
 
 import pytest
 
-from distributetrain.core import manifests, names
+from distributetrain.core.pods import manifests
+from distributetrain.core import names
 from distributetrain.core.settings import JobSettings
-from distributetrain.core.sshkeys import JobKeys
+from distributetrain.core.pods.sshkeys import JobKeys
 from localcluster.podman import PODMAN, labelled_containers, podman
 from prerequisites import unavailable
 

@@ -10,16 +10,17 @@ import time
 import pytest
 from kubernetes import client
 
-from distributetrain.core import inventory, names
+from distributetrain.core.placement import inventory
+from distributetrain.core import names
 from distributetrain.core.clock import RealClock
 from distributetrain.core.names import Attempt
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events, waits
 from distributetrain.kube.client import Kube
-from distributetrain.manager import jobevents
-from distributetrain.manager.discovery import HostList
-from distributetrain.manager.elastic import ElasticFollower
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.reporting import jobevents
+from distributetrain.manager.pods.discovery import HostList
+from distributetrain.manager.placement.elastic import ElasticFollower
+from distributetrain.manager.reporting.reporting import Reporter
 from distributetrain.manager.processstate import ProcessState
 from jobharness import node_pool
 

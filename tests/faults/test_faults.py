@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes import client
 
-from distributetrain.core import inventory
+from distributetrain.core.placement import inventory
 from harness.polling import poll_until
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
 

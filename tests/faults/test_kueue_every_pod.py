@@ -10,7 +10,8 @@ import sys
 import pytest
 from kubernetes import client
 
-from distributetrain.core import names, podgroup
+from distributetrain.core import names
+from distributetrain.core.pods import podgroup
 from jobharness import LOCAL_MACHINE_FLAGS, REPO, SCRIPTS, job_args, node_pool, script_volume
 from kueueharness import gpu_queue, served_in_v1beta1_only, workloads
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 from kubernetes import client
 
-from distributetrain.core.placement import parse_plan
+from distributetrain.core.placement.placement import parse_plan
 from jobharness import SCRIPTS, TEST_NODE_LABEL, job_args, node_pool, script_volume
 from roughness import create_pod, other_tenants, pinned_to_node
 

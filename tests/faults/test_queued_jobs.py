@@ -13,7 +13,9 @@ import time
 import pytest
 from kubernetes import client
 
-from distributetrain.core import names, podgroup, podstate
+from distributetrain.core import names
+from distributetrain.core.pods import podgroup
+from distributetrain.core.placement import podstate
 from jobharness import HOLD_UNTIL_RELEASED, SCRIPTS, TEST_NODE_LABEL, job_args, node_pool, release_ranks, script_volume
 from kueueharness import gpu_queue, gpus_reserved, is_admitted, priority_classes, topology, workloads
 from harness.polling import poll_until

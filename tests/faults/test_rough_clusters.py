@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from distributetrain.core.placement import parse_plan
+from distributetrain.core.placement.placement import parse_plan
 from harness.polling import poll_until
 from jobharness import HOLD_UNTIL_RELEASED, REPO, SCRIPTS, job_args, more_nodes, node_pool, release_ranks, \
     script_volume

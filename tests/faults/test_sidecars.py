@@ -20,12 +20,13 @@ from kubernetes import client
 
 from distributetrain.cli.main import build_parser
 from distributetrain.cli import jobflags
-from distributetrain.core import names, podstate
+from distributetrain.core import names
+from distributetrain.core.placement import podstate
 from distributetrain.core.clock import RealClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.client import Kube
-from distributetrain.manager import lifecycle
-from distributetrain.manager.teardown import tear_down
+from distributetrain.manager.job import lifecycle
+from distributetrain.manager.watching.teardown import tear_down
 from harness.apiserver import HttpFake, Reply, Request
 from jobharness import LOCAL_MACHINE_FLAGS, SCRIPTS, job_args, node_pool, script_volume
 
@@ -169,7 +170,7 @@ def free_port() -> int:
 @pytest.mark.parametrize("native", [False, True], ids=["classic-sidecar", "native-sidecar"])
 def test_a_chief_with_an_injected_sidecar_ends_the_job_with_the_trainings_exit_code(
         cluster, api_client, namespace, jobs, tmp_path, monkeypatch, native):
-    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     # The job's owner, as the manager pod would be (its pods are garbage without one).
     owner = jobs.core.create_namespaced_pod(namespace, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "meshjob"},

@@ -16,7 +16,7 @@ out the same timeout.
 
 import pytest
 
-from distributetrain.core.placement import parse_plan
+from distributetrain.core.placement.placement import parse_plan
 from jobharness import SCRIPTS, job_args, node_pool, node_volume
 
 pytestmark = pytest.mark.cluster

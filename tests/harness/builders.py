@@ -8,8 +8,8 @@ from __future__ import annotations
 import copy
 
 from distributetrain.core import names
-from distributetrain.core.inventory import GpuLedger
-from distributetrain.core.podfit import JobFit
+from distributetrain.core.placement.inventory import GpuLedger
+from distributetrain.core.placement.podfit import JobFit
 from distributetrain.core.settings import JobSettings
 
 GPU = "nvidia.com/gpu"

@@ -1,4 +1,4 @@
-"""The chief's discovery script (``core/podscripts/discover.py``) as the chief runs it,
+"""The chief's discovery script (``core/pods/podscripts/discover.py``) as the chief runs it,
 its files in a directory of the test's own."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distributetrain.core import podscripts
+from distributetrain.core.pods import podscripts
 
 WORKERS_FILE = "/tmp/distributetrain-workers"  # where the chief keeps its last answer
 

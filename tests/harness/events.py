@@ -15,7 +15,7 @@ from distributetrain.core import errors
 from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import jobevents
+from distributetrain.manager.reporting import jobevents
 
 
 class FakeEventsApi:

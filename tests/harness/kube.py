@@ -50,7 +50,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from distributetrain.core import errors, inventory, names
+from distributetrain.core import errors, names
+from distributetrain.core.placement import inventory
 from distributetrain.core.clock import Clock, RealClock
 from distributetrain.kube import podwire
 from distributetrain.kube.api import KubeApi

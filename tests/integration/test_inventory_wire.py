@@ -9,7 +9,7 @@ import math
 import pytest
 from kubernetes import client
 
-from distributetrain.core import inventory
+from distributetrain.core.placement import inventory
 from distributetrain.core.clock import RealClock
 from distributetrain.kube import podlist, podwire, protowire
 from distributetrain.kube.client import Kube

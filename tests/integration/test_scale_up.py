@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from distributetrain.core import exitcodes
-from distributetrain.core.placement import parse_plan
+from distributetrain.core.placement.placement import parse_plan
 from jobharness import SCRIPTS, TEST_NODE_LABEL, job_args, node_pool, script_volume
 from karpenterharness import ISOLATION_TAINT, claims_of, karpenter_pool, running_karpenter
 from harness.polling import poll_until

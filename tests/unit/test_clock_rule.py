@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "distributetrain"
 READS_TIME = {
     "core/clock.py": "the real clock itself",
     # Run by the chief's pod as a script of its own (python3 -c), not a part of the manager.
-    "core/podscripts/discover.py": "a pod's script",
+    "core/pods/podscripts/discover.py": "a pod's script",
 }
 MAKES_THE_REAL_CLOCK = {"cli/main.py"}  # every process (the user's commands, the manager) starts here
 TIME_READS = {("time", "time"), ("time", "monotonic"), ("time", "sleep"), ("time", "perf_counter"),
@@ -84,8 +84,8 @@ def test_the_rule_reads_the_manager_modules_that_wait_and_record():
     """Every module of the package is read (``rglob``): these, which wait on pods, record
     Events, map exit codes and hold the process's clock, among them."""
     read = {name for name, _ in modules()}
-    assert {"manager/podwaits.py", "manager/jobevents.py", "manager/errorcodes.py", "manager/processstate.py",
-            "manager/scaleup.py", "manager/networkpolicy.py", "kube/waits.py", "kube/events.py"} <= read
+    assert {"manager/watching/podwaits.py", "manager/reporting/jobevents.py", "manager/reporting/errorcodes.py", "manager/processstate.py",
+            "manager/placement/scaleup.py", "manager/pods/networkpolicy.py", "kube/waits.py", "kube/events.py"} <= read
 
 
 def test_the_rule_sees_what_it_forbids():

@@ -1,5 +1,7 @@
 """The package's modules import one another without a circle, and only downwards
-through its four layers: core (pure) <- kube (the API layer) <- manager <- cli.
+through its four layers: core (pure) <- kube (the API layer) <- manager <- cli; inside
+core and manager, only downwards through their parts (the folders of a job's parts:
+placement, pods, watching, the job...; PARTS below).
 localcluster's the same way through its four: its base (the plan and the host's
 primitives) <- its parts <- cluster (the handle that orders them) <- __main__ (the CLI).
 
@@ -135,7 +137,63 @@ def test_the_graph_sees_every_kind_of_import():
     assert "distributetrain.cli.jobs.commands" in graph["distributetrain.cli.main"]  # from distributetrain.cli.jobs import commands
     assert "distributetrain.core.errors" in graph["distributetrain.kube.client"]  # from distributetrain.core import errors
     # imports inside functions count: cli.run_manager imports lifecycle only when it runs
-    assert "distributetrain.manager.lifecycle" in graph["distributetrain.cli.main"]
+    assert "distributetrain.manager.job.lifecycle" in graph["distributetrain.cli.main"]
+
+
+# The parts of core and of manager, in order: each imports only the parts before it (and
+# the layers before its own). "" is the layer's top-level modules: core's vocabulary (names,
+# settings, errors, the clock...), which every part reads; manager's process state, which
+# every part but pods and reporting is handed. core: the pods are built from the settings,
+# the plan measures pods (podfit) and places them, watching reads the pods placed, and the
+# job's record stores a plan. manager: placement waits through watching, the job's loop
+# runs the placement paths.
+PARTS = {
+    "core": ("", "pods", "placement", "watching", "job"),
+    "manager": ("pods", "reporting", "", "watching", "placement", "job"),
+}
+
+
+def part_of(module: str) -> tuple[str, str] | None:
+    """(layer, part) of a module of core or manager; None elsewhere (and for the layer itself)."""
+    names = module.split(".")
+    if len(names) < 3 or names[1] not in PARTS:
+        return None
+    return names[1], names[2] if (PACKAGE_DIR / names[1] / names[2]).is_dir() else ""
+
+
+def backward_part_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a part after the importer's own, inside its layer."""
+    found = []
+    for module, targets in graph.items():
+        for target in targets:
+            source, dest = part_of(module), part_of(target)
+            if source and dest and source[0] == dest[0]:
+                order = PARTS[source[0]]
+                if order.index(dest[1]) > order.index(source[1]):
+                    found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def test_the_parts_are_the_folders_of_core_and_manager():
+    for layer, parts in PARTS.items():
+        folders = {path.name for path in (PACKAGE_DIR / layer).iterdir()
+                   if path.is_dir() and (path / "__init__.py").exists()}
+        assert folders == set(parts) - {""}, layer
+
+
+def test_no_part_imports_a_part_after_it():
+    assert backward_part_imports(import_graph()) == []
+
+
+def test_a_part_importing_a_later_part_is_found():
+    assert backward_part_imports({
+        f"{PACKAGE}.core.placement.inventory": {f"{PACKAGE}.core.pods.manifests", f"{PACKAGE}.core.job.record"},
+        f"{PACKAGE}.core.names": {f"{PACKAGE}.core.pods.manifests"},
+        f"{PACKAGE}.manager.watching.podwaits": {f"{PACKAGE}.manager.processstate", f"{PACKAGE}.core.job.record"},
+        f"{PACKAGE}.manager.reporting.reporting": {f"{PACKAGE}.manager.processstate"}}) == [
+        f"{PACKAGE}.core.names -> {PACKAGE}.core.pods.manifests",
+        f"{PACKAGE}.core.placement.inventory -> {PACKAGE}.core.job.record",
+        f"{PACKAGE}.manager.reporting.reporting -> {PACKAGE}.manager.processstate"]
 
 
 def test_find_cycle_finds_one():

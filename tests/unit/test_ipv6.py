@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from distributetrain.core import manifests
-from distributetrain.manager.discovery import DiscoveryServer, HostList, hosts_text, hosts_url
+from distributetrain.core.pods import manifests
+from distributetrain.manager.pods.discovery import DiscoveryServer, HostList, hosts_text, hosts_url
 from harness.discoverscript import DiscoverScript
 
 CHIEF_V6 = "2001:db8::1"

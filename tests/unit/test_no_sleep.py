@@ -20,9 +20,9 @@ STILL_POLLING = {
     "kube/test_api_faults.py": "requests to the HTTP fake, which notes none",
     "kube/test_lock.py": "the HTTP fake's Lease requests and the renewer's thread ending",
     "manager/test_claimed_plans.py": "FreeGpuWatch's lists (its own threads)",
-    "manager/test_freegpus.py": "FreeGpuWatch's lists and the HTTP fake's watch requests",
-    "manager/test_dra_gpus.py": "FreeGpuWatch's lists (its own threads)",
-    "manager/test_queuepositions.py": "the poller's thread ending, beside its waits on the clock",
+    "manager/placement/test_freegpus.py": "FreeGpuWatch's lists and the HTTP fake's watch requests",
+    "manager/placement/test_dra_gpus.py": "FreeGpuWatch's lists (its own threads)",
+    "manager/reporting/test_queuepositions.py": "the poller's thread ending, beside its waits on the clock",
     "manager/test_queueing.py": "the Lease's writes and the job's wait on the clock",
 }
 

@@ -25,7 +25,9 @@ import pytest
 from kubernetes import client
 
 from clusterfixtures import TEST_NAMESPACE_LABEL, namespace_name
-from distributetrain.core import gang, inventory, names
+from distributetrain.core.pods import gang
+from distributetrain.core.placement import inventory
+from distributetrain.core import names
 from distributetrain.core.clock import RealClock
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import PlacementLock

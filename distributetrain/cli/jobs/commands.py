@@ -23,13 +23,15 @@ from distributetrain.cli.jobs import cancel, connection, lookup, manager_spec, p
 from distributetrain.cli.jobs.api import JobsKube
 from distributetrain.cli.jobs.follow import INTERRUPTED, Follower
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
-from distributetrain.core import dracounting, errors, exitcodes, names, podgroup, validation
+from distributetrain.core.placement import dracounting
+from distributetrain.core import errors, exitcodes, names, validation
+from distributetrain.core.pods import podgroup
 from distributetrain.core.clock import Clock
-from distributetrain.core.record import JobRecord
+from distributetrain.core.job.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import dra
-from distributetrain.manager import booking, volumeclaims
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.placement import booking, volumeclaims
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 
 OUTPUT_FORMATS = ("table", "json")
 

@@ -16,11 +16,13 @@ from typing import TextIO
 
 from distributetrain.cli.jobs import state
 from distributetrain.cli.jobs.api import JobsKube
-from distributetrain.core import errors, exitcodes, names, podstate, startprogress
+from distributetrain.core import errors, exitcodes, names
+from distributetrain.core.placement import podstate
+from distributetrain.core.watching import startprogress
 from distributetrain.core.clock import Clock
-from distributetrain.core.inventory import TERMINAL_PHASES
-from distributetrain.core.placement import format_plan
-from distributetrain.core.record import QUEUED, JobRecord
+from distributetrain.core.placement.inventory import TERMINAL_PHASES
+from distributetrain.core.placement.placement import format_plan
+from distributetrain.core.job.record import QUEUED, JobRecord
 from distributetrain.kube import waits
 
 MANAGER_START_TIMEOUT_S = 300.0  # pulling the manager image and scheduling it; beyond that, say why

@@ -14,9 +14,11 @@ import string
 from dataclasses import dataclass
 
 from distributetrain.cli import jobflags
-from distributetrain.core import jobspec, manifests, names, podgroup, podsecurity
+from distributetrain.core.job import jobspec
+from distributetrain.core.pods import manifests, podgroup, podsecurity
+from distributetrain.core import names
 from distributetrain.core.settings import JobSettings
-from distributetrain.manager import discovery
+from distributetrain.manager.pods import discovery
 
 DEFAULT_MANAGER_IMAGE = "distributetrain/manager:0.1.0"
 DEFAULT_MANAGER_SERVICE_ACCOUNT = "distributetrain-manager"  # rbac/serviceaccount.yaml

@@ -1,6 +1,6 @@
 """What a job's objects say about it: pure readings, shared by list, status and --follow.
 
-The manager reports on its own pod: its record (``core.record``: phase, plan, exit code,
+The manager reports on its own pod: its record (``core.job.record``: phase, plan, exit code,
 reason, why pods wait) and its termination message. The pod's own status is the fallback (the
 manager may not have started, or died too hard to report), and so, for a manager
 submitted as a batch/v1 Job whose pod is gone, are the Job's conditions.
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from distributetrain.cli import jobflags
-from distributetrain.core import errors, names, podstate, validation
-from distributetrain.core.inventory import TERMINAL_PHASES
-from distributetrain.core.record import QUEUED, JobRecord
+from distributetrain.core import errors, names, validation
+from distributetrain.core.placement import podstate
+from distributetrain.core.placement.inventory import TERMINAL_PHASES
+from distributetrain.core.job.record import QUEUED, JobRecord
 
 CHIEF_CONTAINER = names.ROLE_CHIEF  # manifests.chief_pod names its container after the role
 KIND_POD = "Pod"

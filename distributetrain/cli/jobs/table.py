@@ -9,7 +9,7 @@ import json
 from datetime import datetime
 
 from distributetrain.cli.jobs.state import JobStatus, Progress, format_age, workers_field
-from distributetrain.core.placement import format_plan
+from distributetrain.core.placement.placement import format_plan
 
 COLUMN_GAP = "   "
 MAX_REASON_CHARS = 60  # the table stays one line per job; `status` shows the whole reason

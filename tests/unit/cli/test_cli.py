@@ -3,7 +3,8 @@
 import pytest
 
 from distributetrain.cli import main as cli, jobflags
-from distributetrain.core import errors, networkpolicy
+from distributetrain.core import errors
+from distributetrain.core.pods import networkpolicy
 
 BASE = ["render", "--nodes", "gpu-a=5,gpu-b=3,gpu-c=2", "--image", "reg/base:1", "--job-name", "demo"]
 
@@ -183,7 +184,7 @@ def test_script_args_after_double_dash_are_untouched():
 def test_render_queue_prints_the_pods_the_manager_queues(capsys):
     """Whole objects: exactly what the manager creates for Kueue (podgroup.queued_attempt)."""
     from distributetrain.cli import render
-    from distributetrain.core import manifests, podgroup
+    from distributetrain.core.pods import manifests, podgroup
     import yaml
 
     code, out, _ = run(capsys, ["render", "--num-gpus", "6", "--nodes", "gpu-a=5,gpu-b=3,gpu-c=2",
@@ -212,7 +213,7 @@ def test_render_queue_prints_the_pods_the_manager_queues(capsys):
 def test_render_scale_up_prints_the_pods_for_new_nodes(capsys):
     """What the nodes given cannot hold, on pods for nodes the cluster adds, as the manager creates them."""
     from distributetrain.cli import render
-    from distributetrain.core import manifests
+    from distributetrain.core.pods import manifests
     import yaml
 
     flags = ["--num-gpus", "12", "--nodes", "gpu-a=4", "--image", "reg/base:1", "--job-name", "demo",
@@ -229,7 +230,7 @@ def test_render_elastic_prints_the_worker_beside_the_chief_the_manager_creates(c
     """An elastic job keeps a worker beside its chief (``ElasticJob.plan``): all 4 GPUs of
     one node become a 3-GPU worker and a 1-GPU chief, in render as in the manager."""
     from distributetrain.cli import render
-    from distributetrain.core import manifests
+    from distributetrain.core.pods import manifests
     import yaml
 
     flags = ["--num-gpus", "4", "--nodes", "gpu-a=4", "--image", "reg/base:1", "--job-name", "demo", "--elastic"]

@@ -10,7 +10,8 @@ import yaml
 from distributetrain.cli import main as cli, jobflags
 from distributetrain.cli.jobs import commands, manager_spec
 from distributetrain.cli.jobs.manager_spec import ManagerOptions
-from distributetrain.core import jobspec, names
+from distributetrain.core.job import jobspec
+from distributetrain.core import names
 
 REPO = Path(__file__).resolve().parents[3]
 LABELS = {"app.kubernetes.io/name": "distributetrain", "distributetrain.io/role": "manager",

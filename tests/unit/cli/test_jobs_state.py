@@ -8,7 +8,7 @@ import pytest
 
 from distributetrain.cli.jobs import state, table
 from distributetrain.cli.jobs.state import JobStatus, Progress
-from distributetrain.core import jobspec
+from distributetrain.core.job import jobspec
 from distributetrain.core.settings import JobSettings
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=timezone.utc)

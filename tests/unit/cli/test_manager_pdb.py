@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from distributetrain.cli.jobs import manager_spec
-from distributetrain.core import manifests, names
+from distributetrain.core.pods import manifests
+from distributetrain.core import names
 from distributetrain.core.settings import JobSettings
 
 REPO = Path(__file__).resolve().parents[3]

@@ -8,17 +8,19 @@ import pytest
 import yaml
 
 from distributetrain.cli import main as cli, jobflags, render
-from distributetrain.core import errors, podgroup
+from distributetrain.core import errors
+from distributetrain.core.pods import podgroup
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.names import Attempt
 from distributetrain.kube import waits
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import jobevents, queueing
-from distributetrain.manager.discovery import HostList
-from distributetrain.manager.kinds import kind_of
-from distributetrain.manager.pretraining import placement_of
+from distributetrain.manager.reporting import jobevents
+from distributetrain.manager.placement import queueing
+from distributetrain.manager.pods.discovery import HostList
+from distributetrain.manager.placement.kinds import kind_of
+from distributetrain.manager.job.pretraining import placement_of
 from distributetrain.manager.processstate import ProcessState
-from distributetrain.manager.reporting import Reporter
+from distributetrain.manager.reporting.reporting import Reporter
 from harness.builders import manager_pod, node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -53,7 +55,7 @@ def created_by_the_manager(monkeypatch, flags):
     """The objects the manager's placement creates for the job's first attempt, in order, as sent."""
     settings = jobflags.settings_from_args(cli.build_parser().parse_args(["render", *flags]), [])
     settings = settings.replace(discovery_url="http://<manager pod IP>:8470/hosts")
-    monkeypatch.setattr("distributetrain.core.sshkeys.JobKeys.generate", lambda job_name: render.PLACEHOLDER_KEYS)
+    monkeypatch.setattr("distributetrain.core.pods.sshkeys.JobKeys.generate", lambda job_name: render.PLACEHOLDER_KEYS)
     monkeypatch.setattr(queueing.secrets, "token_hex", lambda size: render.PLACEHOLDER_GROUP_TOKEN)
     nodes = [node(name, int(gpus)) for name, gpus in (term.split("=") for term in flags[flags.index("--nodes") + 1]
                                                       .split(","))]

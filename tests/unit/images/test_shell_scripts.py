@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain.core import exitcodes, manifests, podscripts
+from distributetrain.core import exitcodes
+from distributetrain.core.pods import manifests, podscripts
 from prerequisites import unavailable
 
 REPOSITORY = Path(__file__).resolve().parents[3]

@@ -18,7 +18,7 @@ from distributetrain.core.clock import RealClock
 from distributetrain.kube import waits
 from distributetrain.kube.client import WATCH_RECONNECT_DELAY_S
 from distributetrain.kube.connection import ApiTimeouts
-from distributetrain.manager import podwaits
+from distributetrain.manager.watching import podwaits
 from harness.apiserver import CLOSED, SILENT, FakeApiServer, HttpFake, Reply, kube_at, kubeconfig
 from harness.builders import pod
 from harness.polling import poll_until

@@ -8,7 +8,7 @@ from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.kube.calls import translate
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 
 
 def api_403(message: str) -> ApiException:

@@ -10,7 +10,7 @@ from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.kube.events import EventRecorder
-from distributetrain.manager import jobevents
+from distributetrain.manager.reporting import jobevents
 from harness.events import FakeEventsApi
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=6, image="img", owner_uid="uid-1",

@@ -8,7 +8,7 @@ import pytest
 from distributetrain.core import errors
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube.connection import ApiTimeouts
-from distributetrain.manager import queueing
+from distributetrain.manager.placement import queueing
 from harness.apiserver import PathServer, kube_at
 
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=2.0, retry_deadline_s=2.0)

@@ -12,7 +12,7 @@ from distributetrain.core import errors, exitcodes
 from distributetrain.core.clock import Clock, FakeClock, RealClock
 from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.lock import RENEWALS_PER_DURATION, PlacementLock
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 from harness.apiserver import FakeApiServer, kube_at
 from harness.polling import poll_until
 

@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from distributetrain.core import errors, exitcodes
 from distributetrain.kube import calls, protowire
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 from harness.podproto import pod_list, status
 
 FIXTURES = Path(__file__).parent / "fixtures"

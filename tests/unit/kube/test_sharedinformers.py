@@ -3,7 +3,7 @@ projection share one list and one watch; each is handed what is held when it joi
 informer stops with its last user."""
 
 from distributetrain.core.clock import RealClock
-from distributetrain.core.projections import watched_node
+from distributetrain.core.placement.projections import watched_node
 from distributetrain.kube import sharedinformers
 from distributetrain.kube.informer import Satisfied
 from distributetrain.kube.sharedinformers import Subscription

@@ -3,7 +3,7 @@ register, and each profile read by the manager as its platform's documentation s
 
 import pytest
 
-from distributetrain.core.gpusharing import SharedUnits, shared_units
+from distributetrain.core.placement.gpusharing import SharedUnits, shared_units
 from localcluster import profiles
 from localcluster.__main__ import EXIT_BAD_INPUT, main
 from localcluster.node.config import NodeSpec

@@ -4,15 +4,16 @@ nodes) goes only where the claims can be mounted, by as many pods as they allow.
 
 import pytest
 
-from distributetrain.core import errors, placement
+from distributetrain.core import errors
+from distributetrain.core.placement import placement
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import PvcMount
-from distributetrain.core.volumeclaims import Claim, ClaimUse, JobClaims
-from distributetrain.manager import booking, queueing, volumeclaims
-from distributetrain.manager.freegpus import FreeGpuWatch, LedgerParts
-from distributetrain.manager.kinds import StaticJob
+from distributetrain.core.placement.volumeclaims import Claim, ClaimUse, JobClaims
+from distributetrain.manager.placement import booking, queueing, volumeclaims
+from distributetrain.manager.placement.freegpus import FreeGpuWatch, LedgerParts
+from distributetrain.manager.placement.kinds import StaticJob
 from distributetrain.manager.processstate import ProcessState
-from distributetrain.manager.errorcodes import exit_code_of
+from distributetrain.manager.reporting.errorcodes import exit_code_of
 from harness.builders import JOB, make_claim, make_node, make_pod, make_volume, node, sized_node, storage_class
 from harness.kube import FakeKube
 from harness.polling import poll_until

@@ -8,13 +8,17 @@ import time
 
 import pytest
 
-from distributetrain.core import errors, inventory, names, podsecurity, topology
+from distributetrain.core import errors, names
+from distributetrain.core.placement import inventory, topology
+from distributetrain.core.pods import podsecurity
 from distributetrain.core.clock import FakeClock, RealClock
-from distributetrain.core.record import JobRecord
+from distributetrain.core.job.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
-from distributetrain.manager import (clusterview, job, lifecycle, podwaits, posttraining, pretraining,
-                                     startwatch, teardown)
+from distributetrain.manager.placement import clusterview
+from distributetrain.manager.job import job, lifecycle, posttraining, pretraining
+from distributetrain.manager.watching import podwaits, startwatch
+from distributetrain.manager.watching import teardown
 from harness.builders import node
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -68,7 +72,7 @@ def story(monkeypatch, tmp_path):
     api = FakeEventsApi()
     clock = FakeClock()
     monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: api)
-    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
@@ -420,7 +424,7 @@ def test_bad_input_found_by_the_manager_is_a_failed_event(story, monkeypatch):
     def refuse(kube, settings):
         raise errors.UsageError("--namespace", "namespace 'ml' does not exist")
 
-    monkeypatch.setattr("distributetrain.manager.pretraining.preflight", refuse)
+    monkeypatch.setattr("distributetrain.manager.job.pretraining.preflight", refuse)
     code, recorded, _ = story([])
     assert code == 2
     assert recorded == [("Failed", "Warning", "--namespace: namespace 'ml' does not exist (exit code 2)")]
@@ -584,7 +588,7 @@ def test_image_pulls_longer_than_the_worker_ready_timeout_are_progress_not_failu
 
 def test_without_the_events_rule_a_pull_counts_against_the_timeout_as_before(story, quick_rechecks, monkeypatch,
                                                                              caplog):
-    monkeypatch.setattr("distributetrain.manager.startwatch.StartWatch.refusal_logged", False)
+    monkeypatch.setattr("distributetrain.manager.watching.startwatch.StartWatch.refusal_logged", False)
     pulls = [pull_events("demo-worker-0", "a"), pull_events("demo-chief", "b")]
     code, recorded, _ = story(slow_pull_story([pulled("demo-worker-0", "a")], [pulled("demo-chief", "b")]),
                               settings=SLOW_PULL_SETTINGS, events=pulls, events_forbidden=True,

@@ -6,12 +6,15 @@ import threading
 
 import pytest
 
-from distributetrain.core import errors, inventory, kueuenodes, names, placement, podgroup, podstate, topology
+from distributetrain.core import errors, names
+from distributetrain.core.placement import inventory, kueuenodes, placement, podstate, topology
+from distributetrain.core.pods import podgroup
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.core.clock import FakeClock
-from distributetrain.manager import freegpus, lifecycle, queueing
-from distributetrain.manager.kinds import StaticJob
+from distributetrain.manager.placement import freegpus, queueing
+from distributetrain.manager.job import lifecycle
+from distributetrain.manager.placement.kinds import StaticJob
 from harness.builders import TIME_SLICED, ledger_of, make_pod, node, sized_node, tenant
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
@@ -82,8 +85,8 @@ def kueue_admitting_into(flavor, domains=None):
 def queued_story(monkeypatch, tmp_path):
     api = FakeEventsApi()
     monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: api)
-    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
-    monkeypatch.setattr("distributetrain.manager.podwaits.WORKER_STATUS_LAG_S", 0.3)
+    monkeypatch.setattr("distributetrain.manager.reporting.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.watching.podwaits.WORKER_STATUS_LAG_S", 0.3)
     monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # free GPUs followed on the fake itself
     kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)])
     kube.on_create.append(kueue_gates)
@@ -209,7 +212,7 @@ def test_a_preempted_job_without_restarts_ends_with_its_own_exit_code(queued_sto
 
 
 def test_a_preempted_job_with_a_restart_goes_back_to_the_queue(queued_story, monkeypatch):
-    monkeypatch.setattr("distributetrain.core.restarts.RESTART_BACKOFF_S", 0.01)
+    monkeypatch.setattr("distributetrain.core.job.restarts.RESTART_BACKOFF_S", 0.01)
     kube, api = queued_story
 
     # The first attempt: the chief alone on c; preempted while it trains.
@@ -412,7 +415,7 @@ def test_admitted_but_short_of_gpus_a_queued_job_takes_the_lease_only_to_book(mo
     a timer would take the Lease over and over."""
     api = FakeEventsApi()
     monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: api)
-    monkeypatch.setattr("distributetrain.manager.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
+    monkeypatch.setattr("distributetrain.manager.reporting.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # followed on the fake itself
     kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)], clock=FakeClock())
     kube.on_create.append(kueue_gates)

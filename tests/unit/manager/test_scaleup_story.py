@@ -8,7 +8,7 @@ import json
 import pytest
 
 from distributetrain.core import names
-from distributetrain.manager import scaleup
+from distributetrain.manager.placement import scaleup
 from test_lifecycle_story import PULLING, SETTINGS, UNSCHEDULABLE, UNSCHEDULED, ended, running, story  # noqa: F401
 
 
@@ -98,7 +98,7 @@ def test_an_autoscaler_that_refuses_for_good_ends_the_wait_at_once_in_its_words(
 def quick_waits(monkeypatch):
     """Real time, short: the wait for free GPUs after a release follows watches on threads of
     their own (``freegpus``), which move no fake clock. Its watches read the fake API."""
-    monkeypatch.setattr("distributetrain.manager.freegpus.waiting_client", lambda same: same)
+    monkeypatch.setattr("distributetrain.manager.placement.freegpus.waiting_client", lambda same: same)
     monkeypatch.setattr(scaleup, "wait_for_new_nodes", functools.partial(
         scaleup.wait_for_new_nodes, recheck_s=0.1, no_autoscaler_window_s=0.5))
 

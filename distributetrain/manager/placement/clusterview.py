@@ -1,0 +1,151 @@
+"""One survey of the cluster for every manager that asks for one while it is taken.
+
+A booking starts from a survey of the cluster (``core.placement.clusterview``: the nodes, and what
+every pod but the bookings holds), then reads the bookings afresh under the placement
+Lease (``booking``). On a large cluster the survey is the long part (every pod: 150,000
+of them), and many managers starting together (a sweep of trials, a burst of Kueue
+admissions) would each take it. So the survey is shared, in a ConfigMap of the lock
+namespace (``VIEW_NAME``):
+
+- a manager uses only a survey begun after it asked for one, so it sees every node and
+  pod there was when it asked, as a survey of its own would (a node labelled, a pod
+  deleted just before the job was submitted): the writer's wall clock against the
+  reader's, where a skew only makes a manager survey for itself;
+- none such published, the manager that takes the Lease ``VIEW_NAME`` (held only while
+  it surveys) lists the cluster and publishes the survey; the others meanwhile wait on
+  the ConfigMap (a watch), use the survey published next if it began after they asked,
+  else try the Lease again, for at most ``SURVEY_WAIT_S`` in all;
+- anything else (the ConfigMap unreadable, the RBAC of an older ``rbac/`` without it, a
+  survey too large to publish, a surveyor that never published): the manager surveys
+  for itself. A survey is never needed for correctness, only for a plan that fits: the
+  bookings under the Lease are what keeps two jobs off the same GPUs.
+
+Whoever can write that ConfigMap can make managers plan on a wrong picture of the
+cluster (the scheduler still refuses pods that do not fit): it is the same account's,
+in the same namespace, as the placement Lease, which can stop every plan (``rbac/``).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+from distributetrain.core import errors, names
+from distributetrain.core.clock import Clock
+from distributetrain.core.placement.clusterview import ClusterView
+from distributetrain.core.placement.inventory import ACTIVE_PODS_SELECTOR
+from distributetrain.core.settings import JobSettings
+from distributetrain.kube import dra
+from distributetrain.kube.client import Kube
+from distributetrain.kube.lock import PlacementLock
+
+log = logging.getLogger(__name__)
+
+VIEW_NAME = f"{names.APP}-cluster-view"  # the ConfigMap holding the survey, and the Lease of its surveyor
+DATA_KEY = "view.json.zlib"
+# A ConfigMap holds 1 MiB at most; base64 takes a third more. Beyond it, each surveys alone.
+MAX_PUBLISHED_BYTES = 700 * 1024
+SURVEYOR_LEASE_S = 60  # a surveyor that died lets another survey after this long
+SURVEY_WAIT_S = 60.0  # how long a manager waits on others' surveys before taking its own
+
+
+def take(kube: Kube, clock: Clock, dra_gpus: bool = False) -> ClusterView:
+    """A survey of the cluster: every node, every unfinished pod (bookings are skipped); with
+    ``dra_gpus``, every ResourceSlice and the devices every ResourceClaim holds (the jobs' own skipped)."""
+    view = ClusterView(taken_at=clock.now())
+    for page, _ in kube.list_pages("nodes"):
+        for node in page:
+            view.add_node(node)
+    kube.each_pod_request(view.add_pod, view.forget_pods, field_selector=ACTIVE_PODS_SELECTOR)
+    if dra_gpus:
+        view.add_slices(dra.listed(kube, dra.SLICES))
+        for page in dra.pages(kube, dra.CLAIMS):
+            view.add_claims(page)
+    return view
+
+
+def begun_after(view: ClusterView | None, asked_at: float) -> bool:
+    return view is not None and view.taken_at >= asked_at
+
+
+def current(kube: Kube, settings: JobSettings, clock: Clock) -> ClusterView:
+    """A survey begun after this call: another manager's (published), or its own
+    (published for the others)."""
+    asked_at = clock.now()
+    namespace = settings.lease_namespace
+    try:
+        published, version = _read(kube, namespace)
+        give_up_at = clock.monotonic() + SURVEY_WAIT_S
+        while clock.monotonic() < give_up_at:
+            if begun_after(published, asked_at):
+                return published
+            surveyed = _survey_as_the_surveyor(kube, settings, clock, version)
+            if surveyed is not None:
+                return surveyed
+            published, version = _next_published(kube, namespace, version, give_up_at, clock)
+    except (errors.Forbidden, errors.AdmissionRefused, errors.QuotaExceeded, errors.Invalid, errors.NotFound) as e:
+        # Refused, not unreachable: an older rbac/, a policy of the namespace. Unreachable,
+        # the survey of its own would fail as well: that is raised, as any list's failure.
+        log.warning("job %s: cannot share the survey of the cluster [%s/%s] (%s); taking its own",
+                    settings.job_name, namespace, VIEW_NAME, e)
+    return take(kube, clock)
+
+
+def _read(kube: Kube, namespace: str) -> tuple[ClusterView | None, str]:
+    """The published survey (None if there is none, or not of this release's form) and the
+    ConfigMap's resourceVersion ("" if there is none)."""
+    config_map = kube.read("ConfigMap", namespace, VIEW_NAME)
+    if config_map is None:
+        return None, ""
+    data = (config_map.get("binaryData") or {}).get(DATA_KEY)
+    view = ClusterView.decode(base64.b64decode(data)) if data else None
+    return view, config_map["metadata"].get("resourceVersion", "")
+
+
+def _survey_as_the_surveyor(kube: Kube, settings: JobSettings, clock: Clock, version: str) -> ClusterView | None:
+    """Survey and publish, holding the surveyor's Lease; None if another manager holds it."""
+    holder = f"{settings.namespace}/{settings.job_name}"
+    lease = PlacementLock(kube, settings.lease_namespace, holder, -1.0, VIEW_NAME, clock, SURVEYOR_LEASE_S)
+    try:
+        lease.__enter__()
+    except errors.LeaseBusy:
+        return None  # another manager surveys
+    try:
+        view = take(kube, clock)
+        _publish(kube, settings.lease_namespace, view, version)
+    finally:
+        try:
+            lease.__exit__(None, None, None)
+        except errors.LeaseLost as e:  # two surveys published: either is good
+            log.info("job %s: %s", settings.job_name, e)
+    return view
+
+
+def _publish(kube: Kube, namespace: str, view: ClusterView, version: str) -> None:
+    encoded = view.encode()
+    if len(encoded) > MAX_PUBLISHED_BYTES:
+        log.warning("the survey of the cluster is %d KiB, more than a ConfigMap holds: each manager takes its own",
+                    len(encoded) // 1024)
+        return
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": VIEW_NAME, "namespace": namespace, "labels": {names.LABEL_APP: names.APP},
+                               **({"resourceVersion": version} if version else {})},
+                  "binaryData": {DATA_KEY: base64.b64encode(encoded).decode()}}
+    try:
+        kube.update(config_map) if version else kube.create(config_map)
+    except (errors.Conflict, errors.AlreadyExists):
+        pass  # another manager published meanwhile: its survey is as good
+
+
+def _next_published(kube: Kube, namespace: str, version: str, give_up_at: float,
+                    clock: Clock) -> tuple[ClusterView | None, str]:
+    """The survey another manager is taking, once published (a watch of the ConfigMap
+    from ``version``, until it changes or ``give_up_at``)."""
+    while (left := give_up_at - clock.monotonic()) > 0:
+        # From "" (none published yet), the watch starts now and sees it created.
+        for _ in kube.watch_one("configmaps", namespace, VIEW_NAME, version, left):
+            break
+        published, new_version = _read(kube, namespace)
+        if new_version != version:
+            return published, new_version
+    return None, version

@@ -1,0 +1,85 @@
+"""Requests no cluster state could ever satisfy are bad input, naming the flag to change."""
+
+import pytest
+
+from distributetrain.core import errors
+from distributetrain.core.placement import placement, topology
+from distributetrain.core.clock import FakeClock
+from distributetrain.core.settings import RuntimeClassTerms
+from distributetrain.manager.placement import booking
+from distributetrain.manager.placement.freegpus import LedgerParts
+from harness.builders import GKE_TIME_SHARED, JOB, MIG_SLICED, TIME_SLICED, ledger_of, make_pod, sized_node
+from harness.kube import FakeKube
+
+RACK = "example.com/rack"
+RACKED = JOB.replace(topology=topology.parse(f"{RACK}!"))
+
+
+@pytest.mark.parametrize("nodes,settings,flag,says", [
+    ([sized_node("a", 4)], JOB.replace(num_gpus=5), "--num-gpus", "the cluster's nodes advertise 4 in all"),
+    ([sized_node("a", 2, cpu="2"), sized_node("b", 2, cpu="2")], JOB, "--cpu-per-gpu",
+     "fit 2 of the 4 GPUs the cluster's nodes advertise: their allocatable CPU holds too few pods of 2 CPU per GPU"),
+    ([sized_node("a", 4, memory="16Gi")], JOB, "--memory-per-gpu", "too few pods of 8Gi per GPU"),
+    ([sized_node("s", 8, labels=TIME_SLICED)], JOB, "--allow-shared-gpus", "one rank of the job per node"),
+    ([sized_node("m", 7, labels=MIG_SLICED), sized_node("n", 7, labels=MIG_SLICED)], JOB, "--allow-shared-gpus",
+     "fit 2 of the 14 GPUs the cluster's nodes advertise: they are MIG slices "
+     "(nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-MIG-1g.10gb): one rank of the job per node"),
+    ([sized_node("g", 6, labels=GKE_TIME_SHARED)], JOB.replace(allow_shared_gpus=True), "--num-gpus",
+     "they are GPUs time-shared by GKE (cloud.google.com/gke-gpu-sharing-strategy=time-sharing, "
+     "cloud.google.com/gke-max-shared-clients-per-gpu=3): one rank of the job per node (their platform gives "
+     "a container one unit at most)"),
+    ([sized_node("s", 8, labels=TIME_SLICED), sized_node("g", 6, labels=GKE_TIME_SHARED)],
+     JOB.replace(num_gpus=10, allow_shared_gpus=True), "--num-gpus",
+     "fit 9 of the 14 GPUs the cluster's nodes advertise: they are GPUs time-shared by GKE ("),  # allowed: GKE's alone
+    ([sized_node("a", 4, pods="0")], JOB, "--num-gpus", "their allocatable pods holds too few of the job's pods"),
+    ([sized_node("a", 2, labels={RACK: "r1"}), sized_node("b", 2, labels={RACK: "r2"})], RACKED, "--topology",
+     f"requested 4 GPUs but one rack of the cluster's nodes holds 2 of the job's GPUs at most ({RACK}! is required)"),
+    ([sized_node("a", 2, labels={RACK: "r1"}), sized_node("b", 4)], RACKED, "--topology", "holds 2 of the job's GPUs at most"),
+])
+def test_a_job_the_nodes_could_never_hold_is_bad_input(nodes, settings, flag, says):
+    with pytest.raises(errors.UsageError, match=flag) as refused:
+        booking.check_request(ledger_of(nodes, settings=settings), settings)
+    assert says in str(refused.value)
+
+
+def test_a_job_that_fits_once_other_pods_leave_is_not_bad_input():
+    busy = make_pod("t").uid("t").on("a").resources({"requests": {"cpu": "64"}}).obj()
+    booking.check_request(ledger_of([sized_node("a", 4)], [busy]), JOB)
+    booking.check_request(ledger_of([sized_node("s", 8, labels=TIME_SLICED)], settings=JOB.replace(allow_shared_gpus=True)),
+                          JOB)
+
+
+def test_a_job_one_rack_could_hold_once_other_pods_leave_is_not_bad_input():
+    busy = make_pod("t").uid("t").on("a").gpus(4).obj()
+    booking.check_request(ledger_of([sized_node("a", 4, labels={RACK: "r1"})], [busy], RACKED), RACKED)
+
+
+GROWS = JOB.replace(num_gpus=12, scale_up_node_gpus=8, wait_for_gpus_s=300.0)
+
+
+def test_a_job_that_makes_the_cluster_grow_is_bounded_by_no_running_node():
+    booking.check_request(ledger_of([], settings=GROWS), GROWS)  # scaled to zero: no GPU node at all
+    booking.check_request(ledger_of([sized_node("a", 4)], settings=GROWS), GROWS)
+
+
+def test_short_of_gpus_the_rest_goes_on_new_nodes_while_the_job_may_wait():
+    assert booking.plan_or_grow(placement.plan, {"a": 4}, GROWS) == [("(new node)", 8), ("a", 4)]
+    assert booking.plan_or_grow(placement.plan, {"a": 8, "b": 4}, GROWS) == [("a", 8), ("b", 4)]
+    for settings, may_wait in ((GROWS, False), (GROWS.replace(scale_up_node_gpus=0), True)):
+        with pytest.raises(placement.InsufficientGPUs):
+            booking.plan_or_grow(placement.plan, {"a": 4}, settings, may_wait)
+
+
+def test_the_nodes_of_the_runtime_class_are_the_candidates_as_they_are_while_waiting():
+    """Admission merges the RuntimeClass's scheduling into each pod: only nodes with its
+    labels can take them, and its tolerations let them on its nodes' taints."""
+    kata = sized_node("a", 4, labels={"pool": "kata"})
+    kata["spec"]["taints"] = [{"key": "kata", "effect": "NoSchedule"}]
+    terms = RuntimeClassTerms(node_selector=(("pool", "kata"),),
+                              tolerations=({"key": "kata", "operator": "Exists", "effect": "NoSchedule"},))
+    settings = JOB.replace(runtime_class="kata", runtime_class_terms=terms)
+    kube = FakeKube([kata, sized_node("b", 4)])
+    assert booking.take_inventory(kube, settings, FakeClock()).free() == {"a": 4}
+    assert booking.take_inventory(kube, JOB, FakeClock()).free() == {"b": 4}
+    parts = LedgerParts.for_job(settings)  # what a job waiting for GPUs follows
+    assert {name for name in ("a", "b") if not parts.node_part(kube.nodes[name]).refusal} == {"a"}
