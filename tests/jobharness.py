@@ -67,6 +67,9 @@ TEST_NODE_LABEL = "distributetrain.test/nodes"
 # idle or not. At 20 ms a 4-rank train.py job took a quarter less CPU, and no longer.
 LOCAL_MACHINE_FLAGS = ("--cpu-per-gpu=100m", "--memory-per-gpu=2Gi", "--env=HOROVOD_CYCLE_TIME=20")
 MANAGER_FINISH_TIMEOUT_S = 240.0
+# A brand-new namespace's default ServiceAccount, and the webhooks' caches knowing it.
+NAMESPACE_READY_TIMEOUT_S = 30.0
+NAMESPACE_READY_POLL_S = 0.2
 CLAIM_BOUND_TIMEOUT_S = 60.0
 # A log read goes apiserver -> node agent; on a loaded 2-core machine the agent once took
 # longer than the apiserver's 10 s TLS handshake limit (a 500 after all 13 managers of a
@@ -145,6 +148,24 @@ def more_nodes(cluster, pool: NodePool, spec: dict[str, int], labels: Mapping[st
         group.stop()
 
 
+def create_pod(core: client.CoreV1Api, namespace: str, manifest: dict) -> None:
+    """Create a pod; in a brand-new namespace, wait for its default ServiceAccount first, and
+    for the admission webhooks' caches to know the namespace (Kueue's pod webhook answers
+    404 "Namespace ... not found" until its cache has it)."""
+    give_up_at = time.monotonic() + NAMESPACE_READY_TIMEOUT_S
+    while True:
+        try:
+            core.create_namespaced_pod(namespace, manifest)
+            return
+        except client.ApiException as error:
+            missing_account = error.status == 403 and "error looking up service account" in (error.body or "")
+            namespace_unseen = error.status == 404 and "admission webhook" in (error.body or "")
+            if not (missing_account or namespace_unseen) or time.monotonic() > give_up_at:
+                raise
+            time.sleep(NAMESPACE_READY_POLL_S)
+
+
+
 class Jobs:
     """Submit manager pods into one namespace and follow them."""
 
@@ -152,10 +173,8 @@ class Jobs:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
 
-    def submit(self, name: str, args: list[str], restart_policy: str = "Never") -> dict:
-        return self.core.create_namespaced_pod(
-            self.namespace, manager_pod(self.namespace, name, args, restart_policy), _preload_content=False
-        )
+    def submit(self, name: str, args: list[str], restart_policy: str = "Never") -> None:
+        create_pod(self.core, self.namespace, manager_pod(self.namespace, name, args, restart_policy))
 
     def pods(self) -> dict[str, dict]:
         raw = self.core.list_namespaced_pod(self.namespace, _preload_content=False)

@@ -25,14 +25,12 @@ from kubernetes import client
 
 from clusterfixtures import TEST_NAMESPACE_LABEL
 from harness.polling import poll_until
-from jobharness import TEST_NODE_LABEL, NodePool
+from jobharness import TEST_NODE_LABEL, NodePool, create_pod  # noqa: F401 - the tests' one pod creation
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TENANT_IMAGE = "distributetrain/base:0.1.0"
 EKS_DOMAIN = "ec2.internal"
 POLL_S = 0.2
-# A brand-new namespace has no default ServiceAccount for a moment; pods are refused until it does.
-SERVICE_ACCOUNT_TIMEOUT_S = 30.0
 QUOTA_COUNTED_TIMEOUT_S = 30.0
 RUNNING_TIMEOUT_S = 60.0
 GONE_TIMEOUT_S = 60.0
@@ -88,20 +86,6 @@ def gpu_pod(name: str, node: str, gpus: int, gpu_resource: str = GPU_RESOURCE, i
                             "resources": {"limits": {gpu_resource: str(gpus)}}}],
         },
     }
-
-
-def create_pod(core: client.CoreV1Api, namespace: str, manifest: dict) -> None:
-    """Create a pod; in a brand-new namespace, wait for its default ServiceAccount first."""
-    give_up_at = time.monotonic() + SERVICE_ACCOUNT_TIMEOUT_S
-    while True:
-        try:
-            core.create_namespaced_pod(namespace, manifest)
-            return
-        except client.ApiException as error:
-            missing_account = error.status == 403 and "serviceaccount" in (error.body or "")
-            if not missing_account or time.monotonic() > give_up_at:
-                raise
-            time.sleep(POLL_S)
 
 
 def read_pod(core: client.CoreV1Api, namespace: str, name: str) -> dict | None:

@@ -14,6 +14,7 @@ from kubernetes import client, utils
 from distributetrain.core.names import LOCK_LEASE_NAME
 from distributetrain.core.settings import DEFAULT_LOCK_NAMESPACE
 from localcluster import components, versions
+from harness.polling import poll_until
 from jobharness import REPO, SCRIPTS, Jobs, job_args, node_pool, script_volume, unbound_volume
 from projectrbac import POLICY, POLICY_BINDING, rbac_documents
 
@@ -31,6 +32,7 @@ BEST_EFFORT_RULES = {("events", "create"): "cannot record Events",
                      # Where the release serves PodGroups (RELEASE_RULES): the job's pods are then no gang.
                      ("podgroups", "create"): "the job's pods are no gang"}
 SHARED_KINDS = {POLICY, "ConfigMap"}
+RBAC_SEEN_S = 30
 # Rules only a flag's job uses (resource, first verb): the flag whose job is run without
 # the rule, the cluster-scoped object it names (made by the test), and the line its log
 # says then for a best-effort rule (None: the job fails, 77).
@@ -168,7 +170,10 @@ def test_secrets_only_in_the_managers_namespace(api_client, namespace, rbac):
         return review.create_subject_access_review({"apiVersion": "authorization.k8s.io/v1",
                                                     "kind": "SubjectAccessReview", "spec": spec}).status.allowed
 
-    assert allowed("create", namespace) and allowed("get", namespace)
+    # The API server authorizes from its cache of Roles and bindings, which follows the
+    # writes of the ``rbac`` fixture a moment later.
+    poll_until(lambda: allowed("create", namespace) and allowed("get", namespace), RBAC_SEEN_S,
+               "the manager's Role in the API server's authorizer")
     for verb in ("create", "get", "list", "delete"):
         assert not allowed(verb, "kube-system") and not allowed(verb, "default")
     assert not allowed("list", namespace)  # not even all of its own namespace's Secrets
