@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,7 +222,12 @@ def _read_stamps() -> dict[str, str]:
 
 
 def _write_stamps(stamps: dict[str, str]) -> None:
-    _stamps_file().write_text(json.dumps(stamps, indent=2, sort_keys=True) + "\n")
+    # Written aside and renamed into place: another process (a test worker joining the
+    # session) reads the file while a test publishes, and must never see it half-written.
+    target = _stamps_file()
+    staging = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    staging.write_text(json.dumps(stamps, indent=2, sort_keys=True) + "\n")
+    os.replace(staging, target)
 
 
 def _podman_images() -> dict[str, str]:

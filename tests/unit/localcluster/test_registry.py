@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
 import pytest
 
@@ -81,3 +82,26 @@ def test_a_registry_that_does_not_answer_has_no_digest(local_registry, monkeypat
         closed.bind((registry.REGISTRY_HOST, 0))
         monkeypatch.setattr(registry, "REGISTRY_PORT", closed.getsockname()[1])
     assert [registry.digest_of("team/image:v1"), registry.config_digest_of("team/image:v1")] == [None, None]
+
+
+def test_a_reader_never_sees_the_published_list_half_written(tmp_path, monkeypatch):
+    """A test worker joining the session reads what was published while another test
+    publishes (CI once failed with an empty file): every read is a whole list."""
+    monkeypatch.setattr(registry, "storage_dir", lambda: tmp_path)
+    big = {f"docker.io/team/image-{n}:v1": "sha256:" + "ab" * 32 for n in range(500)}
+    stop = threading.Event()
+
+    def keep_publishing() -> None:
+        while not stop.is_set():
+            registry._write_stamps(big)
+
+    writer = threading.Thread(target=keep_publishing)
+    registry._write_stamps(big)
+    writer.start()
+    try:
+        for _ in range(300):
+            assert registry.published() == sorted(big)
+    finally:
+        stop.set()
+        writer.join()
+    assert [p.name for p in tmp_path.iterdir()] == ["published.json"]
