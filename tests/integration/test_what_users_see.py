@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from distributetrain.cli.jobs.state import waiting_of
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
 
 pytestmark = pytest.mark.cluster
@@ -122,12 +123,14 @@ def _unschedulable_worker_says_why(cluster, api_client, namespace, jobs, tmp_pat
         jobs.wait_for("unsched-worker-0", unschedulable, 90)
         seen_at, seen_wall = time.monotonic(), datetime.now()
 
-        while True:
-            current = json.loads(dt(cluster, "status", "unsched", "-n", namespace, "-o", "json").stdout)
-            if UNBOUND in current["waiting"].get("unsched-worker-0", ""):
-                break
-            assert time.monotonic() - seen_at < REASON_WITHIN_S, current
-        assert time.monotonic() - seen_at < REASON_WITHIN_S
+        # What `status` shows is what the manager wrote on its pod: read here as status reads
+        # it, in process, so the CLI's own start-up (seconds on a loaded 2-core host) is not
+        # counted against the manager; the CLI's answer is checked after.
+        while UNBOUND not in dict(waiting_of(jobs.pod("unsched"))).get("unsched-worker-0", ""):
+            assert time.monotonic() - seen_at < REASON_WITHIN_S, waiting_of(jobs.pod("unsched"))
+            time.sleep(0.2)
+        current = json.loads(dt(cluster, "status", "unsched", "-n", namespace, "-o", "json").stdout)
+        assert UNBOUND in current["waiting"]["unsched-worker-0"], current
         assert current["waiting"]["unsched-worker-0"].startswith("not scheduled: 0/")
         shown = dt(cluster, "status", "unsched", "-n", namespace).stdout
         assert re.search(rf"^Waiting: +unsched-worker-0: not scheduled: .*{UNBOUND}", shown, re.M), shown
