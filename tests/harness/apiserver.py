@@ -3,7 +3,8 @@ the API layer and of anything else that speaks HTTP (an image registry).
 
 ``HttpFake(answer)`` reads each request whole (``received``: every one, in order, with the
 client port of its connection; ``connections``: how many were accepted) and answers what
-``answer(request)`` returns, a ``Reply``: a status and a body (JSON, or bytes of any type:
+``answer(request)`` returns (each request answered is one of its ``changes``: a test waits
+for a request with ``harness.waiting.wait_until``), a ``Reply``: a status and a body (JSON, or bytes of any type:
 protobuf), or one that misbehaves in ways no cluster test can produce: a body cut half way
 and the connection closed (``cut``), a body streamed in chunks as a watch is (``chunks``,
 which may go silent with the connection held), an answer that never comes (``SILENT``), a
@@ -44,6 +45,7 @@ from distributetrain.kube import podwire
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import ApiTimeouts, make_api_client
 from harness.podproto import pod_list, status
+from harness.waiting import Changes
 
 BOOKMARK_BEFORE_END_S = 0.5  # the real apiserver sends one 2 s before a watch's timeout
 SHUTDOWN_POLL_S = 0.02  # how often the server looks for a shutdown: every test waits this long on exit
@@ -90,6 +92,7 @@ class HttpFake:
         self.answer = answer
         self.received: list[Request] = []
         self.connections = 0
+        self.changes = Changes()  # each request, once ``answer`` has decided its reply
         self.closing = threading.Event()  # set when the server stops: held connections let go
         self._server = ThreadingHTTPServer((host, 0), self._handler())
         self._server.daemon_threads = True
@@ -142,7 +145,9 @@ class HttpFake:
                                   self.client_address[1])
                 fake.received.append(request)
                 try:
-                    fake._reply(self, fake.answer(request))
+                    reply = fake.answer(request)
+                    fake.changes.note()
+                    fake._reply(self, reply)
                 except OSError:
                     self.close_connection = True  # the client went away
 

@@ -1,6 +1,7 @@
 """Waiting in a unit test for what another thread does, without sleeping: a wait looks
-again each time the object it watches says it changed (a FakeKube's call, a clock's
-timed wait starting or ending), and fails past its bound saying what it awaited.
+again each time the object it watches says it changed (a FakeKube's call, a request to the
+HTTP fake, a clock's timed wait starting or ending), or joins the thread whose end it
+awaits, and fails past its bound saying what it awaited.
 (``polling.poll_until`` sleeps between looks: for the cluster tiers, whose cluster says
 nothing when it changes.)"""
 
@@ -52,6 +53,16 @@ def wait_until(check: Callable[[], T], changes: Changes, timeout_s: float, what:
             said = what() if callable(what) else what
             raise AssertionError(f"{said} (not within {timeout_s:g}s)")
         changes.wait_past(seen, give_up_at)
+
+
+def threads_end(name: str, timeout_s: float = 5.0) -> None:
+    """Every running thread named ``name`` ends (joined); AssertionError past ``timeout_s``
+    (real seconds, a bound for a broken test) for one still running."""
+    give_up_at = time.monotonic() + timeout_s
+    for thread in [t for t in threading.enumerate() if t.name == name]:
+        thread.join(max(0.0, give_up_at - time.monotonic()))
+        if thread.is_alive():
+            raise AssertionError(f"thread {name} still running (not within {timeout_s:g}s)")
 
 
 class _Announced:

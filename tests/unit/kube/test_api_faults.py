@@ -21,7 +21,7 @@ from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.manager.watching import podwaits
 from harness.apiserver import CLOSED, SILENT, FakeApiServer, HttpFake, Reply, kube_at, kubeconfig
 from harness.builders import pod
-from harness.polling import poll_until
+from harness.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 SHORT = ApiTimeouts(connect_s=1.0, read_s=0.5, retry_deadline_s=1.0, watch_chunk_s=1.0, watch_read_slack_s=0.5)
@@ -113,7 +113,7 @@ def test_a_lost_worker_is_noticed_within_the_watch_read_timeout_when_the_connect
     deleted_at = []
 
     def delete_when_watched(server):
-        poll_until(lambda: server.watch_requests, 30, "the job's pods watched", interval_s=0.01)
+        wait_until(lambda: server.watch_requests, server.changes, 30, "the job's pods watched")
         deleted_at.append(time.monotonic())
         server.delete("j-worker-0")
 
@@ -154,7 +154,7 @@ def test_an_idle_watch_is_renewed_by_short_requests_without_a_stall(caplog):
 @pytest.mark.parametrize("code", [410, 500])
 def test_a_watch_error_event_lists_again_and_the_job_goes_on(code):
     def delete_once_listed_again(server):
-        poll_until(lambda: server.list_requests == 2, 10, "the pods listed again", interval_s=0.01)
+        wait_until(lambda: server.list_requests == 2, server.changes, 10, "the pods listed again")
         server.delete("j-worker-0")
 
     with FakeApiServer(job_pods()) as server:

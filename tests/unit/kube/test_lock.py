@@ -14,7 +14,7 @@ from distributetrain.kube.connection import ApiTimeouts
 from distributetrain.kube.lock import RENEWALS_PER_DURATION, PlacementLock
 from distributetrain.manager.reporting.errorcodes import exit_code_of
 from harness.apiserver import FakeApiServer, kube_at
-from harness.polling import poll_until
+from harness.waiting import WatchedClock, threads_end, wait_until
 
 NAMESPACE = "default"
 NAME = "distributetrain-placement"
@@ -89,15 +89,15 @@ def test_a_holder_is_renewed_while_it_holds_and_not_taken_over(server):
     another manager trying to take the Lease at each: without the renewals it would at
     the third."""
     interval_s = SHORT_LEASE_S / RENEWALS_PER_DURATION
-    holder_clock, contender_clock = FakeClock(), FakeClock()
+    holder_clock, contender_clock = WatchedClock(), FakeClock()
     contender = lock(server, holder="ns/other", clock=contender_clock)
     with lock(server, duration_s=SHORT_LEASE_S, clock=holder_clock):
         for count in range(1, 2 * RENEWALS_PER_DURATION + 1):
-            poll_until(lambda: holder_clock.waiters() == 1, 5, "the renewer waiting", interval_s=0.005)
+            holder_clock.wait_for_waiters(1)  # the renewer waits out its interval
             holder_clock.advance(interval_s)
             contender_clock.advance(interval_s)
             assert not contender._try_acquire(server.lease(NAMESPACE, NAME))
-            poll_until(lambda: len(renewals(server)) == count, 5, f"renewal {count}", interval_s=0.005)
+            wait_until(lambda: len(renewals(server)) == count, server.changes, 5, f"renewal {count}")
         assert holder(server) == "ns/b"
     assert [w["renewTime"] for w in renewals(server)] == sorted(set(w["renewTime"] for w in renewals(server)))
     assert holder(server) is None  # released on exit
@@ -114,13 +114,13 @@ def test_the_renewer_stops_on_exit(server):
 
 
 def test_a_holder_whose_lease_was_taken_over_fails_on_exit_and_leaves_it(server):
-    clock = FakeClock()
+    clock = WatchedClock()
     with pytest.raises(errors.LeaseLost) as failure:
         with lock(server, duration_s=SHORT_LEASE_S, clock=clock):
             held_by(server, "ns/other", "2001-01-01T00:00:00.000000Z")  # as an expired-lease takeover writes
+            clock.wait_for_waiters(1)  # the renewer waits out its interval
             clock.advance(SHORT_LEASE_S / 2)  # past a renewal: the renewer reads it, and stops
-            poll_until(lambda: not [t for t in threading.enumerate() if t.name == "lease-renewer"], 5,
-                       "the renewer to find the takeover and stop", interval_s=0.005)
+            threads_end("lease-renewer")
     assert exit_code_of(failure.value) == exitcodes.API_ERROR
     assert "ns/other" in str(failure.value)
     assert holder(server) == "ns/other"
@@ -161,7 +161,7 @@ def test_a_contender_waits_on_a_watch_and_takes_the_lease_at_its_release(server)
     taken = threading.Event()
     contender = threading.Thread(target=lambda: (lock(server, timeout_s=60).__enter__(), taken.set()), daemon=True)
     contender.start()
-    poll_until(lambda: lease_watches(server) == 1, 5, "the contender watching the Lease", interval_s=0.005)
+    wait_until(lambda: lease_watches(server) == 1, server.changes, 5, "the contender watching the Lease")
     writes_before = len(server.lease_writes)
     assert not taken.is_set()
     release.set()

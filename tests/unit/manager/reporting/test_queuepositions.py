@@ -1,28 +1,26 @@
 """A queued job's place in its Kueue queue: read from the visibility API while the job
 waits, recorded on the manager pod when it changes, and never a reason to fail. The
-poller's pauses are a FakeClock's: a test moves it a poll at a time, once the poller waits."""
+poller's pauses are a WatchedClock's: a test moves it a poll at a time, once the poller waits."""
 
 import threading
 
 from distributetrain.core import errors
 from distributetrain.core.job import record
-from distributetrain.core.clock import FakeClock
 from distributetrain.core.job.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.manager.reporting.queuepositions import QueuePositions, position_of
 from distributetrain.manager.reporting.reporting import Reporter
 from harness.events import recording
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import WatchedClock, threads_end, wait_until
 
 SETTINGS = JobSettings(job_name="demo", namespace="ml", num_gpus=2, image="img", owner_uid="uid-1", queue="team-a")
 POLL_S = 10.0
 WAIT_S = 5.0  # real seconds, for what the poller's thread does at once
-LOOK_S = 0.005
 
 
-class RecordingClock(FakeClock):
-    """A FakeClock that keeps how long each timed wait asked for."""
+class RecordingClock(WatchedClock):
+    """A WatchedClock that keeps how long each timed wait asked for."""
 
     def __init__(self):
         super().__init__()
@@ -67,23 +65,11 @@ def next_looks(clock, reads, count: int, step_s: float) -> None:
     """Moves the clock ``step_s`` at a time, each once the poller waits, for ``count`` more
     reads; returns once the poller waits again (what it read is recorded by then)."""
     for _ in range(count):
-        poll_until(lambda: clock.waiters() == 1, WAIT_S, "the poller waiting", LOOK_S)
+        clock.wait_for_waiters(1, WAIT_S)
         before = len(reads)
         clock.advance(step_s)
-        poll_until(lambda: len(reads) > before and clock.waiters() == 1, WAIT_S,
-                   lambda: f"a read {step_s} s later, seen {len(reads) - before}", LOOK_S)
-
-
-def step_until(clock, done, step_s: float) -> None:
-    """Moves the clock ``step_s`` whenever the poller waits, until ``done()``."""
-    def stepped() -> bool:
-        if done():
-            return True
-        if clock.waiters():
-            clock.advance(step_s)
-        return False
-
-    poll_until(stepped, WAIT_S, "the poller to get there", LOOK_S)
+        wait_until(lambda: len(reads) > before and clock.waiters() == 1, clock.changes, WAIT_S,
+                   lambda: f"a read {step_s} s later, seen {len(reads) - before}")
 
 
 def poller_gone() -> bool:
@@ -91,12 +77,12 @@ def poller_gone() -> bool:
 
 
 def test_each_change_of_position_is_recorded_once_and_none_after_the_wait():
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), WatchedClock()
     reads = counted_reads(kube, clock)
     kube.pending = {("ml", "team-a"): pending("a", "b", "demo-r1-ab12")}
     with polling(kube, clock, poll_s=POLL_S):
-        poll_until(lambda: positions(kube) == ["3"] and clock.waiters() == 1, WAIT_S,
-                   lambda: f"positions ['3'] recorded, seen {positions(kube)}", LOOK_S)
+        wait_until(lambda: positions(kube) == ["3"] and clock.waiters() == 1, clock.changes, WAIT_S,
+                   lambda: f"positions ['3'] recorded, seen {positions(kube)}")
         next_looks(clock, reads, 3, POLL_S)
         assert positions(kube) == ["3"]  # unchanged: not written again
         kube.pending = {("ml", "team-a"): pending("b", "demo-r1-ab12")}
@@ -126,32 +112,36 @@ def test_until_the_workload_is_pending_it_is_looked_for_sooner():
 
 
 def test_a_cluster_without_the_visibility_api_is_asked_once():
-    kube, clock = FakeKube(), FakeClock()  # kube.pending None: the API is not served (404)
+    kube, clock = FakeKube(), WatchedClock()  # kube.pending None: the API is not served (404)
     reads = counted_reads(kube, clock)
     with polling(kube, clock, poll_s=POLL_S):
-        poll_until(poller_gone, WAIT_S, "the poller to give up", LOOK_S)
+        threads_end("queue-positions", WAIT_S)  # the poller gives up
     assert len(reads) == 1
     assert kube.annotated == []
 
 
 def test_a_forbidden_read_ends_the_polling_and_failed_reads_are_skipped():
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), WatchedClock()
     reads = counted_reads(kube, clock)
     kube.pending = {("ml", "team-a"): pending("demo-r1-ab12")}
     kube.failures["pending_workloads"] = [errors.TransientApiError("503"), errors.TransientApiError("timed out"),
                                           errors.Forbidden("cannot get localqueues/pendingworkloads")]
     with polling(kube, clock, poll_s=POLL_S):
-        step_until(clock, poller_gone, POLL_S)
+        next_looks(clock, reads, 1, POLL_S)  # the 503, then the read that timed out, both skipped
+        clock.advance(POLL_S)  # the poller waits again: the next read is denied
+        threads_end("queue-positions", WAIT_S)
     assert len(reads) == 3
     assert kube.annotated == []  # the two failed reads wrote nothing, and nothing was read after the denial
 
 
 def test_a_position_not_recorded_is_recorded_at_the_next_poll():
-    kube, clock = FakeKube(), FakeClock()
+    kube, clock = FakeKube(), WatchedClock()
     kube.pending = {("ml", "team-a"): pending("demo-r1-ab12")}
     kube.failures["annotate_pod"] = [errors.TransientApiError("apiserver restarting")]
+    reads = counted_reads(kube, clock)
     with polling(kube, clock, poll_s=POLL_S):
-        step_until(clock, lambda: positions(kube) == ["1"], POLL_S)
+        next_looks(clock, reads, 1, POLL_S)
+        assert positions(kube) == ["1"]  # at the very next poll
     assert JobRecord.of(kube.manager).queue_position == 1
 
 
