@@ -15,7 +15,8 @@ On it, as API servers:
   and bookmarks), and Leases (get, create, update with resourceVersion conflicts, and a
   watch, as the placement lock uses them). ``stall_watches``: that many next watch
   connections send their response headers and the events already due, then go silent with
-  the connection held open (a stalled or half-open connection as the client sees it).
+  the connection held open (a stalled or half-open connection as the client sees it;
+  ``stalled`` counts them once silent).
   ``error_watches``: status codes; each next watch sends the events due, then a watch
   ``ERROR`` event with the first code left, and ends. Only what ``distributetrain.kube.client``
   sends is understood; anything else is a 404.
@@ -190,6 +191,7 @@ class FakeApiServer(HttpFake):
         self._events: list[tuple[int, str, dict]] = []  # (resourceVersion, type, pod)
         self._lease_events: list[tuple[int, str, dict]] = []  # (resourceVersion, type, Lease)
         self.stall_watches = 0
+        self.stalled = 0  # watches gone silent so far (each one of ``changes``)
         self.error_watches: list[int] = []  # status codes of the ERROR events still to send
         self.watch_requests: list[dict[str, str]] = []  # query of every watch, in order
         self.list_requests = 0
@@ -309,6 +311,9 @@ class FakeApiServer(HttpFake):
                                                    "reason": "InternalError", "message": f"watch failed ({error})"}}
                 return
             if stall:
+                with self._lock:
+                    self.stalled += 1
+                self.changes.note()
                 self.closing.wait()  # silent from now on, the connection held open
                 return
             now = time.monotonic()

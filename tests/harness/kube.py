@@ -110,7 +110,9 @@ class FakeKube(KubeApi):
         self.api_client = None
         self.lock = threading.RLock()  # the node watch runs in a thread of its own
         self.one_changed = threading.Condition(self.lock)  # anything written
-        self.changes = Changes()  # every call recorded (``actions``): what a test waits on (harness.waiting)
+        # What a test waits on (harness.waiting): every call recorded (``actions``), every list
+        # answered, every watch of the tracker opened (an informer's, after its list is applied).
+        self.changes = Changes()
         self.events: list[dict] = []  # core/v1 Events of the job's namespace (the kubelet's about pods)
         # The tracker: every write of a watched kind, in order, as (resourceVersion, kind,
         # event type, object); a watch plays those after the version it starts from.
@@ -118,6 +120,7 @@ class FakeKube(KubeApi):
         self.written: list[tuple[int, str, str, dict | BaseException]] = []
         self.quota_lists = 0
         self.quota_watches = 0
+        self.cluster_pod_watches = 0  # watches of every namespace's pods (the free GPUs followed) opened
         self.dra_served = True
         self.dra: dict[str, dict[str, dict]] = {"resourceslices": {}, "resourceclaims": {}}  # kind -> key -> object
         self.claim_templates: dict[str, dict] = {}  # the job namespace's ResourceClaimTemplates
@@ -234,6 +237,13 @@ class FakeKube(KubeApi):
         self._maybe_fail("list_all")
         if kind in self.forbidden_lists:
             raise errors.forbidden(f'{kind} is forbidden: User "dev" cannot list resource "{kind}"')
+        try:
+            return self._listed(kind, selectors)
+        finally:
+            self.changes.note()
+
+    def _listed(self, kind: str, selectors: dict[str, str]) -> tuple[list[dict], str]:
+        """What a list of ``kind`` answers, counted (``node_lists``, ``pod_lists``, ``quota_lists``)."""
         with self.lock:
             if kind == "nodes":
                 self.node_lists += 1
@@ -427,6 +437,8 @@ class FakeKube(KubeApi):
         self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
     ) -> Iterator[tuple[str, dict]]:
         if namespace is None:  # the cluster's pods (free GPUs followed), not the job's scripts
+            with self.lock:
+                self.cluster_pod_watches += 1
             yield from self._tracked("Pod", resource_version, timeout_s)
             return
         with self.lock:
@@ -496,6 +508,7 @@ class FakeKube(KubeApi):
         nothing written, the story's watch waits out its time at once; another thread's
         waits a little real time and ends, leaving the clock to the story. ``real_span_s``:
         a watch that waits only that much real time, and never moves the clock."""
+        self.changes.note()
         real = isinstance(self.clock, RealClock)
         in_background = not real and threading.current_thread() is not self.story_thread
         span_s = real_span_s if real_span_s is not None else (BACKGROUND_WATCH_SPAN_S if in_background else None)

@@ -112,14 +112,14 @@ def test_a_lost_worker_is_noticed_within_the_watch_read_timeout_when_the_connect
     caplog.set_level(logging.INFO, logger="distributetrain.kube.client")
     deleted_at = []
 
-    def delete_when_watched(server):
-        wait_until(lambda: server.watch_requests, server.changes, 30, "the job's pods watched")
+    def delete_when_stalled(server):
+        wait_until(lambda: server.stalled, server.changes, 30, "the job's pods watched, the watch gone silent")
         deleted_at.append(time.monotonic())
         server.delete("j-worker-0")
 
     with FakeApiServer(job_pods()) as server:
         server.stall_watches = 1
-        threading.Thread(target=delete_when_watched, args=(server,), daemon=True).start()
+        threading.Thread(target=delete_when_stalled, args=(server,), daemon=True).start()
         result = waits.watch_until(kube_at(server.url, SHORT), "ns", SELECTOR, chief_finished(),
                                    time.monotonic() + 30, RealClock())
         noticed_after = time.monotonic() - deleted_at[0]

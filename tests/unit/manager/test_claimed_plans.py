@@ -16,7 +16,7 @@ from distributetrain.manager.processstate import ProcessState
 from distributetrain.manager.reporting.errorcodes import exit_code_of
 from harness.builders import JOB, make_claim, make_node, make_pod, make_volume, node, sized_node, storage_class
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import wait_until
 from test_lifecycle_story import SETTINGS, PULLING, ended, running, story  # noqa: F401
 
 ZONE = "topology.kubernetes.io/zone"
@@ -255,5 +255,5 @@ def test_a_job_waiting_for_gpus_on_a_one_node_claim_fits_only_where_one_node_hol
     kube = FakeKube([node(name, gpus) for name, gpus in nodes])
     claims = JobClaims((Claim("data", modes=(RWO,)),), 4, (ClaimUse("data", "gone-by-now", "z"),))
     with FreeGpuWatch(kube, ON_DATA, FakeClock(), client=lambda same: same, volume_claims=claims) as watch:
-        assert poll_until(lambda: watch.fits() is not None, 5, "both lists in") is not None
+        wait_until(lambda: watch.fits() is not None, kube.changes, 5, "both lists in")
         assert watch.fits() is fits  # who mounted it then is the booking's to read again

@@ -18,7 +18,7 @@ from distributetrain.manager.placement.kinds import StaticJob
 from harness.builders import TIME_SLICED, ledger_of, make_pod, node, sized_node, tenant
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import WatchedClock, wait_until
 from test_lifecycle_story import ended, free_port, running
 
 KUEUE_GATES = [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
@@ -417,7 +417,7 @@ def test_admitted_but_short_of_gpus_a_queued_job_takes_the_lease_only_to_book(mo
     monkeypatch.setattr(events, "EventsApi", lambda api_client, clock: api)
     monkeypatch.setattr("distributetrain.manager.reporting.reporting.TERMINATION_LOG", str(tmp_path / "termination-log"))
     monkeypatch.setattr(freegpus, "waiting_client", lambda same: same)  # followed on the fake itself
-    kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)], clock=FakeClock())
+    kube = FakeKube([node("a", 2), node("b", 1), node("c", 4)], clock=WatchedClock())
     kube.on_create.append(kueue_gates)
     kube.custom[("localqueues", "ml", "team-a")] = {"spec": {"clusterQueue": "gpus"}}
     for name, gpus in (("a", 2), ("b", 1), ("c", 4)):
@@ -439,11 +439,12 @@ def test_admitted_but_short_of_gpus_a_queued_job_takes_the_lease_only_to_book(mo
     def free_gpus_once_followed():
         try:
             # The booking that found nothing free (the shares' inventory, the survey), then
-            # the free GPUs followed (their list): from then on nothing is taken or listed.
-            poll_until(lambda: placement_lease_writes(kube) == 2 and kube.node_lists == 3, 20,
-                       "a booking that found nothing free, then the free GPUs followed")
+            # the free GPUs followed (their lists, then their watches): from then on nothing
+            # is taken or listed.
+            wait_until(lambda: placement_lease_writes(kube) == 2 and kube.node_lists == 3 and kube.cluster_pod_watches,
+                       kube.changes, 20, "a booking that found nothing free, then the free GPUs followed")
             frozen_at = (placement_lease_writes(kube), kube.node_lists, kube.pod_lists)
-            poll_until(lambda: kube.clock.waiters() > 0, 20, "the job waiting for GPUs")
+            wait_until(lambda: kube.clock.waiters() > 0, kube.clock.changes, 20, "the job waiting for GPUs")
             assert (placement_lease_writes(kube), kube.node_lists, kube.pod_lists) == frozen_at
             kube.remove(kube.pods["other-team-c"])
         except BaseException as e:  # noqa: BLE001 - reported in the test's thread

@@ -18,7 +18,7 @@ from distributetrain.manager.placement.freegpus import FreeGpuWatch, LedgerParts
 from distributetrain.manager.watching.teardown import tear_down
 from harness.builders import JOB, make_node, sized_node
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import wait_until
 
 CLASS = "gpu.example.com"
 DRA_JOB = JOB.replace(device_class=CLASS, num_gpus=5)
@@ -105,7 +105,7 @@ def test_a_waiting_job_wakes_when_another_tenant_s_claim_frees_dra_gpus(monkeypa
     held = tenant_claim("d", 0, 1, 2)
     kube = cluster(DEVICE_CLASS, node_slice("d", 4), held)
     with FreeGpuWatch(kube, DRA_JOB, kube.clock, device_class=dracounting.class_selector(DEVICE_CLASS)) as watch:
-        poll_until(lambda: watch.free() is not None, 10, "every list in")
+        wait_until(lambda: watch.free() is not None, kube.changes, 10, "every list in")
         assert (watch.free(), watch.fits()) == ({"p": 2, "d": 1}, False)
         generation = watch.generation
         kube.remove(held)

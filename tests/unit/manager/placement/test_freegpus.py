@@ -20,7 +20,7 @@ from distributetrain.manager.placement.freegpus import FreeGpuWatch, LedgerParts
 from harness.apiserver import FakeApiServer, kube_at
 from harness.builders import GPU, make_node, make_pod
 from harness.kube import FakeKube
-from harness.polling import poll_until
+from harness.waiting import wait_until
 
 TIMEOUTS = ApiTimeouts(connect_s=1.0, read_s=2.0, retry_deadline_s=1.0, watch_chunk_s=1.0)
 
@@ -195,8 +195,8 @@ def test_one_list_then_only_the_watch_whatever_the_wait(server, following):
     server.delete("p1")
     assert following.wait_for(3) == [[("ADDED", "ns/p1")], [("ADDED", "ns/p2")], [("DELETED", "ns/p1")]]
     # Watch requests end (a chunk each) and resume meanwhile.
-    poll_until(lambda: len(server.watch_requests) >= 3, 10 * TIMEOUTS.watch_chunk_s, "three watch requests",
-               interval_s=0.05)
+    wait_until(lambda: len(server.watch_requests) >= 3, server.changes, 10 * TIMEOUTS.watch_chunk_s,
+               "three watch requests")
     assert server.list_requests == 1
     versions = [int(q["resourceVersion"]) for q in server.watch_requests]
     assert len(versions) >= 3 and versions == sorted(versions)
@@ -242,7 +242,7 @@ def test_the_followed_stores_keep_the_ledger_s_parts_not_the_objects(monkeypatch
     others = [pod(f"busy-{i}", "a") for i in range(300)]
     kube = FakeKube([node("a", 8), node("b", 8)], [*others, pod("training", "b", gpus=2)])
     with FreeGpuWatch(kube, JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i"), kube.clock) as watch:
-        poll_until(lambda: watch.free() is not None, 10, "both lists in")
+        wait_until(lambda: watch.free() is not None, kube.changes, 10, "both lists in")
     assert watch.free() == {"a": 8, "b": 6}
     assert watch.nodes.store == {"a": watched_node(node("a", 8)), "b": watched_node(node("b", 8))}
     assert list(watch.pods.store.values()) == [PodClaim("training", "b", 2)]
