@@ -2,9 +2,9 @@
 the API layer and of anything else that speaks HTTP (an image registry).
 
 ``HttpFake(answer)`` reads each request whole (``received``: every one, in order, with the
-client port of its connection; ``connections``: how many were accepted) and answers what
-``answer(request)`` returns (each request answered is one of its ``changes``: a test waits
-for a request with ``harness.waiting.wait_until``), a ``Reply``: a status and a body (JSON, or bytes of any type:
+client port of its connection; ``connections``: how many were accepted; ``changes``: each
+one answered, what a test waits on with ``harness.waiting.wait_until``) and answers what
+``answer(request)`` returns, a ``Reply``: a status and a body (JSON, or bytes of any type:
 protobuf), or one that misbehaves in ways no cluster test can produce: a body cut half way
 and the connection closed (``cut``), a body streamed in chunks as a watch is (``chunks``,
 which may go silent with the connection held), an answer that never comes (``SILENT``), a
