@@ -269,7 +269,10 @@ def test_pod_waits_for_a_missing_secret_and_says_why(core, namespace, nodes):
 
     (event,) = poll_until(failed_mount_event, POD_START_TIMEOUT_S, "a FailedMount event")
     assert 'secret "late" not found' in event.message
-    pod = read_pod(core, namespace, "patient")
+    # The kubelet records the event before its next status sync writes the container's
+    # state (seconds apart on a loaded host): wait for the status, not for the event alone.
+    pod = poll_until(lambda: (lambda p: p if p["status"].get("containerStatuses") else None)(
+        read_pod(core, namespace, "patient")), POD_START_TIMEOUT_S, "the container's status")
     assert pod["status"]["phase"] == "Pending"
     assert container_status(pod)["state"]["waiting"]["reason"] == "ContainerCreating"
     core.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="late"),
