@@ -250,7 +250,20 @@ class Jobs:
         try:
             return self.core.read_namespaced_pod_log(name, self.namespace, tail_lines=lines)
         except Exception as e:  # noqa: BLE001 - the pod may be gone or its node stopped
-            return f"(no log: {e.__class__.__name__})"
+            return f"(no log: {e.__class__.__name__}; {self._where_it_stands(name)})"
+
+    def _where_it_stands(self, name: str) -> str:
+        """A pod without a log: whether it exists, its phase, node and conditions' words."""
+        try:
+            pod = self.pod(name)
+        except Exception as e:  # noqa: BLE001 - only for a failure message
+            return f"pod unreadable: {e.__class__.__name__}"
+        if pod is None:
+            return "no such pod"
+        status = pod.get("status") or {}
+        said = [f"{c.get('type')}={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip()
+                for c in status.get("conditions") or []]
+        return f"phase {status.get('phase')}, node {pod['spec'].get('nodeName') or 'none'}, {'; '.join(said)}"
 
     def report(self, job: str) -> str:
         """For a job's failure message: its manager's log and its chief's last lines (the
