@@ -1,2 +1,3 @@
-"""The job's one loop of attempts (``job``) and its phases, pre-training and post-training, each
-of which ``lifecycle`` runs with one way out: teardown, then the outcome."""
+"""The job's one loop of attempts (``job``, ``nextattempt``) and its phases, pre-training and
+post-training, each of which ``lifecycle`` runs with one way out (``ending``): teardown,
+then the outcome."""

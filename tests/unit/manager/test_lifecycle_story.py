@@ -16,7 +16,7 @@ from distributetrain.core.job.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
 from distributetrain.manager.placement import clusterview
-from distributetrain.manager.job import job, lifecycle, posttraining, pretraining
+from distributetrain.manager.job import ending, job, lifecycle, posttraining, pretraining
 from distributetrain.manager.watching import podwaits, startwatch
 from distributetrain.manager.watching import teardown
 from harness.builders import node
@@ -212,8 +212,8 @@ def test_the_teardown_after_a_silent_crash_leaves_the_job_to_a_container_that_re
     assert JobRecord.of(kube.manager).exit_code == outcome
 
 
-@pytest.mark.parametrize("started_before_s,ending", [(0, (0, "Succeeded")), (3601, (75, "Failed"))])
-def test_the_active_deadline_counts_from_the_manager_pod_s_start(story, started_before_s, ending):
+@pytest.mark.parametrize("started_before_s,expected", [(0, (0, "Succeeded")), (3601, (75, "Failed"))])
+def test_the_active_deadline_counts_from_the_manager_pod_s_start(story, started_before_s, expected):
     """A manager container that starts (or restarts) late in its pod's life has only what
     is left of --active-deadline, counted from the pod's start."""
     wall_now = story.clock.now()
@@ -221,7 +221,7 @@ def test_the_active_deadline_counts_from_the_manager_pod_s_start(story, started_
     code, recorded, _ = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
                                [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]],
                               settings=SETTINGS.replace(active_deadline_s=3600.0), manager_started=started)
-    assert (code, recorded[-1][0]) == ending
+    assert (code, recorded[-1][0]) == expected
 
 
 VIEW = clusterview.VIEW_NAME
@@ -449,7 +449,7 @@ def test_a_node_whose_cpu_another_pod_holds_is_left_out_and_the_shortage_says_so
     (200, "failed with exit code 200"),
 ])
 def test_an_abnormal_end_says_what_stopped_the_manager(code, says):
-    assert says in lifecycle.abnormal_end(code)
+    assert says in ending.abnormal_end(code)
 
 
 def earlier_run_pod(name, role, status, owner_references=True):
