@@ -316,10 +316,10 @@ class FakeKube(KubeApi):
         if obj["kind"] == "Pod":
             created["status"] = {"phase": "Pending"}
         with self.lock:
-            self._store(obj["kind"])[obj["metadata"]["name"]] = created
+            stored = self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(created)
             self._act("create", obj["kind"], obj["metadata"]["name"])
-            self._pod_written("ADDED", created)
-        return copy.deepcopy(created)
+            self._written("ADDED", stored, obj["kind"])
+            return copy.deepcopy(stored)
 
     def create_all_owned(self, objs: list[dict]) -> list[dict]:
         self._maybe_fail("create_all_owned")
@@ -335,23 +335,23 @@ class FakeKube(KubeApi):
             if kind == "Pod" and self.pods_stay_terminating:
                 first = "deletionTimestamp" not in store[name]["metadata"]
                 store[name]["metadata"]["deletionTimestamp"] = DELETED_AT
-                self._pod_written("MODIFIED", store[name])
+                self._written("MODIFIED", store[name])
                 return first
-            self._pod_written("DELETED", store.pop(name))
+            self._written("DELETED", store.pop(name), kind)
             self._delete_owned_by(name)
             return True
 
-    def _pod_written(self, event_type: str, obj: dict) -> None:
-        """A write of a pod reaches the watches of every namespace's pods (its own namespace's play their scripts)."""
-        if obj.get("kind", "Pod") == "Pod":
-            self._emit("Pod", event_type, obj)
+    def _written(self, event_type: str, obj: dict, kind: str = "Pod") -> None:
+        """A write reaches the tracker's watches of its kind (of pods: those of every
+        namespace; the job namespace's play their scripts)."""
+        self._emit(obj.get("kind", kind), event_type, obj)
 
     def _delete_owned_by(self, manager: str) -> None:
         """What a deleted manager owns goes too (its teardown, the garbage collector), but ``stuck`` pods."""
-        for store in (self.pods, self.secrets):
+        for kind, store in (("Pod", self.pods), ("Secret", self.secrets)):
             for owned in _selected(store, names.job_selector(manager)):
                 if owned["metadata"]["name"] not in self.stuck:
-                    self._pod_written("DELETED", store.pop(owned["metadata"]["name"]))
+                    self._written("DELETED", store.pop(owned["metadata"]["name"]), kind)
 
     def delete_all(self, kind: str, namespace: str, names: list[str]) -> list[str]:
         return [name for name in names if self.delete(kind, namespace, name)]
@@ -366,9 +366,9 @@ class FakeKube(KubeApi):
             for name in deleted:
                 if self.pods_stay_terminating:
                     self.pods[name]["metadata"]["deletionTimestamp"] = DELETED_AT
-                    self._pod_written("MODIFIED", self.pods[name])
+                    self._written("MODIFIED", self.pods[name])
                 else:
-                    self._pod_written("DELETED", self.pods.pop(name))
+                    self._written("DELETED", self.pods.pop(name))
             return deleted
 
     def delete_claim_templates(self, namespace: str, label_selector: str) -> list[str]:
@@ -379,8 +379,8 @@ class FakeKube(KubeApi):
         with self.lock:
             deleted = sorted(o["metadata"]["name"] for o in _selected(self.claim_templates, label_selector))
             for name in deleted:
-                del self.claim_templates[name]
                 self._act("delete", "ResourceClaimTemplate", name)
+                self._written("DELETED", self.claim_templates.pop(name), "ResourceClaimTemplate")
             return deleted
 
     def serves_pod_groups(self) -> bool:
@@ -398,8 +398,8 @@ class FakeKube(KubeApi):
         with self.lock:
             deleted = sorted(o["metadata"]["name"] for o in _selected(self.pod_groups, label_selector))
             for name in deleted:
-                del self.pod_groups[name]
                 self._act("delete", "PodGroup", name)
+                self._written("DELETED", self.pod_groups.pop(name), "PodGroup")
             return deleted
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
@@ -416,7 +416,7 @@ class FakeKube(KubeApi):
                     current[key] = value
             self._act("annotate", "Pod", name)
             self.annotated.append((name, dict(annotations)))
-            self._pod_written("MODIFIED", pod)
+            self._written("MODIFIED", pod)
 
     def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
         self._maybe_fail("patch_pod")
@@ -429,7 +429,7 @@ class FakeKube(KubeApi):
             else:
                 _merge(pod, patch)
             self._act("patch", "Pod", name)
-            self._pod_written("MODIFIED", pod)
+            self._written("MODIFIED", pod)
             return copy.deepcopy(pod)
 
     # -- watches --------------------------------------------------------------------------
@@ -468,16 +468,16 @@ class FakeKube(KubeApi):
             if first in ("ADDED", "MODIFIED", "DELETED"):
                 name = second["metadata"]["name"]
                 if first == "DELETED":
-                    self._pod_written(first, self.pods.pop(name, None) or copy.deepcopy(second))
+                    self._written(first, self.pods.pop(name, None) or copy.deepcopy(second))
                 else:
                     self.pods[name] = copy.deepcopy(second)
-                    self._pod_written(first, self.pods[name])
+                    self._written(first, self.pods[name])
                 return first, copy.deepcopy(second)
             pod = self.pods[first]
             pod["status"] = second
             if any(c["type"] == "PodScheduled" and c["status"] == "True" for c in second.get("conditions", ())):
                 pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
-            self._pod_written("MODIFIED", pod)
+            self._written("MODIFIED", pod)
             return "MODIFIED", copy.deepcopy(pod)
 
     def watch_events(
@@ -543,12 +543,12 @@ class FakeKube(KubeApi):
             if obj["metadata"]["name"] in self._store(obj["kind"]):
                 raise errors.AlreadyExists(f"{obj['kind']} {obj['metadata']['name']} already exists")
             (self.dry_runs if dry_run else self.created).append(copy.deepcopy(obj))
-            if not dry_run:
-                admitted["metadata"].setdefault("resourceVersion", "1")
-                self._store(obj["kind"])[obj["metadata"]["name"]] = admitted
-                self._act("create", obj["kind"], obj["metadata"]["name"])
-                self.one_changed.notify_all()
-        return copy.deepcopy(admitted)
+            if dry_run:
+                return copy.deepcopy(admitted)
+            stored = self._store(obj["kind"])[obj["metadata"]["name"]] = copy.deepcopy(admitted)
+            self._act("create", obj["kind"], obj["metadata"]["name"])
+            self._emit(obj["kind"], "ADDED", stored)
+            return copy.deepcopy(stored)
 
     def get_batch_job(self, namespace: str, name: str) -> dict | None:
         with self.lock:
@@ -617,10 +617,9 @@ class FakeKube(KubeApi):
             if obj["metadata"].get("resourceVersion") != version:
                 raise errors.Conflict(f'{obj["kind"]} {obj["metadata"]["name"]}: the object has been modified')
             replaced = copy.deepcopy(obj)
-            replaced["metadata"]["resourceVersion"] = str(int(version) + 1)
             store[obj["metadata"]["name"]] = replaced
-            self.one_changed.notify_all()
             self._act("update", obj["kind"], obj["metadata"]["name"])
+            self._emit(obj["kind"], "MODIFIED", replaced)
             return copy.deepcopy(replaced)
 
     def _create_lease(self, lease: dict) -> dict:
@@ -628,17 +627,17 @@ class FakeKube(KubeApi):
             name = lease["metadata"]["name"]
             if self._leases_named(name) is not None:
                 raise errors.AlreadyExists(f'leases "{name}" already exists')
-            created = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": "1"}}
-            self._put_lease(name, created)
+            created = copy.deepcopy(lease)
+            self._put_lease(name, created, "ADDED")
             self._act("create", "Lease", name)
             return copy.deepcopy(created)
 
-    def _put_lease(self, name: str, lease: dict) -> None:
+    def _put_lease(self, name: str, lease: dict, event_type: str) -> None:
         if name == names.LOCK_LEASE_NAME:
             self.lease = lease
         else:
             self.other_leases[name] = lease
-        self.one_changed.notify_all()
+        self._emit("Lease", event_type, lease)
 
     def _update_lease(self, lease: dict) -> dict:
         with self.lock:
@@ -646,8 +645,8 @@ class FakeKube(KubeApi):
             current = (self._leases_named(name) or {}).get("metadata", {}).get("resourceVersion", "0")
             if lease["metadata"].get("resourceVersion") not in (None, current):  # as the API server checks it
                 raise errors.Conflict(f'leases "{name}": the object has been modified')
-            replaced = copy.deepcopy(lease) | {"metadata": lease["metadata"] | {"resourceVersion": str(int(current) + 1)}}
-            self._put_lease(name, replaced)
+            replaced = copy.deepcopy(lease)
+            self._put_lease(name, replaced, "MODIFIED")
             self._act("update", "Lease", name)
             return copy.deepcopy(replaced)
 

@@ -5,7 +5,7 @@ import inspect
 import pytest
 
 from distributetrain.cli.jobs.api import JobsKube
-from distributetrain.core import names
+from distributetrain.core import errors, names
 from distributetrain.core.clock import FakeClock
 from distributetrain.kube.api import KubeApi
 from distributetrain.kube.client import Kube
@@ -80,3 +80,17 @@ def test_every_write_reaches_the_watches_of_its_kind_in_order_at_increasing_vers
     assert list(kube.watch_pods(None, kube.list_all("pods")[1], 60)) == []
     # Writes are the code's actions; what others wrote is not.
     assert kube.actions == [("create", "Pod", "p"), ("patch", "Pod", "p"), ("delete", "Pod", "p")]
+
+
+def test_the_user_commands_writes_reach_the_watches_too_and_a_stale_update_conflicts():
+    kube = FakeKube(clock=FakeClock())
+    _, listed = kube.list_all("pods")
+    kube.create({"kind": "Pod", "metadata": {"name": "demo", "labels": {}}, "spec": {}})
+    assert [(event, pod["metadata"]["name"]) for event, pod in kube.watch_pods(None, listed, 60)] == [("ADDED", "demo")]
+    view = kube.create({"kind": "ConfigMap", "metadata": {"name": "view"}, "data": {}})
+    kube.update(view | {"data": {"nodes": "5"}})
+    assert [(event, obj["data"]) for event, obj in
+            kube.watch_one("configmaps", "default", "view", view["metadata"]["resourceVersion"], 60)] == [
+        ("MODIFIED", {"nodes": "5"})]
+    with pytest.raises(errors.Conflict):
+        kube.update(view | {"data": {"nodes": "6"}})  # written since it was read
