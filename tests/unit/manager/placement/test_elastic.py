@@ -27,6 +27,7 @@ from distributetrain.manager.processstate import ProcessState
 from harness.builders import make_pod, node, sized_node, tenant
 from harness.events import FakeEventsApi
 from harness.kube import FakeKube
+from harness.waiting import wait_until
 
 SETTINGS = JobSettings(job_name="j", namespace="ns", num_gpus=4, image="img:1", min_gpus=2,
                        discovery_url="http://10.0.0.1:8470/hosts")
@@ -379,6 +380,19 @@ def tenant_pod(gpus=8):
     return make_pod("other", "team-b").uid("uid-other").on("n").gpus(gpus).obj()
 
 
+def freed_once_followed(kube: FakeKube) -> threading.Thread:
+    """The tenant's GPUs freed, on a thread of their own, once the job follows the free
+    GPUs (its watch of every namespace's pods open): a change it can only learn of from
+    that watch."""
+    def free() -> None:
+        wait_until(lambda: kube.cluster_pod_watches, kube.changes, 5, "the free GPUs followed")
+        kube.remove(tenant_pod())
+
+    thread = threading.Thread(target=free, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes():
     ends_at = time.monotonic() + 0.6  # a dozen rechecks (0.05 s each here)
     # Real time: the free GPUs' informers, on threads of their own, list meanwhile.
@@ -394,10 +408,9 @@ def test_a_job_short_of_gpus_lists_nothing_while_nothing_changes():
 
 
 def test_a_job_short_of_gpus_books_again_once_gpus_are_freed():
-    # Real time: the GPUs are freed on a timer of its own.
+    # Real time: the GPUs are freed on a thread of their own, once the job follows them.
     kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements, clock=RealClock())
-    freed = threading.Timer(0.3, kube.remove, (tenant_pod(),))
-    freed.start()
+    freed = freed_once_followed(kube)
     outcome, _ = follow(kube)
     freed.join()
     assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
@@ -408,8 +421,7 @@ def test_a_job_short_of_gpus_books_as_gpus_are_freed_not_at_its_next_recheck():
     """The freed GPUs wake the follower: with a recheck past the attempt's deadline, only
     that wake can grow the job back before the deadline ends it."""
     kube = follower_kube([chief(), worker(0), tenant_pod()], chief_ends_when=replacements, clock=RealClock())
-    freed = threading.Timer(0.3, kube.remove, (tenant_pod(),))
-    freed.start()
+    freed = freed_once_followed(kube)
     outcome, _ = follow(kube, recheck_s=3600)
     freed.join()
     assert outcome == podwaits.ChiefFinished(0) and replacements(kube) == ["j-worker-1"]
