@@ -167,8 +167,9 @@ FIELDS: tuple[Field, ...] = (
         metavar="DURATION", help="with --elastic: how long to wait for --min-gpus after a loss before failing")),
     Field("gloo_timeout_s", "--gloo-timeout", **_duration(
         parse=validation.positive_duration_s, metavar="DURATION",
-        help="with --elastic: how long ranks wait for a peer before the world is reshaped: what a lost peer "
-             "costs the others, and the time a joining rank has to import TensorFlow")),
+        help="how long ranks wait for a peer (Horovod's Gloo timeout): at the start, the time the slowest rank "
+             "has to import TensorFlow; with --elastic, also what a lost peer costs the others before the world "
+             "is reshaped")),
     Field("queue", "--queue", validation.dns_label, metavar="LOCALQUEUE",
           help="a Kueue LocalQueue of the job's namespace: each attempt waits there and is admitted all or "
                "nothing against its quota"),

@@ -301,7 +301,6 @@ def _elastic_env(settings: JobSettings) -> list[dict]:
     return [
         {"name": "DT_MIN_PROCS", "value": str(settings.min_gpus)},
         {"name": "DT_ELASTIC_TIMEOUT", "value": str(round(settings.elastic_timeout_s))},
-        {"name": "DT_GLOO_TIMEOUT", "value": str(math.ceil(settings.gloo_timeout_s))},
     ]
 
 
@@ -329,6 +328,7 @@ def chief_pod(settings: JobSettings, node: str | None, share: int, attempt: int 
         {"name": "DT_FILENAME", "value": settings.filename},
         {"name": "DT_SSH_ATTEMPTS", "value": str(settings.ssh_connect_attempts)},
         {"name": "DT_SAME_INTERFACES", "value": "false" if settings.host_network else "true"},
+        {"name": "DT_GLOO_TIMEOUT", "value": str(math.ceil(settings.gloo_timeout_s))},
         *(_elastic_env(settings) if settings.elastic else []),
         *({"name": name, "value": value} for name, value in settings.env),
     ]

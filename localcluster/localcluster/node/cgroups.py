@@ -8,6 +8,7 @@ containerd's shims and the containers do.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -118,10 +119,14 @@ def _rmdir(directory: Path) -> None:
 
 
 def _procs(directory: Path) -> set[int]:
+    """The processes in one cgroup; none in one removed meanwhile (gone before it was
+    opened: ENOENT; between the open and the read: ENODEV)."""
     try:
         return {int(line) for line in (directory / "cgroup.procs").read_text().split()}
-    except FileNotFoundError:
-        return set()
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.ENODEV):
+            return set()
+        raise
 
 
 def _freezer(node_cgroup: str) -> Path | None:

@@ -40,10 +40,11 @@ print(next((name for name, addresses in psutil.net_if_addrs().items()
 fi
 if [ -z "${DT_MIN_PROCS:-}" ]; then
   echo "distributetrain: horovodrun -np $DT_NUM_PROCS on $(tr '\n' ' ' < "$hostfile")${interface:+ over $interface}"
-  # Importing TensorFlow in every rank can take longer than horovodrun's 30 s default.
+  # Importing TensorFlow in every rank can take longer than horovodrun's 30 s defaults:
+  # its start, and the ranks' rendezvous, where each waits for the slowest (--gloo-timeout).
   # --gloo: the image's Horovod is built without MPI; saying so skips a probe for it.
   exec horovodrun --gloo ${interface:+--network-interface "$interface"} -np "$DT_NUM_PROCS" -hostfile "$hostfile" \
-    -p "$DT_PORT" --start-timeout 120 python "$DT_FILENAME" "$@"
+    -p "$DT_PORT" --start-timeout 120 --gloo-timeout-seconds "$DT_GLOO_TIMEOUT" python "$DT_FILENAME" "$@"
 fi
 # Elastic: horovodrun runs the discovery script every second and reshapes the job when
 # its answer changes.

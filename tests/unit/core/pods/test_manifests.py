@@ -133,6 +133,7 @@ def test_chief():
                     {"name": "DT_FILENAME", "value": "/train/train.py"},
                     {"name": "DT_SSH_ATTEMPTS", "value": "30"},
                     {"name": "DT_SAME_INTERFACES", "value": "true"},
+                    {"name": "DT_GLOO_TIMEOUT", "value": "120"},
                     {"name": "SEED", "value": "7"},
                 ],
                 "resources": {"requests": {"cpu": "2", "memory": "8Gi"},

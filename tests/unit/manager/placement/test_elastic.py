@@ -159,9 +159,11 @@ def test_the_elastic_chief_gets_horovods_bounds_and_where_to_ask():
     # Horovod takes whole seconds: a fraction is rounded up, never to a shorter wait.
     fractional = manifests.chief_pod(SETTINGS.replace(gloo_timeout_s=1.5), "n", 1)
     assert {"name": "DT_GLOO_TIMEOUT", "value": "2"} in fractional["spec"]["containers"][0]["env"]
+    # A static chief gets no elastic bounds; its ranks' rendezvous waits the Gloo timeout too.
     static = manifests.chief_pod(SETTINGS.replace(min_gpus=0), "n", 1)
-    assert not any(e["name"].startswith(("DT_MIN", "DT_ELASTIC", "DT_GLOO"))
-                   for e in static["spec"]["containers"][0]["env"])
+    static_env = static["spec"]["containers"][0]["env"]
+    assert not any(e["name"].startswith(("DT_MIN", "DT_ELASTIC")) for e in static_env)
+    assert {"name": "DT_GLOO_TIMEOUT", "value": "120"} in static_env
 
 
 def test_a_worker_not_ready_past_the_timeout_is_overdue_and_ready_again_is_forgotten():
