@@ -229,9 +229,11 @@ def main() -> None:
                                        "bare_pods_per_s": bare, **result})
                         print(f"{target:,} pods, {count} managers, {approach}: {result['wall_s']:.1f} s, "
                               f"double bookings {result['double_bookings']}", flush=True)
+                        # Each round kept as it ends: a run cut short still says what it measured.
+                        report.write_results(NAME, {"complete": False, "rounds": rounds, "rows": summarise(rounds)})
                         clean_round(api_client, namespace)
     rows = summarise(rounds)
-    report.write_results(NAME, {"rounds": rounds, "rows": rows})
+    report.write_results(NAME, {"complete": True, "rounds": rounds, "rows": rows})
     plot(rows, report.image_path(NAME))
     print(table(rows))
 
