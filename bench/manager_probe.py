@@ -48,10 +48,14 @@ def count_requests() -> list[int]:
 
 def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
     sent = count_requests()
+    # The smallest requests both trees take; the nodes no kubelet heartbeats are tolerated
+    # as NotReady (their taints), should the controllers have judged them before they stopped.
     settings = testbed.job_settings(namespace, f"--job-name={job}", f"--num-gpus={gpus}", f"--owner-uid={uid}",
                                     "--image=distributetrain/base:0.1.0", f"--node-selector={selector}",
-                                    "--cpu-per-gpu=0", "--memory-per-gpu=0", f"--wait-for-gpus={WAIT_FOR_GPUS_S:.0f}s",
-                                    "--toleration=:NoSchedule", "--toleration=:NoExecute")
+                                    "--cpu-per-gpu=1m", "--memory-per-gpu=64Mi",
+                                    f"--wait-for-gpus={WAIT_FOR_GPUS_S:.0f}s",
+                                    "--toleration=node.kubernetes.io/not-ready",
+                                    "--toleration=node.kubernetes.io/unreachable")
     place, reporter = prepare(settings, Attempt(job))
     baseline_mib = memory_mib("VmRSS")
     print("ready", flush=True)

@@ -73,25 +73,28 @@ def probe_tree(approach: str, before: Path) -> Path:
 
 
 def start_managers(tree: Path, namespace: str, selector: str, jobs: dict[str, int],
-                   uids: dict[str, str]) -> dict[str, subprocess.Popen]:
+                   uids: dict[str, str], logs: Path) -> dict[str, subprocess.Popen]:
+    """A process per job, its stderr in ``logs/<job>.log``."""
     managers = {}
     for job, gpus in jobs.items():
-        managers[job] = subprocess.Popen(
-            [sys.executable, "-m", "bench.manager_probe", f"--namespace={namespace}", f"--job={job}",
-             f"--gpus={gpus}", f"--selector={selector}", f"--uid={uids[job]}"],
-            cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        with open(logs / f"{job}.log", "w") as log:
+            managers[job] = subprocess.Popen(
+                [sys.executable, "-m", "bench.manager_probe", f"--namespace={namespace}", f"--job={job}",
+                 f"--gpus={gpus}", f"--selector={selector}", f"--uid={uids[job]}"],
+                cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
     return managers
 
 
-def run_round(api_client, namespace: str, selector: str, tree: Path, jobs: dict[str, int]) -> dict:
+def run_round(api_client, namespace: str, selector: str, tree: Path, jobs: dict[str, int], logs: Path) -> dict:
     """Every manager started, waited ready, released at once; their results."""
     core = client.CoreV1Api(api_client)
     uids = {job: testbed.stand_in_manager(api_client, namespace, job) for job in jobs}
-    managers = start_managers(tree, namespace, selector, jobs, uids)
+    managers = start_managers(tree, namespace, selector, jobs, uids, logs)
     try:
         for job, process in managers.items():
             if process.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"manager {job} did not get ready (exit {process.poll()})")
+                said = (logs / f"{job}.log").read_text()[-2000:]
+                raise RuntimeError(f"manager {job} did not get ready (exit {process.poll()}):\n{said}")
         released = time.monotonic()
         for process in managers.values():
             process.stdin.write("\n")
@@ -224,7 +227,8 @@ def main() -> None:
                 for count in args.managers:
                     jobs = {f"job-{count}-{i:03d}": rng.randint(*GPUS_PER_JOB) for i in range(count)}
                     for approach in args.approaches:
-                        result = run_round(api_client, namespace, selector, probe_tree(approach, before), jobs)
+                        result = run_round(api_client, namespace, selector, probe_tree(approach, before), jobs,
+                                           Path(scratch))
                         rounds.append({"pods": target, "count": count, "approach": approach,
                                        "bare_pods_per_s": bare, **result})
                         print(f"{target:,} pods, {count} managers, {approach}: {result['wall_s']:.1f} s, "
