@@ -102,7 +102,8 @@ def run_round(api_client, namespace: str, selector: str, tree: Path, jobs: dict[
         results = []
         for job, process in managers.items():
             line = process.stdout.readline().strip()
-            results.append(json.loads(line) if line else {"job": job, "failed": process.wait(ROUND_TIMEOUT_S)})
+            results.append(json.loads(line) if line else {
+                "job": job, "failed": process.wait(ROUND_TIMEOUT_S), "said": (logs / f"{job}.log").read_text()[-1500:]})
         wall_s = time.monotonic() - released
     finally:
         for process in managers.values():
@@ -227,8 +228,9 @@ def main() -> None:
                 for count in args.managers:
                     jobs = {f"job-{count}-{i:03d}": rng.randint(*GPUS_PER_JOB) for i in range(count)}
                     for approach in args.approaches:
-                        result = run_round(api_client, namespace, selector, probe_tree(approach, before), jobs,
-                                           Path(scratch))
+                        logs = Path(scratch) / "logs" / f"{target}-{count}-{approach}"  # each round's own
+                        logs.mkdir(parents=True)
+                        result = run_round(api_client, namespace, selector, probe_tree(approach, before), jobs, logs)
                         rounds.append({"pods": target, "count": count, "approach": approach,
                                        "bare_pods_per_s": bare, **result})
                         print(f"{target:,} pods, {count} managers, {approach}: {result['wall_s']:.1f} s, "
