@@ -60,6 +60,7 @@ GPUS_PER_JOB = (1, 16)
 GPUS_USED_MAX = 4  # of each node's 8, by the bench's own pods: room for every round
 ROUND_TIMEOUT_S = 1200.0  # a round still booking after this is cut short (reported)
 READY_TIMEOUT_S = 600.0  # for every manager process to have imported and built its job
+STOP_GRACE_S = 10.0  # for a straggler to exit on SIGTERM before SIGKILL
 SEED = 46
 
 
@@ -106,10 +107,23 @@ def run_round(api_client, namespace: str, selector: str, tree: Path, jobs: dict[
                 "job": job, "failed": process.wait(ROUND_TIMEOUT_S), "said": (logs / f"{job}.log").read_text()[-1500:]})
         wall_s = time.monotonic() - released
     finally:
-        for process in managers.values():
-            if process.poll() is None:
-                process.kill()
+        stop_all(managers.values())
     return {"wall_s": wall_s, "managers": results, "double_bookings": double_bookings(core, namespace)}
+
+
+def stop_all(processes) -> None:
+    """SIGTERM, so each exits through its atexit (its kubeconfig's key files in /tmp
+    deleted); SIGKILL for one still there after STOP_GRACE_S."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        process.terminate()
+    give_up_at = time.monotonic() + STOP_GRACE_S
+    for process in running:
+        try:
+            process.wait(max(0.1, give_up_at - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def double_bookings(core: client.CoreV1Api, namespace: str) -> dict[str, int]:

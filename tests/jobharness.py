@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -244,6 +245,37 @@ class Jobs:
                 if e.status != 500 or time.monotonic() > give_up_at:
                     raise
             time.sleep(1)
+
+    @contextmanager
+    def recording(self, name: str) -> Iterator[list[str]]:
+        """The pod's log, timestamped, kept as it is written: for a failure message about a
+        pod the manager deletes before the test can read it (a lost worker's chief)."""
+        lines: list[str] = []
+        stop = threading.Event()
+
+        def follow() -> None:
+            seen: set[str] = set()  # a reconnect reads the log from its start again
+            while not stop.is_set():
+                try:
+                    stream = self.core.read_namespaced_pod_log(
+                        name, self.namespace, follow=True, timestamps=True,
+                        _preload_content=False, _request_timeout=(5, 10))
+                    for raw in stream:  # urllib3 yields whole lines
+                        line = raw.decode(errors="replace").rstrip("\n")
+                        if line not in seen:
+                            seen.add(line)
+                            lines.append(line)
+                except Exception:  # noqa: BLE001 - not there yet, quiet, or gone: read again
+                    pass
+                stop.wait(1)
+
+        thread = threading.Thread(target=follow, name=f"log-{name}", daemon=True)
+        thread.start()
+        try:
+            yield lines
+        finally:
+            stop.set()
+            thread.join(15)
 
     def log_tail(self, name: str, lines: int = 80) -> str:
         """For failure messages: never raises, so the original failure is what gets reported."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -74,7 +75,16 @@ def configure_logging(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The process's entry (the user's commands and the manager's alike): its one real clock."""
+    # SIGTERM (a CI step's timeout, a closed session) ends a user's command the way Ctrl-C
+    # does, through an exception: `finally` blocks and atexit run, and the client's atexit
+    # deletes the copies of the kubeconfig's certificates and key it wrote to the temporary
+    # directory. The manager's lifecycle puts its own handler (teardown) in place of this one.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     return dispatch(sys.argv[1:] if argv is None else argv, RealClock())
+
+
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    raise SystemExit(exitcodes.CANCELLED)
 
 
 def dispatch(argv: Sequence[str], clock: Clock) -> int:
