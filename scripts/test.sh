@@ -10,6 +10,10 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
 cd "$here" || exit 1
+# The tests' temporary paths: a directory of this run's own, gone at its end, passed or
+# failed. pytest's default root (/tmp/pytest-of-USER) keeps the last three sessions, and
+# a retention of none there would delete a concurrent session's directories as it exits.
+basetemp="$(mktemp -d /tmp/distributetrain-tests-XXXXXX)"
 pytest=("$DT_VENV/bin/python" -m pytest -ra)
 cluster_tiers=(tests/cluster tests/integration tests/e2e tests/platforms tests/faults)
 # Every test of 3 s or more, for scripts/test-durations.py to refresh the order from.
@@ -27,15 +31,17 @@ take_down() {
     "$DT_VENV/bin/python" -m localcluster down "${purge[@]}"
   fi
 }
-trap 'failed=1; take_down; exit 130' INT TERM
+trap 'failed=1; take_down; rm -rf "$basetemp"; exit 130' INT TERM
 # DT_CLUSTER_WORKERS: how many cluster tests at a time. On 2 cores four: the tests mostly
 # wait on pods, and three left the cores idle 30 % of the time (host cgroups sampled every
 # minute; HOROVOD_CYCLE_TIME=20 and nodes schedulable at once had cut the CPU they need).
 # The unit tests need no cluster and each takes its own ports and temporary paths. Some
 # wait on real sockets (the API layer's timeouts): three at a time keep both cores busy
 # meanwhile (62 s two at a time, 53 three).
-"${pytest[@]}" --durations=15 -n 3 tests/unit || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" "${timed[@]}" -n "${DT_CLUSTER_WORKERS:-4}" --dist loadgroup -m "not exclusive" "${cluster_tiers[@]}" || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" "${timed[@]}" -m exclusive "${cluster_tiers[@]}" || failed=1
+"${pytest[@]}" --basetemp="$basetemp/unit" --durations=15 -n 3 tests/unit || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" --basetemp="$basetemp/cluster" "${timed[@]}" -n "${DT_CLUSTER_WORKERS:-4}" \
+  --dist loadgroup -m "not exclusive" "${cluster_tiers[@]}" || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" --basetemp="$basetemp/exclusive" "${timed[@]}" -m exclusive "${cluster_tiers[@]}" || failed=1
 take_down
+rm -rf "$basetemp"
 exit "$failed"
