@@ -141,6 +141,9 @@ def pod_object(index: int, nodes: int) -> dict:
     }
 
 
+PLURALS = {"Node": "nodes", "Pod": "pods"}
+
+
 class ListedCluster:
     """The calls the informers make: lists page by page, decoded from JSON as the client
     decodes them; watches that report nothing."""
@@ -150,6 +153,7 @@ class ListedCluster:
         self.lists = {"nodes": 0, "pods": 0}
 
     def list_pages(self, kind: str, namespace: str | None = None, **selectors: str):
+        kind = PLURALS.get(kind, kind)  # a tree from before the generic API layer names plurals
         self.lists[kind] += 1
         make = node_object if kind == "nodes" else lambda index: pod_object(index, self.counts["nodes"])
         for first in range(0, max(self.counts[kind], 1), PAGE):  # an empty list is one empty page
@@ -164,7 +168,10 @@ class ListedCluster:
         time.sleep(min(timeout_s, 0.5))
         return iter(())
 
-    def watch_nodes(self, resource_version: str, timeout_s: float):
+    def watch(self, kind: str, namespace, resource_version: str, timeout_s: float, **selectors: str):
+        return self._quiet(timeout_s)
+
+    def watch_nodes(self, resource_version: str, timeout_s: float):  # a tree from before the generic API layer
         return self._quiet(timeout_s)
 
     def watch_pods(self, namespace, resource_version: str, timeout_s: float, **selectors: str):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import urllib3
@@ -116,3 +116,14 @@ def drain(response) -> None:
     """Read and drop a body the manager does not need. A response left unread keeps its
     connection out of the pool for good, so the next request opens a new one (TCP and TLS)."""
     response.drain_conn()
+
+
+def send(api_client, method: str, path: str, query: Iterable[tuple[str, str]] = (), body: object = None, *,
+         accept: str = "application/json", content_type: str | None = None,
+         timeout: tuple[float, float] | None = None):
+    """One HTTP request to the API server as the client's credentials allow, its response
+    unread: every request of ``kube`` is this one (the client's REST layer adds the timeouts)."""
+    headers = {"Accept": accept, **({"Content-Type": content_type} if content_type else {})}
+    return api_client.call_api(path, method, query_params=list(query), header_params=headers, body=body,
+                               auth_settings=["BearerToken"], _return_http_data_only=True,
+                               _preload_content=False, _request_timeout=timeout)

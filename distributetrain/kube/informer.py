@@ -1,10 +1,10 @@
 """One informer per kind: every watch of the manager lists once, then follows a watch.
 
-An ``Informer`` follows one kind ("pods", "nodes", core/v1 "events" or "resourcequotas",
-or for DRA GPUs "resourceslices" and "resourceclaims": ``kube.dra``),
+An ``Informer`` follows one kind of ``kube.resources`` ("Pod", "Node", core/v1 "Event",
+"ResourceQuota", the DRA GPUs' "ResourceSlice" and "ResourceClaim": ``kube.dra``),
 in one namespace or all, with a label or field selector, as client-go's Reflector and
 SharedInformer do: it lists (page by page), then watches from the list's resourceVersion with bookmarks, each watch call
-resumed from the last version seen (``Kube.watch_pods`` chains short requests and
+resumed from the last version seen (``Kube.watch`` chains short requests and
 reconnects broken streams). It lists again only when it must: at once when that version
 is too old (410 Gone), ``relist_delay_s`` after a watch that ended with an error or an
 API unreachable past its retry deadline; never a busy loop, never an abort. Any other
@@ -35,7 +35,6 @@ from typing import Any, Generic, TypeVar
 from distributetrain.core import errors
 from distributetrain.core.clock import Clock
 from distributetrain.kube.client import KubeApi
-from distributetrain.kube.dra import LISTS as DRA_LISTS
 
 log = logging.getLogger(__name__)
 
@@ -209,15 +208,7 @@ class Informer:
 
     # -- the list, the watch, the store ----------------------------------------------------
     def _watch(self, remaining_s: float):
-        if self.kind == "nodes":
-            return self.kube.watch_nodes(self.version, remaining_s)
-        if self.kind == "events":
-            return self.kube.watch_events(self.namespace, self.version, remaining_s, **self.selectors)
-        if self.kind == "resourcequotas":
-            return self.kube.watch_resource_quotas(self.namespace, self.version, remaining_s)
-        if self.kind in DRA_LISTS:
-            return self.kube.watch_cluster(self.kind, self.version, remaining_s)
-        return self.kube.watch_pods(self.namespace, self.version, remaining_s, **self.selectors)
+        return self.kube.watch(self.kind, self.namespace, self.version, remaining_s, **self.selectors)
 
     def key(self, obj: dict) -> str:
         metadata = obj["metadata"]

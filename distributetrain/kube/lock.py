@@ -120,7 +120,8 @@ class PlacementLock:
         if wait_s <= 0:
             return
         version = lease["metadata"].get("resourceVersion", "")
-        for _ in self.kube.watch_one("leases", self.namespace, self.name, version, min(wait_s, LEASE_WATCH_S)):
+        for _ in self.kube.watch("Lease", self.namespace, version, min(wait_s, LEASE_WATCH_S),
+                                 field_selector=f"metadata.name={self.name}"):
             return  # any change: look again
 
     def _spec(self) -> dict:

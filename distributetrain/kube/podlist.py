@@ -31,7 +31,7 @@ from kubernetes import client
 
 from distributetrain.core import errors
 from distributetrain.kube import podwire
-from distributetrain.kube.calls import drain, read_json
+from distributetrain.kube.calls import drain, read_json, send
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +148,7 @@ class PodLister:
         return pods, version, next_token
 
     def _request(self, query: Query):
-        return self.api_client.call_api("/api/v1/pods", "GET", query_params=list(query),
-                                        header_params={"Accept": podwire.ACCEPT}, auth_settings=["BearerToken"],
-                                        _return_http_data_only=True, _preload_content=False)
+        return send(self.api_client, "GET", "/api/v1/pods", query, accept=podwire.ACCEPT)
 
     def _get_json(self, path: str) -> dict:
-        return read_json(self.api_client.call_api(path, "GET", header_params={"Accept": "application/json"},
-                                                  auth_settings=["BearerToken"], _return_http_data_only=True,
-                                                  _preload_content=False))
+        return read_json(send(self.api_client, "GET", path))

@@ -47,7 +47,7 @@ def watch_until(
 def selected_pods(kube: KubeApi, namespace: str, selector: str, clock: Clock) -> Informer:
     """The selected pods, followed: listed at the first wait, then watched, so each later
     wait of a phase reads the same live store instead of listing again."""
-    return Informer(kube, "pods", namespace, selectors={"label_selector": selector}, clock=clock)
+    return Informer(kube, "Pod", namespace, selectors={"label_selector": selector}, clock=clock)
 
 
 def judged(informer: Informer, judge: Callable[[Mapping[str, dict]], T | None],

@@ -64,6 +64,7 @@ class Request:
     headers: Message
     body: bytes
     client_port: int  # which connection it came on
+    client_name: str = ""  # the commonName of the client's TLS certificate, if it sent one
 
     def json(self) -> dict:
         return json.loads(self.body or b"{}")
@@ -79,6 +80,7 @@ class Reply:
     chunks: Iterable[bytes] | None = None  # a body streamed, each chunk as it comes
     silent: bool = False  # no answer ever, the connection held until the server stops
     closed: bool = False  # the connection closed with no answer
+    close: bool = False  # the whole answer, then the connection closed (a server restarting, an idle timeout)
 
 
 SILENT = Reply(silent=True)
@@ -141,9 +143,11 @@ class HttpFake:
 
             def _serve(self):
                 url = urlparse(self.path)
+                peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
                 request = Request(self.command, url.path, {k: v[-1] for k, v in parse_qs(url.query).items()},
                                   self.headers, self.rfile.read(int(self.headers.get("Content-Length") or 0)),
-                                  self.client_address[1])
+                                  self.client_address[1],
+                                  dict(pair[0] for pair in (peer or {}).get("subject", ())).get("commonName", ""))
                 fake.received.append(request)
                 try:
                     reply = fake.answer(request)
@@ -176,10 +180,12 @@ class HttpFake:
             handler.wfile.write(b"0\r\n\r\n")
             return
         handler.send_header("Content-Length", str(len(body)))
+        if reply.close:
+            handler.send_header("Connection", "close")
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(body[:len(body) // 2] if reply.cut else body)
-        handler.close_connection = reply.cut
+        handler.close_connection = reply.cut or reply.close
 
 
 class FakeApiServer(HttpFake):

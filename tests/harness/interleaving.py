@@ -125,7 +125,7 @@ class RevisionedKube:
 
     # -- reads ----------------------------------------------------------------------------
     def list_pages(self, kind: str, namespace: str | None = None, **selectors: str):
-        assert kind == "nodes"
+        assert kind == "Node"
         with self.stepper.step():
             yield copy.deepcopy(self.nodes), str(self.revision)
 
@@ -147,7 +147,8 @@ class RevisionedKube:
             return str(at)
 
     # -- writes ---------------------------------------------------------------------------
-    def patch_pod(self, namespace: str, name: str, patch: dict) -> dict:
+    def patch(self, kind: str, namespace: str, name: str, patch: dict) -> dict:
+        assert kind == "Pod"
         with self.stepper.step():
             pod = copy.deepcopy(self.pods[name][0])
             pod["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
@@ -184,8 +185,9 @@ class RevisionedKube:
         self.lease["metadata"]["resourceVersion"] = str(self.revision)
         return copy.deepcopy(self.lease)
 
-    def watch_one(self, kind: str, namespace: str, name: str, resource_version: str, timeout_s: float):
-        """A change since ``resource_version`` at once; else nothing (the caller looks again)."""
+    def watch(self, kind: str, namespace: str, resource_version: str, timeout_s: float, **selectors: str):
+        """The Lease's change since ``resource_version`` at once; else nothing (the caller looks again)."""
+        assert kind == "Lease"
         with self.stepper.step():
             changed = self.lease is not None and self.lease["metadata"]["resourceVersion"] != resource_version
             lease = copy.deepcopy(self.lease)

@@ -24,8 +24,9 @@ What the tests script:
   followed) is the tracker's, as the other kinds' watches are;
 - ``break_node_watch(error)``: the node watch ends with an error;
 - ``dra_served = False`` answers DRA reads with 404 (no ``resource.k8s.io/v1``);
-- ``failures``: exceptions a call raises, in turn, by method name (``list_pages``,
-  ``create_owned``, ``annotate_pod``, ...); None for a call that succeeds;
+- ``failures``: exceptions a call raises, in turn, by "VERB KIND" ("patch Pod", "read
+  LocalQueue", "delete_collection Pod"; "annotate Pod" for an annotation's patch) or by
+  verb alone (``list_pages``, ``create_owned``...); None for a call that succeeds;
 - ``pods_stay_terminating``: a deleted pod stays, terminating (as on a dead node);
 - ``on_create``: functions that change each object created, as mutating webhooks do
   (Kueue's adds its scheduling gates to the pods of a queue).
@@ -55,6 +56,7 @@ from distributetrain.core.placement import inventory
 from distributetrain.core.clock import Clock, RealClock
 from distributetrain.kube import podwire
 from distributetrain.kube.api import KubeApi
+from distributetrain.kube.resources import KUEUE_GROUP, RESOURCES
 from harness.builders import MANAGER_POD, manager_pod
 from harness.waiting import Changes
 
@@ -146,9 +148,13 @@ class FakeKube(KubeApi):
         """Every value ``key`` was given on ``pod``, in order (None: removed)."""
         return [patch[key] for name, patch in self.annotated if name == pod and key in patch]
 
-    def _maybe_fail(self, call: str) -> None:
-        if self.failures.get(call) and (failure := self.failures[call].pop(0)) is not None:
-            raise failure
+    def _maybe_fail(self, verb: str, kind: str = "") -> None:
+        """The next failure scripted for "VERB KIND" (e.g. "patch Pod"), else for the verb."""
+        for call in (f"{verb} {kind}", verb):
+            if self.failures.get(call):
+                if (failure := self.failures[call].pop(0)) is not None:
+                    raise failure
+                return
 
     def _pods(self, selectors: dict[str, str]) -> list[dict]:
         return [copy.deepcopy(p) for p in self.pods.values() if _matches(p, **selectors)]
@@ -173,8 +179,8 @@ class FakeKube(KubeApi):
         with self.lock:
             kind, name = obj["kind"], obj["metadata"]["name"]
             stored = copy.deepcopy(obj)
-            if kind in ("StorageClass", "DeviceClass"):  # read as the custom objects are, by their API group
-                self.custom[(kind.lower() + "es", None, name)] = stored
+            if kind in ("StorageClass", "DeviceClass", "RuntimeClass"):  # kept with Kueue's, by plural
+                self.custom[(RESOURCES[kind].plural, None, name)] = stored
                 return
             if kind == "Event":
                 self.events.append(stored)
@@ -199,7 +205,7 @@ class FakeKube(KubeApi):
         if kind == "Node":
             return self.nodes
         if kind in ("ResourceSlice", "ResourceClaim"):
-            return self.dra[kind.lower() + "s"]
+            return self.dra[RESOURCES[kind].plural]
         return self._store(kind)
 
     def break_node_watch(self, error: BaseException) -> None:
@@ -221,82 +227,71 @@ class FakeKube(KubeApi):
 
     # -- reads ----------------------------------------------------------------------------
     def list_pages(self, kind: str, namespace: str | None = None, **selectors: str) -> Iterator[tuple[list[dict], str]]:
-        self._maybe_fail("list_pages")
+        self._maybe_fail("list_pages", kind)
+        if kind == "ResourceQuota":  # the quota wait's informer; the pre-flight check reads them with list_all
+            with self.lock:
+                self.quota_lists += 1
         yield self.list_all(kind, namespace, **selectors)
 
     def each_pod_request(self, visit: Callable[[dict], None], restart: Callable[[], None], **selectors: str) -> str:
         """As the API server's protobuf list reads: each pod cut to what an inventory reads."""
         self._maybe_fail("each_pod_request")
         restart()
-        pods, version = self.list_all("pods", None, **selectors)
+        pods, version = self.list_all("Pod", None, **selectors)
         for pod in pods:
             visit(podwire.slim(pod))
         return version
 
     def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
-        self._maybe_fail("list_all")
+        self._maybe_fail("list_all", kind)
         if kind in self.forbidden_lists:
-            raise errors.forbidden(f'{kind} is forbidden: User "dev" cannot list resource "{kind}"')
+            raise errors.forbidden(f'{kind} is forbidden: User "dev" cannot list resource "{RESOURCES[kind].plural}"')
         try:
             return self._listed(kind, selectors)
         finally:
             self.changes.note()
 
     def _listed(self, kind: str, selectors: dict[str, str]) -> tuple[list[dict], str]:
-        """What a list of ``kind`` answers, counted (``node_lists``, ``pod_lists``, ``quota_lists``)."""
+        """What a list of ``kind`` answers, counted (``node_lists``, ``pod_lists``)."""
         with self.lock:
-            if kind == "nodes":
+            if kind == "Node":
                 self.node_lists += 1
                 return copy.deepcopy(list(self.nodes.values())), str(self.version)
-            if kind == "events":
+            if kind == "Event":
                 return copy.deepcopy(self.events), str(self.version)
-            if kind == "resourcequotas":
-                self.quota_lists += 1
+            if kind == "ResourceQuota":
                 return copy.deepcopy(self.quotas), str(self.version)
-            if kind in self.dra:
+            if kind in ("ResourceSlice", "ResourceClaim"):
                 if not self.dra_served:
                     raise errors.NotFound("the server could not find the requested resource")
-                return copy.deepcopy(list(self.dra[kind].values())), str(self.version)
+                return copy.deepcopy(list(self.dra[RESOURCES[kind].plural].values())), str(self.version)
+            if kind in ("Job", "Secret"):
+                return _selected(self._store(kind), selectors.get("label_selector", "")), str(self.version)
             self.pod_lists += 1
             return self._pods(selectors), str(self.version)
 
-    def namespace_metadata(self, name: str) -> dict | None:
-        return {"name": name, "labels": dict(self.namespaces.get(name, {})),
-                "annotations": dict(self.namespace_annotations.get(name, {}))}
-
-    def resource_quotas(self, namespace: str) -> list[dict]:
-        self._maybe_fail("resource_quotas")
-        return copy.deepcopy(self.quotas)
-
-    def get_pod(self, namespace: str, name: str) -> dict | None:
-        with self.lock:
-            return copy.deepcopy(self.manager if self._is_manager(name) else self.pods.get(name))
-
     def read(self, kind: str, namespace: str | None, name: str) -> dict | None:
-        self._maybe_fail("read")
+        self._maybe_fail("read", kind)
         if kind in self.forbidden_reads:
             raise errors.forbidden(f'{kind} "{name}" is forbidden: User "dev" cannot get resource "{kind}"')
         with self.lock:
+            if kind == "Namespace":
+                return {"metadata": {"name": name, "labels": dict(self.namespaces.get(name, {})),
+                                     "annotations": dict(self.namespace_annotations.get(name, {}))}}
+            if kind == "Pod" and self._is_manager(name):
+                return copy.deepcopy(self.manager)
             if kind == "Lease":
                 return copy.deepcopy(self._leases_named(name))
+            if RESOURCES[kind].group == KUEUE_GROUP and self.kueue_served is None:
+                return None  # as Kube.read answers where Kueue serves no API
+            if kind == "DeviceClass" and not self.dra_served:
+                return None  # as Kube.read answers a 404
+            if (RESOURCES[kind].plural, namespace, name) in self.custom:
+                return copy.deepcopy(self.custom[(RESOURCES[kind].plural, namespace, name)])
             return copy.deepcopy(self._store(kind).get(name))
 
     def kueue_version(self) -> str | None:
         return self.kueue_served
-
-    def read_kueue(self, plural: str, namespace: str | None, name: str) -> dict | None:
-        self._maybe_fail("read_kueue")
-        with self.lock:
-            return copy.deepcopy(self.custom.get((plural, namespace, name)))
-
-    def read_custom(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> dict | None:
-        self._maybe_fail("read_custom")
-        if plural in self.forbidden_reads:
-            raise errors.forbidden(f'{plural}.{group} "{name}" is forbidden: User "dev" cannot get resource "{plural}"')
-        if plural == "deviceclasses" and not self.dra_served:
-            return None  # as Kube.read_custom answers a 404
-        with self.lock:
-            return copy.deepcopy(self.custom.get((plural, namespace, name)))
 
     def pending_workloads(self, namespace: str, local_queue: str) -> list[dict]:
         self._maybe_fail("pending_workloads")
@@ -312,7 +307,7 @@ class FakeKube(KubeApi):
             mutate(created)
         if dry_run:
             return created
-        self._maybe_fail("create_owned")
+        self._maybe_fail("create_owned", obj["kind"])
         if obj["kind"] == "Pod":
             created["status"] = {"phase": "Pending"}
         with self.lock:
@@ -326,7 +321,9 @@ class FakeKube(KubeApi):
         return [self.create_owned(obj) for obj in objs]
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
-        self._maybe_fail("delete")
+        self._maybe_fail("delete", kind)
+        if kind == "Job":
+            return self._delete_batch_job(name)
         with self.lock:
             store = self._store(kind)
             if name not in store:
@@ -356,10 +353,20 @@ class FakeKube(KubeApi):
     def delete_all(self, kind: str, namespace: str, names: list[str]) -> list[str]:
         return [name for name in names if self.delete(kind, namespace, name)]
 
-    def delete_pods(self, namespace: str, label_selector: str, field_selector: str = "") -> list[str]:
-        """One deletecollection: one action, (``deletecollection``, ``Pod``, the selectors)."""
-        self._maybe_fail("delete_pods")
+    def delete_collection(self, kind: str, namespace: str, label_selector: str, field_selector: str = "") -> list[str]:
+        """One deletecollection: of pods, one action (``deletecollection``, ``Pod``, the
+        selectors); of ResourceClaimTemplates and PodGroups, one per object deleted."""
+        self._maybe_fail("delete_collection", kind)
+        if kind == "ResourceClaimTemplate" and not self.dra_served:
+            raise errors.NotFound("the server could not find the requested resource")
         with self.lock:
+            if kind != "Pod":
+                store = self._store(kind)
+                deleted = sorted(o["metadata"]["name"] for o in _selected(store, label_selector))
+                for name in deleted:
+                    self._act("delete", kind, name)
+                    self._written("DELETED", store.pop(name), kind)
+                return deleted
             self._act("deletecollection", "Pod", f"{label_selector} {field_selector}".rstrip())
             deleted = sorted(name for name, pod in self.pods.items()
                              if _matches(pod, label_selector=label_selector, field_selector=field_selector))
@@ -371,18 +378,6 @@ class FakeKube(KubeApi):
                     self._written("DELETED", self.pods.pop(name))
             return deleted
 
-    def delete_claim_templates(self, namespace: str, label_selector: str) -> list[str]:
-        """One deletecollection; an action per template deleted (none: no action)."""
-        self._maybe_fail("delete_claim_templates")
-        if not self.dra_served:
-            raise errors.NotFound("the server could not find the requested resource")
-        with self.lock:
-            deleted = sorted(o["metadata"]["name"] for o in _selected(self.claim_templates, label_selector))
-            for name in deleted:
-                self._act("delete", "ResourceClaimTemplate", name)
-                self._written("DELETED", self.claim_templates.pop(name), "ResourceClaimTemplate")
-            return deleted
-
     def serves_pod_groups(self) -> bool:
         with self.lock:
             self.pod_group_discoveries += 1
@@ -392,34 +387,11 @@ class FakeKube(KubeApi):
         with self.lock:
             self.pod_groups_served = False
 
-    def delete_pod_groups(self, namespace: str, label_selector: str) -> list[str]:
-        """One deletecollection; an action per PodGroup deleted (none: no action)."""
-        self._maybe_fail("delete_pod_groups")
-        with self.lock:
-            deleted = sorted(o["metadata"]["name"] for o in _selected(self.pod_groups, label_selector))
-            for name in deleted:
-                self._act("delete", "PodGroup", name)
-                self._written("DELETED", self.pod_groups.pop(name), "PodGroup")
-            return deleted
-
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        self._maybe_fail("annotate_pod")
-        with self.lock:
-            pod = self.manager if self._is_manager(name) else self.pods.get(name)
-            if pod is None:  # as the API server answers a patch of a pod gone
-                raise errors.NotFound(f'pods "{name}" not found')
-            current = pod["metadata"].setdefault("annotations", {})
-            for key, value in annotations.items():
-                if value is None:
-                    current.pop(key, None)
-                else:
-                    current[key] = value
-            self._act("annotate", "Pod", name)
-            self.annotated.append((name, dict(annotations)))
-            self._written("MODIFIED", pod)
-
-    def patch_pod(self, namespace: str, name: str, patch: dict | list[dict]) -> dict:
-        self._maybe_fail("patch_pod")
+    def patch(self, kind: str, namespace: str, name: str, patch: dict | list[dict]) -> dict:
+        """A pod's patch; one of its annotations alone is kept as such (``annotated``, an
+        ``annotate`` action, failures scripted for "annotate Pod")."""
+        annotations = _annotations_only(patch)
+        self._maybe_fail("annotate" if annotations is not None else "patch", kind)
         with self.lock:
             pod = self.manager if self._is_manager(name) else self.pods.get(name)
             if pod is None:  # as the API server answers a patch of a pod gone
@@ -428,14 +400,33 @@ class FakeKube(KubeApi):
                 _json_patch(pod, patch)
             else:
                 _merge(pod, patch)
-            self._act("patch", "Pod", name)
+            if annotations is not None:
+                self._act("annotate", "Pod", name)
+                self.annotated.append((name, dict(annotations)))
+            else:
+                self._act("patch", "Pod", name)
             self._written("MODIFIED", pod)
             return copy.deepcopy(pod)
 
     # -- watches --------------------------------------------------------------------------
-    def watch_pods(
-        self, namespace: str | None, resource_version: str, timeout_s: float, **selectors: str
-    ) -> Iterator[tuple[str, dict]]:
+    def watch(self, kind: str, namespace: str | None, resource_version: str, timeout_s: float,
+              **selectors: str) -> Iterator[tuple[str, dict]]:
+        if kind == "Pod":
+            return self._watch_pods(namespace, resource_version, timeout_s)
+        if kind in ("Lease", "ConfigMap"):
+            return self._watch_one(kind, selectors["field_selector"].removeprefix("metadata.name="),
+                                   resource_version, timeout_s)
+        if kind == "Event":
+            # On the informer's own thread: it waits a little real time for what is written and
+            # never moves a fake clock (the job's pod watch alone does).
+            return self._tracked("Event", resource_version, timeout_s, EVENT_WATCH_SPAN_S)
+        if kind == "ResourceQuota":
+            with self.lock:
+                self.quota_watches += 1
+        self._maybe_fail("watch", kind)
+        return self._tracked(kind, resource_version, timeout_s)
+
+    def _watch_pods(self, namespace: str | None, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
         if namespace is None:  # the cluster's pods (free GPUs followed), not the job's scripts
             with self.lock:
                 self.cluster_pod_watches += 1
@@ -479,27 +470,6 @@ class FakeKube(KubeApi):
                 pod["spec"]["nodeName"] = inventory.pinned_node(pod["spec"])  # as the scheduler binds it
             self._written("MODIFIED", pod)
             return "MODIFIED", copy.deepcopy(pod)
-
-    def watch_events(
-        self, namespace: str, resource_version: str, timeout_s: float, **selectors: str
-    ) -> Iterator[tuple[str, dict]]:
-        # On the informer's own thread: it waits a little real time for what is written and
-        # never moves a fake clock (the job's pod watch alone does).
-        return self._tracked("Event", resource_version, timeout_s, EVENT_WATCH_SPAN_S)
-
-    def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
-        return self._tracked("Node", resource_version, timeout_s)
-
-    def watch_cluster(self, kind: str, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
-        return self._tracked({"resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim"}[kind],
-                             resource_version, timeout_s)
-
-    def watch_resource_quotas(self, namespace: str, resource_version: str,
-                              timeout_s: float) -> Iterator[tuple[str, dict]]:
-        with self.lock:
-            self.quota_watches += 1
-        self._maybe_fail("watch_resource_quotas")
-        return self._tracked("ResourceQuota", resource_version, timeout_s)
 
     def _tracked(self, kind: str, resource_version: str, timeout_s: float,
                  real_span_s: float | None = None) -> Iterator[tuple[str, dict]]:
@@ -550,19 +520,7 @@ class FakeKube(KubeApi):
             self._emit(obj["kind"], "ADDED", stored)
             return copy.deepcopy(stored)
 
-    def get_batch_job(self, namespace: str, name: str) -> dict | None:
-        with self.lock:
-            return copy.deepcopy(self.batch_jobs.get(name))
-
-    def list_batch_jobs(self, namespace: str | None, label_selector: str) -> list[dict]:
-        with self.lock:
-            return _selected(self.batch_jobs, label_selector)
-
-    def list_secrets(self, namespace: str, label_selector: str) -> list[dict]:
-        with self.lock:
-            return _selected(self.secrets, label_selector)
-
-    def delete_batch_job(self, namespace: str, name: str) -> bool:
+    def _delete_batch_job(self, name: str) -> bool:
         """The Job goes, and with it its manager pod and what that owns (the garbage collector)."""
         with self.lock:
             if self.batch_jobs.pop(name, None) is None:
@@ -581,8 +539,7 @@ class FakeKube(KubeApi):
         """The placement Lease is ``lease``; others (the survey's surveyor) ``other_leases``."""
         return self.lease if name == names.LOCK_LEASE_NAME else self.other_leases.get(name)
 
-    def watch_one(self, kind: str, namespace: str, name: str, resource_version: str,
-                  timeout_s: float) -> Iterator[tuple[str, dict]]:
+    def _watch_one(self, kind: str, name: str, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict]]:
         """The object's next change after ``resource_version``: at once if it changed since,
         else when it is created or written, or nothing once ``timeout_s`` has passed. On a
         fake clock the story's thread waits a moment of real time for a change, then its
@@ -590,9 +547,9 @@ class FakeKube(KubeApi):
         real = isinstance(self.clock, RealClock)
         ends_at = (self.clock.monotonic() if real else time.monotonic()) + (timeout_s if real else BACKGROUND_WATCH_SPAN_S)
         with self.one_changed:
-            self._act("watch", {"leases": "Lease", "configmaps": "ConfigMap"}[kind], name)
+            self._act("watch", kind, name)
             while True:
-                current = self._leases_named(name) if kind == "leases" else self.config_maps.get(name)
+                current = self._leases_named(name) if kind == "Lease" else self.config_maps.get(name)
                 if current is not None and current["metadata"].get("resourceVersion") != resource_version:
                     changed = copy.deepcopy(current)
                     break
@@ -711,3 +668,10 @@ def _json_patch(target: dict, operations: list[dict]) -> None:
             raise NotImplementedError(operation["op"])
     target.clear()
     target.update(trial)
+
+
+def _annotations_only(patch: dict | list[dict]) -> dict | None:
+    """The annotations a merge patch sets, where that is all it does; else None."""
+    if isinstance(patch, dict) and list(patch) == ["metadata"] and list(patch["metadata"]) == ["annotations"]:
+        return patch["metadata"]["annotations"]
+    return None

@@ -53,7 +53,7 @@ def test_the_servers_protobuf_pods_are_its_json_pods_cut_to_what_the_inventory_r
     assert response.headers["Content-Type"].startswith(podwire.PROTOBUF)
     from_protobuf = []
     version, token = podwire.read_pod_list(response.headers["Content-Type"], [response.data], from_protobuf.append)
-    as_json, _ = Kube(api_client, RealClock()).list_all("pods", namespace)
+    as_json, _ = Kube(api_client, RealClock()).list_all("Pod", namespace)
     assert sorted(from_protobuf, key=lambda p: p["metadata"]["name"]) == \
         sorted((podwire.slim(p) for p in as_json), key=lambda p: p["metadata"]["name"])
     assert int(version) > 0 and token == ""

@@ -1,5 +1,5 @@
-"""The API calls the user's commands make beyond the manager's: batch/v1 Jobs, secret
-listings, creating the manager and reading pod logs.
+"""The API calls the user's commands make beyond the manager's: creating the manager and
+reading pod logs (batch/v1 Jobs and Secrets are ``Kube``'s kinds like any).
 
 Built on ``distributetrain.kube.client.Kube``, so errors are translated and transient
 failures retried the same way, once, at this boundary.
@@ -12,13 +12,12 @@ import logging
 from collections.abc import Iterator
 
 import urllib3
-from kubernetes import client
 
 from distributetrain.core import errors
-from distributetrain.core.clock import Clock
-from distributetrain.kube.calls import read_json
+from distributetrain.kube.calls import send
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import API_REQUEST_TIMEOUT_S
+from distributetrain.kube.resources import RESOURCES
 
 log = logging.getLogger(__name__)
 
@@ -26,63 +25,24 @@ LOG_CHUNK_BYTES = 4096
 
 
 class JobsKube(Kube):
-    def __init__(self, api_client: client.ApiClient, clock: Clock):
-        super().__init__(api_client, clock)
-        self.batch = client.BatchV1Api(api_client)
+    """``Kube`` with the user's commands' own calls: the manager's creation logged, pod logs."""
 
     def create(self, obj: dict, dry_run: bool = False) -> dict:
-        """Create a Pod or a batch/v1 Job (with `dry_run`, as admission would: mutated and
-        validated, nothing stored); ``errors.AlreadyExists`` if the name is taken."""
-        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
-        create = self.batch.create_namespaced_job if kind == "Job" else self.core.create_namespaced_pod
-        options = {"dry_run": "All"} if dry_run else {}
-        created = self._call(lambda: read_json(create(namespace, obj, _preload_content=False, **options)))
+        """Create the manager's Pod or batch/v1 Job (with `dry_run`, as admission would:
+        mutated and validated, nothing stored); ``errors.AlreadyExists`` if the name is taken."""
+        created = super().create(obj, dry_run)
         if not dry_run:
-            log.info("created %s [%s/%s]", kind, namespace, name)
+            log.info("created %s [%s/%s]", obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         return created
-
-    def get_batch_job(self, namespace: str, name: str) -> dict | None:
-        try:
-            return self._call(lambda: read_json(self.batch.read_namespaced_job(name, namespace, _preload_content=False)))
-        except errors.NotFound:
-            return None
-
-    def list_batch_jobs(self, namespace: str | None, label_selector: str) -> list[dict]:
-        kwargs = dict(label_selector=label_selector, _preload_content=False, _request_timeout=API_REQUEST_TIMEOUT_S)
-        if namespace:
-            return self._call(lambda: read_json(self.batch.list_namespaced_job(namespace, **kwargs)))["items"]
-        return self._call(lambda: read_json(self.batch.list_job_for_all_namespaces(**kwargs)))["items"]
-
-    def delete_batch_job(self, namespace: str, name: str) -> bool:
-        """Delete the Job; the garbage collector then deletes its pod in the background."""
-        body = client.V1DeleteOptions(propagation_policy="Background")
-        try:
-            self._call(lambda: self.batch.delete_namespaced_job(name, namespace, body=body, _preload_content=False))
-        except errors.NotFound:
-            return False
-        log.info("deleted Job [%s/%s]", namespace, name)
-        return True
-
-    def list_secrets(self, namespace: str, label_selector: str) -> list[dict]:
-        return self._call(
-            lambda: read_json(
-                self.core.list_namespaced_secret(
-                    namespace, label_selector=label_selector, _preload_content=False,
-                    _request_timeout=API_REQUEST_TIMEOUT_S,
-                )
-            )
-        )["items"]
 
     def pod_log(self, namespace: str, pod: str, container: str, follow: bool) -> Iterator[str]:
         """The container's output as text, as it arrives; with ``follow``, until the container ends."""
         # Following has no read timeout: a training step may print nothing for a long time.
         read_timeout = None if follow else API_REQUEST_TIMEOUT_S
-        response = self._call(
-            lambda: self.core.read_namespaced_pod_log(
-                pod, namespace, container=container, follow=follow, _preload_content=False,
-                _request_timeout=(API_REQUEST_TIMEOUT_S, read_timeout),
-            )
-        )
+        path = RESOURCES["Pod"].path(namespace, pod) + "/log"
+        query = [("container", container), *((("follow", "true"),) if follow else ())]
+        response = self._call(lambda: send(self.api_client, "GET", path, query, accept="*/*",
+                                           timeout=(API_REQUEST_TIMEOUT_S, read_timeout)))
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         try:
             for chunk in response.stream(LOG_CHUNK_BYTES):

@@ -34,14 +34,14 @@ class Cancellation:
 def existing_objects(kube: JobsKube, found: FoundJob) -> list[str]:
     """Everything of the job that exists now, as "kind/name", the manager first."""
     present = []
-    if found.batch_job is not None and kube.get_batch_job(found.namespace, found.name) is not None:
+    if found.batch_job is not None and kube.read("Job", found.namespace, found.name) is not None:
         present.append(f"job/{found.name}")
     if found.job_name:
-        if kube.get_pod(found.namespace, found.job_name) is not None:
+        if kube.read("Pod", found.namespace, found.job_name) is not None:
             present.append(f"pod/{found.job_name}")
-        pods, _ = kube.list_all("pods", found.namespace, label_selector=names.job_selector(found.job_name))
+        pods, _ = kube.list_all("Pod", found.namespace, label_selector=names.job_selector(found.job_name))
         present += sorted(f"pod/{p['metadata']['name']}" for p in pods if p["metadata"]["name"] != found.job_name)
-        secrets = kube.list_secrets(found.namespace, names.job_selector(found.job_name))
+        secrets = kube.list_all("Secret", found.namespace, label_selector=names.job_selector(found.job_name))[0]
         present += sorted(f"secret/{s['metadata']['name']}" for s in secrets)
     return present
 
@@ -49,7 +49,7 @@ def existing_objects(kube: JobsKube, found: FoundJob) -> list[str]:
 def cancel(kube: JobsKube, found: FoundJob, timeout_s: float, clock: Clock) -> Cancellation:
     before = existing_objects(kube, found)
     if found.batch_job is not None:
-        kube.delete_batch_job(found.namespace, found.name)
+        kube.delete("Job", found.namespace, found.name)
     else:
         kube.delete("Pod", found.namespace, found.job_name)
     give_up_at = clock.monotonic() + timeout_s

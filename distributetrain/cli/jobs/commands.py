@@ -186,7 +186,7 @@ def _check_against_nodes(kube: JobsKube, settings: JobSettings) -> None:
     claim's PersistentVolume) is left to the manager."""
     claims = volumeclaims.read_claims(kube, settings, uses=False, unreadable_ok=True)
     try:
-        nodes = [node for page, _ in kube.list_pages("nodes") for node in page]
+        nodes = [node for page, _ in kube.list_pages("Node") for node in page]
         dra_devices = _dra_devices(kube, settings)
     except errors.Forbidden as e:
         log.info("cannot list nodes or DRA GPUs (%s); the manager checks the request against them", e)
@@ -266,7 +266,7 @@ def run_logs(args: argparse.Namespace, _script_args: Sequence[str], clock: Clock
         pod, container = found.job_name, manager_spec.MANAGER_CONTAINER
     else:
         pod, container = names.chief_name(found.job_name, JobRecord.of(found.manager or {}).attempt), state.CHIEF_CONTAINER
-        if kube.get_pod(namespace, pod) is None:
+        if kube.read("Pod", namespace, pod) is None:
             raise errors.JobNotFound(f"job {args.name!r} has no chief pod ({found.status.phase}); "
                                  f"see 'distributetrain logs --manager {args.name}'")
     one_rank = None if rank is None else ranks.RankFilter(rank)

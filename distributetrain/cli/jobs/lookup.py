@@ -44,11 +44,11 @@ def _is_manager_object(obj: dict | None) -> bool:
 
 def find_job(kube: JobsKube, namespace: str, name: str) -> FoundJob:
     selector = f"{MANAGER_SELECTOR},{names.LABEL_JOB}={name}"
-    pods, _ = kube.list_all("pods", namespace, label_selector=selector)
+    pods, _ = kube.list_all("Pod", namespace, label_selector=selector)
     if not pods:
-        pod = kube.get_pod(namespace, name)
+        pod = kube.read("Pod", namespace, name)
         pods = [pod] if _is_manager_object(pod) else []
-    batch_job = kube.get_batch_job(namespace, name)
+    batch_job = kube.read("Job", namespace, name)
     if not _is_manager_object(batch_job):
         batch_job = None
     if not pods and batch_job is None:
@@ -58,9 +58,9 @@ def find_job(kube: JobsKube, namespace: str, name: str) -> FoundJob:
 
 def list_jobs(kube: JobsKube, namespace: str | None) -> list[FoundJob]:
     """Every job in ``namespace`` (all namespaces if None), oldest first."""
-    pods, _ = kube.list_all("pods", namespace, label_selector=MANAGER_SELECTOR)
+    pods, _ = kube.list_all("Pod", namespace, label_selector=MANAGER_SELECTOR)
     batch_jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j
-                  for j in kube.list_batch_jobs(namespace, MANAGER_SELECTOR)}
+                  for j in kube.list_all("Job", namespace, label_selector=MANAGER_SELECTOR)[0]}
     managers: dict[tuple[str, str], dict] = {}
     for pod in pods:
         key = (pod["metadata"]["namespace"], state.user_name(pod))
@@ -74,7 +74,7 @@ def job_pods(kube: JobsKube, found: FoundJob) -> dict[str, dict]:
     """The manager pod and every pod it created, by name."""
     pods = {found.job_name: found.manager} if found.manager else {}
     if found.job_name:
-        items, _ = kube.list_all("pods", found.namespace, label_selector=names.job_selector(found.job_name))
+        items, _ = kube.list_all("Pod", found.namespace, label_selector=names.job_selector(found.job_name))
         pods.update((p["metadata"]["name"], p) for p in items)
     return pods
 

@@ -51,7 +51,7 @@ def clear(kube: Kube, settings: JobSettings, clock: Clock) -> None:
     if not settings.owner_uid:
         return  # outside a manager pod nothing tells runs apart
     namespace = settings.namespace
-    items, _ = kube.list_all("pods", namespace, label_selector=names.job_selector(settings.job_name))
+    items, _ = kube.list_all("Pod", namespace, label_selector=names.job_selector(settings.job_name))
     earlier = [pod for pod in items if is_earlier_run(pod, settings) and podstate.is_training_pod(pod)]
     if blocking := in_the_way(earlier):
         raise errors.UsageError("--job-name", f"job {settings.job_name!r} already runs in namespace {namespace!r} "

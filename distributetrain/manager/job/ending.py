@@ -80,7 +80,7 @@ def will_restart(kube: KubeApi, settings: JobSettings) -> bool:
 
     A pod being deleted restarts nothing, whatever its restartPolicy.
     """
-    pod = kube.get_pod(settings.own_namespace, settings.job_name) if settings.owner_uid else None
+    pod = kube.read("Pod", settings.own_namespace, settings.job_name) if settings.owner_uid else None
     if not pod or pod["metadata"].get("deletionTimestamp"):
         return False
     return (pod.get("spec") or {}).get("restartPolicy", "Never") != "Never"

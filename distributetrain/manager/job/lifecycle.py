@@ -109,7 +109,8 @@ def _drive(kube: Kube, settings: JobSettings, phase: str, reporter: Reporter, cl
     record = reporter.record()  # as this process finds the job: its attempt, its start
     reporter.spec()
     # Who the pods run as, decided for the namespace (the record keeps what was asked).
-    settings = podsecurity.for_namespace(settings, kube.namespace_metadata(settings.namespace))
+    namespace = kube.read("Namespace", None, settings.namespace)
+    settings = podsecurity.for_namespace(settings, namespace and namespace["metadata"])
     # Post-training follows pods that exist: a RuntimeClass gone meanwhile is no bad input.
     settings = runtimeclass.with_runtime_class(kube, settings, strict=phase != "post-training")
     job = Job(kube, settings, reporter, record, clock)

@@ -50,7 +50,7 @@ PREFLIGHT_DRA_NODE = "preflight-dra-node"
 
 def job_pods(kube: Kube, settings: JobSettings) -> dict[str, dict]:
     """This manager's pods of the job (never those of an earlier run of the same name)."""
-    items, _ = kube.list_all("pods", settings.namespace, label_selector=settings.selector)
+    items, _ = kube.list_all("Pod", settings.namespace, label_selector=settings.selector)
     return {p["metadata"]["name"]: p for p in items}
 
 
@@ -59,10 +59,10 @@ def preflight(kube: Kube, settings: JobSettings) -> None:
     if not settings.discovery_url:
         raise errors.UsageError("MANAGER_POD_IP", "the chief asks the manager for its hosts: set it to the manager "
                                                   "pod's address (downward API status.podIP, as manager.yaml does)")
-    namespace = kube.namespace_metadata(settings.namespace)
+    namespace = kube.read("Namespace", None, settings.namespace)
     if namespace is None:
         raise errors.UsageError("--namespace", f"namespace {settings.namespace!r} does not exist")
-    level = validation.host_network_refused_by(namespace.get("labels") or {})
+    level = validation.host_network_refused_by(namespace["metadata"].get("labels") or {})
     if settings.host_network and level:
         raise errors.UsageError("--host-network", f"namespace {settings.namespace!r} enforces PodSecurity {level!r}, "
                                                   "which forbids host networking: use --host-network false")

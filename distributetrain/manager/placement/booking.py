@@ -100,8 +100,8 @@ def fence(kube: Kube, settings: JobSettings, clock: Clock) -> str:
     if not settings.owner_uid:
         return ""
     try:
-        pod = kube.patch_pod(settings.own_namespace, settings.job_name,
-                             {"metadata": {"annotations": {names.ANNOTATION_BOOKED_AT: micro_time(clock.now())}}})
+        pod = kube.patch("Pod", settings.own_namespace, settings.job_name,
+                         {"metadata": {"annotations": {names.ANNOTATION_BOOKED_AT: micro_time(clock.now())}}})
     except errors.NotFound:  # the manager pod is being deleted: its teardown follows
         return ""
     return pod["metadata"].get("resourceVersion", "")

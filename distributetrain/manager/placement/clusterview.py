@@ -53,7 +53,7 @@ def take(kube: Kube, clock: Clock, dra_gpus: bool = False) -> ClusterView:
     """A survey of the cluster: every node, every unfinished pod (bookings are skipped); with
     ``dra_gpus``, every ResourceSlice and the devices every ResourceClaim holds (the jobs' own skipped)."""
     view = ClusterView(taken_at=clock.now())
-    for page, _ in kube.list_pages("nodes"):
+    for page, _ in kube.list_pages("Node"):
         for node in page:
             view.add_node(node)
     kube.each_pod_request(view.add_pod, view.forget_pods, field_selector=ACTIVE_PODS_SELECTOR)
@@ -143,7 +143,7 @@ def _next_published(kube: Kube, namespace: str, version: str, give_up_at: float,
     from ``version``, until it changes or ``give_up_at``)."""
     while (left := give_up_at - clock.monotonic()) > 0:
         # From "" (none published yet), the watch starts now and sees it created.
-        for _ in kube.watch_one("configmaps", namespace, VIEW_NAME, version, left):
+        for _ in kube.watch("ConfigMap", namespace, version, left, field_selector=f"metadata.name={VIEW_NAME}"):
             break
         published, new_version = _read(kube, namespace)
         if new_version != version:

@@ -252,10 +252,10 @@ class FreeGpuWatch:
         dra_kinds = () if device_class is None else ((dra.SLICES, keep_whole, self.parts.apply_slice),
                                                      (dra.CLAIMS, slim_claim, self.parts.apply_device_claim))
         self._subscriptions: list[Subscription] = []
-        for kind, keep, apply in (*dra_kinds, ("nodes", watched_node, self.parts.apply_kept_node)):
+        for kind, keep, apply in (*dra_kinds, ("Node", watched_node, self.parts.apply_kept_node)):
             self._follow(Subscription(kube, kind, keep=keep, **follow), lambda c, apply=apply: apply(c.key, c.new))
         self.nodes = self._subscriptions[-1].informer
-        pods = Subscription(kube, "pods", selectors={"field_selector": ACTIVE_PODS_SELECTOR},
+        pods = Subscription(kube, "Pod", selectors={"field_selector": ACTIVE_PODS_SELECTOR},
                             keep=GpuPodClaims(settings.gpu_resource), **follow)
         self._follow(pods, lambda c: self.parts.apply_claim(c.old, c.new))
         self.pods = pods.informer

@@ -90,12 +90,12 @@ def check_queue(kube: Kube, settings: JobSettings) -> list[NodeRule]:
     if kube.kueue_version() is None:
         raise errors.UsageError("--queue", "the cluster serves no Kueue LocalQueues (kueue.x-k8s.io): "
                                            "install Kueue, or submit without --queue")
-    local = kube.read_kueue("localqueues", settings.namespace, settings.queue)
+    local = kube.read("LocalQueue", settings.namespace, settings.queue)
     if local is None:
         raise errors.UsageError("--queue", f"no LocalQueue {settings.queue!r} in namespace {settings.namespace!r}")
     cluster_queue_name = (local.get("spec") or {}).get("clusterQueue", "")
     try:
-        cluster_queue = kube.read_kueue("clusterqueues", None, cluster_queue_name) or {}
+        cluster_queue = kube.read("ClusterQueue", None, cluster_queue_name) or {}
     except errors.Forbidden as e:  # rbac/kueue/clusterrole.yaml not applied: queue it unchecked
         log.warning("job %s: cannot read ClusterQueue %s (%s); its quota is not checked, nor its flavors read",
                     settings.job_name, cluster_queue_name, e)
@@ -112,7 +112,7 @@ def _flavor_rules(kube: Kube, settings: JobSettings, cluster_queue: Mapping) -> 
     rules = []
     for name in kueuenodes.gpu_flavors(cluster_queue, settings.gpu_resource):
         try:
-            flavor = kube.read_kueue("resourceflavors", None, name)
+            flavor = kube.read("ResourceFlavor", None, name)
         except errors.Forbidden as e:
             log.warning("job %s: cannot read ResourceFlavor %s (%s); the pods' shares are planned on every node "
                         "the job may use", settings.job_name, name, e)
@@ -216,8 +216,8 @@ class QueuedPlacement:
     def _place_pods(self, pods: list[str], plan: Plan) -> None:
         namespace = self.state.settings.namespace
         for name, (node, _) in zip(pods, plan):
-            placed = self.kube.patch_pod(namespace, name, podgroup.pin_patch(node))
-            self.kube.patch_pod(namespace, name, podgroup.ungate_patch(placed))
+            placed = self.kube.patch("Pod", namespace, name, podgroup.pin_patch(node))
+            self.kube.patch("Pod", namespace, name, podgroup.ungate_patch(placed))
 
 
 def _tolerating(settings: JobSettings, rules: Sequence[NodeRule]) -> JobSettings:

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def check_quotas(kube: Kube, settings: JobSettings) -> None:
     """Raise UsageError, naming the flag, if a quota's hard limit is below the whole job."""
     try:
-        found = kube.resource_quotas(settings.namespace)
+        found = kube.list_all("ResourceQuota", settings.namespace)[0]
     except errors.Forbidden as e:
         log.warning("job %s: ResourceQuotas are not checked (%s; rbac/role.yaml grants resourcequotas list)",
                     settings.job_name, e)

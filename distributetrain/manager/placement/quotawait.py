@@ -69,7 +69,7 @@ class QuotaWait:
             return self._retry_later(full, until, e)
 
     def _follow(self, full: errors.QuotaFull, until: float) -> TryAgain | StillFull:
-        informer = Informer(self.kube, "resourcequotas", self.settings.namespace, clock=self.clock)
+        informer = Informer(self.kube, "ResourceQuota", self.settings.namespace, clock=self.clock)
         first = informer.wait_until(lambda store: dict(store), until)
         quota = first.value.get(full.quota) if isinstance(first, Satisfied) else None
         before = quotas.used_at_refusal(full.message) or ((quota or {}).get("status") or {}).get("used") or {}

@@ -27,7 +27,6 @@ from distributetrain.manager.processstate import ProcessState
 log = logging.getLogger(__name__)
 
 BIND_POLL_S = 1.0  # a claim not bound yet is read again this often
-STORAGE_GROUP, STORAGE_VERSION = "storage.k8s.io", "v1"
 
 
 def read_claims(kube: KubeApi, settings: JobSettings, uses: bool = True,
@@ -51,7 +50,7 @@ def read_claim(kube: KubeApi, namespace: str, name: str, unreadable_ok: bool = F
     volume = ((pvc or {}).get("spec") or {}).get("volumeName") or ""
     pv = _read(kube, "PersistentVolume", None, volume, unreadable_ok) if volume else UNREAD
     class_name = volumeclaims.class_of(pvc or {})
-    storage_class = (_read(kube, "storageclasses", None, class_name, unreadable_ok) if class_name and not volume
+    storage_class = (_read(kube, "StorageClass", None, class_name, unreadable_ok) if class_name and not volume
                      else UNREAD)
     try:
         return volumeclaims.read_claim(name, pvc, pv, storage_class)
@@ -65,8 +64,6 @@ def read_claim(kube: KubeApi, namespace: str, name: str, unreadable_ok: bool = F
 def _read(kube: KubeApi, kind: str, namespace: str | None, name: str, unreadable_ok: bool) -> dict | None:
     """The object (None: absent); ``UNREAD`` where RBAC refuses it and ``unreadable_ok``."""
     try:
-        if kind == "storageclasses":
-            return kube.read_custom(STORAGE_GROUP, STORAGE_VERSION, kind, None, name)
         return kube.read(kind, namespace, name)
     except errors.Forbidden as e:
         if not unreadable_ok:
@@ -79,7 +76,7 @@ def _uses(kube: KubeApi, namespace: str, claims: list[Claim]) -> list[ClaimUse]:
     """Pods of the namespace that mount a one-node claim now, and where: bound, or pinned
     on their way (another manager's pods, created under the Lease a moment ago)."""
     one_node = {claim.name for claim in claims if claim.one_node}
-    pods, _ = kube.list_all("pods", namespace, field_selector=inventory.ACTIVE_PODS_SELECTOR)
+    pods, _ = kube.list_all("Pod", namespace, field_selector=inventory.ACTIVE_PODS_SELECTOR)
     found = []
     for pod in pods:
         spec = pod.get("spec") or {}

@@ -14,6 +14,6 @@ def isolate(kube: KubeApi, settings: JobSettings) -> None:
     """Label the manager's own pod with its UID (what its policy selects), then create the policies."""
     policies = networkpolicy.job_policies(settings)
     if any(policy["metadata"]["name"] == names.manager_policy_name(settings.job_name) for policy in policies):
-        kube.patch_pod(settings.own_namespace, settings.job_name,
-                       {"metadata": {"labels": networkpolicy.manager_label(settings)}})
+        kube.patch("Pod", settings.own_namespace, settings.job_name,
+                   {"metadata": {"labels": networkpolicy.manager_label(settings)}})
     kube.create_all_owned(policies)

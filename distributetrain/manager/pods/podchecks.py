@@ -55,7 +55,7 @@ def require_ipv4_between_pods(kube: KubeApi, settings: JobSettings) -> None:
     and the job's ranks would span pods (``podnetwork``)."""
     if not settings.owner_uid:
         return  # no manager pod to read (a manager run by hand)
-    pod = kube.get_pod(settings.own_namespace, settings.job_name) or {}
+    pod = kube.read("Pod", settings.own_namespace, settings.job_name) or {}
     status = pod.get("status") or {}
     addresses = [entry.get("ip", "") for entry in status.get("podIPs") or ()] or [status.get("podIP", "")]
     if why := podnetwork.ipv6_only_refusal(addresses, settings):

@@ -25,7 +25,6 @@ from distributetrain.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION, PLURAL = "node.k8s.io", "v1", "runtimeclasses"
 FLAG = "--runtime-class"
 
 
@@ -37,7 +36,7 @@ def with_runtime_class(kube: KubeApi, settings: JobSettings, strict: bool = True
     if not name:
         return settings
     try:
-        found = kube.read_custom(GROUP, VERSION, PLURAL, None, name)
+        found = kube.read("RuntimeClass", None, name)
     except errors.Forbidden as e:
         log.warning("job %s: cannot read RuntimeClass %s (%s; rbac/clusterrole.yaml grants runtimeclasses get): "
                     "planning without its overhead and scheduling", settings.job_name, name, e)

@@ -48,7 +48,8 @@ class Reporter:
 
     def _annotate(self, annotations: dict[str, str | None]) -> None:
         if self._has_pod:
-            self.kube.annotate_pod(self.settings.own_namespace, self.settings.job_name, annotations)
+            self.kube.patch("Pod", self.settings.own_namespace, self.settings.job_name,
+                            {"metadata": {"annotations": annotations}})
 
     def phase(self, phase: str) -> None:
         log.info("job %s: %s", self.settings.job_name, phase)
@@ -90,7 +91,7 @@ class Reporter:
         earlier container of it, or pre-training); empty outside a manager pod."""
         if not self._has_pod:
             return JobRecord()
-        return JobRecord.of(self.kube.get_pod(self.settings.own_namespace, self.settings.job_name) or {})
+        return JobRecord.of(self.kube.read("Pod", self.settings.own_namespace, self.settings.job_name) or {})
 
     def record_attempt(self, attempt: int) -> None:
         """Before creating an attempt's pods, so every later phase and a restarted manager

@@ -243,7 +243,7 @@ class NodeWatch:
         self.clock = clock
         # The job pods' own toleration (--node-lost-toleration) unless a test says otherwise.
         self.clocks = NodeClocks(settings.node_lost_toleration_s if toleration_s is None else toleration_s)
-        self._subscription = Subscription(kube, "nodes", keep=watched_node, clock=clock,
+        self._subscription = Subscription(kube, "Node", keep=watched_node, clock=clock,
                                           relist_delay_s=RELIST_DELAY_S, thread_span_s=WATCH_SPAN_S)
         self.nodes = self._subscription.informer
         self._subscription.add_handler(self._seen)
@@ -303,7 +303,7 @@ class NodeWatch:
             return verdicts.recheck_at
         settings = self.settings
         # One list for all the newly lost nodes (a relist may find many lost at once).
-        pods, _ = self.kube.list_all("pods", settings.namespace, label_selector=settings.selector)
+        pods, _ = self.kube.list_all("Pod", settings.namespace, label_selector=settings.selector)
         for node, why in new.items():
             doomed = pods_to_delete([pod for pod in pods if podstate.node(pod) == node])
             try:

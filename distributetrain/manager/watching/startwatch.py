@@ -49,7 +49,7 @@ class StartWatch:
         self.settings = settings
         self.clock = clock
         self.recheck_s = recheck_s
-        self.events = Informer(kube, "events", settings.namespace,
+        self.events = Informer(kube, "Event", settings.namespace,
                                selectors={"field_selector": startprogress.POD_EVENTS_SELECTOR},
                                keep=self._keep, clock=clock)
         self.followed = False

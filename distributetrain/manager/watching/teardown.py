@@ -50,37 +50,27 @@ def tear_down(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[st
     """
     deleted = [f"pod/{name}" for name in _delete_pods(kube, settings, keep_chief)]
     if settings.device_class:
-        deleted += _delete_claim_templates(kube, settings)
+        deleted += _delete_collection(kube, settings, "ResourceClaimTemplate")
     if kube.serves_pod_groups():
-        deleted += _delete_pod_groups(kube, settings)
+        deleted += _delete_collection(kube, settings, "PodGroup")
     return deleted + _delete_named(kube, settings)
 
 
-def _delete_pod_groups(kube: KubeApi, settings: JobSettings) -> list[str]:
-    """This run's PodGroups (``core.pods.gang``), by its labels, in one request; each goes once its
-    pods are gone. Refused (an older rbac/), they go with the manager pod that owns them."""
+def _delete_collection(kube: KubeApi, settings: JobSettings, kind: str) -> list[str]:
+    """This run's objects of ``kind`` by its labels, in one request, as "kind/name": its
+    PodGroups (``core.pods.gang``; each goes once its pods are gone), the templates of its
+    pods' GPUs on DRA nodes (``gpuclaims``; the claims made from them go with their pods).
+    None where the cluster serves no such kind; refused (an older rbac/), they go with the
+    manager pod that owns them."""
     try:
-        gone = kube.delete_pod_groups(settings.namespace, settings.selector)
-    except errors.Forbidden as e:
-        log.warning("job %s: cannot delete its PodGroups (%s); they are deleted with the manager pod",
-                    settings.job_name, e)
-        return []
-    return [f"podgroup/{name}" for name in gone]
-
-
-def _delete_claim_templates(kube: KubeApi, settings: JobSettings) -> list[str]:
-    """This run's templates of its pods' GPUs on DRA nodes (``gpuclaims``), by its labels, in
-    one request (the claims made from them go with their pods). Where the cluster serves no
-    DRA there are none; refused (an older rbac/), they go with the manager pod that owns them."""
-    try:
-        gone = kube.delete_claim_templates(settings.namespace, settings.selector)
+        gone = kube.delete_collection(kind, settings.namespace, settings.selector)
     except errors.NotFound:
         return []
     except errors.Forbidden as e:
-        log.warning("job %s: cannot delete its ResourceClaimTemplates (%s); they are deleted with the manager pod",
-                    settings.job_name, e)
+        log.warning("job %s: cannot delete its %ss (%s); they are deleted with the manager pod",
+                    settings.job_name, kind, e)
         return []
-    return [f"resourceclaimtemplate/{name}" for name in gone]
+    return [f"{kind.lower()}/{name}" for name in gone]
 
 
 def _delete_pods(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list[str]:
@@ -90,7 +80,7 @@ def _delete_pods(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list
     role, so never another pod of the job's name) but the kept one; pods already
     terminating are selected again, which changes nothing. A Role without
     ``pods: deletecollection`` (an older rbac/) gets one delete per pod."""
-    pods, _ = kube.list_all("pods", settings.namespace, label_selector=settings.selector)
+    pods, _ = kube.list_all("Pod", settings.namespace, label_selector=settings.selector)
     doomed, kept = [], []
     for pod in filter(podstate.is_training_pod, pods):
         name = pod["metadata"]["name"]
@@ -102,7 +92,8 @@ def _delete_pods(kube: KubeApi, settings: JobSettings, keep_chief: bool) -> list
         return []
     selector = f"{settings.selector},{names.LABEL_ROLE} in ({names.ROLE_CHIEF},{names.ROLE_WORKER})"
     try:
-        gone = kube.delete_pods(settings.namespace, selector, ",".join(f"metadata.name!={name}" for name in kept))
+        gone = kube.delete_collection("Pod", settings.namespace, selector,
+                                      ",".join(f"metadata.name!={name}" for name in kept))
     except errors.Forbidden as e:
         log.warning("job %s: deleting pods one by one (%s; rbac/role.yaml grants pods deletecollection)",
                     settings.job_name, e)
@@ -127,7 +118,7 @@ def _delete_named(kube: KubeApi, settings: JobSettings) -> list[str]:
 def delete_because(kube: KubeApi, namespace: str, name: str, cause: str) -> bool:
     """Delete one job pod with the reason on it (read back as its loss's cause); False if it was gone."""
     try:
-        kube.annotate_pod(namespace, name, {names.ANNOTATION_DELETED_BECAUSE: cause})
+        kube.patch("Pod", namespace, name, {"metadata": {"annotations": {names.ANNOTATION_DELETED_BECAUSE: cause}}})
     except errors.NotFound:
         return False
     return kube.delete("Pod", namespace, name)

@@ -60,7 +60,7 @@ PLANNED = {"distributetrain.io/phase": "Training", "distributetrain.io/plan": "a
 @pytest.fixture
 def kube(monkeypatch):
     fake = FakeKube(in_manager_pod=False, clock=FakeClock(wall_start=NOW.timestamp()))
-    fake.forbidden_lists = {"nodes"}  # this user may not list nodes: submit leaves their check to the manager
+    fake.forbidden_lists = {"Node"}  # this user may not list nodes: submit leaves their check to the manager
     monkeypatch.setattr(connection, "connect", lambda args, clock: fake)
     return fake
 
@@ -340,7 +340,7 @@ def test_the_manager_in_a_queue_asks_for_no_quota_and_is_labelled_with_the_queue
     assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"], "in_queue changed its argument"
 
 
-@pytest.mark.parametrize("node_lists", [{"nodes"}, set()], ids=["nodes-unreadable", "no-gpu-node"])
+@pytest.mark.parametrize("node_lists", [{"Node"}, set()], ids=["nodes-unreadable", "no-gpu-node"])
 def test_where_kueue_queues_every_pod_a_job_without_a_queue_is_refused(capsys, kube, node_lists):
     """Said before what the nodes lack: bad input whatever the nodes are (queued, a job may
     wait for nodes an autoscaler adds)."""

@@ -74,7 +74,7 @@ def test_each_attempt_is_one_connection_and_each_retry_one_log_line(caplog, beha
     with HttpFake(lambda request: behaviour) as server:
         started = time.monotonic()
         with pytest.raises(errors.TransientApiError):
-            kube_at(server.url, SHORT).get_pod("ns", "p")
+            kube_at(server.url, SHORT).read("Pod", "ns", "p")
         elapsed = time.monotonic() - started
     retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("read Pod [ns/p] failed")]
     assert [line.split("(attempt ")[1].split(")")[0] for line in retries] == [
@@ -87,7 +87,7 @@ def test_each_attempt_is_one_connection_and_each_retry_one_log_line(caplog, beha
 def test_connections_have_tcp_keepalive():
     with FakeApiServer(job_pods()) as server:
         kube = kube_at(server.url, SHORT)
-        kube.list_all("pods", "ns")
+        kube.list_all("Pod", "ns")
         pool_manager = kube.api_client.rest_client.pool_manager
         (pool,) = [pool_manager.pools[key] for key in pool_manager.pools.keys()]
         connection = pool.pool.get_nowait()  # the one just used and put back
@@ -139,7 +139,7 @@ def test_an_idle_watch_is_renewed_by_short_requests_without_a_stall(caplog):
     with FakeApiServer(job_pods()) as server:
         started = time.monotonic()
         # Two requests: one of a whole chunk, one for the half chunk left.
-        events = list(kube_at(server.url, SHORT).watch_pods("ns", "3", 1.5, label_selector=SELECTOR))
+        events = list(kube_at(server.url, SHORT).watch("Pod", "ns", "3", 1.5, label_selector=SELECTOR))
         elapsed = time.monotonic() - started
     assert {kind for kind, _ in events} == {"BOOKMARK"}
     assert len(server.watch_requests) >= 2
@@ -174,8 +174,8 @@ def test_deletes_patches_and_reads_reuse_one_connection():
         kube = kube_at(server.url, SHORT)
         for name in ("a", "b", "c"):
             kube.delete("Pod", "ns", name)
-        kube.annotate_pod("ns", "manager", {"distributetrain.io/phase": "Running"})
-        kube.namespace_metadata("ns")
+        kube.patch("Pod", "ns", "manager", {"metadata": {"annotations": {"distributetrain.io/phase": "Running"}}})
+        kube.read("Namespace", None, "ns")
         kube.delete_all("Pod", "ns", ["d"])
     assert len(server.client_ports) == 6
     assert len(set(server.client_ports)) == 1

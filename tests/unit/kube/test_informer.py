@@ -27,13 +27,13 @@ class RecordingKube(FakeKube):
         super().__init__(*args, **kwargs)
         self.watched_from: list[str] = []
 
-    def watch_pods(self, namespace, resource_version, timeout_s, **selectors):
+    def watch(self, kind, namespace, resource_version, timeout_s, **selectors):
         self.watched_from.append(resource_version)
-        return super().watch_pods(namespace, resource_version, timeout_s, **selectors)
+        return super().watch(kind, namespace, resource_version, timeout_s, **selectors)
 
 
 def pods_informer(kube, clock, **kwargs):
-    return Informer(kube, "pods", "ns", selectors={"label_selector": "job=j"}, clock=clock, **kwargs)
+    return Informer(kube, "Pod", "ns", selectors={"label_selector": "job=j"}, clock=clock, **kwargs)
 
 
 def phase_of(name, phase):
@@ -177,7 +177,7 @@ def test_a_deadline_already_past_still_lists_once():
 def test_the_store_keeps_only_what_keep_returns_keyed_by_namespace_across_namespaces():
     clock = FakeClock()
     kube = FakeKube(pods=[pod("a", namespace="x"), pod("b", phase="Succeeded", namespace="y")], clock=clock)
-    informer = Informer(kube, "pods", None, clock=clock,
+    informer = Informer(kube, "Pod", None, clock=clock,
                         keep=lambda p: p["status"]["phase"] if p["status"]["phase"] == "Running" else None)
     changes = []
 

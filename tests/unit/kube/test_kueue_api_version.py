@@ -74,4 +74,4 @@ def test_without_kueue_a_queue_is_bad_input_saying_kueue_is_not_there():
             queueing.check_queue(kube, SETTINGS)
         with pytest.raises(errors.NotFound):
             kube.pending_workloads("ml", "team-a")
-        assert kube.read_kueue("localqueues", "ml", "team-a") is None
+        assert kube.read("LocalQueue", "ml", "team-a") is None

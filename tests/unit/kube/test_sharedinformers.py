@@ -24,10 +24,10 @@ def kinds_seen(batches):
 def test_two_users_of_the_nodes_share_one_list_and_one_watch():
     kube = FakeKube([node("a"), node("b")], clock=RealClock())
     first, second = [], []
-    with Subscription(kube, "nodes", keep=watched_node, clock=kube.clock) as one:
+    with Subscription(kube, "Node", keep=watched_node, clock=kube.clock) as one:
         one.add_handler(first.append)
         wait_for(one.informer, lambda: True)
-        with Subscription(kube, "nodes", keep=watched_node, clock=kube.clock) as other:
+        with Subscription(kube, "Node", keep=watched_node, clock=kube.clock) as other:
             other.add_handler(second.append)
             assert other.informer is one.informer
             # Joining late, it is handed what the informer holds.
@@ -41,10 +41,10 @@ def test_two_users_of_the_nodes_share_one_list_and_one_watch():
 
 def test_the_last_user_leaving_stops_the_informer_and_the_next_lists_afresh():
     kube = FakeKube([node("a")], clock=RealClock())
-    with Subscription(kube, "nodes", keep=watched_node, clock=kube.clock) as one:
+    with Subscription(kube, "Node", keep=watched_node, clock=kube.clock) as one:
         wait_for(one.informer, lambda: True)
     assert sharedinformers.open_informers(kube) == []
-    with Subscription(kube, "nodes", keep=watched_node, clock=kube.clock) as again:
+    with Subscription(kube, "Node", keep=watched_node, clock=kube.clock) as again:
         assert again.informer is not one.informer
         wait_for(again.informer, lambda: True)
     assert kube.node_lists == 2
@@ -52,9 +52,9 @@ def test_the_last_user_leaving_stops_the_informer_and_the_next_lists_afresh():
 
 def test_another_projection_or_another_client_is_another_informer():
     kube, other_kube = FakeKube([node("a")]), FakeKube([node("a")])
-    nodes = Subscription(kube, "nodes", keep=watched_node, clock=kube.clock)
-    whole = Subscription(kube, "nodes", clock=kube.clock)
-    elsewhere = Subscription(other_kube, "nodes", keep=watched_node, clock=kube.clock)
+    nodes = Subscription(kube, "Node", keep=watched_node, clock=kube.clock)
+    whole = Subscription(kube, "Node", clock=kube.clock)
+    elsewhere = Subscription(other_kube, "Node", keep=watched_node, clock=kube.clock)
     assert len({id(nodes.informer), id(whole.informer), id(elsewhere.informer)}) == 3
     assert sharedinformers.open_informers(kube) == [nodes.informer, whole.informer]
     for subscription in (nodes, whole, elsewhere):

@@ -1,81 +1,61 @@
 """The launcher's requests to the apiserver (localcluster/localcluster/probe.py): one kept
 TLS connection per thread however often it polls, and a new one when the server has
-closed it, against a real TLS server with the cluster's certificates."""
+closed it, against the tests' HTTP fake serving TLS with the cluster's certificates and
+asking for a client certificate, as the apiserver does."""
 
-import http.server
+import socket
 import ssl
 import threading
 
 import pytest
 
+from harness.apiserver import HttpFake, Reply
 from localcluster import certs
 from localcluster.certs import ADMIN
 from localcluster.probe import ApiProbe
 
-
-class CountingServer(http.server.ThreadingHTTPServer):
-    """HTTPS with the apiserver's certificate, asking for a client certificate as the
-    apiserver does; counts the TLS connections it accepts. It closes a connection after a
-    reply when `close_next` is set, as an apiserver restart or an idle timeout would."""
-
-    def __init__(self, pki):
-        super().__init__(("127.0.0.1", 0), Handler)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca_cert))
-        context.load_cert_chain(str(pki.cert("apiserver")), str(pki.key("apiserver")))
-        context.verify_mode = ssl.CERT_REQUIRED
-        self.socket = context.wrap_socket(self.socket, server_side=True)
-        self.connections = 0
-        self.close_next = False
-        self.users: list[str] = []
+NODE = {"kind": "Node"}
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class NodeAnswers:
+    """A Node to every request; the reply after ``close_next`` is set closes its connection."""
 
-    def setup(self):
-        super().setup()
-        self.server.connections += 1
+    close_next = False
 
-    def do_GET(self):  # noqa: N802 - http.server's name
-        subject = dict(pair[0] for pair in self.connection.getpeercert()["subject"])
-        self.server.users.append(subject["commonName"])
-        body = b'{"kind": "Node"}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        if self.server.close_next:
-            self.server.close_next = False
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        self.wfile.write(body)
+    def __call__(self, request) -> Reply:
+        close, self.close_next = self.close_next, False
+        return Reply(body=NODE, close=close)
 
-    def log_message(self, *args):
-        pass
+
+def apiserver_tls(pki: certs.Pki) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca_cert))
+    context.load_cert_chain(str(pki.cert("apiserver")), str(pki.key("apiserver")))
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 @pytest.fixture
-def server(tmp_path):
-    running = CountingServer(certs.ensure_pki(tmp_path / "pki"))
-    thread = threading.Thread(target=running.serve_forever, daemon=True)
-    thread.start()
-    yield running
-    running.shutdown()
-    running.server_close()
+def served(tmp_path):
+    answers = NodeAnswers()
+    with HttpFake(answers, tls=apiserver_tls(certs.ensure_pki(tmp_path / "pki"))) as server:
+        yield server, answers
 
 
-def test_polls_share_one_connection_and_a_closed_one_is_replaced(server, tmp_path):
-    probe = ApiProbe(certs.Pki(tmp_path / "pki"), server.server_address[1])
-    assert [probe.node("a") for _ in range(20)] == [{"kind": "Node"}] * 20
+def test_polls_share_one_connection_and_a_closed_one_is_replaced(served, tmp_path):
+    server, answers = served
+    probe = ApiProbe(certs.Pki(tmp_path / "pki"), server.port)
+    assert [probe.node("a") for _ in range(20)] == [NODE] * 20
     assert server.connections == 1
-    server.close_next = True
-    assert probe.node("a") == {"kind": "Node"}  # the reply that closes it
-    assert probe.node("a") == {"kind": "Node"}  # on a new connection, not None
+    answers.close_next = True
+    assert probe.node("a") == NODE  # the reply that closes it
+    assert probe.node("a") == NODE  # on a new connection, not None
     assert server.connections == 2
-    assert set(server.users) == {ADMIN.user}
+    assert {request.client_name for request in server.received} == {ADMIN.user}
 
 
-def test_each_thread_keeps_its_own_connection(server, tmp_path):
-    probe = ApiProbe(certs.Pki(tmp_path / "pki"), server.server_address[1])
+def test_each_thread_keeps_its_own_connection(served, tmp_path):
+    server, _ = served
+    probe = ApiProbe(certs.Pki(tmp_path / "pki"), server.port)
     replies = []
 
     def poll():
@@ -86,12 +66,12 @@ def test_each_thread_keeps_its_own_connection(server, tmp_path):
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
-    assert replies == [{"kind": "Node"}] * 15
+    assert replies == [NODE] * 15
     assert server.connections == 3
 
 
 def test_no_server_is_none_not_an_error(tmp_path):
-    unused = CountingServer(certs.ensure_pki(tmp_path / "pki"))
-    port = unused.server_address[1]
-    unused.server_close()
-    assert ApiProbe(certs.Pki(tmp_path / "pki"), port).node("a") is None
+    with socket.socket() as unused:  # a port nothing listens on once closed
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    assert ApiProbe(certs.ensure_pki(tmp_path / "pki"), port).node("a") is None

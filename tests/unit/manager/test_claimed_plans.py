@@ -74,7 +74,7 @@ def test_the_claims_as_read_with_the_pods_that_mount_a_one_node_one_now():
     assert volumeclaims.read_claims(kube, JOB) is None  # no --pvc: nothing read
 
 
-@pytest.mark.parametrize("refused", ["PersistentVolumeClaim", "PersistentVolume", "storageclasses"])
+@pytest.mark.parametrize("refused", ["PersistentVolumeClaim", "PersistentVolume", "StorageClass"])
 def test_a_manager_rbac_does_not_let_read_a_claim_is_refused_and_submit_leaves_it_to_the_manager(refused):
     kube = cluster(*zonal(), make_claim("fresh").of_class("gp3").obj(), storage_class("gp3"))
     kube.forbidden_reads = {refused}

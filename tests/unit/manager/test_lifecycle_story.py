@@ -58,7 +58,7 @@ def refusing_events(list_pages):
     """``list_pages`` as RBAC without ``events: list`` answers it."""
 
     def listed(kind, namespace=None, **selectors):
-        if kind == "events":
+        if kind == "Event":
             raise errors.Forbidden('events is forbidden: cannot list resource "events" in API group ""')
         return list_pages(kind, namespace, **selectors)
 
@@ -144,7 +144,7 @@ def test_one_list_of_the_job_s_pods_serves_every_wait_of_a_process(story, monkey
         [("demo-chief", ended(0))],
     ])
     # Besides the informer's: the look for an attempt to adopt, and the teardown's.
-    assert (code, lists.count(("pods", SETTINGS.selector))) == (0, 3)
+    assert (code, lists.count(("Pod", SETTINGS.selector))) == (0, 3)
 
 
 @pytest.mark.parametrize("annotations,asked,ids", [

@@ -124,10 +124,11 @@ def test_a_queued_attempt_is_one_gated_group_placed_at_admission(queued_story):
     assert kube.annotation_history(names.ANNOTATION_PLAN) == ["c=2,b=1"]
     assert kube.annotation_history(names.ANNOTATION_PHASE)[0] == "Queued"
     creates = [(verb, name) for verb, kind, name in kube.actions if kind == "Pod" and verb in ("create", "patch")]
-    # The manager pod's fence under the Lease, then each pod pinned and un-gated.
-    assert creates == [("patch", "demo"), ("create", "demo-worker-0"), ("create", "demo-chief"), ("patch", "demo"),
+    # The manager pod labelled for its NetworkPolicy, the pods created, then each pinned and un-gated.
+    assert creates == [("patch", "demo"), ("create", "demo-worker-0"), ("create", "demo-chief"),
                        ("patch", "demo-worker-0"), ("patch", "demo-worker-0"),
                        ("patch", "demo-chief"), ("patch", "demo-chief")]
+    assert len(kube.annotation_history(names.ANNOTATION_BOOKED_AT)) == 1  # the fence under the Lease, at admission
 
 
 def test_at_admission_a_queued_job_s_shares_go_to_the_tightest_rack_that_holds_them(queued_story):
@@ -308,8 +309,8 @@ def test_a_job_queued_into_a_flavor_is_planned_and_placed_on_the_flavor_s_nodes(
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]
     placed = {}
-    patch = kube.patch_pod
-    kube.patch_pod = lambda namespace, name, body: placed.setdefault(name, patch(namespace, name, body))
+    patch = kube.patch
+    kube.patch = lambda kind, namespace, name, body: placed.setdefault(name, patch(kind, namespace, name, body))
     assert lifecycle.execute(kube, SETTINGS, "run", kube.clock) == 0, [e["note"] for e in api.created]
     # Shares on the flavor's tainted nodes, not all on c: the pods run where Kueue put them.
     assert api.created[0]["note"] == "3 GPUs as one workload of 2 pods (2, 1 GPUs) in queue team-a"
@@ -352,7 +353,7 @@ def test_a_pod_kueue_assigned_a_node_whose_gpus_are_taken_is_never_placed_elsewh
 def test_flavors_the_manager_may_not_read_leave_the_job_queued_on_its_own_view(queued_story, caplog):
     kube, api = queued_story
     queue_of(kube, FLAVOR)
-    kube.failures["read_kueue"] = [None, None, errors.forbidden('resourceflavors.kueue.x-k8s.io "ml" is forbidden')]
+    kube.failures["read ResourceFlavor"] = [errors.forbidden('resourceflavors.kueue.x-k8s.io "ml" is forbidden')]
     kube.pods["other-team-c"] = other_team_on("c", 4)
     kube.pod_watches = [[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
                         [("demo-chief", ended(0))]]

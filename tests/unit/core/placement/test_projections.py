@@ -124,8 +124,8 @@ def test_kept_pods_cost_a_small_constant_each_whatever_else_the_nodes_run():
         kube = FakeKube([node(f"n{i}") for i in range(10)],
                         [*(make_pod(f"gpu-{i}").uid(f"uid-{i:08d}").on(f"n{i % 10}").gpus(1).obj() for i in range(gpu_pods)),
                          *(make_pod(f"other-{i}").uid(f"other-{i:08d}").on("n0").obj() for i in range(other_pods))])
-        informer = Informer(kube, "pods", keep=GpuPodClaims(GPU), clock=kube.clock)
-        bodies = [json.dumps(page) for page, _ in kube.list_pages("pods")]
+        informer = Informer(kube, "Pod", keep=GpuPodClaims(GPU), clock=kube.clock)
+        bodies = [json.dumps(page) for page, _ in kube.list_pages("Pod")]
         gc.collect()
         tracemalloc.start()
         try:  # the pages decoded as the client decodes them, then dropped: what stays is the store's

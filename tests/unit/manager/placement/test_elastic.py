@@ -352,7 +352,7 @@ def test_an_overdue_worker_not_deleted_for_an_outage_is_deleted_later():
     kube = follower_kube([chief(), worker(0), worker(1, ready=False)],
                          chief_ends_when=lambda kube: bool(kube.writes("delete")))
     # A deletion's first call annotates the pod with its cause.
-    kube.failures = {"annotate_pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
+    kube.failures = {"annotate Pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
     outcome, recorded = follow(kube, FOLLOWED.replace(num_gpus=3, worker_ready_timeout_s=0.1))
     assert outcome == podwaits.ChiefFinished(0) and kube.writes("delete") == ["j-worker-1"]
     assert any(reason == jobevents.REPLACE_FAILED and "j-worker-1" in note for reason, note in recorded)

@@ -173,7 +173,7 @@ class Followed:
 
 def gpu_pods_informer(server, clock: Clock, relist_delay_s: float) -> Informer:
     """What a waiting manager follows of the pods (``FreeGpuWatch``), one watch call a second."""
-    return Informer(kube_at(server.url, TIMEOUTS), "pods", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
+    return Informer(kube_at(server.url, TIMEOUTS), "Pod", None, selectors={"field_selector": ACTIVE_PODS_SELECTOR},
                     clock=clock, relist_delay_s=relist_delay_s, thread_span_s=1.0)
 
 

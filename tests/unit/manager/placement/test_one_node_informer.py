@@ -41,16 +41,21 @@ class OpenNodeWatches:
     def __init__(self, kube):
         self.open = self.opened = self.most = 0
         self.lock = threading.Lock()
-        self.watch_nodes = kube.watch_nodes
-        kube.watch_nodes = self.watching
+        self.watch = kube.watch
+        kube.watch = self.watching
 
-    def watching(self, resource_version, timeout_s):
+    def watching(self, kind, namespace, resource_version, timeout_s, **selectors):
+        if kind != "Node":
+            return self.watch(kind, namespace, resource_version, timeout_s, **selectors)
+        return self._node_watch(resource_version, timeout_s)
+
+    def _node_watch(self, resource_version, timeout_s):
         with self.lock:
             self.open += 1
             self.opened += 1
             self.most = max(self.most, self.open)
         try:
-            yield from self.watch_nodes(resource_version, timeout_s)
+            yield from self.watch("Node", None, resource_version, timeout_s)
         finally:
             with self.lock:
                 self.open -= 1

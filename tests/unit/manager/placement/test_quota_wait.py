@@ -77,7 +77,7 @@ def sent_after_the_list(kube: FakeKube, *changed: dict) -> None:
 
     def list_all(kind, namespace=None, **selectors):
         found = listed(kind, namespace, **selectors)
-        if kind == "resourcequotas":
+        if kind == "ResourceQuota":
             for quota in changed:
                 kube.put(quota)
         return found
@@ -145,7 +145,7 @@ def test_a_role_that_may_list_quotas_but_not_watch_them_retries_after_the_backof
     clock = FakeClock()
     kube = FakeKube(clock=clock)
     kube.quotas = [gpu_quota("2")]
-    kube.failures["watch_resource_quotas"] = [errors.Forbidden(
+    kube.failures["watch ResourceQuota"] = [errors.Forbidden(
         'resourcequotas is forbidden: User "x" cannot watch resource "resourcequotas"')]
     wait, said = waiting(kube, clock)
     assert wait.wait(errors.forbidden(REFUSAL), 1060.0) == quotawait.TryAgain("5s passed")

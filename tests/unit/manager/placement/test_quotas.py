@@ -94,7 +94,7 @@ def test_the_manager_refuses_before_anything_is_created():
 
 def test_without_the_rule_to_list_quotas_the_check_is_skipped_in_one_line(caplog):
     kube = FakeKube()
-    kube.failures["resource_quotas"] = [errors.Forbidden('resourcequotas is forbidden: User "x" cannot list '
+    kube.failures["list_all ResourceQuota"] = [errors.Forbidden('resourcequotas is forbidden: User "x" cannot list '
                                                          'resource "resourcequotas"')]
     kube.quotas = [quota(pods="0")]
     with caplog.at_level(logging.WARNING):

@@ -54,7 +54,7 @@ def test_a_node_selector_the_runtime_class_contradicts_is_bad_input():
 
 def test_without_the_rule_to_read_it_the_job_is_planned_without_its_terms(caplog):
     kube = with_runtime_class()
-    kube.failures["read_custom"] = [errors.Forbidden('runtimeclasses.node.k8s.io "kata-nvidia" is forbidden: User '
+    kube.failures["read RuntimeClass"] = [errors.Forbidden('runtimeclasses.node.k8s.io "kata-nvidia" is forbidden: User '
                                                      '"system:serviceaccount:ml:distributetrain-manager" cannot get')]
     with caplog.at_level(logging.WARNING):
         assert runtimeclass.with_runtime_class(kube, JOB) == JOB
@@ -63,7 +63,7 @@ def test_without_the_rule_to_read_it_the_job_is_planned_without_its_terms(caplog
 
 def test_without_a_runtime_class_nothing_is_read():
     kube = with_runtime_class()
-    kube.failures["read_custom"] = [AssertionError("read")]
+    kube.failures["read RuntimeClass"] = [AssertionError("read")]
     assert runtimeclass.with_runtime_class(kube, JOB.replace(runtime_class="")) == JOB.replace(runtime_class="")
 
 

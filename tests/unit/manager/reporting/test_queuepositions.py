@@ -137,7 +137,7 @@ def test_a_forbidden_read_ends_the_polling_and_failed_reads_are_skipped():
 def test_a_position_not_recorded_is_recorded_at_the_next_poll():
     kube, clock = FakeKube(), WatchedClock()
     kube.pending = {("ml", "team-a"): pending("demo-r1-ab12")}
-    kube.failures["annotate_pod"] = [errors.TransientApiError("apiserver restarting")]
+    kube.failures["annotate Pod"] = [errors.TransientApiError("apiserver restarting")]
     reads = counted_reads(kube, clock)
     with polling(kube, clock, poll_s=POLL_S):
         next_looks(clock, reads, 1, POLL_S)

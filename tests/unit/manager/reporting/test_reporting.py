@@ -138,7 +138,7 @@ def test_the_spec_is_recorded_on_the_manager_pod_and_a_failure_to_is_no_failure(
     kube = FakeKube()
     Reporter(kube, SETTINGS, recording(SETTINGS, kube.clock)[0]).spec()
     assert patches(kube) == [{"distributetrain.io/spec": jobspec.to_json(SETTINGS)}]
-    kube.failures = {"annotate_pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
+    kube.failures = {"annotate Pod": [errors.TransientApiError("the API server stayed unreachable for 30s")]}
     Reporter(kube, SETTINGS, recording(SETTINGS, kube.clock)[0]).spec()
 
 

@@ -74,7 +74,7 @@ def test_another_runs_secret_is_left_alone():
 
 def test_a_role_without_deletecollection_gets_one_delete_per_pod_as_before(caplog):
     kube = a_finished_job()
-    kube.failures["delete_pods"] = [errors.Forbidden(
+    kube.failures["delete_collection Pod"] = [errors.Forbidden(
         'pods is forbidden: User "system:serviceaccount:ml:distributetrain" cannot deletecollection resource "pods"')]
     with caplog.at_level(logging.WARNING):
         deleted = tear_down(kube, JOB, keep_chief=True)
@@ -88,7 +88,7 @@ def test_a_role_without_deletecollection_gets_one_delete_per_pod_as_before(caplo
 
 def test_other_errors_are_raised_not_hidden_by_the_fallback():
     kube = a_finished_job()
-    kube.failures["delete_pods"] = [errors.ApiError("etcdserver: request timed out")]
+    kube.failures["delete_collection Pod"] = [errors.ApiError("etcdserver: request timed out")]
     with pytest.raises(errors.ApiError):
         tear_down(kube, JOB, keep_chief=False)
     assert kube.actions == []
@@ -122,7 +122,7 @@ def kube_for(url: str) -> Kube:
 
 def test_one_deletecollection_by_label_and_field_selector_in_the_background_retried_while_the_server_restarts():
     with recording_server(503) as server:
-        deleted = kube_for(server.url).delete_pods("ml", SELECTOR, "metadata.name!=demo-chief")
+        deleted = kube_for(server.url).delete_collection("Pod", "ml", SELECTOR, "metadata.name!=demo-chief")
     assert deleted == ["demo-worker-0", "demo-worker-1"]
     request = ("DELETE", "/api/v1/namespaces/ml/pods", {"labelSelector": SELECTOR,
                                                          "fieldSelector": "metadata.name!=demo-chief"},
@@ -132,5 +132,5 @@ def test_one_deletecollection_by_label_and_field_selector_in_the_background_retr
 
 def test_rbacs_refusal_of_deletecollection_is_forbidden_at_once():
     with recording_server(403) as server, pytest.raises(errors.Forbidden):
-        kube_for(server.url).delete_pods("ml", SELECTOR)
+        kube_for(server.url).delete_collection("Pod", "ml", SELECTOR)
     assert [query for _, _, query, _ in requests(server)] == [{"labelSelector": SELECTOR}]
