@@ -2,8 +2,10 @@
 
 The kubelet sets kernel tunables at start (`protectKernelDefaults: false`: it would
 otherwise refuse to start on a machine that has other values), writes symlinks to
-container logs in /var/log/containers, and the CNI plugins cache results in
-/var/lib/cni; containerd's shims put sockets in /run/containerd/s. And the nodes need
+container logs in /var/log/containers and its device plugins' socket in
+/var/lib/kubelet/device-plugins (a path in its code, for every kubelet of the host), and
+the CNI plugins cache results in /var/lib/cni; containerd's shims put sockets in
+/run/containerd/s. And the nodes need
 more inotify instances than a host allows by default (`raise_inotify_limits`). Before
 the first node starts, `record` notes how the host was; `restore`, at `down`, puts it back:
 the sysctls to their values, the directories gone if they were not there, and in any
@@ -35,7 +37,8 @@ RECORDED_SYSCTLS = (*KERNEL_TUNABLES, *INOTIFY_MINIMUMS)
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
 CNI_CACHE = Path("/var/lib/cni")
 SHIM_SOCKETS = Path("/run/containerd")
-HOST_DIRECTORIES = (CONTAINER_LOG_LINKS, CNI_CACHE, SHIM_SOCKETS)
+KUBELET_DIRECTORY = Path("/var/lib/kubelet")
+HOST_DIRECTORIES = (CONTAINER_LOG_LINKS, CNI_CACHE, SHIM_SOCKETS, KUBELET_DIRECTORY)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ def restore(state_file: Path, run_root: Path) -> None:
     """Undo what the nodes of the cluster in `run_root` changed; a no-op if none started."""
     remove_entries(run_root, NETWORK_PREFIX)
     remove_dead_shim_sockets()
+    _remove_dead_sockets(KUBELET_DIRECTORY / "device-plugins")
     if not state_file.exists():
         return
     before = HostState(**json.loads(state_file.read_text()))
@@ -85,7 +89,11 @@ def restore(state_file: Path, run_root: Path) -> None:
 def remove_dead_shim_sockets() -> None:
     """containerd's shims leave their sockets in /run/containerd/s when killed: remove those
     nobody listens on any more (a live one is a running shim's, of a node or of anyone)."""
-    for entry in (SHIM_SOCKETS / "s").glob("*"):
+    _remove_dead_sockets(SHIM_SOCKETS / "s")
+
+
+def _remove_dead_sockets(directory: Path) -> None:
+    for entry in directory.glob("*"):
         if not entry.is_socket():
             continue
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
