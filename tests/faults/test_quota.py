@@ -41,22 +41,31 @@ def test_a_job_runs_in_a_namespace_whose_quota_requires_requests(cluster, api_cl
 ROOMY_QUOTA_HARD = {"requests.cpu": "2", "requests.memory": "20Gi", "limits.memory": "20Gi"}
 
 
-def hold_quota(api_client, namespace: str, memory: str) -> None:
-    """A pod of another team that the quota charges: Pending for ever (no node matches),
-    as a pod waiting for its node still counts against the quota."""
-    client.CoreV1Api(api_client).create_namespaced_pod(namespace, {
+def quota_held_by_another_team(api_client, namespace: str, hard: dict, resources: dict,
+                               counted: tuple[str, str]) -> None:
+    """``hard`` as the namespace's quota, part of it held by another team's pod: Pending for
+    ever (no node matches), as a pod waiting for its node still counts against the quota.
+    The pod comes first, and the wait is for the quota controller's own count of it
+    (``counted``: a resource and the amount used): the controller recounts from its cache of
+    pods, and a recount from a cache that had not seen the pod yet wrote "0 used" over
+    admission's count (on a loaded run a job then fitted where it should not have)."""
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_pod(namespace, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other-team"},
-        "spec": {"nodeSelector": {"distributetrain.test/no-such-node": "true"},
-                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {"requests": {"cpu": "10m", "memory": memory},
-                                               "limits": {"memory": memory}}}]}})
+        "spec": {"nodeSelector": {"distributetrain.test/no-such-node": "true"}, "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": resources}]}})
+    create_quota(api_client, namespace, hard)
+    resource, amount = counted
+    poll_until(lambda: (core.read_namespaced_resource_quota("compute", namespace).status.used or {}).get(resource)
+               == amount, 60, f"the quota controller to count {amount} {resource} used", interval_s=0.2)
 
 
 @pytest.mark.parametrize("policy", ["resource-quota", "limit-range"])
 def test_a_refusal_by_quota_or_limit_range_is_its_own_exit_code(cluster, api_client, namespace, jobs, policy):
     if policy == "resource-quota":
-        create_quota(api_client, namespace, ROOMY_QUOTA_HARD)
-        hold_quota(api_client, namespace, "6Gi")  # 16Gi of the 14Gi left: refused at creation
+        held = {"requests": {"cpu": "10m", "memory": "6Gi"}, "limits": {"memory": "6Gi"}}
+        # 16Gi of the 14Gi left: refused at creation
+        quota_held_by_another_team(api_client, namespace, ROOMY_QUOTA_HARD, held, ("requests.memory", "6Gi"))
         refusal = "exceeded quota: compute"
     else:
         client.CoreV1Api(api_client).create_namespaced_limit_range(namespace, {

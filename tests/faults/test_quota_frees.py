@@ -10,21 +10,18 @@ from kubernetes import client
 
 from jobharness import SCRIPTS, job_args, node_pool, script_volume
 from harness.polling import poll_until
-from test_quota import QUOTA_EXIT_CODE, create_quota
+from test_quota import QUOTA_EXIT_CODE, quota_held_by_another_team
 
 pytestmark = pytest.mark.cluster
 
-GPU_QUOTA_HARD = {"requests.nvidia.com/gpu": "2"}  # the whole 2-GPU job, once nobody else uses any
+GPU = "nvidia.com/gpu"
+GPU_QUOTA_HARD = {f"requests.{GPU}": "2"}  # the whole 2-GPU job, once nobody else uses any
 
 
-def hold_a_gpu_of_the_quota(api_client, namespace: str) -> None:
-    """Another team's pod the quota charges one GPU: Pending for ever (no node matches), as
-    a pod waiting for its node still counts against the quota, so it holds no node's GPU."""
-    client.CoreV1Api(api_client).create_namespaced_pod(namespace, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other-team"},
-        "spec": {"nodeSelector": {"distributetrain.test/no-such-node": "true"}, "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {"requests": {"cpu": "10m"}, "limits": {"nvidia.com/gpu": "1"}}}]}})
+def quota_with_a_gpu_held(api_client, namespace: str) -> None:
+    """The job's 2-GPU quota, one GPU of it held by another team's pod that holds no node's."""
+    quota_held_by_another_team(api_client, namespace, GPU_QUOTA_HARD, {"requests": {"cpu": "10m"}, "limits": {GPU: "1"}},
+                               (f"requests.{GPU}", "1"))
 
 
 def phase_of(pod: dict) -> str:
@@ -46,8 +43,7 @@ def scripts(api_client, namespace, tmp_path):
 
 
 def test_a_job_waits_through_a_full_quota_and_trains_once_it_frees(cluster, api_client, namespace, jobs, scripts):
-    create_quota(api_client, namespace, GPU_QUOTA_HARD)
-    hold_a_gpu_of_the_quota(api_client, namespace)  # 1 of 2 used: the job's second pod is refused
+    quota_with_a_gpu_held(api_client, namespace)  # 1 of 2 used: the job's second pod is refused
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         jobs.submit("patient", job_args(pool, scripts, 2, "--wait-for-gpus=3m"))
         jobs.wait_for("patient", lambda pod: phase_of(pod) == "WaitingForQuota", 120)
@@ -76,8 +72,7 @@ def test_a_job_waits_through_a_full_quota_and_trains_once_it_frees(cluster, api_
 
 
 def test_a_quota_that_stays_full_ends_the_job_with_73_at_the_deadline(cluster, api_client, namespace, jobs, scripts):
-    create_quota(api_client, namespace, GPU_QUOTA_HARD)
-    hold_a_gpu_of_the_quota(api_client, namespace)
+    quota_with_a_gpu_held(api_client, namespace)
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         started = time.monotonic()
         jobs.submit("stuck", job_args(pool, scripts, 2, "--wait-for-gpus=30s"))

@@ -119,7 +119,10 @@ def test_an_unschedulable_worker_says_why_within_5s(cluster, api_client, namespa
 def _unschedulable_worker_says_why(cluster, api_client, namespace, jobs, tmp_path):
     with node_pool(cluster, {"a": 1, "b": 1}) as pool, \
             script_volume(api_client, namespace, SCRIPTS, tmp_path) as claim:
-        jobs.submit("unsched", job_args(pool, claim, 2, "--pvc=never-bound:/data", "--worker-ready-timeout=20s"))
+        # The timeout leaves the CLI's two start-ups below time to read the job still waiting
+        # (on a loaded host the job had ended at 20 s, before the second), and is far beyond
+        # REASON_WITHIN_S: a manager that waited it out before saying why still fails.
+        jobs.submit("unsched", job_args(pool, claim, 2, "--pvc=never-bound:/data", "--worker-ready-timeout=60s"))
         jobs.wait_for("unsched-worker-0", unschedulable, 90)
         seen_at, seen_wall = time.monotonic(), datetime.now()
 
