@@ -14,7 +14,11 @@ cd "$here" || exit 1
 # failed. pytest's default root (/tmp/pytest-of-USER) keeps the last three sessions, and
 # a retention of none there would delete a concurrent session's directories as it exits.
 basetemp="$(mktemp -d /tmp/distributetrain-tests-XXXXXX)"
-pytest=("$DT_VENV/bin/python" -m pytest -ra)
+# Each step's JUnit report, with what a failed test printed and logged. After a failure they
+# are kept here (a CI page shows only part of the output; the cluster's logs stay too), and
+# the last lines printed name each failed test and its first line (scripts/test-failures.py).
+reports="/tmp/distributetrain-test-reports"
+pytest=("$DT_VENV/bin/python" -m pytest -ra -o junit_logging=all -o junit_log_passing_tests=false)
 cluster_tiers=(tests/cluster tests/integration tests/e2e tests/platforms tests/faults)
 # Every test of 3 s or more, for scripts/test-durations.py to refresh the order from.
 timed=(--durations=0 --durations-min=3)
@@ -38,10 +42,16 @@ trap 'failed=1; take_down; rm -rf "$basetemp"; exit 130' INT TERM
 # The unit tests need no cluster and each takes its own ports and temporary paths. Some
 # wait on real sockets (the API layer's timeouts): three at a time keep both cores busy
 # meanwhile (62 s two at a time, 53 three).
-"${pytest[@]}" --basetemp="$basetemp/unit" --durations=15 -n 3 tests/unit || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" --basetemp="$basetemp/cluster" "${timed[@]}" -n "${DT_CLUSTER_WORKERS:-4}" \
+"${pytest[@]}" --basetemp="$basetemp/unit" --junitxml="$basetemp/unit.xml" --durations=15 -n 3 tests/unit || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" --basetemp="$basetemp/cluster" --junitxml="$basetemp/cluster.xml" "${timed[@]}" -n "${DT_CLUSTER_WORKERS:-4}" \
   --dist loadgroup -m "not exclusive" "${cluster_tiers[@]}" || failed=1
-DT_KEEP_CLUSTER=1 "${pytest[@]}" --basetemp="$basetemp/exclusive" "${timed[@]}" -m exclusive "${cluster_tiers[@]}" || failed=1
+DT_KEEP_CLUSTER=1 "${pytest[@]}" --basetemp="$basetemp/exclusive" --junitxml="$basetemp/exclusive.xml" "${timed[@]}" -m exclusive "${cluster_tiers[@]}" || failed=1
 take_down
+rm -rf "$reports"
+if [ "$failed" != 0 ]; then
+  mkdir -p "$reports" && cp "$basetemp"/*.xml "$reports"/ 2>/dev/null
+  echo "the steps' reports (what each failed test printed and logged): $reports"
+  "$DT_VENV/bin/python" scripts/test-failures.py "$basetemp"/{unit,cluster,exclusive}.xml
+fi
 rm -rf "$basetemp"
 exit "$failed"

@@ -63,6 +63,21 @@ def wait_for_line(jobs, pod, pattern, after=0, timeout_s=PHASE_TIMEOUT_S):
                       in ("Succeeded", "Failed"))
 
 
+def exit_code_once_trained(jobs, manager: str, chief: str) -> int:
+    """The manager's exit code, waited for as long as the chief trains: each PHASE_TIMEOUT_S
+    must see a new epoch (a loaded machine trains slowly but goes on; a hang stops the log)."""
+    last_epoch = None
+    while True:
+        try:
+            return jobs.exit_code(manager, timeout_s=PHASE_TIMEOUT_S)
+        except AssertionError as error:
+            epochs = EPOCH_LINE.findall(jobs.log_tail(chief, lines=100000))
+            if not epochs or epochs[-1] == last_epoch:
+                raise AssertionError(f"{error}\nno new epoch in {PHASE_TIMEOUT_S} s; {chief}'s log (tail):\n"
+                                     f"{jobs.log_tail(chief)}") from None
+            last_epoch = epochs[-1]
+
+
 def claims_in(api_client, namespace: str) -> list[str]:
     """The ResourceClaims and ResourceClaimTemplates in the namespace."""
     custom = client.CustomObjectsApi(api_client)
@@ -114,7 +129,7 @@ def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_when_a_gpu_frees
             raise AssertionError(f"{error}\npods: {pods}\nthe manager's log:\n{jobs.log_tail('flex')}") from None
         assert grown.group(1, 2) == ("2", "3"), jobs.log_tail("flex-chief")
         assert jobs.pod("flex-worker-2")["spec"]["resourceClaims"], "the replacement's GPU is not a claim's"
-        assert jobs.exit_code("flex", timeout_s=PHASE_TIMEOUT_S) == 0, jobs.log_tail("flex")
+        assert exit_code_once_trained(jobs, "flex", "flex-chief") == 0, jobs.log_tail("flex")
         manager_log = jobs.logs("flex")
         assert "replacing lost workers: 1 of 1 missing GPUs: flex-worker-2" in manager_log, manager_log
         jobs.wait_gone(["flex-worker-1", "flex-worker-2"])
@@ -181,7 +196,7 @@ def test_a_rank_killed_on_the_chief_s_own_pod_rejoins_after_horovod_s_cooldown(c
         assert shrunk.group(1, 2) == ("3", "2"), jobs.log_tail("crash-chief")
         grown = wait_for_line(jobs, "crash-chief", WORLD_SIZE_LINE, shrunk.end())
         assert grown.group(1, 2) == ("2", "3"), jobs.log_tail("crash-chief")
-        assert jobs.exit_code("crash", timeout_s=PHASE_TIMEOUT_S) == 0, jobs.log_tail("crash")
+        assert exit_code_once_trained(jobs, "crash", "crash-chief") == 0, jobs.log_tail("crash")
         manager_log = jobs.logs("crash")
         assert "replacing lost workers" not in manager_log, manager_log
         jobs.wait_gone(["crash-worker-0", "crash-worker-1"])  # the chief is kept for its logs
