@@ -1,13 +1,10 @@
 """`make demo` says why the manager failed or never ran, from its pod's own status."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SPEC = importlib.util.spec_from_file_location("demo", Path(__file__).resolve().parents[2] / "scripts" / "demo.py")
-demo = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(demo)
+from harness import scripts
+
+demo = scripts.load("demo.py")
 
 
 def pod(state: dict) -> dict:

@@ -2,13 +2,9 @@
 test of the steps' JUnit reports, with the first line of what it said; a step that wrote no
 report (it never started) adds nothing."""
 
-import importlib.util
-from pathlib import Path
+from harness import scripts
 
-SPEC = importlib.util.spec_from_file_location(
-    "test_failures", Path(__file__).resolve().parents[1].parent / "scripts" / "test-failures.py")
-digest = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(digest)
+digest = scripts.load("test-failures.py")
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.faults.test_faults" name="test_ten_managers_at_once_room_for_three" time="300"/>

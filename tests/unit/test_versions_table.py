@@ -1,13 +1,11 @@
 """`make test-versions`' table (scripts/versions_table.py): one row per release, each smoke
 column's outcome from the release's JUnit XML, columns skipped on a release with their why."""
 
-import importlib.util
 from pathlib import Path
 
-SPEC = importlib.util.spec_from_file_location(
-    "versions_table", Path(__file__).resolve().parents[1].parent / "scripts" / "versions_table.py")
-versions_table = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(versions_table)
+from harness import scripts
+
+versions_table = scripts.load("versions_table.py")
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.versions.test_cluster_release" name="test_the_api_server_and_a_kubelet_run_the_release_asked_for" time="20"/>
