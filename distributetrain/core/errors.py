@@ -161,5 +161,12 @@ class AttemptLost(JobFailed):
         super().__init__(f"{cause}; aborted the job", exit_code)
 
 
-class Cancelled(DistributeTrainError):
-    """SIGTERM or SIGINT: tear down and stop."""
+class Cancelled(BaseException):
+    """SIGTERM or SIGINT: tear down and stop.
+
+    Raised by the signal's handler wherever the main thread is, often inside an API call
+    whose failure the code around it tolerates (a best-effort annotation, a retried
+    replacement): like KeyboardInterrupt, it is no error of the job, so no ``except
+    Exception`` or ``except DistributeTrainError`` takes it for one and goes on. A
+    manager whose only SIGTERM was swallowed so trained on and was killed at the end of
+    its grace period, the job left to the garbage collector."""

@@ -95,10 +95,16 @@ def test_manager_pod_deleted_mid_job_everything_goes(cluster, jobs, scripts, res
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         jobs.submit("deleted", job_args(pool, scripts, 2, script_args=("0", LONG_TRAINING_S)),
                     restart_policy=restart_policy)
-        wait_running(jobs, "deleted-chief")
-        jobs.core.delete_namespaced_pod("deleted", jobs.namespace)
-        wait_nothing_left(jobs, "deleted")
-        jobs.wait_gone(["deleted"])
+        with jobs.recording("deleted") as manager_log:  # the pod goes: its log only so
+            wait_running(jobs, "deleted-chief")
+            jobs.core.delete_namespaced_pod("deleted", jobs.namespace)
+            try:
+                wait_nothing_left(jobs, "deleted")
+                jobs.wait_gone(["deleted"])
+            except AssertionError as error:
+                manager = (jobs.pod("deleted") or {}).get("status")
+                raise AssertionError(f"{error}\nthe manager pod: {json.dumps(manager)[:3000]}\nits log:\n"
+                                     + "\n".join(manager_log)) from None
 
 
 def test_manager_pod_deleted_without_grace_garbage_collector_deletes_the_job(cluster, jobs, scripts):

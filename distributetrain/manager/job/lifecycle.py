@@ -92,6 +92,8 @@ def _run_phase(
             outcome = None if failed_with is None else (failed_with, ending.abnormal_end(failed_with))
             return ending.Ending(exitcodes.OK, tear_down=True, keep_chief=not settings.delete_chief, outcome=outcome,
                                  unless_recorded=True, failed=True, unless_restarting=unless_restarting)
+    except errors.Cancelled as e:
+        return ending.failure(e, str(e), f"job {settings.job_name} cancelled: {e}")
     except errors.UsageError as e:
         # Raised before anything is created (pre-flight and request checks); a followed
         # phase may still hold what pre-training or an earlier attempt created.

@@ -239,9 +239,7 @@ class ElasticFollower:
             try:
                 self._drop_overdue(pods)
                 self._replace_if_short(pods)
-            except errors.Cancelled:
-                raise  # SIGTERM: teardown
-            except errors.DistributeTrainError as e:
+            except errors.DistributeTrainError as e:  # (SIGTERM's Cancelled is none: teardown)
                 self._failed_to_grow_back(e)
 
     def _failed_to_grow_back(self, error: errors.DistributeTrainError) -> None:
@@ -277,8 +275,6 @@ class ElasticFollower:
             log.warning("job %s: deleting worker %s: %s", settings.job_name, name, why)
             try:
                 delete_because(self.kube, settings.namespace, name, why)
-            except errors.Cancelled:
-                raise
             except errors.DistributeTrainError as e:
                 # Still overdue at the next pass: deleted then.
                 raise errors.ApiError(f"could not delete worker {name}: {e}") from e

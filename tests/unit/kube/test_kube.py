@@ -159,3 +159,12 @@ def test_retries_stop_at_the_deadline():
     with pytest.raises(errors.TransientApiError):
         call(operation, deadline_s=0.5, clock=clock)
     assert clock.monotonic() - started < 0.5 and 2 <= len(calls) < 10
+
+
+def test_a_cancellation_during_a_request_stays_a_cancellation():
+    """SIGTERM's handler raises Cancelled wherever the main thread is, often in a request."""
+    cancelled = errors.Cancelled("received SIGTERM")
+    operation, calls = failing(cancelled)
+    with pytest.raises(errors.Cancelled) as raised:
+        call(operation, clock=FakeClock())
+    assert raised.value is cancelled and len(calls) == 1

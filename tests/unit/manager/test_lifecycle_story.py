@@ -76,7 +76,7 @@ def story(monkeypatch, tmp_path):
 
     def run(watches, settings=SETTINGS, nodes=(("a", 1), ("b", 1)), pods_stay_terminating=False,
             phases=("run",), pods=(), record=None, on_create=(), events=(), events_forbidden=False,
-            real_time=False, objects=(), namespace_annotations=None, manager_started=None):
+            real_time=False, objects=(), namespace_annotations=None, manager_started=None, failures=None):
         """``nodes``: (name, GPUs) or whole Nodes; ``pods`` exist before the manager starts;
         ``record`` is on its pod already; ``on_create`` change each object created, as
         mutating webhooks do; ``events``: core/v1 Events of the namespace already (the
@@ -84,7 +84,8 @@ def story(monkeypatch, tmp_path):
         ``real_time``, on the real clock (Events a story sends reach the manager on an
         informer's own thread, in real time); ``objects``: others the cluster has already
         (the job's PersistentVolumeClaims and their volumes); ``namespace_annotations``: the job
-        namespace's; ``manager_started``: the manager pod's status.startTime."""
+        namespace's; ``manager_started``: the manager pod's status.startTime; ``failures``:
+        FakeKube's scripted failures of its calls."""
         kube = FakeKube([n if isinstance(n, dict) else node(*n) for n in nodes], pods,
                         clock=RealClock() if real_time else clock)
         kube.events = list(events)
@@ -99,6 +100,7 @@ def story(monkeypatch, tmp_path):
             kube.manager["status"]["startTime"] = manager_started
         kube.pod_watches = watches
         kube.pods_stay_terminating = pods_stay_terminating
+        kube.failures = dict(failures or {})
         for phase in phases:  # as manager.sh runs them, one process after the other
             code = lifecycle.execute(kube, settings, phase, kube.clock)
         return code, [(e["reason"], e["type"], e["note"]) for e in api.created], kube
@@ -254,6 +256,20 @@ def test_a_failed_job_ends_with_a_warning_naming_the_exit_code(story):
     assert [r[0] for r in recorded] == ["Planned", "WorkersCreated", "ChiefCreated", "WorkersReady", "ChiefStarted",
                                         "Failed"]
     assert recorded[-1] == ("Failed", "Warning", "chief exited with code 1 (exit code 1)")
+
+
+def test_a_sigterm_during_a_best_effort_api_call_still_ends_the_job(story):
+    """The signal's handler raises in whatever call the main thread is in: here the first,
+    the best-effort write of the job's spec, whose API errors the job rides out. The
+    cancellation is no API error: the job ends (143) and starts nothing. (Taken for one, it
+    was logged and the job trained on; its only SIGTERM spent, the manager was killed at
+    the end of its grace period.)"""
+    code, recorded, kube = story([[("demo-worker-0", running()), ("demo-chief", running(ip="10.0.0.3"))],
+                                  [("demo-chief", ended(0))]],
+                                 failures={"annotate Pod": [errors.Cancelled("received SIGTERM")]})
+    assert code == 143
+    assert recorded == [("Failed", "Warning", "received SIGTERM (exit code 143)")]
+    assert kube.pods == {} and kube.secrets == {}
 
 
 def test_workers_never_ready_are_released_and_the_job_fails_saying_why(story):
