@@ -95,7 +95,7 @@ def test_manager_pod_deleted_mid_job_everything_goes(cluster, jobs, scripts, res
     with node_pool(cluster, {"a": 1, "b": 1}) as pool:
         jobs.submit("deleted", job_args(pool, scripts, 2, script_args=("0", LONG_TRAINING_S)),
                     restart_policy=restart_policy)
-        with jobs.recording("deleted") as manager_log:  # the pod goes: its log only so
+        with jobs.recording("deleted") as manager_log:  # kept as written: the pod and its log go
             wait_running(jobs, "deleted-chief")
             jobs.core.delete_namespaced_pod("deleted", jobs.namespace)
             try:
