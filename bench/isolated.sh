@@ -29,11 +29,21 @@ mount -t sysfs bench-sysfs /sys
 mount --move "$cgroup_keep" /sys/fs/cgroup
 rmdir "$cgroup_keep"
 ip link set lo up
+take_down() {
+    "$DT_VENV/bin/python" -m localcluster down --purge >/dev/null 2>&1 || true
+    # Never delete through a mount (a pod's bind of base_image/ would lose its files).
+    if ! grep -qF " $DT_RUN" /proc/self/mountinfo; then
+        rm -rf "$DT_RUN"
+    fi
+}
+trap take_down EXIT
+# The benchmark runs in the background so that a SIGTERM or ^C reaches it at once (bash
+# runs a trap only after its foreground command ends) and its cluster goes after it.
+"$@" &
+benchmark=$!
+trap 'kill -TERM "$benchmark" 2>/dev/null' TERM INT
 status=0
-"$@" || status=$?
-"$DT_VENV/bin/python" -m localcluster down --purge >/dev/null 2>&1 || true
-# Never delete through a mount (a pod's bind of base_image/ would lose its files).
-if ! grep -qF " $DT_RUN" /proc/self/mountinfo; then
-    rm -rf "$DT_RUN"
-fi
+while kill -0 "$benchmark" 2>/dev/null; do
+    wait "$benchmark" && status=0 || status=$?
+done
 exit "$status"

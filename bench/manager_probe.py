@@ -5,8 +5,9 @@ settings parsed by the manager's own flags, its record and Events on a stand-in 
 pod), then waits for the benchmark's word on stdin, so that every manager of a run
 starts booking at the same moment whatever its start-up took; it books (pre-training's
 placement: the survey, the Lease, the pods created), and prints one JSON line: the
-seconds from the word to its pods created, its API requests (every HTTP request its
-clients sent), and its peak resident memory.
+seconds from the word to its pods created, the CPU seconds it used meanwhile, its API
+requests (every HTTP request its clients sent), and its peak resident memory. Its log
+(the manager's own lines, timed) goes to stderr.
 
 Run from a tree's root (``python -m`` puts it first on the path), so a tree of another
 commit measures that commit's manager: today's ``DirectPlacement.place``, or, in the tree
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import signal
 import sys
@@ -61,11 +63,11 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
     baseline_mib = memory_mib("VmRSS")
     print("ready", flush=True)
     sys.stdin.readline()  # the benchmark's word: every manager books from here
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     plan = place()
-    seconds = time.monotonic() - started
+    seconds, cpu_s = time.monotonic() - started, time.process_time() - cpu_started
     reporter.events.close()
-    return {"job": job, "gpus": gpus, "seconds": seconds, "pods": len(plan), "requests": sent[0],
+    return {"job": job, "gpus": gpus, "seconds": seconds, "cpu_s": cpu_s, "pods": len(plan), "requests": sent[0],
             "baseline_rss_mib": baseline_mib, "peak_rss_mib": memory_mib("VmHWM")}
 
 
@@ -109,6 +111,8 @@ def main() -> None:
     # The benchmark ends a round's stragglers with SIGTERM: exiting through SystemExit runs
     # the client's atexit, which deletes the kubeconfig's keys it wrote to /tmp.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # The manager's own log lines, timed, in the round's log of this manager (--keep-logs).
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s.%(msecs)03d %(name)s %(message)s", datefmt="%H:%M:%S")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("namespace", "job", "selector", "uid"):
         parser.add_argument(f"--{name}", required=True)

@@ -33,6 +33,7 @@ import argparse
 import json
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -215,10 +216,13 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
+    # Stopped (bench/isolated.sh passes its SIGTERM on), a round's managers are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, nargs="*", default=list(POD_SERIES))
     parser.add_argument("--managers", type=int, nargs="*", default=list(MANAGER_COUNTS))
     parser.add_argument("--approaches", nargs="*", default=list(APPROACHES))
+    parser.add_argument("--keep-logs", type=Path, help="a directory to keep every manager's log in, by round")
     args = parser.parse_args()
     rng = random.Random(SEED)
     prefix = f"bmm{testbed.short_id()}"
@@ -242,7 +246,7 @@ def main() -> None:
                 for count in args.managers:
                     jobs = {f"job-{count}-{i:03d}": rng.randint(*GPUS_PER_JOB) for i in range(count)}
                     for approach in args.approaches:
-                        logs = Path(scratch) / "logs" / f"{target}-{count}-{approach}"  # each round's own
+                        logs = (args.keep_logs or Path(scratch) / "logs") / f"{target}-{count}-{approach}"
                         logs.mkdir(parents=True)
                         result = run_round(api_client, namespace, selector, probe_tree(approach, before), jobs, logs)
                         rounds.append({"pods": target, "count": count, "approach": approach,

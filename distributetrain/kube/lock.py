@@ -8,7 +8,11 @@ whatever its job's namespace, because GPUs are a cluster-wide resource.
   one contender wins each round. A busy Lease is watched, not polled: a contender tries
   again at the change that frees it (a release, or the holder's lease judged expired),
   so the Lease passes from one manager to the next in one watch event, however many
-  wait. It is waited for for ``LOCK_TIMEOUT_S``, or for as long as the job may still
+  wait. A contender tries on the object the event carries, and goes on with the same
+  watch when another won: a hand-off costs each contender one update, never a read or
+  a new connection (100 managers starting together re-read the Lease and reconnected a
+  watch at each of its changes, hundreds of TLS handshakes a turn, which saturated the
+  API server). It is waited for for ``LOCK_TIMEOUT_S``, or for as long as the job may still
   wait for GPUs (``--wait-for-gpus``) if that is longer: a manager allowed to wait an
   hour must not fail because others planned meanwhile.
 - Holding it: a daemon thread renews it every third of its duration while the
@@ -97,32 +101,40 @@ class PlacementLock:
     def __enter__(self) -> "PlacementLock":
         started = self.clock.monotonic()
         give_up_at = max(started + self.timeout_s, self.wait_until)
-        while not self._try_acquire(lease := self.kube.read("Lease", self.namespace, self.name)):
+        lease = self.kube.read("Lease", self.namespace, self.name)
+        while not self._try_acquire(lease):
             if self.clock.monotonic() >= give_up_at:
                 raise errors.LeaseBusy(
                     f"could not take the placement lock Lease {self.where} within {give_up_at - started:.0f}s")
-            self._wait_for_change(lease, give_up_at)
+            if self._try_at_each_change(lease, give_up_at):
+                break
+            lease = self.kube.read("Lease", self.namespace, self.name)
         log.info("took placement lock %s", self.where)
         self._renewer = threading.Thread(target=self._renew_until_stopped, name="lease-renewer", daemon=True)
         self._renewer.start()
         return self
 
-    def _wait_for_change(self, lease: dict | None, give_up_at: float) -> None:
-        """Until the Lease changes (released, taken, renewed), its holder's lease would
-        count as expired, or ``give_up_at``, whichever comes first: a watch of the one
-        object, so a release wakes every contender at once and nothing polls meanwhile."""
+    def _try_at_each_change(self, lease: dict | None, give_up_at: float) -> bool:
+        """Whether the Lease was taken at one of its changes (released, taken, renewed,
+        deleted), watched until its holder's lease would count as expired, or
+        ``give_up_at``, whichever comes first: a watch of the one object, so a release
+        wakes every contender at once and nothing polls meanwhile."""
         if lease is None:  # another contender created it first: read what it wrote
             self.clock.sleep(random.uniform(RETRY_MIN_S / 2, RETRY_MIN_S))
-            return
+            return False
         duration = (lease.get("spec") or {}).get("leaseDurationSeconds") or LEASE_DURATION_S
         expires_at = self._observed_at + duration
         wait_s = min(expires_at, give_up_at) - self.clock.monotonic()
         if wait_s <= 0:
-            return
+            return False
         version = lease["metadata"].get("resourceVersion", "")
-        for _ in self.kube.watch("Lease", self.namespace, version, min(wait_s, LEASE_WATCH_S),
-                                 field_selector=f"metadata.name={self.name}"):
-            return  # any change: look again
+        for event_type, changed in self.kube.watch("Lease", self.namespace, version, min(wait_s, LEASE_WATCH_S),
+                                                   field_selector=f"metadata.name={self.name}"):
+            if event_type == "BOOKMARK":
+                continue  # a resourceVersion, not the Lease
+            if self._try_acquire(None if event_type == "DELETED" else changed):
+                return True
+        return False
 
     def _spec(self) -> dict:
         now = micro_time(self.clock.now())  # for people reading the Lease: nothing is decided on it

@@ -203,6 +203,8 @@ class FakeApiServer(HttpFake):
         self.list_requests = 0
         self.leases: dict[tuple[str, str], dict] = {}  # (namespace, name) -> Lease
         self.lease_writes: list[dict] = []  # spec of every Lease created or updated, in order
+        self.lease_reads = 0
+        self.lease_conflicts = 0  # writes refused: based on an older resourceVersion
         for p in pods:
             self._store("ADDED", p)
 
@@ -233,14 +235,16 @@ class FakeApiServer(HttpFake):
             self._store("MODIFIED" if obj["metadata"]["name"] in self._pods else "ADDED", obj)
             self._lock.notify_all()
 
-    def put_lease(self, lease: dict) -> None:
-        """Store a Lease as another client would write it: a new resourceVersion."""
+    def put_lease(self, *leases: dict) -> None:
+        """Store a Lease as another client would write it: a new resourceVersion. Several:
+        written one after the other at once, so a write based on any but the last conflicts."""
         with self._lock:
-            self._version += 1
-            lease = json.loads(json.dumps(lease))
-            lease["metadata"]["resourceVersion"] = str(self._version)
-            self.leases[(lease["metadata"]["namespace"], lease["metadata"]["name"])] = lease
-            self._lease_events.append((self._version, "MODIFIED", lease))
+            for lease in leases:
+                self._version += 1
+                lease = json.loads(json.dumps(lease))
+                lease["metadata"]["resourceVersion"] = str(self._version)
+                self.leases[(lease["metadata"]["namespace"], lease["metadata"]["name"])] = lease
+                self._lease_events.append((self._version, "MODIFIED", lease))
             self._lock.notify_all()
 
     def lease(self, namespace: str, name: str) -> dict | None:
@@ -255,12 +259,14 @@ class FakeApiServer(HttpFake):
         with self._lock:
             current = self.leases.get(key)
             if method == "GET":
+                self.lease_reads += 1
                 return (200, current) if current else (404, _status(404, "NotFound", f"lease {name} not found"))
             if method == "POST" and current:
                 return 409, _status(409, "AlreadyExists", f"lease {name} already exists")
             if method == "PUT" and not current:
                 return 404, _status(404, "NotFound", f"lease {name} not found")
             if method == "PUT" and body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                self.lease_conflicts += 1
                 return 409, _status(409, "Conflict", f"the object has been modified: lease {name}")
             self._version += 1
             body["metadata"].update(namespace=namespace, resourceVersion=str(self._version))

@@ -62,18 +62,27 @@ class Short:
         return f"{self.shortage}; unavailable: {self.ledger.unavailable()}"
 
 
-def survey(kube: Kube, settings: JobSettings, clock: Clock, shared: bool = False) -> inventory.GpuLedger:
+def survey(kube: Kube, settings: JobSettings, clock: Clock, shared: bool = False,
+           wait_until: float = -math.inf) -> inventory.GpuLedger:
     """Outside the Lease: the nodes, and what every pod but the bookings holds; ``shared``:
     from a survey taken for every manager within the last moments (``clusterview``: a
-    burst of starts lists the cluster once), else one of its own, taken now (a manager
-    that waited for GPUs to free up must see them free)."""
+    burst of starts lists the cluster once; another manager's survey waited for as the
+    Lease is, ``lease_deadline``), else one of its own, taken now (a manager that waited
+    for GPUs to free up must see them free)."""
     claims = volumeclaims.read_claims(kube, settings)  # they decide which nodes are candidates
     device_class = read_device_class(kube, settings)
     # DRA GPUs are in no shared survey (its managers ask for no DRA): a job of some class surveys alone.
-    view = (clusterview.current(kube, settings, clock) if shared and device_class is None
+    view = (clusterview.current(kube, settings, clock, lease_deadline(clock, wait_until))
+            if shared and device_class is None
             else clusterview.take(kube, clock, dra_gpus=device_class is not None))
     return view.ledger(_job_ledger(settings, claims, device_class), settings.candidate_tolerations,
                        settings.candidate_selector)
+
+
+def lease_deadline(clock: Clock, wait_until: float) -> float:
+    """Until when a busy Lease (``clusterview``'s surveyor's too) is waited for: LOCK_TIMEOUT_S,
+    or the end of the job's wait for GPUs if later (many managers' turns)."""
+    return max(clock.monotonic() + LOCK_TIMEOUT_S, wait_until)
 
 
 def read_device_class(kube: Kube, settings: JobSettings) -> dracounting.ClassSelector | None:
@@ -283,7 +292,7 @@ def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Pl
     while this job waited for it) returns None without reading anything more.
     ``shared_survey``: see ``survey``.
     """
-    surveyed = survey(kube, settings, clock, shared_survey)
+    surveyed = survey(kube, settings, clock, shared_survey, wait_until)
     surveyed_hook(surveyed)
     holder = f"{settings.namespace}/{settings.job_name}"
     with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,

@@ -11,14 +11,19 @@ namespace (``VIEW_NAME``):
   pod there was when it asked, as a survey of its own would (a node labelled, a pod
   deleted just before the job was submitted): the writer's wall clock against the
   reader's, where a skew only makes a manager survey for itself;
-- none such published, the manager that takes the Lease ``VIEW_NAME`` (held only while
-  it surveys) lists the cluster and publishes the survey; the others meanwhile wait on
-  the ConfigMap (a watch), use the survey published next if it began after they asked,
-  else try the Lease again, for at most ``SURVEY_WAIT_S`` in all;
+- none such published, the manager that takes the Lease ``VIEW_NAME`` (held, and renewed,
+  only while it surveys) lists the cluster and publishes the survey; the others meanwhile
+  wait on the ConfigMap (a watch), use the survey published next if it began after they
+  asked, else try the Lease again. So one survey is taken at a time, however many
+  managers ask: each waits for at most the survey under way and the next one. It waits
+  as long as surveyors live (a dead one's Lease is taken over once it expires,
+  ``SURVEYOR_LEASE_S`` without a renewal), up to the caller's deadline. A fixed, shorter
+  bound made a burst of managers whose surveys ran long on a loaded API server (100 at
+  once, 30,000 pods) each list every pod at once, which the server could not serve;
 - anything else (the ConfigMap unreadable, the RBAC of an older ``rbac/`` without it, a
-  survey too large to publish, a surveyor that never published): the manager surveys
-  for itself. A survey is never needed for correctness, only for a plan that fits: the
-  bookings under the Lease are what keeps two jobs off the same GPUs.
+  survey too large to publish, the deadline): the manager surveys for itself. A survey
+  is never needed for correctness, only for a plan that fits: the bookings under the
+  Lease are what keeps two jobs off the same GPUs.
 
 Whoever can write that ConfigMap can make managers plan on a wrong picture of the
 cluster (the scheduler still refuses pods that do not fit): it is the same account's,
@@ -46,7 +51,9 @@ DATA_KEY = "view.json.zlib"
 # A ConfigMap holds 1 MiB at most; base64 takes a third more. Beyond it, each surveys alone.
 MAX_PUBLISHED_BYTES = 700 * 1024
 SURVEYOR_LEASE_S = 60  # a surveyor that died lets another survey after this long
-SURVEY_WAIT_S = 60.0  # how long a manager waits on others' surveys before taking its own
+# A waiting manager looks at the surveyor's Lease this often when nothing is published:
+# a surveyor renews it every third of SURVEYOR_LEASE_S, so a dead one is seen as such.
+SURVEYOR_CHECK_S = SURVEYOR_LEASE_S / 3
 
 
 def take(kube: Kube, clock: Clock, dra_gpus: bool = False) -> ClusterView:
@@ -68,21 +75,28 @@ def begun_after(view: ClusterView | None, asked_at: float) -> bool:
     return view is not None and view.taken_at >= asked_at
 
 
-def current(kube: Kube, settings: JobSettings, clock: Clock) -> ClusterView:
+def current(kube: Kube, settings: JobSettings, clock: Clock, give_up_at: float) -> ClusterView:
     """A survey begun after this call: another manager's (published), or its own
-    (published for the others)."""
+    (published for the others); its own alone once ``give_up_at`` (of ``clock.monotonic``)
+    has passed with no survey for it."""
     asked_at = clock.now()
     namespace = settings.lease_namespace
+    # One for every try: a dead surveyor's Lease is judged expired on what this manager saw of it.
+    surveyor = PlacementLock(kube, namespace, f"{settings.namespace}/{settings.job_name}", -1.0, VIEW_NAME, clock,
+                             SURVEYOR_LEASE_S)
     try:
         published, version = _read(kube, namespace)
-        give_up_at = clock.monotonic() + SURVEY_WAIT_S
-        while clock.monotonic() < give_up_at:
-            if begun_after(published, asked_at):
-                return published
-            surveyed = _survey_as_the_surveyor(kube, settings, clock, version)
+        while not begun_after(published, asked_at):
+            if clock.monotonic() >= give_up_at:
+                log.warning("job %s: no survey of the cluster shared in time [%s/%s]; taking its own",
+                            settings.job_name, namespace, VIEW_NAME)
+                return take(kube, clock)
+            surveyed = _survey_as_the_surveyor(kube, settings, clock, version, surveyor)
             if surveyed is not None:
                 return surveyed
-            published, version = _next_published(kube, namespace, version, give_up_at, clock)
+            published, version = _next_published(
+                kube, namespace, version, min(give_up_at, clock.monotonic() + SURVEYOR_CHECK_S), clock)
+        return published
     except (errors.Forbidden, errors.AdmissionRefused, errors.QuotaExceeded, errors.Invalid, errors.NotFound) as e:
         # Refused, not unreachable: an older rbac/, a policy of the namespace. Unreachable,
         # the survey of its own would fail as well: that is raised, as any list's failure.
@@ -102,12 +116,11 @@ def _read(kube: Kube, namespace: str) -> tuple[ClusterView | None, str]:
     return view, config_map["metadata"].get("resourceVersion", "")
 
 
-def _survey_as_the_surveyor(kube: Kube, settings: JobSettings, clock: Clock, version: str) -> ClusterView | None:
+def _survey_as_the_surveyor(kube: Kube, settings: JobSettings, clock: Clock, version: str,
+                            surveyor: PlacementLock) -> ClusterView | None:
     """Survey and publish, holding the surveyor's Lease; None if another manager holds it."""
-    holder = f"{settings.namespace}/{settings.job_name}"
-    lease = PlacementLock(kube, settings.lease_namespace, holder, -1.0, VIEW_NAME, clock, SURVEYOR_LEASE_S)
     try:
-        lease.__enter__()
+        surveyor.__enter__()
     except errors.LeaseBusy:
         return None  # another manager surveys
     try:
@@ -115,7 +128,7 @@ def _survey_as_the_surveyor(kube: Kube, settings: JobSettings, clock: Clock, ver
         _publish(kube, settings.lease_namespace, view, version)
     finally:
         try:
-            lease.__exit__(None, None, None)
+            surveyor.__exit__(None, None, None)
         except errors.LeaseLost as e:  # two surveys published: either is good
             log.info("job %s: %s", settings.job_name, e)
     return view
@@ -142,9 +155,12 @@ def _next_published(kube: Kube, namespace: str, version: str, give_up_at: float,
     """The survey another manager is taking, once published (a watch of the ConfigMap
     from ``version``, until it changes or ``give_up_at``)."""
     while (left := give_up_at - clock.monotonic()) > 0:
-        # From "" (none published yet), the watch starts now and sees it created.
-        for _ in kube.watch("ConfigMap", namespace, version, left, field_selector=f"metadata.name={VIEW_NAME}"):
-            break
+        # From "" (none published yet), the watch starts now and sees it created. A bookmark
+        # is no change (a watch from "" may get one at once: looked at, the waiters spun).
+        for event_type, _ in kube.watch("ConfigMap", namespace, version, left,
+                                        field_selector=f"metadata.name={VIEW_NAME}"):
+            if event_type != "BOOKMARK":
+                break
         published, new_version = _read(kube, namespace)
         if new_version != version:
             return published, new_version

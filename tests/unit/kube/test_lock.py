@@ -170,6 +170,30 @@ def test_a_contender_waits_on_a_watch_and_takes_the_lease_at_its_release(server)
     assert [w.get("holderIdentity") for w in server.lease_writes[writes_before:]] == [None, "ns/b"]
 
 
+def lease_of(holder: str | None) -> dict:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": HELD_FOR_GOOD_S}}
+
+
+def test_a_contender_that_loses_a_hand_off_goes_on_with_the_same_watch(server):
+    """At a release every contender tries on the Lease the event carries; a loser goes on
+    with its watch: one read and one watch for the whole wait, however many hand-offs pass
+    (100 managers starting together, each re-reading and re-watching at every change,
+    saturated the API server with new connections)."""
+    server.put_lease(lease_of("ns/a"))
+    taken = threading.Event()
+    contender = threading.Thread(target=lambda: (lock(server, timeout_s=60).__enter__(), taken.set()), daemon=True)
+    contender.start()
+    wait_until(lambda: lease_watches(server) == 1, server.changes, 5, "the contender watching the Lease")
+    for winner in ("ns/c", "ns/d"):  # released, and taken by another before the contender's try
+        server.put_lease(lease_of(None), lease_of(winner))
+    wait_until(lambda: server.lease_conflicts == 2, server.changes, 5, "the contender losing both hand-offs")
+    assert not taken.is_set()
+    server.put_lease(lease_of(None))
+    assert taken.wait(5)
+    assert holder(server) == "ns/b" and (server.lease_reads, lease_watches(server)) == (1, 1)
+
+
 def contend_past_the_lock_timeout(server, wait_for_s: float) -> tuple[threading.Thread, list]:
     """A contender on a fake clock with a lock timeout of 0.2 s (standing for LOCK_TIMEOUT_S),
     whose job may wait ``wait_for_s``; the Lease is ``ns/a``'s for good. Returned once the
