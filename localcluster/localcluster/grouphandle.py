@@ -48,6 +48,8 @@ class NodeGroup:
         and return once they are Ready and advertise their GPUs."""
         if sorted(spec.name for spec in specs) != sorted(self.names):
             raise ClusterError(f"node specs for {[spec.name for spec in specs]}, not the group's {list(self.names)}")
+        if not NodeGroupRegistry(self._cluster.layout).hold(self.record.group_id):
+            raise ClusterError(f"node group {self.record.group_id} was reclaimed before its nodes started")
         indices = dict(zip(self.names, self.record.indices()))
         nodes = [self._node(dataclasses.replace(spec, index=indices[spec.name])) for spec in specs]
         for node in nodes:
@@ -60,13 +62,20 @@ class NodeGroup:
         log.info("nodes %s are Ready", ", ".join(self.names))
 
     def stop(self) -> None:
-        """Stop every node of the group (what a killed one left included) and delete its Nodes."""
+        """Stop every node of the group (what a killed one left included) and delete its Nodes.
+        A group reclaimed meanwhile (its daemons all dead, no one holding it) is left alone:
+        its indices, which name the nodes' files, may be another group's by now."""
+        groups = NodeGroupRegistry(self._cluster.layout)
+        if not groups.hold(self.record.group_id):
+            log.warning("node group %s was reclaimed: its nodes are gone", self.record.group_id)
+            self._delete_leftover_nodes()
+            return
         nodes = self.nodes()
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as stops:  # each waits for its daemons to exit
             for stopped in [stops.submit(node.stop) for node in nodes]:
                 stopped.result()
         self._delete_leftover_nodes()
-        NodeGroupRegistry(self._cluster.layout).release(self.record.group_id)
+        groups.release(self.record.group_id)
 
     def nodes(self) -> list[RealNode]:
         return [self.node(name) for name in self.names]

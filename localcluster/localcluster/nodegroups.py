@@ -4,6 +4,13 @@ A node's index fixes its addresses (node netns 10.233.0.(10+index), pod CIDR
 10.233.index.0/24), so two nodes must never get the same index, and node
 names must be unique. Several processes (the CLI, test sessions)
 may add nodes at once, so the record is a JSON file updated under an flock.
+
+A group whose every daemon has died (a run killed outright) is reclaimed, so its indices
+serve again; but the daemons' pid files are named by index, and a node's run-time files,
+netns and image store too. So a group is never reclaimed while the process that holds it
+(the one starting or stopping its nodes) runs, and its indices come free with no pid files
+left: otherwise a new group's nodes would be taken for the dead ones (and reclaimed as
+they start), and the old group's teardown would stop the new nodes.
 """
 
 from __future__ import annotations
@@ -11,11 +18,13 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import os
 import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from localcluster import netsetup, processes
 from localcluster.layout import RunLayout
@@ -40,6 +49,9 @@ class NodeGroupRecord:
     group_id: str
     first_index: int
     names: tuple[str, ...]
+    # The process starting or stopping the nodes (processes.identity): the group is its
+    # while it runs. A CLI's `add-nodes` exits with its nodes up; they then hold the group.
+    holder: str | None = None
 
     def indices(self) -> range:
         return range(self.first_index, self.first_index + len(self.names))
@@ -104,10 +116,22 @@ class NodeGroupRegistry:
             if clashes:
                 raise NodeAllocationError(f"node names already in the cluster: {', '.join(clashes)}")
             first = _free_block(records, len(names))
-            record = NodeGroupRecord(f"{first:03d}-{secrets.token_hex(3)}", first, tuple(names))
+            record = NodeGroupRecord(f"{first:03d}-{secrets.token_hex(3)}", first, tuple(names),
+                                     processes.identity(os.getpid()))
+            self._forget_dead_daemons(record)
             self._save([*records, record])
         log.info("allocated node indices %d..%d to %s", first, first + len(names) - 1, ", ".join(names))
         return record
+
+    def hold(self, group_id: str) -> bool:
+        """Make this process the group's holder (before stopping its nodes), so no one reclaims
+        it meanwhile; False if it was reclaimed: its indices may be another group's by now."""
+        with self._locked():
+            records = self._load()
+            held = [replace(record, holder=processes.identity(os.getpid())) if record.group_id == group_id else record
+                    for record in records]
+            self._save(held)
+        return any(record.group_id == group_id for record in records)
 
     def release(self, group_id: str) -> None:
         with self._locked():
@@ -118,18 +142,30 @@ class NodeGroupRegistry:
             self._save([])
 
     def _reclaim_dead(self, records: list[NodeGroupRecord]) -> list[NodeGroupRecord]:
-        """Drop groups whose nodes were started and whose every daemon has died (a run
-        killed outright, a fault test that killed the nodes)."""
+        """Drop groups no live process holds whose nodes were started and whose every daemon
+        has died (a run killed outright, a CLI's nodes killed), and their pid files."""
         kept = []
         for record in records:
-            pid_files = [self._layout.pid_file(daemon_pid_name(index, daemon))
-                         for index in record.indices() for daemon in NODE_DAEMONS]
+            pid_files = self._pid_files(record)
+            held = record.holder is not None and processes.identity_alive(record.holder)
             started = any(pid_file.exists() for pid_file in pid_files)
-            if started and all(processes.read_pid(pid_file) is None for pid_file in pid_files):
+            if not held and started and all(processes.read_pid(pid_file) is None for pid_file in pid_files):
                 log.warning("reclaiming node group %s: its nodes are gone", record.group_id)
+                self._forget_dead_daemons(record)
                 continue
             kept.append(record)
         return kept
+
+    def _forget_dead_daemons(self, record: NodeGroupRecord) -> None:
+        """Remove the pid files of the group's indices whose daemons are dead: a group's nodes
+        count as started once one of them has written its own."""
+        for pid_file in self._pid_files(record):
+            if processes.read_pid(pid_file) is None:
+                pid_file.unlink(missing_ok=True)
+
+    def _pid_files(self, record: NodeGroupRecord) -> list[Path]:
+        return [self._layout.pid_file(daemon_pid_name(index, daemon))
+                for index in record.indices() for daemon in NODE_DAEMONS]
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -144,7 +180,7 @@ class NodeGroupRegistry:
         if not path.exists():
             return []
         return [
-            NodeGroupRecord(item["group_id"], item["first_index"], tuple(item["names"]))
+            NodeGroupRecord(item["group_id"], item["first_index"], tuple(item["names"]), item.get("holder"))
             for item in json.loads(path.read_text())
         ]
 

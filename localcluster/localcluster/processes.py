@@ -73,6 +73,23 @@ def read_pid(pid_file: Path) -> int | None:
     return pid if alive(pid) and _program(pid) in (program, "") else None
 
 
+def identity(pid: int) -> str | None:
+    """`pid` and its start time ("1234@5678", in clock ticks since boot), which a recycled pid
+    does not share; None if no such process runs."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            started = stat.read().rsplit(")", 1)[1].split()[19]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return f"{pid}@{started}"
+
+
+def identity_alive(recorded: str) -> bool:
+    """Whether the process `identity` recorded still runs (not one that got its pid since)."""
+    pid = int(recorded.split("@", 1)[0])
+    return identity(pid) == recorded and alive(pid)
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` runs. A zombie waiting to be reaped does not count, unless other
     threads of it still run: a killed multi-threaded process (the apiserver) shows its
