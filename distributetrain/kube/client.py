@@ -108,25 +108,31 @@ class Kube(KubeApi):
 
     # -- the request every verb makes ---------------------------------------------------
     def _path(self, kind: str, namespace: str | None, name: str | None = None) -> str:
-        """The kind's URL path (``kube.resources``), in the version the cluster serves."""
+        """The URL path of the kind's collection (every namespace's where ``namespace`` is
+        None) or of one object, in the version the cluster serves (``kube.resources``)."""
         resource = RESOURCES[kind]
         version = resource.version or self.kueue.version()
         if not version:
             raise errors.NotFound(f"the cluster serves no {resource.group} API")
-        return resource.path(namespace, name, version)
+        root = f"/apis/{resource.group}/{version}" if resource.group else f"/api/{version}"
+        where = f"/namespaces/{namespace}" if resource.namespaced and namespace else ""
+        return f"{root}{where}/{resource.plural}" + (f"/{name}" if name else "")
 
-    def _request(self, method: str, path: str, query: Iterable[tuple[str, str]] = (), body: object = None,
-                 content_type: str | None = None, timeout: tuple[float, float] | None = None):
-        return send(self.api_client, method, path, query, body, content_type=content_type, timeout=timeout)
+    def _send(self, method: str, kind: str, namespace: str | None, name: str | None, what: str, *,
+              query: Iterable[tuple[str, str]] = (), body: object = None, content_type: str | None = None,
+              timeout: tuple[float, float] | None = None, answer: Callable = read_json):
+        """One request of a verb to the kind's path, retried as ``_call`` retries; ``answer``
+        makes the result of the response (its JSON by default)."""
+        path = self._path(kind, namespace, name)
+        return self._call(lambda: answer(send(self.api_client, method, path, query, body, content_type=content_type,
+                                              timeout=timeout)), what)
 
     # -- reads -------------------------------------------------------------------------
     def read(self, kind: str, namespace: str | None, name: str) -> dict | None:
         """The object; None if it is absent, or the cluster serves no such kind (``namespace``
         None for a cluster-scoped kind)."""
         try:
-            path = self._path(kind, namespace, name)
-            return self._call(lambda: read_json(self._request("GET", path)),
-                              f"read {kind} [{namespace or ''}/{name}]")
+            return self._send("GET", kind, namespace, name, f"read {kind} [{namespace or ''}/{name}]")
         except errors.NotFound:
             return None
 
@@ -136,10 +142,9 @@ class Kube(KubeApi):
         """Yield (items, resourceVersion) page by page; ``namespace`` None: every namespace's."""
         token = None
         what = f"list {RESOURCES[kind].plural} {_where(namespace, selectors)}"
-        path, query = self._path(kind, namespace), [("limit", str(LIST_PAGE_SIZE)), *_query(selectors)]
+        query = [("limit", str(LIST_PAGE_SIZE)), *_query(selectors)]
         while True:
-            page = self._call(lambda: read_json(self._request(
-                "GET", path, [*query, *((("continue", token),) if token else ())])), what)
+            page = self._send("GET", kind, namespace, None, what, query=[*query, *((("continue", token),) if token else ())])
             yield page.get("items") or [], page["metadata"].get("resourceVersion", "")
             token = page["metadata"].get("continue")
             if not token:
@@ -178,9 +183,9 @@ class Kube(KubeApi):
         """Create; ``AlreadyExists`` if the name is taken (whoever's it is). ``dry_run``: as
         admission would (mutated, validated), nothing stored."""
         kind, namespace, name = obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]
-        path, query = self._path(kind, namespace), [("dryRun", "All")] if dry_run else []
-        return self._call(lambda: read_json(self._request("POST", path, query, obj)),
-                          f"create {kind} [{namespace or ''}/{name}]" + (" (dry run)" if dry_run else ""))
+        return self._send("POST", kind, namespace, None,
+                          f"create {kind} [{namespace or ''}/{name}]" + (" (dry run)" if dry_run else ""),
+                          query=[("dryRun", "All")] if dry_run else [], body=obj)
 
     def create_owned(self, obj: dict, dry_run: bool = False) -> dict:
         """Create, or adopt the existing object if it has the same owner as ``obj``."""
@@ -207,27 +212,21 @@ class Kube(KubeApi):
     def update(self, obj: dict) -> dict:
         """Update the whole object as read (its resourceVersion: ``Conflict`` if it changed since)."""
         kind, namespace, name = obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]
-        path = self._path(kind, namespace, name)
-        return self._call(lambda: read_json(self._request("PUT", path, body=obj)),
-                          f"update {kind} [{namespace or ''}/{name}]")
+        return self._send("PUT", kind, namespace, name, f"update {kind} [{namespace or ''}/{name}]", body=obj)
 
     def patch(self, kind: str, namespace: str, name: str, patch: dict | list[dict]) -> dict:
         """A strategic merge patch (a dict: null removes a key) or a JSON patch (a list of
         operations, whose ``test`` makes it conditional); the object as patched."""
         content_type = "application/json-patch+json" if isinstance(patch, list) else \
             "application/strategic-merge-patch+json"
-        path = self._path(kind, namespace, name)
-        return self._call(lambda: read_json(self._request("PATCH", path, body=patch,
-                                                          content_type=content_type)),
-                          f"patch {kind} [{namespace}/{name}]")
+        return self._send("PATCH", kind, namespace, name, f"patch {kind} [{namespace}/{name}]", body=patch,
+                          content_type=content_type)
 
     def delete(self, kind: str, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
         """Delete in the background; True if it was there. 'Not found' is a state, not an error."""
         body = {**DELETE_IN_BACKGROUND, **({"gracePeriodSeconds": grace_period_s} if grace_period_s is not None else {})}
-        path = self._path(kind, namespace, name)
         try:
-            self._call(lambda: drain(self._request("DELETE", path, body=body)),
-                       f"delete {kind} [{namespace}/{name}]")
+            self._send("DELETE", kind, namespace, name, f"delete {kind} [{namespace}/{name}]", body=body, answer=drain)
         except errors.NotFound:
             return False
         log.info("deleted %s [%s/%s]", kind, namespace, name)
@@ -242,10 +241,9 @@ class Kube(KubeApi):
         """Delete every selected object in one request (in the background, each with its own
         grace period); the names the server deleted, sorted."""
         where = f"[{namespace}] {label_selector} {field_selector}".rstrip()
-        path, query = self._path(kind, namespace), _query({"label_selector": label_selector,
-                                                          "field_selector": field_selector})
-        answer = self._call(lambda: read_json(self._request("DELETE", path, query,
-                                                            DELETE_IN_BACKGROUND)), f"delete {kind} {where}")
+        query = _query({"label_selector": label_selector, "field_selector": field_selector})
+        answer = self._send("DELETE", kind, namespace, None, f"delete {kind} {where}", query=query,
+                            body=DELETE_IN_BACKGROUND)
         deleted = sorted(item["metadata"]["name"] for item in answer.get("items") or ())
         log.info("deleted %s %s: %s", RESOURCES[kind].plural, where, ", ".join(deleted) or "none")
         return deleted
@@ -286,8 +284,7 @@ class Kube(KubeApi):
                  ("timeoutSeconds", str(chunk_s)), *_query(selectors)]
         timeout = (self.timeouts.connect_s, chunk_s + self.timeouts.watch_read_slack_s)
         what = f"watch {RESOURCES[kind].plural} {_where(namespace, selectors) if kind != 'Node' else ''}".rstrip()
-        path = self._path(kind, namespace)
-        response = self._call(lambda: self._request("GET", path, query, timeout=timeout), what)
+        response = self._send("GET", kind, namespace, None, what, query=query, timeout=timeout, answer=lambda sent: sent)
         try:
             for line in response:
                 if not line.strip():

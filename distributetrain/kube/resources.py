@@ -1,9 +1,9 @@
-"""The kinds the project reads and writes, each once: its API group, version and URL path.
+"""The kinds the project reads and writes, each once: its API group, version and plural.
 
 The API layer (``kube.client``) has the verbs (read, list, watch, create, update, patch,
 delete, delete a collection) and this table has the kinds: a new kind is one line here,
-not a method per verb. Paths are the API's own, so every kind goes through the same
-request code, the typed client's classes or not (PodGroups, Kueue's kinds).
+not a method per verb. The client makes each kind's URL path from its row, so every kind
+goes through the same request code, the typed client's classes or not (PodGroups, Kueue's kinds).
 """
 
 from __future__ import annotations
@@ -19,12 +19,6 @@ class Resource:
     version: str  # "" where it is the cluster's to say (Kueue's: ``kube.kueue``)
     plural: str
     namespaced: bool
-
-    def path(self, namespace: str | None, name: str | None = None, version: str | None = None) -> str:
-        """The collection's URL path (every namespace's where ``namespace`` is None), or one object's."""
-        root = f"/apis/{self.group}/{version or self.version}" if self.group else f"/api/{version or self.version}"
-        where = f"/namespaces/{namespace}" if self.namespaced and namespace else ""
-        return f"{root}{where}/{self.plural}" + (f"/{name}" if name else "")
 
 
 RESOURCES: dict[str, Resource] = {

@@ -17,7 +17,6 @@ from distributetrain.core import errors
 from distributetrain.kube.calls import send
 from distributetrain.kube.client import Kube
 from distributetrain.kube.connection import API_REQUEST_TIMEOUT_S
-from distributetrain.kube.resources import RESOURCES
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ class JobsKube(Kube):
         """The container's output as text, as it arrives; with ``follow``, until the container ends."""
         # Following has no read timeout: a training step may print nothing for a long time.
         read_timeout = None if follow else API_REQUEST_TIMEOUT_S
-        path = RESOURCES["Pod"].path(namespace, pod) + "/log"
+        path = self._path("Pod", namespace, pod) + "/log"
         query = [("container", container), *((("follow", "true"),) if follow else ())]
         response = self._call(lambda: send(self.api_client, "GET", path, query, accept="*/*",
                                            timeout=(API_REQUEST_TIMEOUT_S, read_timeout)))

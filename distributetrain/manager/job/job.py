@@ -40,38 +40,42 @@ class Job:
     def __init__(self, kube: Kube, settings: JobSettings, reporter: Reporter, record: JobRecord, clock: Clock):
         self.kube = kube
         self.settings = settings
-        # Picked up from the job's record as this process found it on the manager pod: the
-        # current attempt, and the start --active-deadline counts from (none known: now), so
-        # it holds when manager.sh moves from pre- to post-training, or when a restarted
-        # container adopts the job.
-        deadline = math.inf
-        if settings.active_deadline_s:
-            deadline = monotonic_at(clock, (record.started_at or clock.now()) + settings.active_deadline_s)
-        self.state = ProcessState(settings, reporter, Attempt(settings.job_name, record.attempt), deadline,
-                                  gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock,
-                                  pods=waits.selected_pods(kube, settings.namespace, settings.selector, clock))
-        self.kind = kind_of(settings)  # static or elastic: its plans, how it is followed
-        # Direct or through a Kueue queue: how each attempt gets its GPUs.
-        self.placement = placement_of(kube, self.state, self.kind)
-        self.quota_wait = quotawait.QuotaWait(kube, settings, reporter, self.state.clock)
+        self.reporter = reporter
+        self.record = record
+        self.clock = clock
 
     def drive(self, until_started: bool = False) -> int:
         """Follow the job to the chief's end and return its exit code; with
         ``until_started``, return 0 once the current attempt has started. Failures raise,
         typed, with the exit code that reports them. What ends the job tears it down
         (``lifecycle``); a lost attempt is torn down here, before the next one plans."""
-        with self._serving_hosts(), contextlib.closing(self.state.pods):
+        state = self._picked_up()
+        kind = kind_of(self.settings)  # static or elastic: its plans, how it is followed
+        # Direct or through a Kueue queue: how each attempt gets its GPUs.
+        placement = placement_of(self.kube, state, kind)
+        quota_wait = quotawait.QuotaWait(self.kube, self.settings, self.reporter, self.clock)
+        # Without an address nothing can ask (and pre-flight refuses to create a chief).
+        url = self.settings.discovery_url
+        serving = DiscoveryServer(state.hosts, port=urllib.parse.urlsplit(url).port) if url else contextlib.nullcontext()
+        with serving, contextlib.closing(state.pods):
             while True:
                 try:
-                    plan = PreTraining(self.kube, self.state, self.placement).start()
+                    plan = PreTraining(self.kube, state, placement).start()
                     if until_started:
                         return exitcodes.OK
-                    return PostTraining(self.kube, self.state, plan, self.kind).follow()
+                    return PostTraining(self.kube, state, plan, kind).follow()
                 except nextattempt.LOST_ATTEMPT as ended:
-                    nextattempt.move_on(self.kube, self.state, self.quota_wait, ended)
+                    nextattempt.move_on(self.kube, state, quota_wait, ended)
 
-    def _serving_hosts(self) -> contextlib.AbstractContextManager:
-        # Without an address nothing can ask (and pre-flight refuses to create a chief).
-        if not self.settings.discovery_url:
-            return contextlib.nullcontext()
-        return DiscoveryServer(self.state.hosts, port=urllib.parse.urlsplit(self.settings.discovery_url).port)
+    def _picked_up(self) -> ProcessState:
+        """The job's state in this process, picked up from its record on the manager pod: the
+        current attempt, and the start --active-deadline counts from (none known: now), so
+        it holds when manager.sh moves from pre- to post-training, or when a restarted
+        container adopts the job."""
+        settings, clock, record = self.settings, self.clock, self.record
+        deadline = math.inf
+        if settings.active_deadline_s:
+            deadline = monotonic_at(clock, (record.started_at or clock.now()) + settings.active_deadline_s)
+        return ProcessState(settings, self.reporter, Attempt(settings.job_name, record.attempt), deadline,
+                            gpus_until=clock.monotonic() + settings.wait_for_gpus_s, hosts=HostList(), clock=clock,
+                            pods=waits.selected_pods(self.kube, settings.namespace, settings.selector, clock))
