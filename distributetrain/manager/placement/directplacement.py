@@ -48,6 +48,7 @@ class DirectPlacement:
                                     before_each=lambda: self.state.reporter.phase("Planning"))
         if isinstance(booked, booking.Short):
             self._give_up(booked)
+        self._say_created(booked)
         return booked
 
     def adopt(self, plan: Plan, chief: dict) -> Plan:
@@ -96,20 +97,25 @@ class DirectPlacement:
         self.state.reporter.phase("WaitingForGPUs")
 
     def _create_pods(self, plan: Plan) -> None:
-        """The workers and the chief, in one burst (under the Lease)."""
-        settings, attempt, reporter = self.settings, self.state.attempt, self.state.reporter
+        """The workers and the chief, in one burst (under the Lease: no other request is
+        here, every other manager waits on it; Events are sent in the background)."""
+        settings = self.settings
         domains = self.planned.domains
         in_domains = f" in {domains}" if domains else ""
-        reporter.events.record(jobevents.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes{in_domains}: "
-                                                  f"{format_plan(plan)} (the chief's share last)")
-        reporter.planned(plan, domains)
+        self.state.reporter.events.record(jobevents.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes"
+                                                             f"{in_domains}: {format_plan(plan)} (the chief's share last)")
         _, *objects = placing.attempt_objects(settings, self.planned, JobKeys.generate(settings.job_name),
-                                              attempt.number, self.kube.serves_pod_groups())
+                                              self.state.attempt.number, self.kube.serves_pod_groups())
         dra.create_templates(self.kube, objects)
         for group in (obj for obj in objects if obj["kind"] == gang.KIND):
             self.kube.create_owned(group)
         self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
         self.state.pods.relist()  # the start judged on a store that holds them
+
+    def _say_created(self, plan: Plan) -> None:
+        """Once the Lease is let go: the plan on the manager pod, and the Events of its pods."""
+        settings, attempt, reporter = self.settings, self.state.attempt, self.state.reporter
+        reporter.planned(plan, self.planned.domains)
         if len(plan) > 1:
             reporter.events.record(jobevents.WORKERS_CREATED, ", ".join(
                 f"{attempt.worker(index)} on {node} ({share} GPUs)" for index, (node, share) in enumerate(plan[:-1])))

@@ -246,6 +246,20 @@ def test_the_chief_holds_its_gpus_from_the_start(story):
                                    ("watch", "Pod", ""), ("watch", "Pod", ""), ("watch", "Pod", "")]
 
 
+def test_under_the_placement_lease_a_manager_writes_only_the_fence_and_its_pods(story):
+    """Every other manager waits while one holds the Lease: the plan goes on the manager pod
+    once it is let go, and the Events are sent in the background."""
+    code, _, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
+                           [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
+    assert code == 0
+    taken = kube.actions.index(("create", "Lease", names.LOCK_LEASE_NAME))
+    let_go = kube.actions.index(("update", "Lease", names.LOCK_LEASE_NAME), taken)
+    assert kube.actions[taken + 1:let_go] == [("annotate", "Pod", "demo"), ("create", "Pod", "demo-worker-0"),
+                                              ("create", "Pod", "demo-chief")]
+    assert kube.annotation_history(names.ANNOTATION_BOOKED_AT) and kube.annotation_history(names.ANNOTATION_PLAN)
+    assert ("annotate", "Pod", "demo") in kube.actions[let_go + 1:]  # the plan
+
+
 def test_a_failed_job_ends_with_a_warning_naming_the_exit_code(story):
     code, recorded, _ = story([
         [("demo-worker-0", running()), ("demo-chief", PULLING)],
