@@ -158,11 +158,15 @@ def test_job_shrinks_and_grows_and_finishes(elastic_run):
     (_, _, shrank_at), (_, _, grew_at) = changes
     assert 1 < shrank_at < grew_at <= EPOCHS, output
 
-    # Each epoch line shows the size it trained with. An epoch may be reported twice:
-    # one cut short by the killed rank is trained again from the last commit.
+    # Each epoch line shows the size it trained with. An epoch may be reported twice: one
+    # cut short by the killed rank is trained again from the last commit. And one may not
+    # be reported at all: the last the killed rank trained and committed, when it was rank
+    # 0 and died before its line came through (the shrink then resumes after it, and its
+    # world-size line names the next epoch).
     sizes = {int(m.group(1)): int(m.group(5)) for m in EPOCH_LINE.finditer(output)}
-    assert sorted(sizes) == list(range(1, EPOCHS + 1)), output
-    assert {sizes[epoch] for epoch in range(1, shrank_at)} == {2}, output
+    assert set(sizes) <= set(range(1, EPOCHS + 1)), output
+    assert set(range(1, EPOCHS + 1)) - set(sizes) <= {shrank_at - 1}, output
+    assert {sizes[epoch] for epoch in range(1, shrank_at) if epoch in sizes} <= {2}, output
     assert {sizes[epoch] for epoch in range(shrank_at, grew_at)} == {1}, output
     assert {sizes[epoch] for epoch in range(grew_at, EPOCHS + 1)} == {2}, output
 

@@ -4,6 +4,7 @@ the real placement Lease, for three free GPUs; a checker watching every pod mean
 (as the ten-managers test does) never sees a node booked beyond its GPUs."""
 
 import json
+import logging
 import threading
 import time
 
@@ -41,7 +42,21 @@ def booked_per_node(core, namespace) -> dict[str, int]:
     return booked
 
 
-def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(cluster, api_client, namespace):
+def nodes_as_surveyed(core, pool) -> str:
+    """What a survey reads of each of the pool's nodes: its GPUs, taints, cordon and Ready."""
+    said = []
+    for logical in NODES:
+        node = json.loads(core.read_node(pool.node(logical), _preload_content=False).data)
+        ready = [c.get("status") for c in node["status"].get("conditions") or () if c["type"] == "Ready"]
+        said.append(f"{pool.node(logical)}: allocatable {node['status'].get('allocatable')}, "
+                    f"taints {node['spec'].get('taints')}, unschedulable {node['spec'].get('unschedulable')}, "
+                    f"Ready {ready}")
+    return "\n".join(said)
+
+
+def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(cluster, api_client, namespace, caplog):
+    # What each follower saw is in its log (a shortage names the GPUs it found unavailable, and why).
+    caplog.set_level(logging.INFO, logger="distributetrain")
     core = client.CoreV1Api(api_client)
     with node_pool(cluster, NODES) as pool:
         followers = []
@@ -79,4 +94,4 @@ def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(clust
             checker.join()
         assert overbooked == []
         booked = booked_per_node(core, namespace)
-        assert booked == {pool.node(logical): 1 for logical in NODES}  # every free GPU used, once
+        assert booked == {pool.node(logical): 1 for logical in NODES}, nodes_as_surveyed(core, pool)  # every GPU used, once
