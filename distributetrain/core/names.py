@@ -55,6 +55,10 @@ ANNOTATION_WAITING = f"{DOMAIN}/waiting"
 # When the manager last held the placement Lease to book GPUs: a write to its own pod in
 # the critical section, whose resourceVersion the bookings are read at (``manager.placement.booking``).
 ANNOTATION_BOOKED_AT = f"{DOMAIN}/booked-at"
+# On a manager waiting for the placement Lease (``manager.placement.turns``): when it began
+# waiting (its place in the queue, a sortable UTC time), and who it is as the Lease names holders.
+LABEL_PLACEMENT_WAITING = f"{DOMAIN}/placement-waiting-since"
+ANNOTATION_PLACEMENT_HOLDER = f"{DOMAIN}/placement-holder"
 # While the job waits in a Kueue queue: its workload's place in the LocalQueue, 1 for the
 # next one admitted (from Kueue's visibility API, where the cluster serves it).
 ANNOTATION_QUEUE_POSITION = f"{DOMAIN}/queue-position"

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from distributetrain.core import errors, names
+from distributetrain.core.placement import inventory
 
 
 class Tape:
@@ -147,11 +148,26 @@ class RevisionedKube:
             return str(at)
 
     # -- writes ---------------------------------------------------------------------------
+    def list_all(self, kind: str, namespace: str | None = None, **selectors: str) -> tuple[list[dict], str]:
+        """The pods that carry the label selector's key (the Lease's queue), consistent."""
+        assert kind == "Pod" and namespace is None and selectors["field_selector"] == inventory.ACTIVE_PODS_SELECTOR
+        with self.stepper.step():
+            key = selectors["label_selector"]
+            return [pod for pod in self._pods_at(self.revision)
+                    if key in (pod["metadata"].get("labels") or {})], str(self.revision)
+
     def patch(self, kind: str, namespace: str, name: str, patch: dict) -> dict:
-        assert kind == "Pod"
+        """A merge patch of a pod's annotations and labels (None removes one)."""
+        assert kind == "Pod" and set(patch["metadata"]) <= {"annotations", "labels"}
         with self.stepper.step():
             pod = copy.deepcopy(self.pods[name][0])
-            pod["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
+            for field, changes in patch["metadata"].items():
+                values = pod["metadata"].setdefault(field, {})
+                for key, value in changes.items():
+                    if value is None:
+                        values.pop(key, None)
+                    else:
+                        values[key] = value
             return self._write_pod(pod)
 
     def create_all_owned(self, objs: list[dict]) -> list[dict]:

@@ -39,7 +39,7 @@ from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import micro_time
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
-from distributetrain.manager.placement import clusterview, volumeclaims
+from distributetrain.manager.placement import clusterview, turns, volumeclaims
 
 
 log = logging.getLogger(__name__)
@@ -102,15 +102,17 @@ def read_device_class(kube: Kube, settings: JobSettings) -> dracounting.ClassSel
     return selector
 
 
-def fence(kube: Kube, settings: JobSettings, clock: Clock) -> str:
-    """Under the Lease: a write to the manager's own pod, whose resourceVersion is later
-    than that of every pod an earlier holder created; "" outside a manager pod (the
-    bookings are then read consistently, at the server's latest)."""
+def fence(kube: Kube, settings: JobSettings, clock: Clock, labels: Mapping[str, str | None] = {}) -> str:
+    """Under the Lease: a write to the manager's own pod (with ``labels``: out of the
+    Lease's queue, ``turns``), whose resourceVersion is later than that of every pod an
+    earlier holder created; "" outside a manager pod (the bookings are then read
+    consistently, at the server's latest)."""
     if not settings.owner_uid:
         return ""
+    metadata = {"annotations": {names.ANNOTATION_BOOKED_AT: micro_time(clock.now())},
+                **({"labels": dict(labels)} if labels else {})}
     try:
-        pod = kube.patch("Pod", settings.own_namespace, settings.job_name,
-                         {"metadata": {"annotations": {names.ANNOTATION_BOOKED_AT: micro_time(clock.now())}}})
+        pod = kube.patch("Pod", settings.own_namespace, settings.job_name, {"metadata": metadata})
     except errors.NotFound:  # the manager pod is being deleted: its teardown follows
         return ""
     return pod["metadata"].get("resourceVersion", "")
@@ -294,15 +296,20 @@ def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Pl
     """
     surveyed = survey(kube, settings, clock, shared_survey, wait_until)
     surveyed_hook(surveyed)
-    holder = f"{settings.namespace}/{settings.job_name}"
-    with PlacementLock(kube, settings.lease_namespace, holder, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
-                       clock=clock, wait_until=wait_until):
-        if not still_wanted():
-            return None
-        ledger = with_bookings(kube, surveyed, fence(kube, settings, clock))
-        try:
-            plan = choose(ledger)
-        except placement.InsufficientGPUs as shortage:
-            return Short(shortage, ledger)
-        create(plan)
-        return plan
+    queue = turns.Turns(kube, settings, clock)  # first come, first served: one update a hand-off
+    try:
+        with PlacementLock(kube, settings.lease_namespace, queue.identity, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
+                           clock=clock, wait_until=wait_until, on_busy=queue.join, successor=queue.successor):
+            if not still_wanted():
+                return None
+            version = fence(kube, settings, clock, queue.leaving())
+            queue.left()
+            ledger = with_bookings(kube, surveyed, version)
+            try:
+                plan = choose(ledger)
+            except placement.InsufficientGPUs as shortage:
+                return Short(shortage, ledger)
+            create(plan)
+            return plan
+    finally:
+        queue.leave()

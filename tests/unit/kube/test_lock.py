@@ -132,12 +132,13 @@ def test_the_sections_own_error_is_what_propagates_when_the_lease_was_also_lost(
     assert holder(server) == "ns/other"
 
 
-def hold_lease(server, release: threading.Event) -> threading.Thread:
-    """Another manager takes the Lease and keeps it until ``release`` is set."""
+def hold_lease(server, release: threading.Event, successor=lambda: None) -> threading.Thread:
+    """Another manager takes the Lease and keeps it until ``release`` is set, then hands it
+    to ``successor()``."""
     taken = threading.Event()
 
     def hold():
-        with lock(server, holder="ns/a", duration_s=HELD_FOR_GOOD_S):
+        with lock(server, holder="ns/a", duration_s=HELD_FOR_GOOD_S, successor=successor):
             taken.set()
             release.wait()
 
@@ -168,6 +169,42 @@ def test_a_contender_waits_on_a_watch_and_takes_the_lease_at_its_release(server)
     assert lease_watches(server) == 1
     # The holder's release, then the contender's take: nothing in between.
     assert [w.get("holderIdentity") for w in server.lease_writes[writes_before:]] == [None, "ns/b"]
+
+
+def test_a_release_hands_the_lease_to_the_successor_and_the_others_make_no_write(server):
+    """The first of the queue takes the Lease at the release that names it; a contender
+    behind it stays on its watch without a write: one update a hand-off, not one per
+    contender. Each told once that the Lease is busy (it joins the queue then)."""
+    release = threading.Event()
+    holder_thread = hold_lease(server, release, successor=lambda: "ns/c")
+    busy, locks, threads = [], {}, {}
+    for contender in ("ns/b", "ns/c"):
+        locks[contender] = lock(server, holder=contender, timeout_s=60, on_busy=lambda c=contender: busy.append(c))
+        threads[contender] = threading.Thread(target=locks[contender].__enter__, daemon=True)
+        threads[contender].start()
+    wait_until(lambda: lease_watches(server) == 2, server.changes, 5, "both contenders watching the Lease")
+    writes_before = len(server.lease_writes)
+    release.set()
+    threads["ns/c"].join(5)
+    holder_thread.join(5)
+    assert [w.get("holderIdentity") for w in server.lease_writes[writes_before:]] == ["ns/c", "ns/c"]
+    assert threads["ns/b"].is_alive() and server.lease_conflicts == 0 and sorted(busy) == ["ns/b", "ns/c"]
+    locks["ns/c"].__exit__(None, None, None)  # no successor: released, and the other contender takes it
+    threads["ns/b"].join(5)
+    locks["ns/b"].__exit__(None, None, None)
+    assert holder(server) is None
+
+
+def test_a_release_whose_successor_cannot_be_told_frees_the_lease(server):
+    def unreadable() -> str:
+        raise errors.TransientApiError("the queue could not be listed")
+
+    release = threading.Event()
+    holder_thread = hold_lease(server, release, successor=unreadable)
+    writes_before = len(server.lease_writes)
+    release.set()
+    holder_thread.join(5)
+    assert [w.get("holderIdentity") for w in server.lease_writes[writes_before:]] == [None]
 
 
 def lease_of(holder: str | None) -> dict:

@@ -99,7 +99,7 @@ def test_the_rule_rests_on_the_fence(monkeypatch):
     bookings made before it; read at any revision at all, the second plans on the first's GPUs."""
     jobs = {"j0": 4, "j1": 4}
     assert overbooked(run_managers(Tape([]), jobs)) == {}
-    monkeypatch.setattr(booking, "fence", lambda kube, settings, clock: "1")
+    monkeypatch.setattr(booking, "fence", lambda kube, settings, clock, labels: "1")
     assert overbooked(run_managers(Tape([]), jobs)) == {"a": 8}
 
 
