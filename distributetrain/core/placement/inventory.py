@@ -23,8 +23,8 @@ Pods not yet bound but pinned to one node by required affinity (a job's workers 
 chief between creation and binding) are counted too: the scheduler does not see their
 claim yet, and two managers must not plan on the same GPUs. So are pods awaiting a node
 the cluster adds (another manager's scale-up), on the node that joins for them, until
-they are bound (``awaitingpods``). Accepted mid-upgrade: a manager of an earlier release booked its chief's share only in an annotation (read no
-more) for the seconds between creating its workers and its chief.
+they are bound (``awaitingpods``). Accepted mid-upgrade: an earlier release's manager booked
+its chief's share in an annotation alone (read no more) between creating workers and chief.
 """
 
 from __future__ import annotations
@@ -67,21 +67,16 @@ def pinned_node(spec: Mapping) -> str | None:
     yet bound hold GPUs the scheduler does not see. Such pods only ever named nodes whose
     hostname label equals their name (elsewhere they could never be scheduled).
     """
-    terms = (
-        ((spec.get("affinity") or {}).get("nodeAffinity") or {})
-        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
-        .get("nodeSelectorTerms")
-    ) or []
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or []
     if len(terms) != 1:
         return None
     selectors = [("metadata.name", r) for r in terms[0].get("matchFields") or ()] + [
         (names.HOSTNAME_LABEL, r) for r in terms[0].get("matchExpressions") or ()]
     for key, requirement in selectors:
-        if (
-            requirement.get("key") == key
-            and requirement.get("operator") == "In"
-            and len(requirement.get("values") or ()) == 1
-        ):
+        if requirement.get("key") == key and requirement.get("operator") == "In" and len(
+                requirement.get("values") or ()) == 1:
             return requirement["values"][0]
     return None
 
@@ -231,8 +226,9 @@ class GpuLedger:
     dra: dict[str, int] = field(default_factory=dict)  # by node: its devices of that class (set before its node)
     labels: dict[str, Mapping[str, str]] = field(default_factory=dict)  # by candidate node
     awaiting: list[awaitingpods.AwaitingPod] = field(default_factory=list)  # pods awaiting a new node
-    # ``awaiting`` placed on candidates (``awaitingpods.place``) once read, until a pod or node changes
+    # ``awaiting`` placed (``awaitingpods.place``) and ``free``'s answer, until a pod or node changes
     _placed: tuple | None = field(default=None, repr=False, compare=False)
+    _free: dict[str, int] | None = field(default=None, repr=False, compare=False)
 
     def add_node(self, node: Mapping, tolerations: Iterable[Mapping] = (), node_selector: Mapping[str, str] = {}) -> None:
         metadata = node["metadata"]
@@ -244,7 +240,7 @@ class GpuLedger:
             self.labels[metadata["name"]] = metadata.get("labels") or {}
 
     def count_node(self, part: NodeGpus) -> None:
-        self._placed = None
+        self._placed = self._free = None
         if part.gpus is not None:
             self.advertised = True
             if part.selected and part.unmountable:
@@ -266,7 +262,7 @@ class GpuLedger:
         node = spec.get("nodeName") or pinned_node(spec)
         if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
             return
-        self._placed = None
+        self._placed = self._free = None
         if not node:
             if awaitingpods.awaits_new_node(pod):
                 amounts = pod_amounts(spec, (self.resource, *NODE_RESOURCES))
@@ -282,7 +278,7 @@ class GpuLedger:
 
     def add_usage(self, node: str, amounts: Mapping[str, int]) -> None:
         """What pods request of ``node``, by resource (``PODS``: how many they are)."""
-        self._placed = None
+        self._placed = self._free = None
         if gpus := amounts.get(self.resource, 0):
             self.used[node] += gpus
         if self.fit is None or node not in self.allocatable:
@@ -296,7 +292,7 @@ class GpuLedger:
         parts are shared: nothing changes them once listed)."""
         return dataclasses.replace(self, used=defaultdict(int, self.used), own_nodes=set(self.own_nodes),
                                    requested={node: Counter(amounts) for node, amounts in self.requested.items()},
-                                   awaiting=list(self.awaiting), _placed=None)
+                                   awaiting=list(self.awaiting), _placed=None, _free=None)
 
     def forget_pods(self) -> None:
         """Back to the nodes alone, with no pod added."""
@@ -304,10 +300,10 @@ class GpuLedger:
         self.requested.clear()
         self.own_nodes.clear()
         self.awaiting.clear()
-        self._placed = None
+        self._placed = self._free = None
 
     def count_claim(self, claim: PodClaim) -> None:
-        self._placed = None
+        self._placed = self._free = None
         self.used[claim.node] += claim.gpus
 
     def _awaiting_on(self, node: str) -> tuple[int, Counter]:
@@ -335,7 +331,9 @@ class GpuLedger:
     def free(self) -> dict[str, int]:
         """GPUs free per candidate node: with a ``fit``, as many as one pod of the job takes
         there; with ``volume_claims``, on the nodes their access modes allow now."""
-        return self._claimable({node: self.usable(node)[1] for node in self.allocatable})
+        if self._free is None:
+            self._free = self._claimable({node: self.usable(node)[1] for node in self.allocatable})
+        return dict(self._free)
 
     def idle(self) -> dict[str, int]:
         """What each candidate would give the job with no other pod on it (``when_idle``)."""

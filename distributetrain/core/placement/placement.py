@@ -81,6 +81,20 @@ def format_plan(plan: Plan) -> str:
     return ",".join(f"{node}={share}" for node, share in plan)
 
 
+FREE_NODES_NAMED = 10  # in a plan's log line: beyond it, the nodes with the most free GPUs
+
+
+def describe_free(free: Mapping[str, int]) -> str:
+    """The free GPUs a plan was made on, for its log line: every candidate node of a small
+    cluster; of a large one (5,000 nodes) the count and the nodes with most free."""
+    if len(free) <= FREE_NODES_NAMED:
+        return str(dict(free))
+    most = sorted((node for node, gpus in free.items() if gpus > 0), key=lambda node: (-free[node], node))
+    named = ", ".join(f"{node}={free[node]}" for node in most[:FREE_NODES_NAMED])
+    more = f" and {len(most) - FREE_NODES_NAMED} more" if len(most) > FREE_NODES_NAMED else ""
+    return f"{sum(free.values())} on {len(most)} of {len(free)} candidate nodes" + (f" ({named}{more})" if most else "")
+
+
 def parse_plan(text: str) -> Plan:
     """The inverse of ``format_plan``; anything unreadable is no plan ([])."""
     plan = []

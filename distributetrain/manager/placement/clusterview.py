@@ -109,8 +109,10 @@ def _read(kube: Kube, namespace: str) -> tuple[ClusterView | None, str]:
     """The published survey (None if there is none, or not of this release's form) and the
     ConfigMap's resourceVersion ("" if there is none)."""
     config_map = kube.read("ConfigMap", namespace, VIEW_NAME)
-    if config_map is None:
-        return None, ""
+    return (None, "") if config_map is None else _view_of(config_map)
+
+
+def _view_of(config_map: dict) -> tuple[ClusterView | None, str]:
     data = (config_map.get("binaryData") or {}).get(DATA_KEY)
     view = ClusterView.decode(base64.b64decode(data)) if data else None
     return view, config_map["metadata"].get("resourceVersion", "")
@@ -153,12 +155,15 @@ def _publish(kube: Kube, namespace: str, view: ClusterView, version: str) -> Non
 def _next_published(kube: Kube, namespace: str, version: str, give_up_at: float,
                     clock: Clock) -> tuple[ClusterView | None, str]:
     """The survey another manager is taking, once published (a watch of the ConfigMap
-    from ``version``, until it changes or ``give_up_at``)."""
+    from ``version``, until it changes or ``give_up_at``): read from the watch's event, as
+    100 managers waiting on one survey would each read it again at once."""
     while (left := give_up_at - clock.monotonic()) > 0:
         # From "" (none published yet), the watch starts now and sees it created. A bookmark
         # is no change (a watch from "" may get one at once: looked at, the waiters spun).
-        for event_type, _ in kube.watch("ConfigMap", namespace, version, left,
-                                        field_selector=f"metadata.name={VIEW_NAME}"):
+        for event_type, config_map in kube.watch("ConfigMap", namespace, version, left,
+                                                 field_selector=f"metadata.name={VIEW_NAME}"):
+            if event_type in ("ADDED", "MODIFIED"):
+                return _view_of(config_map)
             if event_type != "BOOKMARK":
                 break
         published, new_version = _read(kube, namespace)

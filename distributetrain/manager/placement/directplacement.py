@@ -9,7 +9,7 @@ import logging
 from distributetrain.core import errors, exitcodes
 from distributetrain.core.pods import gang, manifests
 from distributetrain.core.placement import inventory
-from distributetrain.core.placement.placement import Plan, format_plan
+from distributetrain.core.placement.placement import Plan, describe_free, format_plan
 from distributetrain.core.pods.sshkeys import JobKeys
 from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
@@ -68,13 +68,13 @@ class DirectPlacement:
             self.keys_created = True
 
     def _choose(self, ledger: inventory.GpuLedger) -> Plan:
-        booking.check_request(ledger, self.settings)
+        # Under the Lease: the request was checked on these nodes before it (``_before_the_lease``).
         # No node is added for an attempt that could not wait for it (a restart past --wait-for-gpus),
         # nor once none came for the job (``scaleup.NodesNotComing``).
         may_wait = self.state.clock.monotonic() < min(self.state.gpus_until, self.state.deadline)
         self.planned = placing.plan_attempt(self.kind, ledger, self.settings,
                                             may_wait and not self.state.growth_stopped)
-        log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, ledger.free(),
+        log.info("job %s: free GPUs %s; plan %s", self.settings.job_name, describe_free(ledger.free()),
                  format_plan(self.planned.plan))
         return self.planned.plan
 

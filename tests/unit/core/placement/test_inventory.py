@@ -107,6 +107,24 @@ def test_terminal_pods_free_their_gpus():
     assert free_gpus([node("a")], pods, GPU) == {"a": 6}
 
 
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 3), st.booleans()), max_size=8))
+def test_free_read_between_changes_is_what_a_fresh_ledger_says(pods):
+    """``free`` is kept between changes (a plan and its log line read it on 5,000 nodes):
+    each pod and node added, and a copy, answer anew."""
+    nodes = [node("a"), node("b", allocatable="4")]
+    ledger, added = GpuLedger(GPU), []
+    for one in nodes[:1]:
+        ledger.add_node(one)
+    assert ledger.free() == {"a": 8}
+    ledger.add_node(nodes[1])
+    for index, (where, gpus, in_copy) in enumerate(pods):
+        added.append(pod(where, [container(gpus)], uid=str(index)))
+        ledger = ledger.copy() if in_copy else ledger
+        ledger.free()
+        ledger.add_pod(added[-1])
+        assert ledger.free() == free_gpus(nodes, added, GPU)
+
+
 def test_unbound_pods_pinned_by_affinity_count_against_their_node():
     assert free_gpus([node("a"), node("b")], [pod(None, [container(5)], phase="Pending", affinity_node="b")], GPU) == {
         "a": 8, "b": 3}

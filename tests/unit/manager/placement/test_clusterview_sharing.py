@@ -122,8 +122,20 @@ def test_past_its_deadline_a_manager_surveys_for_itself_though_a_surveyor_lives(
     assert VIEW not in kube.config_maps  # the surveyor's to publish
 
 
+class CountingReads(FakeKube):
+    def __init__(self):
+        super().__init__(NODES, clock=FakeClock())
+        self.view_reads = 0
+
+    def read(self, kind, namespace, name):
+        self.view_reads += kind == "ConfigMap"
+        return super().read(kind, namespace, name)
+
+
 def test_while_another_manager_surveys_the_others_wait_for_its_survey():
-    kube = FakeKube(NODES, clock=FakeClock())
+    """And take it from the watch's event: 100 managers waiting on one survey read it
+    again at once (each a GET of the whole ConfigMap) before any could book."""
+    kube = CountingReads()
     kube.other_leases[VIEW] = surveyor_lease()
     got: list[ClusterView] = []
     waiting = threading.Thread(target=lambda: got.append(clusterview.current(kube, JOB, kube.clock, later(kube))), daemon=True)
@@ -134,6 +146,7 @@ def test_while_another_manager_surveys_the_others_wait_for_its_survey():
     publish(kube, theirs)
     waiting.join(10)
     assert got == [theirs] and (kube.node_lists, kube.pod_lists) == (0, 0)
+    assert kube.view_reads == 1  # the first look, when none was published
 
 
 def test_a_survey_another_manager_began_before_one_asked_is_waited_out_then_taken_anew():
