@@ -617,7 +617,7 @@ def _key(obj: dict) -> str:
 
 
 def _matches(pod: dict, label_selector: str = "", field_selector: str = "", **_: str) -> bool:
-    """The selectors the manager uses: label ``k=v`` and ``k in (a,b)`` terms; field
+    """The selectors the manager uses: label ``k=v``, ``k in (a,b)`` and ``k`` (it exists) terms; field
     ``metadata.name!=x`` terms (any other field term selects every pod, as the lists'
     phase selector is not what the fake tests)."""
     labels = pod["metadata"].get("labels") or {}
@@ -626,6 +626,9 @@ def _matches(pod: dict, label_selector: str = "", field_selector: str = "", **_:
         if " in (" in term:
             key, _, values = term.partition(" in (")
             if labels.get(key.strip()) not in values.rstrip(")").split(","):
+                return False
+        elif "=" not in term:
+            if key.strip() not in labels:
                 return False
         elif labels.get(key.strip()) != value:
             return False

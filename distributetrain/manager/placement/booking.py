@@ -302,6 +302,7 @@ def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Pl
     try:
         with PlacementLock(kube, settings.lease_namespace, queue.identity, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
                            clock=clock, wait_until=wait_until, on_busy=queue.join, successor=queue.successor):
+            queue.look_ahead()
             if not still_wanted():
                 return None
             version = fence(kube, settings, clock, queue.leaving())
