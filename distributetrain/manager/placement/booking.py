@@ -62,18 +62,18 @@ class Short:
         return f"{self.shortage}; unavailable: {self.ledger.unavailable()}"
 
 
-def survey(kube: Kube, settings: JobSettings, clock: Clock, shared: bool = False,
+def survey(kube: Kube, settings: JobSettings, clock: Clock, shared_since: float | None = None,
            wait_until: float = -math.inf) -> inventory.GpuLedger:
-    """Outside the Lease: the nodes, and what every pod but the bookings holds; ``shared``:
-    from a survey taken for every manager within the last moments (``clusterview``: a
-    burst of starts lists the cluster once; another manager's survey waited for as the
-    Lease is, ``lease_deadline``), else one of its own, taken now (a manager that waited
-    for GPUs to free up must see them free)."""
+    """Outside the Lease: the nodes, and what every pod but the bookings holds; with
+    ``shared_since`` (of ``clock.now``: when the booking began), from a survey taken for
+    every manager since then (``clusterview``: a burst of starts lists the cluster once;
+    another manager's survey waited for as the Lease is, ``lease_deadline``), else one of
+    its own, taken now (a manager that waited for GPUs to free up must see them free)."""
     claims = volumeclaims.read_claims(kube, settings)  # they decide which nodes are candidates
     device_class = read_device_class(kube, settings)
     # DRA GPUs are in no shared survey (its managers ask for no DRA): a job of some class surveys alone.
-    view = (clusterview.current(kube, settings, clock, lease_deadline(clock, wait_until))
-            if shared and device_class is None
+    view = (clusterview.current(kube, settings, clock, lease_deadline(clock, wait_until), shared_since)
+            if shared_since is not None and device_class is None
             else clusterview.take(kube, clock, dra_gpus=device_class is not None))
     return view.ledger(_job_ledger(settings, claims, device_class), settings.candidate_tolerations,
                        settings.candidate_selector)
@@ -134,7 +134,7 @@ def with_bookings(kube: Kube, surveyed: inventory.GpuLedger, version: str) -> in
 
 def take_inventory(kube: Kube, settings: JobSettings, clock: Clock, shared: bool = False) -> inventory.GpuLedger:
     """GPUs free per candidate node for the job's pods now: the survey and the bookings."""
-    return with_bookings(kube, survey(kube, settings, clock, shared), "")
+    return with_bookings(kube, survey(kube, settings, clock, clock.now() if shared else None), "")
 
 
 def _job_ledger(settings: JobSettings, claims: JobClaims | None = None,
@@ -285,7 +285,8 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
 
 
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None], clock: Clock,
-         wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True, shared_survey: bool = False,
+         wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
+         shared_since: float | None = None,
          surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None) -> Plan | Short | None:
     """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``.
 
@@ -294,9 +295,9 @@ def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Pl
     A busy Lease is tried for LOCK_TIMEOUT_S, or until ``wait_until`` (of ``clock``) if
     later. ``still_wanted`` is asked once the Lease is held: False (the GPUs were taken
     while this job waited for it) returns None without reading anything more.
-    ``shared_survey``: see ``survey``.
+    ``shared_since``: see ``survey``.
     """
-    surveyed = survey(kube, settings, clock, shared_survey, wait_until)
+    surveyed = survey(kube, settings, clock, shared_since, wait_until)
     surveyed_hook(surveyed)
     queue = turns.Turns(kube, settings, clock)  # first come, first served: one update a hand-off
     try:

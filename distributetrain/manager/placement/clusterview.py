@@ -7,8 +7,8 @@ of them), and many managers starting together (a sweep of trials, a burst of Kue
 admissions) would each take it. So the survey is shared, in a ConfigMap of the lock
 namespace (``VIEW_NAME``):
 
-- a manager uses only a survey begun after it asked for one, so it sees every node and
-  pod there was when it asked, as a survey of its own would (a node labelled, a pod
+- a manager uses only a survey begun after its booking began (``placing``), so it sees
+  every node and pod there was then, as a survey of its own would (a node labelled, a pod
   deleted just before the job was submitted): the writer's wall clock against the
   reader's, where a skew only makes a manager survey for itself;
 - none such published, the manager that takes the Lease ``VIEW_NAME`` (held, and renewed,
@@ -75,11 +75,12 @@ def begun_after(view: ClusterView | None, asked_at: float) -> bool:
     return view is not None and view.taken_at >= asked_at
 
 
-def current(kube: Kube, settings: JobSettings, clock: Clock, give_up_at: float) -> ClusterView:
-    """A survey begun after this call: another manager's (published), or its own
-    (published for the others); its own alone once ``give_up_at`` (of ``clock.monotonic``)
-    has passed with no survey for it."""
-    asked_at = clock.now()
+def current(kube: Kube, settings: JobSettings, clock: Clock, give_up_at: float,
+            asked_at: float | None = None) -> ClusterView:
+    """A survey begun after ``asked_at`` (of ``clock.now``; None: this call): another
+    manager's (published), or its own (published for the others); its own alone once
+    ``give_up_at`` (of ``clock.monotonic``) has passed with no survey for it."""
+    asked_at = clock.now() if asked_at is None else asked_at
     namespace = settings.lease_namespace
     # One for every try: a dead surveyor's Lease is judged expired on what this manager saw of it.
     surveyor = PlacementLock(kube, namespace, f"{settings.namespace}/{settings.job_name}", -1.0, VIEW_NAME, clock,

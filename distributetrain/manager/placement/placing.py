@@ -110,10 +110,13 @@ class FreeGpuBooking:
              before_each: Callable[[], None] = lambda: None) -> Plan | booking.Short:
         """Booked (the plan), or at ``until`` (monotonic) still short (the last shortage).
         ``before_each`` runs before each booking, ``on_short`` hears each shortage before the
-        wait; ``shared_survey`` is the first booking's."""
+        wait; ``shared_survey`` is the first booking's: any survey begun since this call (once 100
+        managers had each written their phase, a survey one began was too early for others)."""
+        asked_at = self.clock.now()
         while True:
             before_each()
-            booked = self.try_once(choose, create, until, shared_survey and self.watch is None, surveyed_hook)
+            shared_since = asked_at if shared_survey and self.watch is None else None
+            booked = self.try_once(choose, create, until, shared_since, surveyed_hook)
             if isinstance(booked, list):
                 return booked
             if isinstance(booked, booking.Short):
@@ -125,7 +128,7 @@ class FreeGpuBooking:
                 log.info("job %s: the free GPUs may hold the request now; booking again", self.settings.job_name)
 
     def try_once(self, choose: booking.Choose, create: Callable[[Plan], None], until: float,
-                 shared_survey: bool = False,
+                 shared_since: float | None = None,
                  surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None) -> Plan | booking.Short | None:
         """One booking (``booking.book``): None when, once the Lease is held, the followed
         free GPUs do not fit the request (another manager took them) and ``until`` is not over."""
@@ -133,7 +136,7 @@ class FreeGpuBooking:
         self.next_try_at = self.clock.monotonic() + REPLAN_MIN_INTERVAL_S
         self.seen = self.watch.generation if self.watch else 0
         return booking.book(self.kube, self.settings, choose, create, self.clock, until,
-                            lambda: self.may_fit() or self.clock.monotonic() >= until, shared_survey, surveyed_hook)
+                            lambda: self.may_fit() or self.clock.monotonic() >= until, shared_since, surveyed_hook)
 
     def follow(self, ledger: inventory.GpuLedger) -> None:
         """Follow the free GPUs of the ledger's candidates (its claims, its DRA class), if not yet."""

@@ -5,6 +5,8 @@ shortage at its deadline."""
 import threading
 
 from distributetrain.core import names
+from distributetrain.core.clock import FakeClock
+from distributetrain.core.placement.clusterview import ClusterView
 from distributetrain.core.placement import placement
 from distributetrain.core.pods.newnodepods import NewNodePlace
 from distributetrain.core.settings import JobSettings
@@ -13,6 +15,7 @@ from distributetrain.manager.placement.kinds import ElasticJob, StaticJob
 from harness.builders import ledger_of, make_pod, node
 from harness.kube import FakeKube
 from harness.waiting import WatchedClock, wait_until
+from unit.manager.placement.test_clusterview_sharing import publish
 
 JOB = JobSettings(job_name="demo", namespace="ml", num_gpus=4, image="reg/base:1")
 
@@ -78,3 +81,24 @@ def test_at_its_deadline_a_booking_returns_the_shortage():
     [short] = outcome
     assert isinstance(short, booking.Short) and str(short.shortage) == "requested 2 GPUs but only 1 are free in the cluster"
     assert lease_writes(kube) == 4  # once when short, once more at the deadline
+
+
+def test_the_first_booking_shares_a_survey_begun_since_it_began_though_before_it_looked_for_one():
+    """100 managers starting together each wrote their phase first (a request, slow under
+    that load): a survey one of them began meanwhile was too early for the others, and a
+    second one was taken (12 s at 150,000 pods) while the Lease went unused."""
+    kube = FakeKube([node("a", 4)], clock=FakeClock())
+    theirs = ClusterView(nodes=[{"metadata": {"name": "theirs", "labels": {}},
+                                 "status": {"allocatable": {"nvidia.com/gpu": "8"},
+                                            "conditions": [{"type": "Ready", "status": "True"}]}}])
+
+    def phase_written():  # the survey of another manager begins, and is published, meanwhile
+        kube.clock.sleep(1)
+        theirs.taken_at = kube.clock.now()
+        publish(kube, theirs)
+        kube.clock.sleep(1)  # the phase written
+
+    with placing.FreeGpuBooking(kube, JOB.replace(num_gpus=2), kube.clock) as free_gpus:
+        booked = free_gpus.book(lambda ledger: placement.plan(ledger.free(), 2), lambda plan: None,
+                                kube.clock.monotonic() + 60, shared_survey=True, before_each=phase_written)
+    assert booked == [("theirs", 2)] and (kube.node_lists, kube.pod_lists) == (0, 2)  # the bookings and the queue: no survey
