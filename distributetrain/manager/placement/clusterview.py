@@ -43,6 +43,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import PlacementLock
+from distributetrain.manager.placement import turns
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def current(kube: Kube, settings: JobSettings, clock: Clock, give_up_at: float,
     asked_at = clock.now() if asked_at is None else asked_at
     namespace = settings.lease_namespace
     # One for every try: a dead surveyor's Lease is judged expired on what this manager saw of it.
-    surveyor = PlacementLock(kube, namespace, f"{settings.namespace}/{settings.job_name}", -1.0, VIEW_NAME, clock,
+    surveyor = PlacementLock(kube, namespace, turns.identity(settings), -1.0, VIEW_NAME, clock,
                              SURVEYOR_LEASE_S)
     try:
         published, version = _read(kube, namespace)
