@@ -139,7 +139,15 @@ class NodeGroup:
         for name in self.names:
             if probe.exists(f"/api/v1/nodes/{name}"):
                 log.info("deleting Node %s", name)
-                probe.delete(f"/api/v1/nodes/{name}")
+                delete_node(probe, name)
+
+
+def delete_node(probe: ApiProbe, name: str) -> None:
+    """The Node and its kubelet's Lease: the garbage collector deletes the Lease (the Node
+    owns it) only some time later, seconds on a loaded host, and a stopped node is to have
+    left nothing in the API once its stop returns."""
+    probe.delete(f"/api/v1/nodes/{name}")
+    probe.delete(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}")
 
 
 def delete_orphan_nodes(probe: ApiProbe) -> None:
@@ -151,4 +159,4 @@ def delete_orphan_nodes(probe: ApiProbe) -> None:
     for node in response.json().get("items", []):
         name = node["metadata"]["name"]
         log.warning("deleting orphan Node %s", name)
-        probe.delete(f"/api/v1/nodes/{name}")
+        delete_node(probe, name)

@@ -21,6 +21,10 @@ from localcluster.certs import ADMIN, Pki
 
 APISERVER_HOST = "127.0.0.1"
 REQUEST_TIMEOUT_S = 2.0
+# A write is asked once, not polled: an apiserver slowed by a loaded host (some 2-5 s a
+# request in CI while four tests started nodes and pods at once) is waited for, up to its
+# own request timeout (60 s), rather than taken for gone after REQUEST_TIMEOUT_S.
+WRITE_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.1
 
 
@@ -51,21 +55,25 @@ class ApiProbe:
         return self._request("GET", path)
 
     def delete(self, path: str) -> Response | None:
-        return self._request("DELETE", path)
+        return self._request("DELETE", path, timeout_s=WRITE_TIMEOUT_S)
 
     def json_patch(self, path: str, operations: list[dict]) -> Response | None:
         """An RFC 6902 JSON patch (e.g. of a Node's status subresource)."""
-        return self._request("PATCH", path, json.dumps(operations).encode(), "application/json-patch+json")
+        return self._request("PATCH", path, json.dumps(operations).encode(), "application/json-patch+json",
+                             timeout_s=WRITE_TIMEOUT_S)
 
-    def _request(self, method: str, path: str, body: bytes | None = None,
-                 content_type: str | None = None) -> Response | None:
+    def _request(self, method: str, path: str, body: bytes | None = None, content_type: str | None = None,
+                 timeout_s: float = REQUEST_TIMEOUT_S) -> Response | None:
         headers = {"Content-Type": content_type} if content_type else {}
         kept = getattr(self._kept, "connection", None)
         # A kept connection the apiserver has since closed (idle, restarted) fails at once:
         # the request is tried once more on a new one.
         for connection in ([kept] if kept else []) + [None]:
             connection = connection or http.client.HTTPSConnection(
-                APISERVER_HOST, self._port, context=self._context, timeout=REQUEST_TIMEOUT_S)
+                APISERVER_HOST, self._port, context=self._context, timeout=timeout_s)
+            connection.timeout = timeout_s  # for the connection's socket, kept or new
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout_s)
             try:
                 connection.request(method, path, body=body, headers=headers)
                 reply = connection.getresponse()
