@@ -24,7 +24,10 @@ measured by a bare client creating them (``bare_pods_per_s``).
 
 Run: ``bench/isolated.sh python -m bench.many_managers`` (root; long and CPU-heavy: the
 managers share the machine's cores with the API server, as they would not on a real
-cluster, which is why their start-up is left out of the timing).
+cluster, which is why their start-up is left out of the timing). A run of some points
+(``--pods``, ``--managers``, ``--approaches``) replaces those rounds in the results file
+and keeps the others (``merged``): each round says when it was measured, and on which
+commit.
 """
 
 from __future__ import annotations
@@ -172,6 +175,45 @@ def bare_pods_per_s(api_client, namespace: str, prefix: str, count: int) -> floa
     return count / seconds
 
 
+def round_key(measured: dict) -> tuple[int, int, str]:
+    return measured["pods"], measured["count"], measured["approach"]
+
+
+def merged(previous: list[dict], measured: list[dict]) -> list[dict]:
+    """The results file's rounds with this run's in place of those of the same pods,
+    managers and code, in the series' order: a run of a few points updates them, and
+    the rest of the published series stays."""
+    replaced = {round_key(r) for r in measured}
+    kept = [r for r in previous if round_key(r) not in replaced]
+    return sorted(kept + measured, key=lambda r: (r["pods"], r["count"], APPROACHES.index(r["approach"])))
+
+
+def complete(rounds: list[dict]) -> bool:
+    """Whether every point of the series is measured."""
+    return {round_key(r) for r in rounds} >= {(pods, count, approach) for pods in POD_SERIES
+                                               for count in MANAGER_COUNTS for approach in APPROACHES}
+
+
+def previous_rounds() -> list[dict]:
+    """The rounds of the results file ([] if there is none, or it cannot be read)."""
+    try:
+        return json.loads(report.results_path(NAME).read_text())["rounds"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return []
+
+
+def commit_of(approach: str) -> str:
+    """The commit a round's code is: the ``before`` arm's, or this checkout's HEAD (marked
+    "+changes" when the manager's or the bench's code differs from it)."""
+    if approach == "before":
+        return BEFORE_COMMIT
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=report.REPO_ROOT, capture_output=True,
+                          text=True, check=False).stdout.strip() or "unknown"
+    changed = subprocess.run(["git", "status", "--porcelain", "--", "distributetrain", "bench"], cwd=report.REPO_ROOT,
+                             capture_output=True, text=True, check=False).stdout.strip()
+    return f"{head}+changes" if changed else head
+
+
 def summarise(rounds: list[dict]) -> list[dict]:
     rows = []
     for r in rounds:
@@ -229,6 +271,13 @@ def main() -> None:
     selector = f"{testbed.NODE_LABEL}={prefix}"
     gpus_used = [rng.randint(0, GPUS_USED_MAX) for _ in range(scale.NODES)]
     rounds: list[dict] = []
+    published = previous_rounds()
+
+    def save() -> list[dict]:
+        every = merged(published, rounds)
+        report.write_results(NAME, {"complete": complete(every), "rounds": every, "rows": summarise(every)})
+        return every
+
     with tempfile.TemporaryDirectory(prefix="distributetrain-bench-before-") as scratch, \
             testbed.local_cluster() as cluster:
         before = scale.extract_before(Path(scratch)) if "before" in args.approaches else Path(scratch)
@@ -250,14 +299,13 @@ def main() -> None:
                         logs.mkdir(parents=True)
                         result = run_round(api_client, namespace, selector, probe_tree(approach, before), jobs, logs)
                         rounds.append({"pods": target, "count": count, "approach": approach,
+                                       "measured_at": report.now(), "commit": commit_of(approach),
                                        "bare_pods_per_s": bare, **result})
                         print(f"{target:,} pods, {count} managers, {approach}: {result['wall_s']:.1f} s, "
                               f"double bookings {result['double_bookings']}", flush=True)
-                        # Each round kept as it ends: a run cut short still says what it measured.
-                        report.write_results(NAME, {"complete": False, "rounds": rounds, "rows": summarise(rounds)})
+                        save()  # each round kept as it ends: a run cut short still says what it measured
                         clean_round(api_client, namespace)
-    rows = summarise(rounds)
-    report.write_results(NAME, {"complete": True, "rounds": rounds, "rows": rows})
+    rows = summarise(save())
     plot(rows, report.image_path(NAME))
     print(table(rows))
 

@@ -38,13 +38,22 @@ def image_path(name: str) -> Path:
     return IMAGE_DIR / f"bench-{name}.png"
 
 
+def now() -> str:
+    """The time of a measurement, as results files say it (UTC, to the second)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def results_path(name: str) -> Path:
+    return RESULTS_DIR / f"{name}.json"
+
+
 def write_results(name: str, results: dict) -> Path:
     """Save results with the machine they were measured on."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
+    path = results_path(name)
     record = {
         "benchmark": name,
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": now(),
         "python": sys.version.split()[0],
         "machine": platform.platform(),
         **results,
