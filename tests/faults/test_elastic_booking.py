@@ -29,6 +29,11 @@ pytestmark = pytest.mark.cluster
 
 JOBS = 10
 NODES = {"a": 1, "b": 1, "c": 1}
+# The node lifecycle controller looks at every node each second (--node-monitor-period): its
+# first look at a new node, from a cache that may still hold the kubelet's first status,
+# can taint it not-ready after it was seen Ready (once in CI), and lifts that at its next.
+SETTLED_S = 3.0
+SETTLE_TIMEOUT_S = 60.0
 
 
 def booked_per_node(core, namespace) -> dict[str, int]:
@@ -54,11 +59,26 @@ def nodes_as_surveyed(core, pool) -> str:
     return "\n".join(said)
 
 
+def untainted(core, pool) -> bool:
+    return all(not json.loads(core.read_node(pool.node(logical), _preload_content=False).data)["spec"].get("taints")
+               for logical in NODES)
+
+
+def settle(core, pool) -> None:
+    """Until the pool's nodes have carried no taint for SETTLED_S (three of the controller's looks)."""
+    give_up_at, since = time.monotonic() + SETTLE_TIMEOUT_S, None
+    while since is None or time.monotonic() - since < SETTLED_S:
+        assert time.monotonic() < give_up_at, f"the nodes never settled:\n{nodes_as_surveyed(core, pool)}"
+        since = (since or time.monotonic()) if untainted(core, pool) else None
+        time.sleep(0.2)
+
+
 def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(cluster, api_client, namespace, caplog):
     # What each follower saw is in its log (a shortage names the GPUs it found unavailable, and why).
     caplog.set_level(logging.INFO, logger="distributetrain")
     core = client.CoreV1Api(api_client)
     with node_pool(cluster, NODES) as pool:
+        settle(core, pool)  # every GPU free for the followers to book, as the last assertion counts
         followers = []
         for i in range(JOBS):
             settings = JobSettings(job_name=f"flex-{i}", namespace=namespace, num_gpus=1, min_gpus=1,
