@@ -68,6 +68,7 @@ TEST_NODE_LABEL = "distributetrain.test/nodes"
 # idle or not. At 20 ms a 4-rank train.py job took a quarter less CPU, and no longer.
 LOCAL_MACHINE_FLAGS = ("--cpu-per-gpu=100m", "--memory-per-gpu=2Gi", "--env=HOROVOD_CYCLE_TIME=20")
 MANAGER_FINISH_TIMEOUT_S = 240.0
+ENDED = ("Succeeded", "Failed")  # the phases of a pod that has ended
 # A brand-new namespace's default ServiceAccount, and the webhooks' caches knowing it.
 NAMESPACE_READY_TIMEOUT_S = 30.0
 NAMESPACE_READY_POLL_S = 0.2
@@ -229,8 +230,12 @@ class Jobs:
                              f"{json.dumps((last or {}).get('status'), indent=1)[:3000]}\n"
                              f"its log (tail):\n{self.log_tail(name)}")
 
+    def ended(self, name: str) -> bool:
+        """Whether the pod has ended (a wait on what it would do can stop)."""
+        return (self.pod(name) or {}).get("status", {}).get("phase") in ENDED
+
     def exit_code(self, name: str, timeout_s: float = MANAGER_FINISH_TIMEOUT_S) -> int:
-        pod = self.wait_for(name, lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), timeout_s)
+        pod = self.wait_for(name, lambda p: p["status"].get("phase") in ENDED, timeout_s)
         terminated = (pod["status"].get("containerStatuses") or [{}])[0].get("state", {}).get("terminated")
         assert terminated, f"pod {name} ended without a container exit code: {json.dumps(pod['status'])[:2000]}"
         return terminated["exitCode"]

@@ -69,9 +69,8 @@ class ApiProbe:
         # A kept connection the apiserver has since closed (idle, restarted) fails at once:
         # the request is tried once more on a new one.
         for connection in ([kept] if kept else []) + [None]:
-            connection = connection or http.client.HTTPSConnection(
-                APISERVER_HOST, self._port, context=self._context, timeout=timeout_s)
-            connection.timeout = timeout_s  # for the connection's socket, kept or new
+            connection = connection or http.client.HTTPSConnection(APISERVER_HOST, self._port, context=self._context)
+            connection.timeout = timeout_s  # this request's, on a connection kept or new
             if connection.sock is not None:
                 connection.sock.settimeout(timeout_s)
             try:

@@ -60,8 +60,7 @@ def wait_for_line(jobs, pod, pattern, after=0, timeout_s=PHASE_TIMEOUT_S):
     return poll_until(lambda: pattern.search(jobs.log_tail(pod, lines=100000), after), timeout_s,
                       lambda: f"{pattern.pattern!r} in {pod}'s log:\n{jobs.log_tail(pod, lines=100000)[-4000:]}"
                               f"\n{the_others(jobs, pod)}",
-                      POLL_S, hopeless=lambda: (jobs.pod(pod) or {}).get("status", {}).get("phase")
-                      in ("Succeeded", "Failed"))
+                      POLL_S, hopeless=lambda: jobs.ended(pod))
 
 
 def the_others(jobs, awaited: str) -> str:

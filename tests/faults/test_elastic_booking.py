@@ -23,6 +23,7 @@ from distributetrain.manager.pods.discovery import HostList
 from distributetrain.manager.placement.elastic import ElasticFollower
 from distributetrain.manager.reporting.reporting import Reporter
 from distributetrain.manager.processstate import ProcessState
+from harness.polling import poll_until
 from jobharness import node_pool
 
 pytestmark = pytest.mark.cluster
@@ -66,11 +67,16 @@ def untainted(core, pool) -> bool:
 
 def settle(core, pool) -> None:
     """Until the pool's nodes have carried no taint for SETTLED_S (three of the controller's looks)."""
-    give_up_at, since = time.monotonic() + SETTLE_TIMEOUT_S, None
-    while since is None or time.monotonic() - since < SETTLED_S:
-        assert time.monotonic() < give_up_at, f"the nodes never settled:\n{nodes_as_surveyed(core, pool)}"
-        since = (since or time.monotonic()) if untainted(core, pool) else None
-        time.sleep(0.2)
+    untainted_since: list[float] = []
+
+    def settled() -> bool:
+        if not untainted(core, pool):
+            untainted_since.clear()
+            return False
+        untainted_since[:] = untainted_since or [time.monotonic()]
+        return time.monotonic() - untainted_since[0] >= SETTLED_S
+
+    poll_until(settled, SETTLE_TIMEOUT_S, lambda: f"the nodes never settled:\n{nodes_as_surveyed(core, pool)}", 0.2)
 
 
 def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(cluster, api_client, namespace, caplog):

@@ -79,8 +79,7 @@ def test_keys_fresh_private_only_for_the_job_user_in_the_chief_never_logged(clus
         for job, uid in (("one", 1000), ("two", VOLUME_OWNER)):
             chief_log = poll_until(lambda: with_both_ranks(f"{job}-chief"), RANKS_REPORT_S,
                                    lambda: f"both ranks in {job}-chief's log, which is:\n{jobs.logs(f'{job}-chief')}",
-                                   hopeless=lambda: (jobs.pod(f"{job}-chief") or {}).get("status", {}).get("phase")
-                                   in ("Succeeded", "Failed"))
+                                   hopeless=lambda: jobs.ended(f"{job}-chief"))
             # In the chief only, root's and readable by the job user's group alone (fsGroup).
             assert f"rank=0 /etc/distributetrain/ssh-client/id_ed25519 mode=0o440 uid=0 gid={uid}" in chief_log
             assert "rank=1 /etc/distributetrain/ssh-client/id_ed25519 absent" in chief_log  # no client key on workers
