@@ -60,8 +60,8 @@ def our_inventory(api_client: client.ApiClient, namespace: str, selector: str) -
     settings = testbed.job_settings(namespace, "--job-name=bench-inventory", "--num-gpus=1",
                                     "--image=distributetrain/base:0.1.0", f"--node-selector={selector}")
     kube = Kube(api_client, RealClock())
-    ledger = clusterview.take(kube, kube.clock).ledger(booking._job_ledger(settings), settings.tolerations,
-                                           dict(settings.node_selector))
+    ledger = clusterview.take(kube, kube.clock, settings.lease_namespace).ledger(
+        booking._job_ledger(settings), settings.tolerations, dict(settings.node_selector))
     assert ledger.allocatable or ledger.refused
     return kube.requests
 

@@ -149,11 +149,12 @@ def clean_round(api_client, namespace: str) -> None:
     core.delete_collection_namespaced_secret(namespace, label_selector=f"{names.LABEL_APP}={names.APP}")
     client.NetworkingV1Api(api_client).delete_collection_namespaced_network_policy(
         namespace, label_selector=f"{names.LABEL_APP}={names.APP}")
-    try:
-        core.delete_namespaced_config_map("distributetrain-cluster-view", "default")
-    except client.ApiException as error:
-        if error.status != 404:
-            raise
+    for shared in ("distributetrain-cluster-view", "distributetrain-booking-journal"):
+        try:
+            core.delete_namespaced_config_map(shared, "default")
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
     testbed.delete_pods(api_client, namespace, f"{names.LABEL_ROLE} in (worker,chief,manager)")
 
 

@@ -103,6 +103,8 @@ class PlacementLock:
         self._stopped = False
         self._renewer: threading.Thread | None = None
         self._written: dict = {}  # the Lease as this holder last wrote it (its resourceVersion)
+        self.found: dict | None = None  # the Lease's spec as this holder found it, before taking it
+        self._release_spec: dict | None = None  # what the release writes, once ``release_spec`` decided it
 
     @property
     def where(self) -> str:
@@ -150,10 +152,13 @@ class PlacementLock:
                 return True
         return False
 
-    def _spec(self) -> dict:
-        now = micro_time(self.clock.now())  # for people reading the Lease: nothing is decided on it
+    def _spec(self, found: dict | None) -> dict:
+        """This acquisition's: its identity, its acquire time (which names it), and the count
+        of acquisitions one more than the Lease had (``bookingjournal.Closing``)."""
+        now = micro_time(self.clock.now())
+        transitions = ((found or {}).get("spec") or {}).get("leaseTransitions") or 0
         return {"holderIdentity": self.holder, "leaseDurationSeconds": round(self.duration_s),
-                "acquireTime": now, "renewTime": now}
+                "acquireTime": now, "renewTime": now, "leaseTransitions": transitions + 1}
 
     def _held_by_another(self, lease: dict) -> bool:
         """Whether another holder's lease still counts, judged on this process's clock."""
@@ -170,7 +175,7 @@ class PlacementLock:
         """Take the Lease as ``lease`` (just read; None: there is none) shows it."""
         if lease is not None and self._held_by_another(lease):
             return False
-        spec = self._spec()
+        spec = self._spec(lease)
         sent_at = self.clock.monotonic()
         try:
             if lease is None:
@@ -183,6 +188,7 @@ class PlacementLock:
             return False  # another manager won this round
         self._acquire_time, self._renewed_at = spec["acquireTime"], sent_at
         self._written = written
+        self.found = None if lease is None else lease.get("spec")
         return True
 
     def _ours(self, lease: dict | None) -> bool:
@@ -246,11 +252,8 @@ class PlacementLock:
         only if no one wrote it since, which proves the section exclusive in one request.
         A conflict reads it back to see whose it is now."""
         lease = self._written
-        spec = {"holderIdentity": None, "leaseDurationSeconds": lease["spec"]["leaseDurationSeconds"]}
-        successor = self._successor()
-        if successor:
-            now = micro_time(self.clock.now())
-            spec.update(holderIdentity=successor, acquireTime=now, renewTime=now)
+        spec = self.release_spec()
+        successor = spec["holderIdentity"]
         try:
             self.kube.update({**lease, "spec": spec})
         except errors.Conflict:
@@ -263,6 +266,22 @@ class PlacementLock:
             return ""
         log.info("released placement lock %s%s", self.where, f" to {successor}" if successor else "")
         return ""
+
+    def release_spec(self) -> dict:
+        """The spec the release will write, decided at the first call (the successor asked
+        then): to the successor, or to no one, with an acquire time of its own and this
+        acquisition's count, so no other holder's write leaves the Lease the same
+        (``bookingjournal.Closing``: any acquisition since counts one more, or, by a
+        release that does not count them, none)."""
+        if self._release_spec is None:
+            now = micro_time(self.clock.now())
+            written = self._written["spec"]
+            self._release_spec = {"holderIdentity": self._successor(), "acquireTime": now,
+                                  "leaseDurationSeconds": written["leaseDurationSeconds"],
+                                  "leaseTransitions": written.get("leaseTransitions")}
+            if self._release_spec["holderIdentity"]:
+                self._release_spec["renewTime"] = now
+        return self._release_spec
 
     def _successor(self) -> str | None:
         """Who waits next; None if no one, or if it cannot be told (the release frees the

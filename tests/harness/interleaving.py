@@ -10,10 +10,12 @@ proof rests on, and no more:
   revisions it was created and deleted at, so the store can be read as it was;
 - a list read at a revision the draw picks: a list with ``resourceVersion`` X and
   ``NotOlderThan`` (a watch cache that may lag, but not behind X) at any revision from X
-  on; a consistent list (no resourceVersion) at the latest; the survey's list of every
-  pod, for a stronger adversary than a real server, at any revision at all;
-- the Lease: create (AlreadyExists), and updates that carry the resourceVersion they
-  read (Conflict otherwise), as the placement lock uses them.
+  on; a consistent list (no resourceVersion: the bookings', the survey's of every pod)
+  at the latest, as the API server serves it (from etcd, or from a watch cache it first
+  brings up to etcd's revision);
+- the Lease and the booking journal's ConfigMap: create (AlreadyExists), and updates
+  that carry the resourceVersion they read (Conflict otherwise), as the placement lock and
+  the journal use them; reads of either at the latest revision (a GET is consistent).
 
 Pods never start, end or move: a booked pod keeps its GPUs, which is the case the rule
 "no GPU booked twice" is about.
@@ -109,7 +111,7 @@ class RevisionedKube:
         self.revision = 1
         self.nodes = copy.deepcopy(nodes)
         self.pods: dict[str, tuple[dict, int, float]] = {}  # name -> (pod, created at, deleted at)
-        self.lease: dict | None = None
+        self.objects: dict[str, dict] = {}  # by kind: the Lease, the journal's ConfigMap
         for pod in pods:
             self._write_pod(pod)
 
@@ -136,10 +138,8 @@ class RevisionedKube:
             if version:
                 assert selectors.get("resource_version_match") == "NotOlderThan"
                 at = self.choices.integer(int(version), self.revision, "bookings read at")
-            elif selectors.get("label_selector"):
-                at = self.revision  # a consistent list
             else:
-                at = self.choices.integer(1, self.revision, "survey read at")
+                at = self.revision  # a consistent list
             restart()
             wanted = selectors.get("label_selector") == names.BOOKINGS_SELECTOR
             for pod in self._pods_at(at):
@@ -177,29 +177,34 @@ class RevisionedKube:
                 created.append(self._write_pod(obj))
         return created
 
-    # -- the Lease --------------------------------------------------------------------------
+    # -- the Lease, the journal ---------------------------------------------------------------
+    @property
+    def lease(self) -> dict | None:
+        return self.objects.get("Lease")
+
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
-        assert kind == "Lease"
+        assert kind in ("Lease", "ConfigMap")
         with self.stepper.step():
-            return copy.deepcopy(self.lease)
+            return copy.deepcopy(self.objects.get(kind))
 
-    def create(self, lease: dict) -> dict:
+    def create(self, obj: dict) -> dict:
         with self.stepper.step():
-            if self.lease is not None:
-                raise errors.AlreadyExists(f"leases {name_of(lease)} already exists")
-            return self._write_lease(lease)
+            if obj["kind"] in self.objects:
+                raise errors.AlreadyExists(f"{obj['kind']} {name_of(obj)} already exists")
+            return self._write(obj)
 
-    def update(self, lease: dict) -> dict:
+    def update(self, obj: dict) -> dict:
         with self.stepper.step():
-            if lease["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
-                raise errors.Conflict(f"leases {name_of(lease)}: the object has been modified")
-            return self._write_lease(lease)
+            if obj["metadata"].get("resourceVersion") != self.objects[obj["kind"]]["metadata"]["resourceVersion"]:
+                raise errors.Conflict(f"{obj['kind']} {name_of(obj)}: the object has been modified")
+            return self._write(obj)
 
-    def _write_lease(self, lease: dict) -> dict:
+    def _write(self, obj: dict) -> dict:
+        assert obj["kind"] in ("Lease", "ConfigMap")
         self.revision += 1
-        self.lease = copy.deepcopy(lease)
-        self.lease["metadata"]["resourceVersion"] = str(self.revision)
-        return copy.deepcopy(self.lease)
+        stored = self.objects[obj["kind"]] = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(self.revision)
+        return copy.deepcopy(stored)
 
     def watch(self, kind: str, namespace: str, resource_version: str, timeout_s: float, **selectors: str):
         """The Lease's change since ``resource_version`` at once; else nothing (the caller looks again)."""

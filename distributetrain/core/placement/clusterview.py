@@ -11,6 +11,10 @@ it instead of listing the cluster again. This is that survey, for any job:
   cordoned or Ready, its allocatable);
 - each node's usage: what its pods, but the bookings, request of every resource (GPUs
   of any name among them), and how many they are;
+- the bookings (every job's workers and chiefs, as the inventory reads them), and the
+  booking journal's position when the survey began (``bookingjournal``): under the
+  Lease, a booking adds what was booked since from the journal, or lists the bookings
+  afresh;
 - in the survey of a job with --device-class, which it takes alone (never published): DRA
   GPUs (``dracounting``), each node's devices of its node-local ResourceSlices, and the
   devices allocated to ResourceClaims but the jobs' own (those are counted from the
@@ -34,7 +38,7 @@ from distributetrain.core.placement.dracounting import Device, DeviceId
 from distributetrain.core.placement.inventory import TERMINAL_PHASES, GpuLedger, pinned_node
 from distributetrain.core.placement.podrequests import PODS, pod_amounts, requested_resources
 
-SCHEMA = 1  # of the encoded form: a reader skips a survey of another
+SCHEMA = 2  # of the encoded form: a reader skips a survey of another
 
 
 def slim_node(node: Mapping) -> dict:
@@ -54,6 +58,8 @@ class ClusterView:
     taken_at: float = 0.0  # wall-clock seconds when it was begun, of the manager that took it
     nodes: list[dict] = field(default_factory=list)
     usage: dict[str, Counter] = field(default_factory=dict)
+    bookings: list[dict] = field(default_factory=list)  # unfinished, bound or not
+    position: int | None = None  # the booking journal's next entry before the pods were listed
     # DRA GPUs, in the survey of a job with --device-class only (never published): each node's
     # devices (``dracounting``), and those allocated to claims but the jobs' own.
     devices: dict[str, list[Device]] = field(default_factory=dict)
@@ -63,12 +69,16 @@ class ClusterView:
         self.nodes.append(slim_node(node))
 
     def add_pod(self, pod: Mapping) -> None:
-        """Count a bound or pinned, unfinished pod, unless it is a booking (read afresh)."""
+        """Count a bound or pinned, unfinished pod; keep an unfinished booking as it is (the
+        ledger under the Lease counts it, or the bookings read afresh)."""
         metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        node = spec.get("nodeName") or pinned_node(spec)
-        if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
             return
         if names.is_booking(metadata.get("labels") or {}):
+            self.bookings.append(dict(pod))
+            return
+        node = spec.get("nodeName") or pinned_node(spec)
+        if not node:
             return
         used = self.usage.setdefault(node, Counter())
         used.update({resource: amount for resource, amount in pod_amounts(spec, requested_resources(spec)).items()
@@ -77,6 +87,7 @@ class ClusterView:
 
     def forget_pods(self) -> None:
         self.usage.clear()
+        self.bookings.clear()
 
     def add_slices(self, slices: Iterable[Mapping]) -> None:
         """Every ResourceSlice of the cluster, at once (a pool's generations are compared)."""
@@ -100,7 +111,8 @@ class ClusterView:
 
     def encode(self) -> bytes:
         body = {"schema": SCHEMA, "takenAt": self.taken_at, "nodes": self.nodes,
-                "usage": {node: dict(amounts) for node, amounts in self.usage.items()}}
+                "usage": {node: dict(amounts) for node, amounts in self.usage.items()},
+                "bookings": self.bookings, "position": self.position}
         return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6)
 
     @classmethod
@@ -113,4 +125,5 @@ class ClusterView:
         if not isinstance(body, dict) or body.get("schema") != SCHEMA:
             return None
         return cls(float(body["takenAt"]), body["nodes"],
-                   {node: Counter(amounts) for node, amounts in body["usage"].items()})
+                   {node: Counter(amounts) for node, amounts in body["usage"].items()},
+                   body["bookings"], body["position"])

@@ -5,17 +5,21 @@ placement (``directplacement``, first start and restarts alike), a queued attemp
 (``queueing``) and an elastic job's replacements (``elastic``). What the Lease protects is the set of bookings: every job's
 workers and chiefs (``names.BOOKINGS_SELECTOR``). So only they are read under it:
 
-1. outside the Lease, the survey: the nodes, and what every other pod of the cluster
-   holds (the long list of a large cluster, which no other manager waits on);
-2. under the one cluster-wide Lease (``kube.lock``): a write to the manager's own pod
-   (``fence``), then the bookings listed at that write's resourceVersion or later, so
-   every pod an earlier holder created is among them (it created them before letting
-   the Lease go, and this write came after taking it); the plan is chosen from the
-   survey and the bookings, and its pods are created before the Lease is let go.
+1. outside the Lease, the survey: the nodes, what every other pod of the cluster holds,
+   and the bookings then (the long list of a large cluster, which no other manager
+   waits on), after the booking journal's position (``bookingjournal``);
+2. under the one cluster-wide Lease (``kube.lock``): the bookings made since the survey,
+   from the journal, when every holder since wrote its entry; else a write to the
+   manager's own pod (``fence``), then the bookings listed at that write's
+   resourceVersion or later, so every pod an earlier holder created is among them (it
+   created them before letting the Lease go, and this write came after taking it). The
+   plan is chosen from the survey and the bookings, its pods are created, and the
+   journal gets their entry before the Lease is let go.
 
-So no GPU is ever booked twice (the proof: docs/architecture.md, "The placement Lease").
-A pod of another tenant that took GPUs after the survey is the scheduler's to refuse, as
-for any pod: the plan then waits out --worker-ready-timeout and plans again.
+So no GPU is ever booked twice (the proof: docs/architecture.md, "The placement Lease"
+and "The booking journal"). A pod of another tenant that took GPUs after the survey is
+the scheduler's to refuse, as for any pod: the plan then waits out --worker-ready-timeout
+and plans again.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.core.placement import dracounting, inventory, placement, scaleup, topology
+from distributetrain.core.placement.bookingjournal import BookingJournal, Closing
 from distributetrain.core import errors, names, quantity
 from distributetrain.core.clock import Clock
 from distributetrain.core.placement.gpusharing import SharedUnits
@@ -35,11 +40,11 @@ from distributetrain.core.placement.podfit import SHARED, JobFit
 from distributetrain.core.placement.podrequests import CPU, MEMORY
 from distributetrain.core.settings import JobSettings
 from distributetrain.core.placement.volumeclaims import JobClaims
-from distributetrain.kube import dra
+from distributetrain.kube import dra, podwire
 from distributetrain.kube.client import Kube
 from distributetrain.kube.events import micro_time
 from distributetrain.kube.lock import LOCK_TIMEOUT_S, PlacementLock
-from distributetrain.manager.placement import clusterview, turns, volumeclaims
+from distributetrain.manager.placement import clusterview, journal, turns, volumeclaims
 
 
 log = logging.getLogger(__name__)
@@ -48,6 +53,8 @@ log = logging.getLogger(__name__)
 # What a booking plans from the free GPUs per node: raises ``InsufficientGPUs`` when
 # nothing it would accept fits, ``UsageError`` when nothing ever could.
 Choose = Callable[[inventory.GpuLedger], Plan]
+# What a booking does with its plan: the pods that take its GPUs, as created (or pinned).
+Create = Callable[[Plan], list[dict]]
 MAX_SHARING_NAMED = 3  # ways GPUs are shared, in a refusal: a few say it, a long list drowns it
 
 
@@ -62,8 +69,33 @@ class Short:
         return f"{self.shortage}; unavailable: {self.ledger.unavailable()}"
 
 
+@dataclass(frozen=True)
+class Surveyed:
+    """A survey as a job reads it: its ledger (every node, every pod but the bookings), the
+    bookings then, and the journal's position then (None: the bookings are listed under the Lease)."""
+
+    ledger: inventory.GpuLedger
+    bookings: list[dict]
+    position: int | None
+
+    def with_journal(self, found: BookingJournal) -> inventory.GpuLedger:
+        """The ledger with the bookings then and those the journal holds since (a pod in
+        both, as the journal has it: a queued pod pinned to its node since)."""
+        ledger = self.ledger.copy()
+        pods = {_key(pod): pod for pod in self.bookings}
+        pods.update((_key(pod), pod) for pod in found.since(self.position))
+        for pod in pods.values():
+            ledger.add_pod(pod)
+        return ledger
+
+
+def _key(pod: Mapping) -> str:
+    metadata = pod["metadata"]
+    return metadata.get("uid") or f"{metadata.get('namespace')}/{metadata['name']}"
+
+
 def survey(kube: Kube, settings: JobSettings, clock: Clock, shared_since: float | None = None,
-           wait_until: float = -math.inf) -> inventory.GpuLedger:
+           wait_until: float = -math.inf) -> Surveyed:
     """Outside the Lease: the nodes, and what every pod but the bookings holds; with
     ``shared_since`` (of ``clock.now``: when the booking began), from a survey taken for
     every manager since then (``clusterview``: a burst of starts lists the cluster once;
@@ -74,9 +106,10 @@ def survey(kube: Kube, settings: JobSettings, clock: Clock, shared_since: float 
     # DRA GPUs are in no shared survey (its managers ask for no DRA): a job of some class surveys alone.
     view = (clusterview.current(kube, settings, clock, lease_deadline(clock, wait_until), shared_since)
             if shared_since is not None and device_class is None
-            else clusterview.take(kube, clock, dra_gpus=device_class is not None))
-    return view.ledger(_job_ledger(settings, claims, device_class), settings.candidate_tolerations,
-                       settings.candidate_selector)
+            else clusterview.take(kube, clock, settings.lease_namespace, dra_gpus=device_class is not None))
+    ledger = view.ledger(_job_ledger(settings, claims, device_class), settings.candidate_tolerations,
+                         settings.candidate_selector)
+    return Surveyed(ledger, view.bookings, view.position)
 
 
 def lease_deadline(clock: Clock, wait_until: float) -> float:
@@ -134,7 +167,7 @@ def with_bookings(kube: Kube, surveyed: inventory.GpuLedger, version: str) -> in
 
 def take_inventory(kube: Kube, settings: JobSettings, clock: Clock, shared: bool = False) -> inventory.GpuLedger:
     """GPUs free per candidate node for the job's pods now: the survey and the bookings."""
-    return with_bookings(kube, survey(kube, settings, clock, clock.now() if shared else None), "")
+    return with_bookings(kube, survey(kube, settings, clock, clock.now() if shared else None).ledger, "")
 
 
 def _job_ledger(settings: JobSettings, claims: JobClaims | None = None,
@@ -284,11 +317,12 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
         return grown
 
 
-def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Plan], None], clock: Clock,
+def book(kube: Kube, settings: JobSettings, choose: Choose, create: Create, clock: Clock,
          wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
          shared_since: float | None = None,
          surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None) -> Plan | Short | None:
-    """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``.
+    """The survey, then under the Lease: the bookings, ``choose``'s plan, ``create(plan)``,
+    and the journal's entry for what it created.
 
     ``surveyed_hook(survey)`` runs before the Lease is taken: what no other manager waits
     on (checking the request against the survey, objects of the job's own).
@@ -298,22 +332,34 @@ def book(kube: Kube, settings: JobSettings, choose: Choose, create: Callable[[Pl
     ``shared_since``: see ``survey``.
     """
     surveyed = survey(kube, settings, clock, shared_since, wait_until)
-    surveyed_hook(surveyed)
+    surveyed_hook(surveyed.ledger)
     queue = turns.Turns(kube, settings, clock)  # first come, first served: one update a hand-off
     try:
         with PlacementLock(kube, settings.lease_namespace, queue.identity, LOCK_TIMEOUT_S, names.LOCK_LEASE_NAME,
-                           clock=clock, wait_until=wait_until, on_busy=queue.join, successor=queue.successor):
+                           clock=clock, wait_until=wait_until, on_busy=queue.join, successor=queue.successor) as lock:
             queue.look_ahead()
             if not still_wanted():
                 return None
+            found, journal_version = journal.read(kube, settings.lease_namespace)
             version = fence(kube, settings, clock, queue.leaving())
             queue.left()
-            ledger = with_bookings(kube, surveyed, version)
+            unbroken = found is not None and found.unbroken(lock.found)
+            if unbroken and found.covers(surveyed.position):
+                ledger = surveyed.with_journal(found)
+            else:
+                ledger = with_bookings(kube, surveyed.ledger, version)
+            booked: Plan | Short
+            created: list[dict] = []
             try:
-                plan = choose(ledger)
+                booked = choose(ledger)
             except placement.InsufficientGPUs as shortage:
-                return Short(shortage, ledger)
-            create(plan)
-            return plan
+                booked = Short(shortage, ledger)
+            else:
+                created = create(booked)
+            if journal_version is not None:  # may be read and written: an entry, possibly of no pod
+                entry = [podwire.slim(pod) for pod in created]
+                journal.write(kube, settings.lease_namespace, (found or BookingJournal()).appended(
+                    entry, Closing.of(lock.release_spec()), unbroken), journal_version)
+            return booked
     finally:
         queue.leave()

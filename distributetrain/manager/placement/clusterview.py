@@ -43,7 +43,7 @@ from distributetrain.core.settings import JobSettings
 from distributetrain.kube import dra
 from distributetrain.kube.client import Kube
 from distributetrain.kube.lock import PlacementLock
-from distributetrain.manager.placement import turns
+from distributetrain.manager.placement import journal, turns
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,14 @@ SURVEYOR_LEASE_S = 60  # a surveyor that died lets another survey after this lon
 SURVEYOR_CHECK_S = SURVEYOR_LEASE_S / 3
 
 
-def take(kube: Kube, clock: Clock, dra_gpus: bool = False) -> ClusterView:
-    """A survey of the cluster: every node, every unfinished pod (bookings are skipped); with
-    ``dra_gpus``, every ResourceSlice and the devices every ResourceClaim holds (the jobs' own skipped)."""
+def take(kube: Kube, clock: Clock, journal_namespace: str, dra_gpus: bool = False) -> ClusterView:
+    """A survey of the cluster: every node, every unfinished pod (the bookings kept apart),
+    and first, the booking journal's position (in ``journal_namespace``); with ``dra_gpus``,
+    every ResourceSlice and the devices every ResourceClaim holds (the jobs' own skipped),
+    and no position (a DRA job lists the bookings: their devices are counted from them)."""
     view = ClusterView(taken_at=clock.now())
+    if not dra_gpus:
+        view.position = journal.position(kube, journal_namespace)
     for page, _ in kube.list_pages("Node"):
         for node in page:
             view.add_node(node)
@@ -92,7 +96,7 @@ def current(kube: Kube, settings: JobSettings, clock: Clock, give_up_at: float,
             if clock.monotonic() >= give_up_at:
                 log.warning("job %s: no survey of the cluster shared in time [%s/%s]; taking its own",
                             settings.job_name, namespace, VIEW_NAME)
-                return take(kube, clock)
+                return take(kube, clock, namespace)
             surveyed = _survey_as_the_surveyor(kube, settings, clock, version, surveyor)
             if surveyed is not None:
                 return surveyed
@@ -104,7 +108,7 @@ def current(kube: Kube, settings: JobSettings, clock: Clock, give_up_at: float,
         # the survey of its own would fail as well: that is raised, as any list's failure.
         log.warning("job %s: cannot share the survey of the cluster [%s/%s] (%s); taking its own",
                     settings.job_name, namespace, VIEW_NAME, e)
-    return take(kube, clock)
+    return take(kube, clock, namespace)
 
 
 def _read(kube: Kube, namespace: str) -> tuple[ClusterView | None, str]:
@@ -128,7 +132,7 @@ def _survey_as_the_surveyor(kube: Kube, settings: JobSettings, clock: Clock, ver
     except errors.LeaseBusy:
         return None  # another manager surveys
     try:
-        view = take(kube, clock)
+        view = take(kube, clock, settings.lease_namespace)
         _publish(kube, settings.lease_namespace, view, version)
     finally:
         try:

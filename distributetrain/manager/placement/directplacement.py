@@ -96,7 +96,7 @@ class DirectPlacement:
                                           f"{settings.wait_for_gpus_s:.0f}s (--wait-for-gpus)")
         self.state.reporter.phase("WaitingForGPUs")
 
-    def _create_pods(self, plan: Plan) -> None:
+    def _create_pods(self, plan: Plan) -> list[dict]:
         """The workers and the chief, in one burst (under the Lease: no other request is
         here, every other manager waits on it; Events are sent in the background)."""
         settings = self.settings
@@ -109,8 +109,9 @@ class DirectPlacement:
         dra.create_templates(self.kube, objects)
         for group in (obj for obj in objects if obj["kind"] == gang.KIND):
             self.kube.create_owned(group)
-        self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
+        created = self.kube.create_all_owned([obj for obj in objects if obj["kind"] == "Pod"])
         self.state.pods.relist()  # the start judged on a store that holds them
+        return created
 
     def _say_created(self, plan: Plan) -> None:
         """Once the Lease is let go: the plan on the manager pod, and the Events of its pods."""

@@ -340,7 +340,7 @@ class ElasticFollower:
         self.free_gpus.close()
         self._replaced(booked, missing, first)
 
-    def _create_replacements(self, plan: Plan, first: int, dra_nodes: set[str]) -> None:
+    def _create_replacements(self, plan: Plan, first: int, dra_nodes: set[str]) -> list[dict]:
         """Workers of the next indexes on the plan's nodes; on a DRA node, claiming their GPUs."""
         settings = self.settings
         pods = [manifests.worker_pod(settings, first + i, node, share, self.attempt.number)
@@ -349,7 +349,7 @@ class ElasticFollower:
                 for pod, (node, _) in zip(pods, plan)]
         dra.create_templates(self.kube, gpuclaims.templates(settings, [share for node, share in plan
                                                                         if node in dra_nodes]))
-        self.kube.create_all_owned(pods)
+        return self.kube.create_all_owned(pods)
 
     def _fits(self, free: Mapping[str, int]) -> bool:
         """Whether these free GPUs could take a replacement, as the booking would plan it."""

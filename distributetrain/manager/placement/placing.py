@@ -104,7 +104,7 @@ class FreeGpuBooking:
             self.watch.__exit__(None, None, None)
             self.watch = None
 
-    def book(self, choose: booking.Choose, create: Callable[[Plan], None], until: float,
+    def book(self, choose: booking.Choose, create: booking.Create, until: float,
              on_short: Callable[[booking.Short], None] = lambda short: None, shared_survey: bool = False,
              surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None,
              before_each: Callable[[], None] = lambda: None) -> Plan | booking.Short:
@@ -127,7 +127,7 @@ class FreeGpuBooking:
             if self.wait_for_change(until):
                 log.info("job %s: the free GPUs may hold the request now; booking again", self.settings.job_name)
 
-    def try_once(self, choose: booking.Choose, create: Callable[[Plan], None], until: float,
+    def try_once(self, choose: booking.Choose, create: booking.Create, until: float,
                  shared_since: float | None = None,
                  surveyed_hook: Callable[[inventory.GpuLedger], None] = lambda ledger: None) -> Plan | booking.Short | None:
         """One booking (``booking.book``): None when, once the Lease is held, the followed

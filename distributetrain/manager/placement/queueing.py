@@ -213,11 +213,12 @@ class QueuedPlacement:
         self.state.reporter.events.record(jobevents.PLANNED, f"admitted by queue {settings.queue}; "
                                                         f"{format_plan(plan)}{in_domains} (the chief's share last)")
 
-    def _place_pods(self, pods: list[str], plan: Plan) -> None:
-        namespace = self.state.settings.namespace
+    def _place_pods(self, pods: list[str], plan: Plan) -> list[dict]:
+        namespace, placed = self.state.settings.namespace, []
         for name, (node, _) in zip(pods, plan):
-            placed = self.kube.patch("Pod", namespace, name, podgroup.pin_patch(node))
-            self.kube.patch("Pod", namespace, name, podgroup.ungate_patch(placed))
+            pinned = self.kube.patch("Pod", namespace, name, podgroup.pin_patch(node))
+            placed.append(self.kube.patch("Pod", namespace, name, podgroup.ungate_patch(pinned)))
+        return placed
 
 
 def _tolerating(settings: JobSettings, rules: Sequence[NodeRule]) -> JobSettings:

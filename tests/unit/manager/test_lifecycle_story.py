@@ -15,7 +15,7 @@ from distributetrain.core.clock import FakeClock, RealClock
 from distributetrain.core.job.record import JobRecord
 from distributetrain.core.settings import JobSettings
 from distributetrain.kube import events
-from distributetrain.manager.placement import clusterview
+from distributetrain.manager.placement import clusterview, journal
 from distributetrain.manager.job import ending, job, lifecycle, posttraining, pretraining
 from distributetrain.manager.watching import podwaits, startwatch
 from distributetrain.manager.watching import teardown
@@ -238,15 +238,17 @@ def test_the_chief_holds_its_gpus_from_the_start(story):
     creates_and_watches = [(verb, kind, name) for verb, kind, name in kube.actions if verb in ("create", "watch")]
     # The cluster surveyed and the survey shared; then what no other manager waits on (once
     # the survey said the request is good); then under the Lease the workers and the chief,
-    # before any pod is watched.
+    # and the booking journal's entry for them (the first: it creates the journal), before
+    # any pod is watched.
     assert creates_and_watches == [("create", "Lease", VIEW), ("create", "ConfigMap", VIEW),
                                    ("create", "Secret", "demo-ssh"), ("create", "NetworkPolicy", "demo-pods"),
                                    ("create", "NetworkPolicy", "demo-manager"), ("create", "Lease", names.LOCK_LEASE_NAME),
                                    ("create", "Pod", "demo-worker-0"), ("create", "Pod", "demo-chief"),
+                                   ("create", "ConfigMap", journal.JOURNAL_NAME),
                                    ("watch", "Pod", ""), ("watch", "Pod", ""), ("watch", "Pod", "")]
 
 
-def test_under_the_placement_lease_a_manager_writes_only_the_fence_and_its_pods(story):
+def test_under_the_placement_lease_a_manager_writes_only_the_fence_its_pods_and_their_entry(story):
     """Every other manager waits while one holds the Lease: the plan goes on the manager pod
     once it is let go, and the Events are sent in the background."""
     code, _, kube = story([[("demo-worker-0", running()), ("demo-chief", PULLING)],
@@ -255,7 +257,8 @@ def test_under_the_placement_lease_a_manager_writes_only_the_fence_and_its_pods(
     taken = kube.actions.index(("create", "Lease", names.LOCK_LEASE_NAME))
     let_go = kube.actions.index(("update", "Lease", names.LOCK_LEASE_NAME), taken)
     assert kube.actions[taken + 1:let_go] == [("annotate", "Pod", "demo"), ("create", "Pod", "demo-worker-0"),
-                                              ("create", "Pod", "demo-chief")]
+                                              ("create", "Pod", "demo-chief"),
+                                              ("create", "ConfigMap", journal.JOURNAL_NAME)]
     assert kube.annotation_history(names.ANNOTATION_BOOKED_AT) and kube.annotation_history(names.ANNOTATION_PLAN)
     assert ("annotate", "Pod", "demo") in kube.actions[let_go + 1:]  # the plan
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from distributetrain.core import errors
+from distributetrain.core import errors, names
 from distributetrain.core.placement import placement, topology
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import RuntimeClassTerms
@@ -83,3 +83,51 @@ def test_the_nodes_of_the_runtime_class_are_the_candidates_as_they_are_while_wai
     assert booking.take_inventory(kube, JOB, FakeClock()).free() == {"b": 4}
     parts = LedgerParts.for_job(settings)  # what a job waiting for GPUs follows
     assert {name for name in ("a", "b") if not parts.node_part(kube.nodes[name]).refusal} == {"a"}
+
+
+def booking_in_turn(kube: FakeKube, job: str, gpus: int):
+    """A job's booking, its pods created as planned (workers, so they are bookings)."""
+    def create(plan):
+        return kube.create_all_owned([make_pod(f"{job}-{index}").uid(f"uid-{job}-{index}").on(node).gpus(share)
+                                      .labels({names.LABEL_JOB: job, names.LABEL_ROLE: names.ROLE_WORKER}).obj()
+                                      for index, (node, share) in enumerate(plan)])
+
+    return booking.book(kube, JOB.replace(job_name=job, num_gpus=gpus), lambda ledger: placement.plan(ledger.free(), gpus),
+                        create, FakeClock())
+
+
+def counting_bookings_lists(kube: FakeKube) -> list[int]:
+    """A one-item list counting the lists of the bookings (the scan of every pod on the server)."""
+    counted, each_pod_request = [0], kube.each_pod_request
+
+    def counting(visit, restart, **selectors):
+        counted[0] += selectors.get("label_selector") == names.BOOKINGS_SELECTOR
+        return each_pod_request(visit, restart, **selectors)
+
+    kube.each_pod_request = counting
+    return counted
+
+
+def test_under_the_lease_the_bookings_since_the_survey_come_from_the_journal_not_a_list():
+    """The first booking finds no journal: it lists the bookings, and starts the journal
+    with its own entry. The next ones, surveyed after it, read them there."""
+    kube = FakeKube(nodes=[sized_node("a", 4), sized_node("b", 4)])
+    lists = counting_bookings_lists(kube)
+    assert booking_in_turn(kube, "first", 4) == [("a", 4)]
+    assert lists == [1]
+    assert booking_in_turn(kube, "second", 4) == [("b", 4)]
+    assert isinstance(booking_in_turn(kube, "third", 4), booking.Short)
+    assert lists == [1]
+
+
+def test_a_journal_some_holder_since_left_out_is_not_trusted():
+    """The Lease taken since the journal's last entry by a manager that wrote none (another
+    acquisition counted): the next booking lists the bookings, and sees that holder's."""
+    kube = FakeKube(nodes=[sized_node("a", 4), sized_node("b", 4)])
+    booking_in_turn(kube, "first", 4)
+    kube.create_all_owned([make_pod("unjournaled-0").uid("u0").on("b").gpus(4)
+                           .labels({names.LABEL_JOB: "unjournaled", names.LABEL_ROLE: names.ROLE_WORKER}).obj()])
+    kube.lease["spec"]["leaseTransitions"] += 1
+    lists = counting_bookings_lists(kube)
+    assert isinstance(booking_in_turn(kube, "second", 4), booking.Short)
+    assert lists == [1]

@@ -50,7 +50,7 @@ def booking_story(kube, until):
 
     def book():
         with free_gpus:
-            outcome.append(free_gpus.book(lambda ledger: placement.plan(ledger.free(), 2), lambda plan: None, until))
+            outcome.append(free_gpus.book(lambda ledger: placement.plan(ledger.free(), 2), lambda plan: [], until))
 
     thread = threading.Thread(target=book, daemon=True)
     thread.start()
@@ -99,6 +99,6 @@ def test_the_first_booking_shares_a_survey_begun_since_it_began_though_before_it
         kube.clock.sleep(1)  # the phase written
 
     with placing.FreeGpuBooking(kube, JOB.replace(num_gpus=2), kube.clock) as free_gpus:
-        booked = free_gpus.book(lambda ledger: placement.plan(ledger.free(), 2), lambda plan: None,
+        booked = free_gpus.book(lambda ledger: placement.plan(ledger.free(), 2), lambda plan: [],
                                 kube.clock.monotonic() + 60, shared_survey=True, before_each=phase_written)
     assert booked == [("theirs", 2)] and (kube.node_lists, kube.pod_lists) == (0, 2)  # the bookings and the queue: no survey

@@ -1,0 +1,63 @@
+"""The booking journal (``core.placement.bookingjournal``) in its ConfigMap, beside the
+placement Lease: a survey reads its position, a holder of the Lease reads it, and
+writes it with its own entry before it lets the Lease go.
+
+Whoever can write that ConfigMap can hide bookings from the managers that trust it: it is
+the same account's, in the same namespace, as the placement Lease, whose holder can book
+anything (``rbac/``). A journal that cannot be read (an older ``rbac/`` without it) or
+written costs nothing but the journal: the holder lists the bookings under the Lease.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+from distributetrain.core import errors, names
+from distributetrain.core.placement.bookingjournal import BookingJournal
+from distributetrain.kube.client import Kube
+
+log = logging.getLogger(__name__)
+
+JOURNAL_NAME = f"{names.APP}-booking-journal"
+DATA_KEY = "journal.json.zlib"
+# Refused, not unreachable: an older rbac/, a policy of the namespace. Unreachable, the
+# booking's next request fails as well, and that is raised.
+REFUSED = (errors.Forbidden, errors.AdmissionRefused, errors.QuotaExceeded, errors.Invalid)
+
+
+def read(kube: Kube, namespace: str) -> tuple[BookingJournal | None, str | None]:
+    """The journal (None if there is none, or not of this release's form) and its
+    ConfigMap's resourceVersion ("" if there is none; None if it may not be read)."""
+    try:
+        config_map = kube.read("ConfigMap", namespace, JOURNAL_NAME)
+    except REFUSED as e:
+        log.warning("cannot read the booking journal [%s/%s] (%s): the bookings are listed", namespace,
+                    JOURNAL_NAME, e)
+        return None, None
+    if config_map is None:
+        return None, ""
+    data = (config_map.get("binaryData") or {}).get(DATA_KEY)
+    return (BookingJournal.decode(base64.b64decode(data)) if data else None,
+            config_map["metadata"].get("resourceVersion", ""))
+
+
+def position(kube: Kube, namespace: str) -> int | None:
+    """Where a survey begun now starts in the journal (None: no journal to use)."""
+    journal, _ = read(kube, namespace)
+    return None if journal is None else journal.next
+
+
+def write(kube: Kube, namespace: str, journal: BookingJournal, version: str) -> None:
+    """``journal`` in place of the one read at ``version`` ("": none yet). A conflict (a
+    holder whose Lease was taken over meanwhile) or a refusal leaves the one there: its
+    closing then names another release than this holder's, and the next holder lists."""
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": JOURNAL_NAME, "namespace": namespace, "labels": {names.LABEL_APP: names.APP},
+                               **({"resourceVersion": version} if version else {})},
+                  "binaryData": {DATA_KEY: base64.b64encode(journal.encode()).decode()}}
+    try:
+        kube.update(config_map) if version else kube.create(config_map)
+    except (errors.Conflict, errors.AlreadyExists, *REFUSED) as e:
+        log.warning("could not write the booking journal [%s/%s] (%s): the next booking lists the bookings",
+                    namespace, JOURNAL_NAME, e)
