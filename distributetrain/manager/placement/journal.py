@@ -4,8 +4,10 @@ writes it with its own entry before it lets the Lease go.
 
 Whoever can write that ConfigMap can hide bookings from the managers that trust it: it is
 the same account's, in the same namespace, as the placement Lease, whose holder can book
-anything (``rbac/``). A journal that cannot be read (an older ``rbac/`` without it) or
-written costs nothing but the journal: the holder lists the bookings under the Lease.
+anything (``rbac/``). A journal that cannot be read or written (an older ``rbac/`` without
+it, an API server that fails the request) costs nothing but the journal: the holder lists
+the bookings under the Lease, and one that wrote no entry leaves the journal broken for
+the next (``bookingjournal``), which lists them too.
 """
 
 from __future__ import annotations
@@ -21,17 +23,12 @@ log = logging.getLogger(__name__)
 
 JOURNAL_NAME = f"{names.APP}-booking-journal"
 DATA_KEY = "journal.json.zlib"
-# Refused, not unreachable: an older rbac/, a policy of the namespace. Unreachable, the
-# booking's next request fails as well, and that is raised.
-REFUSED = (errors.Forbidden, errors.AdmissionRefused, errors.QuotaExceeded, errors.Invalid)
-
-
 def read(kube: Kube, namespace: str) -> tuple[BookingJournal | None, str | None]:
     """The journal (None if there is none, or not of this release's form) and its
     ConfigMap's resourceVersion ("" if there is none; None if it may not be read)."""
     try:
         config_map = kube.read("ConfigMap", namespace, JOURNAL_NAME)
-    except REFUSED as e:
+    except errors.DistributeTrainError as e:
         log.warning("cannot read the booking journal [%s/%s] (%s): the bookings are listed", namespace,
                     JOURNAL_NAME, e)
         return None, None
@@ -50,14 +47,15 @@ def position(kube: Kube, namespace: str) -> int | None:
 
 def write(kube: Kube, namespace: str, journal: BookingJournal, version: str) -> None:
     """``journal`` in place of the one read at ``version`` ("": none yet). A conflict (a
-    holder whose Lease was taken over meanwhile) or a refusal leaves the one there: its
-    closing then names another release than this holder's, and the next holder lists."""
+    holder whose Lease was taken over meanwhile), a refusal or a failure leaves the one
+    there, or this one (a write whose answer was lost): either closing is right, as the
+    next holder reads it."""
     config_map = {"apiVersion": "v1", "kind": "ConfigMap",
                   "metadata": {"name": JOURNAL_NAME, "namespace": namespace, "labels": {names.LABEL_APP: names.APP},
                                **({"resourceVersion": version} if version else {})},
                   "binaryData": {DATA_KEY: base64.b64encode(journal.encode()).decode()}}
     try:
         kube.update(config_map) if version else kube.create(config_map)
-    except (errors.Conflict, errors.AlreadyExists, *REFUSED) as e:
+    except errors.DistributeTrainError as e:
         log.warning("could not write the booking journal [%s/%s] (%s): the next booking lists the bookings",
                     namespace, JOURNAL_NAME, e)

@@ -131,3 +131,14 @@ def test_a_journal_some_holder_since_left_out_is_not_trusted():
     lists = counting_bookings_lists(kube)
     assert isinstance(booking_in_turn(kube, "second", 4), booking.Short)
     assert lists == [1]
+
+
+def test_a_journal_that_may_not_be_read_leaves_the_bookings_listed():
+    """An older rbac/ without the journal's ConfigMap: every booking lists, none fails."""
+    kube = FakeKube(nodes=[sized_node("a", 4), sized_node("b", 4)])
+    kube.forbidden_reads.add("ConfigMap")
+    lists = counting_bookings_lists(kube)
+    assert booking_in_turn(kube, "first", 4) == [("a", 4)]
+    assert booking_in_turn(kube, "second", 4) == [("b", 4)]
+    assert lists == [2]
+    assert kube.writes(kind="ConfigMap") == []
