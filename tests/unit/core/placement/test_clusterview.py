@@ -1,5 +1,6 @@
 """The published survey gives a job the ledger an inventory of the objects themselves
-would, bookings aside (they are read afresh under the Lease), and survives its encoding."""
+would, bookings aside (kept as they are, for the ledger under the Lease), and survives
+its encoding."""
 
 import json
 import zlib
@@ -55,10 +56,16 @@ def test_a_job_s_ledger_from_the_view_is_its_inventory_of_every_pod_but_the_book
     for pod in pods:
         if not names.is_booking(pod["metadata"]["labels"]):
             direct.add_pod(pod)
-    published = ClusterView.decode(view_of(pods).encode())
+    view = view_of(pods)
+    view.position = 7
+    published = ClusterView.decode(view.encode())
     from_view = published.ledger(job_ledger(), tolerations, selector)
     assert ledger_state(from_view) == ledger_state(direct)
     assert published.taken_at == 1234.5
+    # The unfinished bookings, whatever their node, and where the journal stood: for the ledger under the Lease.
+    assert published.bookings == [pod for pod in pods if names.is_booking(pod["metadata"]["labels"])
+                                  and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+    assert published.position == 7
 
 
 def test_a_node_cut_to_what_the_inventory_reads_is_read_the_same():
