@@ -112,6 +112,7 @@ class RevisionedKube:
         self.nodes = copy.deepcopy(nodes)
         self.pods: dict[str, tuple[dict, int, float]] = {}  # name -> (pod, created at, deleted at)
         self.objects: dict[str, dict] = {}  # by kind: the Lease, the journal's ConfigMap
+        self.refused: set[str] = set()  # kinds whose reads RBAC refuses (the journal's, with an older rbac/)
         for pod in pods:
             self._write_pod(pod)
 
@@ -185,6 +186,8 @@ class RevisionedKube:
     def read(self, kind: str, namespace: str, name: str) -> dict | None:
         assert kind in ("Lease", "ConfigMap")
         with self.stepper.step():
+            if kind in self.refused:
+                raise errors.forbidden(f'{kind} "{name}" is forbidden')
             return copy.deepcopy(self.objects.get(kind))
 
     def create(self, obj: dict) -> dict:

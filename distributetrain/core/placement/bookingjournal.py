@@ -17,7 +17,9 @@ Lease go, so the next holder reads what was booked since its survey in one small
   as its release will leave it (``Closing``), and the next holder compares it with the
   Lease as it found it (``unbroken``). Any other holder since wrote its own identity and
   acquire time there. A broken journal starts over after the entry of the holder that
-  found it broken (``appended``), which lists the bookings under the Lease.
+  found it broken (``appended``), which lists the bookings under the Lease;
+- a survey that finds no journal begins one (``opening``) when no manager is in its turn,
+  so that the holders after it trust it from the first.
 
 The proof, with the Lease's: docs/architecture.md, "The booking journal".
 """
@@ -47,8 +49,28 @@ class Closing:
 
     @classmethod
     def of(cls, spec: Mapping | None) -> Closing:
-        spec = spec or {}
+        """The Lease's spec as a closing; no Lease at all (its first holder creates it) is
+        ``NO_LEASE``, which no release writes (each counts its acquisition, or none)."""
+        if spec is None:
+            return NO_LEASE
         return cls(spec.get("holderIdentity"), spec.get("acquireTime"), spec.get("leaseTransitions"))
+
+
+NO_LEASE = Closing(None, None, 0)
+
+
+def opening(lease_spec: Mapping | None, lease_exists: bool) -> Closing | None:
+    """Where a journal begun now may start from, read off the placement Lease: no Lease yet,
+    or one its last holder let go to no one, counting its acquisition (so every pod that
+    holder booked exists already, and any holder since changes what the Lease says); None
+    while a manager holds it or is named to, or if the last release counted nothing (an
+    older release's, which any of its releases would write the same)."""
+    if not lease_exists:
+        return NO_LEASE
+    spec = lease_spec or {}
+    if spec.get("holderIdentity") or spec.get("leaseTransitions") is None:
+        return None
+    return Closing.of(spec)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import base64
 import logging
 
 from distributetrain.core import errors, names
+from distributetrain.core.placement import bookingjournal
 from distributetrain.core.placement.bookingjournal import BookingJournal
 from distributetrain.kube.client import Kube
 
@@ -40,16 +41,32 @@ def read(kube: Kube, namespace: str) -> tuple[BookingJournal | None, str | None]
 
 
 def position(kube: Kube, namespace: str) -> int | None:
-    """Where a survey begun now starts in the journal (None: no journal to use)."""
-    journal, _ = read(kube, namespace)
-    return None if journal is None else journal.next
+    """Where a survey begun now starts in the journal (None: no journal to use). With none
+    yet, one is begun if no manager is in its turn (``bookingjournal.opening``): the first
+    burst of managers then trusts it from its first turn."""
+    journal, version = read(kube, namespace)
+    if journal is not None:
+        return journal.next
+    if version is None:
+        return None  # it may not be read
+    try:
+        lease = kube.read("Lease", namespace, names.LOCK_LEASE_NAME)
+    except errors.DistributeTrainError as e:
+        log.warning("cannot read the placement Lease [%s/%s] (%s): no booking journal begun", namespace,
+                    names.LOCK_LEASE_NAME, e)
+        return None
+    closing = bookingjournal.opening((lease or {}).get("spec"), lease is not None)
+    if closing is None:
+        return None
+    begun = BookingJournal(closing=closing)
+    return begun.next if write(kube, namespace, begun, version) else None
 
 
-def write(kube: Kube, namespace: str, journal: BookingJournal, version: str) -> None:
-    """``journal`` in place of the one read at ``version`` ("": none yet). A conflict (a
-    holder whose Lease was taken over meanwhile), a refusal or a failure leaves the one
-    there, or this one (a write whose answer was lost): either closing is right, as the
-    next holder reads it."""
+def write(kube: Kube, namespace: str, journal: BookingJournal, version: str) -> bool:
+    """``journal`` in place of the one read at ``version`` ("": none yet); whether it was
+    written. A conflict (a holder whose Lease was taken over meanwhile, a journal begun by
+    another), a refusal or a failure leaves the one there, or this one (a write whose
+    answer was lost): either closing is right, as the next holder reads it."""
     config_map = {"apiVersion": "v1", "kind": "ConfigMap",
                   "metadata": {"name": JOURNAL_NAME, "namespace": namespace, "labels": {names.LABEL_APP: names.APP},
                                **({"resourceVersion": version} if version else {})},
@@ -59,3 +76,5 @@ def write(kube: Kube, namespace: str, journal: BookingJournal, version: str) -> 
     except errors.DistributeTrainError as e:
         log.warning("could not write the booking journal [%s/%s] (%s): the next booking lists the bookings",
                     namespace, JOURNAL_NAME, e)
+        return False
+    return True

@@ -236,15 +236,14 @@ def test_the_chief_holds_its_gpus_from_the_start(story):
                            [("demo-chief", running(ip="10.0.0.3"))], [("demo-chief", ended(0))]])
     assert code == 0
     creates_and_watches = [(verb, kind, name) for verb, kind, name in kube.actions if verb in ("create", "watch")]
-    # The cluster surveyed and the survey shared; then what no other manager waits on (once
-    # the survey said the request is good); then under the Lease the workers and the chief,
-    # and the booking journal's entry for them (the first: it creates the journal), before
-    # any pod is watched.
-    assert creates_and_watches == [("create", "Lease", VIEW), ("create", "ConfigMap", VIEW),
+    # The cluster surveyed (the booking journal begun first: there was none) and the survey
+    # shared; then what no other manager waits on (once the survey said the request is
+    # good); then under the Lease the workers and the chief, before any pod is watched.
+    assert creates_and_watches == [("create", "Lease", VIEW), ("create", "ConfigMap", journal.JOURNAL_NAME),
+                                   ("create", "ConfigMap", VIEW),
                                    ("create", "Secret", "demo-ssh"), ("create", "NetworkPolicy", "demo-pods"),
                                    ("create", "NetworkPolicy", "demo-manager"), ("create", "Lease", names.LOCK_LEASE_NAME),
                                    ("create", "Pod", "demo-worker-0"), ("create", "Pod", "demo-chief"),
-                                   ("create", "ConfigMap", journal.JOURNAL_NAME),
                                    ("watch", "Pod", ""), ("watch", "Pod", ""), ("watch", "Pod", "")]
 
 
@@ -258,7 +257,7 @@ def test_under_the_placement_lease_a_manager_writes_only_the_fence_its_pods_and_
     let_go = kube.actions.index(("update", "Lease", names.LOCK_LEASE_NAME), taken)
     assert kube.actions[taken + 1:let_go] == [("annotate", "Pod", "demo"), ("create", "Pod", "demo-worker-0"),
                                               ("create", "Pod", "demo-chief"),
-                                              ("create", "ConfigMap", journal.JOURNAL_NAME)]
+                                              ("update", "ConfigMap", journal.JOURNAL_NAME)]
     assert kube.annotation_history(names.ANNOTATION_BOOKED_AT) and kube.annotation_history(names.ANNOTATION_PLAN)
     assert ("annotate", "Pod", "demo") in kube.actions[let_go + 1:]  # the plan
 

@@ -81,3 +81,15 @@ def test_it_reads_back_as_written(steps):
     journal, _ = written(steps)
     assert BookingJournal.decode(journal.encode()) == journal
     assert BookingJournal.decode(b"not zlib") is None
+
+
+def test_a_journal_is_begun_only_where_no_manager_is_in_its_turn():
+    assert bookingjournal.opening(None, lease_exists=False) == bookingjournal.NO_LEASE
+    assert bookingjournal.opening(RELEASED, lease_exists=True) == Closing.of(RELEASED)
+    assert bookingjournal.opening(HANDED_ON, lease_exists=True) is None  # its successor's turn comes
+    assert bookingjournal.opening({**HANDED_ON, "holderIdentity": "ns/j1"}, lease_exists=True) is None  # held
+    # Let go by an older release: another of its turns would leave the Lease the same.
+    assert bookingjournal.opening({"holderIdentity": None, "leaseDurationSeconds": 30}, lease_exists=True) is None
+    # The first holder creates the Lease: it finds none, as the journal begun says.
+    assert BookingJournal(closing=bookingjournal.NO_LEASE).unbroken(None)
+    assert not BookingJournal(closing=bookingjournal.NO_LEASE).unbroken({"holderIdentity": None})

@@ -6,7 +6,7 @@ from distributetrain.core import errors, names
 from distributetrain.core.placement import placement, topology
 from distributetrain.core.clock import FakeClock
 from distributetrain.core.settings import RuntimeClassTerms
-from distributetrain.manager.placement import booking
+from distributetrain.manager.placement import booking, journal
 from distributetrain.manager.placement.freegpus import LedgerParts
 from harness.builders import GKE_TIME_SHARED, JOB, MIG_SLICED, TIME_SLICED, ledger_of, make_pod, sized_node
 from harness.kube import FakeKube
@@ -109,15 +109,32 @@ def counting_bookings_lists(kube: FakeKube) -> list[int]:
 
 
 def test_under_the_lease_the_bookings_since_the_survey_come_from_the_journal_not_a_list():
-    """The first booking finds no journal: it lists the bookings, and starts the journal
-    with its own entry. The next ones, surveyed after it, read them there."""
+    """The first survey finds no journal, and no manager in its turn (no Lease yet): it begins
+    the journal, and every booking after reads the bookings made since its survey there."""
     kube = FakeKube(nodes=[sized_node("a", 4), sized_node("b", 4)])
     lists = counting_bookings_lists(kube)
     assert booking_in_turn(kube, "first", 4) == [("a", 4)]
-    assert lists == [1]
     assert booking_in_turn(kube, "second", 4) == [("b", 4)]
     assert isinstance(booking_in_turn(kube, "third", 4), booking.Short)
-    assert lists == [1]
+    assert lists == [0]
+
+
+def test_no_journal_is_begun_while_a_manager_is_in_its_turn():
+    """A holder that may be booking now would write no entry in a journal it never read:
+    the survey begins none. Once that holder's turn is over, a survey begins it, after its pods."""
+    kube = FakeKube(nodes=[sized_node("a", 4), sized_node("b", 4)])
+    kube.lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                  "metadata": {"name": names.LOCK_LEASE_NAME, "namespace": "default", "resourceVersion": "1"},
+                  "spec": {"holderIdentity": "ns/other", "leaseDurationSeconds": 1, "leaseTransitions": 4,
+                           "acquireTime": "2026-11-30T10:00:00.000000Z"}}
+    lists = counting_bookings_lists(kube)
+    surveyed = booking.survey(kube, JOB, FakeClock())
+    assert surveyed.position is None and kube.writes(kind="ConfigMap") == []
+    kube.create_all_owned([make_pod("other-0").uid("o0").on("a").gpus(4)
+                           .labels({names.LABEL_JOB: "other", names.LABEL_ROLE: names.ROLE_WORKER}).obj()])
+    kube.lease["spec"]["holderIdentity"] = None  # its turn over
+    assert booking_in_turn(kube, "first", 4) == [("b", 4)]
+    assert lists == [0] and kube.writes(kind="ConfigMap") == [journal.JOURNAL_NAME] * 2  # begun, then its entry
 
 
 def test_a_journal_some_holder_since_left_out_is_not_trusted():

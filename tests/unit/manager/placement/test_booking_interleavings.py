@@ -106,14 +106,19 @@ def left_by_an_earlier_booking(kube: RevisionedKube) -> None:
 KINDS = {"journal": book, "dies": book_and_die, "older": book_as_an_older_release}
 
 
-def run_managers(choices, jobs: dict[str, int], kinds: dict[str, str] = {}, journal_kept: bool = True) -> dict[str, int]:
+JOURNALS = ("kept", "none yet", "refused")
+
+
+def run_managers(choices, jobs: dict[str, int], kinds: dict[str, str] = {}, journal: str = "kept") -> dict[str, int]:
     """Book every job concurrently (each as its kind books: ``KINDS``, the journal's by
-    default), after an earlier booking that kept the journal, or with none yet; return the
-    GPUs booked on each node."""
+    default), after an earlier booking that kept the journal, with none yet, or with its
+    reads refused (``JOURNALS``); return the GPUs booked on each node."""
     stepper = Stepper(choices, list(jobs))
     kube = RevisionedKube(stepper, NODES, [manager_pod(job) for job in jobs])
-    if journal_kept:
+    if journal == "kept":
         left_by_an_earlier_booking(kube)
+    elif journal == "refused":
+        kube.refused.add("ConfigMap")
     failures: list[BaseException] = []
 
     def book_one(job: str) -> None:
@@ -151,21 +156,22 @@ def test_concurrent_managers_never_book_a_gpu_twice(tape, sizes):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(0, 2**16), max_size=400), st.lists(st.integers(1, 6), min_size=4, max_size=4),
-       st.lists(st.sampled_from(sorted(KINDS)), min_size=4, max_size=4))
-def test_managers_that_keep_no_journal_among_them_never_make_a_gpu_booked_twice(tape, sizes, kinds):
-    """Four managers, each of a kind drawn: keeping the journal, of an older release, dying in its turn."""
+       st.lists(st.sampled_from(sorted(KINDS)), min_size=4, max_size=4), st.sampled_from(JOURNALS))
+def test_managers_that_keep_no_journal_among_them_never_make_a_gpu_booked_twice(tape, sizes, kinds, journal):
+    """Four managers, each of a kind drawn (keeping the journal, of an older release, dying
+    in its turn), after a booking that kept the journal, or on a cluster with none yet."""
     jobs = {f"j{index}": gpus for index, gpus in enumerate(sizes)}
-    assert overbooked(run_managers(Tape(tape), jobs, dict(zip(jobs, kinds)))) == {}
+    assert overbooked(run_managers(Tape(tape), jobs, dict(zip(jobs, kinds)), journal)) == {}
 
 
 def test_the_rule_rests_on_the_fence(monkeypatch):
-    """Managers taking turns with no journal yet, each list as old as allowed: with the
-    fence, each sees the bookings made before it; read at any revision at all, the second
-    plans on the first's GPUs."""
+    """Managers taking turns with no journal (refused), each list as old as allowed: with
+    the fence, each sees the bookings made before it; read at any revision at all, the
+    second plans on the first's GPUs."""
     jobs = {"j0": 4, "j1": 4}
-    assert overbooked(run_managers(Tape([]), jobs, journal_kept=False)) == {}
+    assert overbooked(run_managers(Tape([]), jobs, journal="refused")) == {}
     monkeypatch.setattr(booking, "fence", lambda kube, settings, clock, labels: "1")
-    assert overbooked(run_managers(Tape([]), jobs, journal_kept=False)) == {"a": 8}
+    assert overbooked(run_managers(Tape([]), jobs, journal="refused")) == {"a": 8}
 
 
 def test_a_node_that_joined_for_another_managers_scale_up_pod_is_booked_by_no_one_else():
