@@ -112,7 +112,8 @@ def _mig(labels: Mapping[str, str], resource: str) -> str | None:
     product = f"{prefix}.product"
     if MIG_PRODUCT_MARK in labels.get(product, ""):
         return f"MIG slices {_said(labels, product)}"
-    slices = sorted(key for key in labels if key.startswith(f"{prefix}.slices."))
+    slice_label = f"{prefix}.slices."  # formatted once, not once a label: 5,000 nodes a survey
+    slices = sorted(key for key in labels if key.startswith(slice_label))
     if slices:
         return f"MIG slices {_said(labels, *slices)}"
     if (labels.get(MIG_STRATEGY_LABEL) == "single" and labels.get(MIG_CAPABLE_LABEL) != "false"

@@ -37,7 +37,8 @@ from distributetrain.core import names
 from distributetrain.core.placement.dracounting import ClassSelector, pod_devices
 from distributetrain.core.placement.gpusharing import SharedUnits, shared_units
 from distributetrain.core.placement.podfit import SHARED, JobFit
-from distributetrain.core.placement.podrequests import NODE_RESOURCES, PODS, amount, node_allocatable, pod_amounts, pod_request
+from distributetrain.core.placement.podrequests import (FIT_RESOURCES, NODE_RESOURCES, PODS, amount, node_allocatable,
+                                                        pod_amounts, pod_request)
 from distributetrain.core.settings import gpu_toleration
 from distributetrain.core.placement.topology import Level, Path, node_path
 from distributetrain.core.placement.volumeclaims import JobClaims
@@ -216,7 +217,7 @@ class GpuLedger:
     selectable: int = 0
     fit: JobFit | None = None  # the job's pods; None: GPUs alone count
     selected: dict[str, NodeGpus] = field(default_factory=dict)  # those nodes' parts, by name
-    requested: dict[str, Counter] = field(default_factory=dict)  # by candidate node: what pods take besides GPUs
+    requested: dict[str, dict[str, int]] = field(default_factory=dict)  # by candidate node: what pods take besides GPUs
     own_nodes: set[str] = field(default_factory=set)  # candidates holding a pod of this run of the job
     levels: tuple[Level, ...] = ()  # the job's --topology: read each node's place in the network
     paths: dict[str, Path] = field(default_factory=dict)  # by node: its label values at each level
@@ -283,15 +284,16 @@ class GpuLedger:
             self.used[node] += gpus
         if self.fit is None or node not in self.allocatable:
             return
-        requested = self.requested.setdefault(node, Counter())
-        for resource in (*NODE_RESOURCES, PODS):
-            requested[resource] += amounts.get(resource, 0)
+        # A new dict, never one changed in place: copies of the ledger share them (``copy``).
+        requested = self.requested.get(node, {})
+        self.requested[node] = {resource: total for resource in FIT_RESOURCES
+                                if (total := requested.get(resource, 0) + amounts.get(resource, 0))}
 
     def copy(self) -> GpuLedger:
         """The same nodes and pods, in a ledger of its own to add more pods to (the nodes'
         parts are shared: nothing changes them once listed)."""
         return dataclasses.replace(self, used=defaultdict(int, self.used), own_nodes=set(self.own_nodes),
-                                   requested={node: Counter(amounts) for node, amounts in self.requested.items()},
+                                   requested=dict(self.requested),
                                    awaiting=list(self.awaiting), _placed=None, _free=None)
 
     def forget_pods(self) -> None:

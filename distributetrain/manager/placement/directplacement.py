@@ -33,6 +33,7 @@ class DirectPlacement:
         self.last_shortage = ""  # logged once per change
         self.planned = placing.Planned([])  # the plan being booked
         self.keys_created = False  # the attempt's Secret and the job's NetworkPolicies, made before its first Lease
+        self.keys: JobKeys | None = None  # the attempt's, in its Secret: its pods' objects are built with them
 
     def place(self) -> Plan:
         """The attempt's plan, its pods created; raise ``JobFailed`` (69) once the wait is over.
@@ -63,7 +64,8 @@ class DirectPlacement:
         booking.check_request(surveyed, self.settings)
         self.kube.serves_pod_groups()  # decided here, once, not under the Lease
         if not self.keys_created:
-            self.kube.create_owned(manifests.ssh_secret(self.settings, JobKeys.generate(self.settings.job_name)))
+            self.keys = JobKeys.generate(self.settings.job_name)
+            self.kube.create_owned(manifests.ssh_secret(self.settings, self.keys))
             networkpolicy.isolate(self.kube, self.settings)
             self.keys_created = True
 
@@ -104,7 +106,7 @@ class DirectPlacement:
         in_domains = f" in {domains}" if domains else ""
         self.state.reporter.events.record(jobevents.PLANNED, f"{settings.num_gpus} GPUs on {len(plan)} nodes"
                                                              f"{in_domains}: {format_plan(plan)} (the chief's share last)")
-        _, *objects = placing.attempt_objects(settings, self.planned, JobKeys.generate(settings.job_name),
+        _, *objects = placing.attempt_objects(settings, self.planned, self.keys,  # no new keys under the Lease
                                               self.state.attempt.number, self.kube.serves_pod_groups())
         dra.create_templates(self.kube, objects)
         for group in (obj for obj in objects if obj["kind"] == gang.KIND):

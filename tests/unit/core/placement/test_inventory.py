@@ -1,5 +1,6 @@
 """Inventory: quantities, the Kubernetes request rule, and which nodes are candidates."""
 
+import copy
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -38,6 +39,15 @@ def free_gpus(
 
 
 GPU = "nvidia.com/gpu"
+
+
+def free_gpus_fitting(nodes: Iterable[Mapping], pods: Iterable[Mapping], fit: JobFit) -> dict[str, int]:
+    ledger = GpuLedger(GPU, fit=fit)
+    for one in nodes:
+        ledger.add_node(one)
+    for one in pods:
+        ledger.add_pod(one)
+    return ledger.free()
 A_JOB = JobSettings(job_name="j", namespace="ns", num_gpus=1, image="i")
 
 
@@ -110,19 +120,24 @@ def test_terminal_pods_free_their_gpus():
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 3), st.booleans()), max_size=8))
 def test_free_read_between_changes_is_what_a_fresh_ledger_says(pods):
     """``free`` is kept between changes (a plan and its log line read it on 5,000 nodes):
-    each pod and node added, and a copy, answer anew."""
-    nodes = [node("a"), node("b", allocatable="4")]
-    ledger, added = GpuLedger(GPU), []
+    each pod and node added, and a copy, answer anew; a copy's pods are its own (it shares
+    what they request per node with its original, never changed in place)."""
+    nodes = [node("a", labels={"kubernetes.io/hostname": "a"}), node("b", allocatable="4")]
+    fit = JobFit.of_job(A_JOB)
+    ledger, added = GpuLedger(GPU, fit=fit), []
     for one in nodes[:1]:
         ledger.add_node(one)
     assert ledger.free() == {"a": 8}
     ledger.add_node(nodes[1])
     for index, (where, gpus, in_copy) in enumerate(pods):
-        added.append(pod(where, [container(gpus)], uid=str(index)))
+        added.append(pod(where, [container(gpus) | {"resources": {"requests": {GPU: str(gpus), "cpu": "1"}}}],
+                         uid=str(index)))
+        original, before = ledger, (ledger.free(), copy.deepcopy(ledger.requested))
         ledger = ledger.copy() if in_copy else ledger
-        ledger.free()
         ledger.add_pod(added[-1])
-        assert ledger.free() == free_gpus(nodes, added, GPU)
+        assert ledger.free() == free_gpus_fitting(nodes, added, fit)
+        if in_copy:
+            assert (original.free(), original.requested) == before
 
 
 def test_unbound_pods_pinned_by_affinity_count_against_their_node():
