@@ -22,26 +22,29 @@ pytestmark = pytest.mark.cluster
 
 # Events are best effort: without their rule the job still succeeds, and its log says
 # they were refused, naming the permission.
-# Rules the job runs without (resource, first verb), and the line its log then says so with.
-BEST_EFFORT_RULES = {("events", "create"): "cannot record Events",
-                     ("events", "list"): "cannot follow the Events of its pods",
-                     ("resourcequotas", "list"): "ResourceQuotas are not checked",
+# Rules the job runs without (resource, first verb, the one object named if any), and the
+# line its log then says so with.
+BEST_EFFORT_RULES = {("events", "create", None): "cannot record Events",
+                     ("events", "list", None): "cannot follow the Events of its pods",
+                     ("resourcequotas", "list", None): "ResourceQuotas are not checked",
                      # The survey managers starting together share: refused, each takes its own.
-                     ("configmaps", "get"): "cannot share the survey of the cluster",
-                     ("configmaps", "create"): "cannot share the survey of the cluster",
+                     ("configmaps", "get", "distributetrain-cluster-view"): "cannot share the survey of the cluster",
+                     ("configmaps", "create", None): "cannot share the survey of the cluster",
+                     # The booking journal: refused, each holder of the Lease lists the bookings.
+                     ("configmaps", "get", "distributetrain-booking-journal"): "cannot read the booking journal",
                      # Where the release serves PodGroups (RELEASE_RULES): the job's pods are then no gang.
-                     ("podgroups", "create"): "the job's pods are no gang"}
+                     ("podgroups", "create", None): "the job's pods are no gang"}
 SHARED_KINDS = {POLICY, "ConfigMap"}
 RBAC_SEEN_S = 30
-# Rules only a flag's job uses (resource, first verb): the flag whose job is run without
+# Rules only a flag's job uses (resource, first verb, None): the flag whose job is run without
 # the rule, the cluster-scoped object it names (made by the test), and the line its log
 # says then for a best-effort rule (None: the job fails, 77).
 RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "runc"}
 DEVICE_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "spec": {}}
-FLAG_RULES = {("runtimeclasses", "get"): ("--runtime-class", RUNTIME_CLASS, "cannot read RuntimeClass"),
-              ("deviceclasses", "get"): ("--device-class", DEVICE_CLASS, None),
-              ("resourceslices", "list"): ("--device-class", DEVICE_CLASS, None),
-              ("resourceclaimtemplates", "create"): ("--device-class", DEVICE_CLASS, None)}
+FLAG_RULES = {("runtimeclasses", "get", None): ("--runtime-class", RUNTIME_CLASS, "cannot read RuntimeClass"),
+              ("deviceclasses", "get", None): ("--device-class", DEVICE_CLASS, None),
+              ("resourceslices", "list", None): ("--device-class", DEVICE_CLASS, None),
+              ("resourceclaimtemplates", "create", None): ("--device-class", DEVICE_CLASS, None)}
 
 
 # Rules only a release that serves their API uses (resource): on the others the manager never
@@ -135,8 +138,9 @@ def test_every_rule_is_needed(cluster, api_client, namespace, tmp_path, kind, na
     documents, removed = apply_without(api_client, namespace, kind, name, index)
     jobs = Jobs(api_client, namespace)
     resource = rule["resources"][0]
-    flag, named, says = FLAG_RULES.get((resource, rule["verbs"][0]), (None, None, None))
-    best_effort = BEST_EFFORT_RULES.get((resource, rule["verbs"][0])) or says
+    key = (resource, rule["verbs"][0], (rule.get("resourceNames") or [None])[0])
+    flag, named, says = FLAG_RULES.get(key, (None, None, None))
+    best_effort = BEST_EFFORT_RULES.get(key) or says
     try:
         # Besides the script's claim (bound: its PersistentVolume is read), one not bound
         # yet (its StorageClass is read), which the scheduler binds for the first pod.
