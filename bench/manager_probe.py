@@ -2,12 +2,12 @@
 
 It imports what the manager imports and builds the job as pre-training does (its
 settings parsed by the manager's own flags, its record and Events on a stand-in manager
-pod), then waits for the benchmark's word on stdin, so that every manager of a run
-starts booking at the same moment whatever its start-up took; it books (pre-training's
-placement: the survey, the Lease, the pods created), and prints one JSON line: the
-seconds from the word to its pods created, the CPU seconds it used meanwhile, its API
-requests (every HTTP request its clients sent), and its peak resident memory. Its log
-(the manager's own lines, timed) goes to stderr.
+pod), freezes its start-up as the manager does, then waits for the benchmark's word on
+stdin, so that every manager of a run starts booking at the same moment whatever its
+start-up took; it books (pre-training's placement: the survey, the Lease, the pods
+created), and prints one JSON line: the seconds from the word to its pods created, the
+CPU seconds it used meanwhile, its API requests (every HTTP request its clients sent),
+and its peak resident memory. Its log (the manager's own lines, timed) goes to stderr.
 
 Run from a tree's root (``python -m`` puts it first on the path), so a tree of another
 commit measures that commit's manager: today's ``DirectPlacement.place``, or, in the tree
@@ -60,6 +60,7 @@ def book(namespace: str, job: str, gpus: int, selector: str, uid: str) -> dict:
                                     "--toleration=node.kubernetes.io/not-ready",
                                     "--toleration=node.kubernetes.io/unreachable")
     place, reporter = prepare(settings, Attempt(job))
+    freeze_start_up()
     baseline_mib = memory_mib("VmRSS")
     print("ready", flush=True)
     sys.stdin.readline()  # the benchmark's word: every manager books from here
@@ -90,6 +91,12 @@ def prepare(settings, attempt: Attempt):
     state = ProcessState(settings, reporter, attempt, math.inf, clock.monotonic() + WAIT_FOR_GPUS_S, HostList(), clock,
                          waits.selected_pods(kube, settings.namespace, settings.selector, clock))
     return DirectPlacement(kube, state, kind_of(settings)).place, reporter
+
+
+def freeze_start_up() -> None:
+    """As the tree's manager does once started, if it does (``cli.main.freeze_start_up``)."""
+    from distributetrain.cli import main as cli
+    getattr(cli, "freeze_start_up", lambda: None)()
 
 
 def _prepare_before(settings, attempt: Attempt):
