@@ -57,6 +57,9 @@ fi
 results="$DT_CACHE/test-versions/$(date +%Y%m%d-%H%M%S)"
 versions_cache="${DT_VERSIONS_CACHE:-$DT_CACHE/test-versions/cache}"
 containers_run=/run/distributetrain-test-versions-containers
+# podman's run root of this script's image builds and clusters (locks, an events log):
+# state of this run only, left behind by podman.
+trap 'rm -rf "$containers_run"' EXIT
 mkdir -p "$results" "$versions_cache/logs"
 for part in gomod gocache k8s kueue karpenter kube-router containerd dra registry/bin; do
   mkdir -p "$DT_CACHE/$part" "$(dirname "$versions_cache/$part")"
