@@ -118,6 +118,8 @@ def test_ten_elastic_jobs_replacing_workers_at_once_never_book_a_gpu_twice(clust
         finally:
             stop.set()
             checker.join()
+            for follower in followers:  # those left short follow free GPUs (an informer) until closed
+                follower.free_gpus.close()
         assert overbooked == []
         booked = booked_per_node(core, namespace)
         assert booked == {pool.node(logical): 1 for logical in NODES}, nodes_as_surveyed(core, pool)  # every GPU used, once
