@@ -250,8 +250,10 @@ def plot(rows: list[dict], path: Path) -> None:
                 ax.plot(*zip(*points), "o-", color=colour, label=f"{approach}: until the last job's pods exist")
         ax.axhline(60, color="grey", linestyle=":", label="60 s")
         ax.set_xlabel("managers submitted at once")
+        ax.set_xlim(0, max(MANAGER_COUNTS) * 1.05)  # the same axes for a series measured in part
         ax.set_ylabel("seconds")
         ax.set_yscale("log")
+        ax.set_ylim(1, 1000)
         ax.set_title(f"{pods:,} pods on {scale.NODES:,} nodes")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
