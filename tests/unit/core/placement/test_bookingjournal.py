@@ -2,6 +2,7 @@
 may take from it, and when a holder may trust it at all."""
 
 import hashlib
+from unittest import mock
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ def pod(name: str) -> dict:
 
 # Each step: a holder's entry of some pods, and whether it found the journal unbroken.
 STEPS = st.lists(st.tuples(st.integers(0, 3), st.booleans()), max_size=12)
+FEW_PODS = 5  # kept in the drawn journals: the oldest entries go in most of them
 
 
 def written(steps) -> tuple[BookingJournal, list[tuple[int, list[dict], bool]]]:
@@ -33,7 +35,8 @@ def written(steps) -> tuple[BookingJournal, list[tuple[int, list[dict], bool]]]:
 
 @given(STEPS, st.integers(0, 14))
 def test_a_covered_survey_gets_every_pod_entered_since_its_position_and_no_other(steps, position):
-    journal, history = written(steps)
+    with mock.patch.object(bookingjournal, "MAX_PODS", FEW_PODS):
+        journal, history = written(steps)
     numbers = [number for number, _, _ in history]
     assert numbers == list(range(len(history)))  # one number an entry, in order
     if not journal.covers(position):
@@ -52,15 +55,30 @@ def test_a_holder_that_found_it_broken_starts_it_over_after_its_own_entry(steps)
     assert not journal.covers(len(history) - 1)  # a survey from before: its bookings may be anywhere
 
 
-def test_the_oldest_entries_go_once_it_outgrows_a_configmap(monkeypatch):
+@given(st.lists(st.integers(0, FEW_PODS + 2), max_size=12))
+def test_it_keeps_the_newest_entries_whole_up_to_max_pods(counts):
+    with mock.patch.object(bookingjournal, "MAX_PODS", FEW_PODS):
+        journal, history = written([(count, True) for count in counts])
+    assert sum(len(pods) for _, pods in journal.entries) <= FEW_PODS
+    # The newest entries, whole, none missing between them; the first it keeps is where it begins.
+    assert [number for number, _ in journal.entries] == list(range(journal.first, journal.next))
+    assert journal.next == len(history)
+    kept = sum(len(pods) for _, pods in journal.entries)
+    dropped_next = history[journal.first - 1][1] if journal.first > 0 else []
+    assert journal.first == 0 or kept + len(dropped_next) > FEW_PODS or journal.entries == []
+
+
+def test_a_journal_beyond_a_configmap_is_written_as_begun_after_its_last_entry(monkeypatch):
     monkeypatch.setattr(bookingjournal, "MAX_ENCODED_BYTES", 600)
     journal = BookingJournal(closing=Closing.of(RELEASED))
     for index in range(40):
         journal = journal.appended([pod(f"p{index}")], Closing.of(RELEASED), unbroken=True)
-    assert len(journal.encode()) <= 600
-    assert journal.next == 40 and 0 < journal.first < 40
-    assert journal.entries[0][0] == journal.first
-    assert not journal.covers(journal.first - 1) and journal.covers(journal.first)
+    encoded = journal.encode()
+    assert len(encoded) <= 600
+    read = BookingJournal.decode(encoded)
+    assert (read.first, read.next, read.entries, read.closing) == (40, 40, [], Closing.of(RELEASED))
+    assert read.unbroken(RELEASED)  # the chain goes on: surveys from now on trust it
+    assert not read.covers(39) and read.covers(40)
 
 
 def test_unbroken_only_if_the_lease_is_as_the_last_writer_released_it():
