@@ -210,8 +210,9 @@ def commit_of(approach: str) -> str:
         return BEFORE_COMMIT
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=report.REPO_ROOT, capture_output=True,
                           text=True, check=False).stdout.strip() or "unknown"
-    changed = subprocess.run(["git", "status", "--porcelain", "--", "distributetrain", "bench"], cwd=report.REPO_ROOT,
-                             capture_output=True, text=True, check=False).stdout.strip()
+    # Not the results file: the run itself rewrites it after its first round.
+    changed = subprocess.run(["git", "status", "--porcelain", "--", "distributetrain", "bench", ":!bench/results"],
+                             cwd=report.REPO_ROOT, capture_output=True, text=True, check=False).stdout.strip()
     return f"{head}+changes" if changed else head
 
 
