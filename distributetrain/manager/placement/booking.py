@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TypeVar
 
 from distributetrain.core.placement import dracounting, inventory, placement, scaleup, topology
 from distributetrain.core.placement.bookingjournal import BookingJournal, Closing
 from distributetrain.core import errors, names, quantity
+from distributetrain.core.beside import beside
 from distributetrain.core.clock import Clock
 from distributetrain.core.placement.gpusharing import SharedUnits
 from distributetrain.core.placement.placement import Plan
@@ -51,9 +49,6 @@ from distributetrain.manager.placement import clusterview, journal, turns, volum
 
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
 
 # What a booking plans from the free GPUs per node: raises ``InsufficientGPUs`` when
 # nothing it would accept fits, ``UsageError`` when nothing ever could.
@@ -322,20 +317,6 @@ def plan_or_grow(plan: Callable[[Mapping[str, int], int], Plan], free: Mapping[s
         return grown
 
 
-def _beside(work: Callable[[], T]) -> Future[T]:
-    """``work`` on a thread of its own (its requests have their deadlines), its outcome in the future."""
-    outcome: Future[T] = Future()
-
-    def run() -> None:
-        try:
-            outcome.set_result(work())
-        except BaseException as e:  # noqa: BLE001 - raised where the result is asked for
-            outcome.set_exception(e)
-
-    threading.Thread(target=run, name="booking-journal", daemon=True).start()
-    return outcome
-
-
 def book(kube: Kube, settings: JobSettings, choose: Choose, create: Create, clock: Clock,
          wait_until: float = -math.inf, still_wanted: Callable[[], bool] = lambda: True,
          shared_since: float | None = None,
@@ -359,7 +340,8 @@ def book(kube: Kube, settings: JobSettings, choose: Choose, create: Create, cloc
             queue.look_ahead()
             if not still_wanted():
                 return None
-            reading = _beside(lambda: journal.read(kube, settings.lease_namespace))  # one round trip for two requests
+            # One round trip for the two requests: the journal read beside the fence.
+            reading = beside(lambda: journal.read(kube, settings.lease_namespace), "booking-journal")
             version = fence(kube, settings, clock, queue.leaving())
             queue.left()
             found, journal_version = reading.result()

@@ -28,12 +28,12 @@ read).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from datetime import datetime, timezone
 
 from distributetrain.core import errors, names
+from distributetrain.core.beside import beside
 from distributetrain.core.placement import inventory
 from distributetrain.core.clock import Clock
 from distributetrain.core.settings import JobSettings
@@ -109,16 +109,7 @@ class Turns:
     def look_ahead(self) -> None:
         """The Lease just taken: the queue listed on a thread of its own, for ``successor``
         (the list has its request deadline: the release never waits past it)."""
-        ahead: Future = Future()
-
-        def first() -> None:
-            try:
-                ahead.set_result(self._first_in_line())
-            except BaseException as e:  # raised where the release asks for it
-                ahead.set_exception(e)
-
-        threading.Thread(target=first, name="placement-queue", daemon=True).start()
-        self.ahead = ahead
+        self.ahead = beside(self._first_in_line, "placement-queue")
 
     def successor(self) -> str | None:
         """Who the Lease goes to when this manager lets it go: the first in line as its turn
