@@ -1,8 +1,12 @@
-"""bench/many_managers.py: a run of some points updates the published series, never drops the rest."""
+"""bench/many_managers.py: a run of some points updates the published series, never drops the rest; its plot shows them all."""
+
+from pathlib import Path
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench import many_managers
 from bench.many_managers import APPROACHES, MANAGER_COUNTS, POD_SERIES, complete, merged, round_key
 
 KEYS = st.tuples(st.sampled_from(POD_SERIES), st.sampled_from(MANAGER_COUNTS), st.sampled_from(APPROACHES))
@@ -29,3 +33,15 @@ def test_the_series_is_complete_once_every_point_is_measured():
     assert complete(every)
     assert not complete(every[1:])
     assert complete(merged(every[:5], every[5:]))
+
+
+@given(st.lists(st.floats(min_value=1, max_value=1e5), min_size=1, max_size=8))
+def test_the_plot_shows_every_measured_point(seconds):
+    rows = [{"pods": POD_SERIES[i % len(POD_SERIES)], "managers": MANAGER_COUNTS[i % len(MANAGER_COUNTS)],
+             "approach": APPROACHES[i % len(APPROACHES)], "wall_s": s} for i, s in enumerate(seconds)]
+    figures = []
+    with patch.object(many_managers.report, "save_figure", lambda fig, path: figures.append(fig)):
+        many_managers.plot(rows, Path("unused.png"))
+    for ax in figures[0].axes:
+        assert ax.get_ylim()[0] <= min(seconds) and max(seconds) <= ax.get_ylim()[1]
+    many_managers.plt.close(figures[0])
